@@ -1,0 +1,26 @@
+"""h5feed: keeps a GPU trainer fed from HDF5 video datasets.
+
+``h5feed.dataset(...)`` (needs the ``tf`` extra) returns a ``tf.data.Dataset`` of batches decoded
+in worker processes; ``h5feed.batches(...)`` yields the same batches as NumPy dicts, without
+TensorFlow. Importing ``h5feed`` imports neither TensorFlow nor the worker code.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+if TYPE_CHECKING:
+    from h5feed.consumer.api import batches, dataset
+
+__all__ = ["__version__", "batches", "dataset"]
+
+
+def __getattr__(name: str) -> Any:
+    # Lazy: `import h5feed` in a producer must not pull in the consumer (or TensorFlow).
+    if name in ("dataset", "batches"):
+        from h5feed.consumer import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'h5feed' has no attribute {name!r}")

@@ -1,0 +1,157 @@
+"""Clip and layout configuration shared by consumer and workers.
+
+Frozen, slotted dataclasses validated on construction: a bad value raises ``ValueError`` naming
+the field, before any process starts. ``to_wire``/``from_wire`` turn them into plain msgpack-able
+dicts for the JOB message.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Literal
+
+ClipStart = Literal["random", "center", "first"]
+CropMode = Literal["random", "center"]
+ShortVideo = Literal["loop", "repeat_last"]
+
+CLIP_STARTS: tuple[str, ...] = ("random", "center", "first")
+CROP_MODES: tuple[str, ...] = ("random", "center")
+SHORT_VIDEO_POLICIES: tuple[str, ...] = ("loop", "repeat_last")
+
+
+def _pair(name: str, value: Any) -> tuple[int, int] | None:
+    if value is None:
+        return None
+    if isinstance(value, int):
+        value = (value, value)
+    try:
+        height, width = (int(v) for v in value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be (height, width) or None, got {value!r}") from None
+    if height <= 0 or width <= 0:
+        raise ValueError(f"{name} must be positive, got {value!r}")
+    return height, width
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ClipSpec:
+    """How a clip is cut from a video and preprocessed, identically in every worker.
+
+    Frames are decoded to RGB, resized to ``resize`` (height, width) with bilinear interpolation
+    (``cv2.INTER_LINEAR``), then cropped to ``crop`` at the offsets the plan chose, then flipped
+    horizontally when the plan says so (only if ``flip`` is on).
+    """
+
+    clip_len: int = 16
+    stride: int = 1
+    resize: tuple[int, int] | None = None
+    crop: tuple[int, int] | None = None
+    crop_mode: CropMode = "random"
+    flip: bool = False
+    short_video: ShortVideo = "loop"
+    frames_key: str = "frames"
+    label_key: str | None = "label"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.clip_len, int) or self.clip_len < 1:
+            raise ValueError(f"clip_len must be an int >= 1, got {self.clip_len!r}")
+        if not isinstance(self.stride, int) or self.stride < 1:
+            raise ValueError(f"stride must be an int >= 1, got {self.stride!r}")
+        object.__setattr__(self, "resize", _pair("resize", self.resize))
+        object.__setattr__(self, "crop", _pair("crop", self.crop))
+        if self.crop_mode not in CROP_MODES:
+            raise ValueError(f"crop_mode must be one of {CROP_MODES}, got {self.crop_mode!r}")
+        if self.short_video not in SHORT_VIDEO_POLICIES:
+            raise ValueError(
+                f"short_video must be one of {SHORT_VIDEO_POLICIES}, got {self.short_video!r}"
+            )
+        if self.resize is not None and self.crop is not None:
+            if self.crop[0] > self.resize[0] or self.crop[1] > self.resize[1]:
+                raise ValueError(f"crop {self.crop} is larger than resize {self.resize}")
+        if not self.frames_key:
+            raise ValueError("frames_key must be a non-empty dataset name")
+
+    @property
+    def span(self) -> int:
+        """Frames a clip covers in the video: ``(clip_len - 1) * stride + 1``."""
+        return (self.clip_len - 1) * self.stride + 1
+
+    @property
+    def frame_shape(self) -> tuple[int | None, int | None]:
+        """(height, width) of output frames; None where it depends on the stored frames."""
+        if self.crop is not None:
+            return self.crop
+        if self.resize is not None:
+            return self.resize
+        return (None, None)
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "clip_len": self.clip_len,
+            "stride": self.stride,
+            "resize": list(self.resize) if self.resize else None,
+            "crop": list(self.crop) if self.crop else None,
+            "crop_mode": self.crop_mode,
+            "flip": self.flip,
+            "short_video": self.short_video,
+            "frames_key": self.frames_key,
+            "label_key": self.label_key,
+        }
+
+    @classmethod
+    def from_wire(cls, fields: dict[str, Any]) -> ClipSpec:
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(fields) - names
+        if unknown:
+            raise ValueError(f"unknown clip fields {sorted(unknown)}")
+        return cls(**fields)
+
+
+def clip_frame_indices(
+    start: int, n_frames: int, clip_len: int, stride: int, short_video: str
+) -> list[int]:
+    """Indices of the frames of the clip that starts at ``start`` in a video of ``n_frames``.
+
+    A clip covers ``clip_len`` frames, ``stride`` apart. When the video is too short for that
+    (fewer than ``(clip_len - 1) * stride + 1`` frames), ``short_video`` decides:
+
+    * ``"loop"``: indices wrap around to the start of the video (``i % n_frames``);
+    * ``"repeat_last"``: indices past the end repeat the last frame.
+
+    Raises ``ValueError`` for an empty video or a start outside it.
+    """
+    if n_frames < 1:
+        raise ValueError("a video with no frames has no clips")
+    if not 0 <= start < n_frames:
+        raise ValueError(f"clip start {start} outside a video of {n_frames} frames")
+    raw = [start + j * stride for j in range(clip_len)]
+    if raw[-1] < n_frames:
+        return raw
+    if short_video == "loop":
+        return [i % n_frames for i in raw]
+    return [min(i, n_frames - 1) for i in raw]
+
+
+def clip_start(
+    n_frames: int, span: int, mode: str, clip_index: int, clips_per_video: int, uniform: float
+) -> int:
+    """Where clip ``clip_index`` of ``clips_per_video`` starts in a video of ``n_frames``.
+
+    ``room = n_frames - span`` is how far a full clip can move. With ``room < 0`` (a short
+    video) every clip starts at frame 0 and ``short_video`` fills it. Otherwise:
+
+    * ``"random"``: ``floor(uniform * (room + 1))`` — uniform over all valid starts;
+    * ``"center"``: clips evenly spaced, clip k centred on ``(k + 0.5) / K`` of the room,
+      so one clip per video sits exactly in the middle;
+    * ``"first"``: clips evenly spaced from frame 0, clip k at ``k / K`` of the room.
+    """
+    room = n_frames - span
+    if room <= 0:
+        return 0
+    if mode == "random":
+        return min(int(uniform * (room + 1)), room)
+    if mode == "center":
+        return int((clip_index + 0.5) * room / clips_per_video + 0.5)
+    if mode == "first":
+        return int(clip_index * room / clips_per_video)
+    raise ValueError(f"clip_start must be one of {CLIP_STARTS}, got {mode!r}")

@@ -1,0 +1,70 @@
+"""The errors h5feed raises. All derive from :class:`H5FeedError`."""
+
+from __future__ import annotations
+
+
+class H5FeedError(Exception):
+    """Base class of every error h5feed raises on purpose."""
+
+
+class ProtocolError(H5FeedError):
+    """A message on the socket does not follow the wire format (see ``h5feed.common.wire``)."""
+
+
+class VersionMismatchError(ProtocolError):
+    """The peer speaks another protocol version."""
+
+
+class DataError(H5FeedError):
+    """Bad input data: a file, video or frame that cannot be read or decoded.
+
+    The message always names the file, and the video and frame where they are known.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        file: str | None = None,
+        video: str | None = None,
+        frame: int | None = None,
+    ) -> None:
+        where = ", ".join(
+            part
+            for part in (
+                f"file {file!r}" if file is not None else "",
+                f"video {video!r}" if video is not None else "",
+                f"frame {frame}" if frame is not None else "",
+            )
+            if part
+        )
+        super().__init__(f"{message} ({where})" if where else message)
+        self.file = file
+        self.video = video
+        self.frame = frame
+
+
+class WorkerError(H5FeedError):
+    """A worker raised while producing a unit; carries the worker's formatted traceback."""
+
+    def __init__(self, worker: str, error_type: str, message: str, traceback: str) -> None:
+        super().__init__(
+            f"worker {worker} raised {error_type}: {message}\n"
+            f"--- worker traceback ---\n{traceback.rstrip()}"
+        )
+        self.worker = worker
+        self.error_type = error_type
+        self.worker_message = message
+        self.worker_traceback = traceback
+
+
+class WorkerDiedError(H5FeedError):
+    """A worker process exited while the consumer still needed it."""
+
+
+class WorkerTimeoutError(H5FeedError):
+    """A worker held a unit of work longer than the unit timeout (it hangs or is far too slow)."""
+
+
+class NoWorkersError(H5FeedError):
+    """No worker connected within the start timeout."""

@@ -1,0 +1,247 @@
+"""The h5feed wire format: one msgpack header frame, then one raw frame per array.
+
+Every message is a multipart ZeroMQ message (a ROUTER socket adds its routing frame in front;
+that frame is the transport's, not part of this format)::
+
+    frame 0  header  msgpack array of 5 elements:
+                       [0] magic     str  "h5feed"
+                       [1] version   int  PROTOCOL_VERSION (a peer with another version is refused)
+                       [2] kind      str  one of KINDS ("hello", "job", "index", "unit", ...)
+                       [3] fields    map  str -> msgpack value; the keys and types of each kind are
+                                          fixed by SCHEMAS and checked on decode; map keys are
+                                          written sorted, so one message has one encoding
+                       [4] arrays    array of [name str, dtype str, shape array of int], one per
+                                          frame that follows; dtype is numpy's ``dtype.str``
+                                          (e.g. "|u1", "<i8") from ALLOWED_DTYPES only
+    frame 1+ arrays  the C-order bytes of each array, exactly prod(shape) * itemsize long
+
+msgpack uses its bin type for bytes and str for text. Nothing is pickled: headers hold plain
+values only, arrays are raw bytes with a declared dtype that excludes object dtypes.
+
+Decoding is strict: wrong magic, another version, unknown kind, missing or unknown fields,
+wrong field types, a frame count or byte length that does not match the declared arrays, an
+array beyond the size limits, or an oversized header all raise :class:`ProtocolError` (or
+:class:`VersionMismatchError`). Decoded arrays are read-only views over the received frames
+(``np.frombuffer``): receiving copies nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+import msgpack
+import numpy as np
+
+from h5feed.common.errors import ProtocolError, VersionMismatchError
+
+MAGIC: Final = "h5feed"
+PROTOCOL_VERSION: Final = 1
+
+HELLO: Final = "hello"  # worker -> consumer: who I am
+JOB: Final = "job"  # consumer -> worker: the files it owns and how to cut clips
+INDEX: Final = "index"  # worker -> consumer: the videos of one file (name, frames, label)
+UNIT: Final = "unit"  # consumer -> worker: produce these rows of one batch
+DATA: Final = "data"  # worker -> consumer: the rows of a unit, as arrays
+ERROR: Final = "error"  # worker -> consumer: a unit (or the job) failed, with the traceback
+BYE: Final = "bye"  # either way: stop / I am leaving
+
+_INT = (int,)
+_STR = (str,)
+_LIST = (list,)
+_OPT_INT = (int, type(None))
+_OPT_STR = (str, type(None))
+
+#: Field names and accepted Python types of each message kind (after msgpack decoding).
+SCHEMAS: Final[Mapping[str, Mapping[str, tuple[type, ...]]]] = {
+    HELLO: {"worker": _STR, "pid": _INT, "host": _STR, "package": _STR},
+    JOB: {"job": _STR, "files": _LIST, "clip": (dict,), "cache_dir": _OPT_STR},
+    INDEX: {"job": _STR, "file": _INT, "videos": _LIST},
+    UNIT: {"job": _STR, "unit": _INT, "batch": _INT, "epoch": _INT, "rows": _LIST},
+    DATA: {"job": _STR, "unit": _INT, "batch": _INT, "samples": _LIST},
+    ERROR: {
+        "job": _STR,
+        "unit": _OPT_INT,
+        "type": _STR,
+        "message": _STR,
+        "traceback": _STR,
+        "file": _OPT_STR,
+        "video": _OPT_STR,
+        "frame": _OPT_INT,
+    },
+    BYE: {"reason": _STR},
+}
+KINDS: Final = frozenset(SCHEMAS)
+
+ALLOWED_DTYPES: Final = frozenset(
+    np.dtype(name).str
+    for name in (
+        "bool",
+        "uint8",
+        "int8",
+        "uint16",
+        "int16",
+        "uint32",
+        "int32",
+        "uint64",
+        "int64",
+        "float16",
+        "float32",
+        "float64",
+    )
+)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Limits:
+    """Upper bounds the decoder enforces before it allocates or trusts anything."""
+
+    max_header_bytes: int = 16 << 20
+    max_array_bytes: int = 4 << 30
+    max_arrays: int = 64
+    max_ndim: int = 8
+
+
+DEFAULT_LIMITS: Final = Limits()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Message:
+    """A decoded message: its kind, its header fields, and its arrays by name."""
+
+    kind: str
+    fields: dict[str, Any]
+    arrays: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
+
+
+Frame = Any  # bytes, memoryview or zmq.Frame: anything exposing the buffer protocol / .buffer
+
+
+def encode(
+    kind: str, fields: Mapping[str, Any], arrays: Sequence[tuple[str, np.ndarray]] = ()
+) -> list[Any]:
+    """Encode a message as the list of frames to send (``send_multipart(..., copy=False)``).
+
+    Array frames are the arrays themselves (made C-contiguous if they are not), so ZeroMQ
+    sends them without a copy. ``fields`` must match ``SCHEMAS[kind]``; a mismatch raises
+    :class:`ProtocolError` here, at the sender, rather than at the peer.
+    """
+    _check_fields(kind, fields)
+    meta = []
+    buffers: list[Any] = []
+    for name, array in arrays:
+        array = np.ascontiguousarray(array)
+        if array.dtype.str not in ALLOWED_DTYPES:
+            raise ProtocolError(f"array {name!r}: dtype {array.dtype} cannot go on the wire")
+        meta.append([name, array.dtype.str, list(array.shape)])
+        buffers.append(array)
+    header = msgpack.packb(
+        [MAGIC, PROTOCOL_VERSION, kind, dict(sorted(fields.items())), meta], use_bin_type=True
+    )
+    return [header, *buffers]
+
+
+def decode(frames: Sequence[Frame], limits: Limits = DEFAULT_LIMITS) -> Message:
+    """Decode the frames of one message (routing frames already removed). Copies no array."""
+    if not frames:
+        raise ProtocolError("empty message")
+    header = _buffer(frames[0])
+    if len(header) > limits.max_header_bytes:
+        raise ProtocolError(
+            f"header of {len(header)} bytes exceeds the limit of {limits.max_header_bytes}"
+        )
+    try:
+        decoded = msgpack.unpackb(
+            header,
+            raw=False,
+            use_list=True,
+            strict_map_key=True,
+            max_ext_len=0,
+        )
+    except (ValueError, TypeError, msgpack.UnpackException) as exc:  # what bad input raises
+        raise ProtocolError(f"header is not valid msgpack: {exc}") from exc
+    if not isinstance(decoded, list) or len(decoded) != 5:
+        raise ProtocolError("header must be a msgpack array of 5 elements")
+    magic, version, kind, fields, meta = decoded
+    if magic != MAGIC:
+        raise ProtocolError(f"not an h5feed message (magic {magic!r})")
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise ProtocolError(f"protocol version must be an int, got {version!r}")
+    if version != PROTOCOL_VERSION:
+        raise VersionMismatchError(
+            f"peer speaks h5feed protocol version {version}, this side speaks {PROTOCOL_VERSION}"
+        )
+    if not isinstance(kind, str) or kind not in KINDS:
+        raise ProtocolError(f"unknown message kind {kind!r}")
+    if not isinstance(fields, dict):
+        raise ProtocolError("header fields must be a map")
+    _check_fields(kind, fields)
+    arrays = _decode_arrays(meta, frames[1:], limits)
+    return Message(kind, fields, arrays)
+
+
+def _check_fields(kind: str, fields: Mapping[str, Any]) -> None:
+    schema = SCHEMAS.get(kind)
+    if schema is None:
+        raise ProtocolError(f"unknown message kind {kind!r}")
+    missing = schema.keys() - fields.keys()
+    unknown = fields.keys() - schema.keys()
+    if missing or unknown:
+        raise ProtocolError(
+            f"{kind} message: missing fields {sorted(missing)}, unknown fields {sorted(unknown)}"
+        )
+    for name, types in schema.items():
+        value = fields[name]
+        # bool is an int subclass in Python; an int field never accepts True/False.
+        if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+            raise ProtocolError(
+                f"{kind} message: field {name!r} has type {type(value).__name__}, "
+                f"expected {' or '.join(t.__name__ for t in types)}"
+            )
+
+
+def _decode_arrays(meta: Any, frames: Sequence[Frame], limits: Limits) -> dict[str, np.ndarray]:
+    if not isinstance(meta, list):
+        raise ProtocolError("array descriptions must be an array")
+    if len(meta) > limits.max_arrays:
+        raise ProtocolError(f"{len(meta)} arrays exceed the limit of {limits.max_arrays}")
+    if len(meta) != len(frames):
+        raise ProtocolError(f"header declares {len(meta)} arrays but {len(frames)} frames follow")
+    arrays: dict[str, np.ndarray] = {}
+    for entry, frame in zip(meta, frames, strict=True):
+        if not (isinstance(entry, list) and len(entry) == 3):
+            raise ProtocolError(f"bad array description {entry!r}")
+        name, dtype_str, shape = entry
+        if not isinstance(name, str) or name in arrays:
+            raise ProtocolError(f"bad or repeated array name {name!r}")
+        if not isinstance(dtype_str, str) or dtype_str not in ALLOWED_DTYPES:
+            raise ProtocolError(f"array {name!r}: dtype {dtype_str!r} is not allowed")
+        if (
+            not isinstance(shape, list)
+            or len(shape) > limits.max_ndim
+            or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape)
+        ):
+            raise ProtocolError(f"array {name!r}: bad shape {shape!r}")
+        dtype = np.dtype(dtype_str)
+        nbytes = math.prod(shape) * dtype.itemsize
+        if nbytes > limits.max_array_bytes:
+            raise ProtocolError(
+                f"array {name!r}: {nbytes} bytes exceed the limit of {limits.max_array_bytes}"
+            )
+        buffer = _buffer(frame)
+        if len(buffer) != nbytes:
+            raise ProtocolError(
+                f"array {name!r}: frame has {len(buffer)} bytes, "
+                f"shape {shape} of {dtype_str} needs {nbytes}"
+            )
+        arrays[name] = np.frombuffer(buffer, dtype=dtype).reshape(shape)
+    return arrays
+
+
+def _buffer(frame: Frame) -> memoryview:
+    """A byte view of a frame without copying (zmq.Frame exposes ``.buffer``)."""
+    buffer = getattr(frame, "buffer", frame)
+    view = memoryview(buffer)
+    return view.cast("B") if view.format != "B" or view.ndim != 1 else view

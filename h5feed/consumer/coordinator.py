@@ -1,0 +1,543 @@
+"""The consumer's background thread: it drives the workers and assembles batches.
+
+One ROUTER socket, owned by one thread (ZeroMQ sockets are not thread-safe). The thread:
+
+1. waits for the expected workers' HELLO, gives each a share of the files (JOB) and collects
+   the index of every file (INDEX);
+2. walks the plan, epoch after epoch, and hands each batch's rows to the workers that own the
+   rows' files, as one UNIT per worker, while the global credit budget allows: at most
+   ``inflight_batches`` batches are dispatched and not yet taken by the trainer;
+3. collects the DATA parts, assembles each batch and queues it for the trainer, in plan order
+   (``deterministic=True``) or as soon as complete (``deterministic=False``);
+4. answers control messages and watches the workers, so credits keep flowing while the trainer
+   computes.
+
+Guarantees: a batch is queued once, complete, or not at all. A part that is not expected (a
+duplicate, another job's, an unknown unit) is dropped and counted; so is a malformed message.
+A worker ERROR, a worker process that exits, a worker that holds a unit longer than
+``unit_timeout_s`` or no worker connecting within ``start_timeout_s`` ends the iteration with an
+exception that the trainer's ``next()`` raises; nothing waits forever.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import queue
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import zmq
+
+from h5feed.common import wire
+from h5feed.common.errors import (
+    DataError,
+    NoWorkersError,
+    ProtocolError,
+    WorkerDiedError,
+    WorkerError,
+    WorkerTimeoutError,
+)
+from h5feed.consumer.local_workers import LocalWorkers
+from h5feed.consumer.options import FeedConfig
+from h5feed.consumer.plan import EpochPlan, Index, PlannedBatch
+
+_log = logging.getLogger("h5feed.consumer")
+
+_POLL_MS = 50
+_HEALTH_EVERY_S = 0.2
+_SEND_TIMEOUT_MS = 5000
+_MAX_MESSAGES_PER_PASS = 256
+
+
+@dataclasses.dataclass
+class Batch:
+    """An assembled batch: its place in the plan and its arrays (see ``stream.BATCH_KEYS``)."""
+
+    epoch: int
+    index: int
+    arrays: dict[str, np.ndarray]
+
+
+END = object()  # queued after the last batch of the iteration
+FAILED = object()  # queued when the iteration failed; the error is ``Coordinator.error``
+
+
+@dataclasses.dataclass
+class _Peer:
+    identity: bytes
+    name: str
+    pid: int
+    host: str
+    files: list[int] = dataclasses.field(default_factory=list)
+    outstanding: dict[int, float] = dataclasses.field(default_factory=dict)  # unit -> sent at
+    last_progress: float = 0.0
+
+
+@dataclasses.dataclass
+class _Unit:
+    id: int
+    seq: int
+    peer: bytes
+    positions: np.ndarray  # rows of the batch this unit fills
+    samples: list[int]
+
+
+@dataclasses.dataclass
+class _Pending:
+    seq: int
+    planned: PlannedBatch
+    units_left: set[int]
+    parts: list[tuple[np.ndarray, np.ndarray]] = dataclasses.field(default_factory=list)
+
+
+class Coordinator:
+    """Runs one iteration (a range of epochs) of one dataset over one ROUTER socket."""
+
+    def __init__(
+        self,
+        config: FeedConfig,
+        epochs: Iterator[int],
+        address: str,
+        job_id: str,
+        expected_workers: int,
+        local_workers: LocalWorkers | None,
+    ) -> None:
+        self.config = config
+        self.job_id = job_id
+        self.address = address
+        self.expected_workers = expected_workers
+        self.local_workers = local_workers
+        self.out: queue.Queue[Any] = queue.Queue()
+        self.error: BaseException | None = None
+        self.counters = {
+            "malformed_messages": 0,
+            "dropped_parts": 0,
+            "batches": 0,
+            "clips": 0,
+            "bytes": 0,
+        }
+        self.index: Index | None = None
+        self._epochs = epochs
+        self._stop = threading.Event()
+        self._context = zmq.Context()
+        self._socket = self._context.socket(zmq.ROUTER)
+        self._socket.setsockopt(zmq.LINGER, 0)
+        self._socket.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        self._socket.setsockopt(zmq.SNDTIMEO, _SEND_TIMEOUT_MS)
+        self._socket.bind(address)
+        self._wake_read, self._wake_write = os.pipe()
+        os.set_blocking(self._wake_read, False)
+        self._poller = zmq.Poller()
+        self._poller.register(self._socket, zmq.POLLIN)
+        self._poller.register(self._wake_read, zmq.POLLIN)
+        self._peers: dict[bytes, _Peer] = {}
+        self._videos_by_file: dict[int, list[Any]] = {}
+        self._units: dict[int, _Unit] = {}
+        self._pending: dict[int, _Pending] = {}
+        self._completed: dict[int, Batch] = {}
+        self._owner_slot: np.ndarray = np.zeros(0, np.int64)
+        self._slots: list[bytes] = []
+        self._frame_hw: tuple[int, int] | None = None
+        self._next_unit = 0
+        self._dispatched = 0
+        self._consumed = 0
+        self._emitted = 0
+        self._plan_done = False
+        self._next_health = 0.0
+        self._batches: Iterator[tuple[int, PlannedBatch]] = iter(())
+        self._thread = threading.Thread(target=self._run, name=f"h5feed-{job_id[:8]}", daemon=True)
+
+    # -- called from the trainer's threads -------------------------------------------------
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def consumed(self) -> None:
+        """The trainer took a batch: its credit returns to the budget."""
+        try:
+            os.write(self._wake_write, b"\0")
+        except OSError:
+            return  # already shut down: there is nobody to tell
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """Stop the thread (it says BYE to the workers) and release the socket and pipe."""
+        self._stop.set()
+        self.consumed()  # wake the thread at once
+        if self._thread.is_alive():
+            self._thread.join(timeout_s)
+        if not self._thread.is_alive():
+            for fd in (self._wake_read, self._wake_write):
+                try:
+                    os.close(fd)
+                except OSError:
+                    continue  # closed before
+
+    @property
+    def inflight(self) -> int:
+        """Batches dispatched and not yet taken by the trainer (never above the budget)."""
+        return self._dispatched - self._consumed
+
+    def worker_info(self) -> list[dict[str, Any]]:
+        return [
+            {"name": p.name, "pid": p.pid, "host": p.host, "files": len(p.files)}
+            for p in list(self._peers.values())
+        ]
+
+    # -- the thread ------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            self._handshake()
+            self._serve()
+        except BaseException as exc:  # every failure must reach the trainer's next()
+            self.error = exc
+            self.out.put(FAILED)
+        finally:
+            self._say_bye()
+            self._socket.close(linger=0)
+            self._context.term()
+
+    def _handshake(self) -> None:
+        options = self.config.options
+        deadline = time.monotonic() + options.start_timeout_s
+        while len(self._peers) < self.expected_workers:
+            if time.monotonic() > deadline:
+                raise NoWorkersError(
+                    f"only {len(self._peers)} of {self.expected_workers} workers connected to "
+                    f"{self.address} within {options.start_timeout_s:g} s"
+                )
+            if self._stop.is_set():
+                return
+            self._pump()
+        self._assign_files()
+        last_progress = time.monotonic()
+        indexed = 0
+        while len(self._videos_by_file) < len(self.config.files):
+            if self._stop.is_set():
+                return
+            self._pump()
+            if len(self._videos_by_file) > indexed:
+                indexed, last_progress = len(self._videos_by_file), time.monotonic()
+            elif time.monotonic() - last_progress > options.unit_timeout_s:
+                missing = sorted(set(range(len(self.config.files))) - set(self._videos_by_file))
+                raise WorkerTimeoutError(
+                    f"no worker indexed {self.config.files[missing[0]]!r} "
+                    f"({len(missing)} files left) within {options.unit_timeout_s:g} s"
+                )
+        files = self.config.files
+        self.index = Index.build(files, [self._videos_by_file[i] for i in range(len(files))])
+        _log.info("indexed %d files, %d videos", len(files), self.index.num_videos)
+        self._batches = self._plan_batches(self.index)
+
+    def _assign_files(self) -> None:
+        """Give every file to one worker: largest files first, each to the least loaded."""
+        self._slots = sorted(self._peers)
+        sizes = [_file_size(path) for path in self.config.files]
+        load = [0] * len(self._slots)
+        owner = np.zeros(len(self.config.files), np.int64)
+        for file_index in sorted(range(len(sizes)), key=lambda i: (-sizes[i], i)):
+            slot = min(range(len(load)), key=lambda s: (load[s], s))
+            owner[file_index] = slot
+            load[slot] += max(sizes[file_index], 1)
+            self._peers[self._slots[slot]].files.append(file_index)
+        self._owner_slot = owner
+        for identity in self._slots:
+            peer = self._peers[identity]
+            self._send(
+                peer,
+                wire.JOB,
+                {
+                    "job": self.job_id,
+                    "files": [[i, self.config.files[i]] for i in sorted(peer.files)],
+                    "clip": self.config.clip.to_wire(),
+                    "cache_dir": self.config.options.index_cache,
+                },
+            )
+
+    def _plan_batches(self, index: Index) -> Iterator[tuple[int, PlannedBatch]]:
+        seq = 0
+        for epoch in self._epochs:
+            for planned in EpochPlan(index, self.config.clip, self.config.options.plan_options(), epoch):
+                yield seq, planned
+                seq += 1
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            self._dispatch()
+            if self._plan_done and self._emitted == self._dispatched:
+                self.out.put(END)
+                return
+            self._pump()
+
+    def _pump(self) -> None:
+        """Wait up to one poll interval, handle what arrived, check the workers' health."""
+        events = dict(self._poller.poll(_POLL_MS))
+        if events.get(self._wake_read):
+            try:
+                self._consumed += len(os.read(self._wake_read, 4096))
+            except BlockingIOError:
+                pass  # a spurious wake-up: nothing to read
+        if events.get(self._socket):
+            for _ in range(_MAX_MESSAGES_PER_PASS):
+                try:
+                    frames = self._socket.recv_multipart(zmq.NOBLOCK, copy=False)
+                except zmq.Again:
+                    break
+                self._receive(frames)
+        now = time.monotonic()
+        if now >= self._next_health:
+            self._next_health = now + _HEALTH_EVERY_S
+            self._check_health(now)
+
+    def _receive(self, frames: list[zmq.Frame]) -> None:
+        identity = frames[0].bytes
+        try:
+            message = wire.decode(frames[1:])
+        except ProtocolError as exc:
+            self._drop(f"malformed message from {identity!r}: {exc}")
+            return
+        peer = self._peers.get(identity)
+        if message.kind == wire.HELLO:
+            self._on_hello(identity, message.fields)
+        elif peer is None:
+            self._drop(f"{message.kind} message from {identity!r}, which never said hello")
+        elif message.fields.get("job", self.job_id) != self.job_id:
+            self.counters["dropped_parts"] += 1  # from an earlier job of a restarted consumer
+        elif message.kind == wire.INDEX:
+            self._on_index(peer, message.fields)
+        elif message.kind == wire.DATA:
+            self._on_data(peer, message)
+        elif message.kind == wire.ERROR:
+            self._on_error(peer, message.fields)
+        elif message.kind == wire.BYE:
+            if peer.files:
+                raise WorkerDiedError(
+                    f"worker {peer.name} (pid {peer.pid} on {peer.host}) left the job: "
+                    f"{message.fields['reason']}"
+                )
+        else:
+            self._drop(f"unexpected {message.kind} message from worker {peer.name}")
+
+    def _drop(self, why: str) -> None:
+        self.counters["malformed_messages"] += 1
+        _log.warning("dropped %s", why)
+
+    def _on_hello(self, identity: bytes, fields: dict[str, Any]) -> None:
+        if identity in self._peers or len(self._peers) >= self.expected_workers:
+            self._drop(f"hello from {fields['worker']!r}: not expected now")
+            return
+        self._peers[identity] = _Peer(identity, fields["worker"], fields["pid"], fields["host"])
+
+    def _on_index(self, peer: _Peer, fields: dict[str, Any]) -> None:
+        file_index = fields["file"]
+        videos = fields["videos"]
+        if file_index not in peer.files or not all(
+            isinstance(v, list) and len(v) == 3 and isinstance(v[0], str) and isinstance(v[1], int)
+            and isinstance(v[2], int) and v[1] > 0
+            for v in videos
+        ):
+            self._drop(f"bad index of file {file_index} from worker {peer.name}")
+            return
+        self._videos_by_file[file_index] = videos
+
+    def _on_error(self, peer: _Peer, fields: dict[str, Any]) -> None:
+        where = ""
+        unit = self._units.get(fields["unit"]) if fields["unit"] is not None else None
+        if unit is not None:
+            planned = self._pending[unit.seq].planned
+            where = f" in unit {unit.id} (batch {planned.index} of epoch {planned.epoch})"
+        raise WorkerError(
+            f"{peer.name} (pid {peer.pid} on {peer.host}){where}",
+            fields["type"],
+            fields["message"],
+            fields["traceback"],
+        )
+
+    def _on_data(self, peer: _Peer, message: wire.Message) -> None:
+        fields = message.fields
+        unit = self._units.get(fields["unit"])
+        if unit is None or unit.peer != peer.identity or fields["samples"] != unit.samples:
+            self.counters["dropped_parts"] += 1
+            _log.warning("dropped an unexpected part (unit %s) from %s", fields["unit"], peer.name)
+            return
+        frames = message.arrays.get("frames")
+        clip = self.config.clip
+        if (
+            frames is None
+            or frames.dtype != np.uint8
+            or frames.ndim != 5
+            or frames.shape[0] != len(unit.samples)
+            or frames.shape[1] != clip.clip_len
+            or frames.shape[4] != 3
+        ):
+            self._drop(f"part of unit {unit.id} from {peer.name} with a bad frames array")
+            return
+        frame_hw = (int(frames.shape[2]), int(frames.shape[3]))
+        if self._frame_hw is None:
+            self._frame_hw = frame_hw
+        elif frame_hw != self._frame_hw:
+            raise DataError(
+                f"worker {peer.name} made frames of {frame_hw[1]}x{frame_hw[0]}, earlier "
+                f"batches have {self._frame_hw[1]}x{self._frame_hw[0]}: the videos differ in "
+                "size; set resize=(height, width)",
+                file=self.config.files[int(self.index.file_of_video[0])] if self.index else None,
+            )
+        del self._units[unit.id]
+        peer.outstanding.pop(unit.id, None)
+        peer.last_progress = time.monotonic()
+        pending = self._pending[unit.seq]
+        pending.parts.append((unit.positions, frames))
+        pending.units_left.discard(unit.id)
+        if not pending.units_left:
+            self._complete(self._pending.pop(unit.seq))
+
+    def _dispatch(self) -> None:
+        budget = self.config.options.inflight_batches
+        while not self._plan_done and self._dispatched - self._consumed < budget:
+            item = next(self._batches, None)
+            if item is None:
+                self._plan_done = True
+                return
+            seq, planned = item
+            self._dispatched += 1
+            self._send_units(seq, planned)
+
+    def _send_units(self, seq: int, planned: PlannedBatch) -> None:
+        index = self.index
+        if index is None:  # unreachable: the plan starts after the handshake built the index
+            raise RuntimeError("dispatch before the index was built")
+        files = index.file_of_video[planned.videos]
+        rows = list(
+            zip(
+                planned.samples.tolist(),
+                files.tolist(),
+                index.video_in_file[planned.videos].tolist(),
+                planned.starts.tolist(),
+                planned.crop_uniforms[:, 0].tolist(),
+                planned.crop_uniforms[:, 1].tolist(),
+                planned.flips.tolist(),
+                planned.seeds.tolist(),
+                strict=True,
+            )
+        )
+        owners = self._owner_slot[files]
+        pending = _Pending(seq, planned, set())
+        self._pending[seq] = pending
+        now = time.monotonic()
+        for slot in np.unique(owners).tolist():
+            positions = np.flatnonzero(owners == slot)
+            peer = self._peers[self._slots[slot]]
+            unit = _Unit(
+                self._next_unit,
+                seq,
+                peer.identity,
+                positions,
+                [rows[p][0] for p in positions.tolist()],
+            )
+            self._next_unit += 1
+            self._units[unit.id] = unit
+            pending.units_left.add(unit.id)
+            if not peer.outstanding:
+                peer.last_progress = now
+            peer.outstanding[unit.id] = now
+            self._send(
+                peer,
+                wire.UNIT,
+                {
+                    "job": self.job_id,
+                    "unit": unit.id,
+                    "batch": seq,
+                    "epoch": planned.epoch,
+                    "rows": [list(rows[p]) for p in positions.tolist()],
+                },
+            )
+
+    def _complete(self, pending: _Pending) -> None:
+        planned = pending.planned
+        index = self.index
+        if index is None:
+            raise RuntimeError("batch completed before the index was built")
+        rows = len(planned.samples)
+        if len(pending.parts) == 1:
+            frames = pending.parts[0][1]  # one worker made every row, in order: no copy
+        else:
+            shape = (rows, *pending.parts[0][1].shape[1:])
+            frames = np.empty(shape, np.uint8)
+            for positions, part in pending.parts:
+                frames[positions] = part
+        batch = Batch(
+            planned.epoch,
+            planned.index,
+            {
+                "frames": frames,
+                "label": index.labels[planned.videos],
+                "file": index.file_names[planned.videos],
+                "video": index.names[planned.videos],
+                "start": planned.starts,
+                "sample": planned.samples,
+                "epoch": np.full(rows, planned.epoch, np.int64),
+            },
+        )
+        self.counters["batches"] += 1
+        self.counters["clips"] += rows
+        self.counters["bytes"] += frames.nbytes
+        if self.config.options.deterministic:
+            self._completed[pending.seq] = batch
+            while self._emitted in self._completed:
+                self.out.put(self._completed.pop(self._emitted))
+                self._emitted += 1
+        else:
+            self.out.put(batch)
+            self._emitted += 1
+
+    def _check_health(self, now: float) -> None:
+        if self.local_workers is not None:
+            for name, pid, code in self.local_workers.exited():
+                how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
+                peer = next((p for p in self._peers.values() if p.name == name), None)
+                held = len(peer.outstanding) if peer else 0
+                raise WorkerDiedError(
+                    f"worker {name} (pid {pid}) {how} while the iteration needed it "
+                    f"({held} units outstanding); its output, if any, is on stderr above"
+                )
+        timeout = self.config.options.unit_timeout_s
+        for peer in self._peers.values():
+            if peer.outstanding and now - peer.last_progress > timeout:
+                unit = self._units[min(peer.outstanding)]
+                planned = self._pending[unit.seq].planned
+                raise WorkerTimeoutError(
+                    f"worker {peer.name} (pid {peer.pid} on {peer.host}) returned nothing for "
+                    f"{now - peer.last_progress:.0f} s (unit_timeout_s={timeout:g}); it holds "
+                    f"unit {unit.id} (batch {planned.index} of epoch {planned.epoch}) and "
+                    f"{len(peer.outstanding) - 1} more"
+                )
+
+    def _send(self, peer: _Peer, kind: str, fields: dict[str, Any]) -> None:
+        try:
+            self._socket.send_multipart([peer.identity, *wire.encode(kind, fields)], copy=False)
+        except zmq.ZMQError as exc:  # EHOSTUNREACH (gone) or EAGAIN (not reading at all)
+            raise WorkerDiedError(
+                f"cannot send to worker {peer.name} (pid {peer.pid} on {peer.host}): {exc}"
+            ) from exc
+
+    def _say_bye(self) -> None:
+        for peer in self._peers.values():
+            try:
+                self._socket.send_multipart(
+                    [peer.identity, *wire.encode(wire.BYE, {"reason": "iteration over"})],
+                    zmq.NOBLOCK,
+                )
+            except zmq.ZMQError as exc:
+                _log.debug("no bye to %s: %s", peer.name, exc)
+
+
+def _file_size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0  # the owning worker reports the unreadable file with its name

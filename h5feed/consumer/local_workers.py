@@ -1,0 +1,92 @@
+"""Worker processes started on this machine for one iteration.
+
+Each worker is ``python -m h5feed.producer.worker`` in a fresh interpreter (never a fork of the
+trainer, and never a ``multiprocessing`` spawn that re-imports the trainer's ``__main__``, so a
+script without an ``if __name__ == "__main__":`` guard works). Guarantees:
+
+1. Workers ignore SIGINT: Ctrl-C reaches the trainer, which stops them.
+2. A worker exits by itself within a second of the trainer process dying (even by SIGKILL):
+   it watches its parent pid.
+3. :meth:`LocalWorkers.stop` returns within about ``grace_s + 2`` seconds: it waits for the
+   workers to leave after BYE, then sends SIGTERM, then SIGKILL, and reaps every process.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
+import time
+
+
+_PACKAGE_PARENT = str(pathlib.Path(__file__).resolve().parents[2])
+_TERM_WAIT_S = 1.0
+_KILL_WAIT_S = 1.0
+
+
+class LocalWorkers:
+    """A set of local worker processes connected to ``address``."""
+
+    def __init__(self, count: int, address: str, prefix: str) -> None:
+        env = dict(os.environ)
+        # Workers import h5feed from where the trainer did, installed or not.
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (_PACKAGE_PARENT, env.get("PYTHONPATH", "")) if p
+        )
+        self.names = [f"{prefix}-{i}" for i in range(count)]
+        self.processes: list[subprocess.Popen[bytes]] = []
+        try:
+            for name in self.names:
+                command = [
+                    sys.executable,
+                    "-m",
+                    "h5feed.producer.worker",
+                    "--connect",
+                    address,
+                    "--worker-id",
+                    name,
+                    "--parent-pid",
+                    str(os.getpid()),
+                ]
+                self.processes.append(
+                    subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, close_fds=True)
+                )
+        except BaseException:
+            self.stop(grace_s=0)
+            raise
+
+    @property
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.processes]
+
+    def exited(self) -> list[tuple[str, int, int]]:
+        """(name, pid, exit code) of every worker that is no longer running."""
+        return [
+            (name, p.pid, code)
+            for name, p in zip(self.names, self.processes, strict=True)
+            if (code := p.poll()) is not None
+        ]
+
+    def stop(self, grace_s: float = 2.0) -> None:
+        """Wait up to ``grace_s`` for every worker to exit, then terminate, then kill."""
+        deadline = time.monotonic() + grace_s
+        for process in self.processes:
+            _wait(process, deadline - time.monotonic())
+        for process in self.processes:
+            if process.poll() is None:
+                process.terminate()
+        deadline = time.monotonic() + _TERM_WAIT_S
+        for process in self.processes:
+            _wait(process, deadline - time.monotonic())
+        for process in self.processes:
+            if process.poll() is None:
+                process.kill()
+                _wait(process, _KILL_WAIT_S)
+
+
+def _wait(process: subprocess.Popen[bytes], timeout_s: float) -> None:
+    try:
+        process.wait(timeout=max(timeout_s, 0.0))
+    except subprocess.TimeoutExpired:
+        return  # the caller escalates to SIGTERM / SIGKILL

@@ -1,0 +1,124 @@
+"""Everything ``h5feed.dataset()`` / ``h5feed.batches()`` is configured with, validated once."""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import os
+import pathlib
+from collections.abc import Sequence
+
+from h5feed.common.config import CLIP_STARTS, ClipSpec
+from h5feed.consumer.plan import PlanOptions
+
+_H5_SUFFIXES = (".h5", ".hdf5", ".he5")
+
+
+def default_cache_dir() -> str:
+    """``$H5FEED_CACHE_DIR``, else ``$XDG_CACHE_HOME/h5feed/index``, else ``~/.cache/h5feed/index``."""
+    explicit = os.environ.get("H5FEED_CACHE_DIR")
+    if explicit:
+        return explicit
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "h5feed", "index")
+
+
+def resolve_files(files: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> list[str]:
+    """The dataset's files, in plan order.
+
+    A directory gives its ``*.h5``/``*.hdf5``/``*.he5`` files, sorted; a glob gives its matches,
+    sorted; a list keeps its order (each entry may itself be a file, directory or glob). Paths
+    are kept as given (not made absolute), so a batch's ``file`` is what the user wrote or the
+    glob matched. Raises FileNotFoundError naming what matched nothing.
+    """
+    if isinstance(files, (str, os.PathLike)):
+        entries: Sequence[str | os.PathLike[str]] = [files]
+    else:
+        entries = list(files)
+    resolved: list[str] = []
+    for entry in entries:
+        text = os.fspath(entry)
+        if os.path.isdir(text):
+            found = sorted(
+                str(p) for p in pathlib.Path(text).iterdir() if p.suffix.lower() in _H5_SUFFIXES
+            )
+        elif glob.has_magic(text):
+            found = sorted(p for p in glob.glob(text) if os.path.isfile(p))
+        elif os.path.isfile(text):
+            found = [text]
+        else:
+            raise FileNotFoundError(f"h5feed: no such file or directory: {text!r}")
+        if not found:
+            raise FileNotFoundError(f"h5feed: {text!r} matches no HDF5 file")
+        resolved.extend(found)
+    if len(set(resolved)) != len(resolved):
+        raise ValueError("h5feed: the same file is listed twice")
+    return resolved
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class FeedOptions:
+    """Plan, process and timing options (the clip itself is a :class:`ClipSpec`)."""
+
+    batch_size: int = 8
+    shuffle: bool = True
+    seed: int = 0
+    clips_per_video: int = 1
+    clip_start: str = "random"
+    drop_remainder: bool = False
+    deterministic: bool = True
+    epochs: int | None = 1
+    shard: tuple[int, int] = (0, 1)
+    workers: int = 2
+    max_inflight_batches: int | None = None
+    start_timeout_s: float = 60.0
+    unit_timeout_s: float = 120.0
+    index_cache: str | None = dataclasses.field(default_factory=default_cache_dir)
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
+        if self.clips_per_video < 1:
+            raise ValueError(f"clips_per_video must be >= 1, got {self.clips_per_video}")
+        if self.clip_start not in CLIP_STARTS:
+            raise ValueError(f"clip_start must be one of {CLIP_STARTS}, got {self.clip_start!r}")
+        if self.epochs is not None and self.epochs < 1:
+            raise ValueError(f"epochs must be >= 1 or None (forever), got {self.epochs}")
+        index, count = self.shard
+        if not (count >= 1 and 0 <= index < count):
+            raise ValueError(f"shard must be (index, count) with 0 <= index < count, got {self.shard}")
+        if self.workers < 1:
+            raise ValueError(f"workers must be >= 1, got {self.workers}")
+        if self.max_inflight_batches is not None and self.max_inflight_batches < 1:
+            raise ValueError("max_inflight_batches must be >= 1")
+        if self.start_timeout_s <= 0 or self.unit_timeout_s <= 0:
+            raise ValueError("timeouts must be positive")
+
+    @property
+    def inflight_batches(self) -> int:
+        """The global credit budget: batches dispatched to workers and not yet taken by the
+        trainer. Default ``max(4, 2 * workers)``, so every worker has a unit queued behind the
+        one it is working on."""
+        if self.max_inflight_batches is not None:
+            return self.max_inflight_batches
+        return max(4, 2 * self.workers)
+
+    def plan_options(self) -> PlanOptions:
+        return PlanOptions(
+            batch_size=self.batch_size,
+            shuffle=self.shuffle,
+            seed=self.seed,
+            clips_per_video=self.clips_per_video,
+            clip_start=self.clip_start,
+            drop_remainder=self.drop_remainder,
+            shard=self.shard,
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class FeedConfig:
+    """A dataset's whole configuration: files, clip spec and options."""
+
+    files: tuple[str, ...]
+    clip: ClipSpec
+    options: FeedOptions

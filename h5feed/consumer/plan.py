@@ -1,0 +1,154 @@
+"""The seeded epoch plan: which samples, in which batches, with which clip and augmentation.
+
+A *sample* is one clip of one video: sample ``s`` is clip ``s % clips_per_video`` of global video
+``s // clips_per_video``, videos numbered in file order, then in sorted group-name order within
+a file. Guarantees (all independent of the number of workers, which never see the plan):
+
+1. Each epoch covers every sample of this shard exactly once; batches never straddle epochs;
+   the last batch of an epoch is partial unless ``drop_remainder`` (then it is left out).
+2. ``shuffle=True``: one permutation of all samples per epoch, drawn from ``(seed, epoch)``;
+   ``shuffle=False``: file order, then video order, then clip order.
+3. ``shard=(i, n)``: shard i takes every n-th sample of the epoch's order, starting at i: the n
+   shards are disjoint, their union is the epoch, their sizes differ by at most one.
+4. A sample's clip start, crop offsets, flip and transform seed are drawn from
+   ``(seed, epoch)`` and indexed by the sample id: they depend only on (seed, epoch, sample).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+
+from h5feed.common.config import ClipSpec, clip_start
+
+_PERMUTATION_STREAM = 0
+_AUGMENTATION_STREAM = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class Index:
+    """Every video of the dataset, in sample order. Arrays are indexed by global video id."""
+
+    files: tuple[str, ...]
+    file_of_video: np.ndarray  # int64 [V]
+    video_in_file: np.ndarray  # int64 [V]: position of the video in its file's index
+    frames: np.ndarray  # int64 [V]
+    labels: np.ndarray  # int64 [V]
+    names: np.ndarray  # object [V] of bytes
+    file_names: np.ndarray  # object [V] of bytes: the video's file path
+
+    @classmethod
+    def build(cls, files: Sequence[str], videos: Sequence[Sequence[Sequence[object]]]) -> Index:
+        """From each file's list of (name, frame count, label), files in plan order."""
+        file_of_video, video_in_file, frames, labels, names, file_names = [], [], [], [], [], []
+        for file_index, (path, entries) in enumerate(zip(files, videos, strict=True)):
+            for position, (name, n_frames, label) in enumerate(entries):
+                file_of_video.append(file_index)
+                video_in_file.append(position)
+                frames.append(n_frames)
+                labels.append(label)
+                names.append(str(name).encode())
+                file_names.append(path.encode())
+        return cls(
+            files=tuple(files),
+            file_of_video=np.asarray(file_of_video, np.int64),
+            video_in_file=np.asarray(video_in_file, np.int64),
+            frames=np.asarray(frames, np.int64),
+            labels=np.asarray(labels, np.int64),
+            names=np.asarray(names, dtype=object),
+            file_names=np.asarray(file_names, dtype=object),
+        )
+
+    @property
+    def num_videos(self) -> int:
+        return len(self.frames)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PlanOptions:
+    batch_size: int
+    shuffle: bool
+    seed: int
+    clips_per_video: int
+    clip_start: str
+    drop_remainder: bool
+    shard: tuple[int, int]
+
+
+@dataclasses.dataclass(frozen=True)
+class PlannedBatch:
+    """One batch of the plan: its samples and everything a worker needs to make each row."""
+
+    epoch: int
+    index: int  # position of the batch in its epoch
+    samples: np.ndarray  # int64 [B] global sample ids
+    videos: np.ndarray  # int64 [B] global video ids
+    starts: np.ndarray  # int64 [B] first frame of each clip
+    crop_uniforms: np.ndarray  # float64 [B, 2]: (top, left) in [0, 1)
+    flips: np.ndarray  # bool [B]
+    seeds: np.ndarray  # uint64 [B]: per-sample seed for user transforms
+
+
+class EpochPlan:
+    """The batches of one epoch of one shard (see the module docstring for the guarantees)."""
+
+    def __init__(self, index: Index, spec: ClipSpec, options: PlanOptions, epoch: int) -> None:
+        self.index = index
+        self.spec = spec
+        self.options = options
+        self.epoch = epoch
+        k = options.clips_per_video
+        total = index.num_videos * k
+        if options.shuffle:
+            order = np.random.default_rng([options.seed, epoch, _PERMUTATION_STREAM]).permutation(
+                total
+            )
+        else:
+            order = np.arange(total, dtype=np.int64)
+        shard_index, shard_count = options.shard
+        self.order = order[shard_index::shard_count]
+        rng = np.random.default_rng([options.seed, epoch, _AUGMENTATION_STREAM])
+        self._start_uniform = rng.random(total)
+        self._crop_uniform = rng.random((total, 2))
+        self._flip = (rng.random(total) < 0.5) & spec.flip
+        self._seeds = rng.integers(0, 2**63, size=total, dtype=np.uint64)
+
+    def __len__(self) -> int:
+        size, batch = len(self.order), self.options.batch_size
+        return size // batch if self.options.drop_remainder else -(-size // batch)
+
+    def batch(self, position: int) -> PlannedBatch:
+        batch = self.options.batch_size
+        samples = self.order[position * batch : (position + 1) * batch]
+        k = self.options.clips_per_video
+        videos = samples // k
+        starts = np.fromiter(
+            (
+                clip_start(
+                    int(self.index.frames[v]),
+                    self.spec.span,
+                    self.options.clip_start,
+                    int(s % k),
+                    k,
+                    float(self._start_uniform[s]),
+                )
+                for s, v in zip(samples, videos, strict=True)
+            ),
+            dtype=np.int64,
+            count=len(samples),
+        )
+        return PlannedBatch(
+            epoch=self.epoch,
+            index=position,
+            samples=samples,
+            videos=videos,
+            starts=starts,
+            crop_uniforms=self._crop_uniform[samples],
+            flips=self._flip[samples],
+            seeds=self._seeds[samples],
+        )
+
+    def __iter__(self) -> Iterator[PlannedBatch]:
+        return (self.batch(position) for position in range(len(self)))

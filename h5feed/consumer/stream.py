@@ -1,0 +1,163 @@
+"""One iteration over a dataset: local workers, a coordinator, and the batches as NumPy dicts.
+
+Guarantees of a :class:`BatchStream`:
+
+1. It yields the batches of its epochs exactly as the plan says (see ``h5feed.consumer.plan``):
+   every sample of each epoch once, in plan order when ``deterministic`` (else as completed).
+2. It raises, from ``next()``, the first failure of the iteration (worker error with the
+   worker's traceback, worker death with its exit code, timeout); it never blocks forever.
+3. Its workers stop when it is exhausted, closed, garbage collected, or at interpreter exit —
+   also while another thread is blocked in ``next()``, which then ends (StopIteration) at once.
+4. It is safe to call ``next()`` from different threads one after another (as tf.data does),
+   not from several at the same time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import queue
+import shutil
+import tempfile
+import threading
+import time
+import uuid
+import weakref
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from h5feed.common.errors import H5FeedError
+from h5feed.consumer.coordinator import END, FAILED, Batch, Coordinator
+from h5feed.consumer.local_workers import LocalWorkers
+from h5feed.consumer.options import FeedConfig
+
+#: Keys of every batch (the tf.data elements carry these, without ``sample`` and ``epoch``).
+BATCH_KEYS = ("frames", "label", "file", "video", "start")
+
+_GET_POLL_S = 0.1
+_log = logging.getLogger("h5feed.consumer")
+
+# Every stream still running, so the exit hook can end them (weak: a stream that is garbage
+# collected is closed by its finalizer instead).
+_live_streams: weakref.WeakSet[BatchStream] = weakref.WeakSet()
+
+
+class BatchStream(Iterator[dict[str, np.ndarray]]):
+    """Iterates the batches of ``epochs`` epochs, starting at epoch ``first_epoch``."""
+
+    def __init__(self, config: FeedConfig, first_epoch: int, epochs: int | None) -> None:
+        self.config = config
+        self.job_id = uuid.uuid4().hex
+        self._closed = threading.Event()
+        self._wait_s = 0.0
+        self._started_at = time.monotonic()
+        self._batches = 0
+        epoch_range: Iterator[int] = (
+            itertools.count(first_epoch)
+            if epochs is None
+            else iter(range(first_epoch, first_epoch + epochs))
+        )
+        self._tmpdir = tempfile.mkdtemp(prefix="h5feed-")
+        address = f"ipc://{self._tmpdir}/feed.sock"
+        workers = config.options.workers
+        self._coordinator = Coordinator(config, epoch_range, address, self.job_id, workers, None)
+        try:
+            self._workers = LocalWorkers(workers, address, prefix=f"w{self.job_id[:6]}")
+        except BaseException:
+            self._coordinator.stop()
+            shutil.rmtree(self._tmpdir, ignore_errors=True)
+            raise
+        self._coordinator.local_workers = self._workers
+        self._coordinator.start()
+        self._finalizer = weakref.finalize(
+            self, _shutdown, self._coordinator, self._workers, self._tmpdir, self._closed
+        )
+        _live_streams.add(self)
+
+    @property
+    def worker_pids(self) -> list[int]:
+        return self._workers.pids
+
+    @property
+    def inflight(self) -> int:
+        return self._coordinator.inflight
+
+    def __next__(self) -> dict[str, np.ndarray]:
+        began = time.monotonic()
+        try:
+            while True:
+                if self._closed.is_set():
+                    raise StopIteration
+                try:
+                    item = self._coordinator.out.get(timeout=_GET_POLL_S)
+                except queue.Empty:
+                    continue
+                if item is END:
+                    self.close()
+                    raise StopIteration
+                if item is FAILED:
+                    error = self._coordinator.error
+                    self.close()
+                    if isinstance(error, H5FeedError):
+                        raise error
+                    raise H5FeedError(f"the h5feed coordinator failed: {error!r}") from error
+                batch: Batch = item
+                self._coordinator.consumed()
+                self._batches += 1
+                return batch.arrays
+        finally:
+            self._wait_s += time.monotonic() - began
+
+    def close(self) -> None:
+        """Stop the workers and release everything; idempotent, safe from any thread."""
+        self._finalizer()
+
+    def __enter__(self) -> BatchStream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def stats(self) -> dict[str, Any]:
+        """Counters of this iteration (a fuller view comes with the metrics work)."""
+        elapsed = time.monotonic() - self._started_at
+        counters = dict(self._coordinator.counters)
+        return {
+            **counters,
+            "batches_taken": self._batches,
+            "elapsed_s": elapsed,
+            "wait_s": self._wait_s,
+            "inflight_batches": self._coordinator.inflight,
+            "workers": self._coordinator.worker_info(),
+        }
+
+
+def _shutdown(
+    coordinator: Coordinator, workers: LocalWorkers, tmpdir: str, closed: threading.Event
+) -> None:
+    closed.set()
+    coordinator.stop()
+    workers.stop()
+    shutil.rmtree(tmpdir, ignore_errors=True)
+
+
+def _close_all_streams() -> None:
+    """At interpreter exit, end every stream first: a tf.data thread blocked in ``next()``
+    returns, and TensorFlow's own shutdown does not wait on it forever."""
+    for stream in list(_live_streams):
+        with contextlib.suppress(Exception):  # exit must go on whatever one stream does
+            stream.close()
+
+
+# threading's exit hooks run before non-daemon threads are joined and before atexit handlers,
+# so streams end before anything at exit can wait on them. (atexit as a fallback.)
+_register = getattr(threading, "_register_atexit", None)
+if _register is not None:
+    _register(_close_all_streams)
+else:  # pragma: no cover - CPython always has it
+    import atexit
+
+    atexit.register(_close_all_streams)

@@ -1,0 +1,95 @@
+"""Turning encoded frames into preprocessed clips, written straight into the output array.
+
+Per frame: ``cv2.imdecode`` (BGR) -> ``cv2.resize`` to ``resize`` with ``INTER_LINEAR`` ->
+crop at the planned offset -> BGR to RGB written into the output slice -> horizontal flip in
+place when planned. OpenCV runs single-threaded here (``cv2.setNumThreads(1)``): parallelism
+comes from worker processes, and threads inside each would only fight over the same cores.
+"""
+
+from __future__ import annotations
+
+import cv2
+import numpy as np
+
+from h5feed.common.config import ClipSpec
+from h5feed.common.errors import DataError
+
+cv2.setNumThreads(1)
+
+
+def crop_offset(size: int, crop: int, uniform: float, mode: str) -> int:
+    """Offset of a ``crop``-long window in ``size``: random from ``uniform`` in [0, 1), or centred."""
+    room = size - crop
+    if mode == "center":
+        return room // 2
+    return min(int(uniform * (room + 1)), room)
+
+
+def decode_frame(encoded: np.ndarray, file: str, video: str, frame: int) -> np.ndarray:
+    """Decode one JPEG (or any format OpenCV reads) to a BGR uint8 image, or raise DataError."""
+    image = cv2.imdecode(np.asarray(encoded, dtype=np.uint8), cv2.IMREAD_COLOR)
+    if image is None:
+        raise DataError(
+            f"frame is not a decodable image ({len(encoded)} bytes)",
+            file=file,
+            video=video,
+            frame=frame,
+        )
+    return image
+
+
+class ClipWriter:
+    """Writes clips of one :class:`ClipSpec` into rows of a batch array.
+
+    The output frame size is ``crop`` or else ``resize``; with neither, it is the stored size of
+    the first frame decoded, and every later frame must have that size (else DataError).
+    """
+
+    def __init__(self, spec: ClipSpec) -> None:
+        self.spec = spec
+        self._resize_wh = (spec.resize[1], spec.resize[0]) if spec.resize else None
+
+    def frame_shape(self, first_frame: np.ndarray) -> tuple[int, int]:
+        """Output (height, width), given the first decoded frame (used when nothing is set)."""
+        height, width = self.spec.frame_shape
+        if height is not None and width is not None:
+            return height, width
+        return int(first_frame.shape[0]), int(first_frame.shape[1])
+
+    def write(
+        self,
+        out: np.ndarray,
+        image: np.ndarray,
+        offsets: tuple[float, float],
+        flip: bool,
+        where: tuple[str, str, int],
+    ) -> None:
+        """Preprocess one decoded BGR frame into ``out`` ([H, W, 3] uint8, C-contiguous)."""
+        if self._resize_wh is not None:
+            image = cv2.resize(image, self._resize_wh, interpolation=cv2.INTER_LINEAR)
+        height, width = out.shape[0], out.shape[1]
+        if self.spec.crop is not None:
+            if image.shape[0] < height or image.shape[1] < width:
+                file, video, frame = where
+                raise DataError(
+                    f"frame of {image.shape[1]}x{image.shape[0]} is smaller than the crop "
+                    f"{width}x{height}",
+                    file=file,
+                    video=video,
+                    frame=frame,
+                )
+            top = crop_offset(image.shape[0], height, offsets[0], self.spec.crop_mode)
+            left = crop_offset(image.shape[1], width, offsets[1], self.spec.crop_mode)
+            image = image[top : top + height, left : left + width]
+        elif image.shape[0] != height or image.shape[1] != width:
+            file, video, frame = where
+            raise DataError(
+                f"frame is {image.shape[1]}x{image.shape[0]} but this batch's frames are "
+                f"{width}x{height}; set resize= to batch videos of different sizes",
+                file=file,
+                video=video,
+                frame=frame,
+            )
+        cv2.cvtColor(image, cv2.COLOR_BGR2RGB, dst=out)
+        if flip:
+            cv2.flip(out, 1, dst=out)

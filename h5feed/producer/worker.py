@@ -1,0 +1,237 @@
+"""A worker process: owns some HDF5 files, produces the units of work the consumer sends it.
+
+Run as ``python -m h5feed.producer.worker --connect ADDR --worker-id ID`` (the consumer starts
+local workers this way, so the trainer's ``__main__`` is never re-imported). The worker:
+
+1. connects a DEALER socket to the consumer's ROUTER and says HELLO;
+2. on JOB, opens each of its files once and keeps them open, and answers one INDEX per file
+   (from the on-disk index cache when valid);
+3. on UNIT, reads only the frames of each planned clip, decodes and preprocesses them into one
+   preallocated array and sends it as DATA (zero-copy); any failure is sent back as ERROR with
+   the file, video, frame and traceback, and the worker carries on (the consumer decides);
+4. on BYE, or when its parent process is gone (``--parent-pid``), or on SIGTERM, it exits 0.
+
+It never decides what to produce: it only answers the consumer's units, in the order received.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import socket
+import sys
+import traceback
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import zmq
+
+from h5feed import __version__
+from h5feed.common import wire
+from h5feed.common.config import ClipSpec, clip_frame_indices
+from h5feed.common.errors import DataError, ProtocolError
+from h5feed.producer import index_cache
+from h5feed.producer.decode import ClipWriter, decode_frame
+from h5feed.producer.index_cache import VideoEntry
+from h5feed.producer.reader import VideoFile
+
+_POLL_MS = 200
+_log = logging.getLogger("h5feed.worker")
+
+
+class _Job:
+    """The files and clip spec of one job, opened in this process."""
+
+    def __init__(self, job_id: str, spec: ClipSpec) -> None:
+        self.id = job_id
+        self.spec = spec
+        self.writer = ClipWriter(spec)
+        self.files: dict[int, VideoFile] = {}
+        self.videos: dict[int, list[VideoEntry]] = {}
+
+    def close(self) -> None:
+        for handle in self.files.values():
+            handle.close()
+        self.files.clear()
+
+    def open_and_index(self, file_index: int, path: str, cache_dir: str | None) -> list[VideoEntry]:
+        handle = VideoFile(path, self.spec.frames_key, self.spec.label_key)
+        self.files[file_index] = handle
+        videos = None
+        if cache_dir is not None:
+            videos = index_cache.load(cache_dir, path, self.spec.frames_key, self.spec.label_key)
+        if videos is None:
+            videos = handle.index()
+            if cache_dir is not None:
+                index_cache.store(cache_dir, path, self.spec.frames_key, self.spec.label_key, videos)
+        self.videos[file_index] = videos
+        return videos
+
+    def produce(self, rows: list[list[Any]]) -> np.ndarray:
+        """The clips of ``rows`` as one uint8 array [rows, clip_len, H, W, 3], RGB."""
+        spec = self.spec
+        if not rows:
+            raise ValueError("a unit must have at least one row")
+        out: np.ndarray | None = None
+        for r, row in enumerate(rows):
+            _sample, file_index, video_index, start, uy, ux, flip, _seed = row
+            handle = self.files[file_index]
+            name, n_frames, _label = self.videos[file_index][video_index]
+            indices = clip_frame_indices(start, n_frames, spec.clip_len, spec.stride, spec.short_video)
+            try:
+                encoded = handle.read_frames(name, indices)
+            except (OSError, KeyError, ValueError) as exc:
+                raise DataError(
+                    f"cannot read frames {indices[0]}..{indices[-1]}: {exc}",
+                    file=handle.path,
+                    video=name,
+                    frame=indices[0],
+                ) from exc
+            for t, (data, frame) in enumerate(zip(encoded, indices, strict=True)):
+                image = decode_frame(data, handle.path, name, frame)
+                if out is None:
+                    height, width = self.writer.frame_shape(image)
+                    out = np.empty((len(rows), spec.clip_len, height, width, 3), np.uint8)
+                self.writer.write(out[r, t], image, (uy, ux), bool(flip), (handle.path, name, frame))
+        if out is None:  # unreachable: rows is not empty and every clip has frames
+            raise ValueError("no frames were produced")
+        return out
+
+
+class Worker:
+    """The worker's event loop over one DEALER socket."""
+
+    def __init__(self, connect: str, worker_id: str, parent_pid: int | None) -> None:
+        self.worker_id = worker_id
+        self.parent_pid = parent_pid
+        self.context = zmq.Context()
+        self.socket = self.context.socket(zmq.DEALER)
+        self.socket.setsockopt(zmq.LINGER, 0)
+        self.socket.setsockopt(zmq.ROUTING_ID, worker_id.encode())
+        self.socket.connect(connect)
+        self.job: _Job | None = None
+        self.stopping = False
+
+    def send(self, kind: str, fields: dict[str, Any], arrays: Sequence[tuple[str, np.ndarray]] = ()) -> None:
+        self.socket.send_multipart(wire.encode(kind, fields, arrays), copy=False)
+
+    def run(self) -> int:
+        self.send(
+            wire.HELLO,
+            {"worker": self.worker_id, "pid": os.getpid(), "host": socket.gethostname(), "package": __version__},
+        )
+        try:
+            while not self.stopping:
+                if self.parent_pid is not None and os.getppid() != self.parent_pid:
+                    _log.info("worker %s: parent %d is gone, exiting", self.worker_id, self.parent_pid)
+                    break
+                if not self.socket.poll(_POLL_MS):
+                    continue
+                frames = self.socket.recv_multipart(copy=False)
+                try:
+                    message = wire.decode(frames)
+                except ProtocolError as exc:
+                    _log.warning("worker %s: dropped malformed message: %s", self.worker_id, exc)
+                    continue
+                self.handle(message)
+        finally:
+            if self.job is not None:
+                self.job.close()
+            self.socket.close(linger=0)
+            self.context.term()
+        return 0
+
+    def handle(self, message: wire.Message) -> None:
+        fields = message.fields
+        if message.kind == wire.BYE:
+            self.stopping = True
+        elif message.kind == wire.JOB:
+            self.start_job(fields)
+        elif message.kind == wire.UNIT:
+            if self.job is None or fields["job"] != self.job.id:
+                return  # a unit of a job that is over: nobody waits for it
+            self.run_unit(self.job, fields)
+        else:
+            _log.warning("worker %s: unexpected %s message", self.worker_id, message.kind)
+
+    def start_job(self, fields: dict[str, Any]) -> None:
+        if self.job is not None:
+            self.job.close()
+        job_id = fields["job"]
+        try:
+            self.job = _Job(job_id, ClipSpec.from_wire(fields["clip"]))
+        except (TypeError, ValueError) as exc:
+            self.send_error(job_id, None, exc)
+            return
+        for file_index, path in fields["files"]:
+            try:
+                videos = self.job.open_and_index(file_index, path, fields["cache_dir"])
+            except Exception as exc:  # any failure must reach the trainer, with the file named
+                self.send_error(job_id, None, exc, file=path)
+                continue
+            self.send(wire.INDEX, {"job": job_id, "file": file_index, "videos": [list(v) for v in videos]})
+
+    def run_unit(self, job: _Job, fields: dict[str, Any]) -> None:
+        try:
+            clips = job.produce(fields["rows"])
+        except Exception as exc:  # any failure must reach the trainer, with its traceback
+            self.send_error(job.id, fields["unit"], exc)
+            return
+        self.send(
+            wire.DATA,
+            {
+                "job": job.id,
+                "unit": fields["unit"],
+                "batch": fields["batch"],
+                "samples": [row[0] for row in fields["rows"]],
+            },
+            [("frames", clips)],
+        )
+
+    def send_error(self, job_id: str, unit: int | None, exc: BaseException, file: str | None = None) -> None:
+        data_error = exc if isinstance(exc, DataError) else None
+        self.send(
+            wire.ERROR,
+            {
+                "job": job_id,
+                "unit": unit,
+                "type": type(exc).__name__,
+                "message": str(exc),
+                "traceback": "".join(traceback.format_exception(exc)),
+                "file": data_error.file if data_error else file,
+                "video": data_error.video if data_error else None,
+                "frame": data_error.frame if data_error else None,
+            },
+        )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m h5feed.producer.worker",
+        description="One h5feed worker process (started by the consumer for local workers).",
+    )
+    parser.add_argument("--connect", required=True, help="the consumer's address, e.g. ipc:///tmp/x")
+    parser.add_argument("--worker-id", required=True, help="this worker's name, unique per consumer")
+    parser.add_argument("--parent-pid", type=int, default=None, help="exit when this process is gone")
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=os.environ.get("H5FEED_LOG_LEVEL", "WARNING"),
+        format=f"%(asctime)s %(levelname)s [worker {args.worker_id} pid %(process)d] %(message)s",
+    )
+    # Ctrl-C in a terminal goes to the whole process group; the trainer handles it and stops
+    # its workers, so a worker must not die mid-unit with a KeyboardInterrupt traceback.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    worker = Worker(args.connect, args.worker_id, args.parent_pid)
+
+    def on_sigterm(signum: int, frame: object) -> None:
+        worker.stopping = True
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+    return worker.run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -117,6 +117,8 @@ class Coordinator:
         self.counters = {
             "malformed_messages": 0,
             "dropped_parts": 0,
+            "batches_dispatched": 0,
+            "max_inflight_batches": 0,
             "batches": 0,
             "clips": 0,
             "bytes": 0,
@@ -405,6 +407,10 @@ class Coordinator:
                 return
             seq, planned = item
             self._dispatched += 1
+            self.counters["batches_dispatched"] = self._dispatched
+            self.counters["max_inflight_batches"] = max(
+                self.counters["max_inflight_batches"], self.inflight
+            )
             self._send_units(seq, planned)
 
     def _send_units(self, seq: int, planned: PlannedBatch) -> None:

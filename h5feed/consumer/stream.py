@@ -61,7 +61,7 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
             else iter(range(first_epoch, first_epoch + epochs))
         )
         self._tmpdir = tempfile.mkdtemp(prefix="h5feed-")
-        address = f"ipc://{self._tmpdir}/feed.sock"
+        self.address = address = f"ipc://{self._tmpdir}/feed.sock"
         workers = config.options.workers
         self._coordinator = Coordinator(config, epoch_range, address, self.job_id, workers, None)
         try:

@@ -1,0 +1,73 @@
+"""Shared fixtures: small real HDF5 datasets, an isolated index cache, process helpers."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from h5feed.producer.sample_data import SampleSpec, make_sample_dataset
+
+#: Small but realistic: 4 files x 6 videos of 6..20 JPEG frames, 96x128 pixels.
+SMALL = SampleSpec(
+    files=4, videos_per_file=6, min_frames=6, max_frames=20, height=96, width=128, seed=7
+)
+
+
+@pytest.fixture(scope="session")
+def small_dataset(tmp_path_factory: pytest.TempPathFactory) -> list[pathlib.Path]:
+    return make_sample_dataset(tmp_path_factory.mktemp("small"), SMALL)
+
+
+@pytest.fixture(autouse=True)
+def isolated_cache(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Every test gets its own index cache, so none depends on another's leftovers."""
+    monkeypatch.setenv("H5FEED_CACHE_DIR", str(tmp_path / "index-cache"))
+    yield
+
+
+def worker_pids(parent_pid: int | None = None) -> list[int]:
+    """Pids of running h5feed worker processes (children of ``parent_pid`` if given)."""
+    found = []
+    for entry in pathlib.Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue  # the process ended while we looked
+        if b"h5feed.producer.worker" not in cmdline:
+            continue
+        state, ppid = stat.rsplit(")", 1)[1].split()[:2]
+        if state == "Z":
+            continue  # exited, waiting to be reaped
+        if parent_pid is None or int(ppid) == parent_pid:
+            found.append(int(entry.name))
+    return found
+
+
+def wait_until_gone(pids: list[int], timeout_s: float = 10.0) -> list[int]:
+    """Wait for processes to end; returns those still alive after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    alive = list(pids)
+    while alive and time.monotonic() < deadline:
+        alive = [pid for pid in alive if _alive(pid)]
+        if alive:
+            time.sleep(0.05)
+    return alive
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def own_worker_pids() -> list[int]:
+    return worker_pids(os.getpid())

@@ -1,0 +1,196 @@
+"""Every failure mode, each on its own: bad input, a worker that raises, exits, dies, hangs;
+malformed messages; shutdown paths. Nothing may hang: each test bounds its wait."""
+
+from __future__ import annotations
+
+import gc
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import cv2
+import numpy as np
+import pytest
+import zmq
+from conftest import own_worker_pids, wait_until_gone
+
+import h5feed
+from h5feed.common.errors import DataError, WorkerDiedError, WorkerError, WorkerTimeoutError
+from h5feed.producer.sample_data import write_video_file
+
+CLIP = {"clip_len": 4, "resize": (48, 64), "crop": (40, 40)}
+
+
+def jpeg(value: int) -> bytes:
+    return cv2.imencode(".jpg", np.full((48, 64, 3), value, np.uint8))[1].tobytes()
+
+
+@pytest.fixture()
+def corrupt_file(tmp_path: pathlib.Path) -> pathlib.Path:
+    path = tmp_path / "corrupt.h5"
+    frames = [jpeg(10 * i) for i in range(6)]
+    bad = list(frames)
+    bad[3] = b"this is not a jpeg"
+    write_video_file(path, {"video_000": (frames, 0), "video_001": (bad, 1)})
+    return path
+
+
+def test_bad_frame_names_file_video_and_frame_with_the_worker_traceback(
+    corrupt_file: pathlib.Path,
+) -> None:
+    feed = h5feed.batches(corrupt_file, clip_len=6, batch_size=1, shuffle=False, workers=1)
+    with pytest.raises(WorkerError) as caught:
+        list(feed)
+    message = str(caught.value)
+    assert str(corrupt_file) in message
+    assert "'video_001'" in message and "frame 3" in message
+    assert "Traceback" in message and "decode" in message  # the worker's own traceback
+    assert caught.value.error_type == "DataError"
+    assert wait_until_gone(own_worker_pids()) == []
+
+
+def test_batches_before_the_bad_frame_arrive_then_the_error(corrupt_file: pathlib.Path) -> None:
+    stream = h5feed.batches(corrupt_file, clip_len=6, batch_size=1, shuffle=False).stream()
+    first = next(stream)
+    assert first["video"].tolist() == [b"video_000"]
+    with pytest.raises(WorkerError):
+        next(stream)
+    with pytest.raises(StopIteration):  # after the error the stream is over, not stuck
+        next(stream)
+
+
+def test_missing_label_names_file_and_video(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "nolabel.h5"
+    write_video_file(path, {"video_000": ([jpeg(1)] * 4, None)})
+    with pytest.raises(WorkerError, match=r"video_000.*nolabel\.h5|nolabel\.h5.*video_000"):
+        list(h5feed.batches(path, clip_len=2, workers=1))
+
+
+def test_not_an_hdf5_file_is_named(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "garbage.h5"
+    path.write_bytes(b"not hdf5 at all" * 100)
+    with pytest.raises(WorkerError, match="garbage.h5"):
+        list(h5feed.batches(path, clip_len=2, workers=1))
+
+
+def test_missing_path_fails_at_once(tmp_path: pathlib.Path) -> None:
+    with pytest.raises(FileNotFoundError, match="nowhere"):
+        h5feed.batches(tmp_path / "nowhere.h5")
+
+
+def test_frames_of_different_sizes_without_resize_are_an_error(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "sizes.h5"
+    small = cv2.imencode(".jpg", np.zeros((32, 32, 3), np.uint8))[1].tobytes()
+    write_video_file(path, {"video_000": ([jpeg(1)] * 3, 0), "video_001": ([small] * 3, 1)})
+    with pytest.raises((WorkerError, DataError), match="resize"):
+        list(h5feed.batches(path, clip_len=2, batch_size=2, shuffle=False, workers=1))
+
+
+def _stream_mid_epoch(dataset: list[pathlib.Path], **kwargs: object):  # type: ignore[no-untyped-def]
+    stream = h5feed.batches(
+        dataset, **CLIP, batch_size=2, workers=2, epochs=None, **kwargs
+    ).stream()
+    next(stream)
+    return stream
+
+
+def test_worker_killed_is_reported_with_its_signal(small_dataset: list[pathlib.Path]) -> None:
+    stream = _stream_mid_epoch(small_dataset)
+    os.kill(stream.worker_pids[0], signal.SIGKILL)
+    began = time.monotonic()
+    with pytest.raises(WorkerDiedError, match="killed by signal 9"):
+        for _ in stream:
+            pass
+    assert time.monotonic() - began < 10
+    assert wait_until_gone(stream.worker_pids) == []
+
+
+def test_worker_that_exits_is_reported_with_its_exit_code(small_dataset: list[pathlib.Path]) -> None:
+    stream = _stream_mid_epoch(small_dataset)
+    os.kill(stream.worker_pids[1], signal.SIGTERM)  # a worker leaves cleanly, exit code 0
+    with pytest.raises(WorkerDiedError, match="exited with code 0|left the job"):
+        for _ in stream:
+            pass
+    assert wait_until_gone(stream.worker_pids) == []
+
+
+def test_worker_that_hangs_times_out(small_dataset: list[pathlib.Path]) -> None:
+    stream = _stream_mid_epoch(small_dataset, unit_timeout_s=2.0)
+    hung = stream.worker_pids[0]
+    os.kill(hung, signal.SIGSTOP)
+    began = time.monotonic()
+    try:
+        with pytest.raises(WorkerTimeoutError, match="returned nothing for"):
+            for _ in stream:
+                pass
+        assert time.monotonic() - began < 15
+    finally:
+        os.kill(hung, signal.SIGCONT) if wait_until_gone([hung], 5) else None
+    assert wait_until_gone(stream.worker_pids) == []
+
+
+def test_malformed_messages_are_dropped_and_counted(small_dataset: list[pathlib.Path]) -> None:
+    feed = h5feed.batches(small_dataset, **CLIP, batch_size=4, workers=2, seed=3)
+    expected = sorted(s for b in feed for s in b["sample"].tolist())
+    context = zmq.Context()
+    rogue = context.socket(zmq.DEALER)
+    rogue.setsockopt(zmq.LINGER, 0)
+    try:
+        with feed.stream() as stream:
+            rogue.connect(stream.address)
+            rogue.send_multipart([b"garbage", b"more garbage"])
+            rogue.send_multipart([b"\x95\xa6h5feed\x01\xa4data\x80\x90"])  # a data message without fields
+            got = sorted(s for b in stream for s in b["sample"].tolist())
+            stats = stream.stats()
+    finally:
+        rogue.close()
+        context.term()
+    assert got == expected
+    assert stats["malformed_messages"] == 2
+
+
+def test_break_stops_the_workers(small_dataset: list[pathlib.Path]) -> None:
+    stream = h5feed.batches(small_dataset, **CLIP, epochs=None).stream()
+    for _ in stream:
+        break
+    pids = stream.worker_pids
+    stream.close()
+    assert wait_until_gone(pids, 5) == []
+
+
+def test_abandoned_stream_is_collected_and_its_workers_stop(small_dataset: list[pathlib.Path]) -> None:
+    stream = h5feed.batches(small_dataset, **CLIP, epochs=None).stream()
+    next(stream)
+    pids = stream.worker_pids
+    del stream
+    gc.collect()
+    assert wait_until_gone(pids, 10) == []
+
+
+def test_workers_exit_when_the_consumer_process_is_killed(small_dataset: list[pathlib.Path]) -> None:
+    script = textwrap.dedent(
+        f"""
+        import h5feed, sys
+        stream = h5feed.batches({[str(p) for p in small_dataset]!r}, clip_len=4, epochs=None).stream()
+        next(stream)
+        print(*stream.worker_pids, flush=True)
+        sys.stdin.read()
+        """
+    )
+    consumer = subprocess.Popen(
+        [sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert consumer.stdout is not None
+        pids = [int(p) for p in consumer.stdout.readline().split()]
+        assert len(pids) == 2 and wait_until_gone(pids, 0.5) == pids
+        consumer.kill()
+        consumer.wait(10)
+        assert wait_until_gone(pids, 10) == [], "orphan workers outlived a killed consumer"
+    finally:
+        if consumer.poll() is None:
+            consumer.kill()

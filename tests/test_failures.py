@@ -73,7 +73,7 @@ def test_missing_label_names_file_and_video(tmp_path: pathlib.Path) -> None:
 def test_not_an_hdf5_file_is_named(tmp_path: pathlib.Path) -> None:
     path = tmp_path / "garbage.h5"
     path.write_bytes(b"not hdf5 at all" * 100)
-    with pytest.raises(WorkerError, match="garbage.h5"):
+    with pytest.raises(WorkerError, match=r"garbage\.h5"):
         list(h5feed.batches(path, clip_len=2, workers=1))
 
 
@@ -102,17 +102,19 @@ def test_worker_killed_is_reported_with_its_signal(small_dataset: list[pathlib.P
     stream = _stream_mid_epoch(small_dataset)
     os.kill(stream.worker_pids[0], signal.SIGKILL)
     began = time.monotonic()
-    with pytest.raises(WorkerDiedError, match="killed by signal 9"):
+    with pytest.raises(WorkerDiedError, match=r"killed by signal 9"):
         for _ in stream:
             pass
     assert time.monotonic() - began < 10
     assert wait_until_gone(stream.worker_pids) == []
 
 
-def test_worker_that_exits_is_reported_with_its_exit_code(small_dataset: list[pathlib.Path]) -> None:
+def test_worker_that_exits_is_reported_with_its_exit_code(
+    small_dataset: list[pathlib.Path],
+) -> None:
     stream = _stream_mid_epoch(small_dataset)
     os.kill(stream.worker_pids[1], signal.SIGTERM)  # a worker leaves cleanly, exit code 0
-    with pytest.raises(WorkerDiedError, match="exited with code 0|left the job"):
+    with pytest.raises(WorkerDiedError, match=r"exited with code 0|left the job"):
         for _ in stream:
             pass
     assert wait_until_gone(stream.worker_pids) == []
@@ -143,7 +145,9 @@ def test_malformed_messages_are_dropped_and_counted(small_dataset: list[pathlib.
         with feed.stream() as stream:
             rogue.connect(stream.address)
             rogue.send_multipart([b"garbage", b"more garbage"])
-            rogue.send_multipart([b"\x95\xa6h5feed\x01\xa4data\x80\x90"])  # a data message without fields
+            rogue.send_multipart(
+                [b"\x95\xa6h5feed\x01\xa4data\x80\x90"]
+            )  # a data message without fields
             got = sorted(s for b in stream for s in b["sample"].tolist())
             stats = stream.stats()
     finally:
@@ -162,7 +166,9 @@ def test_break_stops_the_workers(small_dataset: list[pathlib.Path]) -> None:
     assert wait_until_gone(pids, 5) == []
 
 
-def test_abandoned_stream_is_collected_and_its_workers_stop(small_dataset: list[pathlib.Path]) -> None:
+def test_abandoned_stream_is_collected_and_its_workers_stop(
+    small_dataset: list[pathlib.Path],
+) -> None:
     stream = h5feed.batches(small_dataset, **CLIP, epochs=None).stream()
     next(stream)
     pids = stream.worker_pids
@@ -171,11 +177,14 @@ def test_abandoned_stream_is_collected_and_its_workers_stop(small_dataset: list[
     assert wait_until_gone(pids, 10) == []
 
 
-def test_workers_exit_when_the_consumer_process_is_killed(small_dataset: list[pathlib.Path]) -> None:
+def test_workers_exit_when_the_consumer_process_is_killed(
+    small_dataset: list[pathlib.Path],
+) -> None:
     script = textwrap.dedent(
         f"""
         import h5feed, sys
-        stream = h5feed.batches({[str(p) for p in small_dataset]!r}, clip_len=4, epochs=None).stream()
+        files = {[str(p) for p in small_dataset]!r}
+        stream = h5feed.batches(files, clip_len=4, epochs=None).stream()
         next(stream)
         print(*stream.worker_pids, flush=True)
         sys.stdin.read()

@@ -26,7 +26,10 @@ def read_index(paths: list[pathlib.Path]) -> Index:
     for path in paths:
         with h5py.File(path, "r") as f:
             videos.append(
-                [(name, f[name]["frames"].shape[0], int(f[name].attrs["label"])) for name in sorted(f)]
+                [
+                    (name, f[name]["frames"].shape[0], int(f[name].attrs["label"]))
+                    for name in sorted(f)
+                ]
             )
     return Index.build([str(p) for p in paths], videos)
 
@@ -35,7 +38,9 @@ def collect(feed: Any) -> list[dict[str, np.ndarray]]:
     return [{k: np.array(v) for k, v in batch.items()} for batch in feed]
 
 
-def test_every_clip_exactly_once_per_epoch_over_three_epochs(small_dataset: list[pathlib.Path]) -> None:
+def test_every_clip_exactly_once_per_epoch_over_three_epochs(
+    small_dataset: list[pathlib.Path],
+) -> None:
     feed = h5feed.batches(
         small_dataset, **CLIP, clips_per_video=2, batch_size=5, epochs=3, workers=2, seed=1
     )
@@ -52,7 +57,9 @@ def test_every_clip_exactly_once_per_epoch_over_three_epochs(small_dataset: list
         per_epoch[epoch].update(zip(batch["file"].tolist(), batch["video"].tolist(), strict=True))
         samples[epoch].extend(batch["sample"].tolist())
     assert sorted(per_epoch) == [0, 1, 2]
-    expected = {(f, n) for f, n in zip(index.file_names.tolist(), index.names.tolist(), strict=True)}
+    expected = {
+        (f, n) for f, n in zip(index.file_names.tolist(), index.names.tolist(), strict=True)
+    }
     for epoch, counts in per_epoch.items():
         assert set(counts) == expected, f"epoch {epoch} lost or invented videos"
         assert set(counts.values()) == {2}, f"epoch {epoch}: not exactly clips_per_video clips"
@@ -63,7 +70,9 @@ def test_every_clip_exactly_once_per_epoch_over_three_epochs(small_dataset: list
     assert samples[0] != samples[1], "two epochs with the same order: the plan is not per epoch"
 
 
-def test_drop_remainder_leaves_out_each_epochs_partial_batch(small_dataset: list[pathlib.Path]) -> None:
+def test_drop_remainder_leaves_out_each_epochs_partial_batch(
+    small_dataset: list[pathlib.Path],
+) -> None:
     feed = h5feed.batches(small_dataset, **CLIP, batch_size=5, epochs=2, drop_remainder=True)
     sizes = [len(b["label"]) for b in feed]
     assert sizes == [5] * 4 * 2  # 24 videos: 4 full batches per epoch, the 4 left over dropped
@@ -77,9 +86,14 @@ def test_batches_mix_files_as_the_global_plan_says(small_dataset: list[pathlib.P
         read_index(small_dataset),
         ClipSpec(**CLIP),  # type: ignore[arg-type]
         PlanOptions(
-            batch_size=6, shuffle=True, seed=3, clips_per_video=1, clip_start="random",
-            drop_remainder=False, shard=(0, 1),
-        ),  # fmt: skip
+            batch_size=6,
+            shuffle=True,
+            seed=3,
+            clips_per_video=1,
+            clip_start="random",
+            drop_remainder=False,
+            shard=(0, 1),
+        ),
         epoch=0,
     )
     assert len(batches) == len(plan)
@@ -92,14 +106,20 @@ def test_batches_mix_files_as_the_global_plan_says(small_dataset: list[pathlib.P
 
 def test_shuffle_false_is_file_then_video_order(small_dataset: list[pathlib.Path]) -> None:
     feed = h5feed.batches(small_dataset, **CLIP, batch_size=7, shuffle=False, workers=3)
-    order = [pair for b in feed for pair in zip(b["file"].tolist(), b["video"].tolist(), strict=True)]
+    order = [
+        pair for b in feed for pair in zip(b["file"].tolist(), b["video"].tolist(), strict=True)
+    ]
     index = read_index(small_dataset)
     assert order == list(zip(index.file_names.tolist(), index.names.tolist(), strict=True))
 
 
-def test_same_seed_same_batches_with_one_or_three_workers(small_dataset: list[pathlib.Path]) -> None:
+def test_same_seed_same_batches_with_one_or_three_workers(
+    small_dataset: list[pathlib.Path],
+) -> None:
     def run(workers: int) -> list[dict[str, np.ndarray]]:
-        return collect(h5feed.batches(small_dataset, **CLIP, batch_size=4, seed=11, workers=workers))
+        return collect(
+            h5feed.batches(small_dataset, **CLIP, batch_size=4, seed=11, workers=workers)
+        )
 
     one, three = run(1), run(3)
     assert len(one) == len(three)
@@ -107,7 +127,11 @@ def test_same_seed_same_batches_with_one_or_three_workers(small_dataset: list[pa
         assert a.keys() == b.keys()
         for key in a:
             np.testing.assert_array_equal(a[key], b[key], err_msg=key)
-    flips = [not np.array_equal(b["frames"][i], b["frames"][i][:, :, ::-1]) for b in one for i in range(2)]
+    flips = [
+        not np.array_equal(b["frames"][i], b["frames"][i][:, :, ::-1])
+        for b in one
+        for i in range(2)
+    ]
     assert any(flips)  # the frames are real images, so the comparison above means something
 
 
@@ -123,7 +147,9 @@ def test_shards_are_disjoint_and_complete(small_dataset: list[pathlib.Path]) -> 
     parts = [
         {
             (int(e), int(s))
-            for b in h5feed.batches(small_dataset, **CLIP, shard=(i, 3), epochs=2, seed=9, workers=1)
+            for b in h5feed.batches(
+                small_dataset, **CLIP, shard=(i, 3), epochs=2, seed=9, workers=1
+            )
             for e, s in zip(b["epoch"], b["sample"], strict=True)
         }
         for i in range(3)
@@ -183,11 +209,24 @@ def test_pixels_match_a_direct_opencv_decode(small_dataset: list[pathlib.Path]) 
 
 def test_clip_start_center_and_first(small_dataset: list[pathlib.Path]) -> None:
     index = read_index(small_dataset)
-    frames = dict(zip(zip(index.file_names.tolist(), index.names.tolist(), strict=True), index.frames.tolist(), strict=True))
+    frames = dict(
+        zip(
+            zip(index.file_names.tolist(), index.names.tolist(), strict=True),
+            index.frames.tolist(),
+            strict=True,
+        )
+    )
     for mode in ("center", "first"):
-        feed = h5feed.batches(small_dataset, clip_len=4, resize=(24, 32), clip_start=mode, shuffle=False)
+        feed = h5feed.batches(
+            small_dataset, clip_len=4, resize=(24, 32), clip_start=mode, shuffle=False
+        )
         for batch in feed:
-            for f, v, s in zip(batch["file"].tolist(), batch["video"].tolist(), batch["start"].tolist(), strict=True):
+            for f, v, s in zip(
+                batch["file"].tolist(),
+                batch["video"].tolist(),
+                batch["start"].tolist(),
+                strict=True,
+            ):
                 room = frames[(f, v)] - 4
                 assert s == (max(room, 0) + 1) // 2 if mode == "center" else s == 0
 

@@ -15,7 +15,9 @@ import pytest
 from conftest import own_worker_pids, wait_until_gone
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-tf = pytest.importorskip("tensorflow")  # the tf extra is part of the test install: never skipped in CI
+tf = pytest.importorskip(
+    "tensorflow"
+)  # the tf extra is part of the test install: never skipped in CI
 keras = pytest.importorskip("keras")
 
 import h5feed  # noqa: E402
@@ -65,7 +67,9 @@ def test_model_fit_three_epochs_makes_three_full_different_passes(
     history = tiny_model().fit(ds.map(to_xy), epochs=3, verbose=0)  # type: ignore[attr-defined]
     assert len(history.history["loss"]) == 3
     assert len(seen) == 3 * 4, "every epoch must see all 4 batches of 6"
-    passes = [sorted(pair for batch in seen[i * 4 : (i + 1) * 4] for pair in batch) for i in range(3)]
+    passes = [
+        sorted(pair for batch in seen[i * 4 : (i + 1) * 4] for pair in batch) for i in range(3)
+    ]
     assert passes[0] == passes[1] == passes[2] and len(set(passes[0])) == 24
     orders = [[pair for batch in seen[i * 4 : (i + 1) * 4] for pair in batch] for i in range(3)]
     assert orders[0] != orders[1] != orders[2], "the three epochs used the same plan"
@@ -160,7 +164,9 @@ def test_exit_is_prompt_while_tf_waits_inside_the_generator(
         timeout_s=60,
     )
     assert result.returncode == 0, result.stderr
-    stopped = [int(line.split()[1]) for line in result.stdout.splitlines() if line.startswith("stopped")]
+    stopped = [
+        int(line.split()[1]) for line in result.stdout.splitlines() if line.startswith("stopped")
+    ]
     assert len(stopped) == 2 and "exiting" in result.stdout
     assert wait_until_gone(stopped, 10) == [], "frozen workers were left behind"
 

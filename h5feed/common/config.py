@@ -65,9 +65,12 @@ class ClipSpec:
             raise ValueError(
                 f"short_video must be one of {SHORT_VIDEO_POLICIES}, got {self.short_video!r}"
             )
-        if self.resize is not None and self.crop is not None:
-            if self.crop[0] > self.resize[0] or self.crop[1] > self.resize[1]:
-                raise ValueError(f"crop {self.crop} is larger than resize {self.resize}")
+        if (
+            self.resize is not None
+            and self.crop is not None
+            and (self.crop[0] > self.resize[0] or self.crop[1] > self.resize[1])
+        ):
+            raise ValueError(f"crop {self.crop} is larger than resize {self.resize}")
         if not self.frames_key:
             raise ValueError("frames_key must be a non-empty dataset name")
 

@@ -242,6 +242,6 @@ def _decode_arrays(meta: Any, frames: Sequence[Frame], limits: Limits) -> dict[s
 
 def _buffer(frame: Frame) -> memoryview:
     """A byte view of a frame without copying (zmq.Frame exposes ``.buffer``)."""
-    buffer = getattr(frame, "buffer", frame)
-    view = memoryview(buffer)
+    buffer = getattr(frame, "buffer", None)
+    view = memoryview(frame if buffer is None else buffer)
     return view.cast("B") if view.format != "B" or view.ndim != 1 else view

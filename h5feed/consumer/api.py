@@ -56,7 +56,9 @@ def _make_config(files: PathsLike, kwargs: dict[str, Any]) -> FeedConfig:
     rest = {k: v for k, v in kwargs.items() if k not in clip_names}
     index_cache = rest.pop("index_cache", True)
     rest["index_cache"] = (
-        default_cache_dir() if index_cache is True else (None if not index_cache else str(index_cache))
+        default_cache_dir()
+        if index_cache is True
+        else (None if not index_cache else str(index_cache))
     )
     return FeedConfig(tuple(resolve_files(files)), clip, FeedOptions(**rest))
 

@@ -21,6 +21,7 @@ exception that the trainer's ``next()`` raises; nothing waits forever.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
@@ -264,7 +265,9 @@ class Coordinator:
     def _plan_batches(self, index: Index) -> Iterator[tuple[int, PlannedBatch]]:
         seq = 0
         for epoch in self._epochs:
-            for planned in EpochPlan(index, self.config.clip, self.config.options.plan_options(), epoch):
+            for planned in EpochPlan(
+                index, self.config.clip, self.config.options.plan_options(), epoch
+            ):
                 yield seq, planned
                 seq += 1
 
@@ -280,10 +283,8 @@ class Coordinator:
         """Wait up to one poll interval, handle what arrived, check the workers' health."""
         events = dict(self._poller.poll(_POLL_MS))
         if events.get(self._wake_read):
-            try:
+            with contextlib.suppress(BlockingIOError):  # a spurious wake-up: nothing to read
                 self._consumed += len(os.read(self._wake_read, 4096))
-            except BlockingIOError:
-                pass  # a spurious wake-up: nothing to read
         if events.get(self._socket):
             for _ in range(_MAX_MESSAGES_PER_PASS):
                 try:
@@ -339,8 +340,12 @@ class Coordinator:
         file_index = fields["file"]
         videos = fields["videos"]
         if file_index not in peer.files or not all(
-            isinstance(v, list) and len(v) == 3 and isinstance(v[0], str) and isinstance(v[1], int)
-            and isinstance(v[2], int) and v[1] > 0
+            isinstance(v, list)
+            and len(v) == 3
+            and isinstance(v[0], str)
+            and isinstance(v[1], int)
+            and isinstance(v[2], int)
+            and v[1] > 0
             for v in videos
         ):
             self._drop(f"bad index of file {file_index} from worker {peer.name}")

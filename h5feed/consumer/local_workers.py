@@ -19,7 +19,6 @@ import subprocess
 import sys
 import time
 
-
 _PACKAGE_PARENT = str(pathlib.Path(__file__).resolve().parents[2])
 _TERM_WAIT_S = 1.0
 _KILL_WAIT_S = 1.0

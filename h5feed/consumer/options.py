@@ -15,7 +15,10 @@ _H5_SUFFIXES = (".h5", ".hdf5", ".he5")
 
 
 def default_cache_dir() -> str:
-    """``$H5FEED_CACHE_DIR``, else ``$XDG_CACHE_HOME/h5feed/index``, else ``~/.cache/h5feed/index``."""
+    """The index cache directory.
+
+    ``$H5FEED_CACHE_DIR``, else ``$XDG_CACHE_HOME/h5feed/index``, else ``~/.cache/h5feed/index``.
+    """
     explicit = os.environ.get("H5FEED_CACHE_DIR")
     if explicit:
         return explicit
@@ -86,7 +89,9 @@ class FeedOptions:
             raise ValueError(f"epochs must be >= 1 or None (forever), got {self.epochs}")
         index, count = self.shard
         if not (count >= 1 and 0 <= index < count):
-            raise ValueError(f"shard must be (index, count) with 0 <= index < count, got {self.shard}")
+            raise ValueError(
+                f"shard must be (index, count) with 0 <= index < count, got {self.shard}"
+            )
         if self.workers < 1:
             raise ValueError(f"workers must be >= 1, got {self.workers}")
         if self.max_inflight_batches is not None and self.max_inflight_batches < 1:

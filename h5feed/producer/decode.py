@@ -18,7 +18,7 @@ cv2.setNumThreads(1)
 
 
 def crop_offset(size: int, crop: int, uniform: float, mode: str) -> int:
-    """Offset of a ``crop``-long window in ``size``: random from ``uniform`` in [0, 1), or centred."""
+    """Offset of a ``crop``-long window in ``size``: from ``uniform`` in [0, 1), or centred."""
     room = size - crop
     if mode == "center":
         return room // 2

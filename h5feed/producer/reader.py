@@ -10,6 +10,8 @@ uses it (h5py handles do not survive ``fork`` or pickling).
 
 from __future__ import annotations
 
+import itertools
+
 import h5py
 import numpy as np
 
@@ -67,7 +69,9 @@ class VideoFile:
         if self.label_key is None:
             return -1
         if self.label_key not in group.attrs:
-            raise DataError(f"video has no {self.label_key!r} attribute", file=self.path, video=name)
+            raise DataError(
+                f"video has no {self.label_key!r} attribute", file=self.path, video=name
+            )
         value = np.asarray(group.attrs[self.label_key])
         if value.size != 1 or not np.issubdtype(value.dtype, np.integer):
             raise DataError(
@@ -89,7 +93,7 @@ class VideoFile:
             self._datasets[video] = dataset
         first, last = indices[0], indices[-1]
         step = indices[1] - indices[0] if len(indices) > 1 else 1
-        if step > 0 and all(b - a == step for a, b in zip(indices, indices[1:], strict=False)):
+        if step > 0 and all(b - a == step for a, b in itertools.pairwise(indices)):
             return list(dataset[first : last + 1 : step])
         distinct = sorted(set(indices))
         read = dict(zip(distinct, dataset[distinct], strict=True))

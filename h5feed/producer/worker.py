@@ -66,7 +66,9 @@ class _Job:
         if videos is None:
             videos = handle.index()
             if cache_dir is not None:
-                index_cache.store(cache_dir, path, self.spec.frames_key, self.spec.label_key, videos)
+                index_cache.store(
+                    cache_dir, path, self.spec.frames_key, self.spec.label_key, videos
+                )
         self.videos[file_index] = videos
         return videos
 
@@ -80,7 +82,9 @@ class _Job:
             _sample, file_index, video_index, start, uy, ux, flip, _seed = row
             handle = self.files[file_index]
             name, n_frames, _label = self.videos[file_index][video_index]
-            indices = clip_frame_indices(start, n_frames, spec.clip_len, spec.stride, spec.short_video)
+            indices = clip_frame_indices(
+                start, n_frames, spec.clip_len, spec.stride, spec.short_video
+            )
             try:
                 encoded = handle.read_frames(name, indices)
             except (OSError, KeyError, ValueError) as exc:
@@ -95,7 +99,9 @@ class _Job:
                 if out is None:
                     height, width = self.writer.frame_shape(image)
                     out = np.empty((len(rows), spec.clip_len, height, width, 3), np.uint8)
-                self.writer.write(out[r, t], image, (uy, ux), bool(flip), (handle.path, name, frame))
+                self.writer.write(
+                    out[r, t], image, (uy, ux), bool(flip), (handle.path, name, frame)
+                )
         if out is None:  # unreachable: rows is not empty and every clip has frames
             raise ValueError("no frames were produced")
         return out
@@ -115,18 +121,27 @@ class Worker:
         self.job: _Job | None = None
         self.stopping = False
 
-    def send(self, kind: str, fields: dict[str, Any], arrays: Sequence[tuple[str, np.ndarray]] = ()) -> None:
+    def send(
+        self, kind: str, fields: dict[str, Any], arrays: Sequence[tuple[str, np.ndarray]] = ()
+    ) -> None:
         self.socket.send_multipart(wire.encode(kind, fields, arrays), copy=False)
 
     def run(self) -> int:
         self.send(
             wire.HELLO,
-            {"worker": self.worker_id, "pid": os.getpid(), "host": socket.gethostname(), "package": __version__},
+            {
+                "worker": self.worker_id,
+                "pid": os.getpid(),
+                "host": socket.gethostname(),
+                "package": __version__,
+            },
         )
         try:
             while not self.stopping:
                 if self.parent_pid is not None and os.getppid() != self.parent_pid:
-                    _log.info("worker %s: parent %d is gone, exiting", self.worker_id, self.parent_pid)
+                    _log.info(
+                        "worker %s: parent %d is gone, exiting", self.worker_id, self.parent_pid
+                    )
                     break
                 if not self.socket.poll(_POLL_MS):
                     continue
@@ -172,7 +187,9 @@ class Worker:
             except Exception as exc:  # any failure must reach the trainer, with the file named
                 self.send_error(job_id, None, exc, file=path)
                 continue
-            self.send(wire.INDEX, {"job": job_id, "file": file_index, "videos": [list(v) for v in videos]})
+            self.send(
+                wire.INDEX, {"job": job_id, "file": file_index, "videos": [list(v) for v in videos]}
+            )
 
     def run_unit(self, job: _Job, fields: dict[str, Any]) -> None:
         try:
@@ -191,7 +208,9 @@ class Worker:
             [("frames", clips)],
         )
 
-    def send_error(self, job_id: str, unit: int | None, exc: BaseException, file: str | None = None) -> None:
+    def send_error(
+        self, job_id: str, unit: int | None, exc: BaseException, file: str | None = None
+    ) -> None:
         data_error = exc if isinstance(exc, DataError) else None
         self.send(
             wire.ERROR,
@@ -213,9 +232,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="python -m h5feed.producer.worker",
         description="One h5feed worker process (started by the consumer for local workers).",
     )
-    parser.add_argument("--connect", required=True, help="the consumer's address, e.g. ipc:///tmp/x")
-    parser.add_argument("--worker-id", required=True, help="this worker's name, unique per consumer")
-    parser.add_argument("--parent-pid", type=int, default=None, help="exit when this process is gone")
+    parser.add_argument(
+        "--connect", required=True, help="the consumer's address, e.g. ipc:///tmp/x"
+    )
+    parser.add_argument(
+        "--worker-id", required=True, help="this worker's name, unique per consumer"
+    )
+    parser.add_argument(
+        "--parent-pid", type=int, default=None, help="exit when this process is gone"
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=os.environ.get("H5FEED_LOG_LEVEL", "WARNING"),

@@ -82,12 +82,20 @@ def test_missing_path_fails_at_once(tmp_path: pathlib.Path) -> None:
         h5feed.batches(tmp_path / "nowhere.h5")
 
 
-def test_frames_of_different_sizes_without_resize_are_an_error(tmp_path: pathlib.Path) -> None:
+@pytest.mark.parametrize(
+    ("batch_size", "error"),
+    [(2, WorkerError), (1, DataError)],
+    ids=["within-a-batch-the-worker-sees-it", "across-batches-the-consumer-sees-it"],
+)
+def test_frames_of_different_sizes_without_resize_are_an_error(
+    tmp_path: pathlib.Path, batch_size: int, error: type[Exception]
+) -> None:
     path = tmp_path / "sizes.h5"
     small = cv2.imencode(".jpg", np.zeros((32, 32, 3), np.uint8))[1].tobytes()
     write_video_file(path, {"video_000": ([jpeg(1)] * 3, 0), "video_001": ([small] * 3, 1)})
-    with pytest.raises((WorkerError, DataError), match="resize"):
-        list(h5feed.batches(path, clip_len=2, batch_size=2, shuffle=False, workers=1))
+    feed = h5feed.batches(path, clip_len=2, batch_size=batch_size, shuffle=False, workers=1)
+    with pytest.raises(error, match=r"(?s)resize.*sizes\.h5.*video_001"):
+        list(feed)
 
 
 def _stream_mid_epoch(dataset: list[pathlib.Path], **kwargs: object):  # type: ignore[no-untyped-def]

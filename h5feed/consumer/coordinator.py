@@ -388,11 +388,14 @@ class Coordinator:
         if self._frame_hw is None:
             self._frame_hw = frame_hw
         elif frame_hw != self._frame_hw:
+            video = int(self._pending[unit.seq].planned.videos[unit.positions[0]])
+            index = self.index
             raise DataError(
-                f"worker {peer.name} made frames of {frame_hw[1]}x{frame_hw[0]}, earlier "
-                f"batches have {self._frame_hw[1]}x{self._frame_hw[0]}: the videos differ in "
-                "size; set resize=(height, width)",
-                file=self.config.files[int(self.index.file_of_video[0])] if self.index else None,
+                f"frames are {frame_hw[1]}x{frame_hw[0]} but earlier batches' are "
+                f"{self._frame_hw[1]}x{self._frame_hw[0]}: the videos differ in size; "
+                "set resize=(height, width)",
+                file=index.file_names[video].decode() if index else None,
+                video=index.names[video].decode() if index else None,
             )
         del self._units[unit.id]
         peer.outstanding.pop(unit.id, None)

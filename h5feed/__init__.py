@@ -9,12 +9,35 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from h5feed.common.errors import (
+    DataError,
+    H5FeedError,
+    NoWorkersError,
+    ProtocolError,
+    VersionMismatchError,
+    WorkerDiedError,
+    WorkerError,
+    WorkerTimeoutError,
+)
+
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
     from h5feed.consumer.api import batches, dataset
 
-__all__ = ["__version__", "batches", "dataset"]
+__all__ = [
+    "DataError",
+    "H5FeedError",
+    "NoWorkersError",
+    "ProtocolError",
+    "VersionMismatchError",
+    "WorkerDiedError",
+    "WorkerError",
+    "WorkerTimeoutError",
+    "__version__",
+    "batches",
+    "dataset",
+]
 
 
 def __getattr__(name: str) -> Any:

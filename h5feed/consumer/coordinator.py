@@ -135,6 +135,9 @@ class Coordinator:
         self._socket.bind(address)
         self._wake_read, self._wake_write = os.pipe()
         os.set_blocking(self._wake_read, False)
+        os.set_blocking(self._wake_write, False)
+        self._pipe_lock = threading.Lock()
+        self._pipe_open = True
         self._poller = zmq.Poller()
         self._poller.register(self._socket, zmq.POLLIN)
         self._poller.register(self._wake_read, zmq.POLLIN)
@@ -148,7 +151,8 @@ class Coordinator:
         self._frame_hw: tuple[int, int] | None = None
         self._next_unit = 0
         self._dispatched = 0
-        self._consumed = 0
+        self._taken = 0
+        self._started = False
         self._emitted = 0
         self._plan_done = False
         self._next_health = 0.0
@@ -159,31 +163,47 @@ class Coordinator:
 
     def start(self) -> None:
         self._thread.start()
+        self._started = True
 
     def consumed(self) -> None:
         """The trainer took a batch: its credit returns to the budget."""
-        try:
-            os.write(self._wake_write, b"\0")
-        except OSError:
-            return  # already shut down: there is nobody to tell
+        self._taken += 1  # only the trainer's next() writes it, one call at a time
+        if not self._stop.is_set():
+            self._wake()
+
+    def _wake(self) -> None:
+        with self._pipe_lock:
+            if self._pipe_open:
+                # The pipe only wakes the thread up (the count is in _taken): a full pipe
+                # (BlockingIOError) means a wake-up is pending already.
+                with contextlib.suppress(BlockingIOError):
+                    os.write(self._wake_write, b"\0")
 
     def stop(self, timeout_s: float = 5.0) -> None:
         """Stop the thread (it says BYE to the workers) and release the socket and pipe."""
         self._stop.set()
-        self.consumed()  # wake the thread at once
+        self._wake()  # wake the thread at once
+        if threading.current_thread() is self._thread:
+            return  # a finalizer run by garbage collection on this very thread: it ends itself
+        if not self._started:  # never ran: release what __init__ opened
+            self._socket.close(linger=0)
+            self._context.term()
         if self._thread.is_alive():
             self._thread.join(timeout_s)
         if not self._thread.is_alive():
-            for fd in (self._wake_read, self._wake_write):
-                try:
-                    os.close(fd)
-                except OSError:
-                    continue  # closed before
+            self._close_pipe()
+
+    def _close_pipe(self) -> None:
+        with self._pipe_lock:
+            if self._pipe_open:
+                self._pipe_open = False
+                os.close(self._wake_read)
+                os.close(self._wake_write)
 
     @property
     def inflight(self) -> int:
         """Batches dispatched and not yet taken by the trainer (never above the budget)."""
-        return self._dispatched - self._consumed
+        return self._dispatched - self._taken
 
     def worker_info(self) -> list[dict[str, Any]]:
         return [
@@ -204,6 +224,8 @@ class Coordinator:
             self._say_bye()
             self._socket.close(linger=0)
             self._context.term()
+            if self._stop.is_set() and threading.current_thread() is self._thread:
+                self._close_pipe()  # nobody may be left to join this thread and close it
 
     def _handshake(self) -> None:
         options = self.config.options
@@ -284,7 +306,7 @@ class Coordinator:
         events = dict(self._poller.poll(_POLL_MS))
         if events.get(self._wake_read):
             with contextlib.suppress(BlockingIOError):  # a spurious wake-up: nothing to read
-                self._consumed += len(os.read(self._wake_read, 4096))
+                os.read(self._wake_read, 4096)
         if events.get(self._socket):
             for _ in range(_MAX_MESSAGES_PER_PASS):
                 try:
@@ -408,7 +430,7 @@ class Coordinator:
 
     def _dispatch(self) -> None:
         budget = self.config.options.inflight_batches
-        while not self._plan_done and self._dispatched - self._consumed < budget:
+        while not self._plan_done and self._dispatched - self._taken < budget:
             item = next(self._batches, None)
             if item is None:
                 self._plan_done = True

@@ -1,0 +1,332 @@
+"""The ``h5feed`` command line (also ``python -m h5feed``).
+
+Subcommands:
+
+* ``h5feed demo``: make the sample dataset if missing, train a tiny Keras model on it through
+  ``h5feed.dataset(...)`` and report clips/s and the trainer's input wait share.
+* ``h5feed make-sample DIR``: write the sample dataset and nothing else.
+
+Guarantees of :func:`main`: it returns the exit status (0 success, 1 a reported error such as a
+missing file or a bad value, 130 interrupted by Ctrl-C) and lets argparse exit with status 2 on
+a usage error (``SystemExit``, as ``--help`` and ``--version`` exit with 0). Importing this
+module is cheap: it imports neither TensorFlow nor OpenCV, NumPy or h5py; each subcommand
+imports what it needs when it runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+from h5feed import __version__
+
+if TYPE_CHECKING:
+    from h5feed.producer.sample_data import SampleSpec
+
+__all__ = ["build_parser", "main"]
+
+_log = logging.getLogger("h5feed")
+
+#: Defaults of the sample dataset, the same as ``SampleSpec()`` (checked by the tests; not
+#: imported from there, which would import OpenCV and h5py with the CLI).
+SAMPLE_DEFAULTS = {
+    "files": 4,
+    "videos_per_file": 24,
+    "min_frames": 24,
+    "max_frames": 72,
+    "height": 240,
+    "width": 320,
+    "seed": 0,
+}
+
+_Handler = Callable[[argparse.Namespace], int]
+
+
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    """Keeps the description's and epilog's line breaks (their examples are laid out)."""
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def _add_sample_options(parser: argparse.ArgumentParser, title: str, *, seed: bool) -> None:
+    group = parser.add_argument_group(title)
+    d = SAMPLE_DEFAULTS
+    group.add_argument(
+        "--files", type=_positive_int, default=d["files"], metavar="N",
+        help="number of HDF5 files (default: %(default)s)",
+    )  # fmt: skip
+    group.add_argument(
+        "--videos-per-file", type=_positive_int, default=d["videos_per_file"], metavar="N",
+        help="videos in each file (default: %(default)s)",
+    )  # fmt: skip
+    group.add_argument(
+        "--min-frames", type=_positive_int, default=d["min_frames"], metavar="N",
+        help="fewest frames of a video (default: %(default)s)",
+    )  # fmt: skip
+    group.add_argument(
+        "--max-frames", type=_positive_int, default=d["max_frames"], metavar="N",
+        help="most frames of a video (default: %(default)s)",
+    )  # fmt: skip
+    group.add_argument(
+        "--height", type=_positive_int, default=d["height"], metavar="PX",
+        help="frame height in pixels (default: %(default)s)",
+    )  # fmt: skip
+    group.add_argument(
+        "--width", type=_positive_int, default=d["width"], metavar="PX",
+        help="frame width in pixels (default: %(default)s)",
+    )  # fmt: skip
+    if seed:
+        group.add_argument(
+            "--seed", type=_non_negative_int, default=d["seed"], metavar="N",
+            help="seed of the content (default: %(default)s)",
+        )  # fmt: skip
+
+
+def _sample_spec(args: argparse.Namespace, seed: int) -> SampleSpec:
+    from h5feed.producer.sample_data import SampleSpec
+
+    return SampleSpec(
+        files=args.files,
+        videos_per_file=args.videos_per_file,
+        min_frames=args.min_frames,
+        max_frames=args.max_frames,
+        height=args.height,
+        width=args.width,
+        seed=seed,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Subcommands
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    """Run :func:`h5feed.demo.run_demo`; its report goes to stdout, progress to stderr."""
+    # Before TensorFlow is imported (by run_demo): quiet its C++ logging unless asked.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    from h5feed.demo import run_demo
+
+    spec = _sample_spec(args, seed=SAMPLE_DEFAULTS["seed"])
+    try:
+        run_demo(
+            args.data,
+            steps=args.steps,
+            workers=args.workers,
+            batch_size=args.batch_size,
+            clip_len=args.clip_len,
+            seed=args.seed,
+            spec=spec,
+            warmup=args.warmup,
+        )
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and exc.name.split(".")[0] in ("tensorflow", "keras"):
+            print(
+                f"h5feed demo: error: the demo needs TensorFlow ({exc}); "
+                "install it with: pip install 'h5feed[tf]'",
+                file=sys.stderr,
+            )
+            return 1
+        raise
+    return 0
+
+
+def _cmd_make_sample(args: argparse.Namespace) -> int:
+    """Write the sample dataset into ``args.dir``; print a one-line summary to stdout."""
+    from h5feed.demo import Progress
+    from h5feed.producer.sample_data import make_sample_dataset, sample_file_name
+
+    spec = _sample_spec(args, seed=args.seed)
+    directory = os.fspath(args.dir)
+    kept = sum(
+        os.path.exists(os.path.join(directory, sample_file_name(i))) for i in range(spec.files)
+    )
+    began = time.monotonic()
+    progress = Progress("sample data", spec.files)
+    paths = make_sample_dataset(directory, spec, progress=lambda done, _: progress.update(done))
+    elapsed = time.monotonic() - began
+    progress.close(f"{elapsed:.1f}s")
+    size_mb = sum(p.stat().st_size for p in paths) / 1e6
+    print(
+        f"sample data: {len(paths)} files in {directory} ({len(paths) - kept} written, "
+        f"{kept} already there and kept), {len(paths) * spec.videos_per_file} videos, "
+        f"{size_mb:.1f} MB, {elapsed:.1f}s"
+    )
+    return 0
+
+
+# --------------------------------------------------------------------------------------------
+# The parser
+
+
+_DEMO_DESCRIPTION = """\
+Train a tiny Keras model (Conv3D + max pooling + Dense) on the sample dataset, fed by h5feed
+worker processes through h5feed.dataset(), and report how fast input arrived.
+
+What it does, in order:
+  1. makes the sample dataset in --data if files of it are missing (files already there
+     are kept as they are; only the sample files sample_NNN.h5 are read);
+  2. trains for --steps steps on clips of --clip-len frames, resized to 128x171, randomly
+     cropped to 112x112 and flipped, from a shuffled dataset that repeats forever;
+  3. validates on one epoch of centre clips from a second dataset, while the training
+     dataset still exists (two datasets, each with its own workers, in one process);
+  4. prints clips/s over the steps after the first --warmup ones, and the input wait
+     share: time in next(iterator) / (time in next(iterator) + time in train_on_batch).
+
+Guarantees: exit status 0 only if training and validation ran to the end; every worker
+process it started has stopped before it exits. Needs TensorFlow (pip install 'h5feed[tf]')."""
+
+_DEMO_EPILOG = """\
+examples:
+  h5feed demo                              # ./sample_data, 60 steps, 2 workers
+  h5feed demo --data /tmp/h5 --steps 200 --workers 4
+  h5feed demo --files 2 --videos-per-file 8 --steps 20   # a quicker, smaller run"""
+
+_MAKE_SAMPLE_DESCRIPTION = """\
+Write h5feed's sample dataset: DIR/sample_000.h5, sample_001.h5, ... in the default
+layout (one group per video, one JPEG per frame, an integer label per video), with
+moving, natural-looking scenes whose class shows in colour and in motion.
+
+Guarantees: the output is deterministic (same options, same bytes with the same OpenCV
+build); every file is written atomically, so a sample_NNN.h5 is always complete; files
+already in DIR are kept as they are (not checked against the options), so an interrupted
+run can simply be repeated. Exit status 0 means all --files files are in DIR."""
+
+_MAKE_SAMPLE_EPILOG = """\
+examples:
+  h5feed make-sample ./sample_data
+  h5feed make-sample /tmp/tiny --files 2 --videos-per-file 4 --min-frames 8 --max-frames 16"""
+
+_MAIN_DESCRIPTION = """\
+h5feed keeps a trainer fed from HDF5 video datasets: JPEG decoding in worker processes,
+batches over ZeroMQ into tf.data."""
+
+_MAIN_EPILOG = """\
+examples:
+  h5feed demo                        # sample data + a short training run, with numbers
+  h5feed make-sample ./sample_data   # just the sample dataset
+  h5feed COMMAND --help              # the options of one command"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``h5feed`` argument parser, with one subparser per command."""
+    parser = argparse.ArgumentParser(
+        prog="h5feed",
+        description=_MAIN_DESCRIPTION,
+        epilog=_MAIN_EPILOG,
+        formatter_class=_Formatter,
+    )
+    parser.add_argument("--version", action="version", version=f"h5feed {__version__}")
+    verbose = argparse.ArgumentParser(add_help=False)
+    verbose.add_argument(
+        "-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
+        help="log h5feed's INFO messages to stderr (default: warnings only)",
+    )  # fmt: skip
+    parser.add_argument(
+        "-v", "--verbose", action="store_true", default=False,
+        help="log h5feed's INFO messages to stderr (default: warnings only)",
+    )  # fmt: skip
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    demo = commands.add_parser(
+        "demo",
+        parents=[verbose],
+        help="train a tiny Keras model on the sample data and report clips/s and input wait",
+        description=_DEMO_DESCRIPTION,
+        epilog=_DEMO_EPILOG,
+        formatter_class=_Formatter,
+    )
+    demo.add_argument(
+        "--data", default="sample_data", metavar="DIR",
+        help="directory of the sample dataset, made there if missing (default: ./%(default)s)",
+    )  # fmt: skip
+    demo.add_argument(
+        "--steps", type=_positive_int, default=60, metavar="N",
+        help="training steps (default: %(default)s)",
+    )  # fmt: skip
+    demo.add_argument(
+        "--workers", type=_positive_int, default=2, metavar="N",
+        help="decoding worker processes per dataset (default: %(default)s)",
+    )  # fmt: skip
+    demo.add_argument(
+        "--batch-size", type=_positive_int, default=8, metavar="N",
+        help="clips per batch (default: %(default)s)",
+    )  # fmt: skip
+    demo.add_argument(
+        "--clip-len", type=_positive_int, default=16, metavar="N",
+        help="frames per clip (default: %(default)s)",
+    )  # fmt: skip
+    demo.add_argument(
+        "--seed", type=_non_negative_int, default=0, metavar="N",
+        help="seed of the shuffle, the augmentation and the model's weights (default: "
+        "%(default)s)",
+    )  # fmt: skip
+    demo.add_argument(
+        "--warmup", type=_non_negative_int, default=5, metavar="N",
+        help="first steps left out of the measurement: worker start, graph tracing "
+        "(default: %(default)s; at most steps - 1)",
+    )  # fmt: skip
+    _add_sample_options(demo, "sample data (used only when --data lacks files of it)", seed=False)
+    demo.set_defaults(handler=_cmd_demo)
+
+    make_sample = commands.add_parser(
+        "make-sample",
+        parents=[verbose],
+        help="write the sample dataset (HDF5 files of JPEG frames) into a directory",
+        description=_MAKE_SAMPLE_DESCRIPTION,
+        epilog=_MAKE_SAMPLE_EPILOG,
+        formatter_class=_Formatter,
+    )
+    make_sample.add_argument("dir", metavar="DIR", help="directory to write (made if missing)")
+    _add_sample_options(make_sample, "dataset", seed=True)
+    make_sample.set_defaults(handler=_cmd_make_sample)
+    return parser
+
+
+def _configure_logging(verbose: bool) -> None:
+    logging.basicConfig(format="%(levelname)s %(name)s: %(message)s")
+    _log.setLevel(logging.INFO if verbose else logging.WARNING)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``h5feed`` command line with ``argv`` (default ``sys.argv[1:]``); return the
+    exit status. See the module docstring for what the statuses mean."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    verbose = bool(getattr(args, "verbose", False))
+    _configure_logging(verbose)
+    handler: _Handler = args.handler
+    from h5feed.common.errors import H5FeedError  # light: no third-party import
+
+    try:
+        return handler(args)
+    except KeyboardInterrupt:
+        print(f"\nh5feed {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except (H5FeedError, OSError, ValueError) as exc:
+        if verbose:
+            _log.exception("h5feed %s failed", args.command)
+        print(f"h5feed {args.command}: error: {exc}", file=sys.stderr)
+        return 1

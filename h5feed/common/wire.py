@@ -132,7 +132,7 @@ def encode(
     meta = []
     buffers: list[Any] = []
     for name, array in arrays:
-        array = np.ascontiguousarray(array)
+        array = np.asarray(array, order="C")  # keeps 0-d arrays 0-d, unlike ascontiguousarray
         if array.dtype.str not in ALLOWED_DTYPES:
             raise ProtocolError(f"array {name!r}: dtype {array.dtype} cannot go on the wire")
         meta.append([name, array.dtype.str, list(array.shape)])
@@ -159,6 +159,7 @@ def decode(frames: Sequence[Frame], limits: Limits = DEFAULT_LIMITS) -> Message:
             use_list=True,
             strict_map_key=True,
             max_ext_len=0,
+            ext_hook=_refuse_ext,
         )
     except (ValueError, TypeError, msgpack.UnpackException) as exc:  # what bad input raises
         raise ProtocolError(f"header is not valid msgpack: {exc}") from exc
@@ -190,7 +191,8 @@ def _check_fields(kind: str, fields: Mapping[str, Any]) -> None:
     unknown = fields.keys() - schema.keys()
     if missing or unknown:
         raise ProtocolError(
-            f"{kind} message: missing fields {sorted(missing)}, unknown fields {sorted(unknown)}"
+            f"{kind} message: missing fields {sorted(missing)}, "
+            f"unknown fields {sorted(unknown, key=repr)}"
         )
     for name, types in schema.items():
         value = fields[name]
@@ -236,12 +238,24 @@ def _decode_arrays(meta: Any, frames: Sequence[Frame], limits: Limits) -> dict[s
                 f"array {name!r}: frame has {len(buffer)} bytes, "
                 f"shape {shape} of {dtype_str} needs {nbytes}"
             )
-        arrays[name] = np.frombuffer(buffer, dtype=dtype).reshape(shape)
+        try:
+            arrays[name] = np.frombuffer(buffer, dtype=dtype).reshape(shape)
+        except (ValueError, OverflowError) as exc:  # a dimension beyond numpy's range
+            raise ProtocolError(f"array {name!r}: bad shape {shape!r}: {exc}") from exc
     return arrays
 
 
 def _buffer(frame: Frame) -> memoryview:
     """A byte view of a frame without copying (zmq.Frame exposes ``.buffer``)."""
-    buffer = getattr(frame, "buffer", None)
-    view = memoryview(frame if buffer is None else buffer)
-    return view.cast("B") if view.format != "B" or view.ndim != 1 else view
+    view = memoryview(getattr(frame, "buffer", frame))
+    if not view.c_contiguous:
+        raise ProtocolError("frame is not a contiguous buffer")
+    if view.nbytes == 0:
+        view = memoryview(b"")  # cast("B") refuses shapes with a 0 in them
+    elif view.format != "B" or view.ndim != 1:
+        view = view.cast("B")
+    return view.toreadonly()  # decoded arrays are read-only, whatever the frame
+
+
+def _refuse_ext(code: int, data: bytes) -> Any:
+    raise ProtocolError(f"header holds a msgpack ext type ({code}); headers hold plain values")

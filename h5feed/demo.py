@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import logging
 import os
 import sys
 import tempfile
@@ -104,7 +105,11 @@ class Progress:
 @contextlib.contextmanager
 def _filtered_native_stderr() -> Iterator[None]:
     """Hold back what native code writes to file descriptor 2 meanwhile, then write it out
-    without TensorFlow's known import-time notices (nothing else is dropped)."""
+    without TensorFlow's known import-time notices (nothing else is dropped). Off with
+    ``h5feed -v`` (the ``h5feed`` logger at INFO), so a native crash on import shows as is."""
+    if logging.getLogger("h5feed").isEnabledFor(logging.INFO):
+        yield
+        return
     sys.stderr.flush()
     try:
         saved = os.dup(2)
@@ -208,6 +213,11 @@ def run_demo(
     ``clips_per_s``, ``wait_s``, ``compute_s``, ``input_wait_share`` (wait / (wait + compute)
     over the measured steps), ``final_loss``, ``val_clips``, ``val_accuracy``, ``data_s``,
     ``total_s`` and ``workers_left`` (worker processes still running at the end: 0).
+
+    What the numbers do not hide: the first measured step finds the buffers full (workers run
+    ahead during warm-up: up to ``max(4, 2 * workers)`` batches in h5feed plus tf.data's
+    prefetch), so in an input-bound run of few steps clips/s is somewhat flattered; more
+    ``steps`` give the steady state.
     """
     for name, value in (("steps", steps), ("workers", workers), ("batch_size", batch_size)):
         if value < 1:

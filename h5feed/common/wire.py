@@ -247,7 +247,8 @@ def _decode_arrays(meta: Any, frames: Sequence[Frame], limits: Limits) -> dict[s
 
 def _buffer(frame: Frame) -> memoryview:
     """A byte view of a frame without copying (zmq.Frame exposes ``.buffer``)."""
-    view = memoryview(getattr(frame, "buffer", frame))
+    buffer: Any = getattr(frame, "buffer", frame)
+    view = memoryview(buffer)
     if not view.c_contiguous:
         raise ProtocolError("frame is not a contiguous buffer")
     if view.nbytes == 0:

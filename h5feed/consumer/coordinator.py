@@ -36,13 +36,13 @@ import zmq
 
 from h5feed.common import wire
 from h5feed.common.errors import (
-    DataError,
     NoWorkersError,
     ProtocolError,
     WorkerDiedError,
     WorkerError,
     WorkerTimeoutError,
 )
+from h5feed.consumer.assembly import Batch, BatchAssembler
 from h5feed.consumer.local_workers import LocalWorkers
 from h5feed.consumer.options import FeedConfig
 from h5feed.consumer.plan import EpochPlan, Index, PlannedBatch
@@ -53,15 +53,6 @@ _POLL_MS = 50
 _HEALTH_EVERY_S = 0.2
 _SEND_TIMEOUT_MS = 5000
 _MAX_MESSAGES_PER_PASS = 256
-
-
-@dataclasses.dataclass
-class Batch:
-    """An assembled batch: its place in the plan and its arrays (see ``stream.BATCH_KEYS``)."""
-
-    epoch: int
-    index: int
-    arrays: dict[str, np.ndarray]
 
 
 END = object()  # queued after the last batch of the iteration
@@ -86,14 +77,6 @@ class _Unit:
     peer: bytes
     positions: np.ndarray  # rows of the batch this unit fills
     samples: list[int]
-
-
-@dataclasses.dataclass
-class _Pending:
-    seq: int
-    planned: PlannedBatch
-    units_left: set[int]
-    parts: list[tuple[np.ndarray, np.ndarray]] = dataclasses.field(default_factory=list)
 
 
 class Coordinator:
@@ -144,16 +127,13 @@ class Coordinator:
         self._peers: dict[bytes, _Peer] = {}
         self._videos_by_file: dict[int, list[Any]] = {}
         self._units: dict[int, _Unit] = {}
-        self._pending: dict[int, _Pending] = {}
-        self._completed: dict[int, Batch] = {}
+        self._assembler: BatchAssembler | None = None
         self._owner_slot: np.ndarray = np.zeros(0, np.int64)
         self._slots: list[bytes] = []
-        self._frame_hw: tuple[int, int] | None = None
         self._next_unit = 0
         self._dispatched = 0
         self._taken = 0
         self._started = False
-        self._emitted = 0
         self._plan_done = False
         self._next_health = 0.0
         self._batches: Iterator[tuple[int, PlannedBatch]] = iter(())
@@ -256,6 +236,9 @@ class Coordinator:
                 )
         files = self.config.files
         self.index = Index.build(files, [self._videos_by_file[i] for i in range(len(files))])
+        self._assembler = BatchAssembler(
+            self.index, self.config.options.deterministic, self._release
+        )
         _log.info("indexed %d files, %d videos", len(files), self.index.num_videos)
         self._batches = self._plan_batches(self.index)
 
@@ -296,7 +279,7 @@ class Coordinator:
     def _serve(self) -> None:
         while not self._stop.is_set():
             self._dispatch()
-            if self._plan_done and self._emitted == self._dispatched:
+            if self._plan_done and self._released() == self._dispatched:
                 self.out.put(END)
                 return
             self._pump()
@@ -378,7 +361,7 @@ class Coordinator:
         where = ""
         unit = self._units.get(fields["unit"]) if fields["unit"] is not None else None
         if unit is not None:
-            planned = self._pending[unit.seq].planned
+            planned = self._require_assembler().planned(unit.seq)
             where = f" in unit {unit.id} (batch {planned.index} of epoch {planned.epoch})"
         raise WorkerError(
             f"{peer.name} (pid {peer.pid} on {peer.host}){where}",
@@ -406,27 +389,10 @@ class Coordinator:
         ):
             self._drop(f"part of unit {unit.id} from {peer.name} with a bad frames array")
             return
-        frame_hw = (int(frames.shape[2]), int(frames.shape[3]))
-        if self._frame_hw is None:
-            self._frame_hw = frame_hw
-        elif frame_hw != self._frame_hw:
-            video = int(self._pending[unit.seq].planned.videos[unit.positions[0]])
-            index = self.index
-            raise DataError(
-                f"frames are {frame_hw[1]}x{frame_hw[0]} but earlier batches' are "
-                f"{self._frame_hw[1]}x{self._frame_hw[0]}: the videos differ in size; "
-                "set resize=(height, width)",
-                file=index.file_names[video].decode() if index else None,
-                video=index.names[video].decode() if index else None,
-            )
         del self._units[unit.id]
         peer.outstanding.pop(unit.id, None)
         peer.last_progress = time.monotonic()
-        pending = self._pending[unit.seq]
-        pending.parts.append((unit.positions, frames))
-        pending.units_left.discard(unit.id)
-        if not pending.units_left:
-            self._complete(self._pending.pop(unit.seq))
+        self._require_assembler().add(unit.seq, unit.positions, frames)
 
     def _dispatch(self) -> None:
         budget = self.config.options.inflight_batches
@@ -462,10 +428,10 @@ class Coordinator:
             )
         )
         owners = self._owner_slot[files]
-        pending = _Pending(seq, planned, set())
-        self._pending[seq] = pending
+        slots = np.unique(owners).tolist()
+        self._require_assembler().expect(seq, planned, len(slots))
         now = time.monotonic()
-        for slot in np.unique(owners).tolist():
+        for slot in slots:
             positions = np.flatnonzero(owners == slot)
             peer = self._peers[self._slots[slot]]
             unit = _Unit(
@@ -477,7 +443,6 @@ class Coordinator:
             )
             self._next_unit += 1
             self._units[unit.id] = unit
-            pending.units_left.add(unit.id)
             if not peer.outstanding:
                 peer.last_progress = now
             peer.outstanding[unit.id] = now
@@ -493,43 +458,20 @@ class Coordinator:
                 },
             )
 
-    def _complete(self, pending: _Pending) -> None:
-        planned = pending.planned
-        index = self.index
-        if index is None:
-            raise RuntimeError("batch completed before the index was built")
-        rows = len(planned.samples)
-        if len(pending.parts) == 1:
-            frames = pending.parts[0][1]  # one worker made every row, in order: no copy
-        else:
-            shape = (rows, *pending.parts[0][1].shape[1:])
-            frames = np.empty(shape, np.uint8)
-            for positions, part in pending.parts:
-                frames[positions] = part
-        batch = Batch(
-            planned.epoch,
-            planned.index,
-            {
-                "frames": frames,
-                "label": index.labels[planned.videos],
-                "file": index.file_names[planned.videos],
-                "video": index.names[planned.videos],
-                "start": planned.starts,
-                "sample": planned.samples,
-                "epoch": np.full(rows, planned.epoch, np.int64),
-            },
-        )
+    def _require_assembler(self) -> BatchAssembler:
+        if self._assembler is None:  # unreachable: units exist only after the handshake
+            raise RuntimeError("no batch is planned before the index is built")
+        return self._assembler
+
+    def _released(self) -> int:
+        return self._assembler.released if self._assembler is not None else 0
+
+    def _release(self, batch: Batch) -> None:
+        rows = len(batch.arrays["sample"])
         self.counters["batches"] += 1
         self.counters["clips"] += rows
-        self.counters["bytes"] += frames.nbytes
-        if self.config.options.deterministic:
-            self._completed[pending.seq] = batch
-            while self._emitted in self._completed:
-                self.out.put(self._completed.pop(self._emitted))
-                self._emitted += 1
-        else:
-            self.out.put(batch)
-            self._emitted += 1
+        self.counters["bytes"] += batch.arrays["frames"].nbytes
+        self.out.put(batch)
 
     def _check_health(self, now: float) -> None:
         if self.local_workers is not None:
@@ -545,7 +487,7 @@ class Coordinator:
         for peer in self._peers.values():
             if peer.outstanding and now - peer.last_progress > timeout:
                 unit = self._units[min(peer.outstanding)]
-                planned = self._pending[unit.seq].planned
+                planned = self._require_assembler().planned(unit.seq)
                 raise WorkerTimeoutError(
                     f"worker {peer.name} (pid {peer.pid} on {peer.host}) returned nothing for "
                     f"{now - peer.last_progress:.0f} s (unit_timeout_s={timeout:g}); it holds "

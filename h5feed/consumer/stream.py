@@ -30,7 +30,8 @@ from typing import Any
 import numpy as np
 
 from h5feed.common.errors import H5FeedError
-from h5feed.consumer.coordinator import END, FAILED, Batch, Coordinator
+from h5feed.consumer.assembly import Batch
+from h5feed.consumer.coordinator import END, FAILED, Coordinator
 from h5feed.consumer.local_workers import LocalWorkers
 from h5feed.consumer.options import FeedConfig
 

@@ -21,8 +21,6 @@ exception that the trainer's ``next()`` raises; nothing waits forever.
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import logging
 import os
 import queue
@@ -46,6 +44,8 @@ from h5feed.consumer.assembly import Batch, BatchAssembler
 from h5feed.consumer.local_workers import LocalWorkers
 from h5feed.consumer.options import FeedConfig
 from h5feed.consumer.plan import EpochPlan, Index, PlannedBatch
+from h5feed.consumer.waker import Waker
+from h5feed.consumer.work import Peer, Unit, assign_files, is_valid_index, unit_rows
 
 _log = logging.getLogger("h5feed.consumer")
 
@@ -57,26 +57,6 @@ _MAX_MESSAGES_PER_PASS = 256
 
 END = object()  # queued after the last batch of the iteration
 FAILED = object()  # queued when the iteration failed; the error is ``Coordinator.error``
-
-
-@dataclasses.dataclass
-class _Peer:
-    identity: bytes
-    name: str
-    pid: int
-    host: str
-    files: list[int] = dataclasses.field(default_factory=list)
-    outstanding: dict[int, float] = dataclasses.field(default_factory=dict)  # unit -> sent at
-    last_progress: float = 0.0
-
-
-@dataclasses.dataclass
-class _Unit:
-    id: int
-    seq: int
-    peer: bytes
-    positions: np.ndarray  # rows of the batch this unit fills
-    samples: list[int]
 
 
 class Coordinator:
@@ -116,17 +96,13 @@ class Coordinator:
         self._socket.setsockopt(zmq.ROUTER_MANDATORY, 1)
         self._socket.setsockopt(zmq.SNDTIMEO, _SEND_TIMEOUT_MS)
         self._socket.bind(address)
-        self._wake_read, self._wake_write = os.pipe()
-        os.set_blocking(self._wake_read, False)
-        os.set_blocking(self._wake_write, False)
-        self._pipe_lock = threading.Lock()
-        self._pipe_open = True
+        self._waker = Waker()
         self._poller = zmq.Poller()
         self._poller.register(self._socket, zmq.POLLIN)
-        self._poller.register(self._wake_read, zmq.POLLIN)
-        self._peers: dict[bytes, _Peer] = {}
+        self._poller.register(self._waker.fileno, zmq.POLLIN)
+        self._peers: dict[bytes, Peer] = {}
         self._videos_by_file: dict[int, list[Any]] = {}
-        self._units: dict[int, _Unit] = {}
+        self._units: dict[int, Unit] = {}
         self._assembler: BatchAssembler | None = None
         self._owner_slot: np.ndarray = np.zeros(0, np.int64)
         self._slots: list[bytes] = []
@@ -148,21 +124,12 @@ class Coordinator:
     def consumed(self) -> None:
         """The trainer took a batch: its credit returns to the budget."""
         self._taken += 1  # only the trainer's next() writes it, one call at a time
-        if not self._stop.is_set():
-            self._wake()
-
-    def _wake(self) -> None:
-        with self._pipe_lock:
-            if self._pipe_open:
-                # The pipe only wakes the thread up (the count is in _taken): a full pipe
-                # (BlockingIOError) means a wake-up is pending already.
-                with contextlib.suppress(BlockingIOError):
-                    os.write(self._wake_write, b"\0")
+        self._waker.wake()
 
     def stop(self, timeout_s: float = 5.0) -> None:
         """Stop the thread (it says BYE to the workers) and release the socket and pipe."""
         self._stop.set()
-        self._wake()  # wake the thread at once
+        self._waker.wake()  # at once
         if threading.current_thread() is self._thread:
             return  # a finalizer run by garbage collection on this very thread: it ends itself
         if not self._started:  # never ran: release what __init__ opened
@@ -171,14 +138,7 @@ class Coordinator:
         if self._thread.is_alive():
             self._thread.join(timeout_s)
         if not self._thread.is_alive():
-            self._close_pipe()
-
-    def _close_pipe(self) -> None:
-        with self._pipe_lock:
-            if self._pipe_open:
-                self._pipe_open = False
-                os.close(self._wake_read)
-                os.close(self._wake_write)
+            self._waker.close()
 
     @property
     def inflight(self) -> int:
@@ -205,7 +165,7 @@ class Coordinator:
             self._socket.close(linger=0)
             self._context.term()
             if self._stop.is_set() and threading.current_thread() is self._thread:
-                self._close_pipe()  # nobody may be left to join this thread and close it
+                self._waker.close()  # nobody may be left to join this thread and close it
 
     def _handshake(self) -> None:
         options = self.config.options
@@ -246,14 +206,9 @@ class Coordinator:
         """Give every file to one worker: largest files first, each to the least loaded."""
         self._slots = sorted(self._peers)
         sizes = [_file_size(path) for path in self.config.files]
-        load = [0] * len(self._slots)
-        owner = np.zeros(len(self.config.files), np.int64)
-        for file_index in sorted(range(len(sizes)), key=lambda i: (-sizes[i], i)):
-            slot = min(range(len(load)), key=lambda s: (load[s], s))
-            owner[file_index] = slot
-            load[slot] += max(sizes[file_index], 1)
+        self._owner_slot = assign_files(sizes, len(self._slots))
+        for file_index, slot in enumerate(self._owner_slot.tolist()):
             self._peers[self._slots[slot]].files.append(file_index)
-        self._owner_slot = owner
         for identity in self._slots:
             peer = self._peers[identity]
             self._send(
@@ -287,9 +242,8 @@ class Coordinator:
     def _pump(self) -> None:
         """Wait up to one poll interval, handle what arrived, check the workers' health."""
         events = dict(self._poller.poll(_POLL_MS))
-        if events.get(self._wake_read):
-            with contextlib.suppress(BlockingIOError):  # a spurious wake-up: nothing to read
-                os.read(self._wake_read, 4096)
+        if events.get(self._waker.fileno):
+            self._waker.drain()
         if events.get(self._socket):
             for _ in range(_MAX_MESSAGES_PER_PASS):
                 try:
@@ -339,25 +293,17 @@ class Coordinator:
         if identity in self._peers or len(self._peers) >= self.expected_workers:
             self._drop(f"hello from {fields['worker']!r}: not expected now")
             return
-        self._peers[identity] = _Peer(identity, fields["worker"], fields["pid"], fields["host"])
+        self._peers[identity] = Peer(identity, fields["worker"], fields["pid"], fields["host"])
 
-    def _on_index(self, peer: _Peer, fields: dict[str, Any]) -> None:
+    def _on_index(self, peer: Peer, fields: dict[str, Any]) -> None:
         file_index = fields["file"]
         videos = fields["videos"]
-        if file_index not in peer.files or not all(
-            isinstance(v, list)
-            and len(v) == 3
-            and isinstance(v[0], str)
-            and isinstance(v[1], int)
-            and isinstance(v[2], int)
-            and v[1] > 0
-            for v in videos
-        ):
+        if file_index not in peer.files or not is_valid_index(videos):
             self._drop(f"bad index of file {file_index} from worker {peer.name}")
             return
         self._videos_by_file[file_index] = videos
 
-    def _on_error(self, peer: _Peer, fields: dict[str, Any]) -> None:
+    def _on_error(self, peer: Peer, fields: dict[str, Any]) -> None:
         where = ""
         unit = self._units.get(fields["unit"]) if fields["unit"] is not None else None
         if unit is not None:
@@ -370,7 +316,7 @@ class Coordinator:
             fields["traceback"],
         )
 
-    def _on_data(self, peer: _Peer, message: wire.Message) -> None:
+    def _on_data(self, peer: Peer, message: wire.Message) -> None:
         fields = message.fields
         unit = self._units.get(fields["unit"])
         if unit is None or unit.peer != peer.identity or fields["samples"] != unit.samples:
@@ -414,19 +360,7 @@ class Coordinator:
         if index is None:  # unreachable: the plan starts after the handshake built the index
             raise RuntimeError("dispatch before the index was built")
         files = index.file_of_video[planned.videos]
-        rows = list(
-            zip(
-                planned.samples.tolist(),
-                files.tolist(),
-                index.video_in_file[planned.videos].tolist(),
-                planned.starts.tolist(),
-                planned.crop_uniforms[:, 0].tolist(),
-                planned.crop_uniforms[:, 1].tolist(),
-                planned.flips.tolist(),
-                planned.seeds.tolist(),
-                strict=True,
-            )
-        )
+        rows = unit_rows(index, planned)
         owners = self._owner_slot[files]
         slots = np.unique(owners).tolist()
         self._require_assembler().expect(seq, planned, len(slots))
@@ -434,7 +368,7 @@ class Coordinator:
         for slot in slots:
             positions = np.flatnonzero(owners == slot)
             peer = self._peers[self._slots[slot]]
-            unit = _Unit(
+            unit = Unit(
                 self._next_unit,
                 seq,
                 peer.identity,
@@ -454,7 +388,7 @@ class Coordinator:
                     "unit": unit.id,
                     "batch": seq,
                     "epoch": planned.epoch,
-                    "rows": [list(rows[p]) for p in positions.tolist()],
+                    "rows": [rows[p] for p in positions.tolist()],
                 },
             )
 
@@ -495,7 +429,7 @@ class Coordinator:
                     f"{len(peer.outstanding) - 1} more"
                 )
 
-    def _send(self, peer: _Peer, kind: str, fields: dict[str, Any]) -> None:
+    def _send(self, peer: Peer, kind: str, fields: dict[str, Any]) -> None:
         try:
             self._socket.send_multipart([peer.identity, *wire.encode(kind, fields)], copy=False)
         except zmq.ZMQError as exc:  # EHOSTUNREACH (gone) or EAGAIN (not reading at all)

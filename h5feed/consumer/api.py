@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 import numpy as np
 
 from h5feed.common.config import ClipSpec
-from h5feed.consumer.options import FeedConfig, FeedOptions, default_cache_dir, resolve_files
+from h5feed.consumer.options import (
+    FeedConfig,
+    FeedKwargs,
+    FeedOptions,
+    default_cache_dir,
+    resolve_files,
+)
 from h5feed.consumer.stream import BATCH_KEYS, BatchStream
 
 if TYPE_CHECKING:
@@ -47,49 +54,25 @@ class Feed:
         return self.stream()
 
 
-def _make_config(files: PathsLike, kwargs: dict[str, Any]) -> FeedConfig:
-    clip_names = {
-        "clip_len", "stride", "resize", "crop", "crop_mode", "flip", "short_video",
-        "frames_key", "label_key",
-    }  # fmt: skip
-    clip = ClipSpec(**{k: v for k, v in kwargs.items() if k in clip_names})
-    rest = {k: v for k, v in kwargs.items() if k not in clip_names}
-    index_cache = rest.pop("index_cache", True)
-    rest["index_cache"] = (
-        default_cache_dir()
-        if index_cache is True
-        else (None if not index_cache else str(index_cache))
-    )
-    return FeedConfig(tuple(resolve_files(files)), clip, FeedOptions(**rest))
+def _make_config(files: PathsLike, kwargs: FeedKwargs) -> FeedConfig:
+    """Split the keyword arguments between the clip spec and the options, and validate both."""
+    clip_names = {f.name for f in dataclasses.fields(ClipSpec)}
+    option_names = {f.name for f in dataclasses.fields(FeedOptions)}
+    unknown = set(kwargs) - clip_names - option_names
+    if unknown:
+        raise TypeError(f"h5feed: unknown arguments {sorted(unknown)}")
+    values: dict[str, Any] = dict(kwargs)
+    clip = ClipSpec(**{k: v for k, v in values.items() if k in clip_names})
+    options = {k: v for k, v in values.items() if k in option_names}
+    index_cache = options.pop("index_cache", True)
+    if index_cache is True:
+        options["index_cache"] = default_cache_dir()
+    else:
+        options["index_cache"] = str(index_cache) if index_cache else None
+    return FeedConfig(tuple(resolve_files(files)), clip, FeedOptions(**options))
 
 
-def batches(
-    files: PathsLike,
-    *,
-    clip_len: int = 16,
-    stride: int = 1,
-    resize: tuple[int, int] | None = None,
-    crop: tuple[int, int] | None = None,
-    crop_mode: str = "random",
-    flip: bool = False,
-    clip_start: str = "random",
-    clips_per_video: int = 1,
-    short_video: str = "loop",
-    batch_size: int = 8,
-    shuffle: bool = True,
-    seed: int = 0,
-    epochs: int | None = 1,
-    drop_remainder: bool = False,
-    deterministic: bool = True,
-    shard: tuple[int, int] = (0, 1),
-    workers: int = 2,
-    max_inflight_batches: int | None = None,
-    start_timeout_s: float = 60.0,
-    unit_timeout_s: float = 120.0,
-    frames_key: str = "frames",
-    label_key: str | None = "label",
-    index_cache: bool | str = True,
-) -> Feed:
+def batches(files: PathsLike, **kwargs: Unpack[FeedKwargs]) -> Feed:
     """Batches of video clips as NumPy dicts, decoded by ``workers`` local processes.
 
     Same arguments and semantics as :func:`dataset`, without TensorFlow. Each batch is a dict:
@@ -97,42 +80,22 @@ def batches(
     object arrays of bytes [B], ``start`` int64 [B], plus ``sample`` (global sample id) and
     ``epoch`` int64 [B]. Arrays may be read-only views of the received message.
     """
-    return Feed(_make_config(files, dict(locals_without_files(locals()))))
-
-
-def locals_without_files(values: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in values.items() if k != "files"}
+    return Feed(_make_config(files, kwargs))
 
 
 def dataset(
-    files: PathsLike,
-    *,
-    clip_len: int = 16,
-    stride: int = 1,
-    resize: tuple[int, int] | None = None,
-    crop: tuple[int, int] | None = None,
-    crop_mode: str = "random",
-    flip: bool = False,
-    clip_start: str = "random",
-    clips_per_video: int = 1,
-    short_video: str = "loop",
-    batch_size: int = 8,
-    shuffle: bool = True,
-    seed: int = 0,
-    epochs: int | None = 1,
-    drop_remainder: bool = False,
-    deterministic: bool = True,
-    shard: tuple[int, int] = (0, 1),
-    workers: int = 2,
-    max_inflight_batches: int | None = None,
-    start_timeout_s: float = 60.0,
-    unit_timeout_s: float = 120.0,
-    frames_key: str = "frames",
-    label_key: str | None = "label",
-    index_cache: bool | str = True,
-    prefetch: int | None = -1,
+    files: PathsLike, *, prefetch: int | None = -1, **kwargs: Unpack[FeedKwargs]
 ) -> tf.data.Dataset:
     """A ``tf.data.Dataset`` of batches of video clips, decoded in worker processes.
+
+    ``files``: a glob, a directory (its ``*.h5``/``*.hdf5`` files) or a list of paths. The
+    keyword arguments and their defaults are those of :class:`h5feed.consumer.options.
+    FeedKwargs` (clip: ``clip_len=16, stride=1, resize=None, crop=None, crop_mode="random",
+    flip=False, short_video="loop", frames_key="frames", label_key="label"``; plan:
+    ``clip_start="random", clips_per_video=1, batch_size=8, shuffle=True, seed=0, epochs=1,
+    drop_remainder=False, deterministic=True, shard=(0, 1)``; processes: ``workers=2,
+    max_inflight_batches=None, start_timeout_s=60, unit_timeout_s=120, index_cache=True,
+    tune_malloc=True``).
 
     Each element is one whole batch, a dict: ``frames`` uint8 [B, clip_len, H, W, 3] RGB (H, W
     from ``crop``, else ``resize``, else the stored size), ``label`` int64 [B], ``file`` string
@@ -160,18 +123,16 @@ def dataset(
       by TensorFlow as ``tf.errors.UnknownError`` whose message holds h5feed's error.
 
     ``prefetch``: batches tf.data prefetches after the generator (-1: ``tf.data.AUTOTUNE``,
-    0/None: no prefetch). Put ``.prefetch_to_device``/``.apply(tf.data.experimental.
-    prefetch_to_device("/gpu:0"))`` after it to overlap host-to-GPU copies with training.
+    0/None: no prefetch). End the pipeline with
+    ``.apply(tf.data.experimental.prefetch_to_device("/gpu:0"))`` to overlap host-to-GPU
+    copies with training.
     """
     import tensorflow as tf  # lazy: only the trainer side needs TensorFlow
 
-    values = locals_without_files(locals())
-    values.pop("tf")
-    prefetch_n = values.pop("prefetch")
-    feed = Feed(_make_config(files, values))
-    clip = feed.config.clip
+    feed = Feed(_make_config(files, kwargs))
+    clip, options = feed.config.clip, feed.config.options
     height, width = clip.frame_shape
-    rows = batch_size if drop_remainder else None
+    rows = options.batch_size if options.drop_remainder else None
     signature = {
         "frames": tf.TensorSpec((rows, clip.clip_len, height, width, 3), tf.uint8),
         "label": tf.TensorSpec((rows,), tf.int64),
@@ -189,6 +150,6 @@ def dataset(
             stream.close()
 
     ds = tf.data.Dataset.from_generator(generate, output_signature=signature)
-    if prefetch_n:
-        ds = ds.prefetch(tf.data.AUTOTUNE if prefetch_n < 0 else prefetch_n)
+    if prefetch:
+        ds = ds.prefetch(tf.data.AUTOTUNE if prefetch < 0 else prefetch)
     return ds

@@ -19,6 +19,7 @@ from collections.abc import Callable
 import numpy as np
 
 from h5feed.common.errors import DataError
+from h5feed.consumer.memory import aligned_empty
 from h5feed.consumer.plan import Index, PlannedBatch
 
 
@@ -98,7 +99,7 @@ class BatchAssembler:
         if len(pending.parts) == 1:
             frames = first_frames  # one worker made every row, in order: no copy
         else:
-            frames = np.empty((rows, *first_frames.shape[1:]), np.uint8)
+            frames = aligned_empty((rows, *first_frames.shape[1:]))  # TF shares it, no copy
             for positions, part in pending.parts:
                 frames[positions] = part
         return Batch(

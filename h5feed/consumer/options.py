@@ -7,6 +7,7 @@ import glob
 import os
 import pathlib
 from collections.abc import Sequence
+from typing import TypedDict
 
 from h5feed.common.config import CLIP_STARTS, ClipSpec
 from h5feed.consumer.plan import PlanOptions
@@ -77,6 +78,7 @@ class FeedOptions:
     start_timeout_s: float = 60.0
     unit_timeout_s: float = 120.0
     index_cache: str | None = dataclasses.field(default_factory=default_cache_dir)
+    tune_malloc: bool = True
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:
@@ -127,3 +129,39 @@ class FeedConfig:
     files: tuple[str, ...]
     clip: ClipSpec
     options: FeedOptions
+
+
+class FeedKwargs(TypedDict, total=False):
+    """The keyword arguments of ``h5feed.dataset()`` and ``h5feed.batches()``.
+
+    Defaults are those of :class:`ClipSpec` and :class:`FeedOptions`; ``index_cache`` is True
+    (the default directory, see :func:`default_cache_dir`), a directory, or False (off).
+    ``tune_malloc`` (default True) keeps 16 MiB of freed memory mapped in the trainer process
+    (glibc ``M_TOP_PAD``) so each ~5 MB batch does not fault in fresh pages; see
+    ``h5feed/consumer/memory.py``.
+    """
+
+    clip_len: int
+    stride: int
+    resize: tuple[int, int] | None
+    crop: tuple[int, int] | None
+    crop_mode: str
+    flip: bool
+    short_video: str
+    frames_key: str
+    label_key: str | None
+    clip_start: str
+    clips_per_video: int
+    batch_size: int
+    shuffle: bool
+    seed: int
+    epochs: int | None
+    drop_remainder: bool
+    deterministic: bool
+    shard: tuple[int, int]
+    workers: int
+    max_inflight_batches: int | None
+    start_timeout_s: float
+    unit_timeout_s: float
+    index_cache: bool | str
+    tune_malloc: bool

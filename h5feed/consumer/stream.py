@@ -33,6 +33,7 @@ from h5feed.common.errors import H5FeedError
 from h5feed.consumer.assembly import Batch
 from h5feed.consumer.coordinator import END, FAILED, Coordinator
 from h5feed.consumer.local_workers import LocalWorkers
+from h5feed.consumer.memory import keep_freed_memory_mapped
 from h5feed.consumer.options import FeedConfig
 
 #: Keys of every batch (the tf.data elements carry these, without ``sample`` and ``epoch``).
@@ -61,6 +62,8 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
             if epochs is None
             else iter(range(first_epoch, first_epoch + epochs))
         )
+        if config.options.tune_malloc:
+            keep_freed_memory_mapped()
         self._tmpdir = tempfile.mkdtemp(prefix="h5feed-")
         self.address = address = f"ipc://{self._tmpdir}/feed.sock"
         workers = config.options.workers

@@ -26,7 +26,7 @@ test: $(STAMP)
 
 ## bench: the core benchmark (prints clips/s and trainer CPU per clip)
 bench: $(STAMP)
-	$(BIN)/python benchmarks/core_bench.py
+	$(BIN)/python benchmarks/core_bench.py --json docs/bench/core-2cores.json
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build *.egg-info

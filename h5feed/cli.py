@@ -51,56 +51,48 @@ class _Formatter(argparse.RawDescriptionHelpFormatter):
     """Keeps the description's and epilog's line breaks (their examples are laid out)."""
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
+def _int_at_least(minimum: int) -> Callable[[str], int]:
+    """An argparse ``type`` for integers >= ``minimum``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
+        return value
+
+    return parse
 
 
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
+_positive_int = _int_at_least(1)
+_non_negative_int = _int_at_least(0)
+
+#: (flag, SampleSpec field, metavar, help) of the sample-data options.
+_SAMPLE_OPTIONS = (
+    ("--files", "files", "N", "number of HDF5 files"),
+    ("--videos-per-file", "videos_per_file", "N", "videos in each file"),
+    ("--min-frames", "min_frames", "N", "fewest frames of a video"),
+    ("--max-frames", "max_frames", "N", "most frames of a video"),
+    ("--height", "height", "PX", "frame height in pixels"),
+    ("--width", "width", "PX", "frame width in pixels"),
+)
 
 
 def _add_sample_options(parser: argparse.ArgumentParser, title: str, *, seed: bool) -> None:
     group = parser.add_argument_group(title)
-    d = SAMPLE_DEFAULTS
-    group.add_argument(
-        "--files", type=_positive_int, default=d["files"], metavar="N",
-        help="number of HDF5 files (default: %(default)s)",
-    )  # fmt: skip
-    group.add_argument(
-        "--videos-per-file", type=_positive_int, default=d["videos_per_file"], metavar="N",
-        help="videos in each file (default: %(default)s)",
-    )  # fmt: skip
-    group.add_argument(
-        "--min-frames", type=_positive_int, default=d["min_frames"], metavar="N",
-        help="fewest frames of a video (default: %(default)s)",
-    )  # fmt: skip
-    group.add_argument(
-        "--max-frames", type=_positive_int, default=d["max_frames"], metavar="N",
-        help="most frames of a video (default: %(default)s)",
-    )  # fmt: skip
-    group.add_argument(
-        "--height", type=_positive_int, default=d["height"], metavar="PX",
-        help="frame height in pixels (default: %(default)s)",
-    )  # fmt: skip
-    group.add_argument(
-        "--width", type=_positive_int, default=d["width"], metavar="PX",
-        help="frame width in pixels (default: %(default)s)",
-    )  # fmt: skip
+    for flag, field, metavar, text in _SAMPLE_OPTIONS:
+        group.add_argument(
+            flag,
+            type=_positive_int,
+            default=SAMPLE_DEFAULTS[field],
+            metavar=metavar,
+            help=f"{text} (default: %(default)s)",
+        )
     if seed:
         group.add_argument(
-            "--seed", type=_non_negative_int, default=d["seed"], metavar="N",
+            "--seed", type=_non_negative_int, default=SAMPLE_DEFAULTS["seed"], metavar="N",
             help="seed of the content (default: %(default)s)",
         )  # fmt: skip
 
@@ -108,15 +100,8 @@ def _add_sample_options(parser: argparse.ArgumentParser, title: str, *, seed: bo
 def _sample_spec(args: argparse.Namespace, seed: int) -> SampleSpec:
     from h5feed.producer.sample_data import SampleSpec
 
-    return SampleSpec(
-        files=args.files,
-        videos_per_file=args.videos_per_file,
-        min_frames=args.min_frames,
-        max_frames=args.max_frames,
-        height=args.height,
-        width=args.width,
-        seed=seed,
-    )
+    sizes = {field: getattr(args, field) for _, field, _, _ in _SAMPLE_OPTIONS}
+    return SampleSpec(**sizes, seed=seed)
 
 
 # --------------------------------------------------------------------------------------------

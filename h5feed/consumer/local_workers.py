@@ -18,6 +18,7 @@ import pathlib
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 
 _PACKAGE_PARENT = str(pathlib.Path(__file__).resolve().parents[2])
 _TERM_WAIT_S = 1.0
@@ -69,19 +70,21 @@ class LocalWorkers:
 
     def stop(self, grace_s: float = 2.0) -> None:
         """Wait up to ``grace_s`` for every worker to exit, then terminate, then kill."""
-        deadline = time.monotonic() + grace_s
-        for process in self.processes:
-            _wait(process, deadline - time.monotonic())
-        for process in self.processes:
-            if process.poll() is None:
-                process.terminate()
-        deadline = time.monotonic() + _TERM_WAIT_S
-        for process in self.processes:
-            _wait(process, deadline - time.monotonic())
-        for process in self.processes:
-            if process.poll() is None:
-                process.kill()
-                _wait(process, _KILL_WAIT_S)
+        steps: tuple[tuple[Callable[[subprocess.Popen[bytes]], None] | None, float], ...] = (
+            (None, grace_s),
+            (subprocess.Popen.terminate, _TERM_WAIT_S),
+            (subprocess.Popen.kill, _KILL_WAIT_S),
+        )
+        for escalate, wait_s in steps:
+            running = [p for p in self.processes if p.poll() is None]
+            if not running:
+                return
+            if escalate is not None:
+                for process in running:
+                    escalate(process)
+            deadline = time.monotonic() + wait_s
+            for process in running:
+                _wait(process, deadline - time.monotonic())
 
 
 def _wait(process: subprocess.Popen[bytes], timeout_s: float) -> None:

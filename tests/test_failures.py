@@ -19,7 +19,13 @@ import zmq
 from conftest import own_worker_pids, wait_until_gone
 
 import h5feed
-from h5feed.common.errors import DataError, WorkerDiedError, WorkerError, WorkerTimeoutError
+from h5feed.common.errors import (
+    DataError,
+    H5FeedError,
+    WorkerDiedError,
+    WorkerError,
+    WorkerTimeoutError,
+)
 from h5feed.producer.sample_data import write_video_file
 
 CLIP = {"clip_len": 4, "resize": (48, 64), "crop": (40, 40)}
@@ -185,9 +191,12 @@ def test_abandoned_stream_is_collected_and_its_workers_stop(
     assert wait_until_gone(pids, 10) == []
 
 
+@pytest.mark.parametrize("busy", [False, True], ids=["workers-idle", "workers-busy"])
 def test_workers_exit_when_the_consumer_process_is_killed(
-    small_dataset: list[pathlib.Path],
+    small_dataset: list[pathlib.Path], busy: bool
 ) -> None:
+    # Busy: the consumer keeps taking batches, so workers are mid-unit or mid-send when it
+    # dies, and a send to a socket that is gone must not block them forever.
     script = textwrap.dedent(
         f"""
         import h5feed, sys
@@ -195,6 +204,9 @@ def test_workers_exit_when_the_consumer_process_is_killed(
         stream = h5feed.batches(files, clip_len=4, epochs=None).stream()
         next(stream)
         print(*stream.worker_pids, flush=True)
+        if {busy!r}:
+            for _ in stream:
+                pass
         sys.stdin.read()
         """
     )
@@ -211,3 +223,15 @@ def test_workers_exit_when_the_consumer_process_is_killed(
     finally:
         if consumer.poll() is None:
             consumer.kill()
+
+
+@pytest.mark.parametrize("epochs", [1, None])
+def test_an_empty_epoch_is_an_error_not_a_silent_end_or_a_spin(
+    small_dataset: list[pathlib.Path], epochs: int | None
+) -> None:
+    # 24 videos, batch 32 with drop_remainder: no batch at all in any epoch
+    feed = h5feed.batches(
+        small_dataset, **CLIP, batch_size=32, drop_remainder=True, epochs=epochs, workers=1
+    )
+    with pytest.raises(H5FeedError, match="an epoch has no batch: 24 samples"):
+        list(feed)

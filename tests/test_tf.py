@@ -12,7 +12,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import own_worker_pids, wait_until_gone
+from conftest import own_worker_pids, wait_until_gone, worker_pids
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 tf = pytest.importorskip(
@@ -174,7 +174,9 @@ def test_exit_is_prompt_while_tf_waits_inside_the_generator(
 def test_ctrl_c_stops_the_trainer_and_its_workers(small_dataset: list[pathlib.Path]) -> None:
     script = textwrap.dedent(
         f"""
-        import h5feed, time
+        import faulthandler, signal, time
+        import h5feed
+        faulthandler.register(signal.SIGUSR1, all_threads=True)  # the test's diagnosis on a hang
         ds = h5feed.dataset({[str(p) for p in small_dataset]!r}, clip_len=4, resize=(24, 32),
                             epochs=None)
         for i, batch in enumerate(ds):
@@ -193,13 +195,23 @@ def test_ctrl_c_stops_the_trainer_and_its_workers(small_dataset: list[pathlib.Pa
     try:
         assert trainer.stdout is not None
         assert trainer.stdout.readline().strip() == "running"
-        from conftest import worker_pids
-
         workers = worker_pids(trainer.pid)
         assert len(workers) == 2
         trainer.send_signal(signal.SIGINT)
         began = time.monotonic()
-        _, stderr = trainer.communicate(timeout=30)
+        try:
+            _, stderr = trainer.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            # Say where it hangs: every thread's Python stack, and who is still alive.
+            alive = wait_until_gone(workers, 0)
+            trainer.send_signal(signal.SIGUSR1)
+            time.sleep(2)
+            trainer.kill()
+            _, stderr = trainer.communicate(timeout=10)
+            pytest.fail(
+                f"no exit 30 s after SIGINT (trainer exit code {trainer.returncode}, workers "
+                f"alive {alive}); its stderr:\n{stderr[-6000:]}"
+            )
         assert time.monotonic() - began < 20
         assert "KeyboardInterrupt" in stderr
         assert wait_until_gone(workers, 10) == []

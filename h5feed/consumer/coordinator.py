@@ -34,6 +34,7 @@ import zmq
 
 from h5feed.common import wire
 from h5feed.common.errors import (
+    H5FeedError,
     NoWorkersError,
     ProtocolError,
     WorkerDiedError,
@@ -224,10 +225,16 @@ class Coordinator:
 
     def _plan_batches(self, index: Index) -> Iterator[tuple[int, PlannedBatch]]:
         seq = 0
+        options = self.config.options
         for epoch in self._epochs:
-            for planned in EpochPlan(
-                index, self.config.clip, self.config.options.plan_options(), epoch
-            ):
+            plan = EpochPlan(index, self.config.clip, options.plan_options(), epoch)
+            if len(plan) == 0:  # else epochs=None would spin through empty epochs forever
+                raise H5FeedError(
+                    f"an epoch has no batch: {len(plan.order)} samples in shard {options.shard} "
+                    f"of {index.num_videos} videos, batch_size={options.batch_size}, "
+                    f"drop_remainder={options.drop_remainder}"
+                )
+            for planned in plan:
                 yield seq, planned
                 seq += 1
 

@@ -39,6 +39,9 @@ from h5feed.producer.index_cache import VideoEntry
 from h5feed.producer.reader import VideoFile
 
 _POLL_MS = 200
+# A DEALER blocks a send while it has no connected peer (the consumer is gone or restarting).
+# Sends time out this often to re-check whether the worker should leave instead of waiting.
+_SEND_RETRY_MS = 500
 _log = logging.getLogger("h5feed.worker")
 
 
@@ -107,8 +110,17 @@ class _Job:
         return out
 
 
+class _Leave(Exception):
+    """Raised inside the event loop when the worker must stop (BYE, SIGTERM, parent gone)."""
+
+
 class Worker:
-    """The worker's event loop over one DEALER socket."""
+    """The worker's event loop over one DEALER socket.
+
+    Guarantees: it never blocks longer than ``_SEND_RETRY_MS`` or ``_POLL_MS`` without checking
+    whether it must leave, so it exits within about a second of its parent dying or a SIGTERM,
+    even when the consumer's socket is gone and a send could wait forever.
+    """
 
     def __init__(self, connect: str, worker_id: str, parent_pid: int | None) -> None:
         self.worker_id = worker_id
@@ -116,6 +128,7 @@ class Worker:
         self.context = zmq.Context()
         self.socket = self.context.socket(zmq.DEALER)
         self.socket.setsockopt(zmq.LINGER, 0)
+        self.socket.setsockopt(zmq.SNDTIMEO, _SEND_RETRY_MS)
         self.socket.setsockopt(zmq.ROUTING_ID, worker_id.encode())
         self.socket.connect(connect)
         self.job: _Job | None = None
@@ -124,25 +137,36 @@ class Worker:
     def send(
         self, kind: str, fields: dict[str, Any], arrays: Sequence[tuple[str, np.ndarray]] = ()
     ) -> None:
-        self.socket.send_multipart(wire.encode(kind, fields, arrays), copy=False)
+        frames = wire.encode(kind, fields, arrays)
+        while True:
+            try:
+                # A multipart send is all or nothing: EAGAIN can only come before the first part.
+                self.socket.send_multipart(frames, copy=False)
+                return
+            except zmq.Again:
+                self.check_leave()
+
+    def check_leave(self) -> None:
+        """Raise _Leave when the worker must stop: asked to, or its parent process is gone."""
+        if self.stopping:
+            raise _Leave
+        if self.parent_pid is not None and os.getppid() != self.parent_pid:
+            _log.info("worker %s: parent %d is gone, exiting", self.worker_id, self.parent_pid)
+            raise _Leave
 
     def run(self) -> int:
-        self.send(
-            wire.HELLO,
-            {
-                "worker": self.worker_id,
-                "pid": os.getpid(),
-                "host": socket.gethostname(),
-                "package": __version__,
-            },
-        )
         try:
-            while not self.stopping:
-                if self.parent_pid is not None and os.getppid() != self.parent_pid:
-                    _log.info(
-                        "worker %s: parent %d is gone, exiting", self.worker_id, self.parent_pid
-                    )
-                    break
+            self.send(
+                wire.HELLO,
+                {
+                    "worker": self.worker_id,
+                    "pid": os.getpid(),
+                    "host": socket.gethostname(),
+                    "package": __version__,
+                },
+            )
+            while True:
+                self.check_leave()
                 if not self.socket.poll(_POLL_MS):
                     continue
                 frames = self.socket.recv_multipart(copy=False)
@@ -152,6 +176,8 @@ class Worker:
                     _log.warning("worker %s: dropped malformed message: %s", self.worker_id, exc)
                     continue
                 self.handle(message)
+        except _Leave:
+            _log.debug("worker %s: leaving", self.worker_id)
         finally:
             if self.job is not None:
                 self.job.close()

@@ -53,6 +53,7 @@ _log = logging.getLogger("h5feed.consumer")
 _POLL_MS = 50
 _HEALTH_EVERY_S = 0.2
 _SEND_TIMEOUT_MS = 5000
+_EXIT_REPORT_WAIT_S = 1.0
 _MAX_MESSAGES_PER_PASS = 256
 
 
@@ -440,6 +441,12 @@ class Coordinator:
         try:
             self._socket.send_multipart([peer.identity, *wire.encode(kind, fields)], copy=False)
         except zmq.ZMQError as exc:  # EHOSTUNREACH (gone) or EAGAIN (not reading at all)
+            # A local worker that exited is better reported with its exit code, which its
+            # process gives once it is fully gone (its socket closes a moment earlier).
+            deadline = time.monotonic() + _EXIT_REPORT_WAIT_S
+            while self.local_workers is not None and time.monotonic() < deadline:
+                self._check_health(time.monotonic())
+                time.sleep(0.02)
             raise WorkerDiedError(
                 f"cannot send to worker {peer.name} (pid {peer.pid} on {peer.host}): {exc}"
             ) from exc

@@ -69,6 +69,26 @@ def _int_at_least(minimum: int) -> Callable[[str], int]:
 _positive_int = _int_at_least(1)
 _non_negative_int = _int_at_least(0)
 
+#: (flag, parser, default, help) of the demo's integer options.
+_DEMO_INT_OPTIONS = (
+    ("--steps", _positive_int, 60, "training steps"),
+    ("--workers", _positive_int, 2, "decoding worker processes per dataset"),
+    ("--batch-size", _positive_int, 8, "clips per batch"),
+    ("--clip-len", _positive_int, 16, "frames per clip"),
+    (
+        "--seed",
+        _non_negative_int,
+        0,
+        "seed of the shuffle, the augmentation and the model's weights",
+    ),
+    (
+        "--warmup",
+        _non_negative_int,
+        5,
+        "first steps left out of the measurement: worker start, graph tracing; at most steps - 1",
+    ),
+)
+
 #: (flag, SampleSpec field, metavar, help) of the sample-data options.
 _SAMPLE_OPTIONS = (
     ("--files", "files", "N", "number of HDF5 files"),
@@ -252,32 +272,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--data", default="sample_data", metavar="DIR",
         help="directory of the sample dataset, made there if missing (default: ./%(default)s)",
     )  # fmt: skip
-    demo.add_argument(
-        "--steps", type=_positive_int, default=60, metavar="N",
-        help="training steps (default: %(default)s)",
-    )  # fmt: skip
-    demo.add_argument(
-        "--workers", type=_positive_int, default=2, metavar="N",
-        help="decoding worker processes per dataset (default: %(default)s)",
-    )  # fmt: skip
-    demo.add_argument(
-        "--batch-size", type=_positive_int, default=8, metavar="N",
-        help="clips per batch (default: %(default)s)",
-    )  # fmt: skip
-    demo.add_argument(
-        "--clip-len", type=_positive_int, default=16, metavar="N",
-        help="frames per clip (default: %(default)s)",
-    )  # fmt: skip
-    demo.add_argument(
-        "--seed", type=_non_negative_int, default=0, metavar="N",
-        help="seed of the shuffle, the augmentation and the model's weights (default: "
-        "%(default)s)",
-    )  # fmt: skip
-    demo.add_argument(
-        "--warmup", type=_non_negative_int, default=5, metavar="N",
-        help="first steps left out of the measurement: worker start, graph tracing "
-        "(default: %(default)s; at most steps - 1)",
-    )  # fmt: skip
+    for flag, parse, default, text in _DEMO_INT_OPTIONS:
+        demo.add_argument(
+            flag, type=parse, default=default, metavar="N", help=f"{text} (default: %(default)s)"
+        )
     _add_sample_options(demo, "sample data (used only when --data lacks files of it)", seed=False)
     demo.set_defaults(handler=_cmd_demo)
 

@@ -24,6 +24,7 @@ __version__ = "0.1.0"
 
 if TYPE_CHECKING:
     from h5feed.consumer.api import batches, dataset
+    from h5feed.consumer.keras_callback import input_wait_callback
 
 __all__ = [
     "DataError",
@@ -37,6 +38,7 @@ __all__ = [
     "__version__",
     "batches",
     "dataset",
+    "input_wait_callback",
 ]
 
 
@@ -46,4 +48,8 @@ def __getattr__(name: str) -> Any:
         from h5feed.consumer import api
 
         return getattr(api, name)
+    if name == "input_wait_callback":
+        from h5feed.consumer import keras_callback
+
+        return keras_callback.input_wait_callback
     raise AttributeError(f"module 'h5feed' has no attribute {name!r}")

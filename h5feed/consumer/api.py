@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import threading
+import weakref
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Unpack
 
@@ -36,6 +37,8 @@ class Feed:
         self.config = config
         self._next_epoch = 0
         self._lock = threading.Lock()
+        self._current: weakref.ref[BatchStream] | None = None
+        self._last_stats: dict[str, Any] | None = None
 
     @property
     def next_epoch(self) -> int:
@@ -48,7 +51,21 @@ class Feed:
         with self._lock:
             first = self._next_epoch
             self._next_epoch = first + epochs if epochs is not None else first
-        return BatchStream(self.config, first, epochs)
+        stream = BatchStream(self.config, first, epochs, on_close=self._keep_stats)
+        self._current = weakref.ref(stream)
+        return stream
+
+    def _keep_stats(self, stats: dict[str, Any]) -> None:
+        self._last_stats = stats
+
+    def stats(self) -> dict[str, Any]:
+        """The statistics of the running iteration, else the last one's final figures, as a
+        plain dict (see :meth:`BatchStream.stats`); ``{"running": False}`` before the first.
+        Cheap: call it as often as you like, from any thread."""
+        stream = self._current() if self._current is not None else None
+        if stream is not None:
+            return stream.stats()
+        return dict(self._last_stats) if self._last_stats else {"running": False}
 
     def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
         return self.stream()
@@ -152,4 +169,7 @@ def dataset(
     ds = tf.data.Dataset.from_generator(generate, output_signature=signature)
     if prefetch:
         ds = ds.prefetch(tf.data.AUTOTUNE if prefetch < 0 else prefetch)
+    # ds.stats(): the pipeline's figures (see Feed.stats); datasets derived with .map() etc.
+    # do not carry it, so keep a reference to this one.
+    ds.stats = feed.stats
     return ds

@@ -148,8 +148,17 @@ class Coordinator:
         return self._dispatched - self._taken
 
     def worker_info(self) -> list[dict[str, Any]]:
+        """Per worker: identity, files owned, units held, and what it delivered (rates)."""
         return [
-            {"name": p.name, "pid": p.pid, "host": p.host, "files": len(p.files)}
+            {
+                "name": p.name,
+                "pid": p.pid,
+                "host": p.host,
+                "files": len(p.files),
+                "outstanding_units": len(p.outstanding),
+                "unit_latency_s": p.unit_latency_s,
+                **p.received.snapshot(),
+            }
             for p in list(self._peers.values())
         ]
 
@@ -344,8 +353,8 @@ class Coordinator:
             self._drop(f"part of unit {unit.id} from {peer.name} with a bad frames array")
             return
         del self._units[unit.id]
-        peer.outstanding.pop(unit.id, None)
-        peer.last_progress = time.monotonic()
+        peer.unit_done(unit.id, time.monotonic())
+        peer.received.record(len(unit.samples), frames.nbytes)
         self._require_assembler().add(unit.seq, unit.positions, frames)
 
     def _dispatch(self) -> None:

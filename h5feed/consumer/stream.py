@@ -24,7 +24,7 @@ import threading
 import time
 import uuid
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -35,6 +35,7 @@ from h5feed.consumer.coordinator import END, FAILED, Coordinator
 from h5feed.consumer.local_workers import LocalWorkers
 from h5feed.consumer.memory import keep_freed_memory_mapped
 from h5feed.consumer.options import FeedConfig
+from h5feed.consumer.stats import RateMeter, WaitMeter, verdict
 
 #: Keys of every batch (the tf.data elements carry these, without ``sample`` and ``epoch``).
 BATCH_KEYS = ("frames", "label", "file", "video", "start")
@@ -50,13 +51,19 @@ _live_streams: weakref.WeakSet[BatchStream] = weakref.WeakSet()
 class BatchStream(Iterator[dict[str, np.ndarray]]):
     """Iterates the batches of ``epochs`` epochs, starting at epoch ``first_epoch``."""
 
-    def __init__(self, config: FeedConfig, first_epoch: int, epochs: int | None) -> None:
+    def __init__(
+        self,
+        config: FeedConfig,
+        first_epoch: int,
+        epochs: int | None,
+        on_close: Callable[[dict[str, Any]], None] | None = None,
+    ) -> None:
         self.config = config
+        self._on_close = on_close
         self.job_id = uuid.uuid4().hex
         self._closed = threading.Event()
-        self._wait_s = 0.0
-        self._started_at = time.monotonic()
-        self._batches = 0
+        self._waited = WaitMeter()
+        self._taken = RateMeter()
         epoch_range: Iterator[int] = (
             itertools.count(first_epoch)
             if epochs is None
@@ -90,7 +97,7 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
         return self._coordinator.inflight
 
     def __next__(self) -> dict[str, np.ndarray]:
-        began = time.monotonic()
+        began = time.monotonic()  # the wait for input: until a batch (or the end) is here
         try:
             while True:
                 if self._closed.is_set():
@@ -110,14 +117,18 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
                     raise H5FeedError(f"the h5feed coordinator failed: {error!r}") from error
                 batch: Batch = item
                 self._coordinator.consumed()
-                self._batches += 1
+                frames = batch.arrays["frames"]
+                self._taken.record(len(frames), frames.nbytes)
                 return batch.arrays
         finally:
-            self._wait_s += time.monotonic() - began
+            self._waited.record(time.monotonic() - began)
 
     def close(self) -> None:
         """Stop the workers and release everything; idempotent, safe from any thread."""
-        self._finalizer()
+        if self._finalizer.alive:
+            self._finalizer()
+            if self._on_close is not None:
+                self._on_close(self.stats())  # the final figures outlive the stream
 
     def __enter__(self) -> BatchStream:
         return self
@@ -126,16 +137,50 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
         self.close()
 
     def stats(self) -> dict[str, Any]:
-        """Counters of this iteration (a fuller view comes with the metrics work)."""
-        elapsed = time.monotonic() - self._started_at
-        counters = dict(self._coordinator.counters)
+        """A plain dict describing this iteration now; cheap, callable from any thread.
+
+        ``batches``/``clips``/``bytes``: taken by the trainer, with ``per_s_recent`` (last
+        10 s) and ``per_s_total`` rates; ``startup_s``: until the first batch;
+        ``wait_share_recent``/``wait_share_total``: share of time since the first batch that
+        ``next()`` waited for a batch not yet ready; ``inflight_batches`` of
+        ``credit_budget``; ``queue_depth``: complete batches not yet taken; ``workers`` and
+        ``hosts``: what each delivered; ``malformed_messages``, ``dropped_parts``; and the
+        verdict: ``input_bound``, ``suggested_extra_workers``, ``verdict`` (one line).
+        """
+        taken = self._taken.snapshot()
+        waited = self._waited.snapshot()
+        workers = self._coordinator.worker_info()
+        hosts: dict[str, dict[str, float]] = {}
+        for worker in workers:
+            host = hosts.setdefault(worker["host"], {"workers": 0, "clips": 0, "clips_per_s": 0})
+            host["workers"] += 1
+            host["clips"] += worker["clips"]
+            host["clips_per_s"] += worker["per_s_recent"]["clips"]
+        counters = self._coordinator.counters
+        bound, extra, line = verdict(
+            waited["wait_share_recent"], len(workers) or self.config.options.workers
+        )
         return {
-            **counters,
-            "batches_taken": self._batches,
-            "elapsed_s": elapsed,
-            "wait_s": self._wait_s,
+            "job": self.job_id,
+            "running": not self._closed.is_set(),
+            "batches": taken["count"],
+            "clips": taken["clips"],
+            "bytes": taken["bytes"],
+            "per_s_recent": taken["per_s_recent"],
+            "per_s_total": taken["per_s_total"],
+            **waited,
             "inflight_batches": self._coordinator.inflight,
-            "workers": self._coordinator.worker_info(),
+            "credit_budget": self.config.options.inflight_batches,
+            "queue_depth": self._coordinator.out.qsize(),
+            "workers": workers,
+            "hosts": hosts,
+            "malformed_messages": counters["malformed_messages"],
+            "dropped_parts": counters["dropped_parts"],
+            "batches_dispatched": counters["batches_dispatched"],
+            "max_inflight_batches": counters["max_inflight_batches"],
+            "input_bound": bound,
+            "suggested_extra_workers": extra,
+            "verdict": line,
         }
 
 

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from h5feed.consumer.plan import Index, PlannedBatch
+from h5feed.consumer.stats import RateMeter
 
 
 @dataclasses.dataclass
@@ -26,6 +27,16 @@ class Peer:
     files: list[int] = dataclasses.field(default_factory=list)
     outstanding: dict[int, float] = dataclasses.field(default_factory=dict)  # unit -> sent at
     last_progress: float = 0.0
+    received: RateMeter = dataclasses.field(default_factory=RateMeter)  # its DATA parts
+    unit_latency_s: float | None = None  # moving average, from UNIT sent to its DATA received
+
+    def unit_done(self, unit_id: int, now: float) -> None:
+        """Unit ``unit_id`` came back: it is no longer held, and its latency is averaged in."""
+        sent = self.outstanding.pop(unit_id, now)
+        latency = now - sent
+        previous = self.unit_latency_s
+        self.unit_latency_s = latency if previous is None else 0.8 * previous + 0.2 * latency
+        self.last_progress = now
 
 
 @dataclasses.dataclass

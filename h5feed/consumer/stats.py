@@ -1,0 +1,134 @@
+"""Pipeline statistics: rates over a recent window and in total, and the input-bound verdict.
+
+Everything here is cheap and thread-safe: the coordinator thread and the trainer's thread
+record events, any thread may read a snapshot at any time.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+import threading
+import time
+from typing import Any
+
+#: Seconds of history behind the "recent" rates.
+RECENT_WINDOW_S = 10.0
+#: Above this share of time waiting for input, the trainer is called input-bound.
+INPUT_BOUND_WAIT_SHARE = 0.10
+
+
+class RateMeter:
+    """Counts events (clips and bytes) in total and over the last :data:`RECENT_WINDOW_S`."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._started = time.monotonic()
+        self._events: collections.deque[tuple[float, int, int]] = collections.deque()
+        self.count = 0  # events (batches or parts)
+        self.clips = 0
+        self.bytes = 0
+        self.last_seen: float | None = None
+
+    def record(self, clips: int, nbytes: int) -> None:
+        now = time.monotonic()
+        with self._lock:
+            self.count += 1
+            self.clips += clips
+            self.bytes += nbytes
+            self.last_seen = now
+            self._events.append((now, clips, nbytes))
+            self._trim(now)
+
+    def _trim(self, now: float) -> None:
+        while self._events and self._events[0][0] < now - RECENT_WINDOW_S:
+            self._events.popleft()
+
+    def snapshot(self) -> dict[str, Any]:
+        """Totals, total rates since creation, recent rates, seconds since the last event."""
+        now = time.monotonic()
+        with self._lock:
+            self._trim(now)
+            recent = list(self._events)
+            count, clips, nbytes, last = self.count, self.clips, self.bytes, self.last_seen
+        elapsed = max(now - self._started, 1e-9)
+        window = min(RECENT_WINDOW_S, elapsed)
+        return {
+            "count": count,
+            "clips": clips,
+            "bytes": nbytes,
+            "per_s_total": _rates(count, clips, nbytes, elapsed),
+            "per_s_recent": _rates(
+                len(recent), sum(e[1] for e in recent), sum(e[2] for e in recent), window
+            ),
+            "last_seen_s_ago": None if last is None else now - last,
+        }
+
+
+def _rates(count: int, clips: int, nbytes: int, seconds: float) -> dict[str, float]:
+    return {"events": count / seconds, "clips": clips / seconds, "bytes": nbytes / seconds}
+
+
+def verdict(wait_share: float, workers: int) -> tuple[bool, int, str]:
+    """(input-bound?, suggested extra workers, a one-line explanation).
+
+    ``wait_share`` is the share of time the consumer of batches (tf.data's prefetch thread, or
+    the trainer with ``batches()``) spent waiting for a batch that was not ready. If it waited
+    a share ``w`` of the time, it could take batches ``1 / (1 - w)`` times faster, so about
+    ``workers / (1 - w)`` workers would keep up (assuming workers scale: cores to spare).
+    """
+    if wait_share <= INPUT_BOUND_WAIT_SHARE:
+        return (
+            False,
+            0,
+            f"not input-bound: the trainer waited {wait_share:.0%} of the time for input",
+        )
+    needed = math.ceil(workers / max(1.0 - wait_share, 0.05))
+    extra = max(needed - workers, 1)
+    return (
+        True,
+        extra,
+        f"input-bound: the trainer waited {wait_share:.0%} of the time for input; about {extra} "
+        f"more worker{'s' if extra > 1 else ''} ({needed} in all) would keep up, given free cores",
+    )
+
+
+class WaitMeter:
+    """Time spent waiting for input, in total and over the last :data:`RECENT_WINDOW_S`,
+    counted from the first batch on: the start-up (workers starting, files being indexed) is
+    reported apart as ``startup_s``, since it says nothing about the steady state."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._created = time.monotonic()
+        self._started: float | None = None
+        self._waits: collections.deque[tuple[float, float]] = collections.deque()  # (end, s)
+        self.total_s = 0.0
+
+    def record(self, seconds: float) -> None:
+        now = time.monotonic()
+        with self._lock:
+            if self._started is None:  # this wait ended with the first batch: start-up
+                self._started = now
+                return
+            self.total_s += seconds
+            self._waits.append((now, seconds))
+            while self._waits and self._waits[0][0] < now - RECENT_WINDOW_S:
+                self._waits.popleft()
+
+    def snapshot(self) -> dict[str, float]:
+        """``wait_s`` and ``elapsed_s`` in total, and the recent and total wait shares."""
+        now = time.monotonic()
+        with self._lock:
+            recent = sum(s for end, s in self._waits if end >= now - RECENT_WINDOW_S)
+            total, started = self.total_s, self._started
+        startup = (now if started is None else started) - self._created
+        elapsed = max(now - started, 1e-9) if started is not None else 1e-9
+        window = min(RECENT_WINDOW_S, elapsed)
+        return {
+            "startup_s": startup,
+            "wait_s": total,
+            "elapsed_s": elapsed,
+            "wait_share_total": min(total / elapsed, 1.0),
+            "wait_share_recent": min(recent / window, 1.0),
+        }

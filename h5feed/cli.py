@@ -21,7 +21,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from h5feed import __version__
 
@@ -260,13 +260,21 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
-    demo = commands.add_parser(
+    def subcommand(name: str, summary: str, description: str, epilog: str) -> Any:
+        return commands.add_parser(
+            name,
+            parents=[verbose],
+            help=summary,
+            description=description,
+            epilog=epilog,
+            formatter_class=_Formatter,
+        )
+
+    demo = subcommand(
         "demo",
-        parents=[verbose],
-        help="train a tiny Keras model on the sample data and report clips/s and input wait",
-        description=_DEMO_DESCRIPTION,
-        epilog=_DEMO_EPILOG,
-        formatter_class=_Formatter,
+        "train a tiny Keras model on the sample data and report clips/s and input wait",
+        _DEMO_DESCRIPTION,
+        _DEMO_EPILOG,
     )
     demo.add_argument(
         "--data", default="sample_data", metavar="DIR",
@@ -279,13 +287,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_sample_options(demo, "sample data (used only when --data lacks files of it)", seed=False)
     demo.set_defaults(handler=_cmd_demo)
 
-    make_sample = commands.add_parser(
+    make_sample = subcommand(
         "make-sample",
-        parents=[verbose],
-        help="write the sample dataset (HDF5 files of JPEG frames) into a directory",
-        description=_MAKE_SAMPLE_DESCRIPTION,
-        epilog=_MAKE_SAMPLE_EPILOG,
-        formatter_class=_Formatter,
+        "write the sample dataset (HDF5 files of JPEG frames) into a directory",
+        _MAKE_SAMPLE_DESCRIPTION,
+        _MAKE_SAMPLE_EPILOG,
     )
     make_sample.add_argument("dir", metavar="DIR", help="directory to write (made if missing)")
     _add_sample_options(make_sample, "dataset", seed=True)

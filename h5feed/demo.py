@@ -284,6 +284,7 @@ def run_demo(
     )
 
     wait_s = compute_s = 0.0
+    pipeline: dict[str, Any] = {"verdict": "no figures (training did not finish)"}
     measured_clips = 0
     measured_from = 0.0
     final_loss = float("nan")
@@ -315,6 +316,7 @@ def run_demo(
             bar.update(step, note)
         measured_s = time.monotonic() - measured_from
         bar.close()
+        pipeline = train_ds.stats()  # h5feed's own view, from inside the pipeline
 
         # Validation while the training iterator (and its workers) is still alive.
         t0 = time.monotonic()
@@ -348,6 +350,7 @@ def run_demo(
         f"input wait share: {share:.1%} of the measured step time was spent waiting for input "
         f"(wait {wait_s:.2f}s, compute {compute_s:.2f}s)"
     )
+    say(f"h5feed says: {pipeline['verdict']}")
     say(
         f"validation accuracy: {val_accuracy:.3f} on {val_clips} clips "
         f"(chance {1 / spec.num_classes:.3f}; {val_s:.1f}s), final train loss {final_loss:.3f}"
@@ -369,4 +372,5 @@ def run_demo(
         "data_s": data_s,
         "total_s": total_s,
         "workers_left": len(workers_left),
+        "verdict": pipeline["verdict"],
     }

@@ -1,4 +1,4 @@
-"""A Keras callback that logs, per epoch, the share of time the trainer waited for input."""
+"""A Keras callback that logs, per epoch, the share of time tf.data waited for input."""
 
 from __future__ import annotations
 
@@ -14,8 +14,9 @@ def input_wait_callback(stats: Callable[[], dict[str, Any]]) -> Any:
 
     ``stats`` is the dataset's ``stats`` method (``h5feed.dataset(...).stats``). At the end of
     every epoch it adds ``input_wait_share`` (share of the epoch's time, after start-up, that
-    tf.data waited for a batch that was not ready) and ``input_clips_per_s`` to the epoch's
-    logs, so both land in ``History`` and in the progress bar, and logs the verdict at INFO.
+    tf.data waited for a batch h5feed had not made yet: whether the workers keep up) and
+    ``input_clips_per_s`` to the epoch's logs, so both land in ``History`` and in the progress
+    bar, and logs the share at INFO.
     Keras is imported here, not when h5feed is.
     """
     import keras
@@ -47,6 +48,6 @@ def input_wait_callback(stats: Callable[[], dict[str, Any]]) -> Any:
             if logs is not None:
                 logs["input_wait_share"] = share
                 logs["input_clips_per_s"] = clips / elapsed_s if elapsed_s > 0 else 0.0
-            _log.info("epoch %d: trainer waited %.0f%% of the time for input", epoch, 100 * share)
+            _log.info("epoch %d: tf.data waited %.0f%% of the time for a batch", epoch, 100 * share)
 
     return InputWait()

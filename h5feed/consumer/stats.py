@@ -73,7 +73,9 @@ def verdict(wait_share: float, workers: int) -> tuple[bool, int, str]:
     """(input-bound?, suggested extra workers, a one-line explanation).
 
     ``wait_share`` is the share of time the consumer of batches (tf.data's prefetch thread, or
-    the trainer with ``batches()``) spent waiting for a batch that was not ready. If it waited
+    the trainer with ``batches()``) spent waiting for a batch that was not ready. With
+    prefetch, the training step itself waits less than that (the buffer absorbs some of it);
+    this share says whether the workers keep up with what tf.data asks of them. If it waited
     a share ``w`` of the time, it could take batches ``1 / (1 - w)`` times faster, so about
     ``workers / (1 - w)`` workers would keep up (assuming workers scale: cores to spare).
     """
@@ -81,15 +83,16 @@ def verdict(wait_share: float, workers: int) -> tuple[bool, int, str]:
         return (
             False,
             0,
-            f"not input-bound: the trainer waited {wait_share:.0%} of the time for input",
+            f"not input-bound: tf.data waited for h5feed's next batch {wait_share:.0%} of the time",
         )
     needed = math.ceil(workers / max(1.0 - wait_share, 0.05))
     extra = max(needed - workers, 1)
     return (
         True,
         extra,
-        f"input-bound: the trainer waited {wait_share:.0%} of the time for input; about {extra} "
-        f"more worker{'s' if extra > 1 else ''} ({needed} in all) would keep up, given free cores",
+        f"input-bound: tf.data waited for h5feed's next batch {wait_share:.0%} of the time; "
+        f"about {extra} more worker{'s' if extra > 1 else ''} ({needed} in all) would keep up, "
+        "given free cores",
     )
 
 

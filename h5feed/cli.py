@@ -158,6 +158,31 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_produce(args: argparse.Namespace) -> int:
+    """Run :func:`h5feed.producer.service.run_producer` until SIGTERM/SIGINT."""
+    from h5feed.producer.cpus import available_cpus
+    from h5feed.producer.service import run_producer
+
+    workers = int(args.workers) if args.workers is not None else available_cpus()
+    return run_producer(args.connect, args.data_root, workers, args.name)
+
+
+_PRODUCE_DESCRIPTION = """\
+Start decoding workers that serve an h5feed consumer (a trainer that called
+h5feed.dataset(..., listen="tcp://*:5555")). Every flag has an H5FEED_* environment variable.
+
+Guarantees: the workers may start before the trainer and wait for it; they serve its jobs
+(file list, clip and preprocessing parameters come from the trainer) and outlive its
+iterations and restarts; a worker that dies is restarted; SIGTERM stops the service within
+10 s with exit status 0; a trainer of another protocol version is refused (exit status 2,
+both versions named)."""
+
+_PRODUCE_EPILOG = """\
+examples:
+  h5feed produce --connect tcp://trainer-host:5555 --data-root /data --workers 8
+  H5FEED_CONNECT=tcp://127.0.0.1:5555 h5feed produce --data-root ./videos"""
+
+
 def _cmd_make_sample(args: argparse.Namespace) -> int:
     """Write the sample dataset into ``args.dir``; print a one-line summary to stdout."""
     import h5py
@@ -296,6 +321,33 @@ def build_parser() -> argparse.ArgumentParser:
     make_sample.add_argument("dir", metavar="DIR", help="directory to write (made if missing)")
     _add_sample_options(make_sample, "dataset", seed=True)
     make_sample.set_defaults(handler=_cmd_make_sample)
+
+    produce = subcommand(
+        "produce",
+        "serve a trainer: decoding workers that connect to its h5feed consumer",
+        _PRODUCE_DESCRIPTION,
+        _PRODUCE_EPILOG,
+    )
+    env = os.environ  # read here, in the entry point, never at import time
+    produce.add_argument(
+        "--connect", default=env.get("H5FEED_CONNECT"), metavar="ADDR",
+        required="H5FEED_CONNECT" not in env,
+        help="the trainer's address, e.g. tcp://trainer-host:5555 (env H5FEED_CONNECT)",
+    )  # fmt: skip
+    produce.add_argument(
+        "--data-root", default=env.get("H5FEED_DATA_ROOT"), metavar="DIR",
+        help="the job's relative file paths resolve under this (env H5FEED_DATA_ROOT)",
+    )  # fmt: skip
+    produce.add_argument(
+        "--workers", type=_positive_int, default=env.get("H5FEED_WORKERS"), metavar="N",
+        help="worker processes (env H5FEED_WORKERS; default: the CPUs this process may use, "
+        "cgroup CPU quota included)",
+    )  # fmt: skip
+    produce.add_argument(
+        "--name", default=env.get("H5FEED_NAME"), metavar="NAME",
+        help="prefix of the workers' names (env H5FEED_NAME; default: host-pid)",
+    )  # fmt: skip
+    produce.set_defaults(handler=_cmd_produce)
     return parser
 
 

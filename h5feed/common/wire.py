@@ -48,6 +48,9 @@ DATA: Final = "data"  # worker -> consumer: the rows of a unit, as arrays
 ERROR: Final = "error"  # worker -> consumer: a unit (or the job) failed, with the traceback
 BYE: Final = "bye"  # either way: stop / I am leaving
 
+#: Start of a BYE reason that refuses a peer (e.g. another protocol version): do not retry.
+REFUSED: Final = "refused:"
+
 _INT = (int,)
 _STR = (str,)
 _LIST = (list,)

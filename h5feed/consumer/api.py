@@ -86,7 +86,8 @@ def _make_config(files: PathsLike, kwargs: FeedKwargs) -> FeedConfig:
         options["index_cache"] = default_cache_dir()
     else:
         options["index_cache"] = str(index_cache) if index_cache else None
-    return FeedConfig(tuple(resolve_files(files)), clip, FeedOptions(**options))
+    paths = resolve_files(files, options.get("data_root"))
+    return FeedConfig(tuple(paths), clip, FeedOptions(**options))
 
 
 def batches(files: PathsLike, **kwargs: Unpack[FeedKwargs]) -> Feed:

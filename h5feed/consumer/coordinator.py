@@ -21,6 +21,7 @@ exception that the trainer's ``next()`` raises; nothing waits forever.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import queue
@@ -37,6 +38,7 @@ from h5feed.common.errors import (
     H5FeedError,
     NoWorkersError,
     ProtocolError,
+    VersionMismatchError,
     WorkerDiedError,
     WorkerError,
     WorkerTimeoutError,
@@ -68,15 +70,16 @@ class Coordinator:
         self,
         config: FeedConfig,
         epochs: Iterator[int],
-        address: str,
+        addresses: list[str],
         job_id: str,
         expected_workers: int,
         local_workers: LocalWorkers | None,
     ) -> None:
         self.config = config
         self.job_id = job_id
-        self.address = address
+        self.addresses = addresses
         self.expected_workers = expected_workers
+        self.refused: list[str] = []  # peers turned away (another protocol version)
         self.local_workers = local_workers
         self.out: queue.Queue[Any] = queue.Queue()
         self.error: BaseException | None = None
@@ -97,7 +100,8 @@ class Coordinator:
         self._socket.setsockopt(zmq.LINGER, 0)
         self._socket.setsockopt(zmq.ROUTER_MANDATORY, 1)
         self._socket.setsockopt(zmq.SNDTIMEO, _SEND_TIMEOUT_MS)
-        self._socket.bind(address)
+        for address in addresses:
+            self._socket.bind(address)
         self._waker = Waker()
         self._poller = zmq.Poller()
         self._poller.register(self._socket, zmq.POLLIN)
@@ -114,6 +118,8 @@ class Coordinator:
         self._started = False
         self._plan_done = False
         self._next_health = 0.0
+        self._assigned = False
+        self._late: set[bytes] = set()  # peers seen after the assignment, or refused
         self._batches: Iterator[tuple[int, PlannedBatch]] = iter(())
         self._thread = threading.Thread(target=self._run, name=f"h5feed-{job_id[:8]}", daemon=True)
 
@@ -181,15 +187,19 @@ class Coordinator:
     def _handshake(self) -> None:
         options = self.config.options
         deadline = time.monotonic() + options.start_timeout_s
-        while len(self._peers) < self.expected_workers:
+        # Local workers must all connect; with `listen`, at least one worker of any kind.
+        needed = max(self.expected_workers, 1 if options.listen else 0)
+        while len(self._peers) < needed:
             if time.monotonic() > deadline:
-                raise NoWorkersError(
-                    f"only {len(self._peers)} of {self.expected_workers} workers connected to "
-                    f"{self.address} within {options.start_timeout_s:g} s"
-                )
+                raise NoWorkersError(self._no_workers_message(needed))
             if self._stop.is_set():
                 return
             self._pump()
+        if options.listen:  # producers already waiting say hello within about a second
+            grace_end = time.monotonic() + options.join_grace_s
+            while time.monotonic() < grace_end and not self._stop.is_set():
+                self._pump()
+        self._assigned = True
         self._assign_files()
         last_progress = time.monotonic()
         indexed = 0
@@ -216,7 +226,8 @@ class Coordinator:
     def _assign_files(self) -> None:
         """Give every file to one worker: largest files first, each to the least loaded."""
         self._slots = sorted(self._peers)
-        sizes = [_file_size(path) for path in self.config.files]
+        root = self.config.options.data_root
+        sizes = [_file_size(os.path.join(root, p) if root else p) for p in self.config.files]
         self._owner_slot = assign_files(sizes, len(self._slots))
         for file_index, slot in enumerate(self._owner_slot.tolist()):
             self._peers[self._slots[slot]].files.append(file_index)
@@ -277,6 +288,9 @@ class Coordinator:
         identity = frames[0].bytes
         try:
             message = wire.decode(frames[1:])
+        except VersionMismatchError as exc:
+            self._refuse(identity, str(exc))
+            return
         except ProtocolError as exc:
             self._drop(f"malformed message from {identity!r}: {exc}")
             return
@@ -302,13 +316,44 @@ class Coordinator:
         else:
             self._drop(f"unexpected {message.kind} message from worker {peer.name}")
 
+    def _refuse(self, identity: bytes, why: str) -> None:
+        if identity not in self._late:
+            self._late.add(identity)
+            self.refused.append(f"{identity.decode(errors='replace')}: {why}")
+            _log.error("refused worker %r: %s", identity, why)
+        reason = f"{wire.REFUSED} {why}"
+        with contextlib.suppress(zmq.ZMQError):  # it may be gone already; nothing to tell then
+            self._socket.send_multipart(
+                [identity, *wire.encode(wire.BYE, {"reason": reason})], zmq.NOBLOCK
+            )
+
+    def _no_workers_message(self, needed: int) -> str:
+        where = ", ".join(self.addresses)
+        timeout = self.config.options.start_timeout_s
+        if self.config.options.listen and not self.expected_workers:
+            text = f"no producer connected to {self.config.options.listen} within {timeout:g} s"
+        else:
+            text = f"only {len(self._peers)} of {needed} workers connected to {where} within "
+            text += f"{timeout:g} s"
+        if self.refused:
+            text += f"; refused: {'; '.join(self.refused)}"
+        return text
+
     def _drop(self, why: str) -> None:
         self.counters["malformed_messages"] += 1
         _log.warning("dropped %s", why)
 
     def _on_hello(self, identity: bytes, fields: dict[str, Any]) -> None:
-        if identity in self._peers or len(self._peers) >= self.expected_workers:
-            self._drop(f"hello from {fields['worker']!r}: not expected now")
+        if identity in self._peers:
+            return  # an idle persistent worker says hello every second
+        if self._assigned:
+            if identity not in self._late:
+                self._late.add(identity)
+                _log.info(
+                    "worker %s joined after the files were shared out: idle until the "
+                    "next iteration",
+                    fields["worker"],
+                )
             return
         self._peers[identity] = Peer(identity, fields["worker"], fields["pid"], fields["host"])
 

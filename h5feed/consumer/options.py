@@ -27,7 +27,9 @@ def default_cache_dir() -> str:
     return os.path.join(base, "h5feed", "index")
 
 
-def resolve_files(files: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> list[str]:
+def resolve_files(
+    files: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], root: str | None = None
+) -> list[str]:
     """The dataset's files, in plan order.
 
     A directory gives its ``*.h5``/``*.hdf5``/``*.he5`` files, sorted; a glob gives its matches,
@@ -39,6 +41,8 @@ def resolve_files(files: str | os.PathLike[str] | Sequence[str | os.PathLike[str
         entries: Sequence[str | os.PathLike[str]] = [files]
     else:
         entries = list(files)
+    if root is not None:
+        return _resolve_under(entries, root)
     resolved: list[str] = []
     for entry in entries:
         text = os.fspath(entry)
@@ -60,6 +64,26 @@ def resolve_files(files: str | os.PathLike[str] | Sequence[str | os.PathLike[str
     return resolved
 
 
+def _resolve_under(entries: Sequence[str | os.PathLike[str]], root: str) -> list[str]:
+    """Paths relative to ``root``, as the producers will resolve them under their data root.
+
+    When this process sees ``root`` too, globs and directories are expanded there; when it
+    does not (the files live only on the producers' hosts), entries must be plain relative
+    paths, taken as they are: the producers report any that is missing, naming host and path.
+    """
+    if not os.path.isdir(root):
+        texts = [os.fspath(e) for e in entries]
+        bad = [t for t in texts if glob.has_magic(t) or os.path.isabs(t)]
+        if bad:
+            raise ValueError(
+                f"h5feed: data_root {root!r} is not visible here, so files must be plain "
+                f"relative paths, not globs or absolute paths: {bad[:3]}"
+            )
+        return texts
+    resolved = resolve_files([os.path.join(root, os.fspath(e)) for e in entries])
+    return [os.path.relpath(path, root) for path in resolved]
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class FeedOptions:
     """Plan, process and timing options (the clip itself is a :class:`ClipSpec`)."""
@@ -79,6 +103,9 @@ class FeedOptions:
     unit_timeout_s: float = 120.0
     index_cache: str | None = dataclasses.field(default_factory=default_cache_dir)
     tune_malloc: bool = True
+    listen: str | None = None
+    data_root: str | None = None
+    join_grace_s: float = 1.5
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:
@@ -94,8 +121,10 @@ class FeedOptions:
             raise ValueError(
                 f"shard must be (index, count) with 0 <= index < count, got {self.shard}"
             )
-        if self.workers < 1:
-            raise ValueError(f"workers must be >= 1, got {self.workers}")
+        if self.workers < 0 or (self.workers == 0 and not self.listen):
+            raise ValueError(
+                f"workers must be >= 1, or 0 with listen= (remote producers), got {self.workers}"
+            )
         if self.max_inflight_batches is not None and self.max_inflight_batches < 1:
             raise ValueError("max_inflight_batches must be >= 1")
         if self.start_timeout_s <= 0 or self.unit_timeout_s <= 0:
@@ -165,3 +194,6 @@ class FeedKwargs(TypedDict, total=False):
     unit_timeout_s: float
     index_cache: bool | str
     tune_malloc: bool
+    listen: str | None
+    data_root: str | None
+    join_grace_s: float

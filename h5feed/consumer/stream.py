@@ -74,7 +74,10 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
         self._tmpdir = tempfile.mkdtemp(prefix="h5feed-")
         self.address = address = f"ipc://{self._tmpdir}/feed.sock"
         workers = config.options.workers
-        self._coordinator = Coordinator(config, epoch_range, address, self.job_id, workers, None)
+        addresses = [address] + ([config.options.listen] if config.options.listen else [])
+        if config.options.listen:
+            warn_if_exposed(config.options.listen)
+        self._coordinator = Coordinator(config, epoch_range, addresses, self.job_id, workers, None)
         try:
             self._workers = LocalWorkers(workers, address, prefix=f"w{self.job_id[:6]}")
         except BaseException:
@@ -182,6 +185,17 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
             "suggested_extra_workers": extra,
             "verdict": line,
         }
+
+
+def warn_if_exposed(address: str) -> None:
+    """Binding beyond loopback without CURVE keys lets anyone on the network feed batches."""
+    host = address.split("://", 1)[-1].rsplit(":", 1)[0]
+    if address.startswith("tcp://") and host not in ("127.0.0.1", "localhost", "[::1]"):
+        _log.warning(
+            "h5feed listens on %s without CURVE keys: any host that reaches it can join as a "
+            "producer; bind 127.0.0.1 or use keys where the network is not trusted",
+            address,
+        )
 
 
 def _shutdown(

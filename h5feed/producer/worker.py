@@ -22,6 +22,7 @@ import os
 import signal
 import socket
 import sys
+import time
 import traceback
 from collections.abc import Sequence
 from typing import Any
@@ -32,7 +33,7 @@ import zmq
 from h5feed import __version__
 from h5feed.common import wire
 from h5feed.common.config import ClipSpec, clip_frame_indices
-from h5feed.common.errors import DataError, ProtocolError
+from h5feed.common.errors import DataError, ProtocolError, VersionMismatchError
 from h5feed.producer import index_cache
 from h5feed.producer.decode import ClipWriter, decode_frame
 from h5feed.producer.index_cache import VideoEntry
@@ -42,6 +43,9 @@ _POLL_MS = 200
 # A DEALER blocks a send while it has no connected peer (the consumer is gone or restarting).
 # Sends time out this often to re-check whether the worker should leave instead of waiting.
 _SEND_RETRY_MS = 500
+# A persistent worker without a job says hello this often, so a consumer that starts (or
+# restarts) after it finds it within a second.
+_HELLO_EVERY_S = 1.0
 _log = logging.getLogger("h5feed.worker")
 
 
@@ -122,9 +126,20 @@ class Worker:
     even when the consumer's socket is gone and a send could wait forever.
     """
 
-    def __init__(self, connect: str, worker_id: str, parent_pid: int | None) -> None:
+    def __init__(
+        self,
+        connect: str,
+        worker_id: str,
+        parent_pid: int | None,
+        data_root: str | None = None,
+        persistent: bool = False,
+    ) -> None:
         self.worker_id = worker_id
         self.parent_pid = parent_pid
+        self.data_root = data_root
+        self.persistent = persistent
+        self.exit_code = 0
+        self._last_hello = 0.0
         self.context = zmq.Context()
         self.socket = self.context.socket(zmq.DEALER)
         self.socket.setsockopt(zmq.LINGER, 0)
@@ -154,24 +169,35 @@ class Worker:
             _log.info("worker %s: parent %d is gone, exiting", self.worker_id, self.parent_pid)
             raise _Leave
 
+    def hello(self) -> None:
+        self._last_hello = time.monotonic()
+        self.send(
+            wire.HELLO,
+            {
+                "worker": self.worker_id,
+                "pid": os.getpid(),
+                "host": socket.gethostname(),
+                "package": __version__,
+            },
+        )
+
     def run(self) -> int:
+        """The event loop; returns the exit code (0, or 2 when refused by the consumer)."""
         try:
-            self.send(
-                wire.HELLO,
-                {
-                    "worker": self.worker_id,
-                    "pid": os.getpid(),
-                    "host": socket.gethostname(),
-                    "package": __version__,
-                },
-            )
+            self.hello()
             while True:
                 self.check_leave()
+                if self.job is None and time.monotonic() - self._last_hello > _HELLO_EVERY_S:
+                    self.hello()  # persistent and idle: a (re)started consumer must find us
                 if not self.socket.poll(_POLL_MS):
                     continue
                 frames = self.socket.recv_multipart(copy=False)
                 try:
                     message = wire.decode(frames)
+                except VersionMismatchError as exc:
+                    _log.error("worker %s: refused by the consumer: %s", self.worker_id, exc)
+                    self.exit_code = 2
+                    raise _Leave from exc
                 except ProtocolError as exc:
                     _log.warning("worker %s: dropped malformed message: %s", self.worker_id, exc)
                     continue
@@ -183,12 +209,20 @@ class Worker:
                 self.job.close()
             self.socket.close(linger=0)
             self.context.term()
-        return 0
+        return self.exit_code
 
     def handle(self, message: wire.Message) -> None:
         fields = message.fields
         if message.kind == wire.BYE:
-            self.stopping = True
+            reason = message.fields["reason"]
+            if not self.persistent or reason.startswith(wire.REFUSED):
+                if reason.startswith(wire.REFUSED):
+                    _log.error("worker %s: %s", self.worker_id, reason)
+                    self.exit_code = 2
+                self.stopping = True
+            elif self.job is not None:  # the iteration is over: wait for the next job
+                self.job.close()
+                self.job = None
         elif message.kind == wire.JOB:
             self.start_job(fields)
         elif message.kind == wire.UNIT:
@@ -208,6 +242,8 @@ class Worker:
             self.send_error(job_id, None, exc)
             return
         for file_index, path in fields["files"]:
+            if self.data_root is not None and not os.path.isabs(path):
+                path = os.path.join(self.data_root, path)
             try:
                 videos = self.job.open_and_index(file_index, path, fields["cache_dir"])
             except Exception as exc:  # any failure must reach the trainer, with the file named
@@ -267,6 +303,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--parent-pid", type=int, default=None, help="exit when this process is gone"
     )
+    parser.add_argument(
+        "--data-root", default=None, help="relative file paths of a job resolve under this"
+    )
+    parser.add_argument(
+        "--persistent",
+        action="store_true",
+        help="outlive an iteration's end (BYE) and wait for the next job (producer service)",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=os.environ.get("H5FEED_LOG_LEVEL", "WARNING"),
@@ -275,7 +319,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Ctrl-C in a terminal goes to the whole process group; the trainer handles it and stops
     # its workers, so a worker must not die mid-unit with a KeyboardInterrupt traceback.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    worker = Worker(args.connect, args.worker_id, args.parent_pid)
+    worker = Worker(args.connect, args.worker_id, args.parent_pid, args.data_root, args.persistent)
 
     def on_sigterm(signum: int, frame: object) -> None:
         worker.stopping = True

@@ -1,0 +1,93 @@
+"""``h5feed produce``: a producer service — N persistent workers serving whichever consumer
+(trainer) listens at ``--connect``.
+
+Guarantees:
+
+1. The workers wait for a consumer (they may start first), serve its jobs, and outlive its
+   iterations and its restarts; each job's files resolve under ``--data-root``.
+2. A worker that dies is restarted (at most once a second); one refused by the consumer (another
+   protocol version) is not, and the service exits with code 2 naming both versions.
+3. SIGTERM or SIGINT: every worker is asked to stop (SIGTERM: it finishes the unit in hand),
+   and the service exits 0 within 10 s; a worker still there by then is killed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+_log = logging.getLogger("h5feed.producer")
+_STOP_WAIT_S = 10.0
+_RESTART_EVERY_S = 1.0
+_REFUSED_EXIT = 2
+
+
+def worker_command(connect: str, name: str, data_root: str | None) -> list[str]:
+    command = [sys.executable, "-m", "h5feed.producer.worker", "--connect", connect]
+    command += ["--worker-id", name, "--parent-pid", str(os.getpid()), "--persistent"]
+    if data_root is not None:
+        command += ["--data-root", data_root]
+    return command
+
+
+def run_producer(connect: str, data_root: str | None, workers: int, name: str | None) -> int:
+    """Run the service until SIGTERM/SIGINT; returns the process exit code."""
+    prefix = name or f"{socket.gethostname()}-{os.getpid()}"
+    names = [f"{prefix}-{i}" for i in range(workers)]
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: object) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    processes: dict[str, subprocess.Popen[bytes]] = {}
+    started: dict[str, float] = {}
+    code = 0
+    _log.info(
+        "producer %s: %d workers serving %s (data root %s)", prefix, workers, connect, data_root
+    )
+    try:
+        while not stop.is_set():
+            for worker in names:
+                process = processes.get(worker)
+                exit_code = None if process is None else process.poll()
+                if process is not None and exit_code is None:
+                    continue
+                if exit_code == _REFUSED_EXIT:
+                    _log.error("producer %s: worker %s was refused; stopping", prefix, worker)
+                    stop.set()
+                    code = _REFUSED_EXIT
+                    break
+                if process is not None:
+                    _log.warning(
+                        "producer %s: worker %s exited (%s); restarting", prefix, worker, exit_code
+                    )
+                if time.monotonic() - started.get(worker, -1e9) >= _RESTART_EVERY_S:
+                    processes[worker] = subprocess.Popen(
+                        worker_command(connect, worker, data_root), stdin=subprocess.DEVNULL
+                    )
+                    started[worker] = time.monotonic()
+            stop.wait(0.2)
+    finally:
+        _stop_all(list(processes.values()))
+    return code
+
+
+def _stop_all(processes: list[subprocess.Popen[bytes]]) -> None:
+    for process in processes:
+        if process.poll() is None:
+            process.terminate()  # the worker finishes the unit in hand and leaves
+    deadline = time.monotonic() + _STOP_WAIT_S
+    for process in processes:
+        try:
+            process.wait(max(deadline - time.monotonic(), 0.0))
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(5)

@@ -1,0 +1,138 @@
+"""Producers as a service: `h5feed produce` processes serving a `workers=0` consumer over TCP."""
+
+from __future__ import annotations
+
+import collections
+import os
+import pathlib
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+
+import pytest
+from conftest import wait_until_gone
+
+import h5feed
+from h5feed.common.errors import NoWorkersError
+
+CLIP = {"clip_len": 4, "resize": (48, 64), "crop": (40, 40)}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture()
+def port() -> int:
+    return free_port()
+
+
+def start_producer(port: int, data_root: pathlib.Path, name: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "h5feed", "produce", "--data-root", str(data_root),
+         "--workers", "1", "--name", name],
+        env={**os.environ, "H5FEED_CONNECT": f"tcp://127.0.0.1:{port}"},
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
+@pytest.fixture()
+def producers(
+    port: int, small_dataset: list[pathlib.Path]
+) -> Iterator[list[subprocess.Popen[str]]]:
+    started = [start_producer(port, small_dataset[0].parent, f"p{i}") for i in range(2)]
+    try:
+        yield started
+    finally:
+        for process in started:
+            if process.poll() is None:
+                process.kill()
+            process.communicate(timeout=10)
+
+
+def remote_feed(
+    port: int, dataset: list[pathlib.Path], **kwargs: object
+) -> h5feed.consumer.api.Feed:
+    return h5feed.batches(
+        [p.name for p in dataset],  # relative to the data root
+        data_root=str(dataset[0].parent),
+        workers=0,
+        listen=f"tcp://127.0.0.1:{port}",
+        **CLIP,
+        **kwargs,  # type: ignore[arg-type]
+    )
+
+
+def test_two_producer_processes_serve_two_epochs_exactly_once(
+    port: int, small_dataset: list[pathlib.Path], producers: list[subprocess.Popen[str]]
+) -> None:
+    feed = remote_feed(port, small_dataset, epochs=2, batch_size=5, start_timeout_s=30)
+    seen: collections.Counter[tuple[int, int]] = collections.Counter()
+    for batch in feed:
+        seen.update(zip(batch["epoch"].tolist(), batch["sample"].tolist(), strict=True))
+        assert {f.decode() for f in batch["file"]} <= {p.name for p in small_dataset}
+    assert seen == collections.Counter({(e, s): 1 for e in range(2) for s in range(24)})
+    workers = feed.stats()["workers"]
+    assert sorted(w["name"].split("-")[0] for w in workers) == ["p0", "p1"]
+    assert all(w["clips"] > 0 for w in workers), workers
+
+
+def test_producers_outlive_the_consumer_and_serve_the_next_one(
+    port: int, small_dataset: list[pathlib.Path], producers: list[subprocess.Popen[str]]
+) -> None:
+    for seed in (1, 2):  # a trainer, then a restarted one on the same address
+        feed = remote_feed(port, small_dataset, seed=seed, start_timeout_s=30)
+        assert sum(len(b["label"]) for b in feed) == 24
+        assert all(p.poll() is None for p in producers)
+
+
+def test_sigterm_stops_a_producer_within_ten_seconds(
+    port: int, small_dataset: list[pathlib.Path], producers: list[subprocess.Popen[str]]
+) -> None:
+    feed = remote_feed(port, small_dataset, start_timeout_s=30)
+    assert sum(len(b["label"]) for b in feed) == 24
+    producers[0].send_signal(signal.SIGTERM)
+    began = time.monotonic()
+    assert producers[0].wait(15) == 0
+    assert time.monotonic() - began < 10
+
+
+def test_no_producer_is_a_clear_error(port: int, small_dataset: list[pathlib.Path]) -> None:
+    feed = remote_feed(port, small_dataset, start_timeout_s=1.0)
+    with pytest.raises(
+        NoWorkersError, match=rf"no producer connected to tcp://127.0.0.1:{port} within 1 s"
+    ):
+        list(feed)
+
+
+def test_a_producer_of_another_protocol_version_is_refused(
+    port: int, small_dataset: list[pathlib.Path]
+) -> None:
+    script = textwrap.dedent(
+        f"""
+        import sys
+        import h5feed.common.wire as wire
+        wire.PROTOCOL_VERSION = 99  # a worker of a future release
+        from h5feed.producer.worker import main
+        sys.exit(main(["--connect", "tcp://127.0.0.1:{port}", "--worker-id", "future",
+                       "--persistent"]))
+        """
+    )
+    future = subprocess.Popen([sys.executable, "-c", script], stderr=subprocess.PIPE, text=True)
+    try:
+        feed = remote_feed(port, small_dataset, start_timeout_s=4.0)
+        with pytest.raises(NoWorkersError, match=r"refused: .*version 99.*speaks 1"):
+            list(feed)
+        _, stderr = future.communicate(timeout=10)
+        assert future.returncode == 2
+        assert "version 1" in stderr and "99" in stderr, stderr
+    finally:
+        if future.poll() is None:
+            future.kill()
+    assert wait_until_gone([future.pid], 5) == []

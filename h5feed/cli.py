@@ -164,7 +164,17 @@ def _cmd_produce(args: argparse.Namespace) -> int:
     from h5feed.producer.service import run_producer
 
     workers = int(args.workers) if args.workers is not None else available_cpus()
-    return run_producer(args.connect, args.data_root, workers, args.name)
+    return run_producer(args.connect, args.data_root, workers, args.name, args.health_file)
+
+
+def _cmd_health(args: argparse.Namespace) -> int:
+    from h5feed.producer.service import check_health
+
+    problem = check_health(args.path, args.max_age)
+    if problem is not None:
+        print(f"h5feed health: {problem}", file=sys.stderr)
+        return 1
+    return 0
 
 
 _PRODUCE_DESCRIPTION = """\
@@ -328,7 +338,9 @@ def build_parser() -> argparse.ArgumentParser:
         _PRODUCE_DESCRIPTION,
         _PRODUCE_EPILOG,
     )
-    env = os.environ  # read here, in the entry point, never at import time
+    # The environment is read here, in the entry point, never at import time; an empty
+    # variable (compose's ${VAR:-}) counts as unset.
+    env = {k: v for k, v in os.environ.items() if k.startswith("H5FEED_") and v}
     produce.add_argument(
         "--connect", default=env.get("H5FEED_CONNECT"), metavar="ADDR",
         required="H5FEED_CONNECT" not in env,
@@ -347,7 +359,26 @@ def build_parser() -> argparse.ArgumentParser:
         "--name", default=env.get("H5FEED_NAME"), metavar="NAME",
         help="prefix of the workers' names (env H5FEED_NAME; default: host-pid)",
     )  # fmt: skip
+    produce.add_argument(
+        "--health-file", default=env.get("H5FEED_HEALTH_FILE"), metavar="PATH",
+        help="keep writing liveness here, for `h5feed health` (env H5FEED_HEALTH_FILE)",
+    )  # fmt: skip
     produce.set_defaults(handler=_cmd_produce)
+
+    health = subcommand(
+        "health",
+        "exit 0 if the producer writing PATH is alive with running workers (a HEALTHCHECK)",
+        "Read the health file of `h5feed produce --health-file PATH`.\n\nGuarantees: exit 0 "
+        "only if the file was written within --max-age seconds by a producer with at least "
+        "one running worker; else exit 1, saying why.",
+        "example:\n  h5feed health /tmp/h5feed-producer.health",
+    )
+    health.add_argument("path", metavar="PATH", help="the producer's --health-file")
+    health.add_argument(
+        "--max-age", type=float, default=10.0, metavar="S",
+        help="seconds after which the file is stale (default: %(default)s)",
+    )  # fmt: skip
+    health.set_defaults(handler=_cmd_health)
     return parser
 
 

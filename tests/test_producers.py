@@ -136,3 +136,86 @@ def test_a_producer_of_another_protocol_version_is_refused(
         if future.poll() is None:
             future.kill()
     assert wait_until_gone([future.pid], 5) == []
+
+
+def test_the_consumer_need_not_see_the_files(
+    port: int, small_dataset: list[pathlib.Path], producers: list[subprocess.Popen[str]]
+) -> None:
+    feed = h5feed.batches(
+        [p.name for p in small_dataset],
+        data_root="/nonexistent/on/the/trainer",  # only the producers have the files
+        workers=0,
+        listen=f"tcp://127.0.0.1:{port}",
+        start_timeout_s=30,
+        **CLIP,  # type: ignore[arg-type]
+    )
+    assert sum(len(b["label"]) for b in feed) == 24
+
+
+def test_a_missing_file_is_reported_with_host_and_path(
+    port: int, small_dataset: list[pathlib.Path], producers: list[subprocess.Popen[str]]
+) -> None:
+    feed = h5feed.batches(
+        ["missing.h5"],
+        data_root="/nonexistent/on/the/trainer",
+        workers=0,
+        listen=f"tcp://127.0.0.1:{port}",
+        start_timeout_s=30,
+        **CLIP,  # type: ignore[arg-type]
+    )
+    where = str(small_dataset[0].parent / "missing.h5")
+    with pytest.raises(h5feed.WorkerError, match=rf"on {socket.gethostname()}.*{where}"):
+        list(feed)
+
+
+def test_a_new_consumer_after_an_abandoned_one_gets_its_epoch_exactly_once(
+    port: int, small_dataset: list[pathlib.Path], producers: list[subprocess.Popen[str]]
+) -> None:
+    first = remote_feed(port, small_dataset, epochs=None, batch_size=2, start_timeout_s=30)
+    stream = first.stream()
+    for _ in range(3):
+        next(stream)
+    stream.close()  # the trainer stops mid-epoch, producers busy: their parts are of that job
+    feed = remote_feed(port, small_dataset, batch_size=2, start_timeout_s=30)
+    samples = sorted(s for b in feed for s in b["sample"].tolist())
+    assert samples == list(range(24))
+
+
+def test_health_reports_a_live_producer_and_a_stale_file(
+    port: int, tmp_path: pathlib.Path, small_dataset: list[pathlib.Path]
+) -> None:
+    health = tmp_path / "producer.health"
+    producer = subprocess.Popen(
+        [sys.executable, "-m", "h5feed", "produce", "--connect", f"tcp://127.0.0.1:{port}",
+         "--workers", "1", "--health-file", str(health)],
+        stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 20
+        ok = None
+        while time.monotonic() < deadline:
+            ok = subprocess.run([sys.executable, "-m", "h5feed", "health", str(health)], timeout=30)
+            if ok.returncode == 0:
+                break
+            time.sleep(0.5)
+        assert ok is not None and ok.returncode == 0
+    finally:
+        producer.send_signal(signal.SIGTERM)
+        assert producer.wait(15) == 0
+    stale = subprocess.run(
+        [sys.executable, "-m", "h5feed", "health", str(health), "--max-age", "0"],
+        capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert stale.returncode == 1 and "old" in stale.stderr
+
+
+def test_default_worker_count_honours_the_cgroup_quota(tmp_path: pathlib.Path) -> None:
+    from h5feed.producer.cpus import available_cpus, cgroup_cpu_quota
+
+    (tmp_path / "cpu.max").write_text("150000 100000\n")  # 1.5 CPUs
+    assert cgroup_cpu_quota(str(tmp_path)) == 1.5
+    assert available_cpus(str(tmp_path)) == min(2, len(os.sched_getaffinity(0)))
+    (tmp_path / "cpu.max").write_text("max 100000\n")
+    assert cgroup_cpu_quota(str(tmp_path)) is None
+    (tmp_path / "cpu.max").write_text("50000 100000\n")
+    assert available_cpus(str(tmp_path)) == 1

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import pathlib
 import signal
 import socket
 import subprocess
@@ -36,8 +37,18 @@ def worker_command(connect: str, name: str, data_root: str | None) -> list[str]:
     return command
 
 
-def run_producer(connect: str, data_root: str | None, workers: int, name: str | None) -> int:
-    """Run the service until SIGTERM/SIGINT; returns the process exit code."""
+def run_producer(
+    connect: str,
+    data_root: str | None,
+    workers: int,
+    name: str | None,
+    health_file: str | None = None,
+) -> int:
+    """Run the service until SIGTERM/SIGINT; returns the process exit code.
+
+    With ``health_file``, it rewrites that file several times a second with the time and the
+    number of running workers (what ``h5feed health`` and the image's HEALTHCHECK read).
+    """
     prefix = name or f"{socket.gethostname()}-{os.getpid()}"
     names = [f"{prefix}-{i}" for i in range(workers)]
     stop = threading.Event()
@@ -74,6 +85,7 @@ def run_producer(connect: str, data_root: str | None, workers: int, name: str | 
                         worker_command(connect, worker, data_root), stdin=subprocess.DEVNULL
                     )
                     started[worker] = time.monotonic()
+            _write_health(health_file, sum(p.poll() is None for p in processes.values()))
             stop.wait(0.2)
     finally:
         _stop_all(list(processes.values()))
@@ -91,3 +103,29 @@ def _stop_all(processes: list[subprocess.Popen[bytes]]) -> None:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait(5)
+
+
+def _write_health(path: str | None, running: int) -> None:
+    if path is None:
+        return
+    tmp = f"{path}.tmp"
+    try:
+        with open(tmp, "w") as out:
+            out.write(f"{time.time():.3f} {running}\n")
+        os.replace(tmp, path)
+    except OSError as exc:
+        _log.warning("health file %s not written: %s", path, exc)
+
+
+def check_health(path: str, max_age_s: float = 10.0) -> str | None:
+    """None when the producer at ``path`` is healthy, else what is wrong."""
+    try:
+        stamp, running = pathlib.Path(path).read_text().split()
+    except (OSError, ValueError) as exc:
+        return f"no health file {path}: {exc}"
+    age = time.time() - float(stamp)
+    if age > max_age_s:
+        return f"health file {path} is {age:.0f} s old: the producer is stuck or gone"
+    if int(running) < 1:
+        return "no worker process is running"
+    return None

@@ -8,6 +8,7 @@ dicts for the JOB message.
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Any, Literal
 
 ClipStart = Literal["random", "center", "first"]
@@ -158,3 +159,15 @@ def clip_start(
     if mode == "first":
         return int(clip_index * room / clips_per_video)
     raise ValueError(f"clip_start must be one of {CLIP_STARTS}, got {mode!r}")
+
+
+def default_cache_dir() -> str:
+    """The index cache directory.
+
+    ``$H5FEED_CACHE_DIR``, else ``$XDG_CACHE_HOME/h5feed/index``, else ``~/.cache/h5feed/index``.
+    """
+    explicit = os.environ.get("H5FEED_CACHE_DIR")
+    if explicit:
+        return explicit
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "h5feed", "index")

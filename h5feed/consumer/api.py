@@ -11,12 +11,11 @@ from typing import TYPE_CHECKING, Any, Unpack
 
 import numpy as np
 
-from h5feed.common.config import ClipSpec
+from h5feed.common.config import ClipSpec, default_cache_dir
 from h5feed.consumer.options import (
     FeedConfig,
     FeedKwargs,
     FeedOptions,
-    default_cache_dir,
     resolve_files,
 )
 from h5feed.consumer.stream import BATCH_KEYS, BatchStream

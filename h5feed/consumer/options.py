@@ -9,22 +9,10 @@ import pathlib
 from collections.abc import Sequence
 from typing import TypedDict
 
-from h5feed.common.config import CLIP_STARTS, ClipSpec
+from h5feed.common.config import CLIP_STARTS, ClipSpec, default_cache_dir
 from h5feed.consumer.plan import PlanOptions
 
 _H5_SUFFIXES = (".h5", ".hdf5", ".he5")
-
-
-def default_cache_dir() -> str:
-    """The index cache directory.
-
-    ``$H5FEED_CACHE_DIR``, else ``$XDG_CACHE_HOME/h5feed/index``, else ``~/.cache/h5feed/index``.
-    """
-    explicit = os.environ.get("H5FEED_CACHE_DIR")
-    if explicit:
-        return explicit
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "h5feed", "index")
 
 
 def resolve_files(

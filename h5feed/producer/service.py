@@ -23,6 +23,8 @@ import sys
 import threading
 import time
 
+from h5feed.common.config import default_cache_dir
+
 _log = logging.getLogger("h5feed.producer")
 _STOP_WAIT_S = 10.0
 _RESTART_EVERY_S = 1.0
@@ -32,6 +34,7 @@ _REFUSED_EXIT = 2
 def worker_command(connect: str, name: str, data_root: str | None) -> list[str]:
     command = [sys.executable, "-m", "h5feed.producer.worker", "--connect", connect]
     command += ["--worker-id", name, "--parent-pid", str(os.getpid()), "--persistent"]
+    command += ["--cache-dir", default_cache_dir()]  # this host's, not the trainer's
     if data_root is not None:
         command += ["--data-root", data_root]
     return command

@@ -133,11 +133,13 @@ class Worker:
         parent_pid: int | None,
         data_root: str | None = None,
         persistent: bool = False,
+        cache_dir: str | None = None,
     ) -> None:
         self.worker_id = worker_id
         self.parent_pid = parent_pid
         self.data_root = data_root
         self.persistent = persistent
+        self.cache_dir = cache_dir  # a service worker's own; else the consumer's (same host)
         self.exit_code = 0
         self._last_hello = 0.0
         self.context = zmq.Context()
@@ -245,7 +247,8 @@ class Worker:
             if self.data_root is not None and not os.path.isabs(path):
                 path = os.path.join(self.data_root, path)
             try:
-                videos = self.job.open_and_index(file_index, path, fields["cache_dir"])
+                cache = fields["cache_dir"] and (self.cache_dir or fields["cache_dir"])
+                videos = self.job.open_and_index(file_index, path, cache)
             except Exception as exc:  # any failure must reach the trainer, with the file named
                 self.send_error(job_id, None, exc, file=path)
                 continue
@@ -307,6 +310,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--data-root", default=None, help="relative file paths of a job resolve under this"
     )
     parser.add_argument(
+        "--cache-dir",
+        default=None,
+        help="index cache of this host (default: the directory the consumer names)",
+    )
+    parser.add_argument(
         "--persistent",
         action="store_true",
         help="outlive an iteration's end (BYE) and wait for the next job (producer service)",
@@ -319,7 +327,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Ctrl-C in a terminal goes to the whole process group; the trainer handles it and stops
     # its workers, so a worker must not die mid-unit with a KeyboardInterrupt traceback.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    worker = Worker(args.connect, args.worker_id, args.parent_pid, args.data_root, args.persistent)
+    worker = Worker(
+        args.connect,
+        args.worker_id,
+        args.parent_pid,
+        args.data_root,
+        args.persistent,
+        args.cache_dir,
+    )
 
     def on_sigterm(signum: int, frame: object) -> None:
         worker.stopping = True

@@ -219,3 +219,20 @@ def test_default_worker_count_honours_the_cgroup_quota(tmp_path: pathlib.Path) -
     assert cgroup_cpu_quota(str(tmp_path)) is None
     (tmp_path / "cpu.max").write_text("50000 100000\n")
     assert available_cpus(str(tmp_path)) == 1
+
+
+def test_sigterm_to_a_producer_mid_epoch_hands_its_work_over(
+    port: int, small_dataset: list[pathlib.Path], producers: list[subprocess.Popen[str]]
+) -> None:
+    feed = remote_feed(port, small_dataset, batch_size=2, seed=5, start_timeout_s=30)
+    samples: list[int] = []
+    with feed.stream() as stream:
+        for i, batch in enumerate(stream):
+            samples.extend(batch["sample"].tolist())
+            if i == 2:  # units are in flight at both producers now
+                producers[0].send_signal(signal.SIGTERM)
+        stats = stream.stats()
+    assert sorted(samples) == list(range(24)), "lost or repeated clips after a producer left"
+    assert producers[0].wait(15) == 0
+    assert [w["name"].split("-")[0] for w in stats["workers"]] == ["p1"]
+    print("reassigned units:", stats["reassigned_units"], "dropped parts:", stats["dropped_parts"])

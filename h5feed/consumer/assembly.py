@@ -55,6 +55,10 @@ class BatchAssembler:
         """Batch ``seq`` will arrive in ``parts`` parts."""
         self._pending[seq] = _Pending(planned, parts)
 
+    def add_expected_parts(self, seq: int, parts: int) -> None:
+        """Batch ``seq`` will arrive in ``parts`` more parts (a part was split on re-sending)."""
+        self._pending[seq].parts_left += parts
+
     def planned(self, seq: int) -> PlannedBatch:
         return self._pending[seq].planned
 

@@ -87,6 +87,7 @@ class Coordinator:
             "malformed_messages": 0,
             "dropped_parts": 0,
             "batches_dispatched": 0,
+            "reassigned_units": 0,
             "max_inflight_batches": 0,
             "batches": 0,
             "clips": 0,
@@ -233,16 +234,20 @@ class Coordinator:
             self._peers[self._slots[slot]].files.append(file_index)
         for identity in self._slots:
             peer = self._peers[identity]
-            self._send(
-                peer,
-                wire.JOB,
-                {
-                    "job": self.job_id,
-                    "files": [[i, self.config.files[i]] for i in sorted(peer.files)],
-                    "clip": self.config.clip.to_wire(),
-                    "cache_dir": self.config.options.index_cache,
-                },
-            )
+            self._send_job(peer, sorted(peer.files))
+
+    def _send_job(self, peer: Peer, files: list[int]) -> None:
+        """The job, with ``files`` to open; a worker that has the job already adds them."""
+        self._send(
+            peer,
+            wire.JOB,
+            {
+                "job": self.job_id,
+                "files": [[i, self.config.files[i]] for i in files],
+                "clip": self.config.clip.to_wire(),
+                "cache_dir": self.config.options.index_cache,
+            },
+        )
 
     def _plan_batches(self, index: Index) -> Iterator[tuple[int, PlannedBatch]]:
         seq = 0
@@ -297,6 +302,9 @@ class Coordinator:
         peer = self._peers.get(identity)
         if message.kind == wire.HELLO:
             self._on_hello(identity, message.fields)
+        elif peer is None and identity in self._late:
+            if message.kind == wire.DATA:  # from a worker that left: its units went to others
+                self.counters["dropped_parts"] += 1
         elif peer is None:
             self._drop(f"{message.kind} message from {identity!r}, which never said hello")
         elif message.fields.get("job", self.job_id) != self.job_id:
@@ -308,11 +316,18 @@ class Coordinator:
         elif message.kind == wire.ERROR:
             self._on_error(peer, message.fields)
         elif message.kind == wire.BYE:
-            if peer.files:
+            reason = message.fields["reason"]
+            local = self.local_workers is not None and peer.name in self.local_workers.names
+            if not peer.files and not peer.outstanding:
+                self._peers.pop(identity, None)
+            elif local or self._assembler is None:
+                # A local worker is this iteration's own: leaving is a failure. So is any
+                # leaving before the index is complete (its files' index may be missing).
                 raise WorkerDiedError(
-                    f"worker {peer.name} (pid {peer.pid} on {peer.host}) left the job: "
-                    f"{message.fields['reason']}"
+                    f"worker {peer.name} (pid {peer.pid} on {peer.host}) left the job: {reason}"
                 )
+            else:
+                self._hand_over(peer, reason)
         else:
             self._drop(f"unexpected {message.kind} message from worker {peer.name}")
 
@@ -417,18 +432,21 @@ class Coordinator:
             )
             self._send_units(seq, planned)
 
-    def _send_units(self, seq: int, planned: PlannedBatch) -> None:
+    def _send_units(self, seq: int, planned: PlannedBatch, subset: np.ndarray | None = None) -> int:
+        """Hand the rows of batch ``seq`` (all, or those at ``subset``) to the workers owning
+        their files, one UNIT per worker; returns the number of units sent."""
         index = self.index
         if index is None:  # unreachable: the plan starts after the handshake built the index
             raise RuntimeError("dispatch before the index was built")
-        files = index.file_of_video[planned.videos]
         rows = unit_rows(index, planned)
-        owners = self._owner_slot[files]
+        chosen = np.arange(len(rows)) if subset is None else subset
+        owners = self._owner_slot[index.file_of_video[planned.videos[chosen]]]
         slots = np.unique(owners).tolist()
-        self._require_assembler().expect(seq, planned, len(slots))
+        if subset is None:
+            self._require_assembler().expect(seq, planned, len(slots))
         now = time.monotonic()
         for slot in slots:
-            positions = np.flatnonzero(owners == slot)
+            positions = chosen[owners == slot]
             peer = self._peers[self._slots[slot]]
             unit = Unit(
                 self._next_unit,
@@ -453,6 +471,41 @@ class Coordinator:
                     "rows": [rows[p] for p in positions.tolist()],
                 },
             )
+        return len(slots)
+
+    def _hand_over(self, leaver: Peer, reason: str) -> None:
+        """A producer left the job on purpose (SIGTERM, scale-down): give its files to the
+        others and send again, to the files' new owners, every unit it had not returned.
+
+        Exactly once still holds: a part of a re-sent unit that the leaver sends after all is
+        no longer expected, and is dropped (``dropped_parts``)."""
+        del self._peers[leaver.identity]
+        self._late.add(leaver.identity)  # a hello from it later does not make it an owner
+        heirs = [self._peers[i] for i in self._slots if i in self._peers]
+        if not heirs:
+            raise WorkerDiedError(
+                f"worker {leaver.name} (pid {leaver.pid} on {leaver.host}) left the job "
+                f"({reason}) and no other worker is left to take its files"
+            )
+        adopted: dict[bytes, list[int]] = {}
+        for file_index in leaver.files:
+            heir = min(heirs, key=lambda p: (len(p.files), p.identity))
+            heir.files.append(file_index)
+            self._owner_slot[file_index] = self._slots.index(heir.identity)
+            adopted.setdefault(heir.identity, []).append(file_index)
+        for identity, files in adopted.items():
+            self._send_job(self._peers[identity], files)
+        assembler = self._require_assembler()
+        for unit_id in sorted(leaver.outstanding):
+            unit = self._units.pop(unit_id)
+            parts = self._send_units(unit.seq, assembler.planned(unit.seq), unit.positions)
+            assembler.add_expected_parts(unit.seq, parts - 1)
+        self.counters["reassigned_units"] += len(leaver.outstanding)
+        _log.warning(
+            "worker %s (%s) left the job (%s): %d files and %d units handed to %d others",
+            leaver.name, leaver.host, reason, len(leaver.files), len(leaver.outstanding),
+            len(adopted),
+        )  # fmt: skip
 
     def _require_assembler(self) -> BatchAssembler:
         if self._assembler is None:  # unreachable: units exist only after the handshake

@@ -147,7 +147,8 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
         ``wait_share_recent``/``wait_share_total``: share of time since the first batch that
         ``next()`` waited for a batch not yet ready; ``inflight_batches`` of
         ``credit_budget``; ``queue_depth``: complete batches not yet taken; ``workers`` and
-        ``hosts``: what each delivered; ``malformed_messages``, ``dropped_parts``; and the
+        ``hosts``: what each delivered; ``malformed_messages``, ``dropped_parts``,
+        ``reassigned_units`` (handed over from a producer that left); and the
         verdict: ``input_bound``, ``suggested_extra_workers``, ``verdict`` (one line).
         """
         taken = self._taken.snapshot()
@@ -179,6 +180,7 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
             "hosts": hosts,
             "malformed_messages": counters["malformed_messages"],
             "dropped_parts": counters["dropped_parts"],
+            "reassigned_units": counters["reassigned_units"],
             "batches_dispatched": counters["batches_dispatched"],
             "max_inflight_batches": counters["max_inflight_batches"],
             "input_bound": bound,

@@ -17,6 +17,7 @@ It never decides what to produce: it only answers the consumer's units, in the o
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import signal
@@ -46,6 +47,7 @@ _SEND_RETRY_MS = 500
 # A persistent worker without a job says hello this often, so a consumer that starts (or
 # restarts) after it finds it within a second.
 _HELLO_EVERY_S = 1.0
+_CLOSE_LINGER_MS = 2000
 _log = logging.getLogger("h5feed.worker")
 
 
@@ -206,12 +208,22 @@ class Worker:
                 self.handle(message)
         except _Leave:
             _log.debug("worker %s: leaving", self.worker_id)
+            self.say_bye()
         finally:
             if self.job is not None:
                 self.job.close()
-            self.socket.close(linger=0)
+            self.socket.close(linger=_CLOSE_LINGER_MS)  # flush the last DATA and the BYE
             self.context.term()
         return self.exit_code
+
+    def say_bye(self) -> None:
+        """Tell the consumer this worker leaves: what it still held is given to others."""
+        if self.job is None or self.exit_code != 0:
+            return
+        with contextlib.suppress(zmq.ZMQError):  # nobody listening: nothing to hand over
+            self.socket.send_multipart(
+                wire.encode(wire.BYE, {"reason": "stopping (SIGTERM)"}), zmq.NOBLOCK
+            )
 
     def handle(self, message: wire.Message) -> None:
         fields = message.fields
@@ -235,14 +247,17 @@ class Worker:
             _log.warning("worker %s: unexpected %s message", self.worker_id, message.kind)
 
     def start_job(self, fields: dict[str, Any]) -> None:
-        if self.job is not None:
-            self.job.close()
+        """Open the job's files; a JOB of the job in hand adds files (taken over from a worker
+        that left)."""
         job_id = fields["job"]
-        try:
-            self.job = _Job(job_id, ClipSpec.from_wire(fields["clip"]))
-        except (TypeError, ValueError) as exc:
-            self.send_error(job_id, None, exc)
-            return
+        if self.job is None or self.job.id != job_id:
+            if self.job is not None:
+                self.job.close()
+            try:
+                self.job = _Job(job_id, ClipSpec.from_wire(fields["clip"]))
+            except (TypeError, ValueError) as exc:
+                self.send_error(job_id, None, exc)
+                return
         for file_index, path in fields["files"]:
             if self.data_root is not None and not os.path.isabs(path):
                 path = os.path.join(self.data_root, path)

@@ -164,7 +164,19 @@ def _cmd_produce(args: argparse.Namespace) -> int:
     from h5feed.producer.service import run_producer
 
     workers = int(args.workers) if args.workers is not None else available_cpus()
-    return run_producer(args.connect, args.data_root, workers, args.name, args.health_file)
+    if (args.key is None) != (args.server_key is None):
+        raise ValueError("CURVE needs both --key and --server-key")
+    curve = (args.key, args.server_key) if args.key is not None else None
+    return run_producer(args.connect, args.data_root, workers, args.name, args.health_file, curve)
+
+
+def _cmd_keys(args: argparse.Namespace) -> int:
+    import zmq.auth
+
+    os.makedirs(args.dir, exist_ok=True)
+    public, secret = zmq.auth.create_certificates(args.dir, args.name)
+    print(f"public key: {public}\nsecret key: {secret} (keep it private)")
+    return 0
 
 
 def _cmd_health(args: argparse.Namespace) -> int:
@@ -363,7 +375,28 @@ def build_parser() -> argparse.ArgumentParser:
         "--health-file", default=env.get("H5FEED_HEALTH_FILE"), metavar="PATH",
         help="keep writing liveness here, for `h5feed health` (env H5FEED_HEALTH_FILE)",
     )  # fmt: skip
+    produce.add_argument(
+        "--key", default=env.get("H5FEED_KEY"), metavar="FILE",
+        help="CURVE: this producer's .key_secret file, from `h5feed keys` (env H5FEED_KEY)",
+    )  # fmt: skip
+    produce.add_argument(
+        "--server-key", default=env.get("H5FEED_SERVER_KEY"), metavar="FILE",
+        help="CURVE: the trainer's public .key file (env H5FEED_SERVER_KEY)",
+    )  # fmt: skip
     produce.set_defaults(handler=_cmd_produce)
+
+    keys = subcommand(
+        "keys",
+        "make a CURVE key pair (NAME.key public, NAME.key_secret secret) with pyzmq",
+        "Make a CURVE key pair with pyzmq's certificate helpers.\n\nThe trainer keeps "
+        "its NAME.key_secret and lists the producers' public .key files in one directory "
+        "(curve_authorized=); each producer keeps its own .key_secret and the trainer's "
+        ".key (--key, --server-key).",
+        "example:\n  h5feed keys keys/ --name trainer && h5feed keys keys/ --name producer1",
+    )
+    keys.add_argument("dir", metavar="DIR", help="directory to write the two files into")
+    keys.add_argument("--name", default="h5feed", help="file name stem (default: %(default)s)")
+    keys.set_defaults(handler=_cmd_keys)
 
     health = subcommand(
         "health",

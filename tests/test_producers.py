@@ -236,3 +236,97 @@ def test_sigterm_to_a_producer_mid_epoch_hands_its_work_over(
     assert producers[0].wait(15) == 0
     assert [w["name"].split("-")[0] for w in stats["workers"]] == ["p1"]
     print("reassigned units:", stats["reassigned_units"], "dropped parts:", stats["dropped_parts"])
+
+
+def make_keys(directory: pathlib.Path, name: str) -> None:
+    subprocess.run(
+        [sys.executable, "-m", "h5feed", "keys", str(directory), "--name", name],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+
+
+def test_curve_admits_only_listed_producers(
+    port: int, tmp_path: pathlib.Path, small_dataset: list[pathlib.Path]
+) -> None:
+    keys, authorized = tmp_path / "keys", tmp_path / "authorized"
+    for name in ("trainer", "good", "stranger"):
+        make_keys(keys, name)
+    authorized.mkdir()
+    (authorized / "good.key").write_bytes((keys / "good.key").read_bytes())  # not the stranger
+    root = small_dataset[0].parent
+    started = []
+    for name in ("good", "stranger"):  # both with valid key pairs; one listed
+        started.append(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "h5feed",
+                    "produce",
+                    "--connect",
+                    f"tcp://127.0.0.1:{port}",
+                    "--data-root",
+                    str(root),
+                    "--workers",
+                    "1",
+                    "--name",
+                    name,
+                    "--key",
+                    str(keys / f"{name}.key_secret"),
+                    "--server-key",
+                    str(keys / "trainer.key"),
+                ],
+                stdin=subprocess.DEVNULL,
+            )
+        )
+    try:
+        feed = h5feed.batches(
+            [p.name for p in small_dataset],
+            data_root=str(root),
+            workers=1,  # a local worker too: it gets this iteration's own keys
+            listen=f"tcp://127.0.0.1:{port}",
+            curve_key=str(keys / "trainer.key_secret"),
+            curve_authorized=str(authorized),
+            join_grace_s=3.0,
+            start_timeout_s=30,
+            **CLIP,  # type: ignore[arg-type]
+        )
+        samples = sorted(s for b in feed for s in b["sample"].tolist())
+        stats = feed.stats()
+    finally:
+        for process in started:
+            process.terminate()
+            process.wait(15)
+    assert samples == list(range(24))
+    names = sorted(w["name"].split("-")[0] for w in stats["workers"])
+    assert names[0] == "good" and len(names) == 2 and names[1].startswith("w"), names
+    assert stats["malformed_messages"] == 0  # the stranger's messages never got in
+
+
+def test_curve_without_a_listed_producer_gets_no_work(
+    port: int, tmp_path: pathlib.Path, small_dataset: list[pathlib.Path]
+) -> None:
+    keys, authorized = tmp_path / "keys", tmp_path / "authorized"
+    for name in ("trainer", "listed", "stranger"):
+        make_keys(keys, name)
+    authorized.mkdir()
+    (authorized / "listed.key").write_bytes((keys / "listed.key").read_bytes())
+    stranger = subprocess.Popen(
+        [sys.executable, "-m", "h5feed", "produce", "--connect", f"tcp://127.0.0.1:{port}",
+         "--data-root", str(small_dataset[0].parent), "--workers", "1",
+         "--key", str(keys / "stranger.key_secret"), "--server-key", str(keys / "trainer.key")],
+        stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        feed = remote_feed(
+            port,
+            small_dataset,
+            curve_key=str(keys / "trainer.key_secret"),
+            curve_authorized=str(authorized),
+            start_timeout_s=4.0,
+        )
+        with pytest.raises(NoWorkersError, match="no producer connected"):
+            list(feed)
+    finally:
+        stranger.terminate()
+        stranger.wait(15)

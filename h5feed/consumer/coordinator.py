@@ -32,8 +32,10 @@ from typing import Any
 
 import numpy as np
 import zmq
+from zmq.auth.thread import ThreadAuthenticator
 
 from h5feed.common import wire
+from h5feed.common.curve import KeyPair, load_public_keys
 from h5feed.common.errors import (
     H5FeedError,
     NoWorkersError,
@@ -98,6 +100,11 @@ class Coordinator:
         self._stop = threading.Event()
         self._context = zmq.Context()
         self._socket = self._context.socket(zmq.ROUTER)
+        self._authenticator: ThreadAuthenticator | None = None
+        self.local_keys: KeyPair | None = None  # the local workers' CURVE keys, if any
+        self.server_public: bytes | None = None
+        if config.options.curve_key is not None:
+            self._secure(config.options.curve_key, config.options.curve_authorized or "")
         self._socket.setsockopt(zmq.LINGER, 0)
         self._socket.setsockopt(zmq.ROUTER_MANDATORY, 1)
         self._socket.setsockopt(zmq.SNDTIMEO, _SEND_TIMEOUT_MS)
@@ -124,6 +131,20 @@ class Coordinator:
         self._batches: Iterator[tuple[int, PlannedBatch]] = iter(())
         self._thread = threading.Thread(target=self._run, name=f"h5feed-{job_id[:8]}", daemon=True)
 
+    def _secure(self, key_file: str, authorized: str) -> None:
+        """CURVE server: accept only the listed producers' keys (and this iteration's own
+        local workers', made afresh); pyzmq's authenticator checks them before any message."""
+        own = KeyPair.load(key_file)
+        self.local_keys = KeyPair.generate()
+        self.server_public = own.public
+        allowed = load_public_keys(authorized) | {self.local_keys.public}
+        self._authenticator = ThreadAuthenticator(self._context)
+        self._authenticator.start()
+        self._authenticator.configure_curve_callback("*", credentials_provider=_Allowed(allowed))
+        self._socket.curve_secretkey = own.secret
+        self._socket.curve_publickey = own.public
+        self._socket.curve_server = True
+
     # -- called from the trainer's threads -------------------------------------------------
 
     def start(self) -> None:
@@ -143,6 +164,8 @@ class Coordinator:
             return  # a finalizer run by garbage collection on this very thread: it ends itself
         if not self._started:  # never ran: release what __init__ opened
             self._socket.close(linger=0)
+            if self._authenticator is not None:
+                self._authenticator.stop()
             self._context.term()
         if self._thread.is_alive():
             self._thread.join(timeout_s)
@@ -181,6 +204,8 @@ class Coordinator:
         finally:
             self._say_bye()
             self._socket.close(linger=0)
+            if self._authenticator is not None:
+                self._authenticator.stop()
             self._context.term()
             if self._stop.is_set() and threading.current_thread() is self._thread:
                 self._waker.close()  # nobody may be left to join this thread and close it
@@ -567,6 +592,19 @@ class Coordinator:
                 )
             except zmq.ZMQError as exc:
                 _log.debug("no bye to %s: %s", peer.name, exc)
+
+
+class _Allowed:
+    """pyzmq's CURVE credentials provider: a connecting key is allowed if it is listed."""
+
+    def __init__(self, keys: set[bytes]) -> None:
+        self._keys = keys
+
+    def callback(self, domain: str, key: bytes) -> bool:
+        allowed = key in self._keys
+        if not allowed:
+            _log.warning("refused a CURVE client whose key is not listed: %s", key.decode())
+        return allowed
 
 
 def _file_size(path: str) -> int:

@@ -20,6 +20,13 @@ import sys
 import time
 from collections.abc import Callable
 
+from h5feed.common.curve import (
+    CURVE_ENV_PUBLIC,
+    CURVE_ENV_SECRET,
+    CURVE_ENV_SERVER,
+    KeyPair,
+)
+
 _PACKAGE_PARENT = str(pathlib.Path(__file__).resolve().parents[2])
 _TERM_WAIT_S = 1.0
 _KILL_WAIT_S = 1.0
@@ -28,8 +35,20 @@ _KILL_WAIT_S = 1.0
 class LocalWorkers:
     """A set of local worker processes connected to ``address``."""
 
-    def __init__(self, count: int, address: str, prefix: str) -> None:
+    def __init__(
+        self,
+        count: int,
+        address: str,
+        prefix: str,
+        keys: KeyPair | None = None,
+        server_public: bytes | None = None,
+        data_root: str | None = None,
+    ) -> None:
         env = dict(os.environ)
+        if keys is not None and server_public is not None:  # CURVE: this iteration's own keys
+            env[CURVE_ENV_PUBLIC] = keys.public.decode()
+            env[CURVE_ENV_SECRET] = keys.secret.decode()
+            env[CURVE_ENV_SERVER] = server_public.decode()
         # Workers import h5feed from where the trainer did, installed or not.
         env["PYTHONPATH"] = os.pathsep.join(
             p for p in (_PACKAGE_PARENT, env.get("PYTHONPATH", "")) if p
@@ -48,6 +67,7 @@ class LocalWorkers:
                     name,
                     "--parent-pid",
                     str(os.getpid()),
+                    *(["--data-root", data_root] if data_root is not None else []),
                 ]
                 self.processes.append(
                     subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, close_fds=True)

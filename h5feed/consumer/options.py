@@ -94,6 +94,8 @@ class FeedOptions:
     listen: str | None = None
     data_root: str | None = None
     join_grace_s: float = 1.5
+    curve_key: str | None = None
+    curve_authorized: str | None = None
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:
@@ -115,6 +117,11 @@ class FeedOptions:
             )
         if self.max_inflight_batches is not None and self.max_inflight_batches < 1:
             raise ValueError("max_inflight_batches must be >= 1")
+        if (self.curve_key is None) != (self.curve_authorized is None):
+            raise ValueError(
+                "CURVE needs both curve_key (this consumer's .key_secret file) and "
+                "curve_authorized (the directory of the producers' public .key files)"
+            )
         if self.start_timeout_s <= 0 or self.unit_timeout_s <= 0:
             raise ValueError("timeouts must be positive")
 
@@ -185,3 +192,5 @@ class FeedKwargs(TypedDict, total=False):
     listen: str | None
     data_root: str | None
     join_grace_s: float
+    curve_key: str | None
+    curve_authorized: str | None

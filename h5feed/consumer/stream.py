@@ -75,11 +75,18 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
         self.address = address = f"ipc://{self._tmpdir}/feed.sock"
         workers = config.options.workers
         addresses = [address] + ([config.options.listen] if config.options.listen else [])
-        if config.options.listen:
+        if config.options.listen and config.options.curve_key is None:
             warn_if_exposed(config.options.listen)
         self._coordinator = Coordinator(config, epoch_range, addresses, self.job_id, workers, None)
         try:
-            self._workers = LocalWorkers(workers, address, prefix=f"w{self.job_id[:6]}")
+            self._workers = LocalWorkers(
+                workers,
+                address,
+                prefix=f"w{self.job_id[:6]}",
+                keys=self._coordinator.local_keys,
+                server_public=self._coordinator.server_public,
+                data_root=config.options.data_root,
+            )
         except BaseException:
             self._coordinator.stop()
             shutil.rmtree(self._tmpdir, ignore_errors=True)

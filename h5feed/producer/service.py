@@ -31,12 +31,16 @@ _RESTART_EVERY_S = 1.0
 _REFUSED_EXIT = 2
 
 
-def worker_command(connect: str, name: str, data_root: str | None) -> list[str]:
+def worker_command(
+    connect: str, name: str, data_root: str | None, curve: tuple[str, str] | None = None
+) -> list[str]:
     command = [sys.executable, "-m", "h5feed.producer.worker", "--connect", connect]
     command += ["--worker-id", name, "--parent-pid", str(os.getpid()), "--persistent"]
     command += ["--cache-dir", default_cache_dir()]  # this host's, not the trainer's
     if data_root is not None:
         command += ["--data-root", data_root]
+    if curve is not None:
+        command += ["--key", curve[0], "--server-key", curve[1]]
     return command
 
 
@@ -46,9 +50,11 @@ def run_producer(
     workers: int,
     name: str | None,
     health_file: str | None = None,
+    curve: tuple[str, str] | None = None,
 ) -> int:
     """Run the service until SIGTERM/SIGINT; returns the process exit code.
 
+    ``curve``: (this producer's ``.key_secret`` file, the consumer's public ``.key`` file).
     With ``health_file``, it rewrites that file several times a second with the time and the
     number of running workers (what ``h5feed health`` and the image's HEALTHCHECK read).
     """
@@ -85,7 +91,8 @@ def run_producer(
                     )
                 if time.monotonic() - started.get(worker, -1e9) >= _RESTART_EVERY_S:
                     processes[worker] = subprocess.Popen(
-                        worker_command(connect, worker, data_root), stdin=subprocess.DEVNULL
+                        worker_command(connect, worker, data_root, curve),
+                        stdin=subprocess.DEVNULL,
                     )
                     started[worker] = time.monotonic()
             _write_health(health_file, sum(p.poll() is None for p in processes.values()))

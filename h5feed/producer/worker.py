@@ -34,6 +34,14 @@ import zmq
 from h5feed import __version__
 from h5feed.common import wire
 from h5feed.common.config import ClipSpec, clip_frame_indices
+from h5feed.common.curve import (
+    CURVE_ENV_PUBLIC,
+    CURVE_ENV_SECRET,
+    CURVE_ENV_SERVER,
+    KeyPair,
+    load_public,
+    make_client,
+)
 from h5feed.common.errors import DataError, ProtocolError, VersionMismatchError
 from h5feed.producer import index_cache
 from h5feed.producer.decode import ClipWriter, decode_frame
@@ -136,6 +144,7 @@ class Worker:
         data_root: str | None = None,
         persistent: bool = False,
         cache_dir: str | None = None,
+        curve: tuple[KeyPair, bytes] | None = None,
     ) -> None:
         self.worker_id = worker_id
         self.parent_pid = parent_pid
@@ -149,6 +158,8 @@ class Worker:
         self.socket.setsockopt(zmq.LINGER, 0)
         self.socket.setsockopt(zmq.SNDTIMEO, _SEND_RETRY_MS)
         self.socket.setsockopt(zmq.ROUTING_ID, worker_id.encode())
+        if curve is not None:  # a CURVE client that also checks the consumer's key
+            make_client(self.socket, *curve)
         self.socket.connect(connect)
         self.job: _Job | None = None
         self.stopping = False
@@ -307,6 +318,20 @@ class Worker:
         )
 
 
+def _curve_keys(key: str | None, server_key: str | None) -> tuple[KeyPair, bytes] | None:
+    """CURVE keys from files (a producer service) or from the environment (local workers of
+    a consumer that uses CURVE); None without keys."""
+    if key is not None or server_key is not None:
+        if key is None or server_key is None:
+            raise SystemExit("CURVE needs both --key and --server-key")
+        return KeyPair.load(key), load_public(server_key)
+    public, secret = os.environ.get(CURVE_ENV_PUBLIC), os.environ.get(CURVE_ENV_SECRET)
+    server = os.environ.get(CURVE_ENV_SERVER)
+    if public and secret and server:
+        return KeyPair(public.encode(), secret.encode()), server.encode()
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m h5feed.producer.worker",
@@ -329,6 +354,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=None,
         help="index cache of this host (default: the directory the consumer names)",
     )
+    parser.add_argument("--key", default=None, help="CURVE: this worker's .key_secret file")
+    parser.add_argument("--server-key", default=None, help="CURVE: the consumer's public .key file")
     parser.add_argument(
         "--persistent",
         action="store_true",
@@ -349,6 +376,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.data_root,
         args.persistent,
         args.cache_dir,
+        _curve_keys(args.key, args.server_key),
     )
 
     def on_sigterm(signum: int, frame: object) -> None:

@@ -330,3 +330,17 @@ def test_curve_without_a_listed_producer_gets_no_work(
     finally:
         stranger.terminate()
         stranger.wait(15)
+
+
+def test_listening_beyond_loopback_without_keys_warns(
+    port: int, small_dataset: list[pathlib.Path], caplog: pytest.LogCaptureFixture
+) -> None:
+    feed = h5feed.batches(small_dataset, **CLIP, workers=1, listen=f"tcp://0.0.0.0:{port}")
+    with caplog.at_level("WARNING", logger="h5feed.consumer"):
+        assert sum(len(b["label"]) for b in feed) == 24
+    assert any("without CURVE keys" in r.getMessage() for r in caplog.records)
+    caplog.clear()
+    loopback = h5feed.batches(small_dataset, **CLIP, workers=1, listen=f"tcp://127.0.0.1:{port}")
+    with caplog.at_level("WARNING", logger="h5feed.consumer"):
+        assert sum(len(b["label"]) for b in loopback) == 24
+    assert not any("without CURVE keys" in r.getMessage() for r in caplog.records)

@@ -69,6 +69,22 @@ def _int_at_least(minimum: int) -> Callable[[str], int]:
 _positive_int = _int_at_least(1)
 _non_negative_int = _int_at_least(0)
 
+#: (flag, environment variable, metavar, help) of `h5feed produce`.
+_PRODUCE_OPTIONS = (
+    ("--connect", "H5FEED_CONNECT", "ADDR", "the trainer's address, e.g. tcp://trainer-host:5555"),
+    ("--data-root", "H5FEED_DATA_ROOT", "DIR", "the job's relative file paths resolve under this"),
+    (
+        "--workers",
+        "H5FEED_WORKERS",
+        "N",
+        "worker processes; default: the CPUs this process may use, cgroup CPU quota included",
+    ),
+    ("--name", "H5FEED_NAME", "NAME", "prefix of the workers' names; default: host-pid"),
+    ("--health-file", "H5FEED_HEALTH_FILE", "PATH", "keep writing liveness here (h5feed health)"),
+    ("--key", "H5FEED_KEY", "FILE", "CURVE: this producer's .key_secret file (h5feed keys)"),
+    ("--server-key", "H5FEED_SERVER_KEY", "FILE", "CURVE: the trainer's public .key file"),
+)
+
 #: (flag, parser, default, help) of the demo's integer options.
 _DEMO_INT_OPTIONS = (
     ("--steps", _positive_int, 60, "training steps"),
@@ -353,36 +369,15 @@ def build_parser() -> argparse.ArgumentParser:
     # The environment is read here, in the entry point, never at import time; an empty
     # variable (compose's ${VAR:-}) counts as unset.
     env = {k: v for k, v in os.environ.items() if k.startswith("H5FEED_") and v}
-    produce.add_argument(
-        "--connect", default=env.get("H5FEED_CONNECT"), metavar="ADDR",
-        required="H5FEED_CONNECT" not in env,
-        help="the trainer's address, e.g. tcp://trainer-host:5555 (env H5FEED_CONNECT)",
-    )  # fmt: skip
-    produce.add_argument(
-        "--data-root", default=env.get("H5FEED_DATA_ROOT"), metavar="DIR",
-        help="the job's relative file paths resolve under this (env H5FEED_DATA_ROOT)",
-    )  # fmt: skip
-    produce.add_argument(
-        "--workers", type=_positive_int, default=env.get("H5FEED_WORKERS"), metavar="N",
-        help="worker processes (env H5FEED_WORKERS; default: the CPUs this process may use, "
-        "cgroup CPU quota included)",
-    )  # fmt: skip
-    produce.add_argument(
-        "--name", default=env.get("H5FEED_NAME"), metavar="NAME",
-        help="prefix of the workers' names (env H5FEED_NAME; default: host-pid)",
-    )  # fmt: skip
-    produce.add_argument(
-        "--health-file", default=env.get("H5FEED_HEALTH_FILE"), metavar="PATH",
-        help="keep writing liveness here, for `h5feed health` (env H5FEED_HEALTH_FILE)",
-    )  # fmt: skip
-    produce.add_argument(
-        "--key", default=env.get("H5FEED_KEY"), metavar="FILE",
-        help="CURVE: this producer's .key_secret file, from `h5feed keys` (env H5FEED_KEY)",
-    )  # fmt: skip
-    produce.add_argument(
-        "--server-key", default=env.get("H5FEED_SERVER_KEY"), metavar="FILE",
-        help="CURVE: the trainer's public .key file (env H5FEED_SERVER_KEY)",
-    )  # fmt: skip
+    for flag, variable, metavar, text in _PRODUCE_OPTIONS:
+        produce.add_argument(
+            flag,
+            default=env.get(variable),
+            required=flag == "--connect" and variable not in env,
+            type=_positive_int if flag == "--workers" else str,
+            metavar=metavar,
+            help=f"{text} (env {variable})",
+        )
     produce.set_defaults(handler=_cmd_produce)
 
     keys = subcommand(

@@ -32,10 +32,8 @@ from typing import Any
 
 import numpy as np
 import zmq
-from zmq.auth.thread import ThreadAuthenticator
 
 from h5feed.common import wire
-from h5feed.common.curve import KeyPair, load_public_keys
 from h5feed.common.errors import (
     H5FeedError,
     NoWorkersError,
@@ -49,6 +47,7 @@ from h5feed.consumer.assembly import Batch, BatchAssembler
 from h5feed.consumer.local_workers import LocalWorkers
 from h5feed.consumer.options import FeedConfig
 from h5feed.consumer.plan import EpochPlan, Index, PlannedBatch
+from h5feed.consumer.security import CurveServer
 from h5feed.consumer.waker import Waker
 from h5feed.consumer.work import Peer, Unit, assign_files, is_valid_index, unit_rows
 
@@ -100,11 +99,15 @@ class Coordinator:
         self._stop = threading.Event()
         self._context = zmq.Context()
         self._socket = self._context.socket(zmq.ROUTER)
-        self._authenticator: ThreadAuthenticator | None = None
-        self.local_keys: KeyPair | None = None  # the local workers' CURVE keys, if any
-        self.server_public: bytes | None = None
+        self._curve: CurveServer | None = None
         if config.options.curve_key is not None:
-            self._secure(config.options.curve_key, config.options.curve_authorized or "")
+            self._curve = CurveServer(
+                self._context, config.options.curve_key, config.options.curve_authorized or ""
+            )
+            self._curve.secure(self._socket)
+        # The local workers' CURVE keys (made for this iteration) and the consumer's key.
+        self.local_keys = self._curve.local_keys if self._curve else None
+        self.server_public = self._curve.public if self._curve else None
         self._socket.setsockopt(zmq.LINGER, 0)
         self._socket.setsockopt(zmq.ROUTER_MANDATORY, 1)
         self._socket.setsockopt(zmq.SNDTIMEO, _SEND_TIMEOUT_MS)
@@ -131,20 +134,6 @@ class Coordinator:
         self._batches: Iterator[tuple[int, PlannedBatch]] = iter(())
         self._thread = threading.Thread(target=self._run, name=f"h5feed-{job_id[:8]}", daemon=True)
 
-    def _secure(self, key_file: str, authorized: str) -> None:
-        """CURVE server: accept only the listed producers' keys (and this iteration's own
-        local workers', made afresh); pyzmq's authenticator checks them before any message."""
-        own = KeyPair.load(key_file)
-        self.local_keys = KeyPair.generate()
-        self.server_public = own.public
-        allowed = load_public_keys(authorized) | {self.local_keys.public}
-        self._authenticator = ThreadAuthenticator(self._context)
-        self._authenticator.start()
-        self._authenticator.configure_curve_callback("*", credentials_provider=_Allowed(allowed))
-        self._socket.curve_secretkey = own.secret
-        self._socket.curve_publickey = own.public
-        self._socket.curve_server = True
-
     # -- called from the trainer's threads -------------------------------------------------
 
     def start(self) -> None:
@@ -164,8 +153,8 @@ class Coordinator:
             return  # a finalizer run by garbage collection on this very thread: it ends itself
         if not self._started:  # never ran: release what __init__ opened
             self._socket.close(linger=0)
-            if self._authenticator is not None:
-                self._authenticator.stop()
+            if self._curve is not None:
+                self._curve.stop()
             self._context.term()
         if self._thread.is_alive():
             self._thread.join(timeout_s)
@@ -204,8 +193,8 @@ class Coordinator:
         finally:
             self._say_bye()
             self._socket.close(linger=0)
-            if self._authenticator is not None:
-                self._authenticator.stop()
+            if self._curve is not None:
+                self._curve.stop()
             self._context.term()
             if self._stop.is_set() and threading.current_thread() is self._thread:
                 self._waker.close()  # nobody may be left to join this thread and close it
@@ -342,7 +331,7 @@ class Coordinator:
             self._on_error(peer, message.fields)
         elif message.kind == wire.BYE:
             reason = message.fields["reason"]
-            local = self.local_workers is not None and peer.name in self.local_workers.names
+            local = self._is_local(peer)
             if not peer.files and not peer.outstanding:
                 self._peers.pop(identity, None)
             elif local or self._assembler is None:
@@ -573,6 +562,11 @@ class Coordinator:
         try:
             self._socket.send_multipart([peer.identity, *wire.encode(kind, fields)], copy=False)
         except zmq.ZMQError as exc:  # EHOSTUNREACH (gone) or EAGAIN (not reading at all)
+            if not self._is_local(peer) and self._assembler is not None:
+                # A producer that is leaving (its BYE still on the way) or gone: its work
+                # goes to the others, as when its BYE arrives.
+                self._hand_over(peer, f"unreachable: {exc}")
+                return
             # A local worker that exited is better reported with its exit code, which its
             # process gives once it is fully gone (its socket closes a moment earlier).
             deadline = time.monotonic() + _EXIT_REPORT_WAIT_S
@@ -583,6 +577,10 @@ class Coordinator:
                 f"cannot send to worker {peer.name} (pid {peer.pid} on {peer.host}): {exc}"
             ) from exc
 
+    def _is_local(self, peer: Peer) -> bool:
+        """Whether ``peer`` is one of this iteration's own local worker processes."""
+        return self.local_workers is not None and peer.name in self.local_workers.names
+
     def _say_bye(self) -> None:
         for peer in self._peers.values():
             try:
@@ -592,19 +590,6 @@ class Coordinator:
                 )
             except zmq.ZMQError as exc:
                 _log.debug("no bye to %s: %s", peer.name, exc)
-
-
-class _Allowed:
-    """pyzmq's CURVE credentials provider: a connecting key is allowed if it is listed."""
-
-    def __init__(self, keys: set[bytes]) -> None:
-        self._keys = keys
-
-    def callback(self, domain: str, key: bytes) -> bool:
-        allowed = key in self._keys
-        if not allowed:
-            _log.warning("refused a CURVE client whose key is not listed: %s", key.decode())
-        return allowed
 
 
 def _file_size(path: str) -> int:

@@ -11,7 +11,7 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import pytest
 from conftest import wait_until_gone
@@ -33,10 +33,12 @@ def port() -> int:
     return free_port()
 
 
-def start_producer(port: int, data_root: pathlib.Path, name: str) -> subprocess.Popen[str]:
+def start_producer(
+    port: int, data_root: pathlib.Path, name: str, extra: Sequence[str] = ()
+) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "h5feed", "produce", "--data-root", str(data_root),
-         "--workers", "1", "--name", name],
+         "--workers", "1", "--name", name, *extra],
         env={**os.environ, "H5FEED_CONNECT": f"tcp://127.0.0.1:{port}"},
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
@@ -245,40 +247,28 @@ def make_keys(directory: pathlib.Path, name: str) -> None:
     )  # fmt: skip
 
 
+def curve_setup(tmp_path: pathlib.Path, listed: str) -> tuple[pathlib.Path, pathlib.Path]:
+    """Key pairs for the trainer, ``listed`` and a stranger; only ``listed`` is authorized."""
+    keys, authorized = tmp_path / "keys", tmp_path / "authorized"
+    for name in ("trainer", listed, "stranger"):
+        make_keys(keys, name)
+    authorized.mkdir()
+    (authorized / f"{listed}.key").write_bytes((keys / f"{listed}.key").read_bytes())
+    return keys, authorized
+
+
+def curve_args(keys: pathlib.Path, name: str) -> list[str]:
+    return ["--key", str(keys / f"{name}.key_secret"), "--server-key", str(keys / "trainer.key")]
+
+
 def test_curve_admits_only_listed_producers(
     port: int, tmp_path: pathlib.Path, small_dataset: list[pathlib.Path]
 ) -> None:
-    keys, authorized = tmp_path / "keys", tmp_path / "authorized"
-    for name in ("trainer", "good", "stranger"):
-        make_keys(keys, name)
-    authorized.mkdir()
-    (authorized / "good.key").write_bytes((keys / "good.key").read_bytes())  # not the stranger
+    keys, authorized = curve_setup(tmp_path, "good")  # the stranger's key is not listed
     root = small_dataset[0].parent
-    started = []
-    for name in ("good", "stranger"):  # both with valid key pairs; one listed
-        started.append(
-            subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "h5feed",
-                    "produce",
-                    "--connect",
-                    f"tcp://127.0.0.1:{port}",
-                    "--data-root",
-                    str(root),
-                    "--workers",
-                    "1",
-                    "--name",
-                    name,
-                    "--key",
-                    str(keys / f"{name}.key_secret"),
-                    "--server-key",
-                    str(keys / "trainer.key"),
-                ],
-                stdin=subprocess.DEVNULL,
-            )
-        )
+    started = [  # both with valid key pairs; one listed
+        start_producer(port, root, name, curve_args(keys, name)) for name in ("good", "stranger")
+    ]
     try:
         feed = h5feed.batches(
             [p.name for p in small_dataset],
@@ -296,7 +286,7 @@ def test_curve_admits_only_listed_producers(
     finally:
         for process in started:
             process.terminate()
-            process.wait(15)
+            process.communicate(timeout=15)
     assert samples == list(range(24))
     names = sorted(w["name"].split("-")[0] for w in stats["workers"])
     assert names[0] == "good" and len(names) == 2 and names[1].startswith("w"), names
@@ -306,17 +296,10 @@ def test_curve_admits_only_listed_producers(
 def test_curve_without_a_listed_producer_gets_no_work(
     port: int, tmp_path: pathlib.Path, small_dataset: list[pathlib.Path]
 ) -> None:
-    keys, authorized = tmp_path / "keys", tmp_path / "authorized"
-    for name in ("trainer", "listed", "stranger"):
-        make_keys(keys, name)
-    authorized.mkdir()
-    (authorized / "listed.key").write_bytes((keys / "listed.key").read_bytes())
-    stranger = subprocess.Popen(
-        [sys.executable, "-m", "h5feed", "produce", "--connect", f"tcp://127.0.0.1:{port}",
-         "--data-root", str(small_dataset[0].parent), "--workers", "1",
-         "--key", str(keys / "stranger.key_secret"), "--server-key", str(keys / "trainer.key")],
-        stdin=subprocess.DEVNULL,
-    )  # fmt: skip
+    keys, authorized = curve_setup(tmp_path, "listed")
+    stranger = start_producer(
+        port, small_dataset[0].parent, "stranger", curve_args(keys, "stranger")
+    )
     try:
         feed = remote_feed(
             port,
@@ -329,7 +312,7 @@ def test_curve_without_a_listed_producer_gets_no_work(
             list(feed)
     finally:
         stranger.terminate()
-        stranger.wait(15)
+        stranger.communicate(timeout=15)
 
 
 def test_listening_beyond_loopback_without_keys_warns(

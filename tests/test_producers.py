@@ -327,3 +327,32 @@ def test_listening_beyond_loopback_without_keys_warns(
     with caplog.at_level("WARNING", logger="h5feed.consumer"):
         assert sum(len(b["label"]) for b in loopback) == 24
     assert not any("without CURVE keys" in r.getMessage() for r in caplog.records)
+
+
+def test_producers_serve_a_new_trainer_after_one_was_killed(
+    port: int, small_dataset: list[pathlib.Path], producers: list[subprocess.Popen[str]]
+) -> None:
+    script = textwrap.dedent(
+        f"""
+        import h5feed
+        feed = h5feed.batches({[p.name for p in small_dataset]!r},
+                              data_root={str(small_dataset[0].parent)!r}, workers=0,
+                              listen="tcp://127.0.0.1:{port}", clip_len=4, epochs=None,
+                              start_timeout_s=30)
+        for i, _ in enumerate(feed):
+            if i == 3:
+                print("running", flush=True)
+        """
+    )
+    trainer = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        assert trainer.stdout is not None
+        assert trainer.stdout.readline().strip() == "running"
+        trainer.kill()  # no BYE: the producers still hold its job
+        trainer.wait(10)
+    finally:
+        if trainer.poll() is None:
+            trainer.kill()
+    feed = remote_feed(port, small_dataset, start_timeout_s=30)
+    assert sorted(s for b in feed for s in b["sample"].tolist()) == list(range(24))
+    assert all(p.poll() is None for p in producers)

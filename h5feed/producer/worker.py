@@ -153,6 +153,7 @@ class Worker:
         self.cache_dir = cache_dir  # a service worker's own; else the consumer's (same host)
         self.exit_code = 0
         self._last_hello = 0.0
+        self._last_heard = 0.0
         self.context = zmq.Context()
         self.socket = self.context.socket(zmq.DEALER)
         self.socket.setsockopt(zmq.LINGER, 0)
@@ -184,6 +185,15 @@ class Worker:
             _log.info("worker %s: parent %d is gone, exiting", self.worker_id, self.parent_pid)
             raise _Leave
 
+    def should_say_hello(self, now: float) -> bool:
+        """Without a job, hello every second until a consumer answers. A persistent worker
+        also says hello after a second of silence while it holds a job: if its consumer was
+        killed (no BYE), a restarted one finds it; a live one ignores a known worker's hello."""
+        quiet = now - max(self._last_hello, self._last_heard) > _HELLO_EVERY_S
+        if self.job is None:
+            return now - self._last_hello > _HELLO_EVERY_S
+        return self.persistent and quiet
+
     def hello(self) -> None:
         self._last_hello = time.monotonic()
         self.send(
@@ -202,11 +212,12 @@ class Worker:
             self.hello()
             while True:
                 self.check_leave()
-                if self.job is None and time.monotonic() - self._last_hello > _HELLO_EVERY_S:
-                    self.hello()  # persistent and idle: a (re)started consumer must find us
+                if self.should_say_hello(time.monotonic()):
+                    self.hello()
                 if not self.socket.poll(_POLL_MS):
                     continue
                 frames = self.socket.recv_multipart(copy=False)
+                self._last_heard = time.monotonic()
                 try:
                     message = wire.decode(frames)
                 except VersionMismatchError as exc:

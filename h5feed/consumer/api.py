@@ -39,10 +39,6 @@ class Feed:
         self._current: weakref.ref[BatchStream] | None = None
         self._last_stats: dict[str, Any] | None = None
 
-    @property
-    def next_epoch(self) -> int:
-        return self._next_epoch
-
     def stream(self) -> BatchStream:
         """Start the next iteration: takes ``epochs`` epoch numbers at once, so an iteration
         abandoned midway does not make the next one repeat its epochs."""

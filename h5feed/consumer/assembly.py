@@ -62,7 +62,7 @@ class BatchAssembler:
     def planned(self, seq: int) -> PlannedBatch:
         return self._pending[seq].planned
 
-    def check_frame_size(self, seq: int, positions: np.ndarray, frames: np.ndarray) -> None:
+    def _check_frame_size(self, seq: int, positions: np.ndarray, frames: np.ndarray) -> None:
         """Raise DataError if ``frames`` differ in size from every part seen before."""
         frame_hw = (int(frames.shape[2]), int(frames.shape[3]))
         if self._frame_hw is None:
@@ -79,7 +79,7 @@ class BatchAssembler:
 
     def add(self, seq: int, positions: np.ndarray, frames: np.ndarray) -> None:
         """One part of batch ``seq``: ``frames`` are the batch rows at ``positions``."""
-        self.check_frame_size(seq, positions, frames)
+        self._check_frame_size(seq, positions, frames)
         pending = self._pending[seq]
         pending.parts.append((positions, frames))
         pending.parts_left -= 1

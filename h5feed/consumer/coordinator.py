@@ -49,7 +49,14 @@ from h5feed.consumer.options import FeedConfig
 from h5feed.consumer.plan import EpochPlan, Index, PlannedBatch
 from h5feed.consumer.security import CurveServer
 from h5feed.consumer.waker import Waker
-from h5feed.consumer.work import Peer, Unit, assign_files, is_valid_index, unit_rows
+from h5feed.consumer.work import (
+    Peer,
+    Unit,
+    assign_files,
+    hand_over_files,
+    is_valid_index,
+    unit_rows,
+)
 
 _log = logging.getLogger("h5feed.consumer")
 
@@ -501,13 +508,9 @@ class Coordinator:
                 f"worker {leaver.name} (pid {leaver.pid} on {leaver.host}) left the job "
                 f"({reason}) and no other worker is left to take its files"
             )
-        adopted: dict[bytes, list[int]] = {}
-        for file_index in leaver.files:
-            heir = min(heirs, key=lambda p: (len(p.files), p.identity))
-            heir.files.append(file_index)
-            self._owner_slot[file_index] = self._slots.index(heir.identity)
-            adopted.setdefault(heir.identity, []).append(file_index)
+        adopted = hand_over_files(leaver.files, heirs)
         for identity, files in adopted.items():
+            self._owner_slot[files] = self._slots.index(identity)
             self._send_job(self._peers[identity], files)
         assembler = self._require_assembler()
         for unit_id in sorted(leaver.outstanding):

@@ -102,10 +102,6 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
     def worker_pids(self) -> list[int]:
         return self._workers.pids
 
-    @property
-    def inflight(self) -> int:
-        return self._coordinator.inflight
-
     def __next__(self) -> dict[str, np.ndarray]:
         began = time.monotonic()  # the wait for input: until a batch (or the end) is here
         try:

@@ -65,6 +65,17 @@ def assign_files(sizes: Sequence[int], workers: int) -> np.ndarray:
     return owner
 
 
+def hand_over_files(files: Sequence[int], heirs: Sequence[Peer]) -> dict[bytes, list[int]]:
+    """Give each of ``files`` (a leaving worker's) to the heir owning the fewest files so far
+    (ties: the lowest identity); the heirs' ``files`` grow. Returns the files each heir took."""
+    adopted: dict[bytes, list[int]] = {}
+    for file_index in files:
+        heir = min(heirs, key=lambda p: (len(p.files), p.identity))
+        heir.files.append(file_index)
+        adopted.setdefault(heir.identity, []).append(file_index)
+    return adopted
+
+
 def unit_rows(index: Index, planned: PlannedBatch) -> list[list[Any]]:
     """One UNIT row per sample of ``planned``, in batch order:
     ``[sample, file, video in file, start, crop top, crop left, flip, seed]``."""

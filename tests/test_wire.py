@@ -35,7 +35,14 @@ VALID_FIELDS: dict[str, dict[str, Any]] = {
         "cache_dir": None,
     },
     wire.INDEX: {"job": "job-1", "file": 0, "videos": [["v0", 120, 3], ["v1", 64, None]]},
-    wire.UNIT: {"job": "job-1", "unit": 7, "batch": 2, "epoch": 1, "rows": [[0, "v0", 16]]},
+    wire.UNIT: {
+        "job": "job-1",
+        "unit": 7,
+        "batch": 2,
+        "epoch": 1,
+        "rows": [[0, "v0", 16]],
+        "slot": None,
+    },
     wire.DATA: {"job": "job-1", "unit": 7, "batch": 2, "samples": [[0, "v0", 16]]},
     wire.ERROR: {
         "job": "job-1",
@@ -155,15 +162,17 @@ GOLDEN_UNIT_FIELDS = {
     "job": "j1",
     "epoch": 1,
     "batch": 2,
+    "slot": [4242, 9, 8, [0, 3]],
 }
 GOLDEN_UNIT = bytes.fromhex(
     MAGIC_AND_VERSION
     + "a4 756e6974"  # "unit"
-    + "85"  # fixmap(5), keys sorted: batch, epoch, job, rows, unit
+    + "86"  # fixmap(6), keys sorted: batch, epoch, job, rows, slot, unit
     + "a5 6261746368 02"  # "batch": 2
     + "a5 65706f6368 01"  # "epoch": 1
     + "a3 6a6f62 a2 6a31"  # "job": "j1"
     + "a4 726f7773 92 93 00 a2 7630 10 93 01 a2 7631 00"  # "rows": [[0,"v0",16],[1,"v1",0]]
+    + "a4 736c6f74 94 cd 1092 09 08 92 00 03"  # "slot": [4242, 9, 8, [0, 3]]
     + "a4 756e6974 07"  # "unit": 7
     + "90"
 )

@@ -5,8 +5,10 @@ Guarantees of a :class:`BatchAssembler`:
 1. A batch is released once, complete (every part in), or never.
 2. ``ordered=True``: batches are released in plan order (``seq`` 0, 1, 2, ...), each as soon as
    it and all before it are complete; ``ordered=False``: each as soon as it is complete.
-3. A batch made by one part, rows in order, is released without a copy; otherwise each part is
-   copied once into the batch array.
+3. A batch in a shared-memory slot (see ``h5feed.consumer.slots``) is released as an array
+   over the slot: parts written there by local workers are not copied at all, parts that came
+   over the socket are copied in once. Without a slot, a batch made by one part, rows in
+   order, is released without a copy; otherwise each part is copied once into the batch.
 4. All parts of all batches have one frame size; a part that differs raises
    :class:`DataError` naming one of its videos (videos of different sizes need ``resize``).
 """
@@ -21,6 +23,7 @@ import numpy as np
 from h5feed.common.errors import DataError
 from h5feed.consumer.memory import aligned_empty
 from h5feed.consumer.plan import Index, PlannedBatch
+from h5feed.consumer.slots import Slot, SlotPool
 
 
 @dataclasses.dataclass
@@ -36,24 +39,36 @@ class Batch:
 class _Pending:
     planned: PlannedBatch
     parts_left: int
-    parts: list[tuple[np.ndarray, np.ndarray]] = dataclasses.field(default_factory=list)
+    slot: Slot | None = None
+    parts: list[tuple[np.ndarray, np.ndarray | None]] = dataclasses.field(default_factory=list)
 
 
 class BatchAssembler:
     """Collects the parts of dispatched batches; calls ``release`` with each complete batch."""
 
-    def __init__(self, index: Index, ordered: bool, release: Callable[[Batch], None]) -> None:
+    def __init__(
+        self,
+        index: Index,
+        ordered: bool,
+        release: Callable[[Batch], None],
+        slots: tuple[SlotPool, tuple[int, ...]] | None = None,
+    ) -> None:
+        """``slots``: the pool and the shape of one clip [clip_len, H, W, 3] when batches may
+        live in shared memory."""
         self._index = index
         self._ordered = ordered
         self._release = release
         self._pending: dict[int, _Pending] = {}
         self._complete: dict[int, Batch] = {}
+        self._slots = slots
         self._frame_hw: tuple[int, int] | None = None
+        if slots is not None:
+            self._frame_hw = (slots[1][1], slots[1][2])
         self.released = 0
 
-    def expect(self, seq: int, planned: PlannedBatch, parts: int) -> None:
-        """Batch ``seq`` will arrive in ``parts`` parts."""
-        self._pending[seq] = _Pending(planned, parts)
+    def expect(self, seq: int, planned: PlannedBatch, parts: int, slot: Slot | None = None) -> None:
+        """Batch ``seq`` will arrive in ``parts`` parts (written into ``slot``, if given)."""
+        self._pending[seq] = _Pending(planned, parts, slot)
 
     def add_expected_parts(self, seq: int, parts: int) -> None:
         """Batch ``seq`` will arrive in ``parts`` more parts (a part was split on re-sending)."""
@@ -77,9 +92,14 @@ class BatchAssembler:
                 video=self._index.names[video].decode(),
             )
 
-    def add(self, seq: int, positions: np.ndarray, frames: np.ndarray) -> None:
-        """One part of batch ``seq``: ``frames`` are the batch rows at ``positions``."""
-        self._check_frame_size(seq, positions, frames)
+    def slot(self, seq: int) -> Slot | None:
+        return self._pending[seq].slot
+
+    def add(self, seq: int, positions: np.ndarray, frames: np.ndarray | None) -> None:
+        """One part of batch ``seq``: ``frames`` are the batch rows at ``positions``, or None
+        when the worker wrote them into the batch's slot."""
+        if frames is not None:
+            self._check_frame_size(seq, positions, frames)
         pending = self._pending[seq]
         pending.parts.append((positions, frames))
         pending.parts_left -= 1
@@ -100,7 +120,15 @@ class BatchAssembler:
         planned, index = pending.planned, self._index
         rows = len(planned.samples)
         first_frames = pending.parts[0][1]
-        if len(pending.parts) == 1:
+        if pending.slot is not None and self._slots is not None:
+            pool, clip_shape = self._slots
+            frames = pool.lease(pending.slot, (rows, *clip_shape))  # TF shares it, no copy
+            for positions, part in pending.parts:
+                if part is not None:  # came over the socket
+                    frames[positions] = part
+        elif first_frames is None:  # unreachable: the coordinator checks every part
+            raise ValueError("a part without frames in a batch without a slot")
+        elif len(pending.parts) == 1:
             frames = first_frames  # one worker made every row, in order: no copy
         else:
             frames = aligned_empty((rows, *first_frames.shape[1:]))  # TF shares it, no copy

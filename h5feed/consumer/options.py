@@ -96,6 +96,7 @@ class FeedOptions:
     join_grace_s: float = 1.5
     curve_key: str | None = None
     curve_authorized: str | None = None
+    shared_memory: bool = True
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:
@@ -162,7 +163,8 @@ class FeedKwargs(TypedDict, total=False):
     (the default directory, see :func:`default_cache_dir`), a directory, or False (off).
     ``tune_malloc`` (default True) keeps 16 MiB of freed memory mapped in the trainer process
     (glibc ``M_TOP_PAD``) so each ~5 MB batch does not fault in fresh pages; see
-    ``h5feed/consumer/memory.py``.
+    ``h5feed/consumer/memory.py``. ``shared_memory`` (default True): local workers write
+    batches straight into shared memory the trainer reads (see ``h5feed/consumer/slots.py``).
     """
 
     clip_len: int
@@ -194,3 +196,4 @@ class FeedKwargs(TypedDict, total=False):
     join_grace_s: float
     curve_key: str | None
     curve_authorized: str | None
+    shared_memory: bool

@@ -47,6 +47,7 @@ from h5feed.producer import index_cache
 from h5feed.producer.decode import ClipWriter, decode_frame
 from h5feed.producer.index_cache import VideoEntry
 from h5feed.producer.reader import VideoFile
+from h5feed.producer.shm import SlotError, SlotMaps, parse_slot
 
 _POLL_MS = 200
 # A DEALER blocks a send while it has no connected peer (the consumer is gone or restarting).
@@ -66,6 +67,7 @@ class _Job:
         self.id = job_id
         self.spec = spec
         self.writer = ClipWriter(spec)
+        self.slots = SlotMaps()
         self.files: dict[int, VideoFile] = {}
         self.videos: dict[int, list[VideoEntry]] = {}
 
@@ -73,6 +75,7 @@ class _Job:
         for handle in self.files.values():
             handle.close()
         self.files.clear()
+        self.slots.close()
 
     def open_and_index(self, file_index: int, path: str, cache_dir: str | None) -> list[VideoEntry]:
         handle = VideoFile(path, self.spec.frames_key, self.spec.label_key)
@@ -89,12 +92,17 @@ class _Job:
         self.videos[file_index] = videos
         return videos
 
-    def produce(self, rows: list[list[Any]]) -> np.ndarray:
-        """The clips of ``rows`` as one uint8 array [rows, clip_len, H, W, 3], RGB."""
+    def produce(
+        self,
+        rows: list[list[Any]],
+        out: np.ndarray | None = None,
+        positions: list[int] | None = None,
+    ) -> np.ndarray:
+        """The clips of ``rows`` as uint8 [rows, clip_len, H, W, 3], RGB: a new array, or
+        ``out`` (a whole batch in a shared-memory slot) with row ``i`` at ``positions[i]``."""
         spec = self.spec
         if not rows:
             raise ValueError("a unit must have at least one row")
-        out: np.ndarray | None = None
         for r, row in enumerate(rows):
             _sample, file_index, video_index, start, uy, ux, flip, _seed = row
             handle = self.files[file_index]
@@ -111,13 +119,14 @@ class _Job:
                     video=name,
                     frame=indices[0],
                 ) from exc
+            place = positions[r] if positions is not None else r
             for t, (data, frame) in enumerate(zip(encoded, indices, strict=True)):
                 image = decode_frame(data, handle.path, name, frame)
                 if out is None:
                     height, width = self.writer.frame_shape(image)
                     out = np.empty((len(rows), spec.clip_len, height, width, 3), np.uint8)
                 self.writer.write(
-                    out[r, t], image, (uy, ux), bool(flip), (handle.path, name, frame)
+                    out[place, t], image, (uy, ux), bool(flip), (handle.path, name, frame)
                 )
         if out is None:  # unreachable: rows is not empty and every clip has frames
             raise ValueError("no frames were produced")
@@ -164,6 +173,7 @@ class Worker:
         self.socket.connect(connect)
         self.job: _Job | None = None
         self.stopping = False
+        self.slots_failed = False  # a slot could not be mapped: stop trying
 
     def send(
         self, kind: str, fields: dict[str, Any], arrays: Sequence[tuple[str, np.ndarray]] = ()
@@ -294,8 +304,16 @@ class Worker:
             )
 
     def run_unit(self, job: _Job, fields: dict[str, Any]) -> None:
+        """Produce a unit into its shared-memory slot when it names one this worker can map
+        (then DATA carries no array), else into a new array sent with DATA."""
+        rows = fields["rows"]
         try:
-            clips = job.produce(fields["rows"])
+            target = self.slot_target(job, fields["slot"])
+            if target is not None:
+                job.produce(rows, *target)
+                clips = []
+            else:
+                clips = [("frames", job.produce(rows))]
         except Exception as exc:  # any failure must reach the trainer, with its traceback
             self.send_error(job.id, fields["unit"], exc)
             return
@@ -305,10 +323,25 @@ class Worker:
                 "job": job.id,
                 "unit": fields["unit"],
                 "batch": fields["batch"],
-                "samples": [row[0] for row in fields["rows"]],
+                "samples": [row[0] for row in rows],
             },
-            [("frames", clips)],
+            clips,
         )
+
+    def slot_target(self, job: _Job, slot: Any) -> tuple[np.ndarray, list[int]] | None:
+        """The batch array and row positions of a unit's slot, or None: no slot, or one this
+        worker cannot map (logged once; its rows then travel over the socket)."""
+        height, width = job.spec.frame_shape
+        if slot is None or height is None or width is None or self.slots_failed:
+            return None
+        try:
+            pid, fd, batch_rows, positions = parse_slot(slot)
+            shape = (batch_rows, job.spec.clip_len, height, width, 3)
+            return job.slots.batch_array(pid, fd, shape), positions
+        except SlotError as exc:
+            _log.warning("worker %s: %s; sending rows over the socket", self.worker_id, exc)
+            self.slots_failed = True
+            return None
 
     def send_error(
         self, job_id: str, unit: int | None, exc: BaseException, file: str | None = None

@@ -7,8 +7,9 @@ Guarantees of a :class:`BatchAssembler`:
    it and all before it are complete; ``ordered=False``: each as soon as it is complete.
 3. A batch made by one part, rows in order, is released without a copy; otherwise each part is
    copied once into the batch array.
-4. All parts of all batches have one frame size; a part that differs raises
-   :class:`DataError` naming one of its videos (videos of different sizes need ``resize``).
+4. All parts of all batches have one frame size (and, with a transform, one sample shape and
+   dtype); a part that differs raises :class:`DataError` naming one of its videos (videos of
+   different sizes need ``resize``; a transform must return one shape and dtype).
 """
 
 from __future__ import annotations
@@ -42,13 +43,20 @@ class _Pending:
 class BatchAssembler:
     """Collects the parts of dispatched batches; calls ``release`` with each complete batch."""
 
-    def __init__(self, index: Index, ordered: bool, release: Callable[[Batch], None]) -> None:
+    def __init__(
+        self,
+        index: Index,
+        ordered: bool,
+        release: Callable[[Batch], None],
+        transform: str | None = None,
+    ) -> None:
         self._index = index
         self._ordered = ordered
         self._release = release
         self._pending: dict[int, _Pending] = {}
         self._complete: dict[int, Batch] = {}
-        self._frame_hw: tuple[int, int] | None = None
+        self._transform = transform
+        self._sample: tuple[np.dtype[np.generic], tuple[int, ...]] | None = None
         self.released = 0
 
     def expect(self, seq: int, planned: PlannedBatch, parts: int) -> None:
@@ -63,19 +71,32 @@ class BatchAssembler:
         return self._pending[seq].planned
 
     def _check_frame_size(self, seq: int, positions: np.ndarray, frames: np.ndarray) -> None:
-        """Raise DataError if ``frames`` differ in size from every part seen before."""
-        frame_hw = (int(frames.shape[2]), int(frames.shape[3]))
-        if self._frame_hw is None:
-            self._frame_hw = frame_hw
-        elif frame_hw != self._frame_hw:
-            video = int(self._pending[seq].planned.videos[positions[0]])
-            raise DataError(
-                f"frames are {frame_hw[1]}x{frame_hw[0]} but earlier batches' are "
-                f"{self._frame_hw[1]}x{self._frame_hw[0]}: the videos differ in size; "
-                "set resize=(height, width)",
-                file=self._index.file_names[video].decode(),
-                video=self._index.names[video].decode(),
+        """Raise DataError if ``frames`` differ in sample shape or dtype from every part seen
+        before."""
+        sample = (frames.dtype, tuple(frames.shape[1:]))
+        if self._sample is None:
+            self._sample = sample
+            return
+        if sample == self._sample:
+            return
+        video = int(self._pending[seq].planned.videos[positions[0]])
+        if self._transform is not None:
+            message = (
+                f"transform {self._transform!r} gave samples of {sample[0]} {list(sample[1])} "
+                f"but earlier ones were {self._sample[0]} {list(self._sample[1])}; a transform "
+                "must return one shape and dtype for every sample"
             )
+        else:
+            (h, w), (h0, w0) = sample[1][1:3], self._sample[1][1:3]
+            message = (
+                f"frames are {w}x{h} but earlier batches' are {w0}x{h0}: the videos differ in "
+                "size; set resize=(height, width)"
+            )
+        raise DataError(
+            message,
+            file=self._index.file_names[video].decode(),
+            video=self._index.names[video].decode(),
+        )
 
     def add(self, seq: int, positions: np.ndarray, frames: np.ndarray) -> None:
         """One part of batch ``seq``: ``frames`` are the batch rows at ``positions``."""
@@ -103,7 +124,8 @@ class BatchAssembler:
         if len(pending.parts) == 1:
             frames = first_frames  # one worker made every row, in order: no copy
         else:
-            frames = aligned_empty((rows, *first_frames.shape[1:]))  # TF shares it, no copy
+            # TF shares an aligned buffer, no copy
+            frames = aligned_empty((rows, *first_frames.shape[1:]), first_frames.dtype)
             for positions, part in pending.parts:
                 frames[positions] = part
         return Batch(

@@ -240,7 +240,7 @@ class Coordinator:
         files = self.config.files
         self.index = Index.build(files, [self._videos_by_file[i] for i in range(len(files))])
         self._assembler = BatchAssembler(
-            self.index, self.config.options.deterministic, self._release
+            self.index, self.config.options.deterministic, self._release, self.config.clip.transform
         )
         _log.info("indexed %d files, %d videos", len(files), self.index.num_videos)
         self._batches = self._plan_batches(self.index)
@@ -425,11 +425,17 @@ class Coordinator:
         clip = self.config.clip
         if (
             frames is None
-            or frames.dtype != np.uint8
-            or frames.ndim != 5
+            or frames.ndim < 1
             or frames.shape[0] != len(unit.samples)
-            or frames.shape[1] != clip.clip_len
-            or frames.shape[4] != 3
+            or (  # a transform decides the rest of the shape and the dtype
+                clip.transform is None
+                and (
+                    frames.dtype != np.uint8
+                    or frames.ndim != 5
+                    or frames.shape[1] != clip.clip_len
+                    or frames.shape[4] != 3
+                )
+            )
         ):
             self._drop(f"part of unit {unit.id} from {peer.name} with a bad frames array")
             return

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from h5feed.common import layouts
+from h5feed.common.errors import DataError
 from h5feed.common.layouts import Auto, LayoutSpec
 from h5feed.producer.decode import decode_frame
 from h5feed.producer.layouts import open_reader
@@ -35,7 +36,7 @@ def inspect_file(path: str, layout: LayoutSpec | None = None) -> dict[str, Any]:
     ``layout_python`` (how to pass it), ``videos``, ``frames``, ``frames_per_video``
     (``min``/``median``/``max``), ``file_bytes``, ``mean_frame_bytes`` and
     ``frames_sampled`` (stored bytes per frame: encoded for JPEG layouts, pixels for raw),
-    ``labels`` (``[[label, videos], ...]`` most frequent first, at most 20) and
+    ``labels`` (``[[label, videos], ...]`` most frequent first, ties by label, at most 20) and
     ``labels_distinct``, ``frame_shape`` ([height, width, channels] of the first frame as
     stored/decoded, before resize), ``encoded`` (JPEG or pixels) and ``sample`` (the first
     video's ``video``, ``label``, ``frames``).
@@ -45,6 +46,7 @@ def inspect_file(path: str, layout: LayoutSpec | None = None) -> dict[str, Any]:
         videos = reader.index()
         counts = [n for _name, n, _label in videos]
         labels = collections.Counter(label for _name, _n, label in videos)
+        frequent = sorted(labels.items(), key=lambda kv: (-kv[1], kv[0]))  # ties: by label
         name, n_frames, label = videos[0]
         first = reader.read_frames(name, [0])[0]
         image = decode_frame(first, path, name, 0) if reader.encoded else np.asarray(first)
@@ -66,7 +68,7 @@ def inspect_file(path: str, layout: LayoutSpec | None = None) -> dict[str, Any]:
             "file_bytes": os.path.getsize(path),
             "mean_frame_bytes": float(np.mean(sizes)),
             "frames_sampled": len(sizes),
-            "labels": [[k, v] for k, v in labels.most_common(_LISTED_LABELS)],
+            "labels": [[k, v] for k, v in frequent[:_LISTED_LABELS]],
             "labels_distinct": len(labels),
             "frame_shape": shape,
             "sample": {"video": name, "label": label, "frames": n_frames},
@@ -145,7 +147,7 @@ def run(files: list[str], layout: str, as_json: bool) -> tuple[str, list[str]]:
         try:
             reports.append(inspect_file(path, spec))
         except Exception as exc:  # one bad file must not hide the report of the others
-            errors.append(f"{path}: {exc}")
+            errors.append(str(exc) if isinstance(exc, DataError) else f"{path}: {exc}")
             if as_json:
                 reports.append({"file": path, "error": str(exc)})
     if as_json:

@@ -101,7 +101,8 @@ def batches(files: PathsLike, **kwargs: Unpack[FeedKwargs]) -> Feed:
     """Batches of video clips as NumPy dicts, decoded by ``workers`` local processes.
 
     Same arguments and semantics as :func:`dataset`, without TensorFlow. Each batch is a dict:
-    ``frames`` uint8 [B, clip_len, H, W, 3] RGB, ``label`` int64 [B], ``file`` and ``video``
+    ``frames`` uint8 [B, clip_len, H, W, 3] RGB (with ``transform``: [B, *its shape] of its
+    dtype), ``label`` int64 [B], ``file`` and ``video``
     object arrays of bytes [B], ``start`` int64 [B], plus ``sample`` (global sample id) and
     ``epoch`` int64 [B]. Arrays may be read-only views of the received message.
     """

@@ -9,8 +9,9 @@ Guarantees of a :class:`BatchAssembler`:
    over the slot: parts written there by local workers are not copied at all, parts that came
    over the socket are copied in once. Without a slot, a batch made by one part, rows in
    order, is released without a copy; otherwise each part is copied once into the batch.
-4. All parts of all batches have one frame size; a part that differs raises
-   :class:`DataError` naming one of its videos (videos of different sizes need ``resize``).
+4. All parts of all batches have one frame size (and, with a transform, one sample shape and
+   dtype); a part that differs raises :class:`DataError` naming one of its videos (videos of
+   different sizes need ``resize``; a transform must return one shape and dtype).
 """
 
 from __future__ import annotations
@@ -51,19 +52,21 @@ class BatchAssembler:
         index: Index,
         ordered: bool,
         release: Callable[[Batch], None],
+        transform: str | None = None,
         slots: tuple[SlotPool, tuple[int, ...]] | None = None,
     ) -> None:
-        """``slots``: the pool and the shape of one clip [clip_len, H, W, 3] when batches may
-        live in shared memory."""
+        """``transform``: the user's transform path (for error messages); ``slots``: the pool
+        and the shape of one clip [clip_len, H, W, 3] when batches may live in shared memory."""
         self._index = index
         self._ordered = ordered
         self._release = release
         self._pending: dict[int, _Pending] = {}
         self._complete: dict[int, Batch] = {}
+        self._transform = transform
+        self._sample: tuple[np.dtype[np.generic], tuple[int, ...]] | None = None
         self._slots = slots
-        self._frame_hw: tuple[int, int] | None = None
         if slots is not None:
-            self._frame_hw = (slots[1][1], slots[1][2])
+            self._sample = (np.dtype(np.uint8), slots[1])
         self.released = 0
 
     def expect(self, seq: int, planned: PlannedBatch, parts: int, slot: Slot | None = None) -> None:
@@ -78,19 +81,32 @@ class BatchAssembler:
         return self._pending[seq].planned
 
     def _check_frame_size(self, seq: int, positions: np.ndarray, frames: np.ndarray) -> None:
-        """Raise DataError if ``frames`` differ in size from every part seen before."""
-        frame_hw = (int(frames.shape[2]), int(frames.shape[3]))
-        if self._frame_hw is None:
-            self._frame_hw = frame_hw
-        elif frame_hw != self._frame_hw:
-            video = int(self._pending[seq].planned.videos[positions[0]])
-            raise DataError(
-                f"frames are {frame_hw[1]}x{frame_hw[0]} but earlier batches' are "
-                f"{self._frame_hw[1]}x{self._frame_hw[0]}: the videos differ in size; "
-                "set resize=(height, width)",
-                file=self._index.file_names[video].decode(),
-                video=self._index.names[video].decode(),
+        """Raise DataError if ``frames`` differ in sample shape or dtype from every part seen
+        before."""
+        sample = (frames.dtype, tuple(frames.shape[1:]))
+        if self._sample is None:
+            self._sample = sample
+            return
+        if sample == self._sample:
+            return
+        video = int(self._pending[seq].planned.videos[positions[0]])
+        if self._transform is not None:
+            message = (
+                f"transform {self._transform!r} gave samples of {sample[0]} {list(sample[1])} "
+                f"but earlier ones were {self._sample[0]} {list(self._sample[1])}; a transform "
+                "must return one shape and dtype for every sample"
             )
+        else:
+            (h, w), (h0, w0) = sample[1][1:3], self._sample[1][1:3]
+            message = (
+                f"frames are {w}x{h} but earlier batches' are {w0}x{h0}: the videos differ in "
+                "size; set resize=(height, width)"
+            )
+        raise DataError(
+            message,
+            file=self._index.file_names[video].decode(),
+            video=self._index.names[video].decode(),
+        )
 
     def slot(self, seq: int) -> Slot | None:
         return self._pending[seq].slot
@@ -131,7 +147,8 @@ class BatchAssembler:
         elif len(pending.parts) == 1:
             frames = first_frames  # one worker made every row, in order: no copy
         else:
-            frames = aligned_empty((rows, *first_frames.shape[1:]))  # TF shares it, no copy
+            # TF shares an aligned buffer, no copy
+            frames = aligned_empty((rows, *first_frames.shape[1:]), first_frames.dtype)
             for positions, part in pending.parts:
                 frames[positions] = part
         return Batch(

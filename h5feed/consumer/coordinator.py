@@ -249,19 +249,24 @@ class Coordinator:
         files = self.config.files
         self.index = Index.build(files, [self._videos_by_file[i] for i in range(len(files))])
         self._assembler = BatchAssembler(
-            self.index, self.config.options.deterministic, self._release, self._make_slots()
+            self.index,
+            self.config.options.deterministic,
+            self._release,
+            self.config.clip.transform,
+            self._make_slots(),
         )
         _log.info("indexed %d files, %d videos", len(files), self.index.num_videos)
         self._batches = self._plan_batches(self.index)
 
     def _make_slots(self) -> tuple[SlotPool, tuple[int, ...]] | None:
         """A pool of shared-memory batch slots, when local workers make the batches and the
-        clip's output size is known before decoding (``crop`` or ``resize`` set)."""
+        clip's output size is known before decoding (``crop`` or ``resize`` set, and no
+        transform, whose output shape only its first result tells)."""
         clip, options = self.config.clip, self.config.options
         height, width = clip.frame_shape
         if not (options.shared_memory and self.expected_workers and supported()):
             return None
-        if height is None or width is None:
+        if height is None or width is None or clip.transform is not None:
             return None
         clip_shape = (clip.clip_len, height, width, 3)
         self._pool = SlotPool(options.batch_size * int(np.prod(clip_shape)))
@@ -460,11 +465,17 @@ class Coordinator:
         """Whether a part's ``frames`` are not uint8 [rows, clip_len, H, W, 3]."""
         return (
             frames is None
-            or frames.dtype != np.uint8
-            or frames.ndim != 5
+            or frames.ndim < 1
             or frames.shape[0] != rows
-            or frames.shape[1] != self.config.clip.clip_len
-            or frames.shape[4] != 3
+            or (  # a transform decides the rest of the shape and the dtype
+                self.config.clip.transform is None
+                and (
+                    frames.dtype != np.uint8
+                    or frames.ndim != 5
+                    or frames.shape[1] != self.config.clip.clip_len
+                    or frames.shape[4] != 3
+                )
+            )
         )
 
     def _slot_part_bytes(self, rows: int) -> int:

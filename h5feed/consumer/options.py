@@ -6,10 +6,11 @@ import dataclasses
 import glob
 import os
 import pathlib
-from collections.abc import Sequence
-from typing import TypedDict
+from collections.abc import Mapping, Sequence
+from typing import Any, TypedDict
 
 from h5feed.common.config import CLIP_STARTS, ClipSpec, default_cache_dir
+from h5feed.common.layouts import LayoutSpec
 from h5feed.consumer.plan import PlanOptions
 
 _H5_SUFFIXES = (".h5", ".hdf5", ".he5")
@@ -196,4 +197,7 @@ class FeedKwargs(TypedDict, total=False):
     join_grace_s: float
     curve_key: str | None
     curve_authorized: str | None
+    layout: str | Mapping[str, Any] | LayoutSpec
+    transform: str | None
+    transform_args: dict[str, Any] | None
     shared_memory: bool

@@ -142,7 +142,7 @@ def test_error_hierarchy() -> None:
 # 1. Golden bytes
 # --------------------------------------------------------------------------------------------
 
-MAGIC_AND_VERSION = "95 a6 683566656564 01"  # fixarray(5), fixstr(6) "h5feed", fixint 1
+MAGIC_AND_VERSION = "95 a6 683566656564 02"  # fixarray(5), fixstr(6) "h5feed", fixint 2
 
 GOLDEN_HELLO_FIELDS = {"worker": "w0", "pid": 4242, "host": "node-a", "package": "0.1.0"}
 GOLDEN_HELLO = bytes.fromhex(
@@ -255,7 +255,7 @@ def test_golden_structure_explained() -> None:
         assert golden[0] == 0x95  # msgpack fixarray (0x90) of 5 elements
         assert golden[1] == 0xA0 | 6  # fixstr of 6 bytes (str type, not bin) ...
         assert golden[2:8] == b"h5feed"  # ... the magic
-        assert golden[8] == wire.PROTOCOL_VERSION == 1  # positive fixint
+        assert golden[8] == wire.PROTOCOL_VERSION == 2  # positive fixint
         assert golden[9] == 0xA0 | len(kind)
         assert golden[10 : 10 + len(kind)] == kind.encode()
         magic, version, decoded_kind, fields, _ = msgpack.unpackb(golden, raw=False)

@@ -38,7 +38,7 @@ import numpy as np
 from h5feed.common.errors import ProtocolError, VersionMismatchError
 
 MAGIC: Final = "h5feed"
-PROTOCOL_VERSION: Final = 1
+PROTOCOL_VERSION: Final = 2  # 2: UNIT slot field; clip layout, transform
 
 HELLO: Final = "hello"  # worker -> consumer: who I am
 JOB: Final = "job"  # consumer -> worker: the files it owns and how to cut clips

@@ -133,7 +133,7 @@ def test_a_producer_of_another_protocol_version_is_refused(
             list(feed)
         _, stderr = future.communicate(timeout=10)
         assert future.returncode == 2
-        assert "version 1" in stderr and "99" in stderr, stderr
+        assert "version 2" in stderr and "99" in stderr, stderr
     finally:
         if future.poll() is None:
             future.kill()

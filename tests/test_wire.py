@@ -219,7 +219,7 @@ def test_golden_header_without_arrays(kind: str, fields: dict[str, Any], golden:
     assert isinstance(frames[0], bytes)
     assert frames[0] == golden
     # The golden bytes decode to what they should, and back to the same fields.
-    assert msgpack.unpackb(golden, raw=False) == [wire.MAGIC, 1, kind, fields, []]
+    assert msgpack.unpackb(golden, raw=False) == [wire.MAGIC, 2, kind, fields, []]
     message = wire.decode([golden])
     assert message == wire.Message(kind, fields, {})
 
@@ -245,7 +245,7 @@ def test_golden_data_message() -> None:
 
 
 def test_golden_structure_explained() -> None:
-    """The first bytes of every header: fixarray(5), fixstr(6) "h5feed", version 1, kind."""
+    """The first bytes of every header: fixarray(5), fixstr(6) "h5feed", version 2, kind."""
     for golden, kind in [
         (GOLDEN_HELLO, "hello"),
         (GOLDEN_UNIT, "unit"),
@@ -259,7 +259,7 @@ def test_golden_structure_explained() -> None:
         assert golden[9] == 0xA0 | len(kind)
         assert golden[10 : 10 + len(kind)] == kind.encode()
         magic, version, decoded_kind, fields, _ = msgpack.unpackb(golden, raw=False)
-        assert (magic, version, decoded_kind) == ("h5feed", 1, kind)
+        assert (magic, version, decoded_kind) == ("h5feed", 2, kind)
         # Map keys are written sorted, so one message has one encoding.
         keys = msgpack.unpackb(golden, raw=False, object_pairs_hook=lambda pairs: pairs)[3]
         assert [k for k, _ in keys] == sorted(fields)
@@ -692,7 +692,7 @@ def test_wrong_magic(magic: Any) -> None:
     expect_protocol_error([header(magic=magic)], r"not an h5feed message \(magic ")
 
 
-@pytest.mark.parametrize("version", [0, 2, 99])
+@pytest.mark.parametrize("version", [0, 1, 3, 99])
 def test_other_protocol_version(version: int) -> None:
     with pytest.raises(VersionMismatchError) as info:
         wire.decode([header(version=version)])
@@ -703,9 +703,9 @@ def test_other_protocol_version(version: int) -> None:
 
 def test_version_mismatch_is_a_protocol_error_and_checked_before_kind() -> None:
     with pytest.raises(ProtocolError):
-        wire.decode([header(version=2, kind="from-the-future", fields={"new": 1})])
+        wire.decode([header(version=3, kind="from-the-future", fields={"new": 1})])
     with pytest.raises(VersionMismatchError):
-        wire.decode([header(version=2, kind="from-the-future", fields={"new": 1})])
+        wire.decode([header(version=3, kind="from-the-future", fields={"new": 1})])
 
 
 @pytest.mark.parametrize("version", [True, 1.0, "1", None, [1]], ids=repr)
@@ -852,7 +852,7 @@ def test_frame_byte_length_mismatch(length: int) -> None:
 
 
 def test_array_descriptions_not_an_array() -> None:
-    raw = pack([wire.MAGIC, 1, wire.BYE, {"reason": "x"}, {"a": ["|u1", [1]]}])
+    raw = pack([wire.MAGIC, wire.PROTOCOL_VERSION, wire.BYE, {"reason": "x"}, {"a": ["|u1", [1]]}])
     expect_protocol_error([raw, b"x"], "array descriptions must be an array")
 
 

@@ -22,6 +22,8 @@ from __future__ import annotations
 import dataclasses
 import os
 import signal
+import threading
+import time
 from collections.abc import Iterator
 
 import cv2
@@ -36,6 +38,9 @@ __all__ = ["EncodeTask", "Encoded", "encode_video", "init_worker"]
 _JPEG_MAGIC = b"\xff\xd8\xff"
 _WRITE_BATCH_FRAMES = 256  # frames held in memory before they are appended to the dataset
 _CHUNK_FRAMES = 256  # elements per HDF5 chunk of the growing frames dataset
+_PARENT_CHECK_S = 0.5
+_INTERRUPTED_STATUS = 130
+_ORPHANED_STATUS = 1
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -64,11 +69,21 @@ class Encoded:
     error: str | None = None
 
 
-def init_worker() -> None:
-    """Pool initializer: Ctrl-C goes to the main process, which stops the pool; OpenCV runs
+def init_worker(parent_pid: int) -> None:
+    """Pool initializer. Ctrl-C (SIGINT to the whole process group) ends the process at once
+    and quietly: the main process handles it and stops the pool. The process exits within
+    :data:`_PARENT_CHECK_S` of its parent dying, even by SIGKILL (a pool worker would
+    otherwise wait forever on its task queue, whose write end it holds itself). OpenCV runs
     single-threaded, as the parallelism comes from the processes."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, lambda *_: os._exit(_INTERRUPTED_STATUS))
     cv2.setNumThreads(1)
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(_PARENT_CHECK_S)
+        os._exit(_ORPHANED_STATUS)
+
+    threading.Thread(target=watch, name="h5feed-pack-parent-watch", daemon=True).start()
 
 
 class _BadSource(Exception):
@@ -125,6 +140,9 @@ def _image_frames(root: str, frames: tuple[str, ...], quality: int) -> Iterator[
 def _append(dataset: h5py.Dataset, batch: list[NDArray[np.uint8]]) -> None:
     start = dataset.shape[0]
     dataset.resize((start + len(batch),))
+    if len(batch) == 1:  # h5py would read a 1-element object array as a 2-D shape
+        dataset[start] = batch[0]
+        return
     elements = np.empty(len(batch), dtype=object)  # not stacked, even if lengths are equal
     for i, frame in enumerate(batch):
         elements[i] = frame

@@ -193,7 +193,10 @@ class _Pool:
         self._executor: concurrent.futures.ProcessPoolExecutor | None = None
         if jobs > 1:
             self._executor = concurrent.futures.ProcessPoolExecutor(
-                jobs, mp_context=multiprocessing.get_context("spawn"), initializer=init_worker
+                jobs,
+                mp_context=multiprocessing.get_context("spawn"),
+                initializer=init_worker,
+                initargs=(os.getpid(),),
             )
 
     def map(self, tasks: list[EncodeTask]) -> Iterator[Encoded]:
@@ -339,14 +342,16 @@ def _write_shards(
                 manifest["skipped"].append({"source": task.source, "reason": result.error})
                 shown.advance()
                 continue
-            if 0 < result.header_frames and result.frames < result.header_frames:
+            if result.header_frames > 0 and result.frames < result.header_frames:
                 _warn(
                     report,
                     f"{os.path.join(plan.root, task.source)!r}: OpenCV read {result.frames} "
                     f"frames, the container claims {result.header_frames} (all read are kept)",
                 )
-            full = writer is not None and writer.videos and (
-                writer.payload_bytes + result.payload_bytes > settings.shard_size
+            full = (
+                writer is not None
+                and writer.videos
+                and (writer.payload_bytes + result.payload_bytes > settings.shard_size)
             )
             if writer is not None and full:
                 shards.append(writer.finish())

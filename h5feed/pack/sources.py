@@ -9,9 +9,10 @@ Accepted shapes of ``SRC`` (hidden entries, whose names start with ``.``, are ig
 
 A sub-folder of ``SRC`` that holds image files is an image-folder video (shape 3); one that
 holds video files or folders is a class (shapes 1 and 2); mixing the two at the top level is an
-error, since the labels would be ambiguous. Extensions are matched case-insensitively:
-:data:`VIDEO_EXTENSIONS` and :data:`IMAGE_EXTENSIONS`. Other files are skipped and listed in
-:attr:`Plan.ignored` (the caller warns about them).
+error, since the labels would be ambiguous. A sub-folder with neither is an empty class beside
+other classes, and is ignored (and reported) in a tree without classes. Extensions are
+matched case-insensitively: :data:`VIDEO_EXTENSIONS` and :data:`IMAGE_EXTENSIONS`. Other files
+are skipped and listed in :attr:`Plan.ignored` (the caller warns about them).
 
 Labels: with classes, a video's label is the index of its class folder among all class
 folders sorted by name (an empty class folder keeps its index); without classes every label is
@@ -151,6 +152,13 @@ def _holds_images(folder: str) -> bool:
     return any(e.is_file() and _ext(e.name) in IMAGE_EXTENSIONS for e in _visible(folder))
 
 
+def _holds_videos(folder: str) -> bool:
+    """Whether ``folder`` holds a video file or a sub-folder (an image folder)."""
+    return any(
+        e.is_dir() or (e.is_file() and _ext(e.name) in VIDEO_EXTENSIONS) for e in _visible(folder)
+    )
+
+
 def discover(root: str | os.PathLike[str], *, prefix_class: bool = False) -> Plan:
     """The :class:`Plan` of the tree at ``root`` (see the module docstring for the rules).
 
@@ -171,8 +179,15 @@ def discover(root: str | os.PathLike[str], *, prefix_class: bool = False) -> Pla
             "SRC/<class>/<video>/<frame>.jpg)"
         )
     dirs = [e for e in entries if e.is_dir()]
-    class_dirs = [e for e in dirs if not _holds_images(e.path)]
     flat_dirs = [e for e in dirs if _holds_images(e.path)]
+    class_dirs = [e for e in dirs if e not in flat_dirs and _holds_videos(e.path)]
+    # Folders with neither images nor videos: empty classes beside other classes; else, as
+    # they cannot be told apart from empty image folders, ignored (and reported).
+    bare_dirs = [e for e in dirs if e not in flat_dirs and e not in class_dirs]
+    if class_dirs:
+        class_dirs = sorted(class_dirs + bare_dirs, key=lambda e: e.name)
+    else:
+        walker.ignored.extend(walker.rel(e.path) + "/" for e in bare_dirs)
     videos = [e for e in entries if e.is_file() and _ext(e.name) in VIDEO_EXTENSIONS]
     if class_dirs and (videos or flat_dirs):
         flat = (videos or flat_dirs)[0].name

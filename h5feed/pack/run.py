@@ -204,17 +204,13 @@ class _Pool:
             yield from (encode_video(t) for t in tasks)
             return
         pending: collections.deque[concurrent.futures.Future[Encoded]] = collections.deque()
-        upcoming = iter(tasks)
-        for task in upcoming:
-            pending.append(self._executor.submit(encode_video, task))
-            if len(pending) >= self.jobs * _INFLIGHT_PER_JOB:
-                break
-        while pending:
-            result = pending.popleft().result()
-            task = next(upcoming, None)
-            if task is not None:
-                pending.append(self._executor.submit(encode_video, task))
-            yield result
+        window = self.jobs * _INFLIGHT_PER_JOB
+        submitted = 0
+        while submitted < len(tasks) or pending:
+            while submitted < len(tasks) and len(pending) < window:
+                pending.append(self._executor.submit(encode_video, tasks[submitted]))
+                submitted += 1
+            yield pending.popleft().result()
 
     def close(self) -> None:
         if self._executor is not None:
@@ -278,7 +274,7 @@ def pack(
         _write_shards(plan, todo, manifest, out_dir, settings, jobs, skip_broken, shown, report,
                       kill_after_videos)  # fmt: skip
     shown.start("verifying", sum(len(s["videos"]) for s in manifest["shards"]))
-    problems = verify_manifest(out_dir, manifest, jobs, lambda n: shown.advance(n))
+    problems = verify_manifest(out_dir, manifest, jobs, shown.advance)
     shown.close()
     if problems:
         raise DataError(

@@ -73,10 +73,10 @@ def verify_manifest(
     out_dir: str,
     manifest: dict[str, Any],
     jobs: int,
-    progress: Callable[[int], None] | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> list[str]:
     """All problems found in the finished shards of ``manifest`` (empty: all sound).
-    ``progress(videos)`` is called as each shard is checked."""
+    ``progress(videos, frames)`` is called as each shard is checked."""
     classes = list(manifest["classes"])
     shards = manifest["shards"]
     problems: list[str] = []
@@ -85,7 +85,8 @@ def verify_manifest(
         for future in concurrent.futures.as_completed(futures):
             problems.extend(future.result())
             if progress is not None:
-                progress(len(futures[future]["videos"]))
+                videos = futures[future]["videos"]
+                progress(len(videos), sum(v["frames"] for v in videos))
     return sorted(problems)
 
 

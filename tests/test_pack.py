@@ -484,6 +484,32 @@ def test_skip_broken_packs_the_others_and_reports_it(
     assert set(all_videos(out)) == set(video_tree[1])
 
 
+def test_truncated_video_keeps_what_opencv_reads_and_warns(tmp_path: pathlib.Path) -> None:
+    src = tmp_path / "src"
+    path = src / "cls" / "cut.avi"
+    assert write_video(path, 20, seed=5) == 20
+    path.write_bytes(path.read_bytes()[: path.stat().st_size * 6 // 10])  # a cut-off download
+    readable = len(read_frames(path))
+    assert 0 < readable < 20
+    report = pack(src, tmp_path / "out", jobs=1)
+    assert all_videos(tmp_path / "out") == {"cut": ("0", readable)}
+    assert report.warnings == [
+        f"{str(path)!r}: OpenCV read {readable} frames, the container claims 20 (all read are kept)"
+    ]
+
+
+def test_empty_class_folder_keeps_its_label_index(
+    video_tree: tuple[pathlib.Path, dict[str, int]], tmp_path: pathlib.Path
+) -> None:
+    src = tmp_path / "src"
+    shutil.copytree(video_tree[0] / "walk", src / "walk")
+    (src / "bike").mkdir()  # sorts first: label 0, no video
+    out = tmp_path / "out"
+    pack(src, out, jobs=1)
+    assert stored_classes(out / "shard-00000.h5") == ["bike", "walk"]
+    assert {label for label, _ in all_videos(out).values()} == {"1"}
+
+
 def test_video_without_readable_frames_is_an_error(tmp_path: pathlib.Path) -> None:
     src = tmp_path / "src"
     (src / "cls" / "empty_clip").mkdir(parents=True)

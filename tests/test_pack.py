@@ -8,11 +8,14 @@ import collections
 import json
 import os
 import pathlib
+import pty
 import re
+import select
 import shutil
 import signal
 import subprocess
 import sys
+import time
 
 import cv2
 import h5py
@@ -312,6 +315,8 @@ def test_killed_run_resumes_to_the_same_result_without_rewriting_finished_shards
     # Killed (SIGKILL, by itself) one video into the second shard: shard 0 is finished, shard 1
     # is half-written.
     kill_after = str(first_shard + 1)
+    # (h5feed_cli waits for the output pipes to close: pool workers orphaned by the kill and
+    # still holding them would make it time out.)
     killed = h5feed_cli(str(src), str(out), *options, env={KILL_AFTER_VIDEOS_ENV: kill_after})
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     manifest = json.loads((out / MANIFEST_NAME).read_text())
@@ -388,6 +393,15 @@ def test_changed_settings_are_refused(
     pack(video_tree[0], out, jobs=1)
     with pytest.raises(ValueError, match=r"other settings \(quality 95 then, 80 now\)"):
         pack(video_tree[0], out, PackSettings(quality=80), jobs=1)
+
+
+def test_out_inside_src_is_refused(
+    video_tree: tuple[pathlib.Path, dict[str, int]], tmp_path: pathlib.Path
+) -> None:
+    src = copy_tree(video_tree, tmp_path)
+    with pytest.raises(ValueError, match="must not be SRC or lie inside it"):
+        pack(src, src / "packed", jobs=1)
+    assert not (src / "packed").exists()
 
 
 def test_out_with_foreign_hdf5_files_is_refused(
@@ -581,3 +595,44 @@ def test_cli_packs_and_prints_a_summary(
     frames = sum(video_tree[1].values())
     assert f"packed 6 videos, {frames} frames into 1 shards" in result.stdout
     assert result.stderr == "", "no progress bar off a terminal, no warning"
+
+
+def _stderr_on_a_terminal(*args: str) -> tuple[int, str]:
+    """Run ``h5feed pack ARGS`` with stderr on a pseudo-terminal; return (status, stderr)."""
+    master, slave = pty.openpty()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "h5feed", "pack", *args],
+        stdout=subprocess.DEVNULL,
+        stderr=slave,
+        env={**os.environ, "COLUMNS": "120"},
+    )
+    os.close(slave)
+    seen = b""
+    deadline = time.monotonic() + _CLI_TIMEOUT_S
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([master], [], [], 0.5)
+            if ready:
+                try:
+                    chunk = os.read(master, 65536)
+                except OSError:  # EIO: the child closed the terminal
+                    break
+                if not chunk:
+                    break
+                seen += chunk
+            elif process.poll() is not None:
+                break
+        status = process.wait(timeout=max(0.1, deadline - time.monotonic()))
+    finally:
+        process.kill()
+        os.close(master)
+    return status, seen.decode(errors="replace")
+
+
+def test_progress_bar_shows_on_a_terminal_unless_turned_off(
+    video_tree: tuple[pathlib.Path, dict[str, int]], tmp_path: pathlib.Path
+) -> None:
+    status, shown = _stderr_on_a_terminal(str(video_tree[0]), str(tmp_path / "a"))
+    assert status == 0 and "packing" in shown and "verifying" in shown and "6/6" in shown
+    status, shown = _stderr_on_a_terminal(str(video_tree[0]), str(tmp_path / "b"), "--no-progress")
+    assert status == 0 and shown == ""

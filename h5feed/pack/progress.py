@@ -51,11 +51,12 @@ class RichProgress:
             TimeRemainingColumn(),
             console=Console(stderr=True),
         )
-        self._progress.start()
-        self._task: Any = None
+        self._task: Any = None  # the display starts with the first phase
         self._frames = 0
 
     def start(self, phase: str, total: int, done: int = 0) -> None:
+        if self._task is None:
+            self._progress.start()
         self._frames = 0
         self._task = self._progress.add_task(phase, total=total, completed=done, frames=0)
 
@@ -64,4 +65,5 @@ class RichProgress:
         self._progress.update(self._task, advance=videos, frames=self._frames)
 
     def close(self) -> None:
+        """Stop the display (the cursor comes back); calling it again does nothing."""
         self._progress.stop()

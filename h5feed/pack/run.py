@@ -148,7 +148,7 @@ def _reconcile(old: dict[str, Any], plan: Plan, settings: dict[str, Any]) -> lis
             shown = ", ".join(repr(p) for p in paths[:5])
             more = f" and {len(paths) - 5} more" if len(paths) > 5 else ""
             notes.append(
-                f"SRC changed since the interrupted run: {len(paths)} video(s) {what} that "
+                f"SRC changed since OUT was last packed: {len(paths)} video(s) {what} that "
                 f"were not packed yet ({shown}{more}); packing SRC as it is now"
             )
     return notes
@@ -238,6 +238,9 @@ def pack(
     began = time.monotonic()
     shown = progress if progress is not None else NoProgress()
     out_dir = os.fspath(out)
+    inside = os.path.commonpath([os.path.realpath(src), os.path.realpath(out_dir)])
+    if inside == os.path.realpath(src):
+        raise ValueError(f"OUT {out_dir!r} must not be SRC or lie inside it (it would be packed)")
     plan = discover(src, prefix_class=settings.prefix_class)
     report = PackReport(out_dir)
     if plan.ignored:
@@ -270,12 +273,16 @@ def pack(
         _log.info("%s is complete already: verifying it", out_dir)
     manifest_io.save(out_dir, manifest)
 
-    if todo:
-        _write_shards(plan, todo, manifest, out_dir, settings, jobs, skip_broken, shown, report,
-                      kill_after_videos)  # fmt: skip
-    shown.start("verifying", sum(len(s["videos"]) for s in manifest["shards"]))
-    problems = verify_manifest(out_dir, manifest, jobs, shown.advance)
-    shown.close()
+    try:
+        if todo:
+            _write_shards(plan, todo, manifest, out_dir, settings, jobs, skip_broken, shown,
+                          report, kill_after_videos)  # fmt: skip
+        if not manifest["shards"]:
+            raise DataError(f"no video of {plan.root!r} could be packed (all were skipped)")
+        shown.start("verifying", sum(len(s["videos"]) for s in manifest["shards"]))
+        problems = verify_manifest(out_dir, manifest, jobs, shown.advance)
+    finally:
+        shown.close()
     if problems:
         raise DataError(
             f"verification of {out_dir!r} failed ({len(problems)} problem(s)):\n  "

@@ -6,6 +6,8 @@ Subcommands:
   ``h5feed.dataset(...)`` and report clips/s and the trainer's input wait share.
 * ``h5feed make-sample DIR``: write the sample dataset and nothing else.
 * ``h5feed inspect FILE...``: a file's layout, counts, sizes and a sample.
+* ``h5feed pack SRC OUT``: video files or image folders into sharded HDF5 files
+  (:mod:`h5feed.pack`).
 
 Guarantees of :func:`main`: it returns the exit status (0 success, 1 a reported error such as a
 missing file or a bad value, 130 interrupted by Ctrl-C) and lets argparse exit with status 2 on
@@ -439,6 +441,17 @@ def build_parser() -> argparse.ArgumentParser:
         "layout's names (default: %(default)s)",
     )  # fmt: skip
     inspect.set_defaults(handler=_cmd_inspect)
+
+    from h5feed.pack import command as pack_command  # light: argparse only
+
+    pack = subcommand(
+        "pack",
+        "pack video files or image folders into sharded HDF5 files (resumable, verified)",
+        pack_command.DESCRIPTION,
+        pack_command.EPILOG,
+    )
+    pack_command.add_arguments(pack)
+    pack.set_defaults(handler=pack_command.run_command)
     return parser
 
 

@@ -165,6 +165,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
             seed=args.seed,
             spec=spec,
             warmup=args.warmup,
+            progress=not args.no_progress,
         )
     except ModuleNotFoundError as exc:
         if exc.name is not None and exc.name.split(".")[0] in ("tensorflow", "keras"):
@@ -384,6 +385,10 @@ def build_parser() -> argparse.ArgumentParser:
         demo.add_argument(
             flag, type=parse, default=default, metavar="N", help=f"{text} (default: %(default)s)"
         )
+    demo.add_argument(
+        "--no-progress", action="store_true",
+        help="no progress bars (shown only when stderr is a terminal anyway)",
+    )  # fmt: skip
     _add_sample_options(demo, "sample data (used only when --data lacks files of it)", seed=False)
     demo.set_defaults(handler=_cmd_demo)
 

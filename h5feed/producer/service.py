@@ -155,7 +155,7 @@ def _write_health(path: str | None, running: int) -> None:
             out.write(f"{time.time():.3f} {running}\n")
         os.replace(tmp, path)
     except OSError as exc:
-        _log.warning("health file %s not written: %s", path, exc)
+        with_ids(_log, "producer").warning("health file %s not written: %s", path, exc)
 
 
 def check_health(path: str, max_age_s: float = 10.0) -> str | None:

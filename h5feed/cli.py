@@ -407,6 +407,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds after which the file is stale (default: %(default)s)",
     )  # fmt: skip
     health.set_defaults(handler=_cmd_health)
+
+    from h5feed.bench.command import register as register_bench  # argparse only: cheap
+
+    register_bench(subcommand)
     return parser
 
 

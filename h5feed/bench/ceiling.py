@@ -169,7 +169,11 @@ def serve_ceiling(spec: dict[str, Any], send: Callable[[str, dict[str, Any]], No
                         {
                             "api": api,
                             **window.as_dict(),
-                            "gb_per_s": window.clips * BATCH_BYTES / BATCH_SIZE / window.wall_s / 1e9,
+                            "gb_per_s": window.clips
+                            * BATCH_BYTES
+                            / BATCH_SIZE
+                            / window.wall_s
+                            / 1e9,
                             "batches_per_s": window.clips_per_s / BATCH_SIZE,
                         }
                     )

@@ -113,9 +113,7 @@ def targets(rows: Sequence[Row], limit: float, ceiling: dict[str, Any] | None) -
     if ceiling and "dataset" in ceiling:
         out["ceiling_gb_per_s"] = ceiling["dataset"]["gb_per_s"]
     out["meets"] = {
-        name: (
-            out[name] <= goal if name == "trainer_cpu_ms_per_clip" else out[name] >= goal
-        )
+        name: (out[name] <= goal if name == "trainer_cpu_ms_per_clip" else out[name] >= goal)
         for name, goal in TARGETS.items()
         if out.get(name) is not None
     }
@@ -222,8 +220,10 @@ def markdown(document: dict[str, Any]) -> str:
 
 def _table_line(entry: dict[str, Any]) -> str:
     med = entry["median"]
-    workers = entry["workers"] if entry["parallelism"] == "workers" else (
-        f"AUTOTUNE ({entry['workers']} cores)" if entry["parallelism"] == "threads" else "–"
+    workers = (
+        entry["workers"]
+        if entry["parallelism"] == "workers"
+        else (f"AUTOTUNE ({entry['workers']} cores)" if entry["parallelism"] == "threads" else "–")
     )
     if entry["status"] != "ok" or not med:
         return f"| {entry['label']} | {workers} | {entry['status']} | | | | | | |"
@@ -294,17 +294,18 @@ def plot(document: dict[str, Any], path: pathlib.Path) -> str | None:
     counts = sorted({e["workers"] for e in entries if e["parallelism"] == "workers"} | {1})
     figure, axes = plt.subplots(figsize=(8, 5))
     if limit:
-        axes.plot(counts, [limit * n for n in counts], "k--", label="per-core limit x workers")
-    for key in dict.fromkeys(e["contender"] for e in entries):
+        axes.plot(counts, [limit * n for n in counts], "k--x", label="per-core limit x workers")
+    for index, key in enumerate(dict.fromkeys(e["contender"] for e in entries)):
         mine = [e for e in entries if e["contender"] == key]
         label = mine[0]["label"]
         if mine[0]["parallelism"] == "workers":
             mine.sort(key=lambda e: e["workers"])
             xs = [e["workers"] for e in mine]
-            axes.plot(xs, [e["median"]["clips_per_s"] for e in mine], "o-", label=label)
-        else:
+            rates = [e["median"]["clips_per_s"] for e in mine]
+            axes.plot(xs, rates, "o-", color=f"C{index}", label=label)
+        else:  # tf.data: threads in the trainer process, no worker count
             rate = mine[0]["median"]["clips_per_s"]
-            axes.axhline(rate, linestyle=":", label=f"{label} (threads)", color=None)
+            axes.axhline(rate, linestyle=":", color=f"C{index}", label=f"{label} (no workers)")
     axes.set_xlabel("worker processes")
     axes.set_ylabel("clips/s (median)")
     axes.set_xticks(counts)

@@ -162,7 +162,9 @@ class ContenderProcess:
     def stderr_tail(self) -> str:
         self._stderr.seek(0)
         text = self._stderr.read().decode(errors="replace")
-        lines = [ln for ln in text.splitlines() if ln.strip() and not ln.startswith(("I0000", "W0000"))]
+        lines = [
+            ln for ln in text.splitlines() if ln.strip() and not ln.startswith(("I0000", "W0000"))
+        ]
         tail = "\n".join(lines)[-_STDERR_TAIL_CHARS:]
         return f"\n{tail}" if tail else ""
 
@@ -244,8 +246,7 @@ def validate_check(row: Row, expected_clips: int) -> None:
     check = row.check
     if check["clips"] != expected_clips:
         raise ContenderFailed(
-            f"one epoch gave {check['clips']} clips, h5feed gives {expected_clips} "
-            "(one per video)"
+            f"one epoch gave {check['clips']} clips, h5feed gives {expected_clips} (one per video)"
         )
     if not check["ok_shape"]:
         raise ContenderFailed(
@@ -257,9 +258,7 @@ def window_line(plan: Plan) -> str:
     return f"window {plan.warmup_s} {plan.window_s}"
 
 
-def run_row(
-    row: Row, limit: ContenderProcess, plan: Plan, step: Callable[[str], None]
-) -> None:
+def run_row(row: Row, limit: ContenderProcess, plan: Plan, step: Callable[[str], None]) -> None:
     """Check, then time ``row`` (see the module docstring); failures end up in ``row``."""
     spec = setup_spec(plan, row.info.target, row.workers, check=True)
     process = ContenderProcess(row.key, spec)

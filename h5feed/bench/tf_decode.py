@@ -37,9 +37,7 @@ class DecodeJpeg(MapPyFunction):
             return tf.ensure_shape(encoded, (CLIP_LEN,))
 
         def decode(encoded: Any) -> Any:
-            frames = tf.stack(
-                [tf.io.decode_jpeg(encoded[t], channels=3) for t in range(CLIP_LEN)]
-            )
+            frames = tf.stack([tf.io.decode_jpeg(encoded[t], channels=3) for t in range(CLIP_LEN)])
             frames = tf.image.resize(frames, RESIZE, method="bilinear")
             frames = tf.image.random_crop(frames, CLIP_SHAPE)
             flip = tf.random.uniform(()) < 0.5

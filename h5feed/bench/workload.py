@@ -15,6 +15,7 @@ import dataclasses
 import itertools
 import os
 import pathlib
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -161,6 +162,7 @@ class ClipReader:
 
     def __init__(self, paths: Sequence[str]) -> None:
         self.paths = list(paths)
+        self._lock = threading.Lock()
         self._pid = -1
         self._files: list[h5py.File] = []
         self._datasets: dict[tuple[int, str], h5py.Dataset] = {}
@@ -173,15 +175,20 @@ class ClipReader:
 
     def dataset(self, file_index: int, video: str) -> h5py.Dataset:
         """The frames dataset of ``video`` in file ``file_index``."""
-        if self._pid != os.getpid():  # first use in this process: drop inherited handles
-            self._pid = os.getpid()
-            self._files = [h5py.File(path, "r") for path in self.paths]
-            self._datasets = {}
         key = (file_index, video)
-        found = self._datasets.get(key)
-        if found is None:
-            found = self._datasets[key] = self._files[file_index][video]["frames"]
-        return found
+        if self._pid == os.getpid():
+            found = self._datasets.get(key)
+            if found is not None:
+                return found
+        with self._lock:
+            if self._pid != os.getpid():  # first use in this process: drop inherited handles
+                self._files = [h5py.File(path, "r") for path in self.paths]
+                self._datasets = {}
+                self._pid = os.getpid()
+            found = self._datasets.get(key)
+            if found is None:
+                found = self._datasets[key] = self._files[file_index][video]["frames"]
+            return found
 
     def clip(self, clip: PlannedClip, out: np.ndarray | None = None) -> np.ndarray:
         """``clip`` decoded and preprocessed, into ``out`` or a new array."""
@@ -196,7 +203,8 @@ class ClipReader:
         return [bytes(frame) for frame in read_encoded(dataset, clip.indices)]
 
     def close(self) -> None:
-        if self._pid == os.getpid():
-            for handle in self._files:
-                handle.close()
-        self._pid, self._files, self._datasets = -1, [], {}
+        with self._lock:
+            if self._pid == os.getpid():
+                for handle in self._files:
+                    handle.close()
+            self._pid, self._files, self._datasets = -1, [], {}

@@ -52,7 +52,11 @@ def test_reader_reopens_files_after_pickling(bench_paths: list[str]) -> None:
 
 def row_with_check(clips: int, kinds: list[list[object]]) -> Row:
     row = Row(registry.CONTENDERS[0], 1)
-    row.check = {"clips": clips, "kinds": kinds, "ok_shape": kinds == [[[16, 112, 112, 3], "uint8"]]}
+    row.check = {
+        "clips": clips,
+        "kinds": kinds,
+        "ok_shape": kinds == [[[16, 112, 112, 3], "uint8"]],
+    }
     return row
 
 

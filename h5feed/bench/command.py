@@ -62,23 +62,49 @@ def register(subcommand: Callable[[str, str, str, str], Any]) -> None:
     add("--window-s", type=float, default=None, help="seconds per timed window (default 10)")
     add("--repeats", type=int, default=None, help="timed windows per contender (default 3)")
     add("--warmup-s", type=float, default=None, help="untimed seconds before each (default 3)")
-    add("--workers", type=_int_list, default=None, metavar="N,N,...",
-        help="worker counts (default 1, 2, 4, ... up to the cores available, and that)")  # fmt: skip
-    add("--contenders", default=None, metavar="NAME,...",
+    add(
+        "--workers",
+        type=_int_list,
+        default=None,
+        metavar="N,N,...",
+        help="worker counts (default 1, 2, 4, ... up to the cores available, and that)",
+    )
+    add(
+        "--contenders",
+        default=None,
+        metavar="NAME,...",
         help="only these (h5feed, tf-interleave, tf-interleave-parallel, tf-map-py-function, "
-        "tf-decode-jpeg, keras, torch, grain; default all)")  # fmt: skip
-    add("--data-dir", type=pathlib.Path, default=pathlib.Path("bench_data"),
-        help="the generated dataset, reused when present (default ./bench_data)")  # fmt: skip
-    add("--out", type=pathlib.Path, default=None, metavar="PREFIX",
-        help="writes PREFIX.json, PREFIX.md, PREFIX.png (default docs/bench/bench-Ncores)")  # fmt: skip
+        "tf-decode-jpeg, keras, torch, grain; default all)",
+    )
+    add(
+        "--data-dir",
+        type=pathlib.Path,
+        default=pathlib.Path("bench_data"),
+        help="the generated dataset, reused when present (default ./bench_data)",
+    )
+    add(
+        "--out",
+        type=pathlib.Path,
+        default=None,
+        metavar="PREFIX",
+        help="writes PREFIX.json, .md and .png (default docs/bench/bench-Ncores)",
+    )
     add("--seed", type=int, default=0, help="seed of the plans (default 0)")
     add("--ceiling", action="store_true", help="run only the consumer ceiling")
     add("--no-ceiling", action="store_true", help="leave the consumer ceiling out")
-    add("--producers", type=int, default=None, help="synthetic producers of the ceiling "
-        "(default: the CPUs left after the trainer's, at most 4)")  # fmt: skip
-    add("--quick", action="store_true",
+    add(
+        "--producers",
+        type=int,
+        default=None,
+        help="synthetic producers of the ceiling "
+        "(default: the CPUs left after the trainer's, at most 4)",
+    )
+    add(
+        "--quick",
+        action="store_true",
         help="CI smoke run: 1 s windows, 1 repeat, 0.5 s warm-up, a 2 x 4 video dataset; "
-        "its figures mean nothing")  # fmt: skip
+        "its figures mean nothing",
+    )
     parser.set_defaults(handler=run)
 
 

@@ -38,14 +38,14 @@ class Contender(abc.ABC):
     def __init__(self, setup: Setup) -> None:
         self.setup = setup
 
-    def start(self) -> None:
+    def start(self) -> None:  # noqa: B027 (optional hook)
         """Build the pipeline (never timed); the first batch is taken by the caller."""
 
     @abc.abstractmethod
     def next_frames(self) -> Any:
         """The frames of the next batch."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 (optional hook)
         """Release processes, threads and files."""
 
 

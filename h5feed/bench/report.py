@@ -170,7 +170,7 @@ def build_document(
 
 
 def _fmt(value: Any, spec: str) -> str:
-    return "–" if value is None else format(value, spec)
+    return "-" if value is None else format(value, spec)
 
 
 def markdown(document: dict[str, Any]) -> str:
@@ -189,7 +189,7 @@ def markdown(document: dict[str, Any]) -> str:
     if document["per_core_limit"] is not None:
         lines += [
             "| contender | workers | clips/s | frames/s | trainer CPU ms/clip | worker CPU "
-            "ms/clip | peak RSS MB trainer / PSS MB all | × (k × per-core limit) | other "
+            "ms/clip | peak RSS MB trainer / PSS MB all | x (k x per-core limit) | other "
             "load (cores) |",
             "|---|---|---|---|---|---|---|---|---|",
         ]
@@ -223,7 +223,7 @@ def _table_line(entry: dict[str, Any]) -> str:
     workers = (
         entry["workers"]
         if entry["parallelism"] == "workers"
-        else (f"AUTOTUNE ({entry['workers']} cores)" if entry["parallelism"] == "threads" else "–")
+        else (f"AUTOTUNE ({entry['workers']} cores)" if entry["parallelism"] == "threads" else "-")
     )
     if entry["status"] != "ok" or not med:
         return f"| {entry['label']} | {workers} | {entry['status']} | | | | | | |"
@@ -266,7 +266,7 @@ def _summary_lines(summary: dict[str, Any]) -> list[str]:
     names = {
         "h5feed_vs_twice_limit": f"h5feed / ({n} x per-core limit), paired by window",
         "h5feed_vs_best_alternative": "h5feed / best alternative "
-        f"({summary.get('best_alternative', '–')})",
+        f"({summary.get('best_alternative', '-')})",
         "trainer_cpu_ms_per_clip": "h5feed trainer CPU, ms per clip",
         "ceiling_gb_per_s": "consumer ceiling, GB/s (h5feed.dataset)",
     }

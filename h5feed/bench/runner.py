@@ -99,7 +99,7 @@ class ContenderProcess:
         self.label = label
         env = dict(os.environ)
         env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-        self._stderr = tempfile.TemporaryFile()
+        self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 (closed by stop())
         self.process = subprocess.Popen(
             [sys.executable, "-m", "h5feed.bench.run_one", json.dumps(spec)],
             stdin=subprocess.PIPE,
@@ -120,7 +120,8 @@ class ContenderProcess:
             self.process.stdin.write(line.encode() + b"\n")
             self.process.stdin.flush()
         except OSError as exc:
-            raise ContenderFailed(f"{self.label}: process gone ({exc}){self.stderr_tail()}")
+            tail = self.stderr_tail()
+            raise ContenderFailed(f"{self.label}: process gone ({exc}){tail}") from exc
 
     def receive(self, kind: str, timeout_s: float) -> dict[str, Any]:
         """The next message of ``kind``; ContenderFailed on an error message, an exit or a

@@ -47,7 +47,7 @@ class TorchLoader(Contender):
         import torch
         import torch.utils.data
 
-        class _Dataset(ClipDataset, torch.utils.data.Dataset):  # type: ignore[misc]
+        class _Dataset(ClipDataset, torch.utils.data.Dataset):  # type: ignore[misc,type-arg]
             pass
 
         self.loader = torch.utils.data.DataLoader(
@@ -76,7 +76,5 @@ class TorchLoader(Contender):
 
     def close(self) -> None:
         self._iterator = None
-        loader = getattr(self, "loader", None)
-        if loader is not None:
-            self.loader = None
-            del loader  # persistent workers stop when the loader's iterator is collected
+        # Persistent workers stop when the loader and its iterator are collected.
+        self.__dict__.pop("loader", None)

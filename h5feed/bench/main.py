@@ -151,8 +151,12 @@ def run_bench(options: Options) -> int:
     rows: list[Row] = plan_rows(plan, cores) if options.loaders else []
     limit_row = None
     if options.loaders:
-        with progress(steps_of(rows, plan)) as step:
-            limit_row = run_loaders(plan, rows, registry.missing_packages, step)
+        try:
+            with progress(steps_of(rows, plan)) as step:
+                limit_row = run_loaders(plan, rows, registry.missing_packages, step)
+        except ContenderFailed as exc:  # without the limit no figure can be judged
+            log(f"h5feed bench: error: the per-core limit failed: {exc}")
+            return 1
     ceiling = None
     if options.ceiling:
         producers = options.producers or default_producers()

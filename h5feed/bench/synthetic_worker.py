@@ -28,7 +28,9 @@ class SyntheticWorker(Worker):
     """See the module docstring. The arrays are never written after creation, so sending
     the same one again while ZeroMQ still holds it is safe."""
 
-    _zeros: dict[tuple[int, ...], np.ndarray]
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._zeros: dict[tuple[int, ...], np.ndarray] = {}
 
     def run_unit(self, job: _Job, fields: dict[str, Any]) -> None:
         height, width = job.spec.frame_shape
@@ -58,7 +60,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.sched_setaffinity(0, {int(c) for c in args.cpus.split(",")})
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     worker = SyntheticWorker(args.connect, args.worker_id, args.parent_pid)
-    worker._zeros = {}
 
     def on_sigterm(signum: int, frame: object) -> None:
         worker.stopping = True

@@ -10,11 +10,13 @@ Method (what the report states):
 3. In that process the contender first runs one epoch of a one-epoch instance: it must yield
    exactly one clip per video (h5feed's epoch) of shape [16, 112, 112, 3] uint8, else it is
    reported as failed and not timed.
-4. Then, ``--repeats`` times: wait until the contender's processes are quiet (its prefetch
-   buffers full), one window of the per-core limit, then ``--warmup-s`` of untimed batches
-   and one ``--window-s`` window of the contender. So every contender window has a limit
-   window just before it, and drift of the machine hits both: ratios to the limit are
-   paired window by window, and medians are reported.
+4. Then, ``--repeats`` times: one window of the per-core limit while every process of the
+   contender is stopped (SIGSTOP, then SIGCONT: some loaders keep their workers busy while
+   the trainer takes nothing, and that work must land neither in the limit's window nor in
+   a buffer the contender's window would then drain), then ``--warmup-s`` of untimed
+   batches and one ``--window-s`` window of the contender. So every contender window has a
+   limit window just before it, and drift of the machine hits both: ratios to the limit
+   are paired window by window, and medians are reported.
 5. While a contender's process lives, this process samples the memory of its process tree
    (RSS and PSS, every 0.5 s) for the peak; the contender's own ``ru_maxrss`` comes with each
    window.
@@ -27,12 +29,13 @@ import dataclasses
 import json
 import os
 import select
+import signal
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from h5feed.bench.contender import PER_CORE, Info
@@ -44,9 +47,6 @@ from h5feed.bench.workload import VideoRef
 _START_TIMEOUT_S = 600.0  # TensorFlow's import and a one-epoch check on a busy machine
 _REPLY_GRACE_S = 120.0
 _MEMORY_EVERY_S = 0.5
-_QUIET_CORES = 0.1  # a contender below this many cores is idle (its buffers are full)
-_QUIET_PROBE_S = 0.25
-_QUIET_MAX_S = 5.0
 _STDERR_TAIL_CHARS = 2000
 
 
@@ -213,18 +213,21 @@ def tree_cpu_s(pid: int) -> float:
     return sum(process_cpu_s(p) for p in {pid} | descendants(pid))
 
 
-def wait_quiet(pid: int) -> None:
-    """Wait (at most _QUIET_MAX_S) until ``pid``'s tree uses less than _QUIET_CORES cores:
-    a pipeline fills its buffers after a window, and that work must not land in the next
-    limit window."""
-    deadline = time.monotonic() + _QUIET_MAX_S
-    before = tree_cpu_s(pid)
-    while time.monotonic() < deadline:
-        time.sleep(_QUIET_PROBE_S)
-        after = tree_cpu_s(pid)
-        if after - before < _QUIET_CORES * _QUIET_PROBE_S:
-            return
-        before = after
+@contextlib.contextmanager
+def stopped(pid: int) -> Iterator[None]:
+    """``pid`` and all its descendants stopped (SIGSTOP) for the duration; continued
+    (SIGCONT) afterwards, whatever happens."""
+    frozen = []
+    for target in [pid, *sorted(descendants(pid))]:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(target, signal.SIGSTOP)
+            frozen.append(target)
+    try:
+        yield
+    finally:
+        for target in frozen:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(target, signal.SIGCONT)
 
 
 def setup_spec(plan: Plan, target: str, workers: int, check: bool) -> dict[str, Any]:
@@ -271,9 +274,9 @@ def run_row(row: Row, limit: ContenderProcess, plan: Plan, step: Callable[[str],
         step(f"{row.key}: checked")
         row.ready = process.receive("ready", _START_TIMEOUT_S)
         for repeat in range(plan.repeats):
-            wait_quiet(process.pid)
-            limit.request(window_line(plan))
-            row.limit_windows.append(Window.from_dict(limit.receive("window", timeout)))
+            with stopped(process.pid):
+                limit.request(window_line(plan))
+                row.limit_windows.append(Window.from_dict(limit.receive("window", timeout)))
             step(f"per-core limit (before {row.key}) {repeat + 1}/{plan.repeats}")
             process.request(window_line(plan))
             row.windows.append(Window.from_dict(process.receive("window", timeout)))

@@ -104,3 +104,48 @@ def test_a_contender_that_raises_is_reported_with_its_error(
 def test_unknown_contender_names_are_refused() -> None:
     with pytest.raises(ValueError, match="unknown contenders"):
         registry.by_key(["h5feed", "nope"])
+
+
+def test_stopped_freezes_a_process_tree_and_always_continues_it() -> None:
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from h5feed.bench.procstat import descendants, proc_stat
+    from h5feed.bench.runner import stopped
+
+    code = "import subprocess, time; subprocess.Popen(['sleep', '30']); time.sleep(30)"
+    parent = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        deadline = time.monotonic() + 20
+
+        def sleeping_grandchild() -> bool:  # started and exec'd (not a half-made fork)
+            for pid in descendants(parent.pid):
+                try:
+                    with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                        if handle.read().startswith(b"sleep"):
+                            return True
+                except OSError:  # gone meanwhile
+                    continue
+            return False
+
+        while not sleeping_grandchild():
+            assert time.monotonic() < deadline, "child never started"
+            time.sleep(0.01)
+        tree = [parent.pid, *descendants(parent.pid)]
+        with pytest.raises(RuntimeError), stopped(parent.pid):
+            deadline = time.monotonic() + 10  # a signal is delivered asynchronously
+            while [proc_stat(p)[0] for p in tree] != [b"T"] * len(tree):
+                assert time.monotonic() < deadline, [proc_stat(p)[0] for p in tree]
+                time.sleep(0.01)
+            raise RuntimeError("the limit's window failed")
+        deadline = time.monotonic() + 10
+        while any(proc_stat(p)[0] == b"T" for p in tree):
+            assert time.monotonic() < deadline, "still stopped after the block"
+            time.sleep(0.01)
+    finally:
+        for pid in descendants(parent.pid):
+            os.kill(pid, 9)
+        parent.kill()
+        parent.wait(timeout=10)

@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint bench core-bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -24,8 +24,23 @@ test: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/python -m pytest
 
-## bench: the core benchmark (prints clips/s and trainer CPU per clip)
-bench: $(STAMP)
+# A CPU-only torch wheel, where one lies on disk (PyPI serves only the large CUDA build):
+# installed before the bench extra, which then keeps it. Override: make bench TORCH_WHEEL=...
+TORCH_WHEEL ?= $(firstword $(wildcard /opt/wheels/torch-*+cpu-cp3*-manylinux*_x86_64.whl))
+BENCH_STAMP := $(VENV)/.bench-installed
+
+$(BENCH_STAMP): $(STAMP)
+	$(if $(TORCH_WHEEL),$(BIN)/python -m pip install --quiet '$(TORCH_WHEEL)')
+	$(BIN)/python -m pip install --quiet -e '.[tf,bench]'
+	touch $(BENCH_STAMP)
+
+## bench: h5feed against tf.data, keras, PyTorch and Grain, and the consumer ceiling
+##        (writes docs/bench/bench-Ncores.{json,md,png}; ~20 min on 2 cores)
+bench: $(BENCH_STAMP)
+	$(BIN)/h5feed bench
+
+## core-bench: the core benchmark (per-core limit vs h5feed; clips/s, trainer CPU per clip)
+core-bench: $(STAMP)
 	$(BIN)/python benchmarks/core_bench.py --json docs/bench/core-2cores.json
 
 clean:

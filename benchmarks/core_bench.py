@@ -43,7 +43,6 @@ import contextlib
 import dataclasses
 import gc
 import importlib.util
-import itertools
 import json
 import os
 import pathlib
@@ -61,23 +60,23 @@ import cv2
 import h5py
 import numpy as np
 
-from h5feed.common.config import ClipSpec, clip_frame_indices
-from h5feed.producer.decode import ClipWriter, crop_offset, decode_frame
-from h5feed.producer.reader import VideoFile
+# The workload, the per-core limit and the /proc accounting are shared with `h5feed bench`.
+from h5feed.bench.percore import SingleProcess, check_variants_agree
+from h5feed.bench.procstat import (
+    available_cores,
+    proc_stat,
+    process_cpu_s,
+    self_sys_and_faults,
+    system_busy_s,
+)
+from h5feed.bench.workload import BATCH_SIZE, CLIP_LEN, CROP, RESIZE
 from h5feed.producer.sample_data import SampleSpec, make_sample_dataset
 from h5feed.progress import Bar, progress_bar
-
-CLIP_LEN = 16
-RESIZE = (128, 171)  # (height, width)
-CROP = (112, 112)  # (height, width)
-BATCH_SIZE = 8
-PLANNED_CLIPS = 4096  # the per-core contenders cycle through this many planned clips
 
 TARGET_RATIO = 0.85
 TARGET_TRAINER_CPU_MS = 1.0
 TARGET_LINE = "target: >= 0.85 x twice the single-process rate; trainer CPU <= 1 ms per clip"
 
-_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 _WORKER_MODULE = b"h5feed.producer.worker"
 _TAG = "@@core_bench "  # prefix of the lines a contender process sends to the orchestrator
 _START_TIMEOUT_S = 180.0
@@ -103,14 +102,6 @@ class Settings:
     quick: bool
     json_path: pathlib.Path | None
     progress: bool = True  # a bar of the windows, on a terminal only (--no-progress: none)
-
-
-def available_cores() -> int:
-    """CPUs this process may run on (its affinity mask), else the machine's count."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -217,39 +208,6 @@ def log(message: str) -> None:
 # CPU accounting from /proc
 
 
-def proc_stat(pid: int | str) -> list[bytes]:
-    """The fields of ``/proc/PID/stat`` after the command name (state first), or []."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            stat = handle.read()
-    except OSError:
-        return []
-    return stat[stat.rfind(b")") + 2 :].split()
-
-
-def process_cpu_s(pid: int) -> float:
-    """User + system CPU seconds of process ``pid`` (all its threads), 0 if it is gone."""
-    fields = proc_stat(pid)
-    return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS if fields else 0.0
-
-
-def self_sys_and_faults() -> tuple[float, int]:
-    """This process's system CPU seconds and minor page faults so far."""
-    fields = proc_stat("self")
-    return int(fields[12]) / _CLOCK_TICKS, int(fields[7])
-
-
-def system_busy_s() -> float:
-    """CPU seconds all CPUs of the machine spent busy since boot (not idle, not iowait)."""
-    try:
-        with open("/proc/stat") as handle:
-            values = [int(v) for v in handle.readline().split()[1:]]
-    except OSError:
-        return 0.0
-    user, nice, system, _idle, _iowait, irq, softirq, steal = (values + [0] * 8)[:8]
-    return (user + nice + system + irq + softirq + steal) / _CLOCK_TICKS
-
-
 def worker_children() -> set[int]:
     """Pids of live ``h5feed.producer.worker`` processes whose parent is this process."""
     me = str(os.getpid()).encode()
@@ -289,154 +247,6 @@ class Contender:
 
     def close(self) -> None:
         """Release everything :meth:`start` took."""
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class PlannedClip:
-    """One random clip: where it is, and its crop and flip (as the plan would draw them)."""
-
-    file_index: int
-    video: str
-    indices: list[int]
-    crop_uniforms: tuple[float, float]
-    top: int
-    left: int
-    flip: bool
-
-
-def plan_clips(videos: Sequence[tuple[int, str, int]], count: int, seed: int) -> list[PlannedClip]:
-    """``count`` clips of random videos, random starts, random crops and flips.
-
-    ``videos`` are (file index, group name, frame count). Offsets use h5feed's own
-    :func:`crop_offset`, so both per-core variants crop exactly where a worker would.
-    """
-    rng = np.random.default_rng(seed)
-    clips = []
-    for _ in range(count):
-        file_index, name, n_frames = videos[int(rng.integers(len(videos)))]
-        start = int(rng.integers(max(n_frames - CLIP_LEN, 0) + 1))
-        uy, ux = float(rng.random()), float(rng.random())
-        clips.append(
-            PlannedClip(
-                file_index=file_index,
-                video=name,
-                indices=clip_frame_indices(start, n_frames, CLIP_LEN, 1, "loop"),
-                crop_uniforms=(uy, ux),
-                top=crop_offset(RESIZE[0], CROP[0], uy, "random"),
-                left=crop_offset(RESIZE[1], CROP[1], ux, "random"),
-                flip=bool(rng.integers(2)),
-            )
-        )
-    return clips
-
-
-def is_contiguous(indices: Sequence[int]) -> bool:
-    """Whether ``indices`` are consecutive increasing frame numbers (one slice read)."""
-    return all(b - a == 1 for a, b in itertools.pairwise(indices))
-
-
-class SingleProcess(Contender):
-    """The per-core limit: the per-clip work in this process, no IPC, no batching overhead.
-
-    ``variant="direct"``: h5py slice reads on datasets opened once and plain cv2 calls;
-    ``variant="clipwriter"``: :class:`VideoFile` reads and h5feed's ``decode_frame`` +
-    ``ClipWriter.write``, as a worker runs them. Clips are written round-robin into the rows
-    of one preallocated [batch, clip_len, 112, 112, 3] array.
-    """
-
-    def __init__(self, paths: Sequence[str], variant: str, seed: int) -> None:
-        if variant not in ("direct", "clipwriter"):
-            raise ValueError(f"unknown variant {variant!r}")
-        self.variant = variant
-        self.paths = list(paths)
-        self.seed = seed
-        self.files: list[VideoFile] = []
-        self.h5: list[h5py.File] = []
-        self.datasets: dict[tuple[int, str], h5py.Dataset] = {}
-        self.plan: list[PlannedClip] = []
-        self.out = np.empty((BATCH_SIZE, CLIP_LEN, *CROP, 3), np.uint8)
-        self.writer = ClipWriter(ClipSpec(clip_len=CLIP_LEN, resize=RESIZE, crop=CROP, flip=True))
-        self._resize_wh = (RESIZE[1], RESIZE[0])
-        self._next = 0
-
-    def start(self) -> None:
-        self.files = [VideoFile(path) for path in self.paths]
-        videos = [
-            (file_index, name, n_frames)
-            for file_index, handle in enumerate(self.files)
-            for name, n_frames, _label in handle.index()
-        ]
-        self.h5 = [h5py.File(path, "r") for path in self.paths]
-        self.datasets = {
-            (file_index, name): self.h5[file_index][name]["frames"]
-            for file_index, name, _n in videos
-        }
-        self.plan = plan_clips(videos, PLANNED_CLIPS, self.seed)
-
-    def take(self) -> int:
-        clip = self.plan[self._next % len(self.plan)]
-        out = self.out[self._next % BATCH_SIZE]
-        self._next += 1
-        if self.variant == "direct":
-            self.produce_direct(clip, out)
-        else:
-            self.produce_clipwriter(clip, out)
-        return 1
-
-    def produce_direct(self, clip: PlannedClip, out: np.ndarray) -> None:
-        """Read, decode and preprocess ``clip`` into ``out`` [clip_len, H, W, 3] with plain
-        h5py and cv2 calls: the cheapest spelling of the per-clip work."""
-        dataset = self.datasets[(clip.file_index, clip.video)]
-        indices = clip.indices
-        if is_contiguous(indices):
-            encoded: Sequence[np.ndarray] = dataset[indices[0] : indices[-1] + 1]
-        else:
-            encoded = [dataset[i] for i in indices]
-        top, left, flip = clip.top, clip.left, clip.flip
-        bottom, right = top + CROP[0], left + CROP[1]
-        for t, data in enumerate(encoded):
-            image = cv2.imdecode(data, cv2.IMREAD_COLOR)
-            if image is None:
-                raise ValueError(f"undecodable frame in {clip.video}")
-            small = cv2.resize(image, self._resize_wh, interpolation=cv2.INTER_LINEAR)
-            frame = out[t]
-            cv2.cvtColor(small[top:bottom, left:right], cv2.COLOR_BGR2RGB, dst=frame)
-            if flip:
-                cv2.flip(frame, 1, dst=frame)
-
-    def produce_clipwriter(self, clip: PlannedClip, out: np.ndarray) -> None:
-        """The same clip through h5feed's reader and decode code, as ``_Job.produce`` runs
-        them per row (without the unit and the wire around it)."""
-        handle = self.files[clip.file_index]
-        encoded = handle.read_frames(clip.video, clip.indices)
-        for t, (data, frame) in enumerate(zip(encoded, clip.indices, strict=True)):
-            image = decode_frame(data, handle.path, clip.video, frame)
-            where = (handle.path, clip.video, frame)
-            self.writer.write(out[t], image, clip.crop_uniforms, clip.flip, where)
-
-    def close(self) -> None:
-        for handle in self.files:
-            handle.close()
-        for h5 in self.h5:
-            h5.close()
-        self.files, self.h5, self.datasets = [], [], {}
-
-
-def check_variants_agree(paths: Sequence[str], seed: int, clips: int = 4) -> None:
-    """Both per-core spellings must give the same pixels for the same planned clips (so the
-    cheaper one does the same work, not less). Raises AssertionError otherwise."""
-    contender = SingleProcess(paths, "direct", seed)
-    contender.start()
-    try:
-        for clip in contender.plan[:clips]:
-            a = np.empty((CLIP_LEN, *CROP, 3), np.uint8)
-            b = np.empty_like(a)
-            contender.produce_direct(clip, a)
-            contender.produce_clipwriter(clip, b)
-            if not np.array_equal(a, b):
-                raise AssertionError(f"per-core variants disagree on a clip of {clip.video}")
-    finally:
-        contender.close()
 
 
 class H5Feed(Contender):

@@ -499,6 +499,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds one request may take (default: %(default)s)",
     )  # fmt: skip
     top.set_defaults(handler=_cmd_top)
+
+    from h5feed.bench.command import register as register_bench  # argparse only: cheap
+
+    register_bench(subcommand)
     return parser
 
 

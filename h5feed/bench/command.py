@@ -1,0 +1,134 @@
+"""The ``h5feed bench`` subcommand: argument parsing here (cheap to import), the benchmark
+itself loaded when it runs."""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import pathlib
+import shlex
+import sys
+from collections.abc import Callable
+from typing import Any
+
+DESCRIPTION = """\
+Benchmark h5feed against the alternatives on one workload: 16-frame clips of 320x240 JPEG
+videos in HDF5, resize 128x171, random crop 112, flip, batch 8. Contenders: h5feed.dataset with
+1..N workers; tf.data (from_generator + interleave, with and without num_parallel_calls;
+map(py_function); py_function bytes + tf.io.decode_jpeg); keras PyDataset; PyTorch DataLoader;
+Grain; and the per-core limit (the same per-clip work in one process, no IPC). Then the
+consumer ceiling: ready-made batches from synthetic producers, GB/s next to memcpy.
+
+Method: every contender in a fresh process; a one-epoch check (one clip per video, frames
+[16, 112, 112, 3] uint8) before timing; warm-up, then --repeats windows of --window-s, each
+right after a window of the per-core limit; medians. Writes OUT.json, OUT.md and OUT.png.
+Contenders whose package is missing are reported as "not installed" (pip install
+'h5feed[bench]'); the ones that cannot run the workload are listed with the reason."""
+
+EPILOG = """\
+examples:
+  h5feed bench                               # everything, 10 s windows (~20 min on 2 cores)
+  h5feed bench --workers 1,2,4,8,16 --out docs/bench/gpu-16cores
+  h5feed bench --contenders h5feed,torch --repeats 5
+  h5feed bench --ceiling                     # the consumer ceiling only
+  h5feed bench --quick --out /tmp/smoke      # CI smoke run: 1 s windows, tiny dataset"""
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        values = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a list of integers: {text!r}") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"need integers >= 1, got {text!r}")
+    return sorted(set(values))
+
+
+def _own_arguments() -> list[str]:
+    """The arguments after ``bench`` on this process's command line (for the report)."""
+    return sys.argv[sys.argv.index("bench") + 1 :] if "bench" in sys.argv else []
+
+
+def register(subcommand: Callable[[str, str, str, str], Any]) -> None:
+    """Add ``bench`` to the ``h5feed`` command (``subcommand`` as in h5feed.cli)."""
+    parser = subcommand(
+        "bench",
+        "benchmark h5feed against tf.data, keras, PyTorch and Grain; the consumer ceiling",
+        DESCRIPTION,
+        EPILOG,
+    )
+    add = parser.add_argument
+    add("--window-s", type=float, default=None, help="seconds per timed window (default 10)")
+    add("--repeats", type=int, default=None, help="timed windows per contender (default 3)")
+    add("--warmup-s", type=float, default=None, help="untimed seconds before each (default 3)")
+    add(
+        "--workers",
+        type=_int_list,
+        default=None,
+        metavar="N,N,...",
+        help="worker counts (default 1, 2, 4, ... up to the cores available, and that)",
+    )
+    add(
+        "--contenders",
+        default=None,
+        metavar="NAME,...",
+        help="only these (h5feed, tf-interleave, tf-interleave-parallel, tf-map-py-function, "
+        "tf-decode-jpeg, keras, torch, grain; default all)",
+    )
+    add(
+        "--data-dir",
+        type=pathlib.Path,
+        default=pathlib.Path("bench_data"),
+        help="the generated dataset, reused when present (default ./bench_data)",
+    )
+    add(
+        "--out",
+        type=pathlib.Path,
+        default=None,
+        metavar="PREFIX",
+        help="writes PREFIX.json, .md and .png (default docs/bench/bench-Ncores)",
+    )
+    add("--seed", type=int, default=0, help="seed of the plans (default 0)")
+    add("--ceiling", action="store_true", help="run only the consumer ceiling")
+    add("--no-ceiling", action="store_true", help="leave the consumer ceiling out")
+    add(
+        "--producers",
+        type=int,
+        default=None,
+        help="synthetic producers of the ceiling "
+        "(default: the CPUs left after the trainer's, at most 4)",
+    )
+    add(
+        "--quick",
+        action="store_true",
+        help="CI smoke run: 1 s windows, 1 repeat, 0.5 s warm-up, a 2 x 4 video dataset; "
+        "its figures mean nothing",
+    )
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the benchmark; the report goes to stdout and the files, progress to stderr."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # for the contender processes
+    from h5feed.bench.main import Options, run_bench
+
+    quick = bool(args.quick)
+    window, repeats, warmup = (1.0, 1, 0.5) if quick else (10.0, 3, 3.0)
+    options = Options(
+        window_s=args.window_s if args.window_s is not None else window,
+        repeats=args.repeats if args.repeats is not None else repeats,
+        warmup_s=args.warmup_s if args.warmup_s is not None else warmup,
+        workers=args.workers,
+        contenders=[c for c in (args.contenders or "").split(",") if c] or None,
+        data_dir=args.data_dir,
+        out=args.out,
+        seed=args.seed,
+        loaders=not args.ceiling,
+        ceiling=not args.no_ceiling,
+        producers=args.producers,
+        quick=quick,
+        command=" ".join(["h5feed bench", *(shlex.quote(a) for a in _own_arguments())]),
+        date=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+    )
+    return run_bench(options)

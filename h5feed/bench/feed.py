@@ -1,0 +1,46 @@
+"""h5feed itself: ``h5feed.dataset(...)`` with N local workers and default settings."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from h5feed.bench.contender import Contender
+from h5feed.bench.workload import BATCH_SIZE, CLIP_LEN, CROP, RESIZE
+
+
+class H5Feed(Contender):
+    """The trainer path: ``iter(h5feed.dataset(...))`` and ``next()``, as ``model.fit`` does.
+    Only the workload's arguments, ``workers`` and ``epochs`` are given (and the index cache
+    directory, which only shortens start-up)."""
+
+    _iterator: Iterator[Any] | None = None
+
+    def start(self) -> None:
+        import h5feed
+
+        ds = h5feed.dataset(
+            list(self.setup.paths),
+            clip_len=CLIP_LEN,
+            resize=RESIZE,
+            crop=CROP,
+            flip=True,
+            batch_size=BATCH_SIZE,
+            shuffle=True,
+            seed=self.setup.seed,
+            epochs=self.setup.epochs,
+            workers=self.setup.workers,
+            index_cache=self.setup.cache_dir,
+        )
+        self._iterator = iter(ds)
+
+    def next_frames(self) -> Any:
+        if self._iterator is None:
+            raise RuntimeError("next_frames() before start()")
+        return next(self._iterator)["frames"]
+
+    def close(self) -> None:
+        self._iterator = None  # the workers stop when the iterator is collected
+        import gc
+
+        gc.collect()

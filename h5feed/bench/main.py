@@ -1,0 +1,199 @@
+"""``h5feed bench`` from options to files: dataset, loaders, ceiling, report."""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from h5feed.bench import contender as registry
+from h5feed.bench import report
+from h5feed.bench.ceiling import default_producers
+from h5feed.bench.procstat import available_cores
+from h5feed.bench.runner import (
+    ContenderFailed,
+    ContenderProcess,
+    Plan,
+    Row,
+    default_workers,
+    plan_rows,
+    run_loaders,
+    steps_of,
+)
+from h5feed.bench.workload import (
+    BATCH_SIZE,
+    CLIP_LEN,
+    CROP,
+    FULL_SPEC,
+    QUICK_SPEC,
+    RESIZE,
+    dataset_dir,
+    index_videos,
+    prepare_dataset,
+)
+
+_CEILING_TIMEOUT_S = 600.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """Everything the command line decided (see ``h5feed bench --help``)."""
+
+    window_s: float
+    repeats: int
+    warmup_s: float
+    workers: list[int] | None
+    contenders: list[str] | None
+    data_dir: pathlib.Path
+    out: pathlib.Path | None
+    seed: int
+    loaders: bool
+    ceiling: bool
+    producers: int | None
+    quick: bool
+    command: str
+    date: str
+
+    def __post_init__(self) -> None:
+        if self.window_s <= 0 or self.warmup_s < 0 or self.repeats < 1:
+            raise ValueError("--window-s must be > 0, --warmup-s >= 0 and --repeats >= 1")
+        if self.producers is not None and self.producers < 1:
+            raise ValueError("--producers must be >= 1")
+        if not (self.loaders or self.ceiling):
+            raise ValueError("--ceiling and --no-ceiling together leave nothing to run")
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+@contextmanager
+def progress(total: int) -> Iterator[Callable[[str], None]]:
+    """A step function: a rich progress bar when stderr is a terminal, else one line per
+    step."""
+    if sys.stderr.isatty():
+        try:
+            from rich.progress import Progress
+        except ImportError:
+            pass
+        else:
+            with Progress(transient=False) as bar:
+                task = bar.add_task("h5feed bench", total=total)
+
+                def advance(text: str) -> None:
+                    bar.update(task, advance=1, description=text or "h5feed bench")
+
+                yield advance
+                bar.update(task, completed=total)
+                return
+    done = [0]
+
+    def say(text: str) -> None:
+        done[0] += 1
+        if text:
+            log(f"[{done[0]}/{total}] {text}")
+
+    yield say
+
+
+def run_ceiling(plan: Plan, producers: int) -> dict[str, Any]:
+    """The consumer ceiling in a process of its own (see :mod:`h5feed.bench.ceiling`)."""
+    spec = {
+        "kind": "ceiling",
+        "producers": producers,
+        "repeats": plan.repeats,
+        "window_s": plan.window_s,
+        "warmup_s": plan.warmup_s,
+        "setup": {
+            "paths": list(plan.paths),
+            "videos": [[v.file_index, v.name, v.frames] for v in plan.videos],
+            "workers": 0,
+            "seed": plan.seed,
+            "cache_dir": plan.cache_dir,
+        },
+    }
+    process = ContenderProcess("ceiling", spec)
+    try:
+        return process.receive("ceiling", _CEILING_TIMEOUT_S)
+    except ContenderFailed as exc:
+        return {"error": str(exc)}
+    finally:
+        process.stop()
+
+
+def run_bench(options: Options) -> int:
+    """The whole benchmark; returns the exit status (0 even when contenders failed: their
+    failure is a result, written in the report)."""
+    cores = available_cores()
+    spec = QUICK_SPEC if options.quick else FULL_SPEC
+    chosen = registry.by_key(options.contenders) if options.contenders else registry.CONTENDERS
+    began = time.monotonic()
+    paths = prepare_dataset(options.data_dir, spec)
+    videos = index_videos(paths)
+    log(f"dataset: {len(videos)} videos in {len(paths)} files ({time.monotonic() - began:.1f} s)")
+    if options.window_s < 10 and not options.quick:
+        log("note: windows under 10 s; these figures are not the method's")
+    plan = Plan(
+        paths=tuple(paths),
+        videos=tuple(videos),
+        contenders=tuple(chosen),
+        workers=tuple(options.workers or default_workers(cores)),
+        window_s=options.window_s,
+        warmup_s=options.warmup_s,
+        repeats=options.repeats,
+        seed=options.seed,
+        cache_dir=str(options.data_dir / "index-cache"),
+    )
+    rows: list[Row] = plan_rows(plan, cores) if options.loaders else []
+    limit_row = None
+    if options.loaders:
+        try:
+            with progress(steps_of(rows, plan)) as step:
+                limit_row = run_loaders(plan, rows, registry.missing_packages, step)
+        except ContenderFailed as exc:  # without the limit no figure can be judged
+            log(f"h5feed bench: error: the per-core limit failed: {exc}")
+            return 1
+    ceiling = None
+    if options.ceiling:
+        producers = options.producers or default_producers()
+        log(f"consumer ceiling: {producers} synthetic producer(s) ...")
+        ceiling = run_ceiling(plan, producers)
+    settings = {
+        "command": options.command,
+        "date": options.date,
+        "quick": options.quick,
+        "window_s": plan.window_s,
+        "warmup_s": plan.warmup_s,
+        "repeats": plan.repeats,
+        "workers": list(plan.workers),
+        "seed": plan.seed,
+        "workload": (
+            f"{CLIP_LEN}-frame clips, resize {RESIZE[0]}x{RESIZE[1]}, random crop "
+            f"{CROP[0]}x{CROP[1]}, flip, batch {BATCH_SIZE}, one clip per video per epoch, "
+            "shuffled"
+        ),
+        "dataset": (
+            f"{len(videos)} videos in {len(paths)} HDF5 files of {spec.width}x{spec.height} "
+            f"JPEG (quality {spec.quality}), {spec.min_frames}-{spec.max_frames} frames "
+            f"({dataset_dir(options.data_dir, spec).name})"
+        ),
+        "method": (
+            f"Each contender in a fresh process; a one-epoch check; {plan.warmup_s:g} s "
+            f"warm-up then {plan.repeats} window(s) of {plan.window_s:g} s, each right after "
+            "a per-core-limit window; medians. Trainer CPU = the consuming process, all "
+            "threads, workers excluded; PSS = proportional memory of the whole process tree "
+            "(peak of 0.5 s samples); other load = cores busy with anything else."
+        ),
+    }
+    document = report.build_document(settings, limit_row, rows, ceiling)
+    out = options.out or pathlib.Path("docs/bench") / f"bench-{cores}cores"
+    notes = report.write_all(document, out)
+    print(report.markdown(document))
+    for note in notes:
+        log(f"note: {note}")
+    log(f"wrote {out}.json, {out}.md" + ("" if notes else f", {out}.png"))
+    return 0

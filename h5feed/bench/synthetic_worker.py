@@ -1,0 +1,72 @@
+"""A benchmark-only h5feed worker that answers every UNIT with zeros: no reading, no decoding.
+
+``python -m h5feed.bench.synthetic_worker --connect ADDR --worker-id ID [--cpus 1,2]``. It is
+the real worker (:class:`h5feed.producer.worker.Worker`: same socket, same wire protocol,
+same JOB and INDEX handling, so the consumer plans real epochs of the real files) with one
+method replaced: a UNIT of n rows is answered at once with a preallocated zero array of the
+clip's shape [n, clip_len, H, W, 3] uint8, sent without a copy. What is left is the cost of
+moving batches: the consumer ceiling of :mod:`h5feed.bench.ceiling`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from h5feed.common import wire
+from h5feed.producer.worker import Worker, _Job
+
+
+class SyntheticWorker(Worker):
+    """See the module docstring. The arrays are never written after creation, so sending
+    the same one again while ZeroMQ still holds it is safe."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._zeros: dict[tuple[int, ...], np.ndarray] = {}
+
+    def run_unit(self, job: _Job, fields: dict[str, Any]) -> None:
+        height, width = job.spec.frame_shape
+        shape = (len(fields["rows"]), job.spec.clip_len, height or 0, width or 0, 3)
+        zeros = self._zeros.setdefault(shape, np.zeros(shape, np.uint8))
+        self.send(
+            wire.DATA,
+            {
+                "job": job.id,
+                "unit": fields["unit"],
+                "batch": fields["batch"],
+                "samples": [row[0] for row in fields["rows"]],
+            },
+            [("frames", zeros)],
+        )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m h5feed.bench.synthetic_worker")
+    parser.add_argument("--connect", required=True)
+    parser.add_argument("--worker-id", required=True)
+    parser.add_argument("--parent-pid", type=int, default=None)
+    parser.add_argument("--cpus", default="", help="run on these CPUs only, e.g. 1,2")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=os.environ.get("H5FEED_LOG_LEVEL", "WARNING"))
+    if args.cpus:
+        os.sched_setaffinity(0, {int(c) for c in args.cpus.split(",")})
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    worker = SyntheticWorker(args.connect, args.worker_id, args.parent_pid)
+
+    def on_sigterm(signum: int, frame: object) -> None:
+        worker.stopping = True
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+    return worker.run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,151 @@
+"""Parts of ``h5feed bench`` on their own: the failure paths of the runner, fast.
+
+The end-to-end runs are in test_bench_smoke.py.
+"""
+
+from __future__ import annotations
+
+import pathlib
+
+import numpy as np
+import pytest
+
+from h5feed.bench import contender as registry
+from h5feed.bench.runner import ContenderFailed, Plan, Row, run_row, validate_check
+from h5feed.bench.workload import (
+    CLIP_SHAPE,
+    QUICK_SPEC,
+    ClipReader,
+    epoch_plan,
+    index_videos,
+    prepare_dataset,
+)
+
+
+@pytest.fixture(scope="module")
+def bench_paths(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    return prepare_dataset(tmp_path_factory.mktemp("bench"), QUICK_SPEC)
+
+
+def test_epoch_plan_is_every_video_once(bench_paths: list[str]) -> None:
+    videos = index_videos(bench_paths)
+    plan = epoch_plan(videos, seed=0, epoch=0)
+    assert sorted((c.file_index, c.video) for c in plan) == sorted(
+        (v.file_index, v.name) for v in videos
+    )
+    assert [c.video for c in epoch_plan(videos, 0, 1)] != [c.video for c in plan]
+
+
+def test_reader_reopens_files_after_pickling(bench_paths: list[str]) -> None:
+    import pickle
+
+    videos = index_videos(bench_paths)
+    reader = ClipReader(bench_paths)
+    clip = epoch_plan(videos, 0, 0)[0]
+    first = reader.clip(clip)
+    copy = pickle.loads(pickle.dumps(reader))  # what a loader does to reach its workers
+    assert first.shape == CLIP_SHAPE and first.dtype == np.uint8
+    assert np.array_equal(copy.clip(clip), first)
+    reader.close()
+    copy.close()
+
+
+def row_with_check(clips: int, kinds: list[list[object]]) -> Row:
+    row = Row(registry.CONTENDERS[0], 1)
+    row.check = {
+        "clips": clips,
+        "kinds": kinds,
+        "ok_shape": kinds == [[[16, 112, 112, 3], "uint8"]],
+    }
+    return row
+
+
+def test_a_contender_with_another_epoch_size_fails() -> None:
+    with pytest.raises(ContenderFailed, match="one epoch gave 7 clips, h5feed gives 8"):
+        validate_check(row_with_check(7, [[[16, 112, 112, 3], "uint8"]]), 8)
+
+
+def test_a_contender_with_other_frames_fails() -> None:
+    with pytest.raises(ContenderFailed, match="float32"):
+        validate_check(row_with_check(8, [[[16, 112, 112, 3], "float32"]]), 8)
+
+
+class _Raises(registry.Contender):
+    """A contender whose pipeline breaks on its first batch."""
+
+    def next_frames(self) -> object:
+        raise OSError("disk on fire")
+
+
+def test_a_contender_that_raises_is_reported_with_its_error(
+    bench_paths: list[str], tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PYTHONPATH", str(pathlib.Path(__file__).parent))  # for run_one
+    videos = index_videos(bench_paths)
+    plan = Plan(
+        paths=tuple(bench_paths),
+        videos=tuple(videos),
+        contenders=(),
+        workers=(1,),
+        window_s=0.2,
+        warmup_s=0.0,
+        repeats=1,
+        seed=0,
+        cache_dir=str(tmp_path / "cache"),
+    )
+    info = registry.Info("raises", "raises", f"{__name__}:_Raises", (), "one", "raises")
+    row = Row(info, 1)
+    run_row(row, limit=None, plan=plan, step=lambda _: None)  # type: ignore[arg-type]
+    assert row.status == "failed"
+    assert "OSError: disk on fire" in row.reason
+    assert row.windows == []
+
+
+def test_unknown_contender_names_are_refused() -> None:
+    with pytest.raises(ValueError, match="unknown contenders"):
+        registry.by_key(["h5feed", "nope"])
+
+
+def test_stopped_freezes_a_process_tree_and_always_continues_it() -> None:
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from h5feed.bench.procstat import descendants, proc_stat
+    from h5feed.bench.runner import stopped
+
+    code = "import subprocess, time; subprocess.Popen(['sleep', '30']); time.sleep(30)"
+    parent = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        deadline = time.monotonic() + 20
+
+        def sleeping_grandchild() -> bool:  # started and exec'd (not a half-made fork)
+            for pid in descendants(parent.pid):
+                try:
+                    with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                        if handle.read().startswith(b"sleep"):
+                            return True
+                except OSError:  # gone meanwhile
+                    continue
+            return False
+
+        while not sleeping_grandchild():
+            assert time.monotonic() < deadline, "child never started"
+            time.sleep(0.01)
+        tree = [parent.pid, *descendants(parent.pid)]
+        with pytest.raises(RuntimeError), stopped(parent.pid):
+            deadline = time.monotonic() + 10  # a signal is delivered asynchronously
+            while [proc_stat(p)[0] for p in tree] != [b"T"] * len(tree):
+                assert time.monotonic() < deadline, [proc_stat(p)[0] for p in tree]
+                time.sleep(0.01)
+            raise RuntimeError("the limit's window failed")
+        deadline = time.monotonic() + 10
+        while any(proc_stat(p)[0] == b"T" for p in tree):
+            assert time.monotonic() < deadline, "still stopped after the block"
+            time.sleep(0.01)
+    finally:
+        for pid in descendants(parent.pid):
+            os.kill(pid, 9)
+        parent.kill()
+        parent.wait(timeout=10)

@@ -71,6 +71,15 @@ CONTENDERS: tuple[Info, ...] = (
         "h5feed.dataset(..., workers=N), every other option at its default; iter() + next()",
     ),
     Info(
+        "h5feed-numpy",
+        "h5feed.batches (NumPy)",
+        "h5feed.bench.feed:H5FeedNumPy",
+        (),
+        "workers",
+        "h5feed.batches(..., workers=N), every other option at its default: NumPy batches "
+        "for trainers without TensorFlow (PyTorch, JAX)",
+    ),
+    Info(
         "tf-interleave",
         "tf.data from_generator per file + interleave",
         "h5feed.bench.tf_recipes:Interleave",

@@ -1,4 +1,6 @@
-"""h5feed itself: ``h5feed.dataset(...)`` with N local workers and default settings."""
+"""h5feed itself with N local workers and default settings: ``h5feed.dataset(...)`` (the
+trainer path, TensorFlow) and ``h5feed.batches(...)`` (NumPy batches, for trainers without
+TensorFlow, e.g. PyTorch)."""
 
 from __future__ import annotations
 
@@ -19,20 +21,22 @@ class H5Feed(Contender):
     def start(self) -> None:
         import h5feed
 
-        ds = h5feed.dataset(
-            list(self.setup.paths),
-            clip_len=CLIP_LEN,
-            resize=RESIZE,
-            crop=CROP,
-            flip=True,
-            batch_size=BATCH_SIZE,
-            shuffle=True,
-            seed=self.setup.seed,
-            epochs=self.setup.epochs,
-            workers=self.setup.workers,
-            index_cache=self.setup.cache_dir,
-        )
-        self._iterator = iter(ds)
+        self._iterator = iter(h5feed.dataset(list(self.setup.paths), **self.arguments()))
+
+    def arguments(self) -> dict[str, Any]:
+        """The keyword arguments of ``h5feed.dataset`` / ``h5feed.batches``."""
+        return {
+            "clip_len": CLIP_LEN,
+            "resize": RESIZE,
+            "crop": CROP,
+            "flip": True,
+            "batch_size": BATCH_SIZE,
+            "shuffle": True,
+            "seed": self.setup.seed,
+            "epochs": self.setup.epochs,
+            "workers": self.setup.workers,
+            "index_cache": self.setup.cache_dir,
+        }
 
     def next_frames(self) -> Any:
         if self._iterator is None:
@@ -44,3 +48,12 @@ class H5Feed(Contender):
         import gc
 
         gc.collect()
+
+
+class H5FeedNumPy(H5Feed):
+    """The same through ``h5feed.batches(...)``: NumPy batches, no TensorFlow."""
+
+    def start(self) -> None:
+        import h5feed
+
+        self._iterator = iter(h5feed.batches(list(self.setup.paths), **self.arguments()))

@@ -1,7 +1,9 @@
 """A GPU training loop fed by h5feed, next to the same loop fed by PyTorch's DataLoader.
 
-Runs where PyTorch sees a CUDA GPU (no TensorFlow needed: h5feed feeds the loop through
-``h5feed.batches``, NumPy batches handed to ``torch.from_numpy``). Same workload as
+Made for a machine where PyTorch sees a CUDA GPU; ``--device cpu`` runs the same loop on the
+CPU for a smoke check (its GPU figures then mean nothing). No TensorFlow needed: h5feed
+feeds the loop through ``h5feed.batches``, NumPy batches handed to ``torch.from_numpy``.
+Same workload as
 ``h5feed bench``: 16-frame clips of 320x240 JPEG videos in HDF5, resize (128, 171), random
 crop (112, 112), flip, batches of 8. The model is a small 3D CNN (``--width``) trained with
 bf16 autocast and AdamW; each step copies the uint8 batch to the GPU and normalises it there.
@@ -94,6 +96,16 @@ def make_model(width: int) -> Any:
     ).to(memory_format=torch.channels_last_3d)
 
 
+class _CpuEvent:
+    """``torch.cuda.Event``'s timing interface on the host clock (``--device cpu``)."""
+
+    def record(self) -> None:
+        self.at = time.perf_counter()
+
+    def elapsed_time(self, end: _CpuEvent) -> float:
+        return (end.at - self.at) * 1000.0
+
+
 class NvmlSampler:
     """GPU utilisation (NVML, percent) sampled every 100 ms in a thread, when pynvml exists."""
 
@@ -128,20 +140,25 @@ def run_one(feeder: str, paths: list[str], args: argparse.Namespace) -> dict[str
     import torch
 
     torch.backends.cudnn.benchmark = True
-    device = torch.device("cuda")
+    device = torch.device(args.device)
+    cuda = device.type == "cuda"
     model = make_model(args.width).to(device)
     optimiser = torch.optim.AdamW(model.parameters(), lr=1e-3)
     loss_fn = torch.nn.CrossEntropyLoss()
     source = (h5feed_batches if feeder == "h5feed" else torch_batches)(paths, args.workers)
 
     def step(frames: Any) -> tuple[Any, Any]:
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start, end = (
+            (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+            if cuda
+            else (_CpuEvent(), _CpuEvent())
+        )
         start.record()
         tensor = torch.as_tensor(frames).to(device, non_blocking=True)
         x = tensor.permute(0, 4, 1, 2, 3).float().div_(255.0)
         x = x.contiguous(memory_format=torch.channels_last_3d)
         labels = torch.zeros(x.shape[0], dtype=torch.long, device=device)
-        with torch.autocast("cuda", dtype=torch.bfloat16):
+        with torch.autocast(device.type, dtype=torch.bfloat16):
             loss = loss_fn(model(x), labels)
         optimiser.zero_grad(set_to_none=True)
         loss.backward()
@@ -154,7 +171,8 @@ def run_one(feeder: str, paths: list[str], args: argparse.Namespace) -> dict[str
         step(frames)
         if time.monotonic() > deadline:
             break
-    torch.cuda.synchronize()
+    synchronize = torch.cuda.synchronize if cuda else (lambda: None)
+    synchronize()
     events = []
     clips = 0
     cpu0, wall0 = time.process_time(), time.monotonic()
@@ -164,7 +182,7 @@ def run_one(feeder: str, paths: list[str], args: argparse.Namespace) -> dict[str
             clips += int(frames.shape[0])
             if time.monotonic() - wall0 > args.seconds:
                 break
-        torch.cuda.synchronize()
+        synchronize()
     wall, cpu = time.monotonic() - wall0, time.process_time() - cpu0
     busy_ms = sum(start.elapsed_time(end) for start, end in events)
     return {
@@ -188,6 +206,7 @@ def main() -> int:
     parser.add_argument("--width", type=int, default=32, help="channels of the first conv")
     parser.add_argument("--data-dir", type=pathlib.Path, default=pathlib.Path("bench_data"))
     parser.add_argument("--feeders", default="h5feed,torch")
+    parser.add_argument("--device", default="cuda", help="cuda (default) or cpu (smoke check)")
     parser.add_argument("--json", type=pathlib.Path)
     parser.add_argument("--one", help=argparse.SUPPRESS)
     args = parser.parse_args()

@@ -7,10 +7,11 @@ import glob
 import os
 import pathlib
 from collections.abc import Sequence
-from typing import TypedDict
+from typing import Any, TypedDict
 
 from h5feed.common.config import CLIP_STARTS, ClipSpec, default_cache_dir
 from h5feed.consumer.plan import PlanOptions
+from h5feed.consumer.source_options import SourceConfig
 
 _H5_SUFFIXES = (".h5", ".hdf5", ".he5")
 
@@ -153,6 +154,7 @@ class FeedConfig:
     files: tuple[str, ...]
     clip: ClipSpec
     options: FeedOptions
+    source: SourceConfig | None = None  # the user's code in the workers (``source=``)
 
 
 class FeedKwargs(TypedDict, total=False):
@@ -194,3 +196,9 @@ class FeedKwargs(TypedDict, total=False):
     join_grace_s: float
     curve_key: str | None
     curve_authorized: str | None
+    # User sources (see h5feed/consumer/source_api.py).
+    source: str | None
+    source_args: dict[str, Any] | None
+    output_signature: Any
+    ragged: bool | Sequence[str]
+    steps_per_epoch: int | None

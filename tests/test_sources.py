@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import os
 import pathlib
+import signal
 from typing import Any
 
 import numpy as np
 import pytest
+from test_producers import free_port, start_producer
 
 import h5feed
 from h5feed.common import elements
@@ -171,6 +173,55 @@ def test_generator_function_epochs_and_steps_per_epoch() -> None:
     assert len(steps) == 6
 
 
+def test_generator_raising_reaches_the_trainer_with_element_and_traceback() -> None:
+    with pytest.raises(h5feed.WorkerError) as info:
+        numpy_batches(
+            source="user_sources:failing_generator", source_args={"n": 50, "fail_at": 9},
+            batch_size=4, workers=2,
+        )  # fmt: skip
+    text = str(info.value)
+    assert "shard 0 raised RuntimeError: sensor 9 unplugged at element #9" in text
+    assert "user_sources.py" in text and "failing_generator" in text
+
+
+def test_unordered_map_batches_are_still_exactly_once() -> None:
+    batches = numpy_batches(
+        source="user_sources:make_squares", source_args={"n": 30}, batch_size=4, workers=3,
+        deterministic=False,
+    )  # fmt: skip
+    assert sorted(np.concatenate([b["i"] for b in batches]).tolist()) == list(range(30))
+
+
+def test_a_producer_leaving_a_map_source_hands_its_units_over(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path
+) -> None:
+    # Remote producers import the user's module from their own environment.
+    tests_dir = str(pathlib.Path(__file__).resolve().parent)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([tests_dir, os.environ.get("PYTHONPATH", "")]))
+    port = free_port()
+    producers = [start_producer(port, tmp_path, f"p{i}") for i in range(2)]
+    try:
+        feed = h5feed.batches(
+            source="user_sources:make_squares", source_args={"n": 40}, batch_size=2,
+            workers=0, listen=f"tcp://127.0.0.1:{port}", **FAST,
+        )  # fmt: skip
+        seen: list[int] = []
+        with feed.stream() as stream:
+            for i, batch in enumerate(stream):
+                seen.extend(batch["i"].tolist())
+                if i == 2:
+                    producers[0].send_signal(signal.SIGTERM)
+            stats = stream.stats()
+        assert sorted(seen) == list(range(40)), "lost or repeated items after a producer left"
+        assert producers[0].wait(15) == 0
+        assert [w["name"].split("-")[0] for w in stats["workers"]] == ["p1"]
+    finally:
+        for process in producers:
+            if process.poll() is None:
+                process.kill()
+            process.communicate(timeout=10)
+
+
 # -- TensorFlow -------------------------------------------------------------------------
 
 
@@ -187,6 +238,23 @@ def test_nested_dict_and_tuple_elements_into_tf() -> None:
     assert [int(b[1].shape[0]) for b in batches] == [4, 4, 2]
     assert batches[0][0]["a"]["b"].numpy()[3].tolist() == [[3, 3], [3, 3]]
     assert batches[2][0]["c"].numpy().tolist() == [b"c8", b"c9"]
+
+
+def test_output_signature_given_casts_python_numbers_and_names_a_field_that_does_not_fit() -> None:
+    tf = pytest.importorskip("tensorflow")
+    element = {"a": {"b": tf.TensorSpec((2, 2), tf.int32)}, "c": tf.TensorSpec((), tf.string)}
+    signature = (element, tf.TensorSpec((), tf.float32))  # the source yields Python floats
+    ds = h5feed.dataset(
+        source="user_sources:Nested", output_signature=signature, batch_size=5, shuffle=False,
+        workers=2, **FAST,
+    )  # fmt: skip
+    assert ds.element_spec[1] == tf.TensorSpec((None,), tf.float32)
+    batches = list(ds)
+    assert batches[1][1].numpy().tolist() == [2.5, 3.0, 3.5, 4.0, 4.5]
+    wrong = (dict(element, a={"b": tf.TensorSpec((3, 3), tf.int32)}), signature[1])
+    ds = h5feed.dataset(source="user_sources:Nested", output_signature=wrong, workers=1, **FAST)
+    with pytest.raises(tf.errors.UnknownError, match=r"field '0/a/b': expected int32 \[3, 3\]"):
+        list(ds)
 
 
 def test_variable_length_fields_as_padded_and_as_ragged_tensors() -> None:

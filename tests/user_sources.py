@@ -123,3 +123,11 @@ def make_squares(n: int) -> Squares:
 
 def not_a_source() -> int:
     return 3
+
+
+def failing_generator(n: int, fail_at: int, shard_index: int) -> Iterator[int]:
+    """Shard 0 raises after ``fail_at`` elements; other shards yield n elements."""
+    for value in range(n):
+        if shard_index == 0 and value == fail_at:
+            raise RuntimeError(f"sensor {value} unplugged")
+        yield value

@@ -535,6 +535,10 @@ class Coordinator:
             len(adopted),
         )  # fmt: skip
 
+    def _can_hand_over(self) -> bool:
+        """Whether a producer's work can go to the others now (once the index is built)."""
+        return self._assembler is not None
+
     def _require_assembler(self) -> BatchAssembler:
         if self._assembler is None:  # unreachable: units exist only after the handshake
             raise RuntimeError("no batch is planned before the index is built")
@@ -579,7 +583,7 @@ class Coordinator:
         try:
             self._socket.send_multipart([peer.identity, *wire.encode(kind, fields)], copy=False)
         except zmq.ZMQError as exc:  # EHOSTUNREACH (gone) or EAGAIN (not reading at all)
-            if not self._is_local(peer) and self._assembler is not None:
+            if not self._is_local(peer) and self._can_hand_over():
                 # A producer that is leaving (its BYE still on the way) or gone: its work
                 # goes to the others, as when its BYE arrives.
                 self._hand_over(peer, f"unreachable: {exc}")

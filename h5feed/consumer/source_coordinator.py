@@ -2,10 +2,11 @@
 and errors as the HDF5 :class:`Coordinator`, with the source's handshake, plan and batches.
 
 Handshake: every worker gets a SOURCE job (its shard index and count, the seed), loads the
-user's code and answers SOURCE_INFO (kind, length, the spec of its first elements). The
-kinds and lengths must agree; the element spec is the user's (``output_signature``) or the
-merge of the workers' (dimensions that differ become ``None``). A second SOURCE gives every
-worker that spec, which it checks every element against.
+user's code and answers SOURCE_INFO (kind, length, and the spec of its first elements, unless
+the job gave a spec: the user's ``output_signature``, or the one an earlier iteration learnt).
+The kinds and lengths must agree; the element spec is the given one or the merge of the
+workers' (dimensions that differ become ``None``). A second SOURCE gives every worker that
+spec, which it checks every element against.
 
 Plans, by kind (see ``h5feed.producer.sources``):
 
@@ -88,8 +89,8 @@ class SourceCoordinator(Coordinator):
         if first is not None:
             self._epochs = itertools.chain([first], self._epochs)
         self._first_epoch = first if first is not None else 0
-        for identity in self._slots:
-            self._send_source(self._peers[identity], None)
+        for identity in self._slots:  # with a known spec (given or learnt), no probe
+            self._send_source(self._peers[identity], self.spec)
         last_progress = time.monotonic()
         timeout = self.config.options.unit_timeout_s
         while len(self._infos) < len(self._slots):
@@ -436,12 +437,19 @@ class SourceCoordinator(Coordinator):
         return f"unit {unit.id} ({what}, epoch {epoch})"
 
     def _on_bye(self, peer: Peer, reason: str) -> None:
-        if self._is_local(peer) or self.kind in (None, GENERATOR):
-            # A generator's shard lives in that worker: its elements cannot be made elsewhere.
+        if self._is_local(peer) or not self._can_hand_over():
             raise WorkerDiedError(
                 f"worker {peer.name} (pid {peer.pid} on {peer.host}) left the job: {reason}"
             )
-        # map / keras: any worker serves any item; its units go to the others.
+        self._hand_over(peer, reason)
+
+    def _can_hand_over(self) -> bool:
+        # map / keras, once planned: any worker serves any item. A generator's shard lives
+        # in its worker: its elements cannot be made elsewhere.
+        return self.kind in (MAP, KERAS) and self.spec is not None
+
+    def _hand_over(self, peer: Peer, reason: str) -> None:
+        """A producer left (BYE, or unreachable): its units go to the others."""
         del self._peers[peer.identity]
         self._late.add(peer.identity)
         for unit_id in sorted(peer.outstanding):

@@ -168,13 +168,10 @@ class SourceJob:
     # -- the spec --------------------------------------------------------------------------
 
     def info(self) -> dict[str, Any]:
-        """The SOURCE_INFO fields: kind, length, and the spec inferred from a probe."""
-        return {
-            "job": self.id,
-            "kind": self.kind,
-            "length": self.length,
-            "spec": self.probe().to_wire(),
-        }
+        """The SOURCE_INFO fields: kind, length, and the spec: the one the job gave (given by
+        the user, or learnt by an earlier iteration), else inferred from a probe."""
+        spec = self.spec if self.spec is not None else self.probe()
+        return {"job": self.id, "kind": self.kind, "length": self.length, "spec": spec.to_wire()}
 
     def probe(self) -> ElementSpec:
         """The spec of the first elements (see ``elements.infer_spec``)."""

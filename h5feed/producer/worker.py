@@ -328,6 +328,8 @@ class Worker:
                 self.job.close()
                 self.job = None
             self.job = SourceJob(job_id, fields, local=not self.persistent)
+            if fields["spec"] is not None:  # known already: no probe needed
+                self.job.set_spec(fields["spec"])
             info = self.job.info()
         except Exception as exc:  # the user's code: any failure must reach the trainer
             self.send_error(job_id, None, exc)

@@ -294,6 +294,8 @@ def _check_leaf(value: Any, spec: LeafSpec) -> np.ndarray | bytes:
         leaf: np.ndarray | bytes = np.asarray(value, dtype=expected)
     else:
         leaf = as_leaf(value, spec.path)
+        if isinstance(value, list) and isinstance(leaf, np.ndarray):
+            leaf = _list_as(leaf, value, expected, spec)
     if isinstance(leaf, bytes):
         raise SourceError(f"{field_name(spec.path)}: expected {spec.describe()}, got a string")
     actual = _leaf_spec(spec.path, leaf)
@@ -305,6 +307,21 @@ def _check_leaf(value: Any, spec: LeafSpec) -> np.ndarray | bytes:
             + ("" if leaf.dtype != expected else _varying_hint(spec, actual))
         )
     return leaf
+
+
+def _list_as(
+    array: np.ndarray, value: list[Any], expected: np.dtype[Any], spec: LeafSpec
+) -> np.ndarray:
+    """A list of Python numbers takes the spec's dtype, as a Python number does."""
+    kind = array.dtype.kind
+    fits = (kind == "b" and expected.kind == "b") or (kind == "f" and expected.kind == "f")
+    fits = fits or (kind in "iu" and expected.kind in "iuf")
+    if not fits or array.dtype == expected:
+        return array
+    try:
+        return np.asarray(value, dtype=expected)
+    except (OverflowError, ValueError) as exc:
+        raise SourceError(f"{field_name(spec.path)}: expected {spec.describe()}: {exc}") from exc
 
 
 def _python_number_fits(value: bool | int | float, dtype: np.dtype[Any]) -> bool:

@@ -116,6 +116,7 @@ class SourceCoordinator(Coordinator):
             self._planned = self._plan()
 
     def _send_source(self, peer: Peer, spec: ElementSpec | None) -> None:
+        shard_index, shard_count = self.config.options.shard
         self._send(
             peer,
             wire.SOURCE,
@@ -124,8 +125,9 @@ class SourceCoordinator(Coordinator):
                 "source": self.source.source,
                 "args": dict(self.source.args),
                 "sys_path": list(self.source.sys_path or sys.path),
-                "worker": self._slots.index(peer.identity),
-                "workers": len(self._slots),
+                # The worker's shard of this trainer's shard (shard=(i, n)): i * W + w of n * W.
+                "worker": shard_index * len(self._slots) + self._slots.index(peer.identity),
+                "workers": shard_count * len(self._slots),
                 "seed": self.config.options.seed,
                 "epoch": self._first_epoch or 0,
                 "spec": spec.to_wire() if spec is not None else None,
@@ -165,7 +167,7 @@ class SourceCoordinator(Coordinator):
                 f"the elements have {paths}"
             )
         spec = self.spec
-        if spec.wire_arrays() > wire.DEFAULT_LIMITS.max_arrays - 1:
+        if spec.wire_arrays() > wire.DEFAULT_LIMITS.max_arrays:
             raise SourceError(
                 f"elements of {len(spec.leaves)} fields need {spec.wire_arrays()} arrays per "
                 f"message, more than the wire allows ({wire.DEFAULT_LIMITS.max_arrays})"

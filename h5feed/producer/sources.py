@@ -2,9 +2,11 @@
 
 A source job names ``"package.module:factory"`` and msgpack-able ``args``; the worker imports
 the module (never unpickles anything) and calls ``factory(**args)``, adding the keyword
-arguments ``shard_index`` (this worker's position among the job's workers), ``shard_count``
-(the number of workers), ``seed`` and ``epoch`` (0; a later pass of a generator function
-passes its number) for each that the factory's signature names explicitly.
+arguments ``shard_index`` (this worker's position among the job's workers, within the
+trainer's shard: ``i * W + w`` with ``shard=(i, n)`` and W workers), ``shard_count``
+(``n * W``), ``seed`` (the dataset's, the same in every worker) and ``epoch`` (the
+iteration's first epoch; a later pass of a generator function gets the epoch it starts in)
+for each that the factory's signature names explicitly.
 
 The kind of source is detected from the object the factory returns, in this order:
 
@@ -267,8 +269,7 @@ class SourceJob:
             return elements.flatten_checked(element, spec)
         except SourceError as exc:
             raise SourceError(
-                f"source {self.path!r}, {where} (worker shard {self.worker} of "
-                f"{self.workers}): {exc}"
+                f"source {self.path!r}, {where} (worker {self.worker} of {self.workers}): {exc}"
             ) from None
 
     def _item(self, index: int) -> Any:

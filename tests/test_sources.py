@@ -55,6 +55,29 @@ def test_a_field_that_does_not_fit_is_named_with_expected_and_actual() -> None:
         elements.flatten_checked({"x": (np.zeros(3, np.float32), {"depth": np.zeros(5)})}, spec)
 
 
+@pytest.mark.parametrize(
+    ("element", "message"),
+    [
+        ({"x": None}, "field 'x': a NoneType is not an element field"),
+        ({1: np.zeros(2)}, "dict keys must be str"),
+        ((np.array(["a", "b"]),), "field '0': dtype <U1 is not supported"),
+        ([[1, 2], [3]], "cannot make an array of it"),
+    ],
+)
+def test_what_is_not_an_element_is_refused_naming_the_field(element: Any, message: str) -> None:
+    with pytest.raises(SourceError, match=message):
+        elements.infer_spec([element])
+
+
+def test_python_numbers_and_lists_take_the_declared_dtype_of_their_kind() -> None:
+    spec = elements.infer_spec([{"f": np.float32(1), "ids": np.zeros(2, np.int32)}])
+    f, ids = elements.flatten_checked({"f": 3, "ids": [7, 8]}, spec)
+    assert isinstance(f, np.ndarray) and f.dtype == np.float32
+    assert isinstance(ids, np.ndarray) and ids.dtype == np.int32
+    with pytest.raises(SourceError, match="field 'f': expected float32"):
+        elements.flatten_checked({"f": "3", "ids": [7, 8]}, spec)
+
+
 # -- map-style --------------------------------------------------------------------------
 
 
@@ -171,6 +194,9 @@ def test_generator_function_epochs_and_steps_per_epoch() -> None:
         assert len(set(b["shard"].tolist())) == 1
     steps = numpy_batches(**common, batch_size=2, epochs=3, steps_per_epoch=2)
     assert len(steps) == 6
+    # shard=(1, 2) of a trainer with 2 workers: the workers are shards 2 and 3 of 4
+    half = numpy_batches(**common, batch_size=5, shard=(1, 2))
+    assert sorted(v for b in half for v in b["value"].tolist()) == [2, 3, 6, 7]
 
 
 def test_generator_raising_reaches_the_trainer_with_element_and_traceback() -> None:

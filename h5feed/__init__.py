@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from h5feed import layouts  # plain descriptions (no h5py): h5feed.layouts.Flat(...)
 from h5feed.common.errors import (
     DataError,
     H5FeedError,
@@ -41,6 +42,7 @@ __all__ = [
     "batches",
     "dataset",
     "input_wait_callback",
+    "layouts",
 ]
 
 

@@ -5,6 +5,9 @@ Subcommands:
 * ``h5feed demo``: make the sample dataset if missing, train a tiny Keras model on it through
   ``h5feed.dataset(...)`` and report clips/s and the trainer's input wait share.
 * ``h5feed make-sample DIR``: write the sample dataset and nothing else.
+* ``h5feed inspect FILE...``: a file's layout, counts, sizes and a sample.
+* ``h5feed pack SRC OUT``: video files or image folders into sharded HDF5 files
+  (:mod:`h5feed.pack`).
 
 Guarantees of :func:`main`: it returns the exit status (0 success, 1 a reported error such as a
 missing file or a bad value, 130 interrupted by Ctrl-C) and lets argparse exit with status 2 on
@@ -193,6 +196,17 @@ def _cmd_keys(args: argparse.Namespace) -> int:
     public, secret = zmq.auth.create_certificates(args.dir, args.name)
     print(f"public key: {public}\nsecret key: {secret} (keep it private)")
     return 0
+
+
+def _cmd_inspect(args: argparse.Namespace) -> int:
+    from h5feed.producer.inspection import run
+
+    output, errors = run(args.files, args.layout, args.json)
+    if output:
+        print(output)
+    for line in errors:
+        print(f"h5feed inspect: error: {line}", file=sys.stderr)
+    return 1 if errors else 0
 
 
 def _cmd_health(args: argparse.Namespace) -> int:
@@ -407,6 +421,37 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds after which the file is stale (default: %(default)s)",
     )  # fmt: skip
     health.set_defaults(handler=_cmd_health)
+
+    inspect = subcommand(
+        "inspect",
+        "show a file's layout, counts, sizes, labels, frame shape and a sample video",
+        "Show what h5feed reads in HDF5 files: the layout recognised (as layout='auto' "
+        "does) and how to pass it, videos and frames (min/median/max per video), sizes "
+        "(on disk; mean stored frame, sampled), the label histogram (20 most frequent), "
+        "the shape of a decoded frame and the first video.\n\nExit status 1 if a file "
+        "cannot be read or its layout is not recognised (the error says what it holds).",
+        "examples:\n  h5feed inspect data/*.h5\n  h5feed inspect a.h5 --json\n"
+        '  h5feed inspect a.h5 --layout \'{"kind": "flat", "jpeg": "frames"}\'',
+    )
+    inspect.add_argument("files", nargs="+", metavar="FILE", help="HDF5 files")
+    inspect.add_argument("--json", action="store_true", help="one JSON array, a dict per file")
+    inspect.add_argument(
+        "--layout", default="auto", metavar="LAYOUT",
+        help="auto, groups, frame_datasets, raw, flat, or a JSON object with 'kind' and the "
+        "layout's names (default: %(default)s)",
+    )  # fmt: skip
+    inspect.set_defaults(handler=_cmd_inspect)
+
+    from h5feed.pack import command as pack_command  # light: argparse only
+
+    pack = subcommand(
+        "pack",
+        "pack video files or image folders into sharded HDF5 files (resumable, verified)",
+        pack_command.DESCRIPTION,
+        pack_command.EPILOG,
+    )
+    pack_command.add_arguments(pack)
+    pack.set_defaults(handler=pack_command.run_command)
     return parser
 
 

@@ -9,6 +9,7 @@ import cv2
 import numpy as np
 
 import h5feed
+from h5feed.common.layouts import Flat, Groups
 from h5feed.producer import index_cache
 from h5feed.producer.sample_data import write_video_file
 
@@ -22,10 +23,11 @@ def test_store_then_load_round_trips(tmp_path: pathlib.Path) -> None:
     write_video_file(path, {"video_000": (frames(3), 2)})
     videos = [("video_000", 3, 2)]
     cache = str(tmp_path / "cache")
-    assert index_cache.load(cache, str(path), "frames", "label") is None
-    index_cache.store(cache, str(path), "frames", "label", videos)
-    assert index_cache.load(cache, str(path), "frames", "label") == videos
-    assert index_cache.load(cache, str(path), "frames", "other_label") is None
+    assert index_cache.load(cache, str(path), Groups()) is None
+    index_cache.store(cache, str(path), Groups(), videos)
+    assert index_cache.load(cache, str(path), Groups()) == videos
+    assert index_cache.load(cache, str(path), Groups(label="other_label")) is None
+    assert index_cache.load(cache, str(path), Flat()) is None  # the layout is in the key
 
 
 def test_a_changed_file_is_indexed_again(tmp_path: pathlib.Path) -> None:
@@ -49,7 +51,7 @@ def test_a_corrupt_entry_is_a_miss(tmp_path: pathlib.Path) -> None:
     list(h5feed.batches(path, clip_len=1, index_cache=str(cache), workers=1))
     (entry,) = cache.iterdir()
     entry.write_bytes(b"\xc1 not msgpack")
-    assert index_cache.load(str(cache), str(path), "frames", "label") is None
+    assert index_cache.load(str(cache), str(path), Groups()) is None
     (batch,) = h5feed.batches(path, clip_len=1, index_cache=str(cache), workers=1)
     assert batch["video"].tolist() == [b"video_000"]
 
@@ -66,6 +68,6 @@ def test_a_valid_entry_is_used_instead_of_reading_the_file(tmp_path: pathlib.Pat
     write_video_file(path, {"video_000": (frames(3), 0)})
     cache = str(tmp_path / "cache")
     # An entry that disagrees with the file on the label only: if it is used, the label shows it.
-    index_cache.store(cache, str(path), "frames", "label", [("video_000", 3, 9)])
+    index_cache.store(cache, str(path), Groups(), [("video_000", 3, 9)])
     (batch,) = h5feed.batches(path, clip_len=1, index_cache=cache, workers=1)
     assert batch["label"].tolist() == [9]

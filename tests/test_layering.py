@@ -28,6 +28,7 @@ def imported_modules(path: pathlib.Path) -> set[str]:
         ("common", ("h5feed.producer", "h5feed.consumer", "tensorflow", "keras")),
         ("producer", ("h5feed.consumer", "tensorflow", "keras")),
         ("consumer", ("h5feed.producer",)),
+        ("pack", ("h5feed.consumer", "tensorflow", "keras")),
     ],
 )
 def test_dependencies_point_one_way(package: str, forbidden: tuple[str, ...]) -> None:

@@ -129,11 +129,11 @@ def test_a_producer_of_another_protocol_version_is_refused(
     future = subprocess.Popen([sys.executable, "-c", script], stderr=subprocess.PIPE, text=True)
     try:
         feed = remote_feed(port, small_dataset, start_timeout_s=4.0)
-        with pytest.raises(NoWorkersError, match=r"refused: .*version 99.*speaks 1"):
+        with pytest.raises(NoWorkersError, match=r"refused: .*version 99.*speaks 2"):
             list(feed)
         _, stderr = future.communicate(timeout=10)
         assert future.returncode == 2
-        assert "version 1" in stderr and "99" in stderr, stderr
+        assert "version 2" in stderr and "99" in stderr, stderr
     finally:
         if future.poll() is None:
             future.kill()

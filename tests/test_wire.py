@@ -35,7 +35,14 @@ VALID_FIELDS: dict[str, dict[str, Any]] = {
         "cache_dir": None,
     },
     wire.INDEX: {"job": "job-1", "file": 0, "videos": [["v0", 120, 3], ["v1", 64, None]]},
-    wire.UNIT: {"job": "job-1", "unit": 7, "batch": 2, "epoch": 1, "rows": [[0, "v0", 16]]},
+    wire.UNIT: {
+        "job": "job-1",
+        "unit": 7,
+        "batch": 2,
+        "epoch": 1,
+        "rows": [[0, "v0", 16]],
+        "slot": None,
+    },
     wire.DATA: {"job": "job-1", "unit": 7, "batch": 2, "samples": [[0, "v0", 16]]},
     wire.ERROR: {
         "job": "job-1",
@@ -152,7 +159,7 @@ def test_error_hierarchy() -> None:
 # 1. Golden bytes
 # --------------------------------------------------------------------------------------------
 
-MAGIC_AND_VERSION = "95 a6 683566656564 01"  # fixarray(5), fixstr(6) "h5feed", fixint 1
+MAGIC_AND_VERSION = "95 a6 683566656564 02"  # fixarray(5), fixstr(6) "h5feed", fixint 2
 
 GOLDEN_HELLO_FIELDS = {"worker": "w0", "pid": 4242, "host": "node-a", "package": "0.1.0"}
 GOLDEN_HELLO = bytes.fromhex(
@@ -172,15 +179,17 @@ GOLDEN_UNIT_FIELDS = {
     "job": "j1",
     "epoch": 1,
     "batch": 2,
+    "slot": [4242, 9, 8, [0, 3]],
 }
 GOLDEN_UNIT = bytes.fromhex(
     MAGIC_AND_VERSION
     + "a4 756e6974"  # "unit"
-    + "85"  # fixmap(5), keys sorted: batch, epoch, job, rows, unit
+    + "86"  # fixmap(6), keys sorted: batch, epoch, job, rows, slot, unit
     + "a5 6261746368 02"  # "batch": 2
     + "a5 65706f6368 01"  # "epoch": 1
     + "a3 6a6f62 a2 6a31"  # "job": "j1"
     + "a4 726f7773 92 93 00 a2 7630 10 93 01 a2 7631 00"  # "rows": [[0,"v0",16],[1,"v1",0]]
+    + "a4 736c6f74 94 cd 1092 09 08 92 00 03"  # "slot": [4242, 9, 8, [0, 3]]
     + "a4 756e6974 07"  # "unit": 7
     + "90"
 )
@@ -227,7 +236,7 @@ def test_golden_header_without_arrays(kind: str, fields: dict[str, Any], golden:
     assert isinstance(frames[0], bytes)
     assert frames[0] == golden
     # The golden bytes decode to what they should, and back to the same fields.
-    assert msgpack.unpackb(golden, raw=False) == [wire.MAGIC, 1, kind, fields, []]
+    assert msgpack.unpackb(golden, raw=False) == [wire.MAGIC, 2, kind, fields, []]
     message = wire.decode([golden])
     assert message == wire.Message(kind, fields, {})
 
@@ -253,7 +262,7 @@ def test_golden_data_message() -> None:
 
 
 def test_golden_structure_explained() -> None:
-    """The first bytes of every header: fixarray(5), fixstr(6) "h5feed", version 1, kind."""
+    """The first bytes of every header: fixarray(5), fixstr(6) "h5feed", version 2, kind."""
     for golden, kind in [
         (GOLDEN_HELLO, "hello"),
         (GOLDEN_UNIT, "unit"),
@@ -263,11 +272,11 @@ def test_golden_structure_explained() -> None:
         assert golden[0] == 0x95  # msgpack fixarray (0x90) of 5 elements
         assert golden[1] == 0xA0 | 6  # fixstr of 6 bytes (str type, not bin) ...
         assert golden[2:8] == b"h5feed"  # ... the magic
-        assert golden[8] == wire.PROTOCOL_VERSION == 1  # positive fixint
+        assert golden[8] == wire.PROTOCOL_VERSION == 2  # positive fixint
         assert golden[9] == 0xA0 | len(kind)
         assert golden[10 : 10 + len(kind)] == kind.encode()
         magic, version, decoded_kind, fields, _ = msgpack.unpackb(golden, raw=False)
-        assert (magic, version, decoded_kind) == ("h5feed", 1, kind)
+        assert (magic, version, decoded_kind) == ("h5feed", 2, kind)
         # Map keys are written sorted, so one message has one encoding.
         keys = msgpack.unpackb(golden, raw=False, object_pairs_hook=lambda pairs: pairs)[3]
         assert [k for k, _ in keys] == sorted(fields)
@@ -700,7 +709,7 @@ def test_wrong_magic(magic: Any) -> None:
     expect_protocol_error([header(magic=magic)], r"not an h5feed message \(magic ")
 
 
-@pytest.mark.parametrize("version", [0, 2, 99])
+@pytest.mark.parametrize("version", [0, 1, 3, 99])
 def test_other_protocol_version(version: int) -> None:
     with pytest.raises(VersionMismatchError) as info:
         wire.decode([header(version=version)])
@@ -711,9 +720,9 @@ def test_other_protocol_version(version: int) -> None:
 
 def test_version_mismatch_is_a_protocol_error_and_checked_before_kind() -> None:
     with pytest.raises(ProtocolError):
-        wire.decode([header(version=2, kind="from-the-future", fields={"new": 1})])
+        wire.decode([header(version=3, kind="from-the-future", fields={"new": 1})])
     with pytest.raises(VersionMismatchError):
-        wire.decode([header(version=2, kind="from-the-future", fields={"new": 1})])
+        wire.decode([header(version=3, kind="from-the-future", fields={"new": 1})])
 
 
 @pytest.mark.parametrize("version", [True, 1.0, "1", None, [1]], ids=repr)
@@ -860,7 +869,7 @@ def test_frame_byte_length_mismatch(length: int) -> None:
 
 
 def test_array_descriptions_not_an_array() -> None:
-    raw = pack([wire.MAGIC, 1, wire.BYE, {"reason": "x"}, {"a": ["|u1", [1]]}])
+    raw = pack([wire.MAGIC, wire.PROTOCOL_VERSION, wire.BYE, {"reason": "x"}, {"a": ["|u1", [1]]}])
     expect_protocol_error([raw, b"x"], "array descriptions must be an array")
 
 

@@ -9,7 +9,12 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from typing import Any, Literal
+
+import msgpack
+
+from h5feed.common import layouts
 
 ClipStart = Literal["random", "center", "first"]
 CropMode = Literal["random", "center"]
@@ -18,6 +23,8 @@ ShortVideo = Literal["loop", "repeat_last"]
 CLIP_STARTS: tuple[str, ...] = ("random", "center", "first")
 CROP_MODES: tuple[str, ...] = ("random", "center")
 SHORT_VIDEO_POLICIES: tuple[str, ...] = ("loop", "repeat_last")
+#: ``package.module:function`` (dotted module path, colon, dotted attribute path).
+_IMPORT_PATH = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 
 
 def _pair(name: str, value: Any) -> tuple[int, int] | None:
@@ -41,6 +48,12 @@ class ClipSpec:
     Frames are decoded to RGB, resized to ``resize`` (height, width) with bilinear interpolation
     (``cv2.INTER_LINEAR``), then cropped to ``crop`` at the offsets the plan chose, then flipped
     horizontally when the plan says so (only if ``flip`` is on).
+
+    ``layout`` says how videos are stored (a name, a map, or a ``h5feed.layouts`` object; see
+    :mod:`h5feed.common.layouts`); it is resolved on construction, with ``frames_key`` /
+    ``label_key``, into a :class:`~h5feed.common.layouts.LayoutSpec`. ``transform`` is an
+    import path ``"package.module:fn"`` applied per sample after the built-in steps, called
+    with ``**transform_args`` (a msgpack-able dict); see :mod:`h5feed.producer.transform`.
     """
 
     clip_len: int = 16
@@ -52,6 +65,9 @@ class ClipSpec:
     short_video: ShortVideo = "loop"
     frames_key: str = "frames"
     label_key: str | None = "label"
+    layout: layouts.LayoutLike = "auto"
+    transform: str | None = None
+    transform_args: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.clip_len, int) or self.clip_len < 1:
@@ -74,6 +90,37 @@ class ClipSpec:
             raise ValueError(f"crop {self.crop} is larger than resize {self.resize}")
         if not self.frames_key:
             raise ValueError("frames_key must be a non-empty dataset name")
+        resolved = layouts.resolve(self.layout, self.frames_key, self.label_key)
+        object.__setattr__(self, "layout", resolved)
+        self._check_transform()
+
+    def _check_transform(self) -> None:
+        if self.transform is not None and (
+            not isinstance(self.transform, str) or not _IMPORT_PATH.match(self.transform)
+        ):
+            raise ValueError(
+                f"transform must be an import path 'package.module:function', "
+                f"got {self.transform!r}"
+            )
+        if self.transform_args is None:
+            return
+        if self.transform is None:
+            raise ValueError("transform_args given without a transform")
+        if not isinstance(self.transform_args, dict) or not all(
+            isinstance(k, str) for k in self.transform_args
+        ):
+            raise ValueError("transform_args must be a dict with str keys")
+        try:  # it travels in the JOB message: plain msgpack values only, never pickled
+            msgpack.packb(self.transform_args, use_bin_type=True)
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise ValueError(f"transform_args must be msgpack-able values: {exc}") from exc
+
+    @property
+    def layout_spec(self) -> layouts.LayoutSpec:
+        """The resolved layout (``layout`` after construction)."""
+        if not isinstance(self.layout, layouts.LayoutSpec):  # unreachable after __post_init__
+            raise TypeError("ClipSpec.layout was not resolved")
+        return self.layout
 
     @property
     def span(self) -> int:
@@ -100,6 +147,9 @@ class ClipSpec:
             "short_video": self.short_video,
             "frames_key": self.frames_key,
             "label_key": self.label_key,
+            "layout": self.layout_spec.to_wire(),
+            "transform": self.transform,
+            "transform_args": self.transform_args,
         }
 
     @classmethod

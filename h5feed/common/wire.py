@@ -38,13 +38,13 @@ import numpy as np
 from h5feed.common.errors import ProtocolError, VersionMismatchError
 
 MAGIC: Final = "h5feed"
-PROTOCOL_VERSION: Final = 1
+PROTOCOL_VERSION: Final = 2  # 2: UNIT slot field; clip layout, transform
 
 HELLO: Final = "hello"  # worker -> consumer: who I am
 JOB: Final = "job"  # consumer -> worker: the files it owns and how to cut clips
 INDEX: Final = "index"  # worker -> consumer: the videos of one file (name, frames, label)
 UNIT: Final = "unit"  # consumer -> worker: produce these rows of one batch
-DATA: Final = "data"  # worker -> consumer: the rows of a unit, as arrays
+DATA: Final = "data"  # worker -> consumer: the rows of a unit, as arrays (or in its slot)
 ERROR: Final = "error"  # worker -> consumer: a unit (or the job) failed, with the traceback
 BYE: Final = "bye"  # either way: stop / I am leaving
 SOURCE: Final = "source"  # consumer -> worker: run the user's code named by an import path
@@ -58,13 +58,21 @@ _STR = (str,)
 _LIST = (list,)
 _OPT_INT = (int, type(None))
 _OPT_STR = (str, type(None))
+_OPT_LIST = (list, type(None))
 
 #: Field names and accepted Python types of each message kind (after msgpack decoding).
 SCHEMAS: Final[Mapping[str, Mapping[str, tuple[type, ...]]]] = {
     HELLO: {"worker": _STR, "pid": _INT, "host": _STR, "package": _STR},
     JOB: {"job": _STR, "files": _LIST, "clip": (dict,), "cache_dir": _OPT_STR},
     INDEX: {"job": _STR, "file": _INT, "videos": _LIST},
-    UNIT: {"job": _STR, "unit": _INT, "batch": _INT, "epoch": _INT, "rows": _LIST},
+    UNIT: {
+        "job": _STR,
+        "unit": _INT,
+        "batch": _INT,
+        "epoch": _INT,
+        "rows": _LIST,
+        "slot": _OPT_LIST,  # [pid, fd, batch rows, positions]: see h5feed.producer.shm
+    },
     DATA: {"job": _STR, "unit": _INT, "batch": _INT, "samples": _LIST},
     ERROR: {
         "job": _STR,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import os
 import threading
 import weakref
@@ -66,6 +67,17 @@ class Feed:
         return self.stream()
 
 
+def _first_batch(feed: Feed) -> tuple[BatchStream, dict[str, np.ndarray]]:
+    """Start ``feed``'s first iteration and take its first batch (it raises what the
+    iteration raises, e.g. a transform that cannot be imported)."""
+    stream = feed.stream()
+    try:
+        return stream, next(stream)
+    except BaseException:
+        stream.close()
+        raise
+
+
 def _make_config(files: PathsLike | None, kwargs: FeedKwargs) -> FeedConfig:
     """Split the keyword arguments between the clip spec and the options, and validate both."""
     if files is None:
@@ -91,7 +103,8 @@ def batches(files: PathsLike | None = None, **kwargs: Unpack[FeedKwargs]) -> Fee
     """Batches of video clips as NumPy dicts, decoded by ``workers`` local processes.
 
     Same arguments and semantics as :func:`dataset`, without TensorFlow. Each batch is a dict:
-    ``frames`` uint8 [B, clip_len, H, W, 3] RGB, ``label`` int64 [B], ``file`` and ``video``
+    ``frames`` uint8 [B, clip_len, H, W, 3] RGB (with ``transform``: [B, *its shape] of its
+    dtype), ``label`` int64 [B], ``file`` and ``video``
     object arrays of bytes [B], ``start`` int64 [B], plus ``sample`` (global sample id) and
     ``epoch`` int64 [B]. Arrays may be read-only views of the received message.
 
@@ -118,7 +131,16 @@ def dataset(
     ``clip_start="random", clips_per_video=1, batch_size=8, shuffle=True, seed=0, epochs=1,
     drop_remainder=False, deterministic=True, shard=(0, 1)``; processes: ``workers=2,
     max_inflight_batches=None, start_timeout_s=60, unit_timeout_s=120, index_cache=True,
-    tune_malloc=True``).
+    tune_malloc=True``; data: ``layout="auto", transform=None, transform_args=None``).
+
+    ``layout``: how the files store videos — ``"auto"`` (recognised per file), ``"groups"``,
+    ``"frame_datasets"``, ``"raw"``, ``"flat"``, or an ``h5feed.layouts`` object with its
+    names (see :mod:`h5feed.common.layouts`). ``transform="package.module:fn"``: called in
+    the workers on each sample after the built-in steps, as ``fn(clip, rng,
+    **transform_args)`` (see :mod:`h5feed.producer.transform`); its output's shape and dtype
+    become ``frames``'. With a transform, ``dataset()`` starts the first iteration at once and
+    its first batch fixes the ``output_signature`` (so errors such as a bad import path are
+    raised here); that iteration continues when the dataset is first iterated.
 
     Each element is one whole batch, a dict: ``frames`` uint8 [B, clip_len, H, W, 3] RGB (H, W
     from ``crop``, else ``resize``, else the stored size), ``label`` int64 [B], ``file`` string
@@ -164,8 +186,15 @@ def dataset(
     clip, options = feed.config.clip, feed.config.options
     height, width = clip.frame_shape
     rows = options.batch_size if options.drop_remainder else None
+    frames = tf.TensorSpec((rows, clip.clip_len, height, width, 3), tf.uint8)
+    # A transform decides the frames' shape and dtype: the first iteration starts now and its
+    # first batch fixes the signature (the workers check that every sample matches it).
+    peeked = [_first_batch(feed)] if clip.transform is not None else []
+    if peeked:
+        first = peeked[0][1]["frames"]
+        frames = tf.TensorSpec((rows, *first.shape[1:]), tf.as_dtype(first.dtype))
     signature = {
-        "frames": tf.TensorSpec((rows, clip.clip_len, height, width, 3), tf.uint8),
+        "frames": frames,
         "label": tf.TensorSpec((rows,), tf.int64),
         "file": tf.TensorSpec((rows,), tf.string),
         "video": tf.TensorSpec((rows,), tf.string),
@@ -173,9 +202,14 @@ def dataset(
     }
 
     def generate() -> Iterator[dict[str, np.ndarray]]:
-        stream = feed.stream()
+        if peeked:  # the iteration that fixed the signature, its first batch in front
+            stream, first_batch = peeked.pop()
+            batches: Iterator[dict[str, np.ndarray]] = itertools.chain([first_batch], stream)
+        else:
+            stream = feed.stream()
+            batches = stream
         try:
-            for batch in stream:
+            for batch in batches:
                 yield {key: batch[key] for key in BATCH_KEYS}
         finally:
             stream.close()

@@ -5,10 +5,13 @@ Guarantees of a :class:`BatchAssembler`:
 1. A batch is released once, complete (every part in), or never.
 2. ``ordered=True``: batches are released in plan order (``seq`` 0, 1, 2, ...), each as soon as
    it and all before it are complete; ``ordered=False``: each as soon as it is complete.
-3. A batch made by one part, rows in order, is released without a copy; otherwise each part is
-   copied once into the batch array.
-4. All parts of all batches have one frame size; a part that differs raises
-   :class:`DataError` naming one of its videos (videos of different sizes need ``resize``).
+3. A batch in a shared-memory slot (see ``h5feed.consumer.slots``) is released as an array
+   over the slot: parts written there by local workers are not copied at all, parts that came
+   over the socket are copied in once. Without a slot, a batch made by one part, rows in
+   order, is released without a copy; otherwise each part is copied once into the batch.
+4. All parts of all batches have one frame size (and, with a transform, one sample shape and
+   dtype); a part that differs raises :class:`DataError` naming one of its videos (videos of
+   different sizes need ``resize``; a transform must return one shape and dtype).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import numpy as np
 from h5feed.common.errors import DataError
 from h5feed.consumer.memory import aligned_empty
 from h5feed.consumer.plan import Index, PlannedBatch
+from h5feed.consumer.slots import Slot, SlotPool
 
 
 @dataclasses.dataclass
@@ -41,24 +45,38 @@ class Batch:
 class _Pending:
     planned: PlannedBatch
     parts_left: int
-    parts: list[tuple[np.ndarray, np.ndarray]] = dataclasses.field(default_factory=list)
+    slot: Slot | None = None
+    parts: list[tuple[np.ndarray, np.ndarray | None]] = dataclasses.field(default_factory=list)
 
 
 class BatchAssembler:
     """Collects the parts of dispatched batches; calls ``release`` with each complete batch."""
 
-    def __init__(self, index: Index, ordered: bool, release: Callable[[Batch], None]) -> None:
+    def __init__(
+        self,
+        index: Index,
+        ordered: bool,
+        release: Callable[[Batch], None],
+        transform: str | None = None,
+        slots: tuple[SlotPool, tuple[int, ...]] | None = None,
+    ) -> None:
+        """``transform``: the user's transform path (for error messages); ``slots``: the pool
+        and the shape of one clip [clip_len, H, W, 3] when batches may live in shared memory."""
         self._index = index
         self._ordered = ordered
         self._release = release
         self._pending: dict[int, _Pending] = {}
         self._complete: dict[int, Batch] = {}
-        self._frame_hw: tuple[int, int] | None = None
+        self._transform = transform
+        self._sample: tuple[np.dtype[np.generic], tuple[int, ...]] | None = None
+        self._slots = slots
+        if slots is not None:
+            self._sample = (np.dtype(np.uint8), slots[1])
         self.released = 0
 
-    def expect(self, seq: int, planned: PlannedBatch, parts: int) -> None:
-        """Batch ``seq`` will arrive in ``parts`` parts."""
-        self._pending[seq] = _Pending(planned, parts)
+    def expect(self, seq: int, planned: PlannedBatch, parts: int, slot: Slot | None = None) -> None:
+        """Batch ``seq`` will arrive in ``parts`` parts (written into ``slot``, if given)."""
+        self._pending[seq] = _Pending(planned, parts, slot)
 
     def add_expected_parts(self, seq: int, parts: int) -> None:
         """Batch ``seq`` will arrive in ``parts`` more parts (a part was split on re-sending)."""
@@ -68,23 +86,41 @@ class BatchAssembler:
         return self._pending[seq].planned
 
     def _check_frame_size(self, seq: int, positions: np.ndarray, frames: np.ndarray) -> None:
-        """Raise DataError if ``frames`` differ in size from every part seen before."""
-        frame_hw = (int(frames.shape[2]), int(frames.shape[3]))
-        if self._frame_hw is None:
-            self._frame_hw = frame_hw
-        elif frame_hw != self._frame_hw:
-            video = int(self._pending[seq].planned.videos[positions[0]])
-            raise DataError(
-                f"frames are {frame_hw[1]}x{frame_hw[0]} but earlier batches' are "
-                f"{self._frame_hw[1]}x{self._frame_hw[0]}: the videos differ in size; "
-                "set resize=(height, width)",
-                file=self._index.file_names[video].decode(),
-                video=self._index.names[video].decode(),
+        """Raise DataError if ``frames`` differ in sample shape or dtype from every part seen
+        before."""
+        sample = (frames.dtype, tuple(frames.shape[1:]))
+        if self._sample is None:
+            self._sample = sample
+            return
+        if sample == self._sample:
+            return
+        video = int(self._pending[seq].planned.videos[positions[0]])
+        if self._transform is not None:
+            message = (
+                f"transform {self._transform!r} gave samples of {sample[0]} {list(sample[1])} "
+                f"but earlier ones were {self._sample[0]} {list(self._sample[1])}; a transform "
+                "must return one shape and dtype for every sample"
             )
+        else:
+            (h, w), (h0, w0) = sample[1][1:3], self._sample[1][1:3]
+            message = (
+                f"frames are {w}x{h} but earlier batches' are {w0}x{h0}: the videos differ in "
+                "size; set resize=(height, width)"
+            )
+        raise DataError(
+            message,
+            file=self._index.file_names[video].decode(),
+            video=self._index.names[video].decode(),
+        )
 
-    def add(self, seq: int, positions: np.ndarray, frames: np.ndarray) -> None:
-        """One part of batch ``seq``: ``frames`` are the batch rows at ``positions``."""
-        self._check_frame_size(seq, positions, frames)
+    def slot(self, seq: int) -> Slot | None:
+        return self._pending[seq].slot
+
+    def add(self, seq: int, positions: np.ndarray, frames: np.ndarray | None) -> None:
+        """One part of batch ``seq``: ``frames`` are the batch rows at ``positions``, or None
+        when the worker wrote them into the batch's slot."""
+        if frames is not None:
+            self._check_frame_size(seq, positions, frames)
         pending = self._pending[seq]
         pending.parts.append((positions, frames))
         pending.parts_left -= 1
@@ -105,10 +141,19 @@ class BatchAssembler:
         planned, index = pending.planned, self._index
         rows = len(planned.samples)
         first_frames = pending.parts[0][1]
-        if len(pending.parts) == 1:
+        if pending.slot is not None and self._slots is not None:
+            pool, clip_shape = self._slots
+            frames = pool.lease(pending.slot, (rows, *clip_shape))  # TF shares it, no copy
+            for positions, part in pending.parts:
+                if part is not None:  # came over the socket
+                    frames[positions] = part
+        elif first_frames is None:  # unreachable: the coordinator checks every part
+            raise ValueError("a part without frames in a batch without a slot")
+        elif len(pending.parts) == 1:
             frames = first_frames  # one worker made every row, in order: no copy
         else:
-            frames = aligned_empty((rows, *first_frames.shape[1:]))  # TF shares it, no copy
+            # TF shares an aligned buffer, no copy
+            frames = aligned_empty((rows, *first_frames.shape[1:]), first_frames.dtype)
             for positions, part in pending.parts:
                 frames[positions] = part
         return Batch(

@@ -48,6 +48,7 @@ from h5feed.consumer.local_workers import LocalWorkers
 from h5feed.consumer.options import FeedConfig
 from h5feed.consumer.plan import EpochPlan, Index, PlannedBatch
 from h5feed.consumer.security import CurveServer
+from h5feed.consumer.slots import Slot, SlotPool, supported
 from h5feed.consumer.waker import Waker
 from h5feed.consumer.work import (
     Peer,
@@ -128,6 +129,7 @@ class Coordinator:
         self._videos_by_file: dict[int, list[Any]] = {}
         self._units: dict[int, Unit] = {}
         self._assembler: BatchAssembler | None = None
+        self._pool: SlotPool | None = None
         self._owner_slot: np.ndarray = np.zeros(0, np.int64)
         self._slots: list[bytes] = []
         self._next_unit = 0
@@ -173,6 +175,11 @@ class Coordinator:
         """Batches dispatched and not yet taken by the trainer (never above the budget)."""
         return self._dispatched - self._taken
 
+    @property
+    def shared_memory_slots(self) -> int:
+        """Shared-memory batch slots made so far (0: batches come over the socket)."""
+        return self._pool.size if self._pool is not None else 0
+
     def worker_info(self) -> list[dict[str, Any]]:
         """Per worker: identity, files owned, units held, and what it delivered (rates)."""
         return [
@@ -203,6 +210,8 @@ class Coordinator:
             if self._curve is not None:
                 self._curve.stop()
             self._context.term()
+            if self._pool is not None:
+                self._pool.close()  # batches already handed out keep their memory
             if self._stop.is_set() and threading.current_thread() is self._thread:
                 self._waker.close()  # nobody may be left to join this thread and close it
 
@@ -229,7 +238,11 @@ class Coordinator:
         files = self.config.files
         self.index = Index.build(files, [self._videos_by_file[i] for i in range(len(files))])
         self._assembler = BatchAssembler(
-            self.index, self.config.options.deterministic, self._release
+            self.index,
+            self.config.options.deterministic,
+            self._release,
+            self.config.clip.transform,
+            self._make_slots(),
         )
         _log.info("indexed %d files, %d videos", len(files), self.index.num_videos)
         self._batches = self._plan_batches(self.index)
@@ -251,6 +264,20 @@ class Coordinator:
             while time.monotonic() < grace_end and not self._stop.is_set():
                 self._pump()
         return not self._stop.is_set()
+
+    def _make_slots(self) -> tuple[SlotPool, tuple[int, ...]] | None:
+        """A pool of shared-memory batch slots, when local workers make the batches and the
+        clip's output size is known before decoding (``crop`` or ``resize`` set, and no
+        transform, whose output shape only its first result tells)."""
+        clip, options = self.config.clip, self.config.options
+        height, width = clip.frame_shape
+        if not (options.shared_memory and self.expected_workers and supported()):
+            return None
+        if height is None or width is None or clip.transform is not None:
+            return None
+        clip_shape = (clip.clip_len, height, width, 3)
+        self._pool = SlotPool(options.batch_size * int(np.prod(clip_shape)))
+        return self._pool, clip_shape
 
     def _assign_files(self) -> None:
         """Give every file to one worker: largest files first, each to the least loaded."""
@@ -433,21 +460,38 @@ class Coordinator:
             _log.warning("dropped an unexpected part (unit %s) from %s", fields["unit"], peer.name)
             return
         frames = message.arrays.get("frames")
-        clip = self.config.clip
-        if (
-            frames is None
-            or frames.dtype != np.uint8
-            or frames.ndim != 5
-            or frames.shape[0] != len(unit.samples)
-            or frames.shape[1] != clip.clip_len
-            or frames.shape[4] != 3
-        ):
+        if frames is None and unit.in_slot:
+            nbytes = self._slot_part_bytes(len(unit.samples))
+        elif self._is_bad_part(frames, len(unit.samples)):
             self._drop(f"part of unit {unit.id} from {peer.name} with a bad frames array")
             return
+        else:
+            nbytes = frames.nbytes if frames is not None else 0
         del self._units[unit.id]
         peer.unit_done(unit.id, time.monotonic())
-        peer.received.record(len(unit.samples), frames.nbytes)
+        peer.received.record(len(unit.samples), nbytes)
         self._require_assembler().add(unit.seq, unit.positions, frames)
+
+    def _is_bad_part(self, frames: np.ndarray | None, rows: int) -> bool:
+        """Whether a part's ``frames`` are not uint8 [rows, clip_len, H, W, 3]."""
+        return (
+            frames is None
+            or frames.ndim < 1
+            or frames.shape[0] != rows
+            or (  # a transform decides the rest of the shape and the dtype
+                self.config.clip.transform is None
+                and (
+                    frames.dtype != np.uint8
+                    or frames.ndim != 5
+                    or frames.shape[1] != self.config.clip.clip_len
+                    or frames.shape[4] != 3
+                )
+            )
+        )
+
+    def _slot_part_bytes(self, rows: int) -> int:
+        pool = self._pool
+        return 0 if pool is None else pool.nbytes // self.config.options.batch_size * rows
 
     def _dispatch(self) -> None:
         budget = self.config.options.inflight_batches
@@ -474,18 +518,22 @@ class Coordinator:
         chosen = np.arange(len(rows)) if subset is None else subset
         owners = self._owner_slot[index.file_of_video[planned.videos[chosen]]]
         slots = np.unique(owners).tolist()
+        assembler = self._require_assembler()
         if subset is None:
-            self._require_assembler().expect(seq, planned, len(slots))
+            assembler.expect(seq, planned, len(slots), self._batch_slot(slots))
+        batch_slot = assembler.slot(seq)
         now = time.monotonic()
         for slot in slots:
             positions = chosen[owners == slot]
             peer = self._peers[self._slots[slot]]
+            in_slot = batch_slot is not None and self._is_local(peer)
             unit = Unit(
                 self._next_unit,
                 seq,
                 peer.identity,
                 positions,
                 [rows[p][0] for p in positions.tolist()],
+                in_slot,
             )
             self._next_unit += 1
             self._units[unit.id] = unit
@@ -501,9 +549,22 @@ class Coordinator:
                     "batch": seq,
                     "epoch": planned.epoch,
                     "rows": [rows[p] for p in positions.tolist()],
+                    "slot": (
+                        [os.getpid(), batch_slot.fd, len(rows), positions.tolist()]
+                        if in_slot and batch_slot is not None
+                        else None
+                    ),
                 },
             )
         return len(slots)
+
+    def _batch_slot(self, owner_slots: list[int]) -> Slot | None:
+        """A shared-memory slot for a new batch, if a local worker makes part of it."""
+        if self._pool is None:
+            return None
+        if not any(self._is_local(self._peers[self._slots[s]]) for s in owner_slots):
+            return None
+        return self._pool.acquire()
 
     def _hand_over(self, leaver: Peer, reason: str) -> None:
         """A producer left the job on purpose (SIGTERM, scale-down): give its files to the

@@ -6,10 +6,11 @@ import dataclasses
 import glob
 import os
 import pathlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, TypedDict
 
 from h5feed.common.config import CLIP_STARTS, ClipSpec, default_cache_dir
+from h5feed.common.layouts import LayoutSpec
 from h5feed.consumer.plan import PlanOptions
 from h5feed.consumer.source_options import SourceConfig
 
@@ -97,6 +98,7 @@ class FeedOptions:
     join_grace_s: float = 1.5
     curve_key: str | None = None
     curve_authorized: str | None = None
+    shared_memory: bool = True
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:
@@ -164,7 +166,8 @@ class FeedKwargs(TypedDict, total=False):
     (the default directory, see :func:`default_cache_dir`), a directory, or False (off).
     ``tune_malloc`` (default True) keeps 16 MiB of freed memory mapped in the trainer process
     (glibc ``M_TOP_PAD``) so each ~5 MB batch does not fault in fresh pages; see
-    ``h5feed/consumer/memory.py``.
+    ``h5feed/consumer/memory.py``. ``shared_memory`` (default True): local workers write
+    batches straight into shared memory the trainer reads (see ``h5feed/consumer/slots.py``).
     """
 
     clip_len: int
@@ -196,6 +199,10 @@ class FeedKwargs(TypedDict, total=False):
     join_grace_s: float
     curve_key: str | None
     curve_authorized: str | None
+    layout: str | Mapping[str, Any] | LayoutSpec
+    transform: str | None
+    transform_args: dict[str, Any] | None
+    shared_memory: bool
     # User sources (see h5feed/consumer/source_api.py).
     source: str | None
     source_args: dict[str, Any] | None

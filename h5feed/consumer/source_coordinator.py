@@ -269,7 +269,14 @@ class SourceCoordinator(Coordinator):
         self._send(
             peer,
             wire.UNIT,
-            {"job": self.job_id, "unit": unit.id, "batch": seq, "epoch": epoch, "rows": rows},
+            {
+                "job": self.job_id,
+                "unit": unit.id,
+                "batch": seq,
+                "epoch": epoch,
+                "rows": rows,
+                "slot": None,  # a source's elements always travel over the socket
+            },
         )
 
     def _dispatch_generator(self) -> None:

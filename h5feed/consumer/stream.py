@@ -188,6 +188,7 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
             "inflight_batches": self._coordinator.inflight,
             "credit_budget": self.config.options.inflight_batches,
             "queue_depth": self._coordinator.out.qsize(),
+            "shared_memory_slots": self._coordinator.shared_memory_slots,
             "workers": workers,
             "hosts": hosts,
             "malformed_messages": counters["malformed_messages"],

@@ -48,6 +48,7 @@ class Unit:
     peer: bytes
     positions: np.ndarray  # rows of the batch this unit fills
     samples: list[int]
+    in_slot: bool = False  # the worker writes the rows into the batch's shared-memory slot
 
 
 def assign_files(sizes: Sequence[int], workers: int) -> np.ndarray:

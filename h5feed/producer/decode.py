@@ -2,7 +2,9 @@
 
 Per frame: ``cv2.imdecode`` (BGR) -> ``cv2.resize`` to ``resize`` with ``INTER_LINEAR`` ->
 crop at the planned offset -> BGR to RGB written into the output slice -> horizontal flip in
-place when planned. OpenCV runs single-threaded here (``cv2.setNumThreads(1)``): parallelism
+place when planned. Frames stored as pixels (the raw layout) skip ``imdecode`` and the BGR
+swap: stored RGB comes out RGB; grayscale (one channel) comes out as three equal channels.
+OpenCV runs single-threaded here (``cv2.setNumThreads(1)``): parallelism
 comes from worker processes, and threads inside each would only fight over the same cores.
 """
 
@@ -63,8 +65,13 @@ class ClipWriter:
         offsets: tuple[float, float],
         flip: bool,
         where: tuple[str, str, int],
+        rgb: bool = False,
     ) -> None:
-        """Preprocess one decoded BGR frame into ``out`` ([H, W, 3] uint8, C-contiguous)."""
+        """Preprocess one decoded frame into ``out`` ([H, W, 3] uint8, C-contiguous).
+
+        ``image`` is BGR [h, w, 3] as ``cv2.imdecode`` gives it, or with ``rgb`` RGB pixels
+        as stored; [h, w, 1] or [h, w] is grayscale either way (written as 3 equal channels).
+        """
         if self._resize_wh is not None:
             image = cv2.resize(image, self._resize_wh, interpolation=cv2.INTER_LINEAR)
         height, width = out.shape[0], out.shape[1]
@@ -90,6 +97,13 @@ class ClipWriter:
                 video=video,
                 frame=frame,
             )
-        cv2.cvtColor(image, cv2.COLOR_BGR2RGB, dst=out)
+        if image.ndim == 3 and image.shape[2] == 1:
+            image = image[:, :, 0]  # cv2.resize drops a single channel axis; crops keep it
+        if image.ndim == 2:
+            cv2.cvtColor(image, cv2.COLOR_GRAY2RGB, dst=out)
+        elif rgb:
+            np.copyto(out, image)
+        else:
+            cv2.cvtColor(image, cv2.COLOR_BGR2RGB, dst=out)
         if flip:
             cv2.flip(out, 1, dst=out)

@@ -33,7 +33,7 @@ import zmq
 
 from h5feed import __version__
 from h5feed.common import wire
-from h5feed.common.config import ClipSpec, clip_frame_indices
+from h5feed.common.config import ClipSpec
 from h5feed.common.curve import (
     CURVE_ENV_PUBLIC,
     CURVE_ENV_SECRET,
@@ -43,10 +43,9 @@ from h5feed.common.curve import (
     make_client,
 )
 from h5feed.common.errors import DataError, ProtocolError, VersionMismatchError
-from h5feed.producer import index_cache
-from h5feed.producer.decode import ClipWriter, decode_frame
+from h5feed.producer.clips import ClipMaker
 from h5feed.producer.index_cache import VideoEntry
-from h5feed.producer.reader import VideoFile
+from h5feed.producer.shm import SlotError, SlotMaps, parse_slot
 from h5feed.producer.sources import SourceJob
 
 _POLL_MS = 200
@@ -61,68 +60,31 @@ _log = logging.getLogger("h5feed.worker")
 
 
 class _Job:
-    """The files and clip spec of one job, opened in this process."""
+    """The files and clip spec of one job, opened in this process (see :class:`ClipMaker`)."""
 
     def __init__(self, job_id: str, spec: ClipSpec) -> None:
         self.id = job_id
         self.spec = spec
-        self.writer = ClipWriter(spec)
-        self.files: dict[int, VideoFile] = {}
-        self.videos: dict[int, list[VideoEntry]] = {}
+        self.maker = ClipMaker(spec)  # imports the transform: a bad path fails the job here
+        self.slots = SlotMaps()
 
     def close(self) -> None:
-        for handle in self.files.values():
-            handle.close()
-        self.files.clear()
+        self.maker.close()
+        self.slots.close()
 
     def open_and_index(self, file_index: int, path: str, cache_dir: str | None) -> list[VideoEntry]:
-        handle = VideoFile(path, self.spec.frames_key, self.spec.label_key)
-        self.files[file_index] = handle
-        videos = None
-        if cache_dir is not None:
-            videos = index_cache.load(cache_dir, path, self.spec.frames_key, self.spec.label_key)
-        if videos is None:
-            videos = handle.index()
-            if cache_dir is not None:
-                index_cache.store(
-                    cache_dir, path, self.spec.frames_key, self.spec.label_key, videos
-                )
-        self.videos[file_index] = videos
-        return videos
+        return self.maker.open_and_index(file_index, path, cache_dir)
 
-    def produce(self, rows: list[list[Any]]) -> np.ndarray:
-        """The clips of ``rows`` as one uint8 array [rows, clip_len, H, W, 3], RGB."""
-        spec = self.spec
-        if not rows:
-            raise ValueError("a unit must have at least one row")
-        out: np.ndarray | None = None
-        for r, row in enumerate(rows):
-            _sample, file_index, video_index, start, uy, ux, flip, _seed = row
-            handle = self.files[file_index]
-            name, n_frames, _label = self.videos[file_index][video_index]
-            indices = clip_frame_indices(
-                start, n_frames, spec.clip_len, spec.stride, spec.short_video
-            )
-            try:
-                encoded = handle.read_frames(name, indices)
-            except (OSError, KeyError, ValueError) as exc:
-                raise DataError(
-                    f"cannot read frames {indices[0]}..{indices[-1]}: {exc}",
-                    file=handle.path,
-                    video=name,
-                    frame=indices[0],
-                ) from exc
-            for t, (data, frame) in enumerate(zip(encoded, indices, strict=True)):
-                image = decode_frame(data, handle.path, name, frame)
-                if out is None:
-                    height, width = self.writer.frame_shape(image)
-                    out = np.empty((len(rows), spec.clip_len, height, width, 3), np.uint8)
-                self.writer.write(
-                    out[r, t], image, (uy, ux), bool(flip), (handle.path, name, frame)
-                )
-        if out is None:  # unreachable: rows is not empty and every clip has frames
-            raise ValueError("no frames were produced")
-        return out
+    def produce(
+        self,
+        rows: list[list[Any]],
+        out: np.ndarray | None = None,
+        positions: list[int] | None = None,
+    ) -> np.ndarray:
+        """The clips of ``rows`` as one array [rows, clip_len, H, W, 3] uint8 RGB (or the
+        transform's shape and dtype); or into ``out`` (a whole batch in a shared-memory slot)
+        with row ``i`` at ``positions[i]``."""
+        return self.maker.produce(rows, out, positions)
 
 
 class _Leave(Exception):
@@ -165,6 +127,7 @@ class Worker:
         self.socket.connect(connect)
         self.job: _Job | SourceJob | None = None
         self.stopping = False
+        self.slots_failed = False  # a slot could not be mapped: stop trying
 
     def send(
         self, kind: str, fields: dict[str, Any], arrays: Sequence[tuple[str, np.ndarray]] = ()
@@ -283,7 +246,7 @@ class Worker:
                 self.job.close()
             try:
                 self.job = _Job(job_id, ClipSpec.from_wire(fields["clip"]))
-            except (TypeError, ValueError) as exc:
+            except Exception as exc:  # a bad spec or transform import path: tell the trainer
                 self.send_error(job_id, None, exc)
                 return
         for file_index, path in fields["files"]:
@@ -300,8 +263,16 @@ class Worker:
             )
 
     def run_unit(self, job: _Job, fields: dict[str, Any]) -> None:
+        """Produce a unit into its shared-memory slot when it names one this worker can map
+        (then DATA carries no array), else into a new array sent with DATA."""
+        rows = fields["rows"]
         try:
-            clips = job.produce(fields["rows"])
+            target = self.slot_target(job, fields["slot"])
+            if target is not None:
+                job.produce(rows, *target)
+                clips = []
+            else:
+                clips = [("frames", job.produce(rows))]
         except Exception as exc:  # any failure must reach the trainer, with its traceback
             self.send_error(job.id, fields["unit"], exc)
             return
@@ -311,10 +282,25 @@ class Worker:
                 "job": job.id,
                 "unit": fields["unit"],
                 "batch": fields["batch"],
-                "samples": [row[0] for row in fields["rows"]],
+                "samples": [row[0] for row in rows],
             },
-            [("frames", clips)],
+            clips,
         )
+
+    def slot_target(self, job: _Job, slot: Any) -> tuple[np.ndarray, list[int]] | None:
+        """The batch array and row positions of a unit's slot, or None: no slot, or one this
+        worker cannot map (logged once; its rows then travel over the socket)."""
+        height, width = job.spec.frame_shape
+        if slot is None or height is None or width is None or self.slots_failed:
+            return None
+        try:
+            pid, fd, batch_rows, positions = parse_slot(slot)
+            shape = (batch_rows, job.spec.clip_len, height, width, 3)
+            return job.slots.batch_array(pid, fd, shape), positions
+        except SlotError as exc:
+            _log.warning("worker %s: %s; sending rows over the socket", self.worker_id, exc)
+            self.slots_failed = True
+            return None
 
     def start_source(self, fields: dict[str, Any]) -> None:
         """A source job (the user's code, ``h5feed.producer.sources``): the first SOURCE loads

@@ -1,0 +1,183 @@
+"""Descriptions of the HDF5 layouts h5feed reads: which layout, and the names in it.
+
+A layout description is a frozen dataclass of plain names, so it travels to the workers as a
+msgpack map inside the JOB's clip spec (``to_wire``/``from_wire``, strict: an unknown kind or
+field, or a name that is not a string, raises ``ValueError``). The readers themselves live in
+``h5feed.producer.layouts`` (this module imports no h5py).
+
+Layouts (names are each class's fields, defaults shown):
+
+* :class:`Groups` (``"groups"``, the default layout): one top-level group per video, holding a
+  1-D dataset ``frames`` of variable-length uint8 (one encoded JPEG per element) and an integer
+  attribute ``label`` on the group.
+* :class:`FrameDatasets` (``"frame_datasets"``): one top-level group per video, holding one
+  1-D uint8 dataset per frame (the JPEG's bytes); frames are ordered by *natural* sort of their
+  names (``frame_2`` before ``frame_10``); the integer attribute ``label`` on the group.
+* :class:`Raw` (``"raw"``): decoded pixels, ``images`` uint8 [N, H, W, C] (C = 3, RGB, or
+  C = 1, grayscale) and ``labels`` [N] integer. Without ``offsets`` (or when the file has no
+  such dataset), each row is a one-frame video; with it, ``offsets`` int [V+1] groups rows
+  into videos as in :class:`Flat` and ``labels`` is [V].
+* :class:`Flat` (``"flat"``): ``jpeg`` variable-length uint8 [F] holding every frame of every
+  video, ``offsets`` int [V+1]: video v is frames ``offsets[v] .. offsets[v+1] - 1``;
+  ``labels`` [V] integer.
+
+In :class:`Raw` and :class:`Flat`, video names are the video's number, zero-padded to at least
+6 digits (``"000012"``). A label name of ``None`` means the data has no labels: every label is
+-1. :class:`Auto` (``"auto"``, the default of ``h5feed.dataset``) recognises each file's layout
+with the default names (``frames``/``label`` of the groups layouts come from ``frames_key`` /
+``label_key``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+LAYOUT_NAMES: tuple[str, ...] = ("auto", "groups", "frame_datasets", "raw", "flat")
+
+
+def _check_name(layout: str, field: str, value: Any, optional: bool) -> None:
+    if value is None and optional:
+        return
+    if not isinstance(value, str) or not value:
+        kind = "a non-empty name or None" if optional else "a non-empty name"
+        raise ValueError(f"layout {layout!r}: {field} must be {kind}, got {value!r}")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class LayoutSpec:
+    """Base of every layout description (see the module docstring)."""
+
+    kind: ClassVar[str] = ""
+    _optional: ClassVar[frozenset[str]] = frozenset()
+
+    def __post_init__(self) -> None:
+        for field in dataclasses.fields(self):
+            optional = field.name in self._optional
+            _check_name(self.kind, field.name, getattr(self, field.name), optional)
+
+    def to_wire(self) -> dict[str, Any]:
+        """A msgpack-able map: ``{"kind": ..., <name>: <value>, ...}``."""
+        return {"kind": self.kind, **dataclasses.asdict(self)}
+
+    def describe(self) -> str:
+        """How to write this layout in Python, e.g. ``Flat(jpeg='jpeg', ...)``."""
+        args = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in dataclasses.fields(self))
+        return f"h5feed.layouts.{type(self).__name__}({args})"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Groups(LayoutSpec):
+    """One group per video with a vlen-uint8 ``frames`` dataset and a ``label`` attribute."""
+
+    kind: ClassVar[str] = "groups"
+    _optional: ClassVar[frozenset[str]] = frozenset({"label"})
+    frames: str = "frames"
+    label: str | None = "label"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class FrameDatasets(LayoutSpec):
+    """One group per video, one 1-D uint8 JPEG dataset per frame (natural name order)."""
+
+    kind: ClassVar[str] = "frame_datasets"
+    _optional: ClassVar[frozenset[str]] = frozenset({"label"})
+    label: str | None = "label"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Raw(LayoutSpec):
+    """Decoded pixels ``images`` [N, H, W, C], ``labels``, optional video ``offsets``."""
+
+    kind: ClassVar[str] = "raw"
+    _optional: ClassVar[frozenset[str]] = frozenset({"labels", "offsets"})
+    images: str = "images"
+    labels: str | None = "labels"
+    offsets: str | None = "video_offsets"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Flat(LayoutSpec):
+    """All frames in one vlen-uint8 ``jpeg`` dataset, videos cut by ``offsets``."""
+
+    kind: ClassVar[str] = "flat"
+    _optional: ClassVar[frozenset[str]] = frozenset({"labels"})
+    jpeg: str = "jpeg"
+    offsets: str = "video_offsets"
+    labels: str | None = "labels"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Auto(LayoutSpec):
+    """Recognise each file's layout; ``frames``/``label`` are the group layouts' names."""
+
+    kind: ClassVar[str] = "auto"
+    _optional: ClassVar[frozenset[str]] = frozenset({"label"})
+    frames: str = "frames"
+    label: str | None = "label"
+
+
+_CLASSES: dict[str, type[LayoutSpec]] = {
+    cls.kind: cls for cls in (Auto, Groups, FrameDatasets, Raw, Flat)
+}
+
+
+def from_wire(fields: Mapping[str, Any]) -> LayoutSpec:
+    """The layout a ``to_wire`` map describes; ``ValueError`` for anything else."""
+    if not isinstance(fields, Mapping):
+        raise ValueError(f"a layout must be a map with a 'kind', got {fields!r}")
+    values = dict(fields)
+    kind = values.pop("kind", None)
+    cls = _CLASSES.get(kind) if isinstance(kind, str) else None
+    if cls is None:
+        raise ValueError(f"layout kind must be one of {LAYOUT_NAMES}, got {kind!r}")
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = set(values) - names
+    if unknown:
+        raise ValueError(
+            f"layout {kind!r} has no names {sorted(unknown, key=repr)}; it has {sorted(names)}"
+        )
+    return cls(**values)
+
+
+LayoutLike = str | Mapping[str, Any] | LayoutSpec
+
+
+def resolve(layout: LayoutLike, frames_key: str, label_key: str | None) -> LayoutSpec:
+    """The layout that ``h5feed.dataset(layout=..., frames_key=..., label_key=...)`` means.
+
+    ``frames_key``/``label_key`` are the names of the group layouts: with ``"auto"`` or
+    ``"groups"`` they name the frames dataset and label attribute, with ``"frame_datasets"``
+    ``label_key`` names the label attribute. Non-default values that a layout cannot use, or
+    that contradict the names of a layout object, raise ``ValueError`` rather than being
+    silently ignored.
+    """
+    default_frames = frames_key == "frames"
+    default_label = label_key == "label"
+    if isinstance(layout, str):
+        if layout in ("auto", "groups"):
+            return (Auto if layout == "auto" else Groups)(frames=frames_key, label=label_key)
+        if layout == "frame_datasets":
+            spec: LayoutSpec = FrameDatasets(label=label_key)
+        elif layout in _CLASSES:
+            spec = _CLASSES[layout]()
+        else:
+            raise ValueError(f"layout must be one of {LAYOUT_NAMES} or a layout, got {layout!r}")
+    elif isinstance(layout, LayoutSpec):
+        spec = layout
+    elif isinstance(layout, Mapping):
+        spec = from_wire(layout)
+    else:
+        raise ValueError(f"layout must be one of {LAYOUT_NAMES} or a layout, got {layout!r}")
+    frames_ok = default_frames or (isinstance(spec, (Auto, Groups)) and spec.frames == frames_key)
+    label_ok = default_label or (
+        isinstance(spec, (Auto, Groups, FrameDatasets)) and spec.label == label_key
+    )
+    if not (frames_ok and label_ok):
+        raise ValueError(
+            f"frames_key={frames_key!r}, label_key={label_key!r} name the groups layout's "
+            f"dataset and attribute; with layout {spec.describe()} give its names in the "
+            "layout itself"
+        )
+    return spec

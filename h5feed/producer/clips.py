@@ -1,0 +1,118 @@
+"""Making the clips of a unit: one job's open files, their index, decoding and transforms.
+
+A :class:`ClipMaker` belongs to one job in one worker process. It opens each file once with
+the reader of its layout (recognised per file with ``layout="auto"``), answers its index
+(from the on-disk cache when valid, keyed by the layout recognised), and turns unit rows into
+one array of clips: read only the clip's frames, decode (encoded layouts) or take the pixels
+(raw), resize/crop/flip into the output, then the user's transform, if any.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from h5feed.common.config import ClipSpec, clip_frame_indices
+from h5feed.common.errors import DataError
+from h5feed.producer import index_cache
+from h5feed.producer.decode import ClipWriter, decode_frame
+from h5feed.producer.index_cache import VideoEntry
+from h5feed.producer.layouts import LayoutReader, open_reader
+from h5feed.producer.transform import Transform
+
+
+class ClipMaker:
+    """The files and clip spec of one job, opened in this process.
+
+    Creating it imports the transform (so a bad import path fails when the job starts,
+    naming the path).
+    """
+
+    def __init__(self, spec: ClipSpec) -> None:
+        self.spec = spec
+        self.writer = ClipWriter(spec)
+        self.transform = (
+            Transform(spec.transform, spec.transform_args) if spec.transform is not None else None
+        )
+        self.files: dict[int, LayoutReader] = {}
+        self.videos: dict[int, list[VideoEntry]] = {}
+
+    def close(self) -> None:
+        for handle in self.files.values():
+            handle.close()
+        self.files.clear()
+
+    def open_and_index(self, file_index: int, path: str, cache_dir: str | None) -> list[VideoEntry]:
+        handle = open_reader(path, self.spec.layout_spec)
+        self.files[file_index] = handle
+        videos = None
+        if cache_dir is not None:
+            videos = index_cache.load(cache_dir, path, handle.spec)
+        if videos is None:
+            videos = handle.index()
+            if cache_dir is not None:
+                index_cache.store(cache_dir, path, handle.spec, videos)
+        self.videos[file_index] = videos
+        return videos
+
+    def produce(
+        self,
+        rows: list[list[Any]],
+        out: np.ndarray | None = None,
+        positions: list[int] | None = None,
+    ) -> np.ndarray:
+        """The clips of ``rows``: uint8 [rows, clip_len, H, W, 3] RGB, or with a transform
+        [rows, *shape] of the transform's dtype. Without a transform, ``out`` (a whole batch
+        in a shared-memory slot) may be given: row ``i`` is then written at ``positions[i]``."""
+        if not rows:
+            raise ValueError("a unit must have at least one row")
+        if out is not None and (self.transform is not None or positions is None):
+            raise ValueError("a batch array needs positions, and no transform")
+        scratch: np.ndarray | None = None  # [1, T, H, W, 3]: one clip, the transform's input
+        for r, row in enumerate(rows):
+            if self.transform is None:
+                place = positions[r] if positions is not None else r
+                out = self._clip(row, out, place, len(rows))
+                continue
+            scratch = self._clip(row, scratch, 0, 1)
+            file_index, video_index, seed = row[1], row[2], row[7]
+            path, name = self.files[file_index].path, self.videos[file_index][video_index][0]
+            result = self.transform(scratch[0], seed, path, name)
+            if out is None:
+                out = np.empty((len(rows), *result.shape), result.dtype)
+            else:
+                self.transform.check_like(result, out[0], path, name)
+            out[r] = result
+        if out is None:  # unreachable: rows is not empty
+            raise ValueError("no clip was produced")
+        return out
+
+    def _clip(self, row: list[Any], out: np.ndarray | None, r: int, rows: int) -> np.ndarray:
+        """Write the clip of ``row`` into ``out[r]``; when ``out`` is None, first allocate it,
+        uint8 [rows, T, H, W, 3], with H, W from the spec or the first frame. Returns ``out``."""
+        spec = self.spec
+        _sample, file_index, video_index, start, uy, ux, flip, _seed = row
+        handle = self.files[file_index]
+        name, n_frames, _label = self.videos[file_index][video_index]
+        indices = clip_frame_indices(start, n_frames, spec.clip_len, spec.stride, spec.short_video)
+        try:
+            stored = handle.read_frames(name, indices)
+        except (OSError, KeyError, ValueError) as exc:
+            raise DataError(
+                f"cannot read frames {indices[0]}..{indices[-1]}: {exc}",
+                file=handle.path,
+                video=name,
+                frame=indices[0],
+            ) from exc
+        rgb = not handle.encoded  # pixels as stored (raw layout): no imdecode, no BGR swap
+        for t, (data, frame) in enumerate(zip(stored, indices, strict=True)):
+            image = data if rgb else decode_frame(data, handle.path, name, frame)
+            if out is None:
+                height, width = self.writer.frame_shape(image)
+                out = np.empty((rows, spec.clip_len, height, width, 3), np.uint8)
+            where = (handle.path, name, frame)
+            self.writer.write(out[r, t], image, (uy, ux), bool(flip), where, rgb=rgb)
+        if out is None:  # unreachable: every clip has clip_len >= 1 frames
+            raise ValueError("no frame was read")
+        return out

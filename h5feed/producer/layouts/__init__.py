@@ -1,0 +1,47 @@
+"""Readers of the HDF5 layouts, one module each, behind one interface (:class:`LayoutReader`).
+
+``open_reader(path, spec)`` opens a file once and returns the reader of its layout; with
+:class:`~h5feed.common.layouts.Auto` the layout is recognised per file (``detect``). The
+layout descriptions (names, wire form) are in :mod:`h5feed.common.layouts`.
+"""
+
+from __future__ import annotations
+
+import h5py
+
+from h5feed.common.errors import DataError
+from h5feed.common.layouts import Auto, Flat, FrameDatasets, Groups, LayoutSpec, Raw
+from h5feed.producer.layouts.base import LayoutReader
+from h5feed.producer.layouts.detect import detect
+from h5feed.producer.layouts.flat import FlatReader
+from h5feed.producer.layouts.frame_datasets import FrameDatasetsReader
+from h5feed.producer.layouts.groups import GroupsReader
+from h5feed.producer.layouts.raw import RawReader
+
+__all__ = ["READERS", "LayoutReader", "open_reader"]
+
+#: The reader class of each layout kind.
+READERS: dict[str, type[LayoutReader]] = {
+    Groups.kind: GroupsReader,
+    FrameDatasets.kind: FrameDatasetsReader,
+    Raw.kind: RawReader,
+    Flat.kind: FlatReader,
+}
+
+
+def open_reader(path: str, spec: LayoutSpec) -> LayoutReader:
+    """Open ``path`` read-only and return the reader of its layout (``spec``, or the one
+    recognised when ``spec`` is :class:`Auto`). Close it with ``reader.close()``.
+
+    Raises DataError naming the file when it cannot be opened or its layout is not known.
+    """
+    try:
+        h5 = h5py.File(path, "r")
+    except OSError as exc:
+        raise DataError(f"cannot open HDF5 file: {exc}", file=path) from exc
+    try:
+        resolved = detect(h5, path, spec) if isinstance(spec, Auto) else spec
+        return READERS[resolved.kind](h5, path, resolved)
+    except BaseException:
+        h5.close()
+        raise

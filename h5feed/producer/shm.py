@@ -1,0 +1,73 @@
+"""The worker's side of shared-memory batch slots (see ``h5feed.consumer.slots``).
+
+A UNIT for a local worker may name a slot: ``[pid, fd, batch_rows, positions]`` — the
+trainer's process id, the file descriptor of the slot in that process, the rows of the whole
+batch, and the batch rows this unit fills. The worker maps the slot once (through
+``/proc/<pid>/fd/<fd>``; the descriptor is the trainer's for the whole iteration, so one number
+is one slot) and writes its clips straight into those rows.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+import os
+from typing import Any
+
+import numpy as np
+
+
+class SlotError(Exception):
+    """A slot named in a UNIT cannot be used: the rows go over the socket instead."""
+
+
+def parse_slot(value: Any) -> tuple[int, int, int, list[int]]:
+    """Check a UNIT's ``slot`` field: ``[pid, fd, batch_rows, positions]``, all ints."""
+    if not (isinstance(value, list) and len(value) == 4):
+        raise SlotError(f"slot must be [pid, fd, batch_rows, positions], got {value!r}")
+    pid, fd, rows, positions = value
+    numbers = [pid, fd, rows]
+    if not isinstance(positions, list) or not all(
+        type(v) is int and v >= 0 for v in [*numbers, *positions]
+    ):
+        raise SlotError(f"slot must hold non-negative ints, got {value!r}")
+    if any(p >= rows for p in positions) or len(set(positions)) != len(positions):
+        raise SlotError(f"slot positions {positions} do not fit a batch of {rows} rows")
+    return pid, fd, rows, positions
+
+
+class SlotMaps:
+    """The slots this worker has mapped, by (pid, fd), for one job."""
+
+    def __init__(self) -> None:
+        self._maps: dict[tuple[int, int], mmap.mmap] = {}
+
+    def batch_array(self, pid: int, fd: int, shape: tuple[int, ...]) -> np.ndarray:
+        """The slot as a writable uint8 array of ``shape`` (the whole batch)."""
+        memory = self._maps.get((pid, fd))
+        if memory is None:
+            try:
+                handle = os.open(f"/proc/{pid}/fd/{fd}", os.O_RDWR)
+            except OSError as exc:
+                raise SlotError(f"cannot open slot {fd} of process {pid}: {exc}") from exc
+            try:
+                size = os.fstat(handle).st_size
+                memory = mmap.mmap(handle, size)
+            except (OSError, ValueError) as exc:
+                raise SlotError(f"cannot map slot {fd} of process {pid}: {exc}") from exc
+            finally:
+                os.close(handle)  # the mapping stays valid without the descriptor
+            self._maps[(pid, fd)] = memory
+        count = int(np.prod(shape))
+        if count > len(memory):
+            raise SlotError(f"slot {fd} holds {len(memory)} bytes, the batch needs {count}")
+        return np.frombuffer(memory, np.uint8, count).reshape(shape)
+
+    def close(self) -> None:
+        """Unmap every slot (arrays over them must be gone: they are, between units)."""
+        for memory in self._maps.values():
+            # An array still pointing into it (none should, between units) keeps the mapping
+            # alive until it is gone; closing must not fail the worker for that.
+            with contextlib.suppress(BufferError):
+                memory.close()
+        self._maps.clear()

@@ -1,0 +1,38 @@
+"""Per-sample transforms the tests import by path in the workers (tests/ is on PYTHONPATH)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def to_float(clip: np.ndarray, rng: np.random.Generator, scale: float = 1.0) -> np.ndarray:
+    """float32 in [0, scale], plus noise drawn from ``rng`` (so the seed matters)."""
+    assert clip.dtype == np.uint8 and clip.ndim == 4 and clip.shape[3] == 3
+    noise = rng.normal(0.0, 0.01, clip.shape).astype(np.float32)
+    return clip.astype(np.float32) * (scale / 255.0) + noise
+
+
+def rng_only(clip: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Only the generator's draws: the output shows the seed the sample got."""
+    return rng.random(4)
+
+
+def mean_pool(clip: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """[T, H, W, 3] uint8 -> [T, 3] float32."""
+    return clip.mean(axis=(1, 2), dtype=np.float32)
+
+
+def raises(clip: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    raise ValueError("boom in the user's transform")
+
+
+def varying_shape(clip: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """A contract breach: the shape depends on the draw."""
+    return np.zeros(int(rng.integers(1, 4)), np.float32)
+
+
+def object_dtype(clip: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    return np.array([None], dtype=object)
+
+
+NOT_CALLABLE = 3

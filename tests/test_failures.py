@@ -160,7 +160,7 @@ def test_malformed_messages_are_dropped_and_counted(small_dataset: list[pathlib.
             rogue.connect(stream.address)
             rogue.send_multipart([b"garbage", b"more garbage"])
             rogue.send_multipart(
-                [b"\x95\xa6h5feed\x01\xa4data\x80\x90"]
+                [b"\x95\xa6h5feed\x02\xa4data\x80\x90"]
             )  # a data message without fields
             got = sorted(s for b in stream for s in b["sample"].tolist())
             stats = stream.stats()

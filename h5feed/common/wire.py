@@ -85,8 +85,9 @@ SCHEMAS: Final[Mapping[str, Mapping[str, tuple[type, ...]]]] = {
         "frame": _OPT_INT,
     },
     BYE: {"reason": _STR},
-    # A source job (``h5feed.producer.sources``): sent twice, first with spec None (the worker
-    # loads the source and answers SOURCE_INFO), then with the element spec to check against.
+    # A source job (``h5feed.producer.sources``): sent twice; first the worker loads the source
+    # and answers SOURCE_INFO (probing the elements when spec is None), then it gets the
+    # element spec to check every element against.
     SOURCE: {
         "job": _STR,
         "source": _STR,

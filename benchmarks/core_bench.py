@@ -65,6 +65,7 @@ from h5feed.common.config import ClipSpec, clip_frame_indices
 from h5feed.producer.decode import ClipWriter, crop_offset, decode_frame
 from h5feed.producer.reader import VideoFile
 from h5feed.producer.sample_data import SampleSpec, make_sample_dataset
+from h5feed.progress import Bar, progress_bar
 
 CLIP_LEN = 16
 RESIZE = (128, 171)  # (height, width)
@@ -101,6 +102,7 @@ class Settings:
     use_tf: bool
     quick: bool
     json_path: pathlib.Path | None
+    progress: bool = True  # a bar of the windows, on a terminal only (--no-progress: none)
 
 
 def available_cores() -> int:
@@ -150,6 +152,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="CI smoke run: window 1 s, 1 repeat, warm-up 0.5 s, 2 files x 4 videos",
     )
     parser.add_argument("--json", type=pathlib.Path, help="write all raw numbers to this file")
+    parser.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no progress bar (shown only when stderr is a terminal anyway)",
+    )
     parser.add_argument("--contender", help=argparse.SUPPRESS)  # internal: run one contender
     return parser
 
@@ -179,6 +186,7 @@ def settings_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser
         use_tf=use_tf,
         quick=quick,
         json_path=args.json,
+        progress=not args.no_progress,
     )
 
 
@@ -801,11 +809,23 @@ def run_window(row: Row, settings: Settings) -> Window:
 
 def run_schedule(rows: Sequence[Row], settings: Settings) -> None:
     """Interleave the rows' windows, rotating the order by one row per repeat."""
+    bar = progress_bar("windows", settings.repeats * len(rows), enabled=settings.progress)
+    try:
+        _run_windows(rows, settings, bar)
+    finally:
+        bar.close()
+
+
+def _run_windows(rows: Sequence[Row], settings: Settings, bar: Bar) -> None:
+    done = 0
     for repeat in range(settings.repeats):
         shift = repeat % len(rows)
         for row in [*rows[shift:], *rows[:shift]]:
+            bar.update(done, f"{row.key} (repeat {repeat + 1})")
             window = run_window(row, settings)
             row.windows.append(window)
+            done += 1
+            bar.update(done)
             log(
                 f"repeat {repeat + 1}/{settings.repeats} {row.key:<34} "
                 f"{window.clips_per_s:7.1f} clips/s  trainer "

@@ -7,6 +7,7 @@ TensorFlow. Importing ``h5feed`` imports neither TensorFlow nor the worker code.
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
 
 from h5feed import layouts  # plain descriptions (no h5py): h5feed.layouts.Flat(...)
@@ -23,6 +24,10 @@ from h5feed.common.errors import (
 )
 
 __version__ = "0.1.0"
+
+# Quiet in library use: an application (or the `h5feed` command) that configures logging sees
+# h5feed's lines, each with its writer's ids; otherwise nothing, not even warnings.
+logging.getLogger("h5feed").addHandler(logging.NullHandler())
 
 if TYPE_CHECKING:
     from h5feed.consumer.api import batches, dataset

@@ -86,6 +86,7 @@ _PRODUCE_OPTIONS = (
     ("--health-file", "H5FEED_HEALTH_FILE", "PATH", "keep writing liveness here (h5feed health)"),
     ("--key", "H5FEED_KEY", "FILE", "CURVE: this producer's .key_secret file (h5feed keys)"),
     ("--server-key", "H5FEED_SERVER_KEY", "FILE", "CURVE: the trainer's public .key file"),
+    ("--metrics-port", "H5FEED_METRICS_PORT", "PORT", "serve /metrics and /stats (0: a free port)"),
 )
 
 #: (flag, parser, default, help) of the demo's integer options.
@@ -164,6 +165,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
             seed=args.seed,
             spec=spec,
             warmup=args.warmup,
+            progress=not args.no_progress,
         )
     except ModuleNotFoundError as exc:
         if exc.name is not None and exc.name.split(".")[0] in ("tensorflow", "keras"):
@@ -186,7 +188,20 @@ def _cmd_produce(args: argparse.Namespace) -> int:
     if (args.key is None) != (args.server_key is None):
         raise ValueError("CURVE needs both --key and --server-key")
     curve = (args.key, args.server_key) if args.key is not None else None
-    return run_producer(args.connect, args.data_root, workers, args.name, args.health_file, curve)
+    metrics_port = None
+    if args.metrics_port is not None:
+        from h5feed.common.metrics_http import port_from_env
+
+        metrics_port = port_from_env({"H5FEED_METRICS_PORT": args.metrics_port})
+    return run_producer(
+        args.connect, args.data_root, workers, args.name, args.health_file, curve, metrics_port
+    )
+
+
+def _cmd_top(args: argparse.Namespace) -> int:
+    from h5feed.top import run_top
+
+    return run_top(args.url, once=args.once, interval_s=args.interval, timeout_s=args.timeout)
 
 
 def _cmd_keys(args: argparse.Namespace) -> int:
@@ -306,6 +321,15 @@ examples:
   h5feed make-sample ./sample_data
   h5feed make-sample /tmp/tiny --files 2 --videos-per-file 4 --min-frames 8 --max-frames 16"""
 
+_TOP_DESCRIPTION = """\
+Show, refreshed every second, what feeds and producer services report on their /stats
+endpoint: a trainer's h5feed.dataset(..., metrics_port=N) (or $H5FEED_METRICS_PORT) and
+`h5feed produce --metrics-port N`. For a trainer: rates, input wait, credits, one row per
+worker and per host, and the input-bound verdict; for a producer: one row per worker.
+
+Guarantees: each request times out after --timeout seconds; an endpoint that does not answer
+is shown as unreachable. With --once: exit status 1 if any endpoint could not be read."""
+
 _MAIN_DESCRIPTION = """\
 h5feed keeps a trainer fed from HDF5 video datasets: JPEG decoding in worker processes,
 batches over ZeroMQ into tf.data."""
@@ -328,12 +352,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"h5feed {__version__}")
     verbose = argparse.ArgumentParser(add_help=False)
     verbose.add_argument(
-        "-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
-        help="log h5feed's INFO messages to stderr (default: warnings only)",
+        "-v", "--verbose", action="count", default=argparse.SUPPRESS,
+        help="log h5feed's INFO messages to stderr, -vv DEBUG too (default: warnings only)",
     )  # fmt: skip
     parser.add_argument(
-        "-v", "--verbose", action="store_true", default=False,
-        help="log h5feed's INFO messages to stderr (default: warnings only)",
+        "-v", "--verbose", action="count", default=0,
+        help="log h5feed's INFO messages to stderr, -vv DEBUG too (default: warnings only)",
     )  # fmt: skip
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
@@ -361,6 +385,10 @@ def build_parser() -> argparse.ArgumentParser:
         demo.add_argument(
             flag, type=parse, default=default, metavar="N", help=f"{text} (default: %(default)s)"
         )
+    demo.add_argument(
+        "--no-progress", action="store_true",
+        help="no progress bars (shown only when stderr is a terminal anyway)",
+    )  # fmt: skip
     _add_sample_options(demo, "sample data (used only when --data lacks files of it)", seed=False)
     demo.set_defaults(handler=_cmd_demo)
 
@@ -452,12 +480,37 @@ def build_parser() -> argparse.ArgumentParser:
     )
     pack_command.add_arguments(pack)
     pack.set_defaults(handler=pack_command.run_command)
+
+    top = subcommand(
+        "top",
+        "a live view of feeds and producers: rates per worker and host, the input verdict",
+        _TOP_DESCRIPTION,
+        "examples:\n  h5feed top localhost:9100            # a trainer with metrics_port=9100\n"
+        "  h5feed top --once trainer:9100 producer-1:9100 producer-2:9100",
+    )
+    top.add_argument("url", nargs="+", metavar="URL", help="host:port or http://host:port[/stats]")
+    top.add_argument("--once", action="store_true", help="print one snapshot and exit")
+    top.add_argument(
+        "--interval", type=float, default=1.0, metavar="S",
+        help="seconds between refreshes (default: %(default)s)",
+    )  # fmt: skip
+    top.add_argument(
+        "--timeout", type=float, default=2.0, metavar="S",
+        help="seconds one request may take (default: %(default)s)",
+    )  # fmt: skip
+    top.set_defaults(handler=_cmd_top)
     return parser
 
 
-def _configure_logging(verbose: bool) -> None:
-    logging.basicConfig(format="%(levelname)s %(name)s: %(message)s")
-    _log.setLevel(logging.INFO if verbose else logging.WARNING)
+def _configure_logging(verbose: int) -> None:
+    """h5feed's lines to stderr (library use stays quiet: a NullHandler only). Every line
+    carries its writer's ids (see h5feed/common/logs.py); worker processes started from here
+    log at the same level."""
+    level = logging.DEBUG if verbose > 1 else logging.INFO if verbose else logging.WARNING
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    _log.setLevel(level)
+    if verbose:
+        os.environ.setdefault("H5FEED_LOG_LEVEL", logging.getLevelName(level))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -465,7 +518,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     exit status. See the module docstring for what the statuses mean."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    verbose = bool(getattr(args, "verbose", False))
+    verbose = int(getattr(args, "verbose", 0) or 0)
     _configure_logging(verbose)
     handler: _Handler = args.handler
     from h5feed.common.errors import H5FeedError  # light: no third-party import

@@ -16,8 +16,8 @@
    both datasets' iterators and checks its own child processes (``workers_left`` in the
    result).
 
-Progress goes to stderr (one carriage-return-updated line on a terminal, the final line
-otherwise); the report goes to stdout.
+Progress goes to stderr (a rich progress bar on a terminal, the final line otherwise, nothing
+with ``progress=False``); the report goes to stdout.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from collections.abc import Iterator
 from typing import IO, Any
 
 from h5feed.producer.sample_data import SampleSpec, make_sample_dataset
+from h5feed.progress import progress_bar
 
 __all__ = ["Progress", "run_demo", "worker_children"]
 
@@ -204,6 +205,7 @@ def run_demo(
     warmup: int = 5,
     out: IO[str] | None = None,
     progress_stream: IO[str] | None = None,
+    progress: bool = True,
 ) -> dict[str, Any]:
     """Make the sample data if missing, train for ``steps`` steps, validate; return the numbers.
 
@@ -235,7 +237,9 @@ def run_demo(
         report.flush()
 
     # 1. The data.
-    data_progress = Progress("sample data", spec.files, progress_to)
+    data_progress = progress_bar(
+        "sample data", spec.files, progress_to, enabled=progress, plain=Progress
+    )
     files = make_sample_dataset(data_dir, spec, progress=lambda done, _: data_progress.update(done))
     data_s = time.monotonic() - began
     data_progress.close(f"{data_s:.1f}s")
@@ -292,7 +296,7 @@ def run_demo(
     val_s = 0.0
     train_it: Iterator[Any] | None = None
     val_it: Iterator[Any] | None = None
-    bar = Progress("train", steps, progress_to)
+    bar = progress_bar("train", steps, progress_to, enabled=progress, plain=Progress)
     try:
         train_it = iter(train_ds)
         for step in range(1, steps + 1):

@@ -19,6 +19,7 @@ import zmq
 from conftest import own_worker_pids, wait_until_gone
 
 import h5feed
+from h5feed.common import wire
 from h5feed.common.errors import (
     DataError,
     H5FeedError,
@@ -159,9 +160,10 @@ def test_malformed_messages_are_dropped_and_counted(small_dataset: list[pathlib.
         with feed.stream() as stream:
             rogue.connect(stream.address)
             rogue.send_multipart([b"garbage", b"more garbage"])
+            version = bytes([wire.PROTOCOL_VERSION])  # a positive fixint
             rogue.send_multipart(
-                [b"\x95\xa6h5feed\x02\xa4data\x80\x90"]
-            )  # a data message without fields
+                [b"\x95\xa6h5feed" + version + b"\xa4data\x80\x90"]
+            )  # a data message of this version without fields
             got = sorted(s for b in stream for s in b["sample"].tolist())
             stats = stream.stats()
     finally:

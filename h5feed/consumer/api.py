@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Unpack
 import numpy as np
 
 from h5feed.common.config import ClipSpec, default_cache_dir
+from h5feed.consumer.metrics import start_feed_metrics
 from h5feed.consumer.options import (
     FeedConfig,
     FeedKwargs,
@@ -39,6 +40,16 @@ class Feed:
         self._lock = threading.Lock()
         self._current: weakref.ref[BatchStream] | None = None
         self._last_stats: dict[str, Any] | None = None
+        # /metrics and /stats (metrics_port= or $H5FEED_METRICS_PORT, read here, once); the
+        # server stops when the feed is garbage collected.
+        self._metrics = start_feed_metrics(self, config.options.metrics_port)
+        if self._metrics is not None:
+            weakref.finalize(self, self._metrics.server.close)
+
+    @property
+    def metrics_port(self) -> int | None:
+        """The port serving ``/metrics`` and ``/stats`` (the one bound when asked for 0)."""
+        return self._metrics.port if self._metrics is not None else None
 
     def stream(self) -> BatchStream:
         """Start the next iteration: takes ``epochs`` epoch numbers at once, so an iteration
@@ -53,6 +64,8 @@ class Feed:
 
     def _keep_stats(self, stats: dict[str, Any]) -> None:
         self._last_stats = stats
+        if self._metrics is not None:
+            self._metrics.totals.add(stats)
 
     def stats(self) -> dict[str, Any]:
         """The statistics of the running iteration, else the last one's final figures, as a
@@ -60,8 +73,12 @@ class Feed:
         Cheap: call it as often as you like, from any thread."""
         stream = self._current() if self._current is not None else None
         if stream is not None:
-            return stream.stats()
-        return dict(self._last_stats) if self._last_stats else {"running": False}
+            stats = stream.stats()
+        else:
+            stats = dict(self._last_stats) if self._last_stats else {"running": False}
+        if self._metrics is not None:
+            stats["metrics_port"] = self._metrics.port
+        return stats
 
     def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
         return self.stream()
@@ -220,4 +237,5 @@ def dataset(
     # ds.stats(): the pipeline's figures (see Feed.stats); datasets derived with .map() etc.
     # do not carry it, so keep a reference to this one.
     ds.stats = feed.stats
+    ds.metrics_port = feed.metrics_port  # None without metrics_port / $H5FEED_METRICS_PORT
     return ds

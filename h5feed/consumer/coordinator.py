@@ -43,6 +43,7 @@ from h5feed.common.errors import (
     WorkerError,
     WorkerTimeoutError,
 )
+from h5feed.common.logs import with_ids
 from h5feed.consumer.assembly import Batch, BatchAssembler
 from h5feed.consumer.local_workers import LocalWorkers
 from h5feed.consumer.options import FeedConfig
@@ -86,6 +87,7 @@ class Coordinator:
     ) -> None:
         self.config = config
         self.job_id = job_id
+        self._log = with_ids(_log, "consumer", job=job_id[:8])  # ids in every line
         self.addresses = addresses
         self.expected_workers = expected_workers
         self.refused: list[str] = []  # peers turned away (another protocol version)
@@ -244,7 +246,7 @@ class Coordinator:
             self.config.clip.transform,
             self._make_slots(),
         )
-        _log.info("indexed %d files, %d videos", len(files), self.index.num_videos)
+        self._log.info("indexed %d files, %d videos", len(files), self.index.num_videos)
         self._batches = self._plan_batches(self.index)
 
     def _wait_for_peers(self) -> bool:
@@ -395,7 +397,7 @@ class Coordinator:
         if identity not in self._late:
             self._late.add(identity)
             self.refused.append(f"{identity.decode(errors='replace')}: {why}")
-            _log.error("refused worker %r: %s", identity, why)
+            self._log.error("refused worker %r: %s", identity, why)
         reason = f"{wire.REFUSED} {why}"
         with contextlib.suppress(zmq.ZMQError):  # it may be gone already; nothing to tell then
             self._socket.send_multipart(
@@ -416,7 +418,7 @@ class Coordinator:
 
     def _drop(self, why: str) -> None:
         self.counters["malformed_messages"] += 1
-        _log.warning("dropped %s", why)
+        self._log.warning("dropped %s", why)
 
     def _on_hello(self, identity: bytes, fields: dict[str, Any]) -> None:
         if identity in self._peers:
@@ -424,7 +426,7 @@ class Coordinator:
         if self._assigned:
             if identity not in self._late:
                 self._late.add(identity)
-                _log.info(
+                self._log.info(
                     "worker %s joined after the files were shared out: idle until the "
                     "next iteration",
                     fields["worker"],
@@ -457,7 +459,9 @@ class Coordinator:
         unit = self._units.get(fields["unit"])
         if unit is None or unit.peer != peer.identity or fields["samples"] != unit.samples:
             self.counters["dropped_parts"] += 1
-            _log.warning("dropped an unexpected part (unit %s) from %s", fields["unit"], peer.name)
+            self._log.warning(
+                "dropped an unexpected part (unit %s) from %s", fields["unit"], peer.name
+            )
             return
         frames = message.arrays.get("frames")
         if frames is None and unit.in_slot:
@@ -590,7 +594,7 @@ class Coordinator:
             parts = self._send_units(unit.seq, assembler.planned(unit.seq), unit.positions)
             assembler.add_expected_parts(unit.seq, parts - 1)
         self.counters["reassigned_units"] += len(leaver.outstanding)
-        _log.warning(
+        self._log.warning(
             "worker %s (%s) left the job (%s): %d files and %d units handed to %d others",
             leaver.name, leaver.host, reason, len(leaver.files), len(leaver.outstanding),
             len(adopted),
@@ -671,7 +675,7 @@ class Coordinator:
                     zmq.NOBLOCK,
                 )
             except zmq.ZMQError as exc:
-                _log.debug("no bye to %s: %s", peer.name, exc)
+                self._log.debug("no bye to %s: %s", peer.name, exc)
 
 
 def _file_size(path: str) -> int:

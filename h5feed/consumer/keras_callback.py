@@ -6,7 +6,9 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-_log = logging.getLogger("h5feed.consumer")
+from h5feed.common.logs import with_ids
+
+_log = with_ids(logging.getLogger("h5feed.consumer"), "consumer")  # ids in every line
 
 
 def input_wait_callback(stats: Callable[[], dict[str, Any]]) -> Any:

@@ -17,11 +17,13 @@ import threading
 
 import numpy as np
 
+from h5feed.common.logs import with_ids
+
 _ALIGN_BYTES = 64  # EIGEN_MAX_ALIGN_BYTES on AVX-512 builds; what TF needs to share a buffer
 _M_TOP_PAD = -2  # glibc's mallopt parameter number
 _TOP_PAD_BYTES = 16 << 20
 
-_log = logging.getLogger("h5feed.consumer")
+_log = with_ids(logging.getLogger("h5feed.consumer"), "consumer")  # ids in every line
 _tuned = False
 _tune_lock = threading.Lock()
 

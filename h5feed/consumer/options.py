@@ -11,6 +11,7 @@ from typing import Any, TypedDict
 
 from h5feed.common.config import CLIP_STARTS, ClipSpec, default_cache_dir
 from h5feed.common.layouts import LayoutSpec
+from h5feed.common.metrics_http import check_port
 from h5feed.consumer.plan import PlanOptions
 from h5feed.consumer.source_options import SourceConfig
 
@@ -99,6 +100,7 @@ class FeedOptions:
     curve_key: str | None = None
     curve_authorized: str | None = None
     shared_memory: bool = True
+    metrics_port: int | None = None
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:
@@ -127,6 +129,8 @@ class FeedOptions:
             )
         if self.start_timeout_s <= 0 or self.unit_timeout_s <= 0:
             raise ValueError("timeouts must be positive")
+        if self.metrics_port is not None:
+            check_port(self.metrics_port, "metrics_port")
 
     @property
     def inflight_batches(self) -> int:
@@ -168,6 +172,8 @@ class FeedKwargs(TypedDict, total=False):
     (glibc ``M_TOP_PAD``) so each ~5 MB batch does not fault in fresh pages; see
     ``h5feed/consumer/memory.py``. ``shared_memory`` (default True): local workers write
     batches straight into shared memory the trainer reads (see ``h5feed/consumer/slots.py``).
+    ``metrics_port`` (default: ``$H5FEED_METRICS_PORT``, else none) serves ``/metrics`` and
+    ``/stats`` on that port, 0: a free one (see ``h5feed/consumer/metrics.py``).
     """
 
     clip_len: int
@@ -203,6 +209,7 @@ class FeedKwargs(TypedDict, total=False):
     transform: str | None
     transform_args: dict[str, Any] | None
     shared_memory: bool
+    metrics_port: int | None
     # User sources (see h5feed/consumer/source_api.py).
     source: str | None
     source_args: dict[str, Any] | None

@@ -14,8 +14,9 @@ import zmq
 from zmq.auth.thread import ThreadAuthenticator
 
 from h5feed.common.curve import KeyPair, load_public_keys
+from h5feed.common.logs import with_ids
 
-_log = logging.getLogger("h5feed.consumer")
+_log = with_ids(logging.getLogger("h5feed.consumer"), "consumer")  # ids in every line
 
 
 class CurveServer:

@@ -30,6 +30,7 @@ from typing import Any, cast
 import numpy as np
 
 from h5feed.common.errors import H5FeedError
+from h5feed.common.logs import with_ids
 from h5feed.consumer.assembly import Batch
 from h5feed.consumer.coordinator import END, FAILED, Coordinator
 from h5feed.consumer.local_workers import LocalWorkers
@@ -42,7 +43,7 @@ from h5feed.consumer.stats import RateMeter, WaitMeter, verdict
 BATCH_KEYS = ("frames", "label", "file", "video", "start")
 
 _GET_POLL_S = 0.1
-_log = logging.getLogger("h5feed.consumer")
+_log = with_ids(logging.getLogger("h5feed.consumer"), "consumer")  # ids in every line
 
 # Every stream still running, so the exit hook can end them (weak: a stream that is garbage
 # collected is closed by its finalizer instead).

@@ -9,6 +9,8 @@ Guarantees:
    protocol version) is not, and the service exits with code 2 naming both versions.
 3. SIGTERM or SIGINT: every worker is asked to stop (SIGTERM: it finishes the unit in hand),
    and the service exits 0 within 10 s; a worker still there by then is killed.
+4. With ``metrics_port``, one endpoint serves every worker's figures (``/metrics``, ``/stats``;
+   see ``h5feed/producer/metrics.py``); the port bound is logged (INFO), also when asked for 0.
 """
 
 from __future__ import annotations
@@ -16,14 +18,17 @@ from __future__ import annotations
 import logging
 import os
 import pathlib
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
 from h5feed.common.config import default_cache_dir
+from h5feed.common.logs import with_ids
 
 _log = logging.getLogger("h5feed.producer")
 _STOP_WAIT_S = 10.0
@@ -32,7 +37,11 @@ _REFUSED_EXIT = 2
 
 
 def worker_command(
-    connect: str, name: str, data_root: str | None, curve: tuple[str, str] | None = None
+    connect: str,
+    name: str,
+    data_root: str | None,
+    curve: tuple[str, str] | None = None,
+    stats_file: str | None = None,
 ) -> list[str]:
     command = [sys.executable, "-m", "h5feed.producer.worker", "--connect", connect]
     command += ["--worker-id", name, "--parent-pid", str(os.getpid()), "--persistent"]
@@ -41,6 +50,8 @@ def worker_command(
         command += ["--data-root", data_root]
     if curve is not None:
         command += ["--key", curve[0], "--server-key", curve[1]]
+    if stats_file is not None:
+        command += ["--stats-file", stats_file]
     return command
 
 
@@ -51,8 +62,11 @@ def run_producer(
     name: str | None,
     health_file: str | None = None,
     curve: tuple[str, str] | None = None,
+    metrics_port: int | None = None,
 ) -> int:
     """Run the service until SIGTERM/SIGINT; returns the process exit code.
+
+    ``metrics_port``: serve ``/metrics`` and ``/stats`` there (0: a free port, logged).
 
     ``curve``: (this producer's ``.key_secret`` file, the consumer's public ``.key`` file).
     With ``health_file``, it rewrites that file several times a second with the time and the
@@ -60,6 +74,7 @@ def run_producer(
     """
     prefix = name or f"{socket.gethostname()}-{os.getpid()}"
     names = [f"{prefix}-{i}" for i in range(workers)]
+    log = with_ids(_log, "producer", name=prefix)
     stop = threading.Event()
 
     def on_signal(signum: int, frame: object) -> None:
@@ -70,9 +85,18 @@ def run_producer(
     processes: dict[str, subprocess.Popen[bytes]] = {}
     started: dict[str, float] = {}
     code = 0
-    _log.info(
-        "producer %s: %d workers serving %s (data root %s)", prefix, workers, connect, data_root
-    )
+    log.info("%d workers serving %s (data root %s)", workers, connect, data_root)
+    figures = server = None
+    if metrics_port is not None:
+        from h5feed.producer.metrics import ServiceFigures, start_service_metrics
+
+        figures = ServiceFigures(prefix, names, tempfile.mkdtemp(prefix="h5feed-producer-"))
+        try:
+            server = start_service_metrics(figures, metrics_port)
+        except BaseException:
+            shutil.rmtree(figures.stats_dir, ignore_errors=True)
+            raise
+        log.info("metrics at http://%s:%d/metrics (stats at /stats)", figures.host, server.port)
     try:
         while not stop.is_set():
             for worker in names:
@@ -80,25 +104,32 @@ def run_producer(
                 exit_code = None if process is None else process.poll()
                 if process is not None and exit_code is None:
                     continue
+                if figures is not None and process is not None:
+                    figures.set_running(worker, False)
                 if exit_code == _REFUSED_EXIT:
-                    _log.error("producer %s: worker %s was refused; stopping", prefix, worker)
+                    log.error("worker %s was refused; stopping", worker)
                     stop.set()
                     code = _REFUSED_EXIT
                     break
                 if process is not None:
-                    _log.warning(
-                        "producer %s: worker %s exited (%s); restarting", prefix, worker, exit_code
-                    )
+                    log.warning("worker %s exited (%s); restarting", worker, exit_code)
                 if time.monotonic() - started.get(worker, -1e9) >= _RESTART_EVERY_S:
+                    stats_file = figures.stats_file(worker) if figures is not None else None
                     processes[worker] = subprocess.Popen(
-                        worker_command(connect, worker, data_root, curve),
+                        worker_command(connect, worker, data_root, curve, stats_file),
                         stdin=subprocess.DEVNULL,
                     )
                     started[worker] = time.monotonic()
+                    if figures is not None:
+                        figures.starting(worker, processes[worker].pid)
             _write_health(health_file, sum(p.poll() is None for p in processes.values()))
             stop.wait(0.2)
     finally:
         _stop_all(list(processes.values()))
+        if server is not None:
+            server.close()
+        if figures is not None:
+            shutil.rmtree(figures.stats_dir, ignore_errors=True)
     return code
 
 
@@ -124,7 +155,7 @@ def _write_health(path: str | None, running: int) -> None:
             out.write(f"{time.time():.3f} {running}\n")
         os.replace(tmp, path)
     except OSError as exc:
-        _log.warning("health file %s not written: %s", path, exc)
+        with_ids(_log, "producer").warning("health file %s not written: %s", path, exc)
 
 
 def check_health(path: str, max_age_s: float = 10.0) -> str | None:

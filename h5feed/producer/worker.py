@@ -47,6 +47,7 @@ from h5feed.producer.clips import ClipMaker
 from h5feed.producer.index_cache import VideoEntry
 from h5feed.producer.shm import SlotError, SlotMaps, parse_slot
 from h5feed.producer.sources import SourceJob
+from h5feed.producer.worker_stats import WorkerCounters
 
 _POLL_MS = 200
 # A DEALER blocks a send while it has no connected peer (the consumer is gone or restarting).
@@ -108,8 +109,10 @@ class Worker:
         persistent: bool = False,
         cache_dir: str | None = None,
         curve: tuple[KeyPair, bytes] | None = None,
+        stats_file: str | None = None,
     ) -> None:
         self.worker_id = worker_id
+        self.counters = WorkerCounters(stats_file, worker_id)  # read by `h5feed produce`
         self.parent_pid = parent_pid
         self.data_root = data_root
         self.persistent = persistent
@@ -176,6 +179,7 @@ class Worker:
             self.hello()
             while True:
                 self.check_leave()
+                self.counters.maybe_write()
                 if self.should_say_hello(time.monotonic()):
                     self.hello()
                 if not self.socket.poll(_POLL_MS):
@@ -198,6 +202,7 @@ class Worker:
         finally:
             if self.job is not None:
                 self.job.close()
+            self.counters.write()
             self.socket.close(linger=_CLOSE_LINGER_MS)  # flush the last DATA and the BYE
             self.context.term()
         return self.exit_code
@@ -244,6 +249,7 @@ class Worker:
         if not isinstance(self.job, _Job) or self.job.id != job_id:
             if self.job is not None:
                 self.job.close()
+            self.counters.add("jobs")
             try:
                 self.job = _Job(job_id, ClipSpec.from_wire(fields["clip"]))
             except Exception as exc:  # a bad spec or transform import path: tell the trainer
@@ -266,16 +272,20 @@ class Worker:
         """Produce a unit into its shared-memory slot when it names one this worker can map
         (then DATA carries no array), else into a new array sent with DATA."""
         rows = fields["rows"]
+        began = time.monotonic()
         try:
             target = self.slot_target(job, fields["slot"])
             if target is not None:
                 job.produce(rows, *target)
                 clips = []
+                nbytes = len(rows) * target[0][0].nbytes  # one row of the batch per clip
             else:
                 clips = [("frames", job.produce(rows))]
+                nbytes = clips[0][1].nbytes
         except Exception as exc:  # any failure must reach the trainer, with its traceback
             self.send_error(job.id, fields["unit"], exc)
             return
+        self.counters.unit(len(rows), nbytes, time.monotonic() - began)
         self.send(
             wire.DATA,
             {
@@ -313,6 +323,7 @@ class Worker:
             if self.job is not None:
                 self.job.close()
                 self.job = None
+            self.counters.add("jobs")
             self.job = SourceJob(job_id, fields, local=not self.persistent)
             if fields["spec"] is not None:  # known already: no probe needed
                 self.job.set_spec(fields["spec"])
@@ -323,17 +334,21 @@ class Worker:
         self.send(wire.SOURCE_INFO, info)
 
     def run_source_unit(self, job: SourceJob, fields: dict[str, Any]) -> None:
+        began = time.monotonic()
         try:
             data, arrays = job.produce(fields)
         except Exception as exc:  # any failure must reach the trainer, with its traceback
             self.send_error(job.id, fields["unit"], exc)
             return
+        nbytes = sum(array.nbytes for _name, array in arrays)
+        self.counters.unit(len(data["samples"]), nbytes, time.monotonic() - began)
         self.send(wire.DATA, data, arrays)
 
     def send_error(
         self, job_id: str, unit: int | None, exc: BaseException, file: str | None = None
     ) -> None:
         data_error = exc if isinstance(exc, DataError) else None
+        self.counters.add("errors")
         self.send(
             wire.ERROR,
             {
@@ -392,10 +407,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="outlive an iteration's end (BYE) and wait for the next job (producer service)",
     )
+    parser.add_argument(
+        "--stats-file", default=None, help="keep writing this worker's counters here (JSON)"
+    )
     args = parser.parse_args(argv)
+    host = socket.gethostname()
     logging.basicConfig(
         level=os.environ.get("H5FEED_LOG_LEVEL", "WARNING"),
-        format=f"%(asctime)s %(levelname)s [worker {args.worker_id} pid %(process)d] %(message)s",
+        format=f"%(asctime)s %(levelname)s [worker {args.worker_id} host {host} pid %(process)d] "
+        "%(message)s",
     )
     # Ctrl-C in a terminal goes to the whole process group; the trainer handles it and stops
     # its workers, so a worker must not die mid-unit with a KeyboardInterrupt traceback.
@@ -408,6 +428,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.persistent,
         args.cache_dir,
         _curve_keys(args.key, args.server_key),
+        args.stats_file,
     )
 
     def on_sigterm(signum: int, frame: object) -> None:

@@ -1,0 +1,147 @@
+"""The HTTP endpoint of one feed or one producer service: ``/metrics`` and ``/stats``.
+
+``/metrics`` is the Prometheus text format of a private :class:`CollectorRegistry` (never the
+global one: several feeds can live in one process, each with its own port); ``/stats`` is the
+same figures as one JSON object, the snapshot its owner's ``stats()`` returns (what
+``h5feed top`` reads).
+
+Guarantees:
+
+1. Port 0 binds a free port; :attr:`MetricsServer.port` is the port bound, so callers (and
+   tests) never race for one.
+2. Figures are read when scraped (collectors call the owner's snapshot), never counted twice.
+3. Requests are served on daemon threads: a slow client never blocks training, and a failing
+   snapshot answers HTTP 500 with the error's text instead of taking anything down.
+4. :meth:`MetricsServer.close` stops serving and frees the port; it is idempotent.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socketserver
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from h5feed.common.logs import with_ids
+
+#: The environment variable of the port (consumer and producer alike), read at construction.
+METRICS_PORT_ENV = "H5FEED_METRICS_PORT"
+#: Metrics are for scrapers on other hosts (Prometheus' own default): every interface.
+BIND_ADDRESS = "0.0.0.0"
+#: With the port from the environment, a port already taken (a second feed of the same
+#: process: training and validation) moves on to the next ones, this many at most.
+_ENV_PORT_TRIES = 32
+
+_log = with_ids(logging.getLogger("h5feed.metrics"), "metrics")  # ids in every line
+
+StartResponse = Callable[[str, list[tuple[str, str]]], Any]
+
+
+def check_port(value: object, source: str) -> int:
+    """``value`` if it is a TCP port number (an int 0..65535; 0: a free one), else a
+    ValueError naming ``source``."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 65535:
+        raise ValueError(f"{source} must be a port number (0..65535; 0: a free one), got {value!r}")
+    return value
+
+
+def port_from_env(environ: Mapping[str, str] | None = None) -> int | None:
+    """The port in ``$H5FEED_METRICS_PORT`` (None when unset or empty); ValueError naming the
+    variable when it is not a port number."""
+    text = (os.environ if environ is None else environ).get(METRICS_PORT_ENV, "").strip()
+    if not text:
+        return None
+    try:
+        value: object = int(text)
+    except ValueError:
+        value = text
+    return check_port(value, f"${METRICS_PORT_ENV}")
+
+
+class _ThreadingServer(socketserver.ThreadingMixIn, WSGIServer):
+    daemon_threads = True  # a hung scraper never keeps the process alive
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        """Scrapes every few seconds are not worth a line each."""
+
+
+class MetricsServer:
+    """Serves ``/metrics`` from ``registry`` and ``/stats`` from ``stats()`` on one port."""
+
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        stats: Callable[[], Mapping[str, Any]],
+        port: int,
+        *,
+        search: bool = False,
+        address: str = BIND_ADDRESS,
+    ) -> None:
+        """Bind ``port`` (0: a free one) and start serving. ``search``: if the port is taken,
+        try the next ones (see ``_ENV_PORT_TRIES``); else an OSError names the port."""
+        self._registry = registry
+        self._stats = stats
+        tries = _ENV_PORT_TRIES if search and port else 1
+        for attempt in range(tries):
+            try:
+                self._server = make_server(
+                    address, port + attempt, self._app, _ThreadingServer, _QuietHandler
+                )
+                break
+            except OSError as exc:
+                if attempt == tries - 1:
+                    raise OSError(
+                        exc.errno, f"h5feed metrics: cannot listen on port {port + attempt}: {exc}"
+                    ) from exc
+        self.port: int = self._server.server_port
+        self._closed = False
+        self._thread = threading.Thread(
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": 0.2},
+            name=f"h5feed-metrics-{self.port}",
+            daemon=True,
+        )
+        self._thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def close(self) -> None:
+        """Stop serving and free the port (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(5.0)
+
+    def _app(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        path = environ.get("PATH_INFO", "/")
+        try:
+            if path == "/metrics":
+                body = generate_latest(self._registry)
+                content_type = CONTENT_TYPE_LATEST
+            elif path == "/stats":
+                body = json.dumps(self._stats(), default=str).encode()
+                content_type = "application/json"
+            elif path == "/":
+                body = b"h5feed: /metrics (Prometheus), /stats (JSON, read by h5feed top)\n"
+                content_type = "text/plain; charset=utf-8"
+            else:
+                start_response("404 Not Found", [("Content-Type", "text/plain")])
+                return [b"not found: try /metrics or /stats\n"]
+        except Exception as exc:  # a scrape must never take the trainer or producer down
+            _log.warning("h5feed metrics: %s failed: %r", path, exc)
+            start_response("500 Internal Server Error", [("Content-Type", "text/plain")])
+            return [f"{type(exc).__name__}: {exc}\n".encode()]
+        start_response("200 OK", [("Content-Type", content_type)])
+        return [body]

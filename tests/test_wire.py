@@ -55,6 +55,23 @@ VALID_FIELDS: dict[str, dict[str, Any]] = {
         "frame": 3,
     },
     wire.BYE: {"reason": "done"},
+    wire.SOURCE: {
+        "job": "job-1",
+        "source": "mypackage.data:make",
+        "args": {"files": ["/data/a.h5"], "n": 3},
+        "sys_path": ["/home/me/project"],
+        "worker": 0,
+        "workers": 2,
+        "seed": 0,
+        "epoch": 0,
+        "spec": None,
+    },
+    wire.SOURCE_INFO: {
+        "job": "job-1",
+        "kind": "map",
+        "length": 100,
+        "spec": {"tree": ["leaf"], "leaves": [["", "<f4", [3, None]]]},
+    },
 }
 
 # Further valid field sets: the optional fields at their other alternative, edge values.

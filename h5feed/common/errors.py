@@ -68,3 +68,9 @@ class WorkerTimeoutError(H5FeedError):
 
 class NoWorkersError(H5FeedError):
     """No worker connected within the start timeout."""
+
+
+class SourceError(H5FeedError):
+    """A user source (``source=``) does not fit its contract: an import path that does not
+    resolve, an object of no known kind, or an element that does not fit the element spec.
+    The message names the source, the field (path like ``x/0/depth``) or the index."""

@@ -47,6 +47,8 @@ UNIT: Final = "unit"  # consumer -> worker: produce these rows of one batch
 DATA: Final = "data"  # worker -> consumer: the rows of a unit, as arrays (or in its slot)
 ERROR: Final = "error"  # worker -> consumer: a unit (or the job) failed, with the traceback
 BYE: Final = "bye"  # either way: stop / I am leaving
+SOURCE: Final = "source"  # consumer -> worker: run the user's code named by an import path
+SOURCE_INFO: Final = "source_info"  # worker -> consumer: what that code is (kind, length, spec)
 
 #: Start of a BYE reason that refuses a peer (e.g. another protocol version): do not retry.
 REFUSED: Final = "refused:"
@@ -83,6 +85,21 @@ SCHEMAS: Final[Mapping[str, Mapping[str, tuple[type, ...]]]] = {
         "frame": _OPT_INT,
     },
     BYE: {"reason": _STR},
+    # A source job (``h5feed.producer.sources``): sent twice; first the worker loads the source
+    # and answers SOURCE_INFO (probing the elements when spec is None), then it gets the
+    # element spec to check every element against.
+    SOURCE: {
+        "job": _STR,
+        "source": _STR,
+        "args": (dict,),
+        "sys_path": _LIST,
+        "worker": _INT,
+        "workers": _INT,
+        "seed": _INT,
+        "epoch": _INT,
+        "spec": (dict, type(None)),
+    },
+    SOURCE_INFO: {"job": _STR, "kind": _STR, "length": _OPT_INT, "spec": (dict,)},
 }
 KINDS: Final = frozenset(SCHEMAS)
 

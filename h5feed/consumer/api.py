@@ -95,8 +95,10 @@ def _first_batch(feed: Feed) -> tuple[BatchStream, dict[str, np.ndarray]]:
         raise
 
 
-def _make_config(files: PathsLike, kwargs: FeedKwargs) -> FeedConfig:
+def _make_config(files: PathsLike | None, kwargs: FeedKwargs) -> FeedConfig:
     """Split the keyword arguments between the clip spec and the options, and validate both."""
+    if files is None:
+        raise TypeError("h5feed: give the HDF5 files, or source= (your own code)")
     clip_names = {f.name for f in dataclasses.fields(ClipSpec)}
     option_names = {f.name for f in dataclasses.fields(FeedOptions)}
     unknown = set(kwargs) - clip_names - option_names
@@ -114,7 +116,7 @@ def _make_config(files: PathsLike, kwargs: FeedKwargs) -> FeedConfig:
     return FeedConfig(tuple(paths), clip, FeedOptions(**options))
 
 
-def batches(files: PathsLike, **kwargs: Unpack[FeedKwargs]) -> Feed:
+def batches(files: PathsLike | None = None, **kwargs: Unpack[FeedKwargs]) -> Feed:
     """Batches of video clips as NumPy dicts, decoded by ``workers`` local processes.
 
     Same arguments and semantics as :func:`dataset`, without TensorFlow. Each batch is a dict:
@@ -122,12 +124,20 @@ def batches(files: PathsLike, **kwargs: Unpack[FeedKwargs]) -> Feed:
     dtype), ``label`` int64 [B], ``file`` and ``video``
     object arrays of bytes [B], ``start`` int64 [B], plus ``sample`` (global sample id) and
     ``epoch`` int64 [B]. Arrays may be read-only views of the received message.
+
+    ``source="package.module:factory"`` (with ``source_args``, ``ragged``,
+    ``steps_per_epoch``) runs your own code in the workers instead: see
+    ``h5feed/consumer/source_api.py`` and README "Your own Python code in the workers".
     """
+    if kwargs.get("source") is not None:
+        from h5feed.consumer.source_api import SourceFeed, make_source_config
+
+        return SourceFeed(make_source_config(files, kwargs))
     return Feed(_make_config(files, kwargs))
 
 
 def dataset(
-    files: PathsLike, *, prefetch: int | None = -1, **kwargs: Unpack[FeedKwargs]
+    files: PathsLike | None = None, *, prefetch: int | None = -1, **kwargs: Unpack[FeedKwargs]
 ) -> tf.data.Dataset:
     """A ``tf.data.Dataset`` of batches of video clips, decoded in worker processes.
 
@@ -174,6 +184,10 @@ def dataset(
       ``unit_timeout_s``) end the iteration with an error naming file, video and frame, raised
       by TensorFlow as ``tf.errors.UnknownError`` whose message holds h5feed's error.
 
+    ``source="package.module:factory"``: your own code in the workers instead of HDF5 files
+    (``source_args``, ``output_signature``, ``ragged``, ``steps_per_epoch``); see
+    ``h5feed/consumer/source_api.py`` and README "Your own Python code in the workers".
+
     ``prefetch``: batches tf.data prefetches after the generator (-1: ``tf.data.AUTOTUNE``,
     0/None: no prefetch). End the pipeline with
     ``.apply(tf.data.experimental.prefetch_to_device("/gpu:0"))`` to overlap host-to-GPU
@@ -181,6 +195,10 @@ def dataset(
     """
     import tensorflow as tf  # lazy: only the trainer side needs TensorFlow
 
+    if kwargs.get("source") is not None:  # your own code in the workers: source_api.py
+        from h5feed.consumer.source_api import SourceFeed, make_source_config, source_dataset
+
+        return source_dataset(SourceFeed(make_source_config(files, kwargs)), prefetch)
     feed = Feed(_make_config(files, kwargs))
     clip, options = feed.config.clip, feed.config.options
     height, width = clip.frame_shape

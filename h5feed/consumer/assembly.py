@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -34,6 +35,10 @@ class Batch:
     epoch: int
     index: int
     arrays: dict[str, np.ndarray]
+    # A user source's batch (``source=``): its element tree, batched; ``arrays`` is then empty.
+    element: Any = None
+    rows: int = 0
+    nbytes: int = 0
 
 
 @dataclasses.dataclass

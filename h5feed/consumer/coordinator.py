@@ -218,22 +218,11 @@ class Coordinator:
                 self._waker.close()  # nobody may be left to join this thread and close it
 
     def _handshake(self) -> None:
-        options = self.config.options
-        deadline = time.monotonic() + options.start_timeout_s
-        # Local workers must all connect; with `listen`, at least one worker of any kind.
-        needed = max(self.expected_workers, 1 if options.listen else 0)
-        while len(self._peers) < needed:
-            if time.monotonic() > deadline:
-                raise NoWorkersError(self._no_workers_message(needed))
-            if self._stop.is_set():
-                return
-            self._pump()
-        if options.listen:  # producers already waiting say hello within about a second
-            grace_end = time.monotonic() + options.join_grace_s
-            while time.monotonic() < grace_end and not self._stop.is_set():
-                self._pump()
+        if not self._wait_for_peers():
+            return
         self._assigned = True
         self._assign_files()
+        options = self.config.options
         last_progress = time.monotonic()
         indexed = 0
         while len(self._videos_by_file) < len(self.config.files):
@@ -259,6 +248,24 @@ class Coordinator:
         )
         self._log.info("indexed %d files, %d videos", len(files), self.index.num_videos)
         self._batches = self._plan_batches(self.index)
+
+    def _wait_for_peers(self) -> bool:
+        """Wait for the workers (see ``start_timeout_s``, ``join_grace_s``); False if stopped."""
+        options = self.config.options
+        deadline = time.monotonic() + options.start_timeout_s
+        # Local workers must all connect; with `listen`, at least one worker of any kind.
+        needed = max(self.expected_workers, 1 if options.listen else 0)
+        while len(self._peers) < needed:
+            if time.monotonic() > deadline:
+                raise NoWorkersError(self._no_workers_message(needed))
+            if self._stop.is_set():
+                return False
+            self._pump()
+        if options.listen:  # producers already waiting say hello within about a second
+            grace_end = time.monotonic() + options.join_grace_s
+            while time.monotonic() < grace_end and not self._stop.is_set():
+                self._pump()
+        return not self._stop.is_set()
 
     def _make_slots(self) -> tuple[SlotPool, tuple[int, ...]] | None:
         """A pool of shared-memory batch slots, when local workers make the batches and the
@@ -366,20 +373,25 @@ class Coordinator:
         elif message.kind == wire.ERROR:
             self._on_error(peer, message.fields)
         elif message.kind == wire.BYE:
-            reason = message.fields["reason"]
-            local = self._is_local(peer)
-            if not peer.files and not peer.outstanding:
-                self._peers.pop(identity, None)
-            elif local or self._assembler is None:
-                # A local worker is this iteration's own: leaving is a failure. So is any
-                # leaving before the index is complete (its files' index may be missing).
-                raise WorkerDiedError(
-                    f"worker {peer.name} (pid {peer.pid} on {peer.host}) left the job: {reason}"
-                )
-            else:
-                self._hand_over(peer, reason)
+            self._on_bye(peer, message.fields["reason"])
         else:
-            self._drop(f"unexpected {message.kind} message from worker {peer.name}")
+            self._on_other(peer, message)
+
+    def _on_bye(self, peer: Peer, reason: str) -> None:
+        if not peer.files and not peer.outstanding:
+            self._peers.pop(peer.identity, None)
+        elif self._is_local(peer) or self._assembler is None:
+            # A local worker is this iteration's own: leaving is a failure. So is any
+            # leaving before the index is complete (its files' index may be missing).
+            raise WorkerDiedError(
+                f"worker {peer.name} (pid {peer.pid} on {peer.host}) left the job: {reason}"
+            )
+        else:
+            self._hand_over(peer, reason)
+
+    def _on_other(self, peer: Peer, message: wire.Message) -> None:
+        """A message of a kind this coordinator does not expect (a subclass may)."""
+        self._drop(f"unexpected {message.kind} message from worker {peer.name}")
 
     def _refuse(self, identity: bytes, why: str) -> None:
         if identity not in self._late:
@@ -434,8 +446,7 @@ class Coordinator:
         where = ""
         unit = self._units.get(fields["unit"]) if fields["unit"] is not None else None
         if unit is not None:
-            planned = self._require_assembler().planned(unit.seq)
-            where = f" in unit {unit.id} (batch {planned.index} of epoch {planned.epoch})"
+            where = f" in {self._unit_label(unit)}"
         raise WorkerError(
             f"{peer.name} (pid {peer.pid} on {peer.host}){where}",
             fields["type"],
@@ -589,6 +600,10 @@ class Coordinator:
             len(adopted),
         )  # fmt: skip
 
+    def _can_hand_over(self) -> bool:
+        """Whether a producer's work can go to the others now (once the index is built)."""
+        return self._assembler is not None
+
     def _require_assembler(self) -> BatchAssembler:
         if self._assembler is None:  # unreachable: units exist only after the handshake
             raise RuntimeError("no batch is planned before the index is built")
@@ -618,19 +633,22 @@ class Coordinator:
         for peer in self._peers.values():
             if peer.outstanding and now - peer.last_progress > timeout:
                 unit = self._units[min(peer.outstanding)]
-                planned = self._require_assembler().planned(unit.seq)
                 raise WorkerTimeoutError(
                     f"worker {peer.name} (pid {peer.pid} on {peer.host}) returned nothing for "
                     f"{now - peer.last_progress:.0f} s (unit_timeout_s={timeout:g}); it holds "
-                    f"unit {unit.id} (batch {planned.index} of epoch {planned.epoch}) and "
-                    f"{len(peer.outstanding) - 1} more"
+                    f"{self._unit_label(unit)} and {len(peer.outstanding) - 1} more"
                 )
+
+    def _unit_label(self, unit: Unit) -> str:
+        """A unit as error messages name it."""
+        planned = self._require_assembler().planned(unit.seq)
+        return f"unit {unit.id} (batch {planned.index} of epoch {planned.epoch})"
 
     def _send(self, peer: Peer, kind: str, fields: dict[str, Any]) -> None:
         try:
             self._socket.send_multipart([peer.identity, *wire.encode(kind, fields)], copy=False)
         except zmq.ZMQError as exc:  # EHOSTUNREACH (gone) or EAGAIN (not reading at all)
-            if not self._is_local(peer) and self._assembler is not None:
+            if not self._is_local(peer) and self._can_hand_over():
                 # A producer that is leaving (its BYE still on the way) or gone: its work
                 # goes to the others, as when its BYE arrives.
                 self._hand_over(peer, f"unreachable: {exc}")

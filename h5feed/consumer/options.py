@@ -13,6 +13,7 @@ from h5feed.common.config import CLIP_STARTS, ClipSpec, default_cache_dir
 from h5feed.common.layouts import LayoutSpec
 from h5feed.common.metrics_http import check_port
 from h5feed.consumer.plan import PlanOptions
+from h5feed.consumer.source_options import SourceConfig
 
 _H5_SUFFIXES = (".h5", ".hdf5", ".he5")
 
@@ -159,6 +160,7 @@ class FeedConfig:
     files: tuple[str, ...]
     clip: ClipSpec
     options: FeedOptions
+    source: SourceConfig | None = None  # the user's code in the workers (``source=``)
 
 
 class FeedKwargs(TypedDict, total=False):
@@ -208,3 +210,9 @@ class FeedKwargs(TypedDict, total=False):
     transform_args: dict[str, Any] | None
     shared_memory: bool
     metrics_port: int | None
+    # User sources (see h5feed/consumer/source_api.py).
+    source: str | None
+    source_args: dict[str, Any] | None
+    output_signature: Any
+    ragged: bool | Sequence[str]
+    steps_per_epoch: int | None

@@ -91,6 +91,19 @@ class PlannedBatch:
     seeds: np.ndarray  # uint64 [B]: per-sample seed for user transforms
 
 
+def epoch_order(total: int, options: PlanOptions, epoch: int) -> np.ndarray:
+    """This shard's samples of one epoch, in order: a permutation of ``range(total)`` drawn
+    from ``(seed, epoch)`` (``shuffle``) or ``range(total)``, then every n-th from i
+    (``shard=(i, n)``). Also plans the items of user sources (``source=``)."""
+    if options.shuffle:
+        rng = np.random.default_rng([options.seed, epoch, _PERMUTATION_STREAM])
+        order = rng.permutation(total)
+    else:
+        order = np.arange(total, dtype=np.int64)
+    shard_index, shard_count = options.shard
+    return order[shard_index::shard_count]
+
+
 class EpochPlan:
     """The batches of one epoch of one shard (see the module docstring for the guarantees)."""
 
@@ -101,14 +114,7 @@ class EpochPlan:
         self.epoch = epoch
         k = options.clips_per_video
         total = index.num_videos * k
-        if options.shuffle:
-            order = np.random.default_rng([options.seed, epoch, _PERMUTATION_STREAM]).permutation(
-                total
-            )
-        else:
-            order = np.arange(total, dtype=np.int64)
-        shard_index, shard_count = options.shard
-        self.order = order[shard_index::shard_count]
+        self.order = epoch_order(total, options, epoch)
         rng = np.random.default_rng([options.seed, epoch, _AUGMENTATION_STREAM])
         self._start_uniform = rng.random(total)
         self._crop_uniform = rng.random((total, 2))

@@ -25,7 +25,7 @@ import time
 import uuid
 import weakref
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -36,6 +36,7 @@ from h5feed.consumer.coordinator import END, FAILED, Coordinator
 from h5feed.consumer.local_workers import LocalWorkers
 from h5feed.consumer.memory import keep_freed_memory_mapped
 from h5feed.consumer.options import FeedConfig
+from h5feed.consumer.source_coordinator import SourceCoordinator
 from h5feed.consumer.stats import RateMeter, WaitMeter, verdict
 
 #: Keys of every batch (the tf.data elements carry these, without ``sample`` and ``epoch``).
@@ -78,7 +79,8 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
         addresses = [address] + ([config.options.listen] if config.options.listen else [])
         if config.options.listen and config.options.curve_key is None:
             warn_if_exposed(config.options.listen)
-        self._coordinator = Coordinator(config, epoch_range, addresses, self.job_id, workers, None)
+        make = Coordinator if config.source is None else SourceCoordinator
+        self._coordinator = make(config, epoch_range, addresses, self.job_id, workers, None)
         try:
             self._workers = LocalWorkers(
                 workers,
@@ -98,6 +100,10 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
             self, _shutdown, self._coordinator, self._workers, self._tmpdir, self._closed
         )
         _live_streams.add(self)
+
+    @property
+    def coordinator(self) -> Coordinator:
+        return self._coordinator
 
     @property
     def worker_pids(self) -> list[int]:
@@ -124,6 +130,9 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
                     raise H5FeedError(f"the h5feed coordinator failed: {error!r}") from error
                 batch: Batch = item
                 self._coordinator.consumed()
+                if batch.element is not None:  # a user source's batch (source=)
+                    self._taken.record(batch.rows, batch.nbytes)
+                    return cast(dict[str, np.ndarray], batch.element)
                 frames = batch.arrays["frames"]
                 self._taken.record(len(frames), frames.nbytes)
                 return batch.arrays

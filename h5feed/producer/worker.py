@@ -46,6 +46,7 @@ from h5feed.common.errors import DataError, ProtocolError, VersionMismatchError
 from h5feed.producer.clips import ClipMaker
 from h5feed.producer.index_cache import VideoEntry
 from h5feed.producer.shm import SlotError, SlotMaps, parse_slot
+from h5feed.producer.sources import SourceJob
 from h5feed.producer.worker_stats import WorkerCounters
 
 _POLL_MS = 200
@@ -127,7 +128,7 @@ class Worker:
         if curve is not None:  # a CURVE client that also checks the consumer's key
             make_client(self.socket, *curve)
         self.socket.connect(connect)
-        self.job: _Job | None = None
+        self.job: _Job | SourceJob | None = None
         self.stopping = False
         self.slots_failed = False  # a slot could not be mapped: stop trying
 
@@ -229,10 +230,15 @@ class Worker:
                 self.job = None
         elif message.kind == wire.JOB:
             self.start_job(fields)
+        elif message.kind == wire.SOURCE:
+            self.start_source(fields)
         elif message.kind == wire.UNIT:
             if self.job is None or fields["job"] != self.job.id:
                 return  # a unit of a job that is over: nobody waits for it
-            self.run_unit(self.job, fields)
+            if isinstance(self.job, SourceJob):
+                self.run_source_unit(self.job, fields)
+            else:
+                self.run_unit(self.job, fields)
         else:
             _log.warning("worker %s: unexpected %s message", self.worker_id, message.kind)
 
@@ -240,7 +246,7 @@ class Worker:
         """Open the job's files; a JOB of the job in hand adds files (taken over from a worker
         that left)."""
         job_id = fields["job"]
-        if self.job is None or self.job.id != job_id:
+        if not isinstance(self.job, _Job) or self.job.id != job_id:
             if self.job is not None:
                 self.job.close()
             self.counters.add("jobs")
@@ -305,6 +311,38 @@ class Worker:
             _log.warning("worker %s: %s; sending rows over the socket", self.worker_id, exc)
             self.slots_failed = True
             return None
+
+    def start_source(self, fields: dict[str, Any]) -> None:
+        """A source job (the user's code, ``h5feed.producer.sources``): the first SOURCE loads
+        it and answers SOURCE_INFO; the second gives the element spec."""
+        job_id = fields["job"]
+        try:
+            if isinstance(self.job, SourceJob) and self.job.id == job_id:
+                self.job.set_spec(fields["spec"])
+                return
+            if self.job is not None:
+                self.job.close()
+                self.job = None
+            self.counters.add("jobs")
+            self.job = SourceJob(job_id, fields, local=not self.persistent)
+            if fields["spec"] is not None:  # known already: no probe needed
+                self.job.set_spec(fields["spec"])
+            info = self.job.info()
+        except Exception as exc:  # the user's code: any failure must reach the trainer
+            self.send_error(job_id, None, exc)
+            return
+        self.send(wire.SOURCE_INFO, info)
+
+    def run_source_unit(self, job: SourceJob, fields: dict[str, Any]) -> None:
+        began = time.monotonic()
+        try:
+            data, arrays = job.produce(fields)
+        except Exception as exc:  # any failure must reach the trainer, with its traceback
+            self.send_error(job.id, fields["unit"], exc)
+            return
+        nbytes = sum(array.nbytes for _name, array in arrays)
+        self.counters.unit(len(data["samples"]), nbytes, time.monotonic() - began)
+        self.send(wire.DATA, data, arrays)
 
     def send_error(
         self, job_id: str, unit: int | None, exc: BaseException, file: str | None = None

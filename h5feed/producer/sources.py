@@ -1,0 +1,351 @@
+"""The user's own Python code in a worker: a source named by an import path.
+
+A source job names ``"package.module:factory"`` and msgpack-able ``args``; the worker imports
+the module (never unpickles anything) and calls ``factory(**args)``, adding the keyword
+arguments ``shard_index`` (this worker's position among the job's workers, within the
+trainer's shard: ``i * W + w`` with ``shard=(i, n)`` and W workers), ``shard_count``
+(``n * W``), ``seed`` (the dataset's, the same in every worker) and ``epoch`` (the
+iteration's first epoch; a later pass of a generator function gets the epoch it starts in)
+for each that the factory's signature names explicitly.
+
+The kind of source is detected from the object the factory returns, in this order:
+
+1. ``__len__`` and ``__getitem__``, and a class in its MRO named ``PyDataset`` or ``Sequence``
+   from a ``keras``/``tensorflow`` module: **keras** — item ``i`` is a whole batch (checked by
+   name, so the worker never imports TensorFlow itself);
+2. ``__len__`` and ``__getitem__`` (not a dict): **map** — item ``i`` is one element;
+3. an iterator (a generator object, e.g. the factory is a generator function): **generator**;
+   each later pass calls the factory again (with ``epoch=`` the pass number if it takes it);
+4. a ``generate_data()`` method: **generator**, each pass calls ``generate_data()``;
+5. ``__iter__``: **generator**, each pass calls ``iter(obj)``;
+6. callable: **generator**, each pass calls ``obj()`` and iterates what it returns.
+
+Anything else raises :class:`SourceError`. Errors of the user's code (import, factory, item,
+generator) are raised as SourceError naming the source and the index or element, chained to
+the original exception, so the worker's traceback (sent to the trainer) shows the user's frames.
+"""
+
+from __future__ import annotations
+
+import collections
+import importlib
+import inspect
+import sys
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, Final
+
+import numpy as np
+
+from h5feed.common import elements
+from h5feed.common.elements import ElementSpec
+from h5feed.common.errors import SourceError
+
+MAP: Final = "map"
+KERAS: Final = "keras"
+GENERATOR: Final = "generator"
+SOURCE_KINDS: Final = (MAP, KERAS, GENERATOR)
+
+#: Elements a map source reads, spread over the dataset, to infer the element spec.
+PROBE_ELEMENTS: Final = 8
+#: Elements a generator yields first, kept and sent as its first elements, for the spec.
+PROBE_GENERATOR_ELEMENTS: Final = 4
+
+_KERAS_CLASSES = ("PyDataset", "Sequence")
+_KERAS_MODULES = ("keras", "tensorflow", "tf_keras")
+_END: Final = object()  # what _next returns when the iterator is exhausted
+
+
+def load_factory(path: str) -> Callable[..., Any]:
+    """The object named ``"package.module:attribute"`` (the attribute may be dotted)."""
+    module_name, sep, attribute = path.partition(":")
+    if not sep or not module_name or not attribute:
+        raise SourceError(
+            f"source {path!r} is not an import path of the form 'package.module:factory'"
+        )
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except Exception as exc:  # ImportError, or whatever the user's module raises on import
+        raise SourceError(
+            f"source {path!r}: cannot import {module_name!r}: {type(exc).__name__}: {exc} "
+            f"(the worker's sys.path: {sys.path})"
+        ) from exc
+    for part in attribute.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError as exc:
+            raise SourceError(f"source {path!r}: {module_name!r} has no {attribute!r}") from exc
+    if not callable(obj):
+        raise SourceError(f"source {path!r} is a {type(obj).__name__}, not a callable factory")
+    return obj  # type: ignore[no-any-return]
+
+
+def call_accepting(
+    function: Callable[..., Any], args: Mapping[str, Any], extra: Mapping[str, Any]
+) -> Any:
+    """``function(**args, **extra')`` where extra' holds the ``extra`` keywords that the
+    signature names explicitly (and ``args`` does not set)."""
+    try:
+        parameters = inspect.signature(function).parameters
+    except (TypeError, ValueError):  # a builtin without a signature: no extras
+        parameters = {}  # type: ignore[assignment]
+    accepted = {k: v for k, v in extra.items() if k in parameters and k not in args}
+    return function(**args, **accepted)
+
+
+def detect_kind(obj: Any) -> str:
+    """The kind of source ``obj`` is (see the module docstring for the order)."""
+    if hasattr(obj, "__len__") and hasattr(obj, "__getitem__"):
+        if isinstance(obj, (Mapping, str, bytes)):
+            raise SourceError(f"a {type(obj).__name__} is not a source (a list or dataset is)")
+        if any(
+            cls.__name__ in _KERAS_CLASSES and cls.__module__.startswith(_KERAS_MODULES)
+            for cls in type(obj).__mro__
+        ):
+            return KERAS
+        return MAP
+    if isinstance(obj, Iterator) or hasattr(obj, "generate_data") or hasattr(obj, "__iter__"):
+        return GENERATOR
+    if callable(obj):
+        return GENERATOR
+    raise SourceError(
+        f"the factory returned a {type(obj).__name__}, which is none of: a dataset "
+        "(__len__ + __getitem__), a keras PyDataset, an iterator or generator, an object with "
+        "generate_data() or __iter__, or a callable returning an iterable"
+    )
+
+
+class SourceJob:
+    """One source job in this worker: the user's object, its kind and the unit producer.
+
+    Units (``rows`` of a UNIT message): map — element indices; keras — ``[batch index]``;
+    generator — ``[count, pass]``: the next ``count`` elements of iteration ``pass`` (a new
+    pass number starts a new iteration). DATA ``samples``: the indices, the batch index, or
+    the elements' positions in their pass.
+    """
+
+    def __init__(self, job_id: str, fields: Mapping[str, Any], local: bool) -> None:
+        self.id = job_id
+        self.path: str = fields["source"]
+        self.args: dict[str, Any] = fields["args"]
+        if local:  # the trainer's own modules, where it found them (same host, same files)
+            for entry in fields["sys_path"]:
+                if isinstance(entry, str) and entry not in sys.path:
+                    sys.path.append(entry)
+        if not all(isinstance(k, str) for k in self.args):
+            raise SourceError(f"source {self.path!r}: argument names must be str")
+        self.worker: int = fields["worker"]
+        self.workers: int = fields["workers"]
+        self.seed: int = fields["seed"]
+        self.first_epoch: int = fields["epoch"]
+        self.factory = load_factory(self.path)
+        try:
+            self.obj = call_accepting(self.factory, self.args, self._extra(self.first_epoch))
+        except Exception as exc:
+            raise SourceError(
+                f"source {self.path!r}: the factory raised {type(exc).__name__}: {exc}"
+            ) from exc
+        self.kind = detect_kind(self.obj)
+        self.length: int | None = None
+        if self.kind != GENERATOR:
+            self.length = len(self.obj)
+        self.spec: ElementSpec | None = None
+        self._pass = self.first_epoch  # a generator's passes are numbered by their first epoch
+        self._ordinal = 0
+        self._iterator: Iterator[Any] | None = None
+        self._probed: collections.deque[Any] = collections.deque()
+        self._last_epoch = self.first_epoch
+
+    def _extra(self, epoch: int) -> dict[str, Any]:
+        return {
+            "shard_index": self.worker,
+            "shard_count": self.workers,
+            "seed": self.seed,
+            "epoch": epoch,
+        }
+
+    def close(self) -> None:
+        self._iterator = None
+        self._probed.clear()
+
+    # -- the spec --------------------------------------------------------------------------
+
+    def info(self) -> dict[str, Any]:
+        """The SOURCE_INFO fields: kind, length, and the spec: the one the job gave (given by
+        the user, or learnt by an earlier iteration), else inferred from a probe."""
+        spec = self.spec if self.spec is not None else self.probe()
+        return {"job": self.id, "kind": self.kind, "length": self.length, "spec": spec.to_wire()}
+
+    def probe(self) -> ElementSpec:
+        """The spec of the first elements (see ``elements.infer_spec``)."""
+        if self.kind == GENERATOR:
+            iterator = self._iterator_for(self.first_epoch)
+            while len(self._probed) < PROBE_GENERATOR_ELEMENTS:
+                element = self._next(iterator)
+                if element is _END:
+                    break
+                self._probed.append(element)
+            if not self._probed:
+                raise SourceError(
+                    f"source {self.path!r}: the generator of shard {self.worker} of "
+                    f"{self.workers} yields no element, so the element spec cannot be inferred"
+                )
+            samples = list(self._probed)
+            where = "the first elements of shard " + str(self.worker)
+        else:
+            length = self.length or 0
+            if length == 0:
+                raise SourceError(f"source {self.path!r} is empty (len() is 0)")
+            count = 2 if self.kind == KERAS else min(PROBE_ELEMENTS, length)
+            if self.kind == KERAS:
+                indices = sorted({0, length - 1})
+            else:
+                indices = sorted(
+                    {(j * length // count + self.worker) % length for j in range(count)}
+                )
+            samples = [self._item(i) for i in indices]
+            where = f"items {indices}"
+        try:
+            spec = elements.infer_spec(samples)
+        except SourceError as exc:
+            raise SourceError(f"source {self.path!r}, {where}: {exc}") from exc
+        if self.kind == KERAS:  # a batch's first dimension is its size: the last one differs
+            spec = ElementSpec(
+                spec.tree,
+                tuple(
+                    elements.LeafSpec(leaf.path, leaf.dtype, (None, *leaf.shape[1:]))
+                    if leaf.shape
+                    else leaf
+                    for leaf in spec.leaves
+                ),
+            )
+        return spec
+
+    def set_spec(self, value: Any) -> None:
+        self.spec = ElementSpec.from_wire(value)
+
+    # -- units -----------------------------------------------------------------------------
+
+    def produce(
+        self, fields: Mapping[str, Any]
+    ) -> tuple[dict[str, Any], list[tuple[str, np.ndarray]]]:
+        """The DATA fields and arrays answering one UNIT."""
+        spec = self.spec
+        if spec is None:
+            raise SourceError("a unit arrived before the element spec")
+        rows = fields["rows"]
+        if not all(type(r) is int for r in rows):
+            raise SourceError(f"bad unit rows {rows!r:.200}")
+        leaves: list[list[np.ndarray | bytes]] = []
+        if self.kind == GENERATOR:
+            if len(rows) != 2 or rows[0] < 1 or rows[1] < 0:
+                raise SourceError(f"bad generator unit rows {rows!r:.200}")
+            samples = []
+            for ordinal, element in self._take(rows[0], rows[1]):
+                leaves.append(self._checked(element, f"element #{ordinal} of pass {rows[1]}"))
+                samples.append(ordinal)
+        else:
+            if self.kind == KERAS:
+                self._epoch_ends(fields["epoch"])
+            samples = rows
+            length = self.length or 0
+            for index in rows:
+                if not 0 <= index < length:
+                    raise SourceError(f"index {index} out of range (length {length})")
+                where = f"batch {index}" if self.kind == KERAS else f"index {index}"
+                leaves.append(self._checked(self._item(index), where))
+        data = {
+            "job": self.id,
+            "unit": fields["unit"],
+            "batch": fields["batch"],
+            "samples": samples,
+        }
+        return data, elements.pack(spec, leaves)
+
+    def _checked(self, element: Any, where: str) -> list[np.ndarray | bytes]:
+        spec = self.spec
+        if spec is None:  # unreachable: produce() checked it
+            raise SourceError("no element spec")
+        try:
+            return elements.flatten_checked(element, spec)
+        except SourceError as exc:
+            raise SourceError(
+                f"source {self.path!r}, {where} (worker {self.worker} of {self.workers}): {exc}"
+            ) from None
+
+    def _item(self, index: int) -> Any:
+        try:
+            return self.obj[index]
+        except Exception as exc:
+            what = "batch" if self.kind == KERAS else "item"
+            raise SourceError(
+                f"source {self.path!r}: {what} {index} raised {type(exc).__name__}: {exc}"
+            ) from exc
+
+    def _epoch_ends(self, epoch: int) -> None:
+        """keras: ``on_epoch_end()`` once for every epoch that ended since the last unit."""
+        hook = getattr(self.obj, "on_epoch_end", None)
+        while self._last_epoch < epoch:
+            self._last_epoch += 1
+            if callable(hook):
+                try:
+                    hook()
+                except Exception as exc:
+                    raise SourceError(
+                        f"source {self.path!r}: on_epoch_end raised {type(exc).__name__}: {exc}"
+                    ) from exc
+
+    def _take(self, count: int, pass_number: int) -> Iterator[tuple[int, Any]]:
+        if pass_number != self._pass or self._iterator is None:
+            if pass_number != self._pass:
+                self._probed.clear()  # they belong to pass 0
+            self._iterator = self._iterator_for(pass_number)
+            self._pass = pass_number
+            self._ordinal = 0
+        iterator = self._iterator
+        for _ in range(count):
+            if self._probed:
+                element = self._probed.popleft()
+            else:
+                element = self._next(iterator)
+                if element is _END:
+                    return
+            ordinal = self._ordinal
+            self._ordinal += 1
+            yield ordinal, element
+
+    def _iterator_for(self, pass_number: int) -> Iterator[Any]:
+        if self._iterator is not None and pass_number == self._pass:
+            return self._iterator
+        obj = self.obj
+        try:
+            if isinstance(obj, Iterator):
+                if pass_number != self.first_epoch:
+                    obj = call_accepting(self.factory, self.args, self._extra(pass_number))
+                    self.obj = obj
+                iterable: Any = obj
+            elif hasattr(obj, "generate_data"):
+                iterable = obj.generate_data()
+            elif hasattr(obj, "__iter__"):
+                iterable = obj
+            else:
+                iterable = obj()
+            iterator: Iterator[Any] = iter(iterable)
+        except Exception as exc:
+            raise SourceError(
+                f"source {self.path!r}: starting pass {pass_number} raised "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
+        self._iterator = iterator
+        self._pass = pass_number
+        return iterator
+
+    def _next(self, iterator: Iterator[Any]) -> Any:
+        try:
+            return next(iterator)
+        except StopIteration:
+            return _END
+        except Exception as exc:
+            raise SourceError(
+                f"source {self.path!r}: the generator of shard {self.worker} raised "
+                f"{type(exc).__name__}: {exc} at element #{self._ordinal} of pass {self._pass}"
+            ) from exc

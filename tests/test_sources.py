@@ -1,0 +1,327 @@
+"""User sources (``source=``): the user's own code in real worker processes.
+
+The sources live in ``tests/user_sources.py`` and ``tests/user_keras.py``; workers import them
+through the trainer's ``sys.path``, like a user's own package.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import signal
+from typing import Any
+
+import numpy as np
+import pytest
+from test_producers import free_port, start_producer
+
+import h5feed
+from h5feed.common import elements
+from h5feed.common.elements import ElementSpec, RaggedArray
+from h5feed.common.errors import SourceError
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+# Bounds for every wait: workers start (and import the user's module) within these.
+FAST = {"start_timeout_s": 60.0, "unit_timeout_s": 60.0}
+
+
+def numpy_batches(**kwargs: Any) -> list[Any]:
+    return list(h5feed.batches(**FAST, **kwargs))
+
+
+# -- elements, without processes --------------------------------------------------------
+
+
+def test_pack_and_unpack_round_trip_nested_strings_and_padding() -> None:
+    items = [
+        {"x": (np.arange(n, dtype=np.int16), {"depth": np.float32(n)}), "s": f"é{n}"}
+        for n in (1, 3, 2)
+    ]
+    spec = elements.infer_spec(items)
+    assert [leaf.path for leaf in spec.leaves] == ["s", "x/0", "x/1/depth"]
+    assert spec.leaves[1].shape == (None,)
+    assert ElementSpec.from_wire(spec.to_wire()) == spec
+    packed = elements.pack(spec, [elements.flatten_checked(item, spec) for item in items])
+    fields = elements.unpack(spec, dict(packed), len(items))
+    assert fields[0].values.tolist() == ["é1".encode(), "é3".encode(), "é2".encode()]
+    assert fields[1].values.tolist() == [[0, 0, 0], [0, 1, 2], [0, 1, 0]]
+    assert fields[1].lengths is not None and fields[1].lengths.tolist() == [1, 3, 2]
+
+
+def test_a_field_that_does_not_fit_is_named_with_expected_and_actual() -> None:
+    spec = elements.infer_spec([{"x": (np.zeros(3, np.float32), {"depth": np.zeros(2)})}])
+    with pytest.raises(SourceError, match=r"field 'x/1/depth': expected float64 \[2\], got "):
+        elements.flatten_checked({"x": (np.zeros(3, np.float32), {"depth": np.zeros(5)})}, spec)
+
+
+@pytest.mark.parametrize(
+    ("element", "message"),
+    [
+        ({"x": None}, "field 'x': a NoneType is not an element field"),
+        ({1: np.zeros(2)}, "dict keys must be str"),
+        ((np.array(["a", "b"]),), "field '0': dtype <U1 is not supported"),
+        ([[1, 2], [3]], "cannot make an array of it"),
+    ],
+)
+def test_what_is_not_an_element_is_refused_naming_the_field(element: Any, message: str) -> None:
+    with pytest.raises(SourceError, match=message):
+        elements.infer_spec([element])
+
+
+def test_python_numbers_and_lists_take_the_declared_dtype_of_their_kind() -> None:
+    spec = elements.infer_spec([{"f": np.float32(1), "ids": np.zeros(2, np.int32)}])
+    f, ids = elements.flatten_checked({"f": 3, "ids": [7, 8]}, spec)
+    assert isinstance(f, np.ndarray) and f.dtype == np.float32
+    assert isinstance(ids, np.ndarray) and ids.dtype == np.int32
+    with pytest.raises(SourceError, match="field 'f': expected float32"):
+        elements.flatten_checked({"f": "3", "ids": [7, 8]}, spec)
+
+
+# -- map-style --------------------------------------------------------------------------
+
+
+def test_map_source_exactly_once_per_epoch_and_same_batches_with_1_2_3_workers() -> None:
+    common = {"source": "user_sources:make_squares", "source_args": {"n": 23}}
+    runs = {
+        workers: numpy_batches(**common, batch_size=4, epochs=2, seed=5, workers=workers)
+        for workers in (2, 1, 3)
+    }
+    two = runs[2]
+    assert [len(b["i"]) for b in two] == [4, 4, 4, 4, 4, 3] * 2
+    for epoch in (two[:6], two[6:]):
+        seen = np.concatenate([b["i"] for b in epoch])
+        assert sorted(seen.tolist()) == list(range(23))  # exactly once
+    assert [b["i"].tolist() for b in two[:6]] != [b["i"].tolist() for b in two[6:]]  # reshuffled
+    for b in two:
+        np.testing.assert_array_equal(b["x"], np.repeat(b["i"][:, None], 3, 1).astype(np.float32))
+    for workers in (1, 3):
+        assert [b["i"].tolist() for b in runs[workers]] == [b["i"].tolist() for b in two]
+
+
+def test_variable_length_fields_are_padded_with_lengths_and_strings_are_bytes() -> None:
+    batches = numpy_batches(
+        source="user_sources:Tokens", source_args={"n": 12}, batch_size=6, shuffle=False,
+        workers=2,
+    )  # fmt: skip
+    first = batches[0]
+    assert set(first) == {"tokens", "tokens_length", "label", "name"}
+    assert first["tokens_length"].tolist() == [1, 2, 3, 4, 5, 1]
+    assert first["tokens"].shape == (6, 5)
+    assert first["tokens"][2].tolist() == [2, 3, 4, 0, 0]
+    assert first["name"].tolist() == [f"item-{i}".encode() for i in range(6)]
+    assert batches[1]["label"].tolist() == list(range(6, 12))
+
+
+def test_ragged_in_numpy_gives_ragged_arrays() -> None:
+    (batch,) = numpy_batches(
+        source="user_sources:Tokens", source_args={"n": 3}, batch_size=3, shuffle=False,
+        workers=1, ragged=True,
+    )  # fmt: skip
+    assert "tokens_length" not in batch and isinstance(batch["tokens"], RaggedArray)
+    assert [r.tolist() for r in batch["tokens"].rows()] == [[0], [1, 2], [2, 3, 4]]
+
+
+def test_a_later_element_of_another_shape_is_an_error_naming_field_and_index() -> None:
+    with pytest.raises(h5feed.WorkerError) as info:
+        numpy_batches(
+            source="user_sources:BadShape", source_args={"n": 40, "bad": 33}, batch_size=8,
+            workers=2,
+        )  # fmt: skip
+    text = str(info.value)
+    assert "index 33" in text and "field 'x/1/depth'" in text
+    assert "expected float32 [3], got float32 [4]" in text
+    assert "(worker 0 of 2)" in text or "(worker 1 of 2)" in text
+
+
+def test_user_code_raising_reaches_the_trainer_with_index_and_traceback() -> None:
+    with pytest.raises(h5feed.WorkerError) as info:
+        numpy_batches(
+            source="user_sources:Raising", source_args={"n": 30, "bad": 17}, batch_size=5,
+            workers=2,
+        )  # fmt: skip
+    text = str(info.value)
+    assert "item 17 raised ValueError: cannot load item 17: corrupt record" in text
+    assert "user_sources.py" in text and "__getitem__" in text  # the user's own frame
+
+
+@pytest.mark.parametrize(
+    ("source", "message"),
+    [
+        ("no_such_module_xyz:make", "cannot import 'no_such_module_xyz'"),
+        ("user_sources:no_such_factory", "'user_sources' has no 'no_such_factory'"),
+        ("user_sources:not_a_source", "the factory returned a int"),
+    ],
+)
+def test_a_bad_source_is_a_clear_error(source: str, message: str) -> None:
+    with pytest.raises(h5feed.WorkerError, match=message):
+        numpy_batches(source=source, workers=1)
+
+
+def test_bad_arguments_are_refused_before_any_process_starts() -> None:
+    with pytest.raises(ValueError, match="import path"):
+        h5feed.batches(source="no_colon")
+    with pytest.raises(ValueError, match="msgpack-able"):
+        h5feed.batches(source="user_sources:Squares", source_args={"n": object()})
+    with pytest.raises(TypeError, match="clip_len"):
+        h5feed.batches(source="user_sources:Squares", clip_len=4)
+
+
+# -- generators -------------------------------------------------------------------------
+
+
+def test_scene_generator_on_two_workers_reads_disjoint_shards(
+    small_dataset: list[pathlib.Path],
+) -> None:
+    files = [str(p) for p in small_dataset]
+    batches = numpy_batches(
+        source="user_sources:SceneGenerator", source_args={"files": files, "frames": 2},
+        batch_size=4, workers=2,
+    )  # fmt: skip
+    videos = [v for b in batches for v in b[1]["video"].tolist()]
+    assert len(videos) == len(set(videos)) == 24  # 4 files x 6 videos, each once
+    x = batches[0][0]
+    assert x.dtype == np.uint8 and x.shape[1:] == (2, 96, 128, 3)
+    assert all(b[1]["label"].dtype == np.int64 for b in batches)
+
+
+def test_generator_function_epochs_and_steps_per_epoch() -> None:
+    common = {"source": "user_sources:count_up", "source_args": {"n": 10}, "workers": 2}
+    batches = numpy_batches(**common, batch_size=3, epochs=2)
+    values = [v for b in batches for v in b["value"].tolist()]
+    assert sorted(values) == sorted(list(range(10)) * 2)  # an epoch = every shard to its end
+    for b in batches:  # batches are per worker
+        assert len(set(b["shard"].tolist())) == 1
+    steps = numpy_batches(**common, batch_size=2, epochs=3, steps_per_epoch=2)
+    assert len(steps) == 6
+    # shard=(1, 2) of a trainer with 2 workers: the workers are shards 2 and 3 of 4
+    half = numpy_batches(**common, batch_size=5, shard=(1, 2))
+    assert sorted(v for b in half for v in b["value"].tolist()) == [2, 3, 6, 7]
+
+
+def test_generator_raising_reaches_the_trainer_with_element_and_traceback() -> None:
+    with pytest.raises(h5feed.WorkerError) as info:
+        numpy_batches(
+            source="user_sources:failing_generator", source_args={"n": 50, "fail_at": 9},
+            batch_size=4, workers=2,
+        )  # fmt: skip
+    text = str(info.value)
+    assert "shard 0 raised RuntimeError: sensor 9 unplugged at element #9" in text
+    assert "user_sources.py" in text and "failing_generator" in text
+
+
+def test_unordered_map_batches_are_still_exactly_once() -> None:
+    batches = numpy_batches(
+        source="user_sources:make_squares", source_args={"n": 30}, batch_size=4, workers=3,
+        deterministic=False,
+    )  # fmt: skip
+    assert sorted(np.concatenate([b["i"] for b in batches]).tolist()) == list(range(30))
+
+
+def test_a_producer_leaving_a_map_source_hands_its_units_over(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path
+) -> None:
+    # Remote producers import the user's module from their own environment.
+    tests_dir = str(pathlib.Path(__file__).resolve().parent)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([tests_dir, os.environ.get("PYTHONPATH", "")]))
+    port = free_port()
+    producers = [start_producer(port, tmp_path, f"p{i}") for i in range(2)]
+    try:
+        feed = h5feed.batches(
+            source="user_sources:make_squares", source_args={"n": 40}, batch_size=2,
+            workers=0, listen=f"tcp://127.0.0.1:{port}", **FAST,
+        )  # fmt: skip
+        seen: list[int] = []
+        with feed.stream() as stream:
+            for i, batch in enumerate(stream):
+                seen.extend(batch["i"].tolist())
+                if i == 2:
+                    producers[0].send_signal(signal.SIGTERM)
+            stats = stream.stats()
+        assert sorted(seen) == list(range(40)), "lost or repeated items after a producer left"
+        assert producers[0].wait(15) == 0
+        assert [w["name"].split("-")[0] for w in stats["workers"]] == ["p1"]
+    finally:
+        for process in producers:
+            if process.poll() is None:
+                process.kill()
+            process.communicate(timeout=10)
+
+
+# -- TensorFlow -------------------------------------------------------------------------
+
+
+def test_nested_dict_and_tuple_elements_into_tf() -> None:
+    tf = pytest.importorskip("tensorflow")  # the tf extra is part of the test install
+    ds = h5feed.dataset(
+        source="user_sources:Nested", batch_size=4, shuffle=False, workers=2, **FAST
+    )
+    spec = ds.element_spec
+    assert spec[0]["a"]["b"] == tf.TensorSpec((None, 2, 2), tf.int32)
+    assert spec[0]["c"] == tf.TensorSpec((None,), tf.string)
+    assert spec[1] == tf.TensorSpec((None,), tf.float64)
+    batches = list(ds)
+    assert [int(b[1].shape[0]) for b in batches] == [4, 4, 2]
+    assert batches[0][0]["a"]["b"].numpy()[3].tolist() == [[3, 3], [3, 3]]
+    assert batches[2][0]["c"].numpy().tolist() == [b"c8", b"c9"]
+
+
+def test_output_signature_given_casts_python_numbers_and_names_a_field_that_does_not_fit() -> None:
+    tf = pytest.importorskip("tensorflow")
+    element = {"a": {"b": tf.TensorSpec((2, 2), tf.int32)}, "c": tf.TensorSpec((), tf.string)}
+    signature = (element, tf.TensorSpec((), tf.float32))  # the source yields Python floats
+    ds = h5feed.dataset(
+        source="user_sources:Nested", output_signature=signature, batch_size=5, shuffle=False,
+        workers=2, **FAST,
+    )  # fmt: skip
+    assert ds.element_spec[1] == tf.TensorSpec((None,), tf.float32)
+    batches = list(ds)
+    assert batches[1][1].numpy().tolist() == [2.5, 3.0, 3.5, 4.0, 4.5]
+    wrong = (dict(element, a={"b": tf.TensorSpec((3, 3), tf.int32)}), signature[1])
+    ds = h5feed.dataset(source="user_sources:Nested", output_signature=wrong, workers=1, **FAST)
+    with pytest.raises(tf.errors.UnknownError, match=r"field '0/a/b': expected int32 \[3, 3\]"):
+        list(ds)
+
+
+def test_variable_length_fields_as_padded_and_as_ragged_tensors() -> None:
+    tf = pytest.importorskip("tensorflow")
+    common = {"source": "user_sources:Tokens", "source_args": {"n": 7}, "shuffle": False}
+    padded = h5feed.dataset(**common, batch_size=7, workers=1, **FAST)
+    assert padded.element_spec["tokens"] == tf.TensorSpec((None, None), tf.int64)
+    (batch,) = list(padded)
+    assert batch["tokens_length"].numpy().tolist() == [1, 2, 3, 4, 5, 1, 2]
+    ragged = h5feed.dataset(**common, batch_size=7, workers=2, ragged=["tokens"], **FAST)
+    assert isinstance(ragged.element_spec["tokens"], tf.RaggedTensorSpec)
+    (batch,) = list(ragged)
+    assert batch["tokens"].to_list()[4] == [4, 5, 6, 7, 8]
+    assert "tokens_length" not in batch
+
+
+def test_keras_pydataset_batch_order_shuffled_each_batch_once() -> None:
+    pytest.importorskip("keras")
+    ds = h5feed.dataset(
+        source="user_keras:Batches", source_args={"n_batches": 6, "batch": 4, "rows": 22},
+        shuffle=True, seed=3, epochs=2, workers=2, **FAST,
+    )  # fmt: skip
+    batches = list(ds)
+    assert len(batches) == 12
+    firsts = [int(b[0].numpy()[0, 0]) // 4 for b in batches]
+    assert sorted(firsts[:6]) == sorted(firsts[6:]) == list(range(6))  # each batch once
+    assert firsts[:6] != list(range(6))  # shuffled
+    sizes = sorted(int(b[0].shape[0]) for b in batches[:6])
+    assert sizes == [2, 4, 4, 4, 4, 4]  # items are not re-batched
+    # on_epoch_end ran in the workers between the epochs
+    assert all(int(b[1].numpy()[0]) == 0 for b in batches[:6])
+    assert all(int(b[1].numpy()[0]) == 1 for b in batches[6:])
+
+
+def test_model_fit_on_a_source_dataset() -> None:
+    keras = pytest.importorskip("keras")
+    ds = h5feed.dataset(
+        source="user_sources:make_squares", source_args={"n": 32}, batch_size=8, workers=2,
+        **FAST,
+    )  # fmt: skip
+    model = keras.Sequential([keras.layers.Input((3,)), keras.layers.Dense(1)])
+    model.compile("sgd", "mse")
+    history = model.fit(ds.map(lambda b: (b["x"] / 32.0, b["i"])), epochs=1, verbose=0)
+    assert len(history.history["loss"]) == 1 and np.isfinite(history.history["loss"][0])

@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench core-bench clean
+.PHONY: demo test lint bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -38,10 +38,6 @@ $(BENCH_STAMP): $(STAMP)
 ##        (writes docs/bench/bench-Ncores.{json,md,png}; ~20 min on 2 cores)
 bench: $(BENCH_STAMP)
 	$(BIN)/h5feed bench
-
-## core-bench: the core benchmark (per-core limit vs h5feed; clips/s, trainer CPU per clip)
-core-bench: $(STAMP)
-	$(BIN)/python benchmarks/core_bench.py --json docs/bench/core-2cores.json
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build *.egg-info

@@ -1,4 +1,4 @@
-"""Progress bars of long commands (``h5feed demo``, ``benchmarks/core_bench.py``).
+"""Progress bars of long commands (``h5feed demo``, ``h5feed bench``).
 
 :func:`progress_bar` gives a ``rich`` bar only where a person watches: ``enabled`` (commands
 turn it off with ``--no-progress``) and the stream is a terminal. Elsewhere (a pipe, a log

@@ -111,16 +111,6 @@ def epoch_plan(videos: Sequence[VideoRef], seed: int, epoch: int) -> list[Planne
     return [draw_clip(rng, videos[int(i)]) for i in rng.permutation(len(videos))]
 
 
-def plan_clips(videos: Sequence[VideoRef], count: int, seed: int) -> list[PlannedClip]:
-    """``count`` clips: consecutive epochs of :func:`epoch_plan`, cut at ``count``."""
-    clips: list[PlannedClip] = []
-    for epoch in itertools.count():
-        if len(clips) >= count:
-            break
-        clips += epoch_plan(videos, seed, epoch)
-    return clips[:count]
-
-
 def is_contiguous(indices: Sequence[int]) -> bool:
     """Whether ``indices`` are consecutive increasing frame numbers (one slice read)."""
     return all(b - a == 1 for a, b in itertools.pairwise(indices))

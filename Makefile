@@ -22,7 +22,7 @@ test: $(STAMP)
 	$(BIN)/ruff check h5feed tests benchmarks
 	$(BIN)/ruff format --check h5feed tests benchmarks
 	$(BIN)/mypy
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n 2 --dist loadgroup
 
 # A CPU-only torch wheel, where one lies on disk (PyPI serves only the large CUDA build):
 # installed before the bench extra, which then keeps it. Override: make bench TORCH_WHEEL=...

@@ -19,7 +19,8 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 ENGINE = ROOT.parent / "shared" / "ci" / "docker-engine.sh"
 PROJECT = "h5feedtest"
 
-pytestmark = pytest.mark.compose
+# One Docker engine per machine: never two of these at once (pytest-xdist).
+pytestmark = [pytest.mark.compose, pytest.mark.xdist_group("machine")]
 
 
 @pytest.fixture(scope="module")

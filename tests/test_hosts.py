@@ -17,6 +17,9 @@ import pytest
 #: (consumer side, producer side) of each link: TEST-NET-1 and TEST-NET-2, never routed.
 LINKS = (("192.0.2.1", "192.0.2.2"), ("198.51.100.1", "198.51.100.2"))
 
+# One set of network namespaces and addresses per machine: never two of these at once.
+pytestmark = pytest.mark.xdist_group("machine")
+
 
 def ip(*args: str) -> None:
     subprocess.run(["ip", *args], check=True, capture_output=True, timeout=30)

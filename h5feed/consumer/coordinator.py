@@ -28,7 +28,7 @@ import queue
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import zmq
@@ -335,12 +335,12 @@ class Coordinator:
         if events.get(self._waker.fileno):
             self._waker.drain()
         if events.get(self._socket):
+            # Ask the socket whether a message waits rather than receiving until zmq.Again:
+            # an exception per wake-up costs more than the check (this loop runs per batch).
             for _ in range(_MAX_MESSAGES_PER_PASS):
-                try:
-                    frames = self._socket.recv_multipart(zmq.NOBLOCK, copy=False)
-                except zmq.Again:
+                if not cast(int, self._socket.getsockopt(zmq.EVENTS)) & zmq.POLLIN:
                     break
-                self._receive(frames)
+                self._receive(self._socket.recv_multipart(zmq.NOBLOCK, copy=False))
         now = time.monotonic()
         if now >= self._next_health:
             self._next_health = now + _HEALTH_EVERY_S
@@ -521,7 +521,7 @@ class Coordinator:
         rows = unit_rows(index, planned)
         chosen = np.arange(len(rows)) if subset is None else subset
         owners = self._owner_slot[index.file_of_video[planned.videos[chosen]]]
-        slots = np.unique(owners).tolist()
+        slots = sorted(set(owners.tolist()))
         assembler = self._require_assembler()
         if subset is None:
             assembler.expect(seq, planned, len(slots), self._batch_slot(slots))
@@ -646,7 +646,8 @@ class Coordinator:
 
     def _send(self, peer: Peer, kind: str, fields: dict[str, Any]) -> None:
         try:
-            self._socket.send_multipart([peer.identity, *wire.encode(kind, fields)], copy=False)
+            # Copied: control messages are small, and a zero-copy send costs more for them.
+            self._socket.send_multipart([peer.identity, *wire.encode(kind, fields)])
         except zmq.ZMQError as exc:  # EHOSTUNREACH (gone) or EAGAIN (not reading at all)
             if not self._is_local(peer) and self._can_hand_over():
                 # A producer that is leaving (its BYE still on the way) or gone: its work

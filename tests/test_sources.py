@@ -148,8 +148,8 @@ def test_user_code_raising_reaches_the_trainer_with_index_and_traceback() -> Non
 @pytest.mark.parametrize(
     ("source", "message"),
     [
-        ("no_such_module_xyz:make", "cannot import 'no_such_module_xyz'"),
-        ("user_sources:no_such_factory", "'user_sources' has no 'no_such_factory'"),
+        ("no_such_module_xyz:make", "cannot import module 'no_such_module_xyz'"),
+        ("user_sources:no_such_factory", "'user_sources' has no attribute 'no_such_factory'"),
         ("user_sources:not_a_source", "the factory returned a int"),
     ],
 )

@@ -28,7 +28,6 @@ the original exception, so the worker's traceback (sent to the trainer) shows th
 from __future__ import annotations
 
 import collections
-import importlib
 import inspect
 import sys
 from collections.abc import Callable, Iterator, Mapping
@@ -39,6 +38,7 @@ import numpy as np
 from h5feed.common import elements
 from h5feed.common.elements import ElementSpec
 from h5feed.common.errors import SourceError
+from h5feed.producer import import_path
 
 MAP: Final = "map"
 KERAS: Final = "keras"
@@ -56,27 +56,12 @@ _END: Final = object()  # what _next returns when the iterator is exhausted
 
 
 def load_factory(path: str) -> Callable[..., Any]:
-    """The object named ``"package.module:attribute"`` (the attribute may be dotted)."""
-    module_name, sep, attribute = path.partition(":")
-    if not sep or not module_name or not attribute:
-        raise SourceError(
-            f"source {path!r} is not an import path of the form 'package.module:factory'"
-        )
+    """The factory named ``"package.module:attribute"`` (the attribute may be dotted);
+    SourceError naming the path."""
     try:
-        obj: Any = importlib.import_module(module_name)
-    except Exception as exc:  # ImportError, or whatever the user's module raises on import
-        raise SourceError(
-            f"source {path!r}: cannot import {module_name!r}: {type(exc).__name__}: {exc} "
-            f"(the worker's sys.path: {sys.path})"
-        ) from exc
-    for part in attribute.split("."):
-        try:
-            obj = getattr(obj, part)
-        except AttributeError as exc:
-            raise SourceError(f"source {path!r}: {module_name!r} has no {attribute!r}") from exc
-    if not callable(obj):
-        raise SourceError(f"source {path!r} is a {type(obj).__name__}, not a callable factory")
-    return obj  # type: ignore[no-any-return]
+        return import_path.load_callable(path)
+    except import_path.ImportPathError as exc:
+        raise SourceError(f"source {path!r} {exc}") from exc
 
 
 def call_accepting(

@@ -22,7 +22,6 @@ Contract (also in README "Per-sample transforms")::
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from typing import Any
 
@@ -30,6 +29,7 @@ import numpy as np
 
 from h5feed.common.errors import DataError, H5FeedError
 from h5feed.common.wire import ALLOWED_DTYPES
+from h5feed.producer import import_path
 
 
 class TransformImportError(H5FeedError):
@@ -37,24 +37,11 @@ class TransformImportError(H5FeedError):
 
 
 def load_callable(path: str) -> Callable[..., Any]:
-    """The object at ``"package.module:attr.sub"``; TransformImportError naming the path."""
-    module_name, _, attributes = path.partition(":")
+    """The function at ``"package.module:attr.sub"``; TransformImportError naming the path."""
     try:
-        obj: Any = importlib.import_module(module_name)
-    except Exception as exc:  # any failure of the user's module must name the path
-        raise TransformImportError(
-            f"transform {path!r}: cannot import module {module_name!r}: {type(exc).__name__}: {exc}"
-        ) from exc
-    for attribute in attributes.split("."):
-        try:
-            obj = getattr(obj, attribute)
-        except AttributeError as exc:
-            raise TransformImportError(
-                f"transform {path!r}: {module_name!r} has no attribute {attributes!r}"
-            ) from exc
-    if not callable(obj):
-        raise TransformImportError(f"transform {path!r} is a {type(obj).__name__}, not callable")
-    return obj  # type: ignore[no-any-return]
+        return import_path.load_callable(path)
+    except import_path.ImportPathError as exc:
+        raise TransformImportError(f"transform {path!r} {exc}") from exc
 
 
 class Transform:

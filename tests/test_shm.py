@@ -10,6 +10,7 @@ from __future__ import annotations
 import gc
 import os
 import pathlib
+import signal
 import subprocess
 import sys
 
@@ -93,18 +94,23 @@ def test_without_a_known_frame_size_batches_come_over_the_socket(
     assert len(batches) == 6 and batches[0]["frames"].shape == (4, 4, 96, 128, 3)
 
 
-def test_parts_from_a_remote_producer_are_copied_into_the_slot(
-    small_dataset: list[pathlib.Path],
+@pytest.mark.parametrize("namespace", ["same", "own"])
+def test_a_producer_service_on_this_host_writes_into_the_slots_or_falls_back(
+    small_dataset: list[pathlib.Path], namespace: str
 ) -> None:
-    """A producer over TCP cannot map the trainer's memory: its rows travel over the socket
-    and land in the same slot as the local worker's rows."""
+    """A producer service on the trainer's host maps the slots like a local worker. One in a
+    PID namespace of its own (as in a container: the trainer's pid is not its process there)
+    cannot: its rows come over the socket and are copied into the same slot as the local
+    worker's rows. Either way the batches equal the socket path's."""
     port = free_port()
     root = small_dataset[0].parent
+    prefix = ["unshare", "--pid", "--fork", "--mount-proc"] if namespace == "own" else []
     producer = subprocess.Popen(
-        [sys.executable, "-m", "h5feed", "produce", "--data-root", str(root), "--workers", "1",
-         "--name", "remote"],
+        [*prefix, sys.executable, "-m", "h5feed", "produce", "--data-root", str(root),
+         "--workers", "1", "--name", "remote"],
         env={**os.environ, "H5FEED_CONNECT": f"tcp://127.0.0.1:{port}"},
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,  # its own process group: `unshare` does not pass signals on
     )  # fmt: skip
     try:
         names = [p.name for p in small_dataset]
@@ -118,10 +124,14 @@ def test_parts_from_a_remote_producer_are_copied_into_the_slot(
         hosts = {w["name"]: w["clips"] for w in stats["workers"]}
         assert len(hosts) == 2 and all(hosts.values()), hosts  # both delivered
         assert stats["shared_memory_slots"] > 0
+        # Parts that came over the socket for a batch in a slot: the producer's, if it
+        # could not map the slots; none if it could.
+        copied = stats["parts_copied_into_slots"]
+        assert (copied > 0) if namespace == "own" else (copied == 0), copied
         reference, _ = run([root / n for n in names], workers=1, shared_memory=False)
         assert as_bytes(mixed) == as_bytes(reference)
     finally:
-        producer.terminate()
+        os.killpg(producer.pid, signal.SIGTERM)
         producer.communicate(timeout=15)
 
 
@@ -155,17 +165,35 @@ def test_malformed_slot_fields_are_refused(slot: object) -> None:
 def test_a_slot_that_cannot_be_opened_is_a_slot_error() -> None:
     maps = SlotMaps()
     with pytest.raises(SlotError, match="cannot open slot"):
-        maps.batch_array(os.getpid(), 999_999, (1, 2))
+        maps.batch_array(os.getpid(), 999_999, (1, 2), "job1")
+
+
+def test_a_descriptor_that_is_not_this_jobs_slot_is_refused(tmp_path: pathlib.Path) -> None:
+    """In another PID namespace the trainer's pid may be another process whose descriptor
+    of that number is any file: the worker checks the slot's name before mapping it."""
+    other_jobs = SlotPool(16, "job2")
+    with open(tmp_path / "plain", "wb") as plain:
+        plain.write(b"\0" * 16)
+        plain.flush()
+        maps = SlotMaps()
+        try:
+            with pytest.raises(SlotError, match="not a slot of job job1"):
+                maps.batch_array(os.getpid(), plain.fileno(), (2, 8), "job1")
+            with pytest.raises(SlotError, match="not a slot of job job1"):
+                maps.batch_array(os.getpid(), other_jobs.acquire().fd, (2, 8), "job1")
+        finally:
+            maps.close()
+            other_jobs.close()
 
 
 def test_a_slot_too_small_for_the_batch_is_a_slot_error() -> None:
-    pool = SlotPool(16)
+    pool = SlotPool(16, "job1")
     slot = pool.acquire()
     maps = SlotMaps()
     try:
         with pytest.raises(SlotError, match="holds 16 bytes"):
-            maps.batch_array(os.getpid(), slot.fd, (2, 9))
-        view = maps.batch_array(os.getpid(), slot.fd, (2, 8))
+            maps.batch_array(os.getpid(), slot.fd, (2, 9), "job1")
+        view = maps.batch_array(os.getpid(), slot.fd, (2, 8), "job1")
         view[:] = 7  # written through /proc by "another process": seen in the pool's mapping
         assert bytes(slot.memory[:16]) == b"\x07" * 16
         del view

@@ -4,8 +4,10 @@
 the real worker (:class:`h5feed.producer.worker.Worker`: same socket, same wire protocol,
 same JOB and INDEX handling, so the consumer plans real epochs of the real files) with one
 method replaced: a UNIT of n rows is answered at once with a preallocated zero array of the
-clip's shape [n, clip_len, H, W, 3] uint8, sent without a copy. What is left is the cost of
-moving batches: the consumer ceiling of :mod:`h5feed.bench.ceiling`.
+clip's shape [n, clip_len, H, W, 3] uint8, sent without a copy — or, when the unit names a
+shared-memory slot this process can map (it runs on the trainer's host), with the slot's rows
+as they are (nothing to write: the batch is "ready-made") and a DATA header alone. What is left
+is the cost of moving batches: the consumer ceiling of :mod:`h5feed.bench.ceiling`.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ class SyntheticWorker(Worker):
     def run_unit(self, job: _Job, fields: dict[str, Any]) -> None:
         height, width = job.spec.frame_shape
         shape = (len(fields["rows"]), job.spec.clip_len, height or 0, width or 0, 3)
+        in_slot = self.slot_target(job, fields["slot"]) is not None
         zeros = self._zeros.setdefault(shape, np.zeros(shape, np.uint8))
         self.send(
             wire.DATA,
@@ -44,7 +47,7 @@ class SyntheticWorker(Worker):
                 "batch": fields["batch"],
                 "samples": [row[0] for row in fields["rows"]],
             },
-            [("frames", zeros)],
+            [] if in_slot else [("frames", zeros)],
         )
 
 

@@ -25,6 +25,7 @@ import contextlib
 import logging
 import os
 import queue
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -61,6 +62,7 @@ from h5feed.consumer.work import (
 )
 
 _log = logging.getLogger("h5feed.consumer")
+_HOST = socket.gethostname()
 
 _POLL_MS = 50
 _HEALTH_EVERY_S = 0.2
@@ -99,6 +101,7 @@ class Coordinator:
             "dropped_parts": 0,
             "batches_dispatched": 0,
             "reassigned_units": 0,
+            "parts_copied_into_slots": 0,
             "max_inflight_batches": 0,
             "batches": 0,
             "clips": 0,
@@ -268,17 +271,17 @@ class Coordinator:
         return not self._stop.is_set()
 
     def _make_slots(self) -> tuple[SlotPool, tuple[int, ...]] | None:
-        """A pool of shared-memory batch slots, when local workers make the batches and the
-        clip's output size is known before decoding (``crop`` or ``resize`` set, and no
-        transform, whose output shape only its first result tells)."""
+        """A pool of shared-memory batch slots (used for batches that a worker on this host
+        makes part of), when the clip's output size is known before decoding (``crop`` or
+        ``resize`` set, and no transform, whose output shape only its first result tells)."""
         clip, options = self.config.clip, self.config.options
         height, width = clip.frame_shape
-        if not (options.shared_memory and self.expected_workers and supported()):
+        if not (options.shared_memory and supported()):
             return None
         if height is None or width is None or clip.transform is not None:
             return None
         clip_shape = (clip.clip_len, height, width, 3)
-        self._pool = SlotPool(options.batch_size * int(np.prod(clip_shape)))
+        self._pool = SlotPool(options.batch_size * int(np.prod(clip_shape)), self.job_id)
         return self._pool, clip_shape
 
     def _assign_files(self) -> None:
@@ -464,6 +467,8 @@ class Coordinator:
             )
             return
         frames = message.arrays.get("frames")
+        if frames is not None and unit.in_slot:  # the worker could not map the slot
+            self.counters["parts_copied_into_slots"] += 1
         if frames is None and unit.in_slot:
             nbytes = self._slot_part_bytes(len(unit.samples))
         elif self._is_bad_part(frames, len(unit.samples)):
@@ -530,7 +535,7 @@ class Coordinator:
         for slot in slots:
             positions = chosen[owners == slot]
             peer = self._peers[self._slots[slot]]
-            in_slot = batch_slot is not None and self._is_local(peer)
+            in_slot = batch_slot is not None and self._shares_memory(peer)
             unit = Unit(
                 self._next_unit,
                 seq,
@@ -566,9 +571,15 @@ class Coordinator:
         """A shared-memory slot for a new batch, if a local worker makes part of it."""
         if self._pool is None:
             return None
-        if not any(self._is_local(self._peers[self._slots[s]]) for s in owner_slots):
+        if not any(self._shares_memory(self._peers[self._slots[s]]) for s in owner_slots):
             return None
         return self._pool.acquire()
+
+    def _shares_memory(self, peer: Peer) -> bool:
+        """Whether ``peer`` may map this process's slots: a local worker, or a producer that
+        says it runs on this host (one that cannot map them, in a container say, sends its
+        rows over the socket after all, so offering costs nothing)."""
+        return self._is_local(peer) or peer.host == _HOST
 
     def _hand_over(self, leaver: Peer, reason: str) -> None:
         """A producer left the job on purpose (SIGTERM, scale-down): give its files to the

@@ -14,9 +14,10 @@ Guarantees of a :class:`SlotPool`:
    tensors TensorFlow made from them, which keep the array alive). A batch the trainer keeps
    never changes under it; the pool grows instead (memory as with fresh arrays per batch).
 2. Slots are anonymous memory files (``memfd_create``): nothing is left in ``/dev/shm`` or on
-   disk when the trainer is killed. Workers of the same user open them through
-   ``/proc/<trainer pid>/fd/<fd>``; a worker that cannot sends its rows over the socket
-   instead, and they are copied into the slot (same result, one copy).
+   disk when the trainer is killed. Workers of the same user on the same host open them
+   through ``/proc/<trainer pid>/fd/<fd>`` and check the file's name (``h5feed-<job>``); a
+   worker that cannot sends its rows over the socket instead, and they are copied into the
+   slot (same result, one copy).
 3. Thread-safe: slots return from whatever thread drops the last array.
 """
 
@@ -47,10 +48,14 @@ def supported() -> bool:
 class SlotPool:
     """Slots of ``nbytes`` each, made on demand and reused once released."""
 
-    def __init__(self, nbytes: int) -> None:
+    def __init__(self, nbytes: int, tag: str = "batch") -> None:
+        """``tag`` names every slot's file (``memfd:h5feed-<tag>``): workers check it, so a
+        descriptor number that means another file to them (another process with this pid,
+        in another PID namespace) is never taken for a slot."""
         if nbytes < 1:
             raise ValueError(f"a slot needs at least one byte, got {nbytes}")
         self.nbytes = nbytes
+        self.tag = tag
         self._free: list[Slot] = []
         self._all: list[Slot] = []
         self._lock = threading.Lock()
@@ -69,7 +74,7 @@ class SlotPool:
                 raise RuntimeError("the slot pool is closed")
             if self._free:
                 return self._free.pop()
-            fd = os.memfd_create("h5feed-batch", os.MFD_CLOEXEC)
+            fd = os.memfd_create(f"h5feed-{self.tag}", os.MFD_CLOEXEC)
             try:
                 os.ftruncate(fd, self.nbytes)
                 slot = Slot(fd, mmap.mmap(fd, self.nbytes))

@@ -190,6 +190,7 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
             "credit_budget": self.config.options.inflight_batches,
             "queue_depth": self._coordinator.out.qsize(),
             "shared_memory_slots": self._coordinator.shared_memory_slots,
+            "parts_copied_into_slots": counters["parts_copied_into_slots"],
             "workers": workers,
             "hosts": hosts,
             "malformed_messages": counters["malformed_messages"],

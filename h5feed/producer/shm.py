@@ -1,10 +1,12 @@
 """The worker's side of shared-memory batch slots (see ``h5feed.consumer.slots``).
 
-A UNIT for a local worker may name a slot: ``[pid, fd, batch_rows, positions]`` — the
-trainer's process id, the file descriptor of the slot in that process, the rows of the whole
-batch, and the batch rows this unit fills. The worker maps the slot once (through
-``/proc/<pid>/fd/<fd>``; the descriptor is the trainer's for the whole iteration, so one number
-is one slot) and writes its clips straight into those rows.
+A UNIT for a worker on the trainer's host may name a slot: ``[pid, fd, batch_rows,
+positions]`` — the trainer's process id, the file descriptor of the slot in that process, the
+rows of the whole batch, and the batch rows this unit fills. The worker maps the slot once
+(through ``/proc/<pid>/fd/<fd>``; the descriptor is the trainer's for the whole iteration, so
+one number is one slot), after checking that the file is this job's slot (its name is
+``memfd:h5feed-<job id>``: in another PID namespace the same pid is another process), and
+writes its clips straight into those rows.
 """
 
 from __future__ import annotations
@@ -42,14 +44,19 @@ class SlotMaps:
     def __init__(self) -> None:
         self._maps: dict[tuple[int, int], mmap.mmap] = {}
 
-    def batch_array(self, pid: int, fd: int, shape: tuple[int, ...]) -> np.ndarray:
+    def batch_array(self, pid: int, fd: int, shape: tuple[int, ...], job: str) -> np.ndarray:
         """The slot as a writable uint8 array of ``shape`` (the whole batch)."""
         memory = self._maps.get((pid, fd))
         if memory is None:
+            path = f"/proc/{pid}/fd/{fd}"
             try:
-                handle = os.open(f"/proc/{pid}/fd/{fd}", os.O_RDWR)
+                target = os.readlink(path)
+                handle = os.open(path, os.O_RDWR)
             except OSError as exc:
                 raise SlotError(f"cannot open slot {fd} of process {pid}: {exc}") from exc
+            if not target.startswith(f"/memfd:h5feed-{job}"):
+                os.close(handle)
+                raise SlotError(f"{path} is {target!r}, not a slot of job {job}")
             try:
                 size = os.fstat(handle).st_size
                 memory = mmap.mmap(handle, size)

@@ -306,7 +306,7 @@ class Worker:
         try:
             pid, fd, batch_rows, positions = parse_slot(slot)
             shape = (batch_rows, job.spec.clip_len, height, width, 3)
-            return job.slots.batch_array(pid, fd, shape), positions
+            return job.slots.batch_array(pid, fd, shape, job.id), positions
         except SlotError as exc:
             _log.warning("worker %s: %s; sending rows over the socket", self.worker_id, exc)
             self.slots_failed = True

@@ -531,41 +531,55 @@ class Coordinator:
         if subset is None:
             assembler.expect(seq, planned, len(slots), self._batch_slot(slots))
         batch_slot = assembler.slot(seq)
-        now = time.monotonic()
         for slot in slots:
             positions = chosen[owners == slot]
             peer = self._peers[self._slots[slot]]
             in_slot = batch_slot is not None and self._shares_memory(peer)
-            unit = Unit(
-                self._next_unit,
+            self._issue_unit(
+                peer,
                 seq,
-                peer.identity,
+                planned.epoch,
+                [rows[p] for p in positions.tolist()],
                 positions,
                 [rows[p][0] for p in positions.tolist()],
-                in_slot,
-            )
-            self._next_unit += 1
-            self._units[unit.id] = unit
-            if not peer.outstanding:
-                peer.last_progress = now
-            peer.outstanding[unit.id] = now
-            self._send(
-                peer,
-                wire.UNIT,
-                {
-                    "job": self.job_id,
-                    "unit": unit.id,
-                    "batch": seq,
-                    "epoch": planned.epoch,
-                    "rows": [rows[p] for p in positions.tolist()],
-                    "slot": (
-                        [os.getpid(), batch_slot.fd, len(rows), positions.tolist()]
-                        if in_slot and batch_slot is not None
-                        else None
-                    ),
-                },
+                [os.getpid(), batch_slot.fd, len(rows), positions.tolist()]
+                if in_slot and batch_slot is not None
+                else None,
             )
         return len(slots)
+
+    def _issue_unit(
+        self,
+        peer: Peer,
+        seq: int,
+        epoch: int,
+        rows: list[Any],
+        positions: np.ndarray,
+        samples: list[Any],
+        slot: list[Any] | None,
+    ) -> Unit:
+        """Send ``peer`` a UNIT of batch ``seq`` (the rows at ``positions``, into ``slot`` if
+        given) and count it as held by ``peer`` from now (for timeouts and hand-over)."""
+        unit = Unit(self._next_unit, seq, peer.identity, positions, samples, slot is not None)
+        self._next_unit += 1
+        self._units[unit.id] = unit
+        now = time.monotonic()
+        if not peer.outstanding:
+            peer.last_progress = now
+        peer.outstanding[unit.id] = now
+        self._send(
+            peer,
+            wire.UNIT,
+            {
+                "job": self.job_id,
+                "unit": unit.id,
+                "batch": seq,
+                "epoch": epoch,
+                "rows": rows,
+                "slot": slot,
+            },
+        )
+        return unit
 
     def _batch_slot(self, owner_slots: list[int]) -> Slot | None:
         """A shared-memory slot for a new batch, if a local worker makes part of it."""

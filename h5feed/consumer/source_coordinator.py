@@ -257,27 +257,11 @@ class SourceCoordinator(Coordinator):
         return chosen
 
     def _send_unit(self, slot: int, seq: int, epoch: int, position: int, rows: list[int]) -> None:
+        # A source's elements always travel over the socket: no shared-memory slot.
         peer = self._peers[self._slots[slot]]
-        unit = Unit(self._next_unit, seq, peer.identity, np.arange(len(rows)), list(rows))
-        self._next_unit += 1
-        self._units[unit.id] = unit
-        self._unit_info[unit.id] = (epoch, position, slot)
-        now = time.monotonic()
-        if not peer.outstanding:
-            peer.last_progress = now
-        peer.outstanding[unit.id] = now
-        self._send(
-            peer,
-            wire.UNIT,
-            {
-                "job": self.job_id,
-                "unit": unit.id,
-                "batch": seq,
-                "epoch": epoch,
-                "rows": rows,
-                "slot": None,  # a source's elements always travel over the socket
-            },
-        )
+        # Known before the send: a failed send hands the unit over, which reads it.
+        self._unit_info[self._next_unit] = (epoch, position, slot)
+        self._issue_unit(peer, seq, epoch, rows, np.arange(len(rows)), list(rows), None)
 
     def _dispatch_generator(self) -> None:
         options = self.config.options

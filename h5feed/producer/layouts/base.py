@@ -10,6 +10,7 @@ import numpy as np
 
 from h5feed.common.layouts import LayoutSpec
 from h5feed.producer.index_cache import VideoEntry
+from h5feed.producer.layouts._common import read_labels, read_rows, video_name, video_number
 
 
 class LayoutReader(abc.ABC):
@@ -41,3 +42,29 @@ class LayoutReader(abc.ABC):
     @abc.abstractmethod
     def read_frames(self, video: str, indices: list[int]) -> list[np.ndarray]:
         """The frames of ``video`` at ``indices`` (any order, repeats allowed), one each."""
+
+
+class OffsetsReader(LayoutReader):
+    """A layout whose videos are runs of rows of one ``frames`` dataset cut by ``offsets``
+    ([V + 1], video v = rows ``offsets[v] .. offsets[v+1] - 1``) with ``labels`` [V] named
+    ``labels_name`` (None: every label is -1); videos are named by their zero-padded number.
+    Subclasses set ``frames``, ``offsets``, ``labels_name`` and ``labels_hint``."""
+
+    frames: h5py.Dataset
+    offsets: np.ndarray
+    labels_name: str | None
+    labels_hint: ClassVar[str]  # how to say there are no labels, for the error message
+
+    @property
+    def num_videos(self) -> int:
+        return len(self.offsets) - 1
+
+    def index(self) -> list[VideoEntry]:
+        count = self.num_videos
+        labels = read_labels(self.h5, self.labels_name, count, self.path, self.labels_hint)
+        lengths = np.diff(self.offsets)
+        return [(video_name(v), int(lengths[v]), int(labels[v])) for v in range(count)]
+
+    def read_frames(self, video: str, indices: list[int]) -> list[np.ndarray]:
+        base = int(self.offsets[video_number(video, self.num_videos, self.path)])
+        return read_rows(self.frames, [base + i for i in indices])

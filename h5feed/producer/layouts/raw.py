@@ -7,19 +7,14 @@ import numpy as np
 
 from h5feed.common.errors import DataError
 from h5feed.common.layouts import Raw
-from h5feed.producer.index_cache import VideoEntry
 from h5feed.producer.layouts._common import (
     dataset_at,
-    read_labels,
     read_offsets,
-    read_rows,
-    video_name,
-    video_number,
 )
-from h5feed.producer.layouts.base import LayoutReader
+from h5feed.producer.layouts.base import OffsetsReader
 
 
-class RawReader(LayoutReader):
+class RawReader(OffsetsReader):
     """Rows of ``images`` are frames, already decoded: no JPEG, no ``cv2.imdecode``.
 
     ``images`` is uint8 [N, H, W, 3] (RGB: stored RGB comes out RGB, no BGR swap) or
@@ -32,19 +27,21 @@ class RawReader(LayoutReader):
 
     encoded = False
     spec: Raw
+    labels_hint = "Raw(labels=None)"
 
     def __init__(self, h5: h5py.File, path: str, spec: Raw) -> None:
         super().__init__(h5, path, spec)
-        self.images = dataset_at(h5, spec.images, path, "name it with Raw(images=...)")
-        shape = self.images.shape
+        self.labels_name = spec.labels
+        self.frames = dataset_at(h5, spec.images, path, "name it with Raw(images=...)")
+        shape = self.frames.shape
         if (
-            self.images.dtype != np.uint8
+            self.frames.dtype != np.uint8
             or len(shape) not in (3, 4)
             or (len(shape) == 4 and shape[3] not in (1, 3))
         ):
             raise DataError(
                 f"{spec.images!r} must be uint8 [N, H, W, C] with C = 1 or 3 (or [N, H, W]), "
-                f"got {self.images.dtype} {shape}",
+                f"got {self.frames.dtype} {shape}",
                 file=path,
             )
         rows = int(shape[0])
@@ -55,17 +52,3 @@ class RawReader(LayoutReader):
             self.offsets = np.arange(rows + 1, dtype=np.int64)
         if rows == 0:
             raise DataError(f"{spec.images!r} holds no image", file=path)
-
-    @property
-    def num_videos(self) -> int:
-        return len(self.offsets) - 1
-
-    def index(self) -> list[VideoEntry]:
-        count = self.num_videos
-        labels = read_labels(self.h5, self.spec.labels, count, self.path, "Raw(labels=None)")
-        lengths = np.diff(self.offsets)
-        return [(video_name(v), int(lengths[v]), int(labels[v])) for v in range(count)]
-
-    def read_frames(self, video: str, indices: list[int]) -> list[np.ndarray]:
-        base = int(self.offsets[video_number(video, self.num_videos, self.path)])
-        return read_rows(self.images, [base + i for i in indices])

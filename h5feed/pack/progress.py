@@ -1,8 +1,15 @@
-"""The progress display of ``h5feed pack``: a rich progress bar on a terminal, else nothing."""
+"""The progress display of ``h5feed pack``: one bar per phase on a terminal, else nothing.
+
+The bars are :class:`h5feed.progress.RichBar` (the bar every long command shows): videos
+done of the phase's total, the frames written so far in its note.
+"""
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+import sys
+from typing import Protocol
+
+from h5feed.progress import RichBar
 
 __all__ = ["NoProgress", "PackProgress", "RichProgress"]
 
@@ -29,41 +36,27 @@ class NoProgress:
 
 
 class RichProgress:
-    """A ``rich.progress`` bar on stderr: phase, bar, videos done/total, frames, elapsed, ETA."""
+    """A bar per phase on stderr; a phase's bar stays on screen when the next one starts."""
 
     def __init__(self) -> None:
-        from rich.console import Console
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-            TimeRemainingColumn,
-        )
-
-        self._progress = Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("videos, {task.fields[frames]} frames"),
-            TimeElapsedColumn(),
-            TimeRemainingColumn(),
-            console=Console(stderr=True),
-        )
-        self._task: Any = None  # the display starts with the first phase
+        self._bar: RichBar | None = None
+        self._done = 0
         self._frames = 0
 
     def start(self, phase: str, total: int, done: int = 0) -> None:
-        if self._task is None:
-            self._progress.start()
-        self._frames = 0
-        self._task = self._progress.add_task(phase, total=total, completed=done, frames=0)
+        self.close()
+        self._bar = RichBar(phase, total, sys.stderr)
+        self._done, self._frames = done, 0
+        self._bar.update(done, note="0 frames")
 
     def advance(self, videos: int = 1, frames: int = 0) -> None:
+        self._done += videos
         self._frames += frames
-        self._progress.update(self._task, advance=videos, frames=self._frames)
+        if self._bar is not None:
+            self._bar.update(self._done, note=f"{self._frames} frames")
 
     def close(self) -> None:
         """Stop the display (the cursor comes back); calling it again does nothing."""
-        self._progress.stop()
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None

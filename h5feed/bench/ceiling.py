@@ -19,12 +19,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from h5feed.bench.contender import Contender
+from h5feed.bench.contender import DictIterator
 from h5feed.bench.measure import drive_for, measure_window
 from h5feed.bench.procstat import available_cores
 from h5feed.bench.workload import BATCH_BYTES, BATCH_SIZE, CLIP_LEN, CROP, RESIZE
@@ -55,10 +55,8 @@ def memcpy_gb_per_s(seconds: float) -> float:
     return copies * BATCH_BYTES / (time.perf_counter() - began) / 1e9
 
 
-class _Feed(Contender):
+class _Feed(DictIterator):
     """``h5feed.dataset`` or ``h5feed.batches`` fed by the synthetic producers."""
-
-    _iterator: Iterator[Any] | None = None
 
     def __init__(self, setup: Any, api: str, address: str) -> None:
         super().__init__(setup)
@@ -80,21 +78,6 @@ class _Feed(Contender):
         }
         make = h5feed.dataset if self.api == "dataset" else h5feed.batches
         self._iterator = iter(make(list(self.setup.paths), **kwargs))
-
-    def next_frames(self) -> Any:
-        if self._iterator is None:
-            raise RuntimeError("next_frames() before start()")
-        return next(self._iterator)["frames"]
-
-    def close(self) -> None:
-        iterator, self._iterator = self._iterator, None
-        close = getattr(iterator, "close", None)
-        if close is not None:
-            close()
-        del iterator
-        import gc
-
-        gc.collect()
 
 
 def start_producers(count: int, address: str, cpus: list[int]) -> list[subprocess.Popen[bytes]]:

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import gc
 import importlib
 import importlib.util
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from h5feed.bench.workload import VideoRef
@@ -47,6 +48,27 @@ class Contender(abc.ABC):
 
     def close(self) -> None:  # noqa: B027 (optional hook)
         """Release processes, threads and files."""
+
+
+class DictIterator(Contender):
+    """A contender whose :meth:`start` sets ``_iterator`` to an iterator of dict batches
+    holding ``frames``; closing closes the iterator when it can be closed (Grain's
+    ``mp_prefetch`` iterators and h5feed's streams stop their workers then), and collects."""
+
+    _iterator: Iterator[Any] | None = None
+
+    def next_frames(self) -> Any:
+        if self._iterator is None:
+            raise RuntimeError("next_frames() before start()")
+        return next(self._iterator)["frames"]
+
+    def close(self) -> None:
+        iterator, self._iterator = self._iterator, None
+        close = getattr(iterator, "close", None)
+        if close is not None:
+            close()
+        del iterator
+        gc.collect()  # workers of an iterator nobody references stop when it is collected
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -4,19 +4,16 @@ TensorFlow, e.g. PyTorch)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
-from h5feed.bench.contender import Contender
+from h5feed.bench.contender import DictIterator
 from h5feed.bench.workload import BATCH_SIZE, CLIP_LEN, CROP, RESIZE
 
 
-class H5Feed(Contender):
+class H5Feed(DictIterator):
     """The trainer path: ``iter(h5feed.dataset(...))`` and ``next()``, as ``model.fit`` does.
     Only the workload's arguments, ``workers`` and ``epochs`` are given (and the index cache
     directory, which only shortens start-up)."""
-
-    _iterator: Iterator[Any] | None = None
 
     def start(self) -> None:
         import h5feed
@@ -37,17 +34,6 @@ class H5Feed(Contender):
             "workers": self.setup.workers,
             "index_cache": self.setup.cache_dir,
         }
-
-    def next_frames(self) -> Any:
-        if self._iterator is None:
-            raise RuntimeError("next_frames() before start()")
-        return next(self._iterator)["frames"]
-
-    def close(self) -> None:
-        self._iterator = None  # the workers stop when the iterator is collected
-        import gc
-
-        gc.collect()
 
 
 class H5FeedNumPy(H5Feed):

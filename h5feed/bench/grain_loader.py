@@ -9,12 +9,11 @@ num_workers=N))``: the workers each produce a slice of the batches; shuffling be
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
-from h5feed.bench.contender import Contender, Setup
+from h5feed.bench.contender import DictIterator, Setup
 from h5feed.bench.workload import ClipReader, VideoRef, draw_clip
 
 
@@ -28,10 +27,8 @@ class LoadClip:
         return {"frames": self.reader.clip(draw_clip(rng, video)), "label": 0}
 
 
-class GrainLoader(Contender):
+class GrainLoader(DictIterator):
     """See the module docstring."""
-
-    _iterator: Iterator[Any] | None = None
 
     def start(self) -> None:
         import grain
@@ -43,14 +40,3 @@ class GrainLoader(Contender):
             grain.MultiprocessingOptions(num_workers=self.setup.workers)
         )
         self._iterator = iter(prefetched)
-
-    def next_frames(self) -> Any:
-        if self._iterator is None:
-            raise RuntimeError("next_frames() before start()")
-        return next(self._iterator)["frames"]
-
-    def close(self) -> None:
-        iterator, self._iterator = self._iterator, None
-        close = getattr(iterator, "close", None)
-        if close is not None:
-            close()  # Grain's advice: close an mp_prefetch iterator explicitly

@@ -200,6 +200,21 @@ def test_class_tree_round_trip_through_batches(
     assert not (out / ".pack-work").exists()
 
 
+def test_a_packed_tree_feeds_tensorflow(
+    video_tree: tuple[pathlib.Path, dict[str, int]], tmp_path: pathlib.Path
+) -> None:
+    """pack -> h5feed.dataset: one epoch through tf.data, every video once, sorted labels."""
+    src, counts = video_tree
+    out = tmp_path / "out"
+    pack(src, out, jobs=2)
+    ds = h5feed.dataset(str(out), clip_len=2, resize=(24, 32), batch_size=4, workers=2)
+    seen: collections.Counter[str] = collections.Counter()
+    for batch in ds:
+        assert batch["frames"].shape[1:] == (2, 24, 32, 3)
+        seen.update(v.decode() for v in batch["video"].numpy().tolist())
+    assert seen == collections.Counter(expected_videos(counts).keys())
+
+
 def test_flat_folder_gets_label_minus_one_and_no_classes(
     video_tree: tuple[pathlib.Path, dict[str, int]], tmp_path: pathlib.Path
 ) -> None:

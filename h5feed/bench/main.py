@@ -186,7 +186,8 @@ def run_bench(options: Options) -> int:
             f"warm-up then {plan.repeats} window(s) of {plan.window_s:g} s, each right after "
             "a per-core-limit window; medians. Trainer CPU = the consuming process, all "
             "threads, workers excluded; PSS = proportional memory of the whole process tree "
-            "(peak of 0.5 s samples); other load = cores busy with anything else."
+            "(peak of samples at most every 0.5 s, their reading kept under 0.5 % of a core); "
+            "other load = cores busy with anything else."
         ),
     }
     document = report.build_document(settings, limit_row, rows, ceiling)

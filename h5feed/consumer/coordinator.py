@@ -143,6 +143,8 @@ class Coordinator:
         self._started = False
         self._plan_done = False
         self._next_health = 0.0
+        self._credit_wanted = True  # wake this thread when the trainer takes a batch
+        self._taken_at_dispatch = 0  # batches taken when this thread last dispatched
         self._assigned = False
         self._late: set[bytes] = set()  # peers seen after the assignment, or refused
         self._batches: Iterator[tuple[int, PlannedBatch]] = iter(())
@@ -155,9 +157,14 @@ class Coordinator:
         self._started = True
 
     def consumed(self) -> None:
-        """The trainer took a batch: its credit returns to the budget."""
+        """The trainer took a batch: its credit returns to the budget.
+
+        The coordinator thread is woken for it only when it asked to be (see ``_pump``): a
+        worker is about to run out of units. Otherwise the next DATA part wakes it anyway
+        and it dispatches then, which saves a wake-up of that thread per batch."""
         self._taken += 1  # only the trainer's next() writes it, one call at a time
-        self._waker.wake()
+        if self._credit_wanted:
+            self._waker.wake()
 
     def stop(self, timeout_s: float = 5.0) -> None:
         """Stop the thread (it says BYE to the workers) and release the socket and pipe."""
@@ -326,6 +333,7 @@ class Coordinator:
 
     def _serve(self) -> None:
         while not self._stop.is_set():
+            self._taken_at_dispatch = self._taken
             self._dispatch()
             if self._plan_done and self._released() == self._dispatched:
                 self.out.put(END)
@@ -334,7 +342,14 @@ class Coordinator:
 
     def _pump(self) -> None:
         """Wait up to one poll interval, handle what arrived, check the workers' health."""
-        events = dict(self._poller.poll(_POLL_MS))
+        # Whether a returned credit must wake this thread: only when a worker holds at most
+        # one unit (it may run dry before its next DATA would wake us). The flag is set
+        # before the look at ``_taken`` below and ``consumed`` counts before it reads the
+        # flag, so a credit returned meanwhile is never missed: either that look sees it (and
+        # the poll does not wait), or ``consumed`` sees the flag and wakes us.
+        self._credit_wanted = any(len(peer.outstanding) <= 1 for peer in self._peers.values())
+        timeout = 0 if self._taken != self._taken_at_dispatch else _POLL_MS
+        events = dict(self._poller.poll(timeout))
         if events.get(self._waker.fileno):
             self._waker.drain()
         if events.get(self._socket):

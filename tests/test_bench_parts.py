@@ -51,7 +51,7 @@ def test_reader_reopens_files_after_pickling(bench_paths: list[str]) -> None:
 
 
 def row_with_check(clips: int, kinds: list[list[object]]) -> Row:
-    row = Row(registry.CONTENDERS[0], 1)
+    row = Row(registry.by_key(["h5feed"])[0], 1)
     row.check = {
         "clips": clips,
         "kinds": kinds,
@@ -149,3 +149,71 @@ def test_stopped_freezes_a_process_tree_and_always_continues_it() -> None:
             os.kill(pid, 9)
         parent.kill()
         parent.wait(timeout=10)
+
+
+def test_parallel_per_core_limit_counts_the_clips_of_its_copies_and_stops_them(
+    bench_paths: list[str], tmp_path: pathlib.Path
+) -> None:
+    import time
+
+    from h5feed.bench.contender import Setup
+    from h5feed.bench.measure import measure_window
+    from h5feed.bench.percore import ParallelPerCore
+
+    setup = Setup(
+        paths=tuple(bench_paths),
+        videos=tuple(index_videos(bench_paths)),
+        workers=2,
+        epochs=None,
+        seed=0,
+        cache_dir=str(tmp_path),
+    )
+    contender = ParallelPerCore(setup)
+    contender.start()
+    try:
+        deadline = time.monotonic() + 60
+        while contender.clips_elsewhere() == 0:  # the copy is a spawned interpreter
+            assert time.monotonic() < deadline, "the second copy made no clip in 60 s"
+            time.sleep(0.05)
+        made: list[int] = []
+        own = contender.next_frames
+
+        def counted() -> np.ndarray:
+            frames = own()
+            made.append(len(frames))
+            return frames
+
+        contender.next_frames = counted  # type: ignore[method-assign]
+        before = contender.clips_elsewhere()
+        window = measure_window(contender, 1.0)
+        after = contender.clips_elsewhere()
+        # The window holds this process's clips and the copy's made meanwhile, and their CPU.
+        assert 0 < window.clips - sum(made) <= after - before
+        assert window.worker_cpu_s > 0
+    finally:
+        contender.close()
+    assert contender._children and not any(c.is_alive() for c in contender._children)
+
+
+def test_parallel_per_core_limit_checks_as_one_copy_and_needs_two_workers() -> None:
+    from h5feed.bench.runner import plan_rows
+
+    plan = Plan(
+        paths=(),
+        videos=(),
+        contenders=(registry.PARALLEL_PER_CORE, *registry.by_key(["h5feed"])),
+        workers=(1, 2, 4),
+        window_s=1,
+        warmup_s=0,
+        repeats=1,
+        seed=0,
+        cache_dir="",
+    )
+    rows = plan_rows(plan, cores=4)
+    assert [(r.info.key, r.workers) for r in rows] == [
+        ("per-core-parallel", 2),
+        ("per-core-parallel", 4),
+        ("h5feed", 1),
+        ("h5feed", 2),
+        ("h5feed", 4),
+    ]

@@ -98,6 +98,25 @@ def test_h5feed_bench_quick_reports_every_contender(tmp_path: pathlib.Path) -> N
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
+def test_h5feed_bench_reports_the_parallel_limit_for_scale(tmp_path: pathlib.Path) -> None:
+    result = run_h5feed_bench(
+        tmp_path, "--workers", "2", "--contenders", "per-core-parallel,h5feed-numpy", "--no-ceiling"
+    )
+    assert result.returncode == 0, f"stdout:\n{result.stdout}\nstderr:\n{result.stderr}"
+    report = json.loads((tmp_path / "out" / "smoke.json").read_text())
+    (entry,) = [e for e in report["contenders"] if e["contender"] == "per-core-parallel"]
+    assert entry["status"] == "ok" and entry["workers"] == 2, entry["reason"]
+    assert entry["check"]["clips"] == 2 * 4
+    assert entry["median"]["worker_cpu_ms_per_clip"] > 0  # the second copy is a process
+    summary = report["summary"]
+    assert summary["parallel_limit_vs_twice_limit"] > 0
+    assert summary["judged"] == "h5feed-numpy" and "best_alternative" not in summary
+    markdown = (tmp_path / "out" / "smoke.md").read_text()
+    assert "independent copies of the per-core limit at once" in markdown
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_h5feed_bench_ceiling_reports_gb_per_s_and_memcpy(tmp_path: pathlib.Path) -> None:
     result = run_h5feed_bench(tmp_path, "--ceiling", "--producers", "1")
     assert result.returncode == 0, f"stdout:\n{result.stdout}\nstderr:\n{result.stderr}"

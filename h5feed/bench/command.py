@@ -73,8 +73,9 @@ def register(subcommand: Callable[[str, str, str, str], Any]) -> None:
         "--contenders",
         default=None,
         metavar="NAME,...",
-        help="only these (h5feed, tf-interleave, tf-interleave-parallel, tf-map-py-function, "
-        "tf-decode-jpeg, keras, torch, grain; default all)",
+        help="only these (per-core-parallel, h5feed, h5feed-numpy, tf-interleave, "
+        "tf-interleave-parallel, tf-map-py-function, tf-decode-jpeg, keras, torch, grain; "
+        "default all)",
     )
     add(
         "--data-dir",

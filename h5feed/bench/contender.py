@@ -49,6 +49,11 @@ class Contender(abc.ABC):
     def close(self) -> None:  # noqa: B027 (optional hook)
         """Release processes, threads and files."""
 
+    def clips_elsewhere(self) -> int:
+        """Clips made so far that ``next_frames`` does not return (a contender whose
+        processes all produce for themselves); a window counts how much this grew."""
+        return 0
+
 
 class DictIterator(Contender):
     """A contender whose :meth:`start` sets ``_iterator`` to an iterator of dict batches
@@ -83,7 +88,20 @@ class Info:
     setup: str  # how it is set up, in one line (goes into the report)
 
 
+#: N copies of the per-core limit at once (rows with 2 or more workers only): the machine's
+#: own ceiling for N processes, next to which h5feed's N workers are shown. Not an alternative.
+PARALLEL_PER_CORE = Info(
+    "per-core-parallel",
+    "per-core limit x N in parallel (N processes, no IPC)",
+    "h5feed.bench.percore:ParallelPerCore",
+    (),
+    "workers",
+    "N independent copies of the per-core limit at once, each on plans of its own seed: what "
+    "this machine gives N processes that share nothing",
+)
+
 CONTENDERS: tuple[Info, ...] = (
+    PARALLEL_PER_CORE,
     Info(
         "h5feed",
         "h5feed.dataset",

@@ -141,6 +141,7 @@ def measure_window(contender: Contender, seconds: float) -> Window:
     busy0 = system_busy_s()
     sys0, faults0 = self_sys_and_faults()
     cpu0 = time.process_time()
+    elsewhere0 = contender.clips_elsewhere()
     t0 = time.perf_counter()
     deadline = t0 + seconds
     clips = 0
@@ -149,6 +150,7 @@ def measure_window(contender: Contender, seconds: float) -> Window:
         if time.perf_counter() >= deadline:
             break
     t1 = time.perf_counter()
+    clips += contender.clips_elsewhere() - elsewhere0
     cpu1 = time.process_time()
     sys1, faults1 = self_sys_and_faults()
     busy1 = system_busy_s()

@@ -9,7 +9,12 @@ checks that this spelling gives the pixels h5feed's own worker code gives (reade
 
 from __future__ import annotations
 
+import dataclasses
+import multiprocessing
+import os
 from collections.abc import Sequence
+from multiprocessing.sharedctypes import SynchronizedArray
+from typing import Any
 
 import numpy as np
 
@@ -59,6 +64,56 @@ class PerCoreLimit(Contender):
 
     def close(self) -> None:
         self.reader.close()
+
+
+class ParallelPerCore(PerCoreLimit):
+    """``setup.workers`` copies of the per-core limit at once: this process and
+    ``workers - 1`` children, each on plans of its own seed, sharing nothing but the machine.
+
+    What this machine gives N processes that never talk to each other: the ceiling of any
+    loader with N workers, a shade under N x the per-core limit (other processes, interrupts,
+    shared caches). The children count their clips in shared memory, added to this process's
+    by :meth:`clips_elsewhere`; their CPU is the "worker CPU" of the row. A one-epoch instance
+    (the runner's check) runs no children: it is the per-core limit's own check."""
+
+    def __init__(self, setup: Setup) -> None:
+        super().__init__(setup)
+        self._counts: Any = None
+        self._children: list[multiprocessing.process.BaseProcess] = []
+
+    def start(self) -> None:
+        super().start()
+        if self.setup.epochs is not None or self.setup.workers < 2:
+            return
+        context = multiprocessing.get_context("spawn")
+        self._counts = context.Array("q", self.setup.workers - 1, lock=False)
+        for copy in range(1, self.setup.workers):
+            child = context.Process(
+                target=_run_copy,
+                args=(self.setup, copy, self._counts, os.getpid()),
+                name=f"per-core-copy-{copy}",
+                daemon=True,
+            )
+            child.start()
+            self._children.append(child)
+
+    def clips_elsewhere(self) -> int:
+        return 0 if self._counts is None else int(sum(self._counts))
+
+    def close(self) -> None:
+        for child in self._children:
+            child.terminate()
+        for child in self._children:
+            child.join(timeout=10)
+        super().close()
+
+
+def _run_copy(setup: Setup, copy: int, counts: SynchronizedArray[int], parent: int) -> None:
+    """A child of :class:`ParallelPerCore`: the per-core limit forever, on seed + copy, until
+    its parent is gone."""
+    limit = PerCoreLimit(dataclasses.replace(setup, seed=setup.seed + copy))
+    while os.getppid() == parent:
+        counts[copy - 1] += len(limit.next_frames())
 
 
 def check_same_pixels(paths: Sequence[str], seed: int, clips: int = 4) -> None:

@@ -38,7 +38,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from h5feed.bench.contender import PER_CORE, Info
+from h5feed.bench.contender import PARALLEL_PER_CORE, PER_CORE, Info
 from h5feed.bench.measure import Window
 from h5feed.bench.procstat import descendants, process_cpu_s, tree_memory_mb
 from h5feed.bench.run_one import TAG
@@ -303,7 +303,9 @@ def plan_rows(plan: Plan, cores: int) -> list[Row]:
     """One row per contender and worker count (a single row for contenders without)."""
     rows = []
     for info in plan.contenders:
-        if info.parallelism == "workers":
+        if info.key == PARALLEL_PER_CORE.key:  # one copy of the limit is the limit itself
+            rows += [Row(info, n) for n in plan.workers if n > 1]
+        elif info.parallelism == "workers":
             rows += [Row(info, n) for n in plan.workers]
         else:
             rows.append(Row(info, cores if info.parallelism == "threads" else 1))

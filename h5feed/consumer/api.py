@@ -144,7 +144,8 @@ def dataset(
     ``files``: a glob, a directory (its ``*.h5``/``*.hdf5`` files) or a list of paths. The
     keyword arguments and their defaults are those of :class:`h5feed.consumer.options.
     FeedKwargs` (clip: ``clip_len=16, stride=1, resize=None, crop=None, crop_mode="random",
-    flip=False, short_video="loop", frames_key="frames", label_key="label"``; plan:
+    flip=False, short_video="loop", frames_key="frames", label_key="label",
+    reduced_decode=False``; plan:
     ``clip_start="random", clips_per_video=1, batch_size=8, shuffle=True, seed=0, epochs=1,
     drop_remainder=False, deterministic=True, shard=(0, 1)``; processes: ``workers=2,
     max_inflight_batches=None, start_timeout_s=60, unit_timeout_s=120, index_cache=True,

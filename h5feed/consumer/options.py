@@ -208,6 +208,7 @@ class FeedKwargs(TypedDict, total=False):
     layout: str | Mapping[str, Any] | LayoutSpec
     transform: str | None
     transform_args: dict[str, Any] | None
+    reduced_decode: bool
     shared_memory: bool
     metrics_port: int | None
     # User sources (see h5feed/consumer/source_api.py).

@@ -107,7 +107,10 @@ class ClipMaker:
             ) from exc
         rgb = not handle.encoded  # pixels as stored (raw layout): no imdecode, no BGR swap
         for t, (data, frame) in enumerate(zip(stored, indices, strict=True)):
-            image = data if rgb else decode_frame(data, handle.path, name, frame)
+            if rgb:
+                image = data
+            else:
+                image = decode_frame(data, handle.path, name, frame, self.writer.reduce_to)
             if out is None:
                 height, width = self.writer.frame_shape(image)
                 out = np.empty((rows, spec.clip_len, height, width, 3), np.uint8)

@@ -1,11 +1,13 @@
 """Turning encoded frames into preprocessed clips, written straight into the output array.
 
-Per frame: ``cv2.imdecode`` (BGR) -> ``cv2.resize`` to ``resize`` with ``INTER_LINEAR`` ->
-crop at the planned offset -> BGR to RGB written into the output slice -> horizontal flip in
-place when planned. Frames stored as pixels (the raw layout) skip ``imdecode`` and the BGR
-swap: stored RGB comes out RGB; grayscale (one channel) comes out as three equal channels.
-OpenCV runs single-threaded here (``cv2.setNumThreads(1)``): parallelism
-comes from worker processes, and threads inside each would only fight over the same cores.
+Per frame: ``cv2.imdecode`` (BGR; with ``reduced_decode``, straight to 1/2, 1/4 or 1/8 of the
+stored size when that is still at least ``resize``) -> ``cv2.resize`` to ``resize`` with
+``INTER_LINEAR`` -> crop at the planned offset -> BGR to RGB written into the output slice ->
+horizontal flip in place when planned. Frames stored as pixels (the raw layout) skip
+``imdecode`` and the BGR swap: stored RGB comes out RGB; grayscale (one channel) comes out as
+three equal channels. OpenCV runs single-threaded here (``cv2.setNumThreads(1)``):
+parallelism comes from worker processes, and threads inside each would only fight over the
+same cores.
 """
 
 from __future__ import annotations
@@ -27,9 +29,75 @@ def crop_offset(size: int, crop: int, uniform: float, mode: str) -> int:
     return min(int(uniform * (room + 1)), room)
 
 
-def decode_frame(encoded: np.ndarray, file: str, video: str, frame: int) -> np.ndarray:
-    """Decode one JPEG (or any format OpenCV reads) to a BGR uint8 image, or raise DataError."""
-    image = cv2.imdecode(np.asarray(encoded, dtype=np.uint8), cv2.IMREAD_COLOR)
+#: (factor, imdecode flag) of libjpeg's DCT scaling, largest reduction first.
+_REDUCTIONS = (
+    (8, cv2.IMREAD_REDUCED_COLOR_8),
+    (4, cv2.IMREAD_REDUCED_COLOR_4),
+    (2, cv2.IMREAD_REDUCED_COLOR_2),
+)
+#: JPEG start-of-frame markers (baseline, progressive, lossless, arithmetic...): they hold
+#: the image size. Not C4 (DHT), C8 (JPG), CC (DAC).
+_SOF_MARKERS = frozenset({0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD})
+_SOF_MARKERS |= {0xCE, 0xCF}
+_STANDALONE_MARKERS = frozenset({0x01, *range(0xD0, 0xD8)})  # TEM, RSTn: no length field
+
+
+def jpeg_size(encoded: np.ndarray | bytes) -> tuple[int, int] | None:
+    """(height, width) from a JPEG's start-of-frame header, without decoding; None when the
+    data is not a JPEG or its header is cut short (imdecode then reports it properly)."""
+    data = bytes(encoded[:65536])  # the headers: SOF comes before the scan, well within
+    if data[:2] != b"\xff\xd8":
+        return None
+    i = 2
+    while i + 4 <= len(data):
+        if data[i] != 0xFF:
+            return None
+        marker = data[i + 1]
+        if marker == 0xFF:  # fill byte
+            i += 1
+            continue
+        if marker in _STANDALONE_MARKERS:
+            i += 2
+            continue
+        if marker in _SOF_MARKERS:
+            if i + 9 > len(data):
+                return None
+            return int.from_bytes(data[i + 5 : i + 7], "big"), int.from_bytes(
+                data[i + 7 : i + 9], "big"
+            )
+        if marker == 0xDA:  # start of scan without a frame header: not a valid JPEG
+            return None
+        i += 2 + int.from_bytes(data[i + 2 : i + 4], "big")
+    return None
+
+
+def reduced_flag(stored: tuple[int, int], target: tuple[int, int]) -> int:
+    """The imdecode flag that decodes ``stored`` (height, width) to the smallest of 1/8, 1/4
+    and 1/2 of it that is still at least ``target`` in both dimensions (libjpeg rounds up),
+    else ``cv2.IMREAD_COLOR`` (a full decode)."""
+    for factor, flag in _REDUCTIONS:
+        if -(-stored[0] // factor) >= target[0] and -(-stored[1] // factor) >= target[1]:
+            return flag
+    return cv2.IMREAD_COLOR
+
+
+def decode_frame(
+    encoded: np.ndarray,
+    file: str,
+    video: str,
+    frame: int,
+    reduce_to: tuple[int, int] | None = None,
+) -> np.ndarray:
+    """Decode one JPEG (or any format OpenCV reads) to a BGR uint8 image, or raise DataError.
+
+    With ``reduce_to`` (height, width), a JPEG at least twice that size is decoded straight
+    to a reduced size no smaller than it (see :func:`reduced_flag`); other data in full."""
+    flag = cv2.IMREAD_COLOR
+    if reduce_to is not None:
+        stored = jpeg_size(encoded)
+        if stored is not None:
+            flag = reduced_flag(stored, reduce_to)
+    image = cv2.imdecode(np.asarray(encoded, dtype=np.uint8), flag)
     if image is None:
         raise DataError(
             f"frame is not a decodable image ({len(encoded)} bytes)",
@@ -50,6 +118,8 @@ class ClipWriter:
     def __init__(self, spec: ClipSpec) -> None:
         self.spec = spec
         self._resize_wh = (spec.resize[1], spec.resize[0]) if spec.resize else None
+        #: what :func:`decode_frame` may reduce to (``reduced_decode``): the resize target
+        self.reduce_to = spec.resize if spec.reduced_decode else None
 
     def frame_shape(self, first_frame: np.ndarray) -> tuple[int, int]:
         """Output (height, width), given the first decoded frame (used when nothing is set)."""

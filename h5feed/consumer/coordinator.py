@@ -6,7 +6,9 @@ One ROUTER socket, owned by one thread (ZeroMQ sockets are not thread-safe). The
    the index of every file (INDEX);
 2. walks the plan, epoch after epoch, and hands each batch's rows to the workers that own the
    rows' files, as one UNIT per worker, while the global credit budget allows: at most
-   ``inflight_batches`` batches are dispatched and not yet taken by the trainer;
+   ``inflight_batches`` batches are dispatched and not yet taken by the trainer (a credit
+   the trainer returns wakes this thread only when a worker is about to run dry; else the
+   next DATA part does, see ``consumed``);
 3. collects the DATA parts, assembles each batch and queues it for the trainer, in plan order
    (``deterministic=True``) or as soon as complete (``deterministic=False``);
 4. answers control messages and watches the workers, so credits keep flowing while the trainer

@@ -37,15 +37,17 @@ _REDUCTIONS = (
 )
 #: JPEG start-of-frame markers (baseline, progressive, lossless, arithmetic...): they hold
 #: the image size. Not C4 (DHT), C8 (JPG), CC (DAC).
-_SOF_MARKERS = frozenset({0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD})
-_SOF_MARKERS |= {0xCE, 0xCF}
+_SOF_MARKERS = frozenset(
+    {0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF}
+)
 _STANDALONE_MARKERS = frozenset({0x01, *range(0xD0, 0xD8)})  # TEM, RSTn: no length field
 
 
 def jpeg_size(encoded: np.ndarray | bytes) -> tuple[int, int] | None:
     """(height, width) from a JPEG's start-of-frame header, without decoding; None when the
-    data is not a JPEG or its header is cut short (imdecode then reports it properly)."""
-    data = bytes(encoded[:65536])  # the headers: SOF comes before the scan, well within
+    data is not a JPEG or its header is cut short (imdecode then reports it properly), or
+    when the header lies beyond the first 64 KiB (huge EXIF/ICC segments: a full decode)."""
+    data = bytes(encoded[:65536])
     if data[:2] != b"\xff\xd8":
         return None
     i = 2

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from h5feed.common import wire
-from h5feed.producer.worker import Worker, _Job
+from h5feed.producer.worker import Worker, _Job, run_until_stopped
 
 
 class SyntheticWorker(Worker):
@@ -62,13 +62,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.cpus:
         os.sched_setaffinity(0, {int(c) for c in args.cpus.split(",")})
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    worker = SyntheticWorker(args.connect, args.worker_id, args.parent_pid)
-
-    def on_sigterm(signum: int, frame: object) -> None:
-        worker.stopping = True
-
-    signal.signal(signal.SIGTERM, on_sigterm)
-    return worker.run()
+    return run_until_stopped(SyntheticWorker(args.connect, args.worker_id, args.parent_pid))
 
 
 if __name__ == "__main__":

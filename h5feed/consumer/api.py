@@ -7,7 +7,7 @@ import itertools
 import os
 import threading
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Unpack
 
 import numpy as np
@@ -231,6 +231,16 @@ def dataset(
                 yield {key: batch[key] for key in BATCH_KEYS}
         finally:
             stream.close()
+
+    return feed_dataset(feed, generate, signature, prefetch)
+
+
+def feed_dataset(
+    feed: Feed, generate: Callable[[], Iterator[Any]], signature: Any, prefetch: int | None
+) -> tf.data.Dataset:
+    """``from_generator(generate, output_signature=signature)``, prefetched (-1: AUTOTUNE,
+    0/None: none), carrying ``feed``'s ``stats`` and ``metrics_port``."""
+    import tensorflow as tf
 
     ds = tf.data.Dataset.from_generator(generate, output_signature=signature)
     if prefetch:

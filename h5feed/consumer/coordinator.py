@@ -527,12 +527,16 @@ class Coordinator:
                 self._plan_done = True
                 return
             seq, planned = item
-            self._dispatched += 1
-            self.counters["batches_dispatched"] = self._dispatched
-            self.counters["max_inflight_batches"] = max(
-                self.counters["max_inflight_batches"], self.inflight
-            )
+            self._count_dispatch()
             self._send_units(seq, planned)
+
+    def _count_dispatch(self) -> None:
+        """One more batch dispatched: it holds a credit until the trainer takes it."""
+        self._dispatched += 1
+        self.counters["batches_dispatched"] = self._dispatched
+        self.counters["max_inflight_batches"] = max(
+            self.counters["max_inflight_batches"], self.inflight
+        )
 
     def _send_units(self, seq: int, planned: PlannedBatch, subset: np.ndarray | None = None) -> int:
         """Hand the rows of batch ``seq`` (all, or those at ``subset``) to the workers owning

@@ -22,7 +22,7 @@ from h5feed.common import elements
 from h5feed.common.config import ClipSpec
 from h5feed.common.elements import STRING, ElementSpec, LeafSpec, RaggedArray
 from h5feed.common.errors import SourceError
-from h5feed.consumer.api import Feed
+from h5feed.consumer.api import Feed, feed_dataset
 from h5feed.consumer.options import FeedConfig, FeedOptions
 from h5feed.consumer.source_coordinator import KERAS, SourceCoordinator
 from h5feed.consumer.source_options import SOURCE_KEYS, SourceConfig
@@ -220,8 +220,4 @@ def source_dataset(feed: SourceFeed, prefetch: int | None) -> tf.data.Dataset:
         finally:
             stream.close()
 
-    ds = tf.data.Dataset.from_generator(generate, output_signature=signature)
-    if prefetch:
-        ds = ds.prefetch(tf.data.AUTOTUNE if prefetch < 0 else prefetch)
-    ds.stats = feed.stats
-    return ds
+    return feed_dataset(feed, generate, signature, prefetch)

@@ -242,13 +242,6 @@ class SourceCoordinator(Coordinator):
             slot = self._least_loaded(range(len(self._slots)))
             self._send_unit(slot, seq, epoch, position, items)
 
-    def _count_dispatch(self) -> None:
-        self._dispatched += 1
-        self.counters["batches_dispatched"] += 1
-        self.counters["max_inflight_batches"] = max(
-            self.counters["max_inflight_batches"], self.inflight
-        )
-
     def _least_loaded(self, slots: Any) -> int:
         live = [s for s in slots if self._slots[s] in self._peers]
         if not live:

@@ -18,10 +18,11 @@ complete; a shard file that is not listed is an unfinished one and is redone.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 from typing import Any
+
+from h5feed.common.atomic import atomic_file
 
 __all__ = ["MANIFEST_NAME", "VERSION", "load", "save"]
 
@@ -33,17 +34,8 @@ _FORMAT = "h5feed-pack"
 def save(out_dir: str, manifest: dict[str, Any]) -> None:
     """Write ``manifest`` to ``out_dir`` atomically (a reader sees the old or the new one)."""
     final = os.path.join(out_dir, MANIFEST_NAME)
-    tmp = final + ".tmp"
-    try:
-        with open(tmp, "w", encoding="utf-8") as handle:
-            json.dump({"format": _FORMAT, "version": VERSION, **manifest}, handle, indent=1)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, final)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+    with atomic_file(final) as tmp, open(tmp, "w", encoding="utf-8") as handle:
+        json.dump({"format": _FORMAT, "version": VERSION, **manifest}, handle, indent=1)
     _fsync_dir(out_dir)
 
 

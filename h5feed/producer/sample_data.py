@@ -21,7 +21,6 @@ files can be made in any order or in parallel.
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
 import dataclasses
 import os
 import pathlib
@@ -31,6 +30,7 @@ import h5py
 import numpy as np
 from numpy.typing import NDArray
 
+from h5feed.common.atomic import atomic_file
 from h5feed.producer.sample_scenes import video_frames
 
 __all__ = [
@@ -126,29 +126,19 @@ def _atomic_write(
     The file is written as ``path + ".tmp"``, flushed to disk, then renamed over ``path``: a
     file under its final name is always complete. On error the temporary file is removed.
     """
-    final = os.fspath(path)
-    tmp = final + ".tmp"
-    try:
-        with h5py.File(tmp, "w") as f:
-            f.attrs[LAYOUT_ATTR] = LAYOUT
-            vlen = h5py.vlen_dtype(np.uint8)
-            for name, frames, label in videos:
-                group = f.create_group(name)
-                # An object array of 1-D uint8 arrays; built element by element so that frames
-                # of equal length are not stacked into a 2-D array.
-                elements = np.empty(len(frames), dtype=object)
-                for i, frame in enumerate(frames):
-                    elements[i] = frame
-                group.create_dataset(frames_key, shape=(len(frames),), dtype=vlen, data=elements)
-                if label is not None:
-                    group.attrs[label_key] = np.int64(label)
-        with open(tmp, "rb+") as handle:
-            os.fsync(handle.fileno())
-        os.replace(tmp, final)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+    with atomic_file(os.fspath(path)) as tmp, h5py.File(tmp, "w") as f:
+        f.attrs[LAYOUT_ATTR] = LAYOUT
+        vlen = h5py.vlen_dtype(np.uint8)
+        for name, frames, label in videos:
+            group = f.create_group(name)
+            # An object array of 1-D uint8 arrays; built element by element so that frames
+            # of equal length are not stacked into a 2-D array.
+            elements = np.empty(len(frames), dtype=object)
+            for i, frame in enumerate(frames):
+                elements[i] = frame
+            group.create_dataset(frames_key, shape=(len(frames),), dtype=vlen, data=elements)
+            if label is not None:
+                group.attrs[label_key] = np.int64(label)
 
 
 def write_video_file(

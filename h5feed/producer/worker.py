@@ -44,7 +44,6 @@ from h5feed.common.curve import (
 )
 from h5feed.common.errors import DataError, ProtocolError, VersionMismatchError
 from h5feed.producer.clips import ClipMaker
-from h5feed.producer.index_cache import VideoEntry
 from h5feed.producer.shm import SlotError, SlotMaps, parse_slot
 from h5feed.producer.sources import SourceJob
 from h5feed.producer.worker_stats import WorkerCounters
@@ -72,20 +71,6 @@ class _Job:
     def close(self) -> None:
         self.maker.close()
         self.slots.close()
-
-    def open_and_index(self, file_index: int, path: str, cache_dir: str | None) -> list[VideoEntry]:
-        return self.maker.open_and_index(file_index, path, cache_dir)
-
-    def produce(
-        self,
-        rows: list[list[Any]],
-        out: np.ndarray | None = None,
-        positions: list[int] | None = None,
-    ) -> np.ndarray:
-        """The clips of ``rows`` as one array [rows, clip_len, H, W, 3] uint8 RGB (or the
-        transform's shape and dtype); or into ``out`` (a whole batch in a shared-memory slot)
-        with row ``i`` at ``positions[i]``."""
-        return self.maker.produce(rows, out, positions)
 
 
 class _Leave(Exception):
@@ -260,7 +245,7 @@ class Worker:
                 path = os.path.join(self.data_root, path)
             try:
                 cache = fields["cache_dir"] and (self.cache_dir or fields["cache_dir"])
-                videos = self.job.open_and_index(file_index, path, cache)
+                videos = self.job.maker.open_and_index(file_index, path, cache)
             except Exception as exc:  # any failure must reach the trainer, with the file named
                 self.send_error(job_id, None, exc, file=path)
                 continue
@@ -276,11 +261,11 @@ class Worker:
         try:
             target = self.slot_target(job, fields["slot"])
             if target is not None:
-                job.produce(rows, *target)
+                job.maker.produce(rows, *target)
                 clips = []
                 nbytes = len(rows) * target[0][0].nbytes  # one row of the batch per clip
             else:
-                clips = [("frames", job.produce(rows))]
+                clips = [("frames", job.maker.produce(rows))]
                 nbytes = clips[0][1].nbytes
         except Exception as exc:  # any failure must reach the trainer, with its traceback
             self.send_error(job.id, fields["unit"], exc)
@@ -430,6 +415,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         _curve_keys(args.key, args.server_key),
         args.stats_file,
     )
+    return run_until_stopped(worker)
+
+
+def run_until_stopped(worker: Worker) -> int:
+    """Run ``worker``'s event loop; SIGTERM makes it leave after the message in hand (it
+    says BYE, so its units go to others). Returns its exit code."""
 
     def on_sigterm(signum: int, frame: object) -> None:
         worker.stopping = True

@@ -1,0 +1,24 @@
+"""Writing a file so that its final name only ever holds a complete file."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+
+
+@contextlib.contextmanager
+def atomic_file(final: str) -> Iterator[str]:
+    """Yield ``final + ".tmp"`` to write; when the block ends without an error, flush that file
+    to disk and rename it over ``final``. So a reader of ``final`` sees the old file (or none)
+    or the complete new one, never a part. On an error the temporary file is removed."""
+    tmp = final + ".tmp"
+    try:
+        yield tmp
+        with open(tmp, "rb+") as handle:
+            os.fsync(handle.fileno())
+        os.replace(tmp, final)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise

@@ -8,19 +8,17 @@ import collections
 import json
 import os
 import pathlib
-import pty
 import re
-import select
 import shutil
 import signal
 import subprocess
 import sys
-import time
 
 import cv2
 import h5py
 import numpy as np
 import pytest
+from terminal import h5feed_on_a_terminal
 
 import h5feed
 from h5feed.common.errors import DataError
@@ -612,42 +610,13 @@ def test_cli_packs_and_prints_a_summary(
     assert result.stderr == "", "no progress bar off a terminal, no warning"
 
 
-def _stderr_on_a_terminal(*args: str) -> tuple[int, str]:
-    """Run ``h5feed pack ARGS`` with stderr on a pseudo-terminal; return (status, stderr)."""
-    master, slave = pty.openpty()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "h5feed", "pack", *args],
-        stdout=subprocess.DEVNULL,
-        stderr=slave,
-        env={**os.environ, "COLUMNS": "120"},
-    )
-    os.close(slave)
-    seen = b""
-    deadline = time.monotonic() + _CLI_TIMEOUT_S
-    try:
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([master], [], [], 0.5)
-            if ready:
-                try:
-                    chunk = os.read(master, 65536)
-                except OSError:  # EIO: the child closed the terminal
-                    break
-                if not chunk:
-                    break
-                seen += chunk
-            elif process.poll() is not None:
-                break
-        status = process.wait(timeout=max(0.1, deadline - time.monotonic()))
-    finally:
-        process.kill()
-        os.close(master)
-    return status, seen.decode(errors="replace")
-
-
 def test_progress_bar_shows_on_a_terminal_unless_turned_off(
     video_tree: tuple[pathlib.Path, dict[str, int]], tmp_path: pathlib.Path
 ) -> None:
-    status, shown = _stderr_on_a_terminal(str(video_tree[0]), str(tmp_path / "a"))
+    pack = ("pack", str(video_tree[0]))
+    status, _, shown = h5feed_on_a_terminal(*pack, str(tmp_path / "a"), timeout_s=_CLI_TIMEOUT_S)
     assert status == 0 and "packing" in shown and "verifying" in shown and "6/6" in shown
-    status, shown = _stderr_on_a_terminal(str(video_tree[0]), str(tmp_path / "b"), "--no-progress")
+    status, _, shown = h5feed_on_a_terminal(
+        *pack, str(tmp_path / "b"), "--no-progress", timeout_s=_CLI_TIMEOUT_S
+    )
     assert status == 0 and shown == ""

@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import io
-import os
 import pathlib
-import pty
-import subprocess
-import sys
-import threading
+
+from terminal import h5feed_on_a_terminal
 
 from h5feed.demo import Progress
 from h5feed.progress import RichBar, SilentBar, progress_bar
@@ -56,36 +53,14 @@ def test_no_progress_shows_nothing_even_on_a_terminal() -> None:
 
 def _demo_stderr_on_a_terminal(tmp_path: pathlib.Path, *extra: str) -> str:
     """Run a tiny demo with stderr on a pseudo-terminal; return what it wrote there."""
-    master, slave = pty.openpty()
-    chunks: list[bytes] = []
-
-    def read() -> None:
-        while True:
-            try:
-                data = os.read(master, 65536)
-            except OSError:  # EIO: every writer closed the terminal
-                return
-            if not data:
-                return
-            chunks.append(data)
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
-    env = {**os.environ, "H5FEED_CACHE_DIR": str(tmp_path / "cache"), "COLUMNS": "160"}
-    try:
-        process = subprocess.run(
-            [sys.executable, "-m", "h5feed", "demo", "--data", str(tmp_path / "d"), *TINY_DEMO,
-             *extra],
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=slave, cwd=tmp_path,
-            env=env, timeout=_DEMO_TIMEOUT_S, text=True,
-        )  # fmt: skip
-    finally:
-        os.close(slave)
-    reader.join(10)
-    os.close(master)
-    assert process.returncode == 0, b"".join(chunks).decode(errors="replace")
-    assert "throughput:" in process.stdout
-    return b"".join(chunks).decode(errors="replace")
+    status, out, err = h5feed_on_a_terminal(
+        "demo", "--data", str(tmp_path / "d"), *TINY_DEMO, *extra,
+        timeout_s=_DEMO_TIMEOUT_S, columns=160, cwd=tmp_path,
+        env={"H5FEED_CACHE_DIR": str(tmp_path / "cache")},
+    )  # fmt: skip
+    assert status == 0, err
+    assert "throughput:" in out
+    return err
 
 
 def test_the_demo_draws_a_rich_bar_on_a_terminal(tmp_path: pathlib.Path) -> None:

@@ -1,6 +1,7 @@
 """The consumer's background thread: it drives the workers and assembles batches.
 
-One ROUTER socket, owned by one thread (ZeroMQ sockets are not thread-safe). The thread:
+One ROUTER socket (:mod:`h5feed.consumer.router`), owned by one thread (ZeroMQ sockets are
+not thread-safe). The thread:
 
 1. waits for the expected workers' HELLO, gives each a share of the files (JOB) and collects
    the index of every file (INDEX);
@@ -31,7 +32,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 import zmq
@@ -51,7 +52,7 @@ from h5feed.consumer.assembly import Batch, BatchAssembler
 from h5feed.consumer.local_workers import LocalWorkers
 from h5feed.consumer.options import FeedConfig
 from h5feed.consumer.plan import EpochPlan, Index, PlannedBatch
-from h5feed.consumer.security import CurveServer
+from h5feed.consumer.router import Router
 from h5feed.consumer.slots import Slot, SlotPool, supported
 from h5feed.consumer.waker import Waker
 from h5feed.consumer.work import (
@@ -68,7 +69,6 @@ _HOST = socket.gethostname()
 
 _POLL_MS = 50
 _HEALTH_EVERY_S = 0.2
-_SEND_TIMEOUT_MS = 5000
 _EXIT_REPORT_WAIT_S = 1.0
 _MAX_MESSAGES_PER_PASS = 256
 
@@ -112,26 +112,11 @@ class Coordinator:
         self.index: Index | None = None
         self._epochs = epochs
         self._stop = threading.Event()
-        self._context = zmq.Context()
-        self._socket = self._context.socket(zmq.ROUTER)
-        self._curve: CurveServer | None = None
-        if config.options.curve_key is not None:
-            self._curve = CurveServer(
-                self._context, config.options.curve_key, config.options.curve_authorized or ""
-            )
-            self._curve.secure(self._socket)
-        # The local workers' CURVE keys (made for this iteration) and the consumer's key.
-        self.local_keys = self._curve.local_keys if self._curve else None
-        self.server_public = self._curve.public if self._curve else None
-        self._socket.setsockopt(zmq.LINGER, 0)
-        self._socket.setsockopt(zmq.ROUTER_MANDATORY, 1)
-        self._socket.setsockopt(zmq.SNDTIMEO, _SEND_TIMEOUT_MS)
-        for address in addresses:
-            self._socket.bind(address)
         self._waker = Waker()
-        self._poller = zmq.Poller()
-        self._poller.register(self._socket, zmq.POLLIN)
-        self._poller.register(self._waker.fileno, zmq.POLLIN)
+        self._router = Router(config.options, addresses, self._waker.fileno)
+        # The local workers' CURVE keys (made for this iteration) and the consumer's key.
+        self.local_keys = self._router.local_keys
+        self.server_public = self._router.server_public
         self._peers: dict[bytes, Peer] = {}
         self._videos_by_file: dict[int, list[Any]] = {}
         self._units: dict[int, Unit] = {}
@@ -175,10 +160,7 @@ class Coordinator:
         if threading.current_thread() is self._thread:
             return  # a finalizer run by garbage collection on this very thread: it ends itself
         if not self._started:  # never ran: release what __init__ opened
-            self._socket.close(linger=0)
-            if self._curve is not None:
-                self._curve.stop()
-            self._context.term()
+            self._router.close()
         if self._thread.is_alive():
             self._thread.join(timeout_s)
         if not self._thread.is_alive():
@@ -220,10 +202,7 @@ class Coordinator:
             self.out.put(FAILED)
         finally:
             self._say_bye()
-            self._socket.close(linger=0)
-            if self._curve is not None:
-                self._curve.stop()
-            self._context.term()
+            self._router.close()
             if self._pool is not None:
                 self._pool.close()  # batches already handed out keep their memory
             if self._stop.is_set() and threading.current_thread() is self._thread:
@@ -351,16 +330,12 @@ class Coordinator:
         # the poll does not wait), or ``consumed`` sees the flag and wakes us.
         self._credit_wanted = any(len(peer.outstanding) <= 1 for peer in self._peers.values())
         timeout = 0 if self._taken != self._taken_at_dispatch else _POLL_MS
-        events = dict(self._poller.poll(timeout))
-        if events.get(self._waker.fileno):
+        messages, woken = self._router.poll(timeout)
+        if woken:
             self._waker.drain()
-        if events.get(self._socket):
-            # Ask the socket whether a message waits rather than receiving until zmq.Again:
-            # an exception per wake-up costs more than the check (this loop runs per batch).
-            for _ in range(_MAX_MESSAGES_PER_PASS):
-                if not cast(int, self._socket.getsockopt(zmq.EVENTS)) & zmq.POLLIN:
-                    break
-                self._receive(self._socket.recv_multipart(zmq.NOBLOCK, copy=False))
+        if messages:
+            for frames in self._router.waiting(_MAX_MESSAGES_PER_PASS):
+                self._receive(frames)
         now = time.monotonic()
         if now >= self._next_health:
             self._next_health = now + _HEALTH_EVERY_S
@@ -420,9 +395,7 @@ class Coordinator:
             self._log.error("refused worker %r: %s", identity, why)
         reason = f"{wire.REFUSED} {why}"
         with contextlib.suppress(zmq.ZMQError):  # it may be gone already; nothing to tell then
-            self._socket.send_multipart(
-                [identity, *wire.encode(wire.BYE, {"reason": reason})], zmq.NOBLOCK
-            )
+            self._router.send(identity, wire.BYE, {"reason": reason}, zmq.NOBLOCK)
 
     def _no_workers_message(self, needed: int) -> str:
         where = ", ".join(self.addresses)
@@ -692,8 +665,7 @@ class Coordinator:
 
     def _send(self, peer: Peer, kind: str, fields: dict[str, Any]) -> None:
         try:
-            # Copied: control messages are small, and a zero-copy send costs more for them.
-            self._socket.send_multipart([peer.identity, *wire.encode(kind, fields)])
+            self._router.send(peer.identity, kind, fields)
         except zmq.ZMQError as exc:  # EHOSTUNREACH (gone) or EAGAIN (not reading at all)
             if not self._is_local(peer) and self._can_hand_over():
                 # A producer that is leaving (its BYE still on the way) or gone: its work
@@ -717,9 +689,8 @@ class Coordinator:
     def _say_bye(self) -> None:
         for peer in self._peers.values():
             try:
-                self._socket.send_multipart(
-                    [peer.identity, *wire.encode(wire.BYE, {"reason": "iteration over"})],
-                    zmq.NOBLOCK,
+                self._router.send(
+                    peer.identity, wire.BYE, {"reason": "iteration over"}, zmq.NOBLOCK
                 )
             except zmq.ZMQError as exc:
                 self._log.debug("no bye to %s: %s", peer.name, exc)

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 import h5feed
-from h5feed.cli import SAMPLE_DEFAULTS
 from h5feed.demo import Progress
+from h5feed.demo_command import SAMPLE_DEFAULTS
 from h5feed.producer.sample_data import LAYOUT, LAYOUT_ATTR, SampleSpec
 
 # Small enough that a demo run is a few seconds (most of it importing TensorFlow).

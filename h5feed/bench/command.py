@@ -9,8 +9,8 @@ import os
 import pathlib
 import shlex
 import sys
-from collections.abc import Callable
-from typing import Any
+
+from h5feed.common.cli_args import Subcommand
 
 DESCRIPTION = """\
 Benchmark h5feed against the alternatives on one workload: 16-frame clips of 320x240 JPEG
@@ -50,7 +50,7 @@ def _own_arguments() -> list[str]:
     return sys.argv[sys.argv.index("bench") + 1 :] if "bench" in sys.argv else []
 
 
-def register(subcommand: Callable[[str, str, str, str], Any]) -> None:
+def register(subcommand: Subcommand) -> None:
     """Add ``bench`` to the ``h5feed`` command (``subcommand`` as in h5feed.cli)."""
     parser = subcommand(
         "bench",

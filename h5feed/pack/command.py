@@ -12,6 +12,8 @@ import re
 import sys
 from typing import Any
 
+from h5feed.common.cli_args import int_in
+
 __all__ = ["DESCRIPTION", "EPILOG", "add_arguments", "parse_size", "run_command"]
 
 #: Test hook: ``h5feed pack`` kills itself (SIGKILL) after adding this many videos to shards.
@@ -64,24 +66,8 @@ def parse_size(text: str) -> int:
     return value
 
 
-def _quality(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if not 1 <= value <= 100:
-        raise argparse.ArgumentTypeError(f"must be in 1..100, got {value}")
-    return value
-
-
-def _jobs(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
+_quality = int_in(1, 100)
+_jobs = int_in(1)
 
 
 def add_arguments(parser: Any) -> None:

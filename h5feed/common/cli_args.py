@@ -1,0 +1,36 @@
+"""Pieces every ``h5feed`` subcommand's parser uses (argparse only: cheap to import)."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from typing import Any
+
+#: ``subcommand(name, summary, description, epilog)`` -> the command's ArgumentParser, as
+#: :func:`h5feed.cli.build_parser` hands it to each command's ``register``.
+Subcommand = Callable[[str, str, str, str], Any]
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Keeps the description's and epilog's line breaks (their examples are laid out)."""
+
+
+def int_in(minimum: int, maximum: int | None = None) -> Callable[[str], int]:
+    """An argparse ``type`` for integers >= ``minimum`` (and <= ``maximum`` when given)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+        if maximum is not None and not minimum <= value <= maximum:
+            raise argparse.ArgumentTypeError(f"must be in {minimum}..{maximum}, got {value}")
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
+        return value
+
+    return parse
+
+
+positive_int = int_in(1)
+non_negative_int = int_in(0)

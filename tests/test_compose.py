@@ -16,7 +16,28 @@ import pytest
 import h5feed
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-ENGINE = ROOT.parent / "shared" / "ci" / "docker-engine.sh"
+_ENGINE_IN_SHARED = pathlib.Path("shared", "ci", "docker-engine.sh")
+
+
+def engine_script() -> pathlib.Path:
+    """The script that starts a Docker engine on machines without one: ``$H5FEED_DOCKER_ENGINE``,
+    else ``../shared/ci/docker-engine.sh`` beside this checkout, else beside the checkout this
+    one was cloned from (a scratch clone of a local repository, e.g. in ``mktemp -d``)."""
+    if os.environ.get("H5FEED_DOCKER_ENGINE"):
+        return pathlib.Path(os.environ["H5FEED_DOCKER_ENGINE"])
+    beside = ROOT.parent / _ENGINE_IN_SHARED
+    if beside.exists():
+        return beside
+    origin = subprocess.run(
+        ["git", "-C", str(ROOT), "config", "--get", "remote.origin.url"],
+        capture_output=True, text=True, timeout=30,
+    ).stdout.strip()  # fmt: skip
+    if origin and pathlib.Path(origin).is_dir():
+        return pathlib.Path(origin).resolve().parent / _ENGINE_IN_SHARED
+    return beside
+
+
+ENGINE = engine_script()
 PROJECT = "h5feedtest"
 
 # One Docker engine per machine: never two of these at once (pytest-xdist).

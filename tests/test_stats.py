@@ -60,12 +60,15 @@ def test_a_slow_worker_shows_as_the_slowest(small_dataset: list[pathlib.Path]) -
         slow_pid = stream.worker_pids[0]
         done = threading.Event()
 
-        def throttle() -> None:  # the worker runs a fifth of the time
+        def throttle() -> None:
+            # The worker runs 10 ms in 210: a unit of these tiny clips takes a few ms, so with
+            # longer running spells most of its units would start and end within one, and
+            # its latency would not show the throttle at all.
             while not done.is_set():
                 os.kill(slow_pid, signal.SIGSTOP)
                 time.sleep(0.2)
                 os.kill(slow_pid, signal.SIGCONT)
-                time.sleep(0.05)
+                time.sleep(0.01)
 
         thread = threading.Thread(target=throttle, daemon=True)
         thread.start()

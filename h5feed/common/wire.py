@@ -6,7 +6,8 @@ that frame is the transport's, not part of this format)::
     frame 0  header  msgpack array of 5 elements:
                        [0] magic     str  "h5feed"
                        [1] version   int  PROTOCOL_VERSION (a peer with another version is refused)
-                       [2] kind      str  one of KINDS ("hello", "job", "index", "unit", ...)
+                       [2] kind      str  one of KINDS ("hello", "job", "index", "unit", ...;
+                                          the typed messages: h5feed.common.messages)
                        [3] fields    map  str -> msgpack value; the keys and types of each kind are
                                           fixed by SCHEMAS and checked on decode; map keys are
                                           written sorted, so one message has one encoding
@@ -38,7 +39,10 @@ import numpy as np
 from h5feed.common.errors import ProtocolError, VersionMismatchError
 
 MAGIC: Final = "h5feed"
-PROTOCOL_VERSION: Final = 2  # 2: UNIT slot field; clip layout, transform
+# 2: UNIT slot field; clip layout, transform. 3: ITEMS and PULL (source units, which were
+# UNITs whose rows meant items or [count, pass]); JOB layout apart from the clip; nested
+# values checked by h5feed.common.messages.
+PROTOCOL_VERSION: Final = 3
 
 HELLO: Final = "hello"  # worker -> consumer: who I am
 JOB: Final = "job"  # consumer -> worker: the files it owns and how to cut clips
@@ -49,6 +53,8 @@ ERROR: Final = "error"  # worker -> consumer: a unit (or the job) failed, with t
 BYE: Final = "bye"  # either way: stop / I am leaving
 SOURCE: Final = "source"  # consumer -> worker: run the user's code named by an import path
 SOURCE_INFO: Final = "source_info"  # worker -> consumer: what that code is (kind, length, spec)
+ITEMS: Final = "items"  # consumer -> worker: map/keras source, produce these items of a batch
+PULL: Final = "pull"  # consumer -> worker: generator source, the next elements of a pass
 
 #: Start of a BYE reason that refuses a peer (e.g. another protocol version): do not retry.
 REFUSED: Final = "refused:"
@@ -63,7 +69,7 @@ _OPT_LIST = (list, type(None))
 #: Field names and accepted Python types of each message kind (after msgpack decoding).
 SCHEMAS: Final[Mapping[str, Mapping[str, tuple[type, ...]]]] = {
     HELLO: {"worker": _STR, "pid": _INT, "host": _STR, "package": _STR},
-    JOB: {"job": _STR, "files": _LIST, "clip": (dict,), "cache_dir": _OPT_STR},
+    JOB: {"job": _STR, "files": _LIST, "clip": (dict,), "layout": (dict,), "cache_dir": _OPT_STR},
     INDEX: {"job": _STR, "file": _INT, "videos": _LIST},
     UNIT: {
         "job": _STR,
@@ -100,6 +106,8 @@ SCHEMAS: Final[Mapping[str, Mapping[str, tuple[type, ...]]]] = {
         "spec": (dict, type(None)),
     },
     SOURCE_INFO: {"job": _STR, "kind": _STR, "length": _OPT_INT, "spec": (dict,)},
+    ITEMS: {"job": _STR, "unit": _INT, "batch": _INT, "epoch": _INT, "items": _LIST},
+    PULL: {"job": _STR, "unit": _INT, "batch": _INT, "epoch": _INT, "count": _INT, "pass": _INT},
 }
 KINDS: Final = frozenset(SCHEMAS)
 

@@ -1,0 +1,333 @@
+"""Every h5feed message as a typed, frozen value: one dataclass per kind.
+
+:mod:`h5feed.common.wire` owns the framing (magic, version, header, raw array frames) and the
+strict, field-level check of each kind's header (``wire.SCHEMAS``). This module is the layer
+above it that code uses: a sender builds a message with its constructor (mypy checks every
+field) and calls :func:`encode`; a receiver calls :func:`decode` and dispatches with
+``match``. Nothing outside this module and ``wire`` builds or reads a header dict.
+
+Nested values are checked here, on decode, before anything trusts them: a UNIT row has 8
+fields of fixed types, an INDEX video 3, a slot reference 4; a bad one raises
+:class:`ProtocolError`, like any other malformed message. Small records (:class:`Row`,
+:class:`SlotRef`, :class:`FileRef`, :class:`VideoEntry`) are ``NamedTuple``\\ s, so msgpack
+writes them as the plain arrays the wire format describes, with no conversion per row.
+
+The kinds (worker = a producer process; consumer = the trainer's side):
+
+=============  ==================  ======================================================
+kind           direction           what
+=============  ==================  ======================================================
+HELLO          worker -> consumer  who I am (name, pid, host, package version)
+JOB            consumer -> worker  HDF5 files to open (number, path), clip spec, layout
+INDEX          worker -> consumer  the videos of one file (name, frames, label)
+UNIT           consumer -> worker  HDF5: make these :class:`Row`\\ s of one batch
+SOURCE         consumer -> worker  load the user's code (import path, args, shard, spec)
+SOURCE_INFO    worker -> consumer  what that code is (kind, length, element spec)
+ITEMS          consumer -> worker  map/keras source: make these items of one batch
+PULL           consumer -> worker  generator source: the next ``count`` elements of a pass
+DATA           worker -> consumer  a unit's rows, as arrays (or written to its slot)
+ERROR          worker -> consumer  a unit or the job failed: type, message, traceback, where
+BYE            either way          stop / I am leaving (``refused:`` reasons: do not retry)
+=============  ==================  ======================================================
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import traceback
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar, NamedTuple
+
+import numpy as np
+
+from h5feed.common import wire
+from h5feed.common.errors import DataError, ProtocolError
+
+
+class FileRef(NamedTuple):
+    """A file of a JOB: its number in the dataset and its path (relative to the data root)."""
+
+    number: int
+    path: str
+
+
+class VideoEntry(NamedTuple):
+    """A video of an INDEX: its name in the file, its frame count (>= 1) and its label."""
+
+    name: str
+    frames: int
+    label: int
+
+
+class Row(NamedTuple):
+    """One row of an HDF5 UNIT: the sample and everything needed to make its clip."""
+
+    sample: int  # global sample id
+    file: int  # file index in the dataset
+    video: int  # position of the video in its file's index
+    start: int  # first frame of the clip
+    crop_top: float  # uniform [0, 1): where the crop goes
+    crop_left: float
+    flip: bool
+    seed: int  # per-sample seed of the user's transform
+
+
+class SlotRef(NamedTuple):
+    """Where a UNIT's rows go in shared memory: the consumer's pid and the slot's fd (the
+    worker opens ``/proc/PID/fd/FD``), the batch's row count, the rows' positions in it."""
+
+    pid: int
+    fd: int
+    batch_rows: int
+    positions: tuple[int, ...]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Hello:
+    KIND: ClassVar[str] = wire.HELLO
+    worker: str
+    pid: int
+    host: str
+    package: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Job:
+    KIND: ClassVar[str] = wire.JOB
+    job: str
+    files: tuple[FileRef, ...]
+    clip: Mapping[str, Any]  # ClipSpec.to_wire(); ClipSpec.from_wire validates it
+    layout: Mapping[str, Any]  # LayoutSpec.to_wire(): how the files store videos
+    cache_dir: str | None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Index:
+    KIND: ClassVar[str] = wire.INDEX
+    job: str
+    file: int
+    videos: tuple[VideoEntry, ...]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Unit:
+    KIND: ClassVar[str] = wire.UNIT
+    job: str
+    unit: int
+    batch: int  # the batch's sequence number in the iteration
+    epoch: int
+    rows: tuple[Row, ...]
+    slot: SlotRef | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Items:
+    """A map-style source's element indices, or a keras source's one batch index."""
+
+    KIND: ClassVar[str] = wire.ITEMS
+    job: str
+    unit: int
+    batch: int
+    epoch: int
+    items: tuple[int, ...]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Pull:
+    """A generator source: the next ``count`` elements of the worker's pass ``pass_``."""
+
+    KIND: ClassVar[str] = wire.PULL
+    job: str
+    unit: int
+    batch: int
+    epoch: int
+    count: int
+    pass_: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Data:
+    """A unit's answer: ``samples`` (HDF5: sample ids; map: items; keras: the batch index;
+    generator: element ordinals) and the arrays (none when written to a shared slot)."""
+
+    KIND: ClassVar[str] = wire.DATA
+    job: str
+    unit: int
+    batch: int
+    samples: tuple[Any, ...]
+    arrays: Mapping[str, np.ndarray] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Error:
+    KIND: ClassVar[str] = wire.ERROR
+    job: str
+    unit: int | None
+    type: str
+    message: str
+    traceback: str
+    file: str | None = None
+    video: str | None = None
+    frame: int | None = None
+
+    @classmethod
+    def of(cls, job: str, unit: int | None, exc: BaseException, file: str | None = None) -> Error:
+        """The ERROR reporting ``exc``; a :class:`DataError` names its file, video, frame."""
+        data_error = exc if isinstance(exc, DataError) else None
+        return cls(
+            job=job,
+            unit=unit,
+            type=type(exc).__name__,
+            message=str(exc),
+            traceback="".join(traceback.format_exception(exc)),
+            file=data_error.file if data_error else file,
+            video=data_error.video if data_error else None,
+            frame=data_error.frame if data_error else None,
+        )
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Bye:
+    KIND: ClassVar[str] = wire.BYE
+    reason: str
+
+    @classmethod
+    def refusing(cls, why: str) -> Bye:
+        """A BYE that refuses a peer (another protocol version, say): it must not retry."""
+        return cls(f"{wire.REFUSED} {why}")
+
+    @property
+    def refused(self) -> bool:
+        return self.reason.startswith(wire.REFUSED)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Source:
+    KIND: ClassVar[str] = wire.SOURCE
+    job: str
+    source: str  # "package.module:factory"
+    args: Mapping[str, Any]
+    sys_path: tuple[str, ...]
+    worker: int  # this worker's shard index among ``workers``
+    workers: int
+    seed: int
+    epoch: int  # the iteration's first epoch
+    spec: Mapping[str, Any] | None  # ElementSpec.to_wire(), or None: probe and tell
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SourceInfo:
+    KIND: ClassVar[str] = wire.SOURCE_INFO
+    job: str
+    kind: str  # "map", "keras" or "generator"
+    length: int | None
+    spec: Mapping[str, Any]
+
+
+Message = Hello | Job | Index | Unit | Items | Pull | Data | Error | Bye | Source | SourceInfo
+_CLASSES: dict[str, type[Any]] = {
+    cls.KIND: cls
+    for cls in (Hello, Job, Index, Unit, Items, Pull, Data, Error, Bye, Source, SourceInfo)
+}
+# Fields whose wire name differs from the attribute (``pass`` is a Python keyword).
+_WIRE_NAMES: Mapping[str, str] = {"pass_": "pass"}
+
+
+def encode(message: Message) -> list[Any]:
+    """The frames of ``message`` (see :func:`h5feed.common.wire.encode`)."""
+    fields: dict[str, Any] = {}
+    for field in dataclasses.fields(message):
+        if field.name == "arrays":
+            continue
+        value = getattr(message, field.name)
+        if isinstance(value, tuple):
+            value = list(value)  # the schemas say list; tuples inside pack as arrays anyway
+        elif isinstance(value, Mapping):
+            value = dict(value)
+        fields[_WIRE_NAMES.get(field.name, field.name)] = value
+    arrays = message.arrays.items() if isinstance(message, Data) else ()
+    return wire.encode(message.KIND, fields, list(arrays))
+
+
+def decode(frames: Sequence[wire.Frame], limits: wire.Limits = wire.DEFAULT_LIMITS) -> Message:
+    """The typed message of ``frames`` (routing frames removed). Strict: ProtocolError for
+    anything malformed, nested values included; VersionMismatchError for another version."""
+    return parse(wire.decode(frames, limits))
+
+
+def parse(raw: wire.Message) -> Message:
+    """The typed form of a decoded wire message (fields already checked by ``wire``)."""
+    f = raw.fields
+    match raw.kind:
+        case wire.HELLO:
+            return Hello(f["worker"], f["pid"], f["host"], f["package"])
+        case wire.JOB:
+            files = tuple(FileRef(*_record(e, (int, str), "JOB file")) for e in f["files"])
+            return Job(f["job"], files, f["clip"], f["layout"], f["cache_dir"])
+        case wire.INDEX:
+            videos = tuple(_video(entry) for entry in f["videos"])
+            return Index(f["job"], f["file"], videos)
+        case wire.UNIT:
+            rows = tuple(Row(*_record(e, _ROW_TYPES, "UNIT row")) for e in f["rows"])
+            slot = _slot(f["slot"], len(rows)) if f["slot"] is not None else None
+            return Unit(f["job"], f["unit"], f["batch"], f["epoch"], rows, slot)
+        case wire.ITEMS:
+            return Items(f["job"], f["unit"], f["batch"], f["epoch"], _ints(f["items"], "items"))
+        case wire.PULL:
+            if f["count"] < 1 or f["pass"] < 0:
+                raise ProtocolError(f"PULL of {f['count']} elements of pass {f['pass']}")
+            return Pull(f["job"], f["unit"], f["batch"], f["epoch"], f["count"], f["pass"])
+        case wire.DATA:
+            return Data(f["job"], f["unit"], f["batch"], tuple(f["samples"]), raw.arrays)
+        case wire.ERROR:
+            return Error(**f)
+        case wire.BYE:
+            return Bye(f["reason"])
+        case wire.SOURCE:
+            if not all(isinstance(p, str) for p in f["sys_path"]):
+                raise ProtocolError("SOURCE sys_path must be a list of str")
+            return Source(
+                f["job"], f["source"], f["args"], tuple(f["sys_path"]), f["worker"],
+                f["workers"], f["seed"], f["epoch"], f["spec"],
+            )  # fmt: skip
+        case wire.SOURCE_INFO:
+            return SourceInfo(f["job"], f["kind"], f["length"], f["spec"])
+    raise ProtocolError(f"unknown message kind {raw.kind!r}")  # unreachable: wire checks
+
+
+_ROW_TYPES: tuple[type | tuple[type, ...], ...] = (
+    int, int, int, int, (float, int), (float, int), bool, int,
+)  # fmt: skip
+
+
+def _record(entry: Any, types: Sequence[type | tuple[type, ...]], what: str) -> list[Any]:
+    """``entry`` if it is a list of len(types) values of those types (bool is no int)."""
+    if not isinstance(entry, list) or len(entry) != len(types):
+        raise ProtocolError(f"{what} must be a list of {len(types)} values: {entry!r:.200}")
+    for value, expected in zip(entry, types, strict=True):
+        if not isinstance(value, expected) or (isinstance(value, bool) and expected is not bool):
+            raise ProtocolError(f"bad {what} {entry!r:.200}")
+    return entry
+
+
+def _video(entry: Any) -> VideoEntry:
+    name, frames, label = _record(entry, (str, int, int), "INDEX video")
+    if frames < 1:
+        raise ProtocolError(f"INDEX video {name!r} has {frames} frames")
+    return VideoEntry(name, frames, label)
+
+
+def _ints(values: list[Any], what: str) -> tuple[int, ...]:
+    if not all(type(v) is int for v in values):
+        raise ProtocolError(f"{what} must be a list of ints: {values!r:.200}")
+    return tuple(values)
+
+
+def _slot(entry: Any, rows: int) -> SlotRef:
+    pid, fd, batch_rows, positions = _record(entry, (int, int, int, list), "UNIT slot")
+    checked = _ints(positions, "slot positions")
+    if min(pid, fd, batch_rows) < 0 or len(checked) != rows or len(set(checked)) != rows:
+        raise ProtocolError(f"bad UNIT slot {entry!r:.200} for {rows} rows")
+    if not all(0 <= p < batch_rows for p in checked):
+        raise ProtocolError(f"slot positions {checked!r:.200} do not fit {batch_rows} rows")
+    return SlotRef(pid, fd, batch_rows, checked)

@@ -20,6 +20,7 @@ from h5feed.consumer.options import (
     FeedOptions,
     resolve_files,
 )
+from h5feed.consumer.plan import Cursor
 from h5feed.consumer.stream import BATCH_KEYS, BatchStream
 
 if TYPE_CHECKING:
@@ -58,7 +59,7 @@ class Feed:
         with self._lock:
             first = self._next_epoch
             self._next_epoch = first + epochs if epochs is not None else first
-        stream = BatchStream(self.config, first, epochs, on_close=self._keep_stats)
+        stream = BatchStream(self.config, Cursor(first, 0), epochs, on_close=self._keep_stats)
         self._current = weakref.ref(stream)
         return stream
 

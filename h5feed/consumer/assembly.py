@@ -1,15 +1,13 @@
-"""Assembling batches from the parts the workers send, and releasing them in order.
+"""Assembling HDF5 batches from the parts the workers send.
 
-Guarantees of a :class:`BatchAssembler`:
+Guarantees of a :class:`BatchAssembler` (the order of release is :mod:`h5feed.consumer.ordering`'s):
 
-1. A batch is released once, complete (every part in), or never.
-2. ``ordered=True``: batches are released in plan order (``seq`` 0, 1, 2, ...), each as soon as
-   it and all before it are complete; ``ordered=False``: each as soon as it is complete.
-3. A batch in a shared-memory slot (see ``h5feed.consumer.slots``) is released as an array
+1. A batch is returned once, complete (every part in), or never.
+2. A batch in a shared-memory slot (see ``h5feed.consumer.slots``) is released as an array
    over the slot: parts written there by local workers are not copied at all, parts that came
    over the socket are copied in once. Without a slot, a batch made by one part, rows in
    order, is released without a copy; otherwise each part is copied once into the batch.
-4. All parts of all batches have one frame size (and, with a transform, one sample shape and
+3. All parts of all batches have one frame size (and, with a transform, one sample shape and
    dtype); a part that differs raises :class:`DataError` naming one of its videos (videos of
    different sizes need ``resize``; a transform must return one shape and dtype).
 """
@@ -17,7 +15,6 @@ Guarantees of a :class:`BatchAssembler`:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -33,7 +30,7 @@ class Batch:
     """An assembled batch: its place in the plan and its arrays (see ``stream.BATCH_KEYS``)."""
 
     epoch: int
-    index: int
+    index: int  # the batch's position in its epoch
     arrays: dict[str, np.ndarray]
     # A user source's batch (``source=``): its element tree, batched; ``arrays`` is then empty.
     element: Any = None
@@ -50,29 +47,23 @@ class _Pending:
 
 
 class BatchAssembler:
-    """Collects the parts of dispatched batches; calls ``release`` with each complete batch."""
+    """Collects the parts of dispatched batches; returns each batch once it is complete."""
 
     def __init__(
         self,
         index: Index,
-        ordered: bool,
-        release: Callable[[Batch], None],
         transform: str | None = None,
         slots: tuple[SlotPool, tuple[int, ...]] | None = None,
     ) -> None:
         """``transform``: the user's transform path (for error messages); ``slots``: the pool
         and the shape of one clip [clip_len, H, W, 3] when batches may live in shared memory."""
         self._index = index
-        self._ordered = ordered
-        self._release = release
         self._pending: dict[int, _Pending] = {}
-        self._complete: dict[int, Batch] = {}
         self._transform = transform
         self._sample: tuple[np.dtype[np.generic], tuple[int, ...]] | None = None
         self._slots = slots
         if slots is not None:
             self._sample = (np.dtype(np.uint8), slots[1])
-        self.released = 0
 
     def expect(self, seq: int, planned: PlannedBatch, parts: int, slot: Slot | None = None) -> None:
         """Batch ``seq`` will arrive in ``parts`` parts (written into ``slot``, if given)."""
@@ -116,26 +107,18 @@ class BatchAssembler:
     def slot(self, seq: int) -> Slot | None:
         return self._pending[seq].slot
 
-    def add(self, seq: int, positions: np.ndarray, frames: np.ndarray | None) -> None:
+    def add(self, seq: int, positions: np.ndarray, frames: np.ndarray | None) -> Batch | None:
         """One part of batch ``seq``: ``frames`` are the batch rows at ``positions``, or None
-        when the worker wrote them into the batch's slot."""
+        when the worker wrote them into the batch's slot. Returns the batch once complete."""
         if frames is not None:
             self._check_frame_size(seq, positions, frames)
         pending = self._pending[seq]
         pending.parts.append((positions, frames))
         pending.parts_left -= 1
         if pending.parts_left:
-            return
+            return None
         del self._pending[seq]
-        batch = self._assemble(pending)
-        if not self._ordered:
-            self._release(batch)
-            self.released += 1
-            return
-        self._complete[seq] = batch
-        while self.released in self._complete:
-            self._release(self._complete.pop(self.released))
-            self.released += 1
+        return self._assemble(pending)
 
     def _assemble(self, pending: _Pending) -> Batch:
         planned, index = pending.planned, self._index
@@ -167,5 +150,6 @@ class BatchAssembler:
                 "start": planned.starts,
                 "sample": planned.samples,
                 "epoch": np.full(rows, planned.epoch, np.int64),
+                "batch": np.full(rows, planned.index, np.int64),
             },
         )

@@ -66,6 +66,23 @@ class Index:
         return len(self.frames)
 
 
+@dataclasses.dataclass(frozen=True, slots=True, order=True)
+class Cursor:
+    """A position in the plan: batch ``batch`` of epoch ``epoch`` (the next one to take).
+
+    The stream advances it as the trainer takes batches; an iteration can start at one
+    (batch k of an epoch is :meth:`EpochPlan.batch` ``(k)``, planned at random access).
+    ``Cursor(e, len(plan of e))`` and ``Cursor(e + 1, 0)`` name the same place.
+    """
+
+    epoch: int = 0
+    batch: int = 0
+
+    def __post_init__(self) -> None:
+        if self.epoch < 0 or self.batch < 0:
+            raise ValueError(f"a cursor is (epoch >= 0, batch >= 0), got {self}")
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class PlanOptions:
     batch_size: int
@@ -157,4 +174,8 @@ class EpochPlan:
         )
 
     def __iter__(self) -> Iterator[PlannedBatch]:
-        return (self.batch(position) for position in range(len(self)))
+        return self.batches_from(0)
+
+    def batches_from(self, first: int) -> Iterator[PlannedBatch]:
+        """Batches ``first``, ``first + 1``, ... to the end of the epoch."""
+        return (self.batch(position) for position in range(first, len(self)))

@@ -8,12 +8,12 @@ fail at once (EHOSTUNREACH) and a peer that stopped reading fails after ``SNDTIM
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from typing import Any, cast
+from collections.abc import Iterator
+from typing import cast
 
 import zmq
 
-from h5feed.common import wire
+from h5feed.common import messages
 from h5feed.consumer.options import FeedOptions
 from h5feed.consumer.security import CurveServer
 
@@ -60,10 +60,10 @@ class Router:
                 return
             yield self._socket.recv_multipart(zmq.NOBLOCK, copy=False)
 
-    def send(self, identity: bytes, kind: str, fields: Mapping[str, Any], flags: int = 0) -> None:
+    def send(self, identity: bytes, message: messages.Message, flags: int = 0) -> None:
         """Send one message to ``identity``; zmq.ZMQError when it cannot be delivered."""
         # Copied: control messages are small, and a zero-copy send costs more for them.
-        self._socket.send_multipart([identity, *wire.encode(kind, fields)], flags)
+        self._socket.send_multipart([identity, *messages.encode(message)], flags)
 
     def close(self) -> None:
         """Close the socket, stop the CURVE server and end the context."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -24,7 +24,8 @@ from h5feed.common.elements import STRING, ElementSpec, LeafSpec, RaggedArray
 from h5feed.common.errors import SourceError
 from h5feed.consumer.api import Feed, feed_dataset
 from h5feed.consumer.options import FeedConfig, FeedOptions
-from h5feed.consumer.source_coordinator import KERAS, SourceCoordinator
+from h5feed.consumer.plan import Cursor
+from h5feed.consumer.source_kinds import KERAS
 from h5feed.consumer.source_options import SOURCE_KEYS, SourceConfig
 from h5feed.consumer.stream import BatchStream
 
@@ -67,21 +68,19 @@ class SourceFeed(Feed):
 
     def __init__(self, config: FeedConfig) -> None:
         super().__init__(config)
-        self._learning: SourceCoordinator | None = None
+        self._learning: BatchStream | None = None
 
     def stream(self) -> BatchStream:
         self._remember()
         stream = super().stream()
-        coordinator = stream.coordinator
-        if isinstance(coordinator, SourceCoordinator):
-            self._learning = coordinator
+        self._learning = stream
         return stream
 
     def learn(self) -> None:
         """Start the workers once, without planning a batch, to learn the source's kind and
         element spec (a TensorFlow signature needs them before the first batch)."""
-        stream = BatchStream(self.config, 0, 0)
-        self._learning = cast(SourceCoordinator, stream.coordinator)
+        stream = BatchStream(self.config, Cursor(0, 0), 0)
+        self._learning = stream
         try:
             for _ in stream:
                 pass
@@ -90,13 +89,13 @@ class SourceFeed(Feed):
         self._remember()
 
     def _remember(self) -> None:
-        learnt, source = self._learning, self.config.source
+        stream, source = self._learning, self.config.source
+        learnt = stream.learnt if stream is not None else None
         if learnt is None or source is None or source.kind is not None:
             return
-        if learnt.spec is not None and learnt.kind is not None:
-            source = dataclasses.replace(source, spec=learnt.spec, kind=learnt.kind)
-            self.config = dataclasses.replace(self.config, source=source)
-            self._learning = None
+        source = dataclasses.replace(source, spec=learnt.spec, kind=learnt.kind)
+        self.config = dataclasses.replace(self.config, source=source)
+        self._learning = None
 
 
 # -- TensorFlow ----------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""One iteration over a dataset: local workers, a coordinator, and the batches as NumPy dicts.
+"""One iteration over a dataset: local workers, the loop, and the batches as NumPy dicts.
 
 Guarantees of a :class:`BatchStream`:
 
@@ -14,6 +14,7 @@ Guarantees of a :class:`BatchStream`:
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import itertools
 import logging
@@ -32,14 +33,22 @@ import numpy as np
 from h5feed.common.errors import H5FeedError
 from h5feed.common.logs import with_ids
 from h5feed.consumer.assembly import Batch
-from h5feed.consumer.coordinator import END, FAILED, Coordinator
+from h5feed.consumer.credits import CreditGate
+from h5feed.consumer.hdf5_scheduler import HdfScheduler
 from h5feed.consumer.local_workers import LocalWorkers
+from h5feed.consumer.loop import END, FAILED, FeedLoop
 from h5feed.consumer.memory import keep_freed_memory_mapped
 from h5feed.consumer.options import FeedConfig
-from h5feed.consumer.source_coordinator import SourceCoordinator
+from h5feed.consumer.plan import Cursor
+from h5feed.consumer.router import Router
+from h5feed.consumer.scheduler import Scheduler
+from h5feed.consumer.session import PeerSession
+from h5feed.consumer.source_scheduler import Learnt, SourceScheduler
 from h5feed.consumer.stats import RateMeter, WaitMeter, verdict
+from h5feed.consumer.waker import Waker
 
-#: Keys of every batch (the tf.data elements carry these, without ``sample`` and ``epoch``).
+#: Keys of every tf.data element by default (NumPy batches also carry ``sample``, ``epoch``
+#: and ``batch``: see ``keys=`` of ``h5feed.dataset``).
 BATCH_KEYS = ("frames", "label", "file", "video", "start")
 
 _GET_POLL_S = 0.1
@@ -51,63 +60,102 @@ _live_streams: weakref.WeakSet[BatchStream] = weakref.WeakSet()
 
 
 class BatchStream(Iterator[dict[str, np.ndarray]]):
-    """Iterates the batches of ``epochs`` epochs, starting at epoch ``first_epoch``."""
+    """Iterates the batches of ``epochs`` epochs (None: forever) from ``start``."""
 
     def __init__(
         self,
         config: FeedConfig,
-        first_epoch: int,
+        start: Cursor,
         epochs: int | None,
         on_close: Callable[[dict[str, Any]], None] | None = None,
+        learnt: Learnt | None = None,
     ) -> None:
         self.config = config
         self._on_close = on_close
         self.job_id = uuid.uuid4().hex
+        self.cursor = start  # the next batch the trainer takes (deterministic order)
         self._closed = threading.Event()
         self._waited = WaitMeter()
         self._taken = RateMeter()
+        options = config.options
         epoch_range: Iterator[int] = (
-            itertools.count(first_epoch)
+            itertools.count(start.epoch)
             if epochs is None
-            else iter(range(first_epoch, first_epoch + epochs))
+            else iter(range(start.epoch, start.epoch + epochs))
         )
-        if config.options.tune_malloc:
+        if options.tune_malloc:
             keep_freed_memory_mapped()
+        if options.listen and options.curve_key is None:
+            warn_if_exposed(options.listen)
+        # One direction of wiring: socket and keys, then the local workers that use them,
+        # then the parts of the loop, then the loop.
         self._tmpdir = tempfile.mkdtemp(prefix="h5feed-")
-        self.address = address = f"ipc://{self._tmpdir}/feed.sock"
-        workers = config.options.workers
-        addresses = [address] + ([config.options.listen] if config.options.listen else [])
-        if config.options.listen and config.options.curve_key is None:
-            warn_if_exposed(config.options.listen)
-        make = Coordinator if config.source is None else SourceCoordinator
-        self._coordinator = make(config, epoch_range, addresses, self.job_id, workers, None)
+        address = f"ipc://{self._tmpdir}/feed.sock"
+        waker = Waker()
         try:
-            self._workers = LocalWorkers(
-                workers,
-                address,
-                prefix=f"w{self.job_id[:6]}",
-                keys=self._coordinator.local_keys,
-                server_public=self._coordinator.server_public,
-                data_root=config.options.data_root,
+            router = Router(
+                options, [address] + ([options.listen] if options.listen else []), waker.fileno
             )
         except BaseException:
-            self._coordinator.stop()
+            waker.close()
             shutil.rmtree(self._tmpdir, ignore_errors=True)
             raise
-        self._coordinator.local_workers = self._workers
-        self._coordinator.start()
+        try:
+            self._workers = LocalWorkers(
+                options.workers,
+                address,
+                prefix=f"w{self.job_id[:6]}",
+                keys=router.local_keys,
+                server_public=router.server_public,
+                data_root=options.data_root,
+            )
+        except BaseException:
+            router.close()
+            waker.close()
+            shutil.rmtree(self._tmpdir, ignore_errors=True)
+            raise
+        self.counters: collections.Counter[str] = collections.Counter()
+        self._gate = CreditGate(options.inflight_batches, waker.wake)
+        session = PeerSession(
+            self.job_id, router, self._workers, options.unit_timeout_s, self.counters
+        )
+        self.scheduler: Scheduler = (
+            HdfScheduler(config, self.job_id, epoch_range, start, self.counters)
+            if config.source is None
+            else SourceScheduler(
+                config, self.job_id, epoch_range, start, self.counters, self._gate, learnt
+            )
+        )
+        self._loop = FeedLoop(
+            options,
+            router,
+            waker,
+            session,
+            self._gate,
+            self.scheduler,
+            options.workers,
+            self._count,
+        )
+        self._loop.start()
         self._finalizer = weakref.finalize(
-            self, _shutdown, self._coordinator, self._workers, self._tmpdir, self._closed
+            self, _shutdown, self._loop, self._workers, self._tmpdir, self._closed
         )
         _live_streams.add(self)
 
     @property
-    def coordinator(self) -> Coordinator:
-        return self._coordinator
-
-    @property
     def worker_pids(self) -> list[int]:
         return self._workers.pids
+
+    @property
+    def learnt(self) -> Learnt | None:
+        """A source's kind and element spec, once its workers told them (else None)."""
+        return self.scheduler.learnt if isinstance(self.scheduler, SourceScheduler) else None
+
+    def _count(self, batch: Batch) -> None:
+        """The loop released ``batch`` (its thread): the release counters."""
+        self.counters["batches"] += 1
+        self.counters["clips"] += batch.rows or len(batch.arrays["sample"])
+        self.counters["bytes"] += batch.nbytes or batch.arrays["frames"].nbytes
 
     def __next__(self) -> dict[str, np.ndarray]:
         began = time.monotonic()  # the wait for input: until a batch (or the end) is here
@@ -116,20 +164,21 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
                 if self._closed.is_set():
                     raise StopIteration
                 try:
-                    item = self._coordinator.out.get(timeout=_GET_POLL_S)
+                    item = self._loop.out.get(timeout=_GET_POLL_S)
                 except queue.Empty:
                     continue
                 if item is END:
                     self.close()
                     raise StopIteration
                 if item is FAILED:
-                    error = self._coordinator.error
+                    error = self._loop.error
                     self.close()
                     if isinstance(error, H5FeedError):
                         raise error
-                    raise H5FeedError(f"the h5feed coordinator failed: {error!r}") from error
+                    raise H5FeedError(f"the h5feed loop failed: {error!r}") from error
                 batch: Batch = item
-                self._coordinator.consumed()
+                self._gate.take()
+                self.cursor = Cursor(batch.epoch, batch.index + 1)
                 if batch.element is not None:  # a user source's batch (source=)
                     self._taken.record(batch.rows, batch.nbytes)
                     return cast(dict[str, np.ndarray], batch.element)
@@ -161,21 +210,36 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
         ``next()`` waited for a batch not yet ready; ``inflight_batches`` of
         ``credit_budget``; ``queue_depth``: complete batches not yet taken; ``workers`` and
         ``hosts``: what each delivered; ``malformed_messages``, ``dropped_parts``,
-        ``reassigned_units`` (handed over from a producer that left); and the
-        verdict: ``input_bound``, ``suggested_extra_workers``, ``verdict`` (one line).
+        ``reassigned_units`` (handed over from a producer that left); ``cursor``: the next
+        batch (epoch, batch); and the verdict: ``input_bound``, ``suggested_extra_workers``,
+        ``verdict`` (one line).
         """
         taken = self._taken.snapshot()
         waited = self._waited.snapshot()
-        workers = self._coordinator.worker_info()
+        workers = [
+            {
+                "name": p.name,
+                "pid": p.pid,
+                "host": p.host,
+                "files": len(p.files),
+                "outstanding_units": len(p.outstanding),
+                "unit_latency_s": p.unit_latency_s,
+                **p.received.snapshot(),
+            }
+            for p in list(self._loop.session.peers.values())
+        ]
         hosts: dict[str, dict[str, float]] = {}
         for worker in workers:
             host = hosts.setdefault(worker["host"], {"workers": 0, "clips": 0, "clips_per_s": 0})
             host["workers"] += 1
             host["clips"] += worker["clips"]
             host["clips_per_s"] += worker["per_s_recent"]["clips"]
-        counters = self._coordinator.counters
+        counters, gate = self.counters, self._gate
         bound, extra, line = verdict(
             waited["wait_share_recent"], len(workers) or self.config.options.workers
+        )
+        slots = (
+            self.scheduler.shared_memory_slots if isinstance(self.scheduler, HdfScheduler) else 0
         )
         return {
             "job": self.job_id,
@@ -186,18 +250,19 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
             "per_s_recent": taken["per_s_recent"],
             "per_s_total": taken["per_s_total"],
             **waited,
-            "inflight_batches": self._coordinator.inflight,
-            "credit_budget": self.config.options.inflight_batches,
-            "queue_depth": self._coordinator.out.qsize(),
-            "shared_memory_slots": self._coordinator.shared_memory_slots,
+            "inflight_batches": gate.inflight,
+            "credit_budget": gate.budget,
+            "queue_depth": self._loop.out.qsize(),
+            "shared_memory_slots": slots,
             "parts_copied_into_slots": counters["parts_copied_into_slots"],
             "workers": workers,
             "hosts": hosts,
             "malformed_messages": counters["malformed_messages"],
             "dropped_parts": counters["dropped_parts"],
             "reassigned_units": counters["reassigned_units"],
-            "batches_dispatched": counters["batches_dispatched"],
-            "max_inflight_batches": counters["max_inflight_batches"],
+            "batches_dispatched": gate.dispatched,
+            "max_inflight_batches": gate.most_inflight,
+            "cursor": [self.cursor.epoch, self.cursor.batch],
             "input_bound": bound,
             "suggested_extra_workers": extra,
             "verdict": line,
@@ -215,11 +280,9 @@ def warn_if_exposed(address: str) -> None:
         )
 
 
-def _shutdown(
-    coordinator: Coordinator, workers: LocalWorkers, tmpdir: str, closed: threading.Event
-) -> None:
+def _shutdown(loop: FeedLoop, workers: LocalWorkers, tmpdir: str, closed: threading.Event) -> None:
     closed.set()
-    coordinator.stop()
+    loop.stop()
     workers.stop()
     shutil.rmtree(tmpdir, ignore_errors=True)
 

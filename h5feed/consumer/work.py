@@ -1,22 +1,23 @@
-"""The consumer's bookkeeping of workers and units: who owns which file, what each holds.
+"""The consumer's bookkeeping of workers and units: who is connected, who holds what.
 
-Kept apart from the coordinator's event loop so that the rules are plain functions:
-file ownership (:func:`assign_files`) and the rows a worker receives (:func:`unit_rows`).
+A :class:`Ledger` is the one record of the units sent and not yet answered, for every kind of
+input: it writes each :class:`Peer`'s ``outstanding`` units and ``last_progress`` (which the
+session's deadline reads), answers whether a part is expected, and gives back a lost peer's
+units for re-assignment. Used by the loop thread only.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
-from typing import Any
+import time
+from typing import Generic, TypeVar
 
-import numpy as np
-
-from h5feed.consumer.plan import Index, PlannedBatch
 from h5feed.consumer.stats import RateMeter
 
+W = TypeVar("W")
 
-@dataclasses.dataclass
+
+@dataclasses.dataclass(eq=False)
 class Peer:
     """A connected worker."""
 
@@ -24,84 +25,72 @@ class Peer:
     name: str
     pid: int
     host: str
-    files: list[int] = dataclasses.field(default_factory=list)
+    files: list[int] = dataclasses.field(default_factory=list)  # HDF5: the files it owns
     outstanding: dict[int, float] = dataclasses.field(default_factory=dict)  # unit -> sent at
     last_progress: float = 0.0
     received: RateMeter = dataclasses.field(default_factory=RateMeter)  # its DATA parts
     unit_latency_s: float | None = None  # moving average, from UNIT sent to its DATA received
+    local: bool = False  # one of the iteration's own worker processes
 
-    def unit_done(self, unit_id: int, now: float) -> None:
-        """Unit ``unit_id`` came back: it is no longer held, and its latency is averaged in."""
-        sent = self.outstanding.pop(unit_id, now)
-        latency = now - sent
-        previous = self.unit_latency_s
-        self.unit_latency_s = latency if previous is None else 0.8 * previous + 0.2 * latency
-        self.last_progress = now
+    def __str__(self) -> str:
+        return f"{self.name} (pid {self.pid} on {self.host})"
 
 
-@dataclasses.dataclass
-class Unit:
-    """Rows of one batch handed to one worker."""
+@dataclasses.dataclass(slots=True)
+class Unit(Generic[W]):
+    """Work of one batch (``seq``) handed to one peer; ``work`` is the scheduler's record of
+    what it asked for (rows and their positions, items, a pull)."""
 
     id: int
     seq: int
-    peer: bytes
-    positions: np.ndarray  # rows of the batch this unit fills
-    samples: list[int]
-    in_slot: bool = False  # the worker writes the rows into the batch's shared-memory slot
+    peer: Peer
+    work: W
 
 
-def assign_files(sizes: Sequence[int], workers: int) -> np.ndarray:
-    """The worker slot owning each file: largest files first, each to the least loaded slot.
+class Ledger(Generic[W]):
+    """The units in flight (see the module docstring).
 
-    Deterministic (ties go to the lower index). Every file has exactly one owner; with more
-    workers than files, some workers own nothing.
+    Guarantees: a unit id is never reused within an iteration; a unit is completed at most
+    once, by the peer it was issued to (a part from anyone else, or a second one, is
+    unexpected: :meth:`complete` returns None and changes nothing).
     """
-    load = [0] * workers
-    owner = np.zeros(len(sizes), np.int64)
-    for file_index in sorted(range(len(sizes)), key=lambda i: (-sizes[i], i)):
-        slot = min(range(workers), key=lambda s: (load[s], s))
-        owner[file_index] = slot
-        load[slot] += max(sizes[file_index], 1)
-    return owner
 
+    def __init__(self) -> None:
+        self._units: dict[int, Unit[W]] = {}
+        self._next_id = 0
 
-def hand_over_files(files: Sequence[int], heirs: Sequence[Peer]) -> dict[bytes, list[int]]:
-    """Give each of ``files`` (a leaving worker's) to the heir owning the fewest files so far
-    (ties: the lowest identity); the heirs' ``files`` grow. Returns the files each heir took."""
-    adopted: dict[bytes, list[int]] = {}
-    for file_index in files:
-        heir = min(heirs, key=lambda p: (len(p.files), p.identity))
-        heir.files.append(file_index)
-        adopted.setdefault(heir.identity, []).append(file_index)
-    return adopted
+    def issue(self, peer: Peer, seq: int, work: W) -> Unit[W]:
+        """A new unit of batch ``seq`` held by ``peer`` from now."""
+        unit = Unit(self._next_id, seq, peer, work)
+        self._next_id += 1
+        self._units[unit.id] = unit
+        now = time.monotonic()
+        if not peer.outstanding:  # the deadline runs from the first unit it holds
+            peer.last_progress = now
+        peer.outstanding[unit.id] = now
+        return unit
 
+    def complete(self, peer: Peer, unit_id: int) -> Unit[W] | None:
+        """The unit ``peer`` answered, now done; None if no such unit is expected from it."""
+        unit = self._units.get(unit_id)
+        if unit is None or unit.peer is not peer:
+            return None
+        del self._units[unit_id]
+        now = time.monotonic()
+        sent = peer.outstanding.pop(unit_id, now)
+        previous, latency = peer.unit_latency_s, now - sent
+        peer.unit_latency_s = latency if previous is None else 0.8 * previous + 0.2 * latency
+        peer.last_progress = now
+        return unit
 
-def unit_rows(index: Index, planned: PlannedBatch) -> list[list[Any]]:
-    """One UNIT row per sample of ``planned``, in batch order:
-    ``[sample, file, video in file, start, crop top, crop left, flip, seed]``."""
-    rows = zip(
-        planned.samples.tolist(),
-        index.file_of_video[planned.videos].tolist(),
-        index.video_in_file[planned.videos].tolist(),
-        planned.starts.tolist(),
-        planned.crop_uniforms[:, 0].tolist(),
-        planned.crop_uniforms[:, 1].tolist(),
-        planned.flips.tolist(),
-        planned.seeds.tolist(),
-        strict=True,
-    )
-    return [list(row) for row in rows]
+    def take_back(self, peer: Peer) -> list[Unit[W]]:
+        """Every unit ``peer`` holds, oldest first, no longer held by it (to re-assign)."""
+        units = [self._units.pop(unit_id) for unit_id in sorted(peer.outstanding)]
+        peer.outstanding.clear()
+        return units
 
+    def get(self, unit_id: int) -> Unit[W] | None:
+        return self._units.get(unit_id)
 
-def is_valid_index(videos: Any) -> bool:
-    """Whether an INDEX message's ``videos`` is a list of [name, frames >= 1, label]."""
-    return isinstance(videos, list) and all(
-        isinstance(v, list)
-        and len(v) == 3
-        and isinstance(v[0], str)
-        and type(v[1]) is int
-        and type(v[2]) is int
-        and v[1] > 0
-        for v in videos
-    )
+    def __len__(self) -> int:
+        return len(self._units)

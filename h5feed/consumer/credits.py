@@ -1,0 +1,95 @@
+"""The credit gate: how many batches may be in flight between the workers and the trainer.
+
+A batch holds one credit from the moment it is dispatched (its first unit sent) until the
+trainer takes it from the stream. The gate is the only writer of the two counters, and keeps
+
+    0 <= dispatched - taken <= budget        (taken <= dispatched at every moment)
+
+so at most ``budget`` batches are ever decoded ahead of the trainer, whatever the workers do.
+``dispatched`` is written by the loop thread only (:meth:`dispatch`, :meth:`refund`);
+``taken`` by the trainer's thread only (:meth:`take`, one call at a time, as ``next()`` is):
+each counter has one writer, so no lock is needed, and a reader sees a value at most one step
+old — which can only make the loop see fewer credits than there are, never more.
+
+Wake-ups: a returned credit wakes the loop thread only when it asked for it
+(:meth:`want_wakeup`, set when some worker is about to run dry); otherwise the next DATA part
+wakes it anyway, which saves a wake-up of that thread per batch. No credit is missed: the loop
+sets the flag *before* its last look at ``taken`` (see :meth:`changed_since`), and
+:meth:`take` counts *before* it reads the flag, so a credit returned in between is seen by that
+look or wakes the loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+
+class CreditGate:
+    """The in-flight budget of one iteration (see the module docstring for the invariant)."""
+
+    def __init__(self, budget: int, wake: Callable[[], None]) -> None:
+        if budget < 1:
+            raise ValueError(f"the credit budget must be >= 1, got {budget}")
+        self.budget = budget
+        self._wake = wake
+        self._dispatched = 0
+        self._taken = 0
+        self._most_inflight = 0
+        self._wake_wanted = True
+
+    # -- the loop thread -------------------------------------------------------------------
+
+    @property
+    def available(self) -> int:
+        """Credits free now: batches that may be dispatched before the trainer takes one."""
+        return self.budget - (self._dispatched - self._taken)
+
+    def dispatch(self) -> None:
+        """One more batch dispatched; it holds a credit until the trainer takes it."""
+        if self.available <= 0:
+            raise RuntimeError("dispatch without a credit")  # a scheduler bug, not input
+        self._dispatched += 1
+        self._most_inflight = max(self._most_inflight, self._dispatched - self._taken)
+
+    def refund(self) -> None:
+        """A dispatched batch that yields nothing (a generator pass that ended): its credit
+        returns at once, as if the trainer had taken it."""
+        if self._dispatched <= self._taken:
+            raise RuntimeError("refund of a batch that was not dispatched")
+        self._dispatched -= 1
+
+    def want_wakeup(self, wanted: bool) -> None:
+        """Whether :meth:`take` must wake the loop (a worker is about to run dry)."""
+        self._wake_wanted = wanted
+
+    def changed_since(self, taken: int) -> bool:
+        """Whether the trainer took a batch since ``taken`` (see :attr:`taken`)."""
+        return self._taken != taken
+
+    # -- the trainer's thread --------------------------------------------------------------
+
+    def take(self) -> None:
+        """The trainer took a batch: its credit returns to the budget."""
+        self._taken += 1  # count first, then read the flag: see the module docstring
+        if self._wake_wanted:
+            self._wake()
+
+    # -- any thread ------------------------------------------------------------------------
+
+    @property
+    def dispatched(self) -> int:
+        return self._dispatched
+
+    @property
+    def taken(self) -> int:
+        return self._taken
+
+    @property
+    def inflight(self) -> int:
+        """Batches dispatched and not yet taken (never above the budget)."""
+        return self._dispatched - self._taken
+
+    @property
+    def most_inflight(self) -> int:
+        """The most batches ever in flight at once in this iteration."""
+        return self._most_inflight

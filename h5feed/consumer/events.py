@@ -1,0 +1,46 @@
+"""What happens to the consumer's peers, as values the loop handles in one place.
+
+The peer session (:mod:`h5feed.consumer.session`) turns what arrives on the socket, what a send
+fails with and what the health checks find into these events, queued; the loop
+(:mod:`h5feed.consumer.loop`) takes them at the top of each pass and decides. Nothing reacts to
+a failure from inside a send or a receive, so recovery never re-enters dispatch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal
+
+from h5feed.common import messages
+from h5feed.consumer.work import Peer
+
+#: Why a peer is gone: it said BYE; a send to it failed; its process exited (local workers);
+#: it held units past ``unit_timeout_s`` without returning any.
+LossCause = Literal["bye", "unreachable", "exited", "deadline"]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PeerJoined:
+    """A new peer said HELLO while the iteration still takes workers."""
+
+    peer: Peer
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Arrived:
+    """A message of this iteration's job from a known peer (not HELLO or BYE)."""
+
+    peer: Peer
+    message: messages.Message
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PeerLost:
+    """``peer`` is gone or must be treated as gone; ``reason`` says how, in words."""
+
+    peer: Peer
+    cause: LossCause
+    reason: str
+
+
+Event = PeerJoined | Arrived | PeerLost

@@ -1,0 +1,249 @@
+"""The consumer's loop: one thread that composes the session, the gate and a scheduler.
+
+Made last, from parts made before it (one direction of wiring: keys and socket, then local
+workers, then this loop): nothing is patched in afterwards. Each pass, in order:
+
+1. handle the queued peer events (:mod:`h5feed.consumer.events`), here and only here: a DATA
+   part goes to the scheduler and its complete batches to the trainer's queue; an ERROR ends
+   the iteration; a lost peer's work is re-assigned, or the iteration fails as the rules below
+   say;
+2. dispatch units while the credit gate has credits;
+3. end the iteration when the scheduler has released every batch;
+4. wait for the socket (or a returned credit, or :meth:`stop`) for at most one poll interval,
+   and turn what arrived, and the health checks, into events.
+
+Failure rules: a worker ERROR (with the worker's traceback), a local worker that exits or
+leaves, a peer past ``unit_timeout_s``, no worker within ``start_timeout_s``, a handshake with
+no answer for ``unit_timeout_s``, or work that cannot move off a lost remote producer end the
+iteration with an exception that the trainer's ``next()`` raises. A remote producer that says
+BYE or becomes unreachable has its work handed to the others. Nothing waits forever.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from h5feed.common import messages
+from h5feed.common.errors import NoWorkersError, WorkerDiedError, WorkerError, WorkerTimeoutError
+from h5feed.consumer.assembly import Batch
+from h5feed.consumer.credits import CreditGate
+from h5feed.consumer.events import Arrived, PeerJoined, PeerLost
+from h5feed.consumer.options import FeedOptions
+from h5feed.consumer.router import Router
+from h5feed.consumer.scheduler import Scheduler, Send
+from h5feed.consumer.session import PeerSession
+from h5feed.consumer.waker import Waker
+
+_log = logging.getLogger("h5feed.consumer")
+
+_POLL_MS = 50
+_HEALTH_EVERY_S = 0.2
+_EXIT_REPORT_WAIT_S = 1.0
+_MAX_MESSAGES_PER_PASS = 256
+
+END = object()  # queued after the last batch of the iteration
+FAILED = object()  # queued when the iteration failed; the error is ``FeedLoop.error``
+
+
+class FeedLoop:
+    """Runs one iteration on its own thread; ``out`` gets batches, then END or FAILED."""
+
+    def __init__(
+        self,
+        options: FeedOptions,
+        router: Router,
+        waker: Waker,
+        session: PeerSession,
+        gate: CreditGate,
+        scheduler: Scheduler,
+        expected_workers: int,
+        on_batch: Callable[[Batch], None],
+    ) -> None:
+        self.options = options
+        self.session = session
+        self.gate = gate
+        self.scheduler = scheduler
+        self.out: queue.Queue[Any] = queue.Queue()
+        self.error: BaseException | None = None
+        self._router = router
+        self._waker = waker
+        self._expected = expected_workers
+        self._on_batch = on_batch
+        self._stop = threading.Event()
+        self._next_health = 0.0
+        self._taken_at_dispatch = 0
+        self._thread = threading.Thread(target=self._run, name="h5feed-loop", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """Stop the thread (it says BYE to the workers) and wait for it to end."""
+        self._stop.set()
+        self._waker.wake()  # at once
+        if threading.current_thread() is not self._thread and self._thread.is_alive():
+            self._thread.join(timeout_s)
+
+    @property
+    def stopped(self) -> bool:
+        """Whether the thread has ended (or never started)."""
+        return not self._thread.is_alive()
+
+    # -- the thread ------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            if self._handshake():
+                self._serve()
+        except BaseException as exc:  # every failure must reach the trainer's next()
+            self.error = exc
+            self.out.put(FAILED)
+        finally:
+            self.session.say_bye()
+            self._router.close()
+            self.scheduler.close()  # batches already handed out keep their memory
+            self._waker.close()  # a credit returned later wakes nothing (Waker allows it)
+
+    def _handshake(self) -> bool:
+        """Wait for the workers, share out the work, wait for the scheduler to be ready;
+        False if stopped meanwhile."""
+        options, session = self.options, self.session
+        deadline = time.monotonic() + options.start_timeout_s
+        # Local workers must all connect; with `listen`, at least one worker of any kind.
+        needed = max(self._expected, 1 if options.listen else 0)
+        while len(session.peers) < needed:
+            if time.monotonic() > deadline:
+                raise NoWorkersError(self._no_workers(needed))
+            if not self._pass():
+                return False
+        grace_end = time.monotonic() + (options.join_grace_s if options.listen else 0)
+        while time.monotonic() < grace_end:  # producers already waiting say hello within 1 s
+            if not self._pass():
+                return False
+        session.close_to_joiners()
+        self._send(self.scheduler.start(list(session.peers.values())))
+        answers, last_progress = 0, time.monotonic()
+        while not self.scheduler.ready:
+            if not self._pass():
+                return False
+            if self.scheduler.handshake_answers > answers:
+                answers, last_progress = self.scheduler.handshake_answers, time.monotonic()
+            elif time.monotonic() - last_progress > options.unit_timeout_s:
+                raise WorkerTimeoutError(
+                    f"{self.scheduler.handshake_waiting()} within {options.unit_timeout_s:g} s "
+                    "(unit_timeout_s)"
+                )
+        return True
+
+    def _pass(self) -> bool:
+        """One pass without dispatching (the handshake's); False once stopped."""
+        self._handle_events()
+        self._pump(_POLL_MS)
+        self._handle_events()
+        return not self._stop.is_set()
+
+    def _serve(self) -> None:
+        gate, scheduler = self.gate, self.scheduler
+        while not self._stop.is_set():
+            self._handle_events()
+            self._taken_at_dispatch = gate.taken
+            self._send(scheduler.next_units(gate, list(self.session.peers.values())))
+            if scheduler.finished:
+                self.out.put(END)
+                return
+            # Whether a returned credit must wake this thread: only when a worker holds at
+            # most one unit (it may run dry before its next DATA would wake us). Set before
+            # the look at ``taken`` below: see h5feed.consumer.credits.
+            peers = self.session.peers.values()
+            gate.want_wakeup(any(len(peer.outstanding) <= 1 for peer in peers))
+            self._pump(0 if gate.changed_since(self._taken_at_dispatch) else _POLL_MS)
+
+    def _pump(self, timeout_ms: int) -> None:
+        """Wait up to ``timeout_ms`` and queue what arrived; check health now and then."""
+        ready, woken = self._router.poll(timeout_ms)
+        if woken:
+            self._waker.drain()
+        if ready:
+            for frames in self._router.waiting(_MAX_MESSAGES_PER_PASS):
+                self.session.receive(frames[0].bytes, frames[1:])
+        now = time.monotonic()
+        if now >= self._next_health:
+            self._next_health = now + _HEALTH_EVERY_S
+            self.session.check(now)
+
+    def _send(self, sends: list[Send]) -> None:
+        for send in sends:
+            self.session.send(send.peer, send.message)  # a failure is queued as PeerLost
+
+    # -- events ----------------------------------------------------------------------------
+
+    def _handle_events(self) -> None:
+        events = self.session.events
+        while events:
+            match events.popleft():
+                case Arrived(peer, messages.Data() as data):
+                    for batch in self.scheduler.on_data(peer, data):
+                        self._on_batch(batch)
+                        self.out.put(batch)
+                case Arrived(peer, messages.Error() as error):
+                    where = (
+                        f" in {self.scheduler.describe(error.unit)}"
+                        if error.unit is not None
+                        else ""
+                    )
+                    raise WorkerError(f"{peer}{where}", error.type, error.message, error.traceback)
+                case Arrived(peer, message):
+                    self._send(self.scheduler.on_control(peer, message))
+                case PeerLost(peer, cause, reason):
+                    self._recover(peer, cause, reason)
+                case PeerJoined():
+                    pass  # counted by the handshake through session.peers
+
+    def _recover(self, peer: Any, cause: str, reason: str) -> None:
+        """A peer is gone: hand its work over, or fail as the rules say."""
+        held = len(peer.outstanding)
+        if cause == "deadline":
+            first = self.scheduler.describe(min(peer.outstanding))
+            raise WorkerTimeoutError(
+                f"worker {peer} {reason} (unit_timeout_s={self.options.unit_timeout_s:g}); it "
+                f"holds {first} and {held - 1} more"
+            )
+        if peer.local:
+            if cause == "bye" and not held and not self.scheduler.owns(peer):
+                return  # a worker with nothing to do left: nothing is lost
+            if cause == "unreachable":  # better named by its exit code, which comes a moment later
+                reason = self.session.wait_for_exit(peer.name, _EXIT_REPORT_WAIT_S) or reason
+            if cause in ("exited", "unreachable") and reason.startswith(("exited", "was killed")):
+                raise WorkerDiedError(
+                    f"worker {peer.name} (pid {peer.pid}) {reason} while the iteration needed it "
+                    f"({held} units outstanding); its output, if any, is on stderr above"
+                )
+            raise WorkerDiedError(f"worker {peer} left the job: {reason}")
+        heirs = list(self.session.peers.values())
+        moved = self.scheduler.reassign(peer, heirs)
+        if moved.unmovable is not None:
+            raise WorkerDiedError(f"worker {peer} left the job ({reason}): {moved.unmovable}")
+        self._send(moved.sends)
+        self.session.counters["reassigned_units"] += moved.moved_units
+        _log.warning(
+            "worker %s left the job (%s): %d units handed to %d others",
+            peer, reason, moved.moved_units, len(heirs),
+        )  # fmt: skip
+
+    def _no_workers(self, needed: int) -> str:
+        options = self.options
+        if options.listen and not self._expected:
+            text = f"no producer connected to {options.listen} within {options.start_timeout_s:g} s"
+        else:
+            text = (
+                f"only {len(self.session.peers)} of {needed} workers connected within "
+                f"{options.start_timeout_s:g} s"
+            )
+        if self.session.refused:
+            text += f"; refused: {'; '.join(self.session.refused)}"
+        return text

@@ -1,0 +1,109 @@
+"""The protocol every input kind's scheduler follows, and what it hands back to the loop.
+
+A scheduler knows one kind of input (HDF5 clips: :mod:`h5feed.consumer.hdf5_scheduler`; the
+user's map-style, keras and generator sources: :mod:`h5feed.consumer.source_scheduler`) and
+nothing of sockets, threads or processes: it gets peers and typed messages, and returns the
+messages to send (:class:`Send`) and the batches that are complete. The loop
+(:mod:`h5feed.consumer.loop`) sends, releases and handles peer events; the credit gate decides
+how much may be dispatched. So a scheduler is tested with tiny fake peers, in-process.
+
+One hand-over rule for every kind: :meth:`Scheduler.reassign` gives a lost peer's work to the
+live ones and sends again every unit it had not answered; what it cannot move (a generator's
+shard lives in its worker; an HDF5 index not yet complete) comes back as
+:attr:`Reassignment.unmovable`, and the loop fails the iteration as that kind's contract says.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Protocol
+
+from h5feed.common import messages
+from h5feed.consumer.assembly import Batch
+from h5feed.consumer.credits import CreditGate
+from h5feed.consumer.work import Peer
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Send:
+    """A message for one peer."""
+
+    peer: Peer
+    message: messages.Message
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Reassignment:
+    """What :meth:`Scheduler.reassign` did: the messages to send to the heirs, how many units
+    moved, and why the rest cannot move (None: everything moved)."""
+
+    sends: list[Send]
+    moved_units: int
+    unmovable: str | None = None
+
+
+class Scheduler(Protocol):
+    """One input kind's handshake, plan, dispatch, assembly and hand-over."""
+
+    @property
+    def resumable(self) -> bool:
+        """Whether an iteration may start at a cursor inside an epoch (generators may not)."""
+        ...
+
+    def start(self, peers: Sequence[Peer]) -> list[Send]:
+        """The handshake's first messages, to the peers that joined (the work is shared out
+        among exactly these)."""
+        ...
+
+    def on_control(self, peer: Peer, message: messages.Message) -> list[Send]:
+        """A handshake answer (INDEX, SOURCE_INFO) or another message that is not DATA or
+        ERROR; returns what to send next. Raises an ``H5FeedError`` for a fatal answer."""
+        ...
+
+    @property
+    def ready(self) -> bool:
+        """Whether the handshake is over and units can be dispatched."""
+        ...
+
+    @property
+    def handshake_answers(self) -> int:
+        """Answers received so far in the handshake (the loop's timeout watches it grow)."""
+        ...
+
+    def handshake_waiting(self) -> str:
+        """What the handshake still waits for, in words (for the timeout's error)."""
+        ...
+
+    def next_units(self, gate: CreditGate, peers: Sequence[Peer]) -> list[Send]:
+        """Dispatch batches while the gate has credits (``gate.dispatch()`` per batch) and the
+        plan has batches; the units to send to ``peers`` (the live ones)."""
+        ...
+
+    def on_data(self, peer: Peer, data: messages.Data) -> list[Batch]:
+        """A part from ``peer``: the batches complete now, in release order. An unexpected
+        part (a duplicate, a re-sent unit's original) is dropped and counted."""
+        ...
+
+    def owns(self, peer: Peer) -> bool:
+        """Whether ``peer`` holds work only it can do now (HDF5 files it owns, a generator's
+        shard), beyond the units it was sent."""
+        ...
+
+    def reassign(self, lost: Peer, heirs: Sequence[Peer]) -> Reassignment:
+        """Move ``lost``'s work (see the module docstring)."""
+        ...
+
+    @property
+    def finished(self) -> bool:
+        """Whether every planned batch has been released (or skipped)."""
+        ...
+
+    def describe(self, unit_id: int) -> str:
+        """Unit ``unit_id`` as error messages name it."""
+        ...
+
+    def close(self) -> None:
+        """Release what the scheduler holds (shared-memory slots)."""
+        ...
+

@@ -1,0 +1,213 @@
+"""The peer session: who the consumer's workers are, and what happens to them, as events.
+
+One :class:`PeerSession` per iteration, used by the loop thread only. It owns no socket: it is
+given a :class:`Transport` (the ROUTER, or a fake in tests) and the local worker processes (or
+a fake), so every rule here is testable without sockets or processes.
+
+Guarantees:
+
+1. HELLO from a new identity while the session takes workers makes a :class:`Peer` and a
+   ``PeerJoined`` event; after :meth:`close_to_joiners` a new identity is logged once and left
+   idle (it gets nothing, and its messages are ignored). A known identity's HELLO is ignored (a
+   persistent producer says hello every second).
+2. A peer that speaks another protocol version is refused (BYE ``refused: ...``, which tells it
+   not to retry), named in :attr:`refused` once, and never becomes a peer.
+3. A message that does not decode is dropped and counted (``malformed_messages``); so is one
+   from an identity that never said hello. A DATA part from a peer that left, or of another job
+   (an earlier consumer's), is dropped and counted (``dropped_parts``).
+4. BYE, a failed send, a local worker's exit and a missed deadline (a peer holding units that
+   returned none for ``unit_timeout_s``) each become one ``PeerLost`` event, at most one per
+   peer: the peer is removed at once, so nothing is sent to it again.
+5. :meth:`send` never raises for a peer that is gone and never calls back into the loop: it
+   queues ``PeerLost`` and returns False.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import logging
+import time
+from collections.abc import Sequence
+from typing import Protocol
+
+import zmq
+
+from h5feed.common import messages
+from h5feed.common.errors import ProtocolError, VersionMismatchError
+from h5feed.consumer.events import Arrived, Event, LossCause, PeerJoined, PeerLost
+from h5feed.consumer.work import Peer
+
+_log = logging.getLogger("h5feed.consumer")
+
+
+class Transport(Protocol):
+    """Sends one message to one peer; raises ``zmq.ZMQError`` when it cannot be delivered."""
+
+    def send(self, identity: bytes, message: messages.Message, flags: int = 0) -> None: ...
+
+
+class LocalProcesses(Protocol):
+    """The iteration's own worker processes (see :class:`~h5feed.consumer.local_workers.
+    LocalWorkers`)."""
+
+    names: list[str]
+
+    def exited(self) -> list[tuple[str, int, int]]: ...
+
+
+class PeerSession:
+    """The peers of one iteration of job ``job_id`` (see the module docstring)."""
+
+    def __init__(
+        self,
+        job_id: str,
+        transport: Transport,
+        local: LocalProcesses | None,
+        unit_timeout_s: float,
+        counters: collections.Counter[str],
+    ) -> None:
+        self.job_id = job_id
+        self._transport = transport
+        self._local = local
+        self._local_names = frozenset(local.names) if local is not None else frozenset()
+        self._unit_timeout_s = unit_timeout_s
+        self.peers: dict[bytes, Peer] = {}
+        self.events: collections.deque[Event] = collections.deque()
+        self.refused: list[str] = []  # "identity: why", for error messages
+        self.counters = counters  # malformed_messages, dropped_parts (shared with the loop's)
+        self._gone: set[bytes] = set()  # left, lost, refused, or joined too late
+        self._joined_names: set[str] = set()
+        self._exits_reported: set[str] = set()
+        self._joining = True
+
+    # -- what arrives ----------------------------------------------------------------------
+
+    def receive(self, identity: bytes, frames: Sequence[object]) -> None:
+        """Decode one message from ``identity`` and queue what it means."""
+        try:
+            message = messages.decode(frames)
+        except VersionMismatchError as exc:
+            self._refuse(identity, str(exc))
+            return
+        except ProtocolError as exc:
+            self.drop(f"malformed message from {identity!r}: {exc}")
+            return
+        peer = self.peers.get(identity)
+        match message:
+            case messages.Hello():
+                self._on_hello(identity, message)
+            case _ if peer is None and identity in self._gone:
+                if isinstance(message, messages.Data):  # its units went to others
+                    self.counters["dropped_parts"] += 1
+            case _ if peer is None:
+                self.drop(f"{message.KIND} message from {identity!r}, which never said hello")
+            case messages.Bye(reason=reason) if peer is not None:
+                self.lose(peer, "bye", reason)
+            case _ if peer is not None and getattr(message, "job", self.job_id) != self.job_id:
+                self.counters["dropped_parts"] += 1  # an earlier job of a restarted consumer
+            case _ if peer is not None:
+                self.events.append(Arrived(peer, message))
+
+    def _on_hello(self, identity: bytes, hello: messages.Hello) -> None:
+        if identity in self.peers or identity in self._gone:
+            return  # a persistent producer's periodic hello, or one already turned away
+        if not self._joining:
+            self._gone.add(identity)
+            _log.info(
+                "worker %s joined after the work was shared out: idle until the next iteration",
+                hello.worker,
+            )
+            return
+        peer = Peer(identity, hello.worker, hello.pid, hello.host)
+        peer.local = hello.worker in self._local_names
+        self.peers[identity] = peer
+        self._joined_names.add(peer.name)
+        self.events.append(PeerJoined(peer))
+
+    def _refuse(self, identity: bytes, why: str) -> None:
+        if identity not in self._gone:
+            self._gone.add(identity)
+            self.refused.append(f"{identity.decode(errors='replace')}: {why}")
+            _log.error("refused worker %r: %s", identity, why)
+        with contextlib.suppress(zmq.ZMQError):  # it may be gone already; nothing to tell then
+            self._transport.send(identity, messages.Bye.refusing(why), zmq.NOBLOCK)
+
+    def drop(self, why: str) -> None:
+        """Count and log a message that is not used."""
+        self.counters["malformed_messages"] += 1
+        _log.warning("dropped %s", why)
+
+    # -- what is sent ----------------------------------------------------------------------
+
+    def send(self, peer: Peer, message: messages.Message) -> bool:
+        """Send ``message`` to ``peer``; False (and ``PeerLost`` queued) when it cannot."""
+        if peer.identity not in self.peers:
+            return False  # lost already: its event is queued or handled
+        try:
+            self._transport.send(peer.identity, message)
+        except zmq.ZMQError as exc:  # EHOSTUNREACH (gone) or EAGAIN (not reading at all)
+            self.lose(peer, "unreachable", f"cannot send to it: {exc}")
+            return False
+        return True
+
+    def say_bye(self) -> None:
+        """Tell every peer the iteration is over (best effort: never blocks)."""
+        for peer in self.peers.values():
+            try:
+                self._transport.send(peer.identity, messages.Bye("iteration over"), zmq.NOBLOCK)
+            except zmq.ZMQError as exc:
+                _log.debug("no bye to %s: %s", peer.name, exc)
+
+    # -- membership and health -------------------------------------------------------------
+
+    def close_to_joiners(self) -> None:
+        """From now on, a new identity is not taken as a worker (the work is shared out)."""
+        self._joining = False
+
+    def lose(self, peer: Peer, cause: LossCause, reason: str) -> None:
+        """``peer`` is gone: remove it and queue one ``PeerLost``."""
+        if self.peers.pop(peer.identity, None) is not None:
+            self._gone.add(peer.identity)
+            self.events.append(PeerLost(peer, cause, reason))
+
+    def check(self, now: float) -> None:
+        """Queue ``PeerLost`` for local workers that exited and peers past their deadline."""
+        for name, pid, code in self.exited_locals():
+            if name in self._exits_reported:
+                continue
+            self._exits_reported.add(name)
+            how = _ended(code)
+            peer = next((p for p in self.peers.values() if p.name == name), None)
+            if peer is not None:
+                self.lose(peer, "exited", how)
+            elif name not in self._joined_names:  # it exited before its hello
+                ghost = Peer(name.encode(), name, pid, "localhost")
+                ghost.local = True
+                self.events.append(PeerLost(ghost, "exited", how))
+        for peer in list(self.peers.values()):
+            if peer.outstanding and now - peer.last_progress > self._unit_timeout_s:
+                self.lose(
+                    peer, "deadline", f"returned nothing for {now - peer.last_progress:.0f} s"
+                )
+
+    def exited_locals(self) -> list[tuple[str, int, int]]:
+        """(name, pid, exit code) of the local workers that are no longer running."""
+        return self._local.exited() if self._local is not None else []
+
+    def wait_for_exit(self, name: str, timeout_s: float) -> str | None:
+        """How local worker ``name`` ended ("exited with code 3"), waiting up to ``timeout_s``
+        for its process to be fully gone (its socket closes a moment before); None if it is
+        still running then."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            for exited, _pid, code in self.exited_locals():
+                if exited == name:
+                    return _ended(code)
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(0.02)
+
+
+def _ended(code: int) -> str:
+    return f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"

@@ -1,0 +1,347 @@
+"""The plans of the three kinds of user source, behind the scheduler protocol.
+
+* **map**: each epoch's order of the ``length`` items is :func:`plan.epoch_order` (seeded
+  permutation, shard); batches of ``batch_size`` consecutive items (the last partial unless
+  ``drop_remainder``); each batch is one ITEMS unit, sent to the live worker holding the
+  fewest units (any worker serves any item). Exactly once, the same batches whatever the number
+  of workers; released in plan order when ``deterministic``.
+* **keras**: the same over the ``length`` batch indices, one batch index per unit, not
+  re-batched.
+* **generator**: each worker iterates its own shard; a PULL asks one worker for its next
+  ``batch_size`` elements, and that answer is one batch (released as it arrives). A worker that
+  answers fewer has finished its pass. Without ``steps_per_epoch`` an epoch ends when every
+  worker's pass has ended, and the next epoch starts new passes; with it, an epoch is
+  ``steps_per_epoch`` batches and passes carry on across epochs (an epoch ends short, with a
+  warning, if every pass ends first). Not resumable inside an epoch; a lost worker's shard
+  cannot move.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+from collections.abc import Iterator, Sequence
+from typing import Any, Final
+
+from h5feed.common import elements, messages
+from h5feed.common.elements import ElementSpec, Field, RaggedArray
+from h5feed.common.errors import H5FeedError
+from h5feed.consumer.assembly import Batch
+from h5feed.consumer.credits import CreditGate
+from h5feed.consumer.options import FeedConfig
+from h5feed.consumer.ordering import Release
+from h5feed.consumer.plan import Cursor, epoch_order
+from h5feed.consumer.scheduler import Reassignment, Send
+from h5feed.consumer.source_options import SourceConfig
+from h5feed.consumer.work import Ledger, Peer
+
+_log = logging.getLogger("h5feed.consumer")
+
+MAP: Final = "map"
+KERAS: Final = "keras"
+GENERATOR: Final = "generator"
+KINDS: Final = (MAP, KERAS, GENERATOR)
+
+
+class _Elements:
+    """Checks a DATA part against the spec and builds the batch's element tree."""
+
+    def __init__(self, config: FeedConfig, source: SourceConfig, spec: ElementSpec, kind: str):
+        self.config, self.source, self.spec, self.kind = config, source, spec, kind
+
+    def fields(self, data: messages.Data) -> list[Field]:
+        """The part's fields; ValueError when its arrays do not fit the spec."""
+        return elements.unpack(self.spec, data.arrays, len(data.samples))
+
+    def batch(self, epoch: int, index: int, fields: list[Field], elements_in_part: int) -> Batch:
+        size = elements.nbytes(fields)
+        if self.kind == KERAS:  # one item: the batch itself, not re-batched
+            items = [f.values[0] for f in fields]
+            element = elements.build_batch(self.spec, items, lambda i: None)
+            first = fields[0].values if fields else None
+            rows = int(first.shape[1]) if first is not None and first.ndim > 1 else 1
+            return Batch(epoch, index, {}, element, rows, size)
+        values: list[Any] = [
+            RaggedArray(f.values, f.lengths)
+            if f.lengths is not None and self.source.is_ragged(leaf.path)
+            else f.values
+            for leaf, f in zip(self.spec.leaves, fields, strict=True)
+        ]
+
+        def lengths(i: int) -> Any:
+            return None if isinstance(values[i], RaggedArray) else fields[i].lengths
+
+        element = elements.build_batch(self.spec, values, lengths)
+        return Batch(epoch, index, {}, element, elements_in_part, size)
+
+
+def _drop(counters: collections.Counter[str], key: str, why: str) -> list[Batch]:
+    counters[key] += 1
+    _log.warning("dropped %s", why)
+    return []
+
+
+class ItemScheduler:
+    """map and keras sources (see the module docstring)."""
+
+    resumable = True
+
+    def __init__(
+        self,
+        kind: str,
+        config: FeedConfig,
+        built: _Elements,
+        length: int,
+        job_id: str,
+        epochs: Iterator[int],
+        start: Cursor,
+        counters: collections.Counter[str],
+    ) -> None:
+        self.kind, self.config, self._built, self.job_id = kind, config, built, job_id
+        self._length = length
+        self._counters = counters
+        self._ledger: Ledger[tuple[int, int, tuple[int, ...]]] = Ledger()  # epoch, pos, items
+        self._release: Release[Batch] = Release(config.options.deterministic)
+        self._plan = self._batches(epochs, start)
+        self._plan_done = False
+        self._next_seq = 0
+
+    def _batches(
+        self, epochs: Iterator[int], start: Cursor
+    ) -> Iterator[tuple[int, int, list[int]]]:
+        """(epoch, position, items) of each batch of each epoch."""
+        options = self.config.options
+        per_batch = 1 if self.kind == KERAS else options.batch_size
+        for epoch in epochs:
+            order = epoch_order(self._length, options.plan_options(), epoch)
+            batches = len(order) // per_batch
+            if self.kind != KERAS and not options.drop_remainder:
+                batches = -(-len(order) // per_batch)
+            if batches == 0:
+                raise H5FeedError(
+                    f"an epoch has no batch: {len(order)} items in shard {options.shard} of "
+                    f"{self._length}, batch_size={options.batch_size}, "
+                    f"drop_remainder={options.drop_remainder}"
+                )
+            first = start.batch if epoch == start.epoch else 0
+            for position in range(first, batches):
+                items = order[position * per_batch : (position + 1) * per_batch]
+                yield epoch, position, items.tolist()
+
+    def next_units(self, gate: CreditGate, peers: Sequence[Peer]) -> list[Send]:
+        sends = []
+        while not self._plan_done and gate.available > 0 and peers:
+            item = next(self._plan, None)
+            if item is None:
+                self._plan_done = True
+                break
+            gate.dispatch()
+            seq, self._next_seq = self._next_seq, self._next_seq + 1
+            sends.append(self._unit(seq, item, peers))
+        return sends
+
+    def _unit(self, seq: int, item: tuple[int, int, Sequence[int]], peers: Sequence[Peer]) -> Send:
+        epoch, position, items = item
+        peer = min(peers, key=lambda p: (len(p.outstanding), p.identity))
+        unit = self._ledger.issue(peer, seq, (epoch, position, tuple(items)))
+        return Send(peer, messages.Items(self.job_id, unit.id, seq, epoch, tuple(items)))
+
+    def on_data(self, peer: Peer, data: messages.Data) -> list[Batch]:
+        unit = self._ledger.get(data.unit)
+        if unit is None or unit.peer is not peer:
+            why = f"an unexpected part (unit {data.unit}) from {peer}"
+            return _drop(self._counters, "dropped_parts", why)
+        epoch, position, items = unit.work
+        if tuple(data.samples) != items:
+            return _drop(
+                self._counters, "malformed_messages", f"part of unit {unit.id} from {peer}"
+            )
+        try:
+            fields = self._built.fields(data)
+        except ValueError as exc:
+            return _drop(self._counters, "malformed_messages", f"part from {peer}: {exc}")
+        self._ledger.complete(peer, unit.id)
+        batch = self._built.batch(epoch, position, fields, len(items))
+        peer.received.record(batch.rows, batch.nbytes)
+        return self._release.add(unit.seq, batch)
+
+    def owns(self, peer: Peer) -> bool:
+        return False  # any worker serves any item
+
+    def reassign(self, lost: Peer, heirs: Sequence[Peer]) -> Reassignment:
+        units = self._ledger.take_back(lost)
+        if units and not heirs:
+            return Reassignment([], 0, "no worker is left to serve the source")
+        sends = [self._unit(unit.seq, unit.work, heirs) for unit in units]
+        return Reassignment(sends, len(units))
+
+    @property
+    def finished(self) -> bool:
+        return self._plan_done and self._release.released == self._next_seq
+
+    def describe(self, unit_id: int) -> str:
+        unit = self._ledger.get(unit_id)
+        if unit is None:
+            return f"unit {unit_id}"
+        epoch, _position, items = unit.work
+        shown = list(items[:8])
+        what = f"batch {items[0]}" if self.kind == KERAS else f"items {shown}"
+        if self.kind != KERAS and len(items) > 8:
+            what += "..."
+        return f"unit {unit_id} ({what}, epoch {epoch})"
+
+
+class GeneratorScheduler:
+    """generator sources (see the module docstring)."""
+
+    resumable = False
+
+    def __init__(
+        self,
+        config: FeedConfig,
+        source: SourceConfig,
+        built: _Elements,
+        job_id: str,
+        epochs: Iterator[int],
+        counters: collections.Counter[str],
+        gate: CreditGate,
+    ) -> None:
+        self.config, self.source, self._built, self.job_id = config, source, built, job_id
+        self._epochs = epochs
+        self._gate = gate  # a pull that yields no batch gives its credit back
+        self._counters = counters
+        self._ledger: Ledger[tuple[int, int]] = Ledger()  # (epoch, count asked)
+        self._epoch: int | None = None
+        self._active: set[Peer] = set()  # in the epoch, pass not ended
+        self._ended: set[Peer] = set()  # their pass ended this epoch
+        self._passes: dict[Peer, int] = {}  # each worker's pass number (the epoch it began in)
+        self._batches = 0  # released this epoch
+        self._asked = 0  # pulls of this epoch that may still yield a batch
+        self._plan_done = False
+        self._next_seq = 0
+        self._answered = 0  # pulls answered: with a batch, or with nothing (refunded)
+
+    def next_units(self, gate: CreditGate, peers: Sequence[Peer]) -> list[Send]:
+        sends = []
+        steps = self.source.steps_per_epoch
+        while not self._plan_done:
+            if self._epoch is None:
+                if len(self._ledger):
+                    break  # the previous epoch's last answers are on their way
+                epoch = next(self._epochs, None)
+                if epoch is None:
+                    self._plan_done = True
+                    break
+                self._start_epoch(epoch, peers)
+                continue
+            live = [p for p in self._active if p in peers]
+            if not live or (steps is not None and self._asked >= steps):
+                if len(self._ledger):
+                    break
+                self._end_epoch(self._epoch)
+                continue
+            if gate.available <= 0:
+                break
+            gate.dispatch()
+            self._asked += 1
+            peer = min(live, key=lambda p: (len(p.outstanding), p.identity))
+            seq, self._next_seq = self._next_seq, self._next_seq + 1
+            count = self.config.options.batch_size
+            unit = self._ledger.issue(peer, seq, (self._epoch, count))
+            pull = messages.Pull(self.job_id, unit.id, seq, self._epoch, count, self._passes[peer])
+            sends.append(Send(peer, pull))
+        return sends
+
+    def _start_epoch(self, epoch: int, peers: Sequence[Peer]) -> None:
+        for peer in peers:
+            if peer not in self._passes or peer in self._ended:
+                self._passes[peer] = epoch  # a new pass, numbered by the epoch it starts in
+        self._ended.clear()
+        self._active = set(peers)
+        self._epoch, self._batches, self._asked = epoch, 0, 0
+
+    def _end_epoch(self, epoch: int) -> None:
+        steps = self.source.steps_per_epoch
+        if self._batches == 0:
+            dropped = " (drop_remainder=True dropped partial batches)"
+            raise H5FeedError(
+                f"epoch {epoch} of source {self.source.source!r} has no batch: every "
+                "worker's generator ended at once"
+                + (dropped if self.config.options.drop_remainder else "")
+            )
+        if steps is not None and self._batches < steps:
+            _log.warning(
+                "epoch %d ended after %d of steps_per_epoch=%d batches: every worker's "
+                "generator ended first",
+                epoch, self._batches, steps,
+            )  # fmt: skip
+        self._epoch = None
+
+    def on_data(self, peer: Peer, data: messages.Data) -> list[Batch]:
+        unit = self._ledger.get(data.unit)
+        if unit is None or unit.peer is not peer:
+            why = f"an unexpected part (unit {data.unit}) from {peer}"
+            return _drop(self._counters, "dropped_parts", why)
+        epoch, count = unit.work
+        rows = len(data.samples)
+        if rows > count or not all(type(s) is int for s in data.samples):
+            return _drop(
+                self._counters, "malformed_messages", f"part of unit {unit.id} from {peer}"
+            )
+        try:
+            fields = self._built.fields(data)
+        except ValueError as exc:
+            return _drop(self._counters, "malformed_messages", f"part from {peer}: {exc}")
+        self._ledger.complete(peer, unit.id)
+        self._answered += 1
+        if rows < count:  # this worker's pass has ended
+            self._active.discard(peer)
+            self._ended.add(peer)
+        if rows == 0 or (rows < count and self.config.options.drop_remainder):
+            self._gate.refund()  # a credit that yields no batch returns at once
+            self._asked -= 1
+            return []
+        batch = self._built.batch(epoch, self._batches, fields, rows)
+        peer.received.record(rows, batch.nbytes)
+        self._batches += 1
+        return [batch]
+
+    def owns(self, peer: Peer) -> bool:
+        return True  # its shard lives in it
+
+    def reassign(self, lost: Peer, heirs: Sequence[Peer]) -> Reassignment:
+        return Reassignment([], 0, "a generator's shard lives in its worker and cannot move")
+
+    @property
+    def finished(self) -> bool:
+        return self._plan_done and self._answered == self._next_seq
+
+    def describe(self, unit_id: int) -> str:
+        unit = self._ledger.get(unit_id)
+        if unit is None:
+            return f"unit {unit_id}"
+        epoch, count = unit.work
+        pass_ = self._passes.get(unit.peer, epoch)
+        return f"unit {unit_id} (the next {count} elements of pass {pass_}, epoch {epoch})"
+
+
+KindScheduler = ItemScheduler | GeneratorScheduler
+
+
+def make_kind(
+    kind: str,
+    config: FeedConfig,
+    source: SourceConfig,
+    spec: ElementSpec,
+    length: int | None,
+    job_id: str,
+    epochs: Iterator[int],
+    start: Cursor,
+    counters: collections.Counter[str],
+    gate: CreditGate,
+) -> KindScheduler:
+    """The scheduler of ``kind``, once the handshake agreed on it."""
+    built = _Elements(config, source, spec, kind)
+    if kind == GENERATOR:
+        return GeneratorScheduler(config, source, built, job_id, epochs, counters, gate)
+    return ItemScheduler(kind, config, built, length or 0, job_id, epochs, start, counters)

@@ -1,0 +1,223 @@
+"""The scheduler of a user source (``source=``): one handshake, then the kind's own plan.
+
+Handshake: every worker gets a SOURCE (its shard index and count, the seed, and the element
+spec when it is known: the user's ``output_signature``, or the one an earlier iteration
+learnt), loads the user's code and answers SOURCE_INFO (kind, length, the spec of its first
+elements). The kinds and lengths must agree; the spec is the given one or the merge of the
+workers' (dimensions that differ become ``None``). A second SOURCE gives every worker that
+spec, which it checks every element against. Then the kind's scheduler
+(:mod:`h5feed.consumer.source_kinds`: map, keras, generator) takes over, behind the same
+protocol as the HDF5 one.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import sys
+from collections.abc import Iterator, Sequence
+
+from h5feed.common import elements, messages, wire
+from h5feed.common.elements import ElementSpec
+from h5feed.common.errors import SourceError
+from h5feed.consumer.assembly import Batch
+from h5feed.consumer.credits import CreditGate
+from h5feed.consumer.options import FeedConfig
+from h5feed.consumer.plan import Cursor
+from h5feed.consumer.scheduler import Reassignment, Send
+from h5feed.consumer.source_kinds import GENERATOR, KERAS, KINDS, KindScheduler, make_kind
+from h5feed.consumer.source_options import SourceConfig
+from h5feed.consumer.work import Peer
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Learnt:
+    """What the workers told of a source: its kind and element spec (kept by the feed, so
+    later iterations skip the probe and use the same spec)."""
+
+    kind: str
+    spec: ElementSpec
+
+
+class SourceScheduler:
+    """Runs one iteration of a user source (see the module docstring)."""
+
+    def __init__(
+        self,
+        config: FeedConfig,
+        job_id: str,
+        epochs: Iterator[int],
+        start: Cursor,
+        counters: collections.Counter[str],
+        gate: CreditGate,
+        learnt: Learnt | None = None,
+    ) -> None:
+        source = config.source
+        if source is None:  # the stream chooses this class only for sources
+            raise ValueError("SourceScheduler needs a source config")
+        self.config = config
+        self.source: SourceConfig = source
+        self.job_id = job_id
+        self.learnt = learnt
+        self._epochs = epochs
+        self._start = start
+        self._counters = counters
+        self._gate = gate
+        self._spec = learnt.spec if learnt else source.spec
+        self._peers: list[Peer] = []
+        self._infos: dict[Peer, messages.SourceInfo] = {}
+        self._kind: KindScheduler | None = None
+
+    @property
+    def resumable(self) -> bool:
+        return self.learnt is None or self.learnt.kind != GENERATOR
+
+    # -- handshake -------------------------------------------------------------------------
+
+    def start(self, peers: Sequence[Peer]) -> list[Send]:
+        self._peers = sorted(peers, key=lambda p: p.identity)
+        return [self._source(peer, self._spec) for peer in self._peers]
+
+    def _source(self, peer: Peer, spec: ElementSpec | None) -> Send:
+        shard_index, shard_count = self.config.options.shard
+        workers = len(self._peers)
+        return Send(
+            peer,
+            messages.Source(
+                job=self.job_id,
+                source=self.source.source,
+                args=dict(self.source.args),
+                sys_path=tuple(self.source.sys_path or sys.path),
+                # The worker's shard of this trainer's shard (shard=(i, n)): i * W + w of n * W.
+                worker=shard_index * workers + self._peers.index(peer),
+                workers=shard_count * workers,
+                seed=self.config.options.seed,
+                epoch=self._start.epoch,
+                spec=spec.to_wire() if spec is not None else None,
+            ),
+        )
+
+    def on_control(self, peer: Peer, message: messages.Message) -> list[Send]:
+        if not isinstance(message, messages.SourceInfo) or self._kind is not None:
+            self._counters["malformed_messages"] += 1
+            return []
+        try:
+            ElementSpec.from_wire(message.spec)
+        except SourceError:
+            self._counters["malformed_messages"] += 1
+            return []
+        if message.kind not in KINDS:
+            self._counters["malformed_messages"] += 1
+            return []
+        self._infos[peer] = message
+        if len(self._infos) < len(self._peers):
+            return []
+        kind, length, spec = self._agree()
+        self.learnt = Learnt(kind, spec)
+        if self._start.batch and kind == GENERATOR:
+            raise SourceError(
+                f"source {self.source.source!r} is a generator: it cannot resume inside an "
+                f"epoch (cursor {self._start})"
+            )
+        self._kind = make_kind(
+            kind, self.config, self.source, spec, length, self.job_id, self._epochs,
+            self._start, self._counters, self._gate,
+        )  # fmt: skip
+        return [self._source(peer, spec) for peer in self._peers]
+
+    def _agree(self) -> tuple[str, int | None, ElementSpec]:
+        """Kind, length and spec from the workers' answers; SourceError where they differ."""
+        infos = [self._infos[p] for p in self._peers]
+        names = [p.name for p in self._peers]
+        kinds = {info.kind for info in infos}
+        if len(kinds) != 1:
+            raise SourceError(f"the workers found different kinds of source: {sorted(kinds)}")
+        kind = kinds.pop()
+        length = None
+        if kind != GENERATOR:
+            lengths = [info.length for info in infos]
+            if len(set(lengths)) != 1 or lengths[0] is None:
+                raise SourceError(
+                    f"source {self.source.source!r} has different lengths in the workers "
+                    f"{dict(zip(names, lengths, strict=True))}; a map-style source must be "
+                    "the same in every worker"
+                )
+            length = int(lengths[0])
+        probed = ElementSpec.from_wire(infos[0].spec)
+        for info, name in zip(infos[1:], names[1:], strict=True):
+            try:
+                probed = elements.merge_specs(probed, ElementSpec.from_wire(info.spec))
+            except SourceError as exc:
+                raise SourceError(f"source {self.source.source!r}, worker {name}: {exc}") from None
+        spec = self._spec if self._spec is not None else probed
+        if spec.tree != probed.tree:
+            paths = [leaf.path for leaf in probed.leaves]
+            given = [leaf.path for leaf in spec.leaves]
+            raise SourceError(
+                f"source {self.source.source!r}: output_signature has the fields {given}, "
+                f"the elements have {paths}"
+            )
+        _check_spec(spec, self.source, kind)
+        return kind, length, spec
+
+    @property
+    def ready(self) -> bool:
+        return self._kind is not None
+
+    @property
+    def handshake_answers(self) -> int:
+        return len(self._infos)
+
+    def handshake_waiting(self) -> str:
+        waiting = [p.name for p in self._peers if p not in self._infos]
+        return f"workers {waiting} did not load source {self.source.source!r}"
+
+    # -- the kind's scheduler --------------------------------------------------------------
+
+    def _require_kind(self) -> KindScheduler:
+        if self._kind is None:  # unreachable: units and data come after the handshake
+            raise RuntimeError("the source's kind is not known yet")
+        return self._kind
+
+    def next_units(self, gate: CreditGate, peers: Sequence[Peer]) -> list[Send]:
+        return self._require_kind().next_units(gate, peers)
+
+    def on_data(self, peer: Peer, data: messages.Data) -> list[Batch]:
+        return self._require_kind().on_data(peer, data)
+
+    def owns(self, peer: Peer) -> bool:
+        return self._kind is None or self._kind.owns(peer)
+
+    def reassign(self, lost: Peer, heirs: Sequence[Peer]) -> Reassignment:
+        if self._kind is None:
+            return Reassignment([], 0, "the source was not loaded everywhere yet")
+        return self._kind.reassign(lost, heirs)
+
+    @property
+    def finished(self) -> bool:
+        return self._kind is not None and self._kind.finished
+
+    def describe(self, unit_id: int) -> str:
+        return self._kind.describe(unit_id) if self._kind else f"unit {unit_id}"
+
+    def close(self) -> None:
+        return None
+
+
+def _check_spec(spec: ElementSpec, source: SourceConfig, kind: str) -> None:
+    """SourceError where the spec cannot travel or be batched as the options say."""
+    if spec.wire_arrays() > wire.DEFAULT_LIMITS.max_arrays:
+        raise SourceError(
+            f"elements of {len(spec.leaves)} fields need {spec.wire_arrays()} arrays per "
+            f"message, more than the wire allows ({wire.DEFAULT_LIMITS.max_arrays})"
+        )
+    padded = [bool(leaf.variable_axes) and not source.is_ragged(leaf.path) for leaf in spec.leaves]
+    if kind != KERAS:
+        elements.check_length_names(spec, lambda i: padded[i])
+    for leaf in spec.leaves:
+        ragged = kind != KERAS and source.is_ragged(leaf.path)
+        if ragged and leaf.variable_axes and leaf.variable_axes != (0,):
+            raise SourceError(
+                f"{elements.field_name(leaf.path)} ({leaf.describe()}): ragged= takes "
+                "fields whose first dimension only varies"
+            )

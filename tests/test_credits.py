@@ -15,7 +15,7 @@ import time
 import pytest
 
 import h5feed
-from h5feed.consumer import coordinator
+from h5feed.consumer import loop
 
 
 @pytest.mark.timeout(90)
@@ -34,7 +34,7 @@ def test_every_returned_credit_is_dispatched_without_waiting_for_the_poll(
     trainer_step_s: float,
     budget: int | None,
 ) -> None:
-    monkeypatch.setattr(coordinator, "_POLL_MS", 600_000)
+    monkeypatch.setattr(loop, "_POLL_MS", 600_000)
     feed = h5feed.batches(
         small_dataset,
         clip_len=4,

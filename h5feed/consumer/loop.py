@@ -21,11 +21,11 @@ BYE or becomes unreachable has its work handed to the others. Nothing waits fore
 
 from __future__ import annotations
 
+import collections
 import logging
 import queue
 import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
 from h5feed.common import messages
@@ -62,8 +62,10 @@ class FeedLoop:
         gate: CreditGate,
         scheduler: Scheduler,
         expected_workers: int,
-        on_batch: Callable[[Batch], None],
+        counters: collections.Counter[str],
     ) -> None:
+        """``counters``: shared with the session and the scheduler; the loop adds the
+        release counters (``batches``, ``clips``, ``bytes``)."""
         self.options = options
         self.session = session
         self.gate = gate
@@ -73,7 +75,7 @@ class FeedLoop:
         self._router = router
         self._waker = waker
         self._expected = expected_workers
-        self._on_batch = on_batch
+        self._counters = counters
         self._stop = threading.Event()
         self._next_health = 0.0
         self._taken_at_dispatch = 0
@@ -188,8 +190,7 @@ class FeedLoop:
             match events.popleft():
                 case Arrived(peer, messages.Data() as data):
                     for batch in self.scheduler.on_data(peer, data):
-                        self._on_batch(batch)
-                        self.out.put(batch)
+                        self._release(batch)
                 case Arrived(peer, messages.Error() as error):
                     where = (
                         f" in {self.scheduler.describe(error.unit)}"
@@ -203,6 +204,12 @@ class FeedLoop:
                     self._recover(peer, cause, reason)
                 case PeerJoined():
                     pass  # counted by the handshake through session.peers
+
+    def _release(self, batch: Batch) -> None:
+        self._counters["batches"] += 1
+        self._counters["clips"] += batch.rows or len(batch.arrays["sample"])
+        self._counters["bytes"] += batch.nbytes or batch.arrays["frames"].nbytes
+        self.out.put(batch)
 
     def _recover(self, peer: Any, cause: str, reason: str) -> None:
         """A peer is gone: hand its work over, or fail as the rules say."""
@@ -229,7 +236,7 @@ class FeedLoop:
         if moved.unmovable is not None:
             raise WorkerDiedError(f"worker {peer} left the job ({reason}): {moved.unmovable}")
         self._send(moved.sends)
-        self.session.counters["reassigned_units"] += moved.moved_units
+        self._counters["reassigned_units"] += moved.moved_units
         _log.warning(
             "worker %s left the job (%s): %d units handed to %d others",
             peer, reason, moved.moved_units, len(heirs),

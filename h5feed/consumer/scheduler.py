@@ -106,4 +106,3 @@ class Scheduler(Protocol):
     def close(self) -> None:
         """Release what the scheduler holds (shared-memory slots)."""
         ...
-

@@ -90,7 +90,7 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
         # One direction of wiring: socket and keys, then the local workers that use them,
         # then the parts of the loop, then the loop.
         self._tmpdir = tempfile.mkdtemp(prefix="h5feed-")
-        address = f"ipc://{self._tmpdir}/feed.sock"
+        self.address = address = f"ipc://{self._tmpdir}/feed.sock"
         waker = Waker()
         try:
             router = Router(
@@ -134,7 +134,7 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
             self._gate,
             self.scheduler,
             options.workers,
-            self._count,
+            self.counters,
         )
         self._loop.start()
         self._finalizer = weakref.finalize(
@@ -150,12 +150,6 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
     def learnt(self) -> Learnt | None:
         """A source's kind and element spec, once its workers told them (else None)."""
         return self.scheduler.learnt if isinstance(self.scheduler, SourceScheduler) else None
-
-    def _count(self, batch: Batch) -> None:
-        """The loop released ``batch`` (its thread): the release counters."""
-        self.counters["batches"] += 1
-        self.counters["clips"] += batch.rows or len(batch.arrays["sample"])
-        self.counters["bytes"] += batch.nbytes or batch.arrays["frames"].nbytes
 
     def __next__(self) -> dict[str, np.ndarray]:
         began = time.monotonic()  # the wait for input: until a batch (or the end) is here

@@ -21,7 +21,7 @@ from h5feed.consumer.options import (
     resolve_files,
 )
 from h5feed.consumer.plan import Cursor
-from h5feed.consumer.stream import BATCH_KEYS, BatchStream
+from h5feed.consumer.stream import BATCH_KEYS, POSITION_KEYS, BatchStream
 
 if TYPE_CHECKING:
     import tensorflow as tf
@@ -124,7 +124,8 @@ def batches(files: PathsLike | None = None, **kwargs: Unpack[FeedKwargs]) -> Fee
     ``frames`` uint8 [B, clip_len, H, W, 3] RGB (with ``transform``: [B, *its shape] of its
     dtype), ``label`` int64 [B], ``file`` and ``video``
     object arrays of bytes [B], ``start`` int64 [B], plus ``sample`` (global sample id) and
-    ``epoch`` int64 [B]. Arrays may be read-only views of the received message.
+    ``epoch`` and ``batch`` int64 [B] (the batch's index in its epoch). Arrays may be read-only
+    views of the received message.
 
     ``source="package.module:factory"`` (with ``source_args``, ``ragged``,
     ``steps_per_epoch``) runs your own code in the workers instead: see
@@ -138,7 +139,11 @@ def batches(files: PathsLike | None = None, **kwargs: Unpack[FeedKwargs]) -> Fee
 
 
 def dataset(
-    files: PathsLike | None = None, *, prefetch: int | None = -1, **kwargs: Unpack[FeedKwargs]
+    files: PathsLike | None = None,
+    *,
+    prefetch: int | None = -1,
+    keys: Sequence[str] = BATCH_KEYS,
+    **kwargs: Unpack[FeedKwargs],
 ) -> tf.data.Dataset:
     """A ``tf.data.Dataset`` of batches of video clips, decoded in worker processes.
 
@@ -190,6 +195,12 @@ def dataset(
     (``source_args``, ``output_signature``, ``ragged``, ``steps_per_epoch``); see
     ``h5feed/consumer/source_api.py`` and README "Your own Python code in the workers".
 
+    ``keys``: the keys of each element, default ``frames, label, file, video, start``; add
+    any of ``sample``, ``epoch``, ``batch`` (int64 [B]: the global sample id, the epoch, the
+    batch's index in its epoch) to see where each row comes from in the plan. They are opt-in
+    because an extra key breaks a Keras model whose inputs are named by the dict's keys.
+    (Not for ``source=``: a source's elements are the user's own trees.)
+
     ``prefetch``: batches tf.data prefetches after the generator (-1: ``tf.data.AUTOTUNE``,
     0/None: no prefetch). End the pipeline with
     ``.apply(tf.data.experimental.prefetch_to_device("/gpu:0"))`` to overlap host-to-GPU
@@ -197,7 +208,16 @@ def dataset(
     """
     import tensorflow as tf  # lazy: only the trainer side needs TensorFlow
 
+    keys = tuple(keys)
+    unknown = set(keys) - set(BATCH_KEYS) - set(POSITION_KEYS)
+    if unknown or len(set(keys)) != len(keys) or "frames" not in keys:
+        raise ValueError(
+            f"keys must name 'frames' and any of {BATCH_KEYS[1:] + POSITION_KEYS}, once each; "
+            f"got {keys}"
+        )
     if kwargs.get("source") is not None:  # your own code in the workers: source_api.py
+        if keys != BATCH_KEYS:
+            raise TypeError("h5feed: keys= does not apply to source= (elements are your own)")
         from h5feed.consumer.source_api import SourceFeed, make_source_config, source_dataset
 
         return source_dataset(SourceFeed(make_source_config(files, kwargs)), prefetch)
@@ -212,12 +232,12 @@ def dataset(
     if peeked:
         first = peeked[0][1]["frames"]
         frames = tf.TensorSpec((rows, *first.shape[1:]), tf.as_dtype(first.dtype))
+    strings = ("file", "video")
     signature = {
-        "frames": frames,
-        "label": tf.TensorSpec((rows,), tf.int64),
-        "file": tf.TensorSpec((rows,), tf.string),
-        "video": tf.TensorSpec((rows,), tf.string),
-        "start": tf.TensorSpec((rows,), tf.int64),
+        key: frames
+        if key == "frames"
+        else tf.TensorSpec((rows,), tf.string if key in strings else tf.int64)
+        for key in keys
     }
 
     def generate() -> Iterator[dict[str, np.ndarray]]:
@@ -229,7 +249,7 @@ def dataset(
             batches = stream
         try:
             for batch in batches:
-                yield {key: batch[key] for key in BATCH_KEYS}
+                yield {key: batch[key] for key in keys}
         finally:
             stream.close()
 

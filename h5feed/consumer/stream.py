@@ -50,6 +50,9 @@ from h5feed.consumer.waker import Waker
 #: Keys of every tf.data element by default (NumPy batches also carry ``sample``, ``epoch``
 #: and ``batch``: see ``keys=`` of ``h5feed.dataset``).
 BATCH_KEYS = ("frames", "label", "file", "video", "start")
+#: Keys a tf.data element may carry when asked (``keys=``): the defaults, and each row's
+#: place in the plan (global sample id, epoch, batch index in the epoch), int64 [B].
+POSITION_KEYS = ("sample", "epoch", "batch")
 
 _GET_POLL_S = 0.1
 _log = with_ids(logging.getLogger("h5feed.consumer"), "consumer")  # ids in every line

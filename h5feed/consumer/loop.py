@@ -29,7 +29,8 @@ import time
 from typing import Any
 
 from h5feed.common import messages
-from h5feed.common.errors import NoWorkersError, WorkerDiedError, WorkerError, WorkerTimeoutError
+from h5feed.common.errors import NoWorkersError, WorkerTimeoutError
+from h5feed.consumer import recovery
 from h5feed.consumer.assembly import Batch
 from h5feed.consumer.credits import CreditGate
 from h5feed.consumer.events import Arrived, PeerJoined, PeerLost
@@ -43,7 +44,6 @@ _log = logging.getLogger("h5feed.consumer")
 
 _POLL_MS = 50
 _HEALTH_EVERY_S = 0.2
-_EXIT_REPORT_WAIT_S = 1.0
 _MAX_MESSAGES_PER_PASS = 256
 
 END = object()  # queued after the last batch of the iteration
@@ -192,16 +192,11 @@ class FeedLoop:
                     for batch in self.scheduler.on_data(peer, data):
                         self._release(batch)
                 case Arrived(peer, messages.Error() as error):
-                    where = (
-                        f" in {self.scheduler.describe(error.unit)}"
-                        if error.unit is not None
-                        else ""
-                    )
-                    raise WorkerError(f"{peer}{where}", error.type, error.message, error.traceback)
+                    raise recovery.worker_error(peer, error, self.scheduler)
                 case Arrived(peer, message):
                     self._send(self.scheduler.on_control(peer, message))
-                case PeerLost(peer, cause, reason):
-                    self._recover(peer, cause, reason)
+                case PeerLost() as lost:
+                    self._recover(lost)
                 case PeerJoined():
                     pass  # counted by the handshake through session.peers
 
@@ -211,36 +206,11 @@ class FeedLoop:
         self._counters["bytes"] += batch.nbytes or batch.arrays["frames"].nbytes
         self.out.put(batch)
 
-    def _recover(self, peer: Any, cause: str, reason: str) -> None:
-        """A peer is gone: hand its work over, or fail as the rules say."""
-        held = len(peer.outstanding)
-        if cause == "deadline":
-            first = self.scheduler.describe(min(peer.outstanding))
-            raise WorkerTimeoutError(
-                f"worker {peer} {reason} (unit_timeout_s={self.options.unit_timeout_s:g}); it "
-                f"holds {first} and {held - 1} more"
-            )
-        if peer.local:
-            if cause == "bye" and not held and not self.scheduler.owns(peer):
-                return  # a worker with nothing to do left: nothing is lost
-            if cause == "unreachable":  # better named by its exit code, which comes a moment later
-                reason = self.session.wait_for_exit(peer.name, _EXIT_REPORT_WAIT_S) or reason
-            if cause in ("exited", "unreachable") and reason.startswith(("exited", "was killed")):
-                raise WorkerDiedError(
-                    f"worker {peer.name} (pid {peer.pid}) {reason} while the iteration needed it "
-                    f"({held} units outstanding); its output, if any, is on stderr above"
-                )
-            raise WorkerDiedError(f"worker {peer} left the job: {reason}")
-        heirs = list(self.session.peers.values())
-        moved = self.scheduler.reassign(peer, heirs)
-        if moved.unmovable is not None:
-            raise WorkerDiedError(f"worker {peer} left the job ({reason}): {moved.unmovable}")
+    def _recover(self, lost: PeerLost) -> None:
+        """A peer is gone: hand its work over (and count it), or fail as the rules say."""
+        moved = recovery.recover(lost, self.scheduler, self.session, self.options.unit_timeout_s)
         self._send(moved.sends)
         self._counters["reassigned_units"] += moved.moved_units
-        _log.warning(
-            "worker %s left the job (%s): %d units handed to %d others",
-            peer, reason, moved.moved_units, len(heirs),
-        )  # fmt: skip
 
     def _no_workers(self, needed: int) -> str:
         options = self.options

@@ -3,7 +3,7 @@
 A window takes batches for at least ``seconds``: it ends with the first batch that ends past
 the deadline, and rates use the window's actual length. Per window it records the clips, the
 wall time, the trainer process's CPU time (``time.process_time()``: every thread of this
-process, tf.data's and h5feed's coordinator included; worker processes excluded), its system
+process, tf.data's and h5feed's loop thread included; worker processes excluded), its system
 time and minor page faults, the CPU time of its descendant processes (the workers, whatever
 the loader calls them), the machine's busy CPU time (for the load of everything else) and
 this process's peak RSS so far (``ru_maxrss``).

@@ -130,7 +130,7 @@ class BatchAssembler:
             for positions, part in pending.parts:
                 if part is not None:  # came over the socket
                     frames[positions] = part
-        elif first_frames is None:  # unreachable: the coordinator checks every part
+        elif first_frames is None:  # unreachable: the scheduler checks every part
             raise ValueError("a part without frames in a batch without a slot")
         elif len(pending.parts) == 1:
             frames = first_frames  # one worker made every row, in order: no copy

@@ -1,7 +1,7 @@
 """The consumer's end of the wire: one ROUTER socket, bound, secured, polled with a waker.
 
 ZeroMQ sockets are not thread-safe: a :class:`Router` is used by one thread (the
-coordinator's) from construction to :meth:`close`; only the waker it polls may be poked from
+loop's) from construction to :meth:`close`; only the waker it polls may be poked from
 other threads. Sends never block for long: ``ROUTER_MANDATORY`` makes a send to a gone peer
 fail at once (EHOSTUNREACH) and a peer that stopped reading fails after ``SNDTIMEO``.
 """

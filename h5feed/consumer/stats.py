@@ -1,6 +1,6 @@
 """Pipeline statistics: rates over a recent window and in total, and the input-bound verdict.
 
-Everything here is cheap and thread-safe: the coordinator thread and the trainer's thread
+Everything here is cheap and thread-safe: the loop thread and the trainer's thread
 record events, any thread may read a snapshot at any time.
 """
 

@@ -120,7 +120,9 @@ def test_error_of_names_the_file_video_and_frame_of_a_data_error() -> None:
 
 def test_a_refusing_bye_says_so() -> None:
     assert messages.Bye.refusing("version 9").refused
-    assert round_trip(messages.Bye.refusing("version 9")).reason.startswith(wire.REFUSED)
+    decoded = round_trip(messages.Bye.refusing("version 9"))
+    assert isinstance(decoded, messages.Bye) and decoded.reason.startswith(wire.REFUSED)
+    assert decoded.refused
     assert not messages.Bye("iteration over").refused
 
 

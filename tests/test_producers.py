@@ -17,6 +17,7 @@ import pytest
 from conftest import wait_until_gone
 
 import h5feed
+from h5feed.common import wire
 from h5feed.common.errors import NoWorkersError
 
 CLIP = {"clip_len": 4, "resize": (48, 64), "crop": (40, 40)}
@@ -129,11 +130,12 @@ def test_a_producer_of_another_protocol_version_is_refused(
     future = subprocess.Popen([sys.executable, "-c", script], stderr=subprocess.PIPE, text=True)
     try:
         feed = remote_feed(port, small_dataset, start_timeout_s=4.0)
-        with pytest.raises(NoWorkersError, match=r"refused: .*version 99.*speaks 2"):
+        speaks = wire.PROTOCOL_VERSION
+        with pytest.raises(NoWorkersError, match=rf"refused: .*version 99.*speaks {speaks}"):
             list(feed)
         _, stderr = future.communicate(timeout=10)
         assert future.returncode == 2
-        assert "version 2" in stderr and "99" in stderr, stderr
+        assert f"version {speaks}" in stderr and "99" in stderr, stderr
     finally:
         if future.poll() is None:
             future.kill()

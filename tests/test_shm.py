@@ -19,8 +19,9 @@ import pytest
 from test_producers import CLIP, free_port
 
 import h5feed
+from h5feed.common.messages import SlotRef
 from h5feed.consumer.slots import SlotPool
-from h5feed.producer.shm import SlotError, SlotMaps, parse_slot
+from h5feed.producer.shm import SlotError, SlotMaps
 
 KW = {**CLIP, "flip": True, "batch_size": 4, "workers": 2}
 
@@ -145,27 +146,19 @@ def test_no_descriptor_is_left_open(small_dataset: list[pathlib.Path]) -> None:
     assert not leaked, [os.readlink(f"/proc/self/fd/{fd}") for fd in leaked if fd.isdigit()]
 
 
-@pytest.mark.parametrize(
-    "slot",
-    [
-        None,
-        [1, 2, 3],
-        [1, 2, 4, [0, 4]],  # position beyond the batch
-        [1, 2, 4, [1, 1]],  # a row twice
-        [1, -2, 4, [0]],
-        [1, 2, 4, "0"],
-        [1, True, 4, [0]],
-    ],
-)
-def test_malformed_slot_fields_are_refused(slot: object) -> None:
-    with pytest.raises(SlotError):
-        parse_slot(slot)
+# A malformed slot (positions out of range or repeated, a bool for an int...) never gets
+# here: decoding the UNIT refuses it (tests/test_messages.py).
+
+
+def slot_ref(fd: int, batch_rows: int) -> SlotRef:
+    """A slot of this process, as a UNIT of one row names it."""
+    return SlotRef(os.getpid(), fd, batch_rows, (0,))
 
 
 def test_a_slot_that_cannot_be_opened_is_a_slot_error() -> None:
     maps = SlotMaps()
     with pytest.raises(SlotError, match="cannot open slot"):
-        maps.batch_array(os.getpid(), 999_999, (1, 2), "job1")
+        maps.batch_array(slot_ref(999_999, 1), (2,), "job1")
 
 
 def test_a_descriptor_that_is_not_this_jobs_slot_is_refused(tmp_path: pathlib.Path) -> None:
@@ -178,9 +171,9 @@ def test_a_descriptor_that_is_not_this_jobs_slot_is_refused(tmp_path: pathlib.Pa
         maps = SlotMaps()
         try:
             with pytest.raises(SlotError, match="not a slot of job job1"):
-                maps.batch_array(os.getpid(), plain.fileno(), (2, 8), "job1")
+                maps.batch_array(slot_ref(plain.fileno(), 2), (8,), "job1")
             with pytest.raises(SlotError, match="not a slot of job job1"):
-                maps.batch_array(os.getpid(), other_jobs.acquire().fd, (2, 8), "job1")
+                maps.batch_array(slot_ref(other_jobs.acquire().fd, 2), (8,), "job1")
         finally:
             maps.close()
             other_jobs.close()
@@ -192,8 +185,8 @@ def test_a_slot_too_small_for_the_batch_is_a_slot_error() -> None:
     maps = SlotMaps()
     try:
         with pytest.raises(SlotError, match="holds 16 bytes"):
-            maps.batch_array(os.getpid(), slot.fd, (2, 9), "job1")
-        view = maps.batch_array(os.getpid(), slot.fd, (2, 8), "job1")
+            maps.batch_array(slot_ref(slot.fd, 2), (9,), "job1")
+        view = maps.batch_array(slot_ref(slot.fd, 2), (8,), "job1")
         view[:] = 7  # written through /proc by "another process": seen in the pool's mapping
         assert bytes(slot.memory[:16]) == b"\x07" * 16
         del view

@@ -32,6 +32,7 @@ VALID_FIELDS: dict[str, dict[str, Any]] = {
         "job": "job-1",
         "files": ["/data/a.h5", "/data/b.h5"],
         "clip": {"length": 8, "stride": 2, "size": [112, 112], "scale": 0.5, "flip": True},
+        "layout": {"kind": "flat", "jpeg": "jpeg", "offsets": "video_offsets", "labels": None},
         "cache_dir": None,
     },
     wire.INDEX: {"job": "job-1", "file": 0, "videos": [["v0", 120, 3], ["v1", 64, None]]},
@@ -72,11 +73,22 @@ VALID_FIELDS: dict[str, dict[str, Any]] = {
         "length": 100,
         "spec": {"tree": ["leaf"], "leaves": [["", "<f4", [3, None]]]},
     },
+    wire.ITEMS: {"job": "job-1", "unit": 7, "batch": 2, "epoch": 1, "items": [4, 0, 9]},
+    wire.PULL: {"job": "job-1", "unit": 7, "batch": 2, "epoch": 1, "count": 16, "pass": 1},
 }
 
 # Further valid field sets: the optional fields at their other alternative, edge values.
 MORE_VALID_FIELDS: list[tuple[str, dict[str, Any]]] = [
-    (wire.JOB, {**VALID_FIELDS[wire.JOB], "cache_dir": "/tmp/cache", "files": [], "clip": {}}),
+    (
+        wire.JOB,
+        {
+            **VALID_FIELDS[wire.JOB],
+            "cache_dir": "/tmp/cache",
+            "files": [],
+            "clip": {},
+            "layout": {},
+        },
+    ),
     (
         wire.ERROR,
         {
@@ -90,6 +102,8 @@ MORE_VALID_FIELDS: list[tuple[str, dict[str, Any]]] = [
     (wire.UNIT, {**VALID_FIELDS[wire.UNIT], "unit": -(2**63), "batch": 2**64 - 1, "rows": []}),
     (wire.BYE, {"reason": ""}),
     (wire.HELLO, {**VALID_FIELDS[wire.HELLO], "worker": "wörker-\u00e9-\U0001f600"}),
+    (wire.ITEMS, {**VALID_FIELDS[wire.ITEMS], "items": []}),  # nested values: messages.py
+    (wire.PULL, {**VALID_FIELDS[wire.PULL], "count": 0, "pass": -1}),  # ranges: messages.py
 ]
 
 ALLOWED_DTYPE_STRS = sorted(wire.ALLOWED_DTYPES)
@@ -159,7 +173,10 @@ def test_error_hierarchy() -> None:
 # 1. Golden bytes
 # --------------------------------------------------------------------------------------------
 
-MAGIC_AND_VERSION = "95 a6 683566656564 02"  # fixarray(5), fixstr(6) "h5feed", fixint 2
+# Protocol 3 (ITEMS, PULL, JOB layout) changed byte 8 of every header from 02 to 03 and
+# nothing else in these goldens: their kinds and fields are those of protocol 2. The new
+# kinds' golden headers are in tests/test_messages.py.
+MAGIC_AND_VERSION = "95 a6 683566656564 03"  # fixarray(5), fixstr(6) "h5feed", fixint 3
 
 GOLDEN_HELLO_FIELDS = {"worker": "w0", "pid": 4242, "host": "node-a", "package": "0.1.0"}
 GOLDEN_HELLO = bytes.fromhex(
@@ -236,7 +253,7 @@ def test_golden_header_without_arrays(kind: str, fields: dict[str, Any], golden:
     assert isinstance(frames[0], bytes)
     assert frames[0] == golden
     # The golden bytes decode to what they should, and back to the same fields.
-    assert msgpack.unpackb(golden, raw=False) == [wire.MAGIC, 2, kind, fields, []]
+    assert msgpack.unpackb(golden, raw=False) == [wire.MAGIC, 3, kind, fields, []]
     message = wire.decode([golden])
     assert message == wire.Message(kind, fields, {})
 
@@ -262,7 +279,7 @@ def test_golden_data_message() -> None:
 
 
 def test_golden_structure_explained() -> None:
-    """The first bytes of every header: fixarray(5), fixstr(6) "h5feed", version 2, kind."""
+    """The first bytes of every header: fixarray(5), fixstr(6) "h5feed", version 3, kind."""
     for golden, kind in [
         (GOLDEN_HELLO, "hello"),
         (GOLDEN_UNIT, "unit"),
@@ -272,11 +289,11 @@ def test_golden_structure_explained() -> None:
         assert golden[0] == 0x95  # msgpack fixarray (0x90) of 5 elements
         assert golden[1] == 0xA0 | 6  # fixstr of 6 bytes (str type, not bin) ...
         assert golden[2:8] == b"h5feed"  # ... the magic
-        assert golden[8] == wire.PROTOCOL_VERSION == 2  # positive fixint
+        assert golden[8] == wire.PROTOCOL_VERSION == 3  # positive fixint
         assert golden[9] == 0xA0 | len(kind)
         assert golden[10 : 10 + len(kind)] == kind.encode()
         magic, version, decoded_kind, fields, _ = msgpack.unpackb(golden, raw=False)
-        assert (magic, version, decoded_kind) == ("h5feed", 2, kind)
+        assert (magic, version, decoded_kind) == ("h5feed", 3, kind)
         # Map keys are written sorted, so one message has one encoding.
         keys = msgpack.unpackb(golden, raw=False, object_pairs_hook=lambda pairs: pairs)[3]
         assert [k for k, _ in keys] == sorted(fields)
@@ -559,7 +576,7 @@ def test_property_random_header_bytes(data: bytes, extra: list[bytes]) -> None:
 @PROPERTY
 @given(
     magic=st.sampled_from([wire.MAGIC, "h5fee", b"h5feed", None]),
-    version=st.sampled_from([1, 0, 2, -1, True, 1.0, "1", None]),
+    version=st.sampled_from([wire.PROTOCOL_VERSION, 1, 0, 2, 4, -1, True, 1.0, "1", None]),
     kind=st.sampled_from([*sorted(wire.KINDS), "nope", 3, b"bye"]),
     fields=st.dictionaries(st.text(max_size=10), plain_values, max_size=9),
     use_valid_fields=st.booleans(),
@@ -709,7 +726,7 @@ def test_wrong_magic(magic: Any) -> None:
     expect_protocol_error([header(magic=magic)], r"not an h5feed message \(magic ")
 
 
-@pytest.mark.parametrize("version", [0, 1, 3, 99])
+@pytest.mark.parametrize("version", [0, 1, 2, 4, 99])  # 2: the protocol before ITEMS/PULL
 def test_other_protocol_version(version: int) -> None:
     with pytest.raises(VersionMismatchError) as info:
         wire.decode([header(version=version)])
@@ -720,9 +737,9 @@ def test_other_protocol_version(version: int) -> None:
 
 def test_version_mismatch_is_a_protocol_error_and_checked_before_kind() -> None:
     with pytest.raises(ProtocolError):
-        wire.decode([header(version=3, kind="from-the-future", fields={"new": 1})])
+        wire.decode([header(version=4, kind="from-the-future", fields={"new": 1})])
     with pytest.raises(VersionMismatchError):
-        wire.decode([header(version=3, kind="from-the-future", fields={"new": 1})])
+        wire.decode([header(version=4, kind="from-the-future", fields={"new": 1})])
 
 
 @pytest.mark.parametrize("version", [True, 1.0, "1", None, [1]], ids=repr)

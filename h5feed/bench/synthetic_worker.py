@@ -22,8 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from h5feed.common import wire
-from h5feed.producer.worker import Worker, _Job, run_until_stopped
+from h5feed.common import messages
+from h5feed.producer.hdf5_job import Hdf5Job
+from h5feed.producer.worker import Worker, run_until_stopped
 
 
 class SyntheticWorker(Worker):
@@ -34,21 +35,14 @@ class SyntheticWorker(Worker):
         super().__init__(*args, **kwargs)
         self._zeros: dict[tuple[int, ...], np.ndarray] = {}
 
-    def run_unit(self, job: _Job, fields: dict[str, Any]) -> None:
+    def run_unit(self, job: Hdf5Job, unit: messages.Unit) -> None:
         height, width = job.spec.frame_shape
-        shape = (len(fields["rows"]), job.spec.clip_len, height or 0, width or 0, 3)
-        in_slot = self.slot_target(job, fields["slot"]) is not None
+        shape = (len(unit.rows), job.spec.clip_len, height or 0, width or 0, 3)
+        in_slot = self.slot_target(job, unit.slot) is not None
         zeros = self._zeros.setdefault(shape, np.zeros(shape, np.uint8))
-        self.send(
-            wire.DATA,
-            {
-                "job": job.id,
-                "unit": fields["unit"],
-                "batch": fields["batch"],
-                "samples": [row[0] for row in fields["rows"]],
-            },
-            [] if in_slot else [("frames", zeros)],
-        )
+        samples = tuple(row.sample for row in unit.rows)
+        arrays = {} if in_slot else {"frames": zeros}
+        self.send(messages.Data(job.id, unit.unit, unit.batch, samples, arrays))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

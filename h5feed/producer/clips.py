@@ -9,12 +9,13 @@ one array of clips: read only the clip's frames, decode (encoded layouts) or tak
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
 
 import numpy as np
 
 from h5feed.common.config import ClipSpec, clip_frame_indices
 from h5feed.common.errors import DataError
+from h5feed.common.messages import Row
 from h5feed.producer import index_cache
 from h5feed.producer.decode import ClipWriter, decode_frame
 from h5feed.producer.index_cache import VideoEntry
@@ -58,9 +59,9 @@ class ClipMaker:
 
     def produce(
         self,
-        rows: list[list[Any]],
+        rows: Sequence[Row],
         out: np.ndarray | None = None,
-        positions: list[int] | None = None,
+        positions: Sequence[int] | None = None,
     ) -> np.ndarray:
         """The clips of ``rows``: uint8 [rows, clip_len, H, W, 3] RGB, or with a transform
         [rows, *shape] of the transform's dtype. Without a transform, ``out`` (a whole batch
@@ -76,7 +77,7 @@ class ClipMaker:
                 out = self._clip(row, out, place, len(rows))
                 continue
             scratch = self._clip(row, scratch, 0, 1)
-            file_index, video_index, seed = row[1], row[2], row[7]
+            file_index, video_index, seed = row.file, row.video, row.seed
             path, name = self.files[file_index].path, self.videos[file_index][video_index][0]
             result = self.transform(scratch[0], seed, path, name)
             if out is None:
@@ -88,7 +89,7 @@ class ClipMaker:
             raise ValueError("no clip was produced")
         return out
 
-    def _clip(self, row: list[Any], out: np.ndarray | None, r: int, rows: int) -> np.ndarray:
+    def _clip(self, row: Row, out: np.ndarray | None, r: int, rows: int) -> np.ndarray:
         """Write the clip of ``row`` into ``out[r]``; when ``out`` is None, first allocate it,
         uint8 [rows, T, H, W, 3], with H, W from the spec or the first frame. Returns ``out``."""
         spec = self.spec

@@ -1,12 +1,12 @@
 """The worker's side of shared-memory batch slots (see ``h5feed.consumer.slots``).
 
-A UNIT for a worker on the trainer's host may name a slot: ``[pid, fd, batch_rows,
-positions]`` — the trainer's process id, the file descriptor of the slot in that process, the
-rows of the whole batch, and the batch rows this unit fills. The worker maps the slot once
-(through ``/proc/<pid>/fd/<fd>``; the descriptor is the trainer's for the whole iteration, so
-one number is one slot), after checking that the file is this job's slot (its name is
-``memfd:h5feed-<job id>``: in another PID namespace the same pid is another process), and
-writes its clips straight into those rows.
+A UNIT for a worker on the trainer's host may name a slot (:class:`messages.SlotRef`, checked
+when the UNIT was decoded): the trainer's process id, the file descriptor of the slot in that
+process, the rows of the whole batch, and the batch rows this unit fills. The worker maps the
+slot once (through ``/proc/<pid>/fd/<fd>``; the descriptor is the trainer's for the whole
+iteration, so one number is one slot), after checking that the file is this job's slot (its
+name is ``memfd:h5feed-<job id>``: in another PID namespace the same pid is another process),
+and writes its clips straight into those rows.
 """
 
 from __future__ import annotations
@@ -14,28 +14,14 @@ from __future__ import annotations
 import contextlib
 import mmap
 import os
-from typing import Any
 
 import numpy as np
 
+from h5feed.common.messages import SlotRef
+
 
 class SlotError(Exception):
-    """A slot named in a UNIT cannot be used: the rows go over the socket instead."""
-
-
-def parse_slot(value: Any) -> tuple[int, int, int, list[int]]:
-    """Check a UNIT's ``slot`` field: ``[pid, fd, batch_rows, positions]``, all ints."""
-    if not (isinstance(value, list) and len(value) == 4):
-        raise SlotError(f"slot must be [pid, fd, batch_rows, positions], got {value!r}")
-    pid, fd, rows, positions = value
-    numbers = [pid, fd, rows]
-    if not isinstance(positions, list) or not all(
-        type(v) is int and v >= 0 for v in [*numbers, *positions]
-    ):
-        raise SlotError(f"slot must hold non-negative ints, got {value!r}")
-    if any(p >= rows for p in positions) or len(set(positions)) != len(positions):
-        raise SlotError(f"slot positions {positions} do not fit a batch of {rows} rows")
-    return pid, fd, rows, positions
+    """A slot named in a UNIT cannot be used here: the rows go over the socket instead."""
 
 
 class SlotMaps:
@@ -44,8 +30,11 @@ class SlotMaps:
     def __init__(self) -> None:
         self._maps: dict[tuple[int, int], mmap.mmap] = {}
 
-    def batch_array(self, pid: int, fd: int, shape: tuple[int, ...], job: str) -> np.ndarray:
-        """The slot as a writable uint8 array of ``shape`` (the whole batch)."""
+    def batch_array(self, slot: SlotRef, row_shape: tuple[int, ...], job: str) -> np.ndarray:
+        """The slot as a writable uint8 array of the whole batch, ``[slot.batch_rows,
+        *row_shape]``. SlotError when the slot cannot be opened or mapped, is not a slot of
+        ``job``, or is too small for the batch."""
+        pid, fd = slot.pid, slot.fd
         memory = self._maps.get((pid, fd))
         if memory is None:
             path = f"/proc/{pid}/fd/{fd}"
@@ -65,6 +54,7 @@ class SlotMaps:
             finally:
                 os.close(handle)  # the mapping stays valid without the descriptor
             self._maps[(pid, fd)] = memory
+        shape = (slot.batch_rows, *row_shape)
         count = int(np.prod(shape))
         if count > len(memory):
             raise SlotError(f"slot {fd} holds {len(memory)} bytes, the batch needs {count}")

@@ -35,7 +35,7 @@ from typing import Any, Final
 
 import numpy as np
 
-from h5feed.common import elements
+from h5feed.common import elements, messages
 from h5feed.common.elements import ElementSpec
 from h5feed.common.errors import SourceError
 from h5feed.producer import import_path
@@ -102,26 +102,28 @@ def detect_kind(obj: Any) -> str:
 class SourceJob:
     """One source job in this worker: the user's object, its kind and the unit producer.
 
-    Units (``rows`` of a UNIT message): map — element indices; keras — ``[batch index]``;
-    generator — ``[count, pass]``: the next ``count`` elements of iteration ``pass`` (a new
-    pass number starts a new iteration). DATA ``samples``: the indices, the batch index, or
-    the elements' positions in their pass.
+    Units: map — an ITEMS of element indices; keras — an ITEMS of one batch index;
+    generator — a PULL: the next ``count`` elements of iteration ``pass_`` (a new pass number
+    starts a new iteration). DATA ``samples``: the indices, the batch index, or the elements'
+    positions in their pass. A unit of the other kind, an index out of range, or an element
+    that does not match the spec raises :class:`SourceError` (the worker sends it as ERROR).
+    Not thread-safe: the worker's single event-loop thread uses it.
     """
 
-    def __init__(self, job_id: str, fields: Mapping[str, Any], local: bool) -> None:
-        self.id = job_id
-        self.path: str = fields["source"]
-        self.args: dict[str, Any] = fields["args"]
+    def __init__(self, source: messages.Source, local: bool) -> None:
+        self.id = source.job
+        self.path = source.source
+        self.args: dict[str, Any] = dict(source.args)
         if local:  # the trainer's own modules, where it found them (same host, same files)
-            for entry in fields["sys_path"]:
-                if isinstance(entry, str) and entry not in sys.path:
+            for entry in source.sys_path:
+                if entry not in sys.path:
                     sys.path.append(entry)
         if not all(isinstance(k, str) for k in self.args):
             raise SourceError(f"source {self.path!r}: argument names must be str")
-        self.worker: int = fields["worker"]
-        self.workers: int = fields["workers"]
-        self.seed: int = fields["seed"]
-        self.first_epoch: int = fields["epoch"]
+        self.worker = source.worker
+        self.workers = source.workers
+        self.seed = source.seed
+        self.first_epoch = source.epoch
         self.factory = load_factory(self.path)
         try:
             self.obj = call_accepting(self.factory, self.args, self._extra(self.first_epoch))
@@ -154,11 +156,11 @@ class SourceJob:
 
     # -- the spec --------------------------------------------------------------------------
 
-    def info(self) -> dict[str, Any]:
-        """The SOURCE_INFO fields: kind, length, and the spec: the one the job gave (given by
-        the user, or learnt by an earlier iteration), else inferred from a probe."""
+    def info(self) -> messages.SourceInfo:
+        """The SOURCE_INFO: kind, length, and the spec: the one the job gave (given by the
+        user, or learnt by an earlier iteration), else inferred from a probe."""
         spec = self.spec if self.spec is not None else self.probe()
-        return {"job": self.id, "kind": self.kind, "length": self.length, "spec": spec.to_wire()}
+        return messages.SourceInfo(self.id, self.kind, self.length, spec.to_wire())
 
     def probe(self) -> ElementSpec:
         """The spec of the first elements (see ``elements.infer_spec``)."""
@@ -210,41 +212,31 @@ class SourceJob:
 
     # -- units -----------------------------------------------------------------------------
 
-    def produce(
-        self, fields: Mapping[str, Any]
-    ) -> tuple[dict[str, Any], list[tuple[str, np.ndarray]]]:
-        """The DATA fields and arrays answering one UNIT."""
+    def produce(self, unit: messages.Items | messages.Pull) -> messages.Data:
+        """The DATA answering one unit (its fields were checked when it was decoded)."""
         spec = self.spec
         if spec is None:
             raise SourceError("a unit arrived before the element spec")
-        rows = fields["rows"]
-        if not all(type(r) is int for r in rows):
-            raise SourceError(f"bad unit rows {rows!r:.200}")
+        if isinstance(unit, messages.Pull) != (self.kind == GENERATOR):
+            raise SourceError(f"a {unit.KIND} unit for a {self.kind} source {self.path!r}")
         leaves: list[list[np.ndarray | bytes]] = []
-        if self.kind == GENERATOR:
-            if len(rows) != 2 or rows[0] < 1 or rows[1] < 0:
-                raise SourceError(f"bad generator unit rows {rows!r:.200}")
-            samples = []
-            for ordinal, element in self._take(rows[0], rows[1]):
-                leaves.append(self._checked(element, f"element #{ordinal} of pass {rows[1]}"))
+        samples: list[int] = []
+        if isinstance(unit, messages.Pull):
+            for ordinal, element in self._take(unit.count, unit.pass_):
+                leaves.append(self._checked(element, f"element #{ordinal} of pass {unit.pass_}"))
                 samples.append(ordinal)
         else:
             if self.kind == KERAS:
-                self._epoch_ends(fields["epoch"])
-            samples = rows
+                self._epoch_ends(unit.epoch)
+            samples = list(unit.items)
             length = self.length or 0
-            for index in rows:
+            for index in unit.items:
                 if not 0 <= index < length:
                     raise SourceError(f"index {index} out of range (length {length})")
                 where = f"batch {index}" if self.kind == KERAS else f"index {index}"
                 leaves.append(self._checked(self._item(index), where))
-        data = {
-            "job": self.id,
-            "unit": fields["unit"],
-            "batch": fields["batch"],
-            "samples": samples,
-        }
-        return data, elements.pack(spec, leaves)
+        arrays = dict(elements.pack(spec, leaves))
+        return messages.Data(self.id, unit.unit, unit.batch, tuple(samples), arrays)
 
     def _checked(self, element: Any, where: str) -> list[np.ndarray | bytes]:
         spec = self.spec

@@ -1,0 +1,99 @@
+"""One HDF5 job in a worker: its files, their INDEX answers, and the clips of its UNITs.
+
+A JOB names the files this worker owns (number and path), the clip spec and the layout.
+:class:`Hdf5Job` opens each file once (:class:`~h5feed.producer.clips.ClipMaker`) and answers
+one INDEX per file; a UNIT's rows become one array of clips, sent with DATA, or written into
+the unit's shared-memory slot (then DATA carries no array). It only makes messages: the
+worker's event loop (:mod:`h5feed.producer.worker_loop`) sends them and counts them.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+
+from h5feed.common import messages
+from h5feed.common.config import ClipSpec
+from h5feed.producer.clips import ClipMaker
+from h5feed.producer.shm import SlotMaps
+
+#: The whole batch's array in a shared-memory slot, and a unit's row positions in it.
+SlotTarget = tuple[np.ndarray, Sequence[int]]
+
+
+def clip_spec(job: messages.Job) -> ClipSpec:
+    """The clip spec of ``job``, reading its videos with the JOB's ``layout``; ValueError
+    for a bad clip spec or layout.
+
+    ClipSpec still holds the layout (its ``layout`` field, also in ``job.clip``): the JOB's
+    own ``layout`` field is the one that counts. This is the one place that builds the two
+    from a JOB, so that separating layout from ClipSpec changes only this function.
+    """
+    return ClipSpec.from_wire({**job.clip, "layout": dict(job.layout)})
+
+
+class Hdf5Job:
+    """The files and clip spec of one HDF5 job, opened in this process.
+
+    Guarantees:
+
+    1. Creating it imports the user's transform, so a bad import path fails the job when it
+       starts (the caller reports it), before any file is opened.
+    2. Files are opened in the worker process that reads them (h5py handles never cross a
+       fork) and stay open until :meth:`close`.
+    3. A file that cannot be opened or indexed is answered with an ERROR naming it; the
+       job's other files still open and answer their INDEX.
+    4. Not thread-safe: the worker's single event-loop thread uses it.
+    """
+
+    def __init__(self, job_id: str, spec: ClipSpec) -> None:
+        self.id = job_id
+        self.spec = spec
+        self.maker = ClipMaker(spec)  # imports the transform: a bad path fails the job here
+        self.slots = SlotMaps()
+
+    def close(self) -> None:
+        self.maker.close()
+        self.slots.close()
+
+    def open_files(
+        self, files: Sequence[messages.FileRef], data_root: str | None, cache_dir: str | None
+    ) -> Iterator[messages.Index | messages.Error]:
+        """Open and index each file, yielding its INDEX, or an ERROR naming its path.
+        Relative paths resolve under ``data_root``; ``cache_dir`` None means no index cache."""
+        for number, path in files:
+            if data_root is not None and not os.path.isabs(path):
+                path = os.path.join(data_root, path)
+            try:
+                videos = self.maker.open_and_index(number, path, cache_dir)
+            except Exception as exc:  # any failure must reach the trainer, with the file named
+                yield messages.Error.of(self.id, None, exc, file=path)
+                continue
+            entries = tuple(messages.VideoEntry(*video) for video in videos)
+            yield messages.Index(self.id, number, entries)
+
+    def slot_target(self, slot: messages.SlotRef | None) -> SlotTarget | None:
+        """Where ``slot``'s rows go: None when there is no slot or when the frame size is not
+        known before decoding (no resize or crop: the slot's row size is unknown). SlotError
+        when the slot cannot be mapped here."""
+        height, width = self.spec.frame_shape
+        if slot is None or height is None or width is None:
+            return None
+        row_shape = (self.spec.clip_len, height, width, 3)
+        return self.slots.batch_array(slot, row_shape, self.id), slot.positions
+
+    def produce(self, unit: messages.Unit, target: SlotTarget | None) -> tuple[messages.Data, int]:
+        """The DATA answering ``unit`` and the bytes of clips it made. With a ``target`` (see
+        :meth:`slot_target`) the clips are written there and the DATA carries no array."""
+        arrays: dict[str, np.ndarray] = {}
+        if target is not None:
+            batch, positions = target
+            self.maker.produce(unit.rows, batch, positions)
+            nbytes = len(unit.rows) * batch[0].nbytes  # one row of the batch per clip
+        else:
+            arrays["frames"] = self.maker.produce(unit.rows)
+            nbytes = arrays["frames"].nbytes
+        samples = tuple(row.sample for row in unit.rows)
+        return messages.Data(self.id, unit.unit, unit.batch, samples, arrays), nbytes

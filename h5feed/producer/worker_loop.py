@@ -1,0 +1,288 @@
+"""The worker's event loop: one DEALER socket, typed messages in, typed messages out.
+
+:class:`Worker` says HELLO, then answers what the consumer sends, in the order received:
+JOB (an :class:`~h5feed.producer.hdf5_job.Hdf5Job`: one INDEX per file), UNIT (its clips as
+DATA), SOURCE (a :class:`~h5feed.producer.sources.SourceJob`: SOURCE_INFO), ITEMS and PULL
+(its elements as DATA), BYE. Any failure of a job or unit is sent back as ERROR and the worker
+carries on: the consumer decides. The command line is in :mod:`h5feed.producer.worker`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+import time
+
+import zmq
+
+from h5feed import __version__
+from h5feed.common import messages
+from h5feed.common.curve import KeyPair, make_client
+from h5feed.common.errors import ProtocolError, VersionMismatchError
+from h5feed.producer.hdf5_job import Hdf5Job, SlotTarget, clip_spec
+from h5feed.producer.shm import SlotError
+from h5feed.producer.sources import SourceJob
+from h5feed.producer.worker_stats import WorkerCounters
+
+_POLL_MS = 200
+# A DEALER blocks a send while it has no connected peer (the consumer is gone or restarting).
+# Sends time out this often to re-check whether the worker should leave instead of waiting.
+_SEND_RETRY_MS = 500
+# A persistent worker without a job says hello this often, so a consumer that starts (or
+# restarts) after it finds it within a second.
+_HELLO_EVERY_S = 1.0
+_CLOSE_LINGER_MS = 2000
+_log = logging.getLogger("h5feed.worker")
+
+
+class _Leave(Exception):
+    """Raised inside the event loop when the worker must stop (BYE, SIGTERM, parent gone)."""
+
+
+class Worker:
+    """The worker's event loop over one DEALER socket.
+
+    Guarantees:
+
+    1. It never blocks longer than ``_SEND_RETRY_MS`` or ``_POLL_MS`` without checking whether
+       it must leave, so it exits within about a second of its parent dying or a SIGTERM,
+       even when the consumer's socket is gone and a send could wait forever.
+    2. Every unit of the job in hand is answered, with DATA or ERROR, in the order received;
+       a unit of another job (one that is over) is dropped: nobody waits for it.
+    3. A malformed message is logged and dropped; a peer of another protocol version ends
+       the worker with exit code 2 (so does a BYE that refuses it).
+    4. Single-threaded: a SIGTERM handler may only set :attr:`stopping`.
+    """
+
+    def __init__(
+        self,
+        connect: str,
+        worker_id: str,
+        parent_pid: int | None,
+        data_root: str | None = None,
+        persistent: bool = False,
+        cache_dir: str | None = None,
+        curve: tuple[KeyPair, bytes] | None = None,
+        stats_file: str | None = None,
+    ) -> None:
+        self.worker_id = worker_id
+        self.counters = WorkerCounters(stats_file, worker_id)  # read by `h5feed produce`
+        self.parent_pid = parent_pid
+        self.data_root = data_root
+        self.persistent = persistent
+        self.cache_dir = cache_dir  # a service worker's own; else the consumer's (same host)
+        self.exit_code = 0
+        self._last_hello = 0.0
+        self._last_heard = 0.0
+        self.context = zmq.Context()
+        self.socket = self.context.socket(zmq.DEALER)
+        self.socket.setsockopt(zmq.LINGER, 0)
+        self.socket.setsockopt(zmq.SNDTIMEO, _SEND_RETRY_MS)
+        self.socket.setsockopt(zmq.ROUTING_ID, worker_id.encode())
+        if curve is not None:  # a CURVE client that also checks the consumer's key
+            make_client(self.socket, *curve)
+        self.socket.connect(connect)
+        self.job: Hdf5Job | SourceJob | None = None
+        self.stopping = False
+        self.slots_failed = False  # a slot could not be mapped: stop trying
+
+    # -- sending -----------------------------------------------------------------------------
+
+    def send(self, message: messages.Message) -> None:
+        """Send ``message`` (arrays without a copy), re-checking whether to leave while the
+        consumer cannot take it. Counts every ERROR sent."""
+        if isinstance(message, messages.Error):
+            self.counters.add("errors")
+        frames = messages.encode(message)
+        while True:
+            try:
+                # A multipart send is all or nothing: EAGAIN can only come before the first part.
+                self.socket.send_multipart(frames, copy=False)
+                return
+            except zmq.Again:
+                self.check_leave()
+
+    def send_error(self, job_id: str, unit: int | None, exc: BaseException) -> None:
+        self.send(messages.Error.of(job_id, unit, exc))
+
+    def hello(self) -> None:
+        self._last_hello = time.monotonic()
+        self.send(messages.Hello(self.worker_id, os.getpid(), socket.gethostname(), __version__))
+
+    def say_bye(self) -> None:
+        """Tell the consumer this worker leaves: what it still held is given to others."""
+        if self.job is None or self.exit_code != 0:
+            return
+        with contextlib.suppress(zmq.ZMQError):  # nobody listening: nothing to hand over
+            frames = messages.encode(messages.Bye("stopping (SIGTERM)"))
+            self.socket.send_multipart(frames, zmq.NOBLOCK)
+
+    # -- the loop ----------------------------------------------------------------------------
+
+    def check_leave(self) -> None:
+        """Raise _Leave when the worker must stop: asked to, or its parent process is gone."""
+        if self.stopping:
+            raise _Leave
+        if self.parent_pid is not None and os.getppid() != self.parent_pid:
+            _log.info("worker %s: parent %d is gone, exiting", self.worker_id, self.parent_pid)
+            raise _Leave
+
+    def should_say_hello(self, now: float) -> bool:
+        """Without a job, hello every second until a consumer answers. A persistent worker
+        also says hello after a second of silence while it holds a job: if its consumer was
+        killed (no BYE), a restarted one finds it; a live one ignores a known worker's hello."""
+        quiet = now - max(self._last_hello, self._last_heard) > _HELLO_EVERY_S
+        if self.job is None:
+            return now - self._last_hello > _HELLO_EVERY_S
+        return self.persistent and quiet
+
+    def run(self) -> int:
+        """The event loop; returns the exit code (0, or 2 when refused by the consumer)."""
+        try:
+            self.hello()
+            while True:
+                self.check_leave()
+                self.counters.maybe_write()
+                if self.should_say_hello(time.monotonic()):
+                    self.hello()
+                if not self.socket.poll(_POLL_MS):
+                    continue
+                frames = self.socket.recv_multipart(copy=False)
+                self._last_heard = time.monotonic()
+                try:
+                    message = messages.decode(frames)
+                except VersionMismatchError as exc:
+                    _log.error("worker %s: refused by the consumer: %s", self.worker_id, exc)
+                    self.exit_code = 2
+                    raise _Leave from exc
+                except ProtocolError as exc:
+                    _log.warning("worker %s: dropped malformed message: %s", self.worker_id, exc)
+                    continue
+                self.handle(message)
+        except _Leave:
+            _log.debug("worker %s: leaving", self.worker_id)
+            self.say_bye()
+        finally:
+            self.end_job()
+            self.counters.write()
+            self.socket.close(linger=_CLOSE_LINGER_MS)  # flush the last DATA and the BYE
+            self.context.term()
+        return self.exit_code
+
+    def handle(self, message: messages.Message) -> None:
+        match message:
+            case messages.Bye():
+                self.on_bye(message)
+            case messages.Job():
+                self.start_job(message)
+            case messages.Source():
+                self.start_source(message)
+            case messages.Unit() | messages.Items() | messages.Pull():
+                self.on_unit(message)
+            case _:
+                _log.warning("worker %s: unexpected %s message", self.worker_id, message.KIND)
+
+    def on_bye(self, bye: messages.Bye) -> None:
+        """Leave, unless persistent: then drop the job and wait for the next one. A BYE that
+        refuses this worker (another protocol version) always ends it, with exit code 2."""
+        if bye.refused:
+            _log.error("worker %s: %s", self.worker_id, bye.reason)
+            self.exit_code = 2
+        if bye.refused or not self.persistent:
+            self.stopping = True
+        else:  # the iteration is over: wait for the next job
+            self.end_job()
+
+    def end_job(self) -> None:
+        if self.job is not None:
+            self.job.close()
+            self.job = None
+
+    def on_unit(self, unit: messages.Unit | messages.Items | messages.Pull) -> None:
+        job = self.job
+        if job is None or unit.job != job.id:
+            return  # a unit of a job that is over: nobody waits for it
+        if isinstance(unit, messages.Unit) and isinstance(job, Hdf5Job):
+            self.run_unit(job, unit)
+        elif isinstance(unit, (messages.Items, messages.Pull)) and isinstance(job, SourceJob):
+            self.run_source_unit(job, unit)
+        else:  # the consumer waits for this unit: a clear error, not a timeout
+            kind = "an HDF5" if isinstance(job, Hdf5Job) else "a source"
+            error = ProtocolError(f"a {unit.KIND} message for {kind} job")
+            self.send_error(job.id, unit.unit, error)
+
+    # -- HDF5 jobs ---------------------------------------------------------------------------
+
+    def start_job(self, job: messages.Job) -> None:
+        """Open the job's files; a JOB of the job in hand adds files (taken over from a worker
+        that left)."""
+        if not isinstance(self.job, Hdf5Job) or self.job.id != job.job:
+            self.end_job()
+            self.counters.add("jobs")
+            try:
+                self.job = Hdf5Job(job.job, clip_spec(job))
+            except Exception as exc:  # a bad spec or transform import path: tell the trainer
+                self.send_error(job.job, None, exc)
+                return
+        # The consumer names a cache directory when the index cache is on; a service worker
+        # uses its host's own directory instead (the consumer's path is on another host).
+        cache_dir = (self.cache_dir or job.cache_dir) if job.cache_dir else None
+        for answer in self.job.open_files(job.files, self.data_root, cache_dir):
+            self.send(answer)
+
+    def run_unit(self, job: Hdf5Job, unit: messages.Unit) -> None:
+        """Produce a unit into its shared-memory slot when it names one this worker can map
+        (then DATA carries no array), else into a new array sent with DATA."""
+        began = time.monotonic()
+        try:
+            data, nbytes = job.produce(unit, self.slot_target(job, unit.slot))
+        except Exception as exc:  # any failure must reach the trainer, with its traceback
+            self.send_error(job.id, unit.unit, exc)
+            return
+        self.counters.unit(len(unit.rows), nbytes, time.monotonic() - began)
+        self.send(data)
+
+    def slot_target(self, job: Hdf5Job, slot: messages.SlotRef | None) -> SlotTarget | None:
+        """Where a unit's rows go in its slot, or None: no slot, or one this worker cannot
+        map (logged once; from then on every unit's rows travel over the socket)."""
+        if self.slots_failed:
+            return None
+        try:
+            return job.slot_target(slot)
+        except SlotError as exc:
+            _log.warning("worker %s: %s; sending rows over the socket", self.worker_id, exc)
+            self.slots_failed = True
+            return None
+
+    # -- source jobs -------------------------------------------------------------------------
+
+    def start_source(self, source: messages.Source) -> None:
+        """A source job (the user's code, ``h5feed.producer.sources``): the first SOURCE loads
+        it and answers SOURCE_INFO; the second gives the element spec."""
+        try:
+            if isinstance(self.job, SourceJob) and self.job.id == source.job:
+                self.job.set_spec(source.spec)
+                return
+            self.end_job()
+            self.counters.add("jobs")
+            self.job = SourceJob(source, local=not self.persistent)
+            if source.spec is not None:  # known already: no probe needed
+                self.job.set_spec(source.spec)
+            info = self.job.info()
+        except Exception as exc:  # the user's code: any failure must reach the trainer
+            self.send_error(source.job, None, exc)
+            return
+        self.send(info)
+
+    def run_source_unit(self, job: SourceJob, unit: messages.Items | messages.Pull) -> None:
+        began = time.monotonic()
+        try:
+            data = job.produce(unit)
+        except Exception as exc:  # any failure must reach the trainer, with its traceback
+            self.send_error(job.id, unit.unit, exc)
+            return
+        nbytes = sum(array.nbytes for array in data.arrays.values())
+        self.counters.unit(len(data.samples), nbytes, time.monotonic() - began)
+        self.send(data)

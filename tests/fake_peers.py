@@ -49,14 +49,14 @@ DEFAULT_FRAME_HW = (2, 2)
 # -- configurations ---------------------------------------------------------------------
 
 _CLIP_FIELDS = frozenset(f.name for f in dataclasses.fields(ClipSpec))
-_HDF_DEFAULTS: dict[str, Any] = {
-    "clip_len": 2,
+_OPTION_DEFAULTS: dict[str, Any] = {
     "batch_size": 4,
     "workers": 1,
     "index_cache": None,
     "shared_memory": False,
     "tune_malloc": False,
 }
+_HDF_DEFAULTS: dict[str, Any] = {"clip_len": 2, **_OPTION_DEFAULTS}
 
 
 def hdf_config(files: Sequence[str], **options: Any) -> FeedConfig:
@@ -78,7 +78,7 @@ def source_config(
 ) -> FeedConfig:
     """A user source's feed; ``spec`` stands for ``output_signature``; ``options`` are feed
     options, over small test defaults."""
-    values = {**_HDF_DEFAULTS, **options}
+    values = {**_OPTION_DEFAULTS, **options}
     source_part = SourceConfig(
         source=source,
         ragged=ragged,
@@ -404,10 +404,14 @@ class Fleet:
     # -- the loop's steps ------------------------------------------------------------------
 
     def handshake(self) -> None:
-        """Share out the work and answer until the scheduler is ready."""
+        """Share out the work and answer until the scheduler is ready and every handshake
+        message has been answered."""
         self.post(self.scheduler.start(self.live))
         for _ in range(1000):
             if self.scheduler.ready:
+                for peer in self.live:  # a source's second SOURCE (the spec)
+                    if self.answer_all(peer):
+                        raise AssertionError("a batch before any unit was sent")
                 return
             waiting = self.pending()
             if not waiting:

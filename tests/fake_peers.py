@@ -422,7 +422,7 @@ class Fleet:
     def dispatch(self) -> list[Send]:
         before = self.gate.dispatched
         sends = self.scheduler.next_units(self.gate, self.live)
-        seqs = {_batch_of(send.message) for send in sends}
+        seqs = {batch_of(send.message) for send in sends}
         if seqs & self.dispatched_batches:
             raise AssertionError(f"next_units sent units of batches {seqs} dispatched before")
         self.dispatched_batches |= seqs
@@ -432,7 +432,9 @@ class Fleet:
                 f"{self.gate.dispatched - before} credits"
             )
         if not 0 <= self.gate.inflight <= self.gate.budget:
-            raise AssertionError(f"{self.gate.inflight} batches in flight, budget {self.gate.budget}")
+            raise AssertionError(
+                f"{self.gate.inflight} batches in flight, budget {self.gate.budget}"
+            )
         self.most_ahead = max(self.most_ahead, self.gate.inflight)
         self.post(sends)
         return sends
@@ -475,7 +477,7 @@ class Fleet:
         return self.taken
 
 
-def _batch_of(message: messages.Message) -> int:
+def batch_of(message: messages.Message) -> int:
     if isinstance(message, (messages.Unit, messages.Items, messages.Pull)):
         return message.batch
     raise AssertionError(f"next_units sent a {message.KIND}")

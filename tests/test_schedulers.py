@@ -15,6 +15,7 @@ from fake_peers import (
     FakeSource,
     FakeWorker,
     Fleet,
+    batch_of,
     fake_index,
     fake_videos,
     generator_element,
@@ -28,12 +29,13 @@ from fake_peers import (
 )
 
 from h5feed.common import messages
-from h5feed.common.errors import SourceError
+from h5feed.common.errors import DataError, SourceError
 from h5feed.consumer.assembly import Batch
 from h5feed.consumer.credits import CreditGate
 from h5feed.consumer.hdf5_scheduler import HdfScheduler
 from h5feed.consumer.options import FeedConfig
 from h5feed.consumer.plan import Cursor, epoch_order
+from h5feed.consumer.scheduler import Send
 from h5feed.consumer.source_scheduler import SourceScheduler
 from h5feed.consumer.work import Peer
 
@@ -41,8 +43,14 @@ JOB = "job-7"
 VIDEOS = fake_videos([4, 5, 3])  # 12 videos in 3 files
 FILES = list(VIDEOS)
 INDEX = fake_index(VIDEOS)
+START = Cursor()  # an iteration from the beginning
 #: Small plan options: 2 clips per video, 24 samples, batches of 5 (the last one partial).
 HDF_OPTIONS: dict[str, Any] = {"clips_per_video": 2, "batch_size": 5, "seed": 3}
+
+
+def job_files(sends: Sequence[Send]) -> list[int]:
+    """The file numbers the JOBs among ``sends`` give."""
+    return [f.number for s in sends if isinstance(m := s.message, messages.Job) for f in m.files]
 
 
 def epochs_from(start: Cursor, count: int) -> range:
@@ -57,7 +65,7 @@ def hdf_fleet(
     peers: int | Sequence[Peer],
     *,
     epochs: int = 2,
-    start: Cursor = Cursor(),
+    start: Cursor = START,
     budget: int = 4,
     slots: bool = False,
     **options: Any,
@@ -77,7 +85,9 @@ def check_hdf_batch(batch: Batch, clips_per_video: int = 2) -> list[int]:
     arrays = batch.arrays
     samples = arrays["sample"]
     rows = len(samples)
-    expected = np.broadcast_to((samples % 256).astype(np.uint8)[:, None, None, None, None], (rows, 1, 1, 1, 1))
+    expected = np.broadcast_to(
+        (samples % 256).astype(np.uint8)[:, None, None, None, None], (rows, 1, 1, 1, 1)
+    )
     assert arrays["frames"].dtype == np.uint8
     assert arrays["frames"].shape[0] == rows
     assert (arrays["frames"] == expected).all(), "a row landed in another sample's place"
@@ -142,7 +152,7 @@ def test_hdf_files_are_shared_out_and_units_go_to_the_owners() -> None:
 def test_hdf_an_index_from_a_peer_that_does_not_own_the_file_is_dropped() -> None:
     fleet, scheduler, _config = hdf_fleet(2)
     sends = scheduler.start(fleet.live)
-    owner_of_0 = next(s.peer for s in sends if 0 in [f.number for f in s.message.files])  # type: ignore[union-attr]
+    owner_of_0 = next(s.peer for s in sends if 0 in job_files([s]))
     other = next(p for p in fleet.live if p is not owner_of_0)
     assert scheduler.on_control(other, messages.Index(JOB, 0, VIDEOS[FILES[0]])) == []
     assert scheduler.handshake_answers == 0
@@ -154,7 +164,7 @@ def test_hdf_the_credit_gate_bounds_what_is_dispatched() -> None:
     fleet, scheduler, _config = hdf_fleet(2, budget=2, epochs=1)
     fleet.handshake()
     first = fleet.dispatch()
-    assert {s.message.batch for s in first} == {0, 1}  # type: ignore[union-attr]
+    assert {batch_of(s.message) for s in first} == {0, 1}
     assert fleet.gate.inflight == 2
     assert fleet.dispatch() == []  # no credit left
     for peer in fleet.live:
@@ -163,7 +173,7 @@ def test_hdf_the_credit_gate_bounds_what_is_dispatched() -> None:
     assert fleet.dispatch() == []  # released is not taken: still no credit
     fleet.take()
     third = fleet.dispatch()
-    assert {s.message.batch for s in third} == {2}  # type: ignore[union-attr]
+    assert {batch_of(s.message) for s in third} == {2}
     assert fleet.dispatch() == []
     fleet.take()
     fleet.dispatch()
@@ -230,8 +240,7 @@ def test_hdf_hand_over_of_a_lost_peer_mid_epoch(seed: int) -> None:
     assert moved.unmovable is None
     assert moved.moved_units == held
     assert not lost.outstanding and not lost.files and not scheduler.owns(lost)
-    jobs = [s for s in moved.sends if isinstance(s.message, messages.Job)]
-    assert sorted(f.number for s in jobs for f in s.message.files) == files  # type: ignore[union-attr]
+    assert sorted(job_files(moved.sends)) == files
     assert all(s.peer is not lost for s in moved.sends)
     resent = [s.message for s in moved.sends if isinstance(s.message, messages.Unit)]
     assert sorted(r.sample for u in resent for r in u.rows) == sorted(
@@ -321,7 +330,7 @@ def source_fleet(
     peers: int,
     *,
     epochs: int = 2,
-    start: Cursor = Cursor(),
+    start: Cursor = START,
     budget: int = 4,
     **options: Any,
 ) -> tuple[Fleet, SourceScheduler, FeedConfig]:
@@ -348,7 +357,9 @@ def map_ids(batch: Batch) -> list[int]:
     return ids.tolist()  # type: ignore[no-any-return]
 
 
-def expected_items(config: FeedConfig, length: int, per_batch: int, epochs: Sequence[int]) -> list[tuple[int, int, list[int]]]:
+def expected_items(
+    config: FeedConfig, length: int, per_batch: int, epochs: Sequence[int]
+) -> list[tuple[int, int, list[int]]]:
     out = []
     for epoch in epochs:
         order = epoch_order(length, config.options.plan_options(), epoch).tolist()
@@ -422,8 +433,8 @@ def test_map_hand_over_of_a_lost_peer(seed: int) -> None:
     moved = fleet.lose(lost)
     assert moved.unmovable is None and moved.moved_units == held
     assert all(isinstance(s.message, messages.Items) and s.peer is not lost for s in moved.sends)
-    assert sorted(s.message.items for s in moved.sends) == sorted(  # type: ignore[union-attr]
-        m.items for m in late if isinstance(m, messages.Items)
+    assert sorted(m.items for s in moved.sends if isinstance(m := s.message, messages.Items)) == (
+        sorted(m.items for m in late if isinstance(m, messages.Items))
     )
     fleet.answer_one(lost)  # a late part
     assert fleet.counters["dropped_parts"] == 1
@@ -643,7 +654,6 @@ def test_generator_cannot_start_inside_an_epoch() -> None:
         fleet.handshake()
 
 
-
 @pytest.mark.parametrize("peers", [1, 2])
 def test_generator_steps_per_epoch_a_pass_that_ends_on_an_epoch_boundary_restarts(
     peers: int,
@@ -653,10 +663,76 @@ def test_generator_steps_per_epoch_a_pass_that_ends_on_an_epoch_boundary_restart
     # finds every carried-on pass over at its first pull. README: "generators continue across
     # epochs; one that ends restarts at the next epoch": epoch 1 must start new passes, not
     # fail as if the generators yielded nothing.
-    fleet, _scheduler, _config = generator_fleet(peers, 6 * peers, epochs=2, steps_per_epoch=3 * peers)
+    fleet, _scheduler, _config = generator_fleet(
+        peers, 6 * peers, epochs=2, steps_per_epoch=3 * peers
+    )
     fleet.handshake()
     taken = fleet.run(random.Random(0))
     assert [b.epoch for b in taken] == [0] * 3 * peers + [1] * 3 * peers
     for epoch in (0, 1):
         ids = [i for b in taken if b.epoch == epoch for i in generator_ids(b)]
         assert sorted(ids) == list(range(6 * peers)), f"epoch {epoch}"
+
+
+def test_hdf_two_successive_losses_still_give_each_sample_once() -> None:
+    rng = random.Random(9)
+    fleet, _scheduler, config = hdf_fleet(3, epochs=2, budget=3)
+    fleet.handshake()
+    fleet.dispatch()
+    fleet.answer_one(fleet.pending()[0])
+    first = fleet.lose(fleet.live[0])
+    assert first.unmovable is None
+    for _ in range(4):
+        fleet.dispatch()
+        if fleet.pending():
+            fleet.answer_one(rng.choice(fleet.pending()))
+        if fleet.released:
+            fleet.take()
+    survivor_files = sorted(fleet.live[0].files + fleet.live[1].files)
+    assert survivor_files == [0, 1, 2]
+    second = fleet.lose(fleet.live[0])  # it may hold files it adopted from the first
+    assert second.unmovable is None
+    assert sorted(fleet.live[0].files) == [0, 1, 2]
+    taken = fleet.run(rng)
+    assert [check_hdf_batch(b) for b in taken] == planned_batches(config, INDEX, [0, 1])
+
+
+def test_hdf_parts_of_another_frame_size_fail_naming_a_video() -> None:
+    fleet, scheduler, _config = hdf_fleet(2, epochs=1, budget=2, shuffle=False)
+    fleet.handshake()
+    fleet.dispatch()
+    a, _b = fleet.live
+    fleet.answer_one(a)
+    unit = fleet.inbox[a].popleft()
+    assert isinstance(unit, messages.Unit)
+    samples = tuple(row.sample for row in unit.rows)
+    wider = np.zeros((len(samples), 2, 2, 3, 3), np.uint8)  # 3 wide, earlier parts 2
+    part = messages.Data(JOB, unit.unit, unit.batch, samples, {"frames": wider})
+    with pytest.raises(DataError, match="resize") as raised:
+        scheduler.on_data(a, part)
+    assert raised.value.file in FILES and raised.value.video is not None
+
+
+def test_schedulers_describe_their_units() -> None:
+    hdf, hdf_scheduler, _config = hdf_fleet(1, epochs=1)
+    hdf.handshake()
+    [send, *_rest] = hdf.dispatch()
+    assert isinstance(send.message, messages.Unit)
+    unit = send.message.unit
+    assert hdf_scheduler.describe(unit) == f"unit {unit} (batch 0 of epoch 0)"
+    assert hdf_scheduler.describe(999) == "unit 999"
+    items, items_scheduler, _config = map_fleet(1, epochs=1)
+    items.handshake()
+    [send, *_rest] = items.dispatch()
+    assert isinstance(send.message, messages.Items)
+    shown = list(send.message.items)
+    assert items_scheduler.describe(send.message.unit) == (
+        f"unit {send.message.unit} (items {shown}, epoch 0)"
+    )
+    pulls_, gen_scheduler, _config = generator_fleet(1, 10, epochs=1)
+    pulls_.handshake()
+    [send, *_rest] = pulls_.dispatch()
+    assert isinstance(send.message, messages.Pull)
+    assert gen_scheduler.describe(send.message.unit) == (
+        f"unit {send.message.unit} (the next 2 elements of pass 0, epoch 0)"
+    )

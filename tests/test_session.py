@@ -11,6 +11,8 @@ import msgpack
 import numpy as np
 import pytest
 from fake_peers import FakeLocalProcesses, FakeTransport, frames_of, hello_frames
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from h5feed.common import messages, wire
 from h5feed.consumer.events import Arrived, PeerJoined, PeerLost
@@ -306,3 +308,41 @@ def test_progress_keeps_a_peer_within_its_deadline() -> None:
     assert ledger.complete(a, first.id) is first  # its answer is progress
     session.check(time.monotonic())
     assert not session.events
+
+
+# -- anything a peer may send -----------------------------------------------------------
+
+_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**64 - 1)
+    | st.floats()
+    | st.text(max_size=8)
+    | st.binary(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
+@st.composite
+def _headers(draw: st.DrawFn) -> list[Any]:
+    kind = draw(st.sampled_from(sorted(wire.KINDS)))
+    fields = {name: draw(_VALUES) for name in wire.SCHEMAS[kind] if draw(st.integers(0, 9))}
+    fields |= draw(st.dictionaries(st.text(max_size=6), _VALUES, max_size=2))
+    meta = draw(st.lists(st.lists(_VALUES, max_size=3), max_size=2))
+    header = msgpack.packb(["h5feed", wire.PROTOCOL_VERSION, kind, fields, meta], use_bin_type=True)
+    return [header, *draw(st.lists(st.binary(max_size=16), max_size=2))]
+
+
+@settings(max_examples=200, deadline=None)
+@given(frames=_headers() | st.lists(st.binary(max_size=40), max_size=3))
+def test_nothing_a_known_peer_sends_makes_receive_raise(frames: list[Any]) -> None:
+    session, _transport, counters = make_session()
+    joined(session, "a")
+    session.receive(b"a", frames)
+    # counted, or one event (a HELLO of a known peer: nothing); the peer stays unless it left
+    handled = len(session.events) + counters["malformed_messages"] + counters["dropped_parts"]
+    assert handled <= 1
+    assert (b"a" in session.peers) != bool(lost_events(session))

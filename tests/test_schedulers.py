@@ -242,6 +242,10 @@ def test_hdf_hand_over_of_a_lost_peer_mid_epoch(seed: int) -> None:
     assert not lost.outstanding and not lost.files and not scheduler.owns(lost)
     assert sorted(job_files(moved.sends)) == files
     assert all(s.peer is not lost for s in moved.sends)
+    for heir in fleet.live:  # an heir gets the files' JOB before units of their rows
+        kinds = [type(s.message) for s in moved.sends if s.peer is heir]
+        if messages.Job in kinds:
+            assert kinds.index(messages.Job) == 0
     resent = [s.message for s in moved.sends if isinstance(s.message, messages.Unit)]
     assert sorted(r.sample for u in resent for r in u.rows) == sorted(
         r.sample for u in late if isinstance(u, messages.Unit) for r in u.rows

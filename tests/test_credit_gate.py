@@ -1,0 +1,162 @@
+"""The credit gate alone: its invariant under any interleaving, its errors, its wake rule."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+)
+
+from h5feed.consumer.credits import CreditGate
+
+
+class GateMachine(RuleBasedStateMachine):
+    """Random interleavings of dispatch, take, refund and want_wakeup against a model.
+
+    The trainer takes only batches that were dispatched and not refunded (it cannot take one
+    that was never released), so ``take`` runs only while the model has one in flight; the
+    loop may try to dispatch or refund at any time, and must be refused when it may not.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.wakes = 0
+        self.gate = CreditGate(1, self._wake)
+        self.inflight = 0
+        self.most = 0
+        self.wanted = True
+
+    def _wake(self) -> None:
+        self.wakes += 1
+
+    @initialize(budget=st.integers(min_value=1, max_value=6))
+    def make(self, budget: int) -> None:
+        self.gate = CreditGate(budget, self._wake)
+
+    @rule()
+    def dispatch(self) -> None:
+        if self.inflight < self.gate.budget:
+            self.gate.dispatch()
+            self.inflight += 1
+            self.most = max(self.most, self.inflight)
+        else:
+            with pytest.raises(RuntimeError, match="without a credit"):
+                self.gate.dispatch()
+
+    @precondition(lambda self: self.inflight > 0)
+    @rule()
+    def take(self) -> None:
+        before = self.wakes
+        self.gate.take()
+        self.inflight -= 1
+        assert self.wakes == before + (1 if self.wanted else 0)
+
+    @rule()
+    def refund(self) -> None:
+        if self.inflight > 0:
+            self.gate.refund()
+            self.inflight -= 1
+        else:
+            with pytest.raises(RuntimeError, match="not dispatched"):
+                self.gate.refund()
+
+    @rule(wanted=st.booleans())
+    def want_wakeup(self, wanted: bool) -> None:
+        self.gate.want_wakeup(wanted)
+        self.wanted = wanted
+
+    @invariant()
+    def credits_are_bounded(self) -> None:
+        gate = self.gate
+        assert 0 <= gate.dispatched - gate.taken <= gate.budget
+        assert gate.inflight == self.inflight
+        assert gate.available == gate.budget - self.inflight
+        assert gate.most_inflight == self.most <= gate.budget
+
+
+GateMachine.TestCase.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
+TestGateMachine = GateMachine.TestCase
+
+
+def test_a_budget_below_one_is_refused() -> None:
+    with pytest.raises(ValueError, match="budget"):
+        CreditGate(0, lambda: None)
+
+
+def test_dispatch_without_a_credit_raises_and_changes_nothing() -> None:
+    gate = CreditGate(2, lambda: None)
+    gate.dispatch()
+    gate.dispatch()
+    with pytest.raises(RuntimeError, match="without a credit"):
+        gate.dispatch()
+    assert (gate.dispatched, gate.taken, gate.available) == (2, 0, 0)
+    gate.take()
+    gate.dispatch()  # the credit the trainer returned
+    assert (gate.dispatched, gate.taken, gate.inflight) == (3, 1, 2)
+
+
+def test_refund_of_nothing_raises() -> None:
+    gate = CreditGate(3, lambda: None)
+    with pytest.raises(RuntimeError, match="not dispatched"):
+        gate.refund()
+    gate.dispatch()
+    gate.take()  # taken: nothing in flight to refund
+    with pytest.raises(RuntimeError, match="not dispatched"):
+        gate.refund()
+    assert (gate.dispatched, gate.taken) == (1, 1)
+
+
+def test_refund_returns_the_credit_at_once() -> None:
+    gate = CreditGate(1, lambda: None)
+    gate.dispatch()
+    assert gate.available == 0
+    gate.refund()
+    assert (gate.available, gate.inflight, gate.dispatched) == (1, 0, 0)
+    gate.dispatch()
+
+
+def test_take_wakes_the_loop_only_when_it_asked() -> None:
+    wakes: list[int] = []
+    gate = CreditGate(4, lambda: wakes.append(gate.taken))
+    for _ in range(4):
+        gate.dispatch()
+    gate.take()  # wanted from the start: the loop has not looked yet
+    assert wakes == [1]
+    gate.want_wakeup(False)
+    gate.take()
+    gate.take()
+    assert wakes == [1]
+    gate.want_wakeup(True)
+    gate.take()
+    assert wakes == [1, 4]  # counted before it woke the loop (the loop then sees the credit)
+
+
+def test_changed_since_sees_every_take() -> None:
+    gate = CreditGate(2, lambda: None)
+    gate.dispatch()
+    seen = gate.taken
+    assert not gate.changed_since(seen)
+    gate.take()
+    assert gate.changed_since(seen)
+    assert not gate.changed_since(gate.taken)
+
+
+def test_most_inflight_is_the_high_water_mark() -> None:
+    gate = CreditGate(5, lambda: None)
+    assert gate.most_inflight == 0
+    for _ in range(3):
+        gate.dispatch()
+    gate.take()
+    gate.take()
+    gate.dispatch()
+    assert (gate.inflight, gate.most_inflight) == (2, 3)
+    gate.refund()
+    for _ in range(4):
+        gate.dispatch()
+    assert (gate.inflight, gate.most_inflight) == (5, 5)

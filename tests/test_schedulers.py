@@ -1,0 +1,742 @@
+"""The schedulers alone, driven to completion by fake peers in-process (tests/fake_peers.py):
+exactly once, plan order, the same batches whatever the number of peers, the credit gate,
+duplicates, hand-over of a lost peer's work, and starting at a cursor."""
+
+from __future__ import annotations
+
+import collections
+import random
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pytest
+from fake_peers import (
+    FakeSource,
+    FakeWorker,
+    Fleet,
+    batch_of,
+    fake_index,
+    fake_videos,
+    generator_element,
+    hdf_config,
+    keras_batch,
+    make_peer,
+    map_element,
+    over_the_wire,
+    planned_batches,
+    source_config,
+)
+
+from h5feed.common import messages
+from h5feed.common.errors import DataError, SourceError
+from h5feed.consumer.assembly import Batch
+from h5feed.consumer.credits import CreditGate
+from h5feed.consumer.hdf5_scheduler import HdfScheduler
+from h5feed.consumer.options import FeedConfig
+from h5feed.consumer.plan import Cursor, epoch_order
+from h5feed.consumer.scheduler import Send
+from h5feed.consumer.source_scheduler import SourceScheduler
+from h5feed.consumer.work import Peer
+
+JOB = "job-7"
+VIDEOS = fake_videos([4, 5, 3])  # 12 videos in 3 files
+FILES = list(VIDEOS)
+INDEX = fake_index(VIDEOS)
+START = Cursor()  # an iteration from the beginning
+#: Small plan options: 2 clips per video, 24 samples, batches of 5 (the last one partial).
+HDF_OPTIONS: dict[str, Any] = {"clips_per_video": 2, "batch_size": 5, "seed": 3}
+
+
+def job_files(sends: Sequence[Send]) -> list[int]:
+    """The file numbers the JOBs among ``sends`` give."""
+    return [f.number for s in sends if isinstance(m := s.message, messages.Job) for f in m.files]
+
+
+def epochs_from(start: Cursor, count: int) -> range:
+    """The epochs an iteration from ``start`` runs (as the stream passes them)."""
+    return range(start.epoch, start.epoch + count)
+
+
+# -- HDF5 -------------------------------------------------------------------------------
+
+
+def hdf_fleet(
+    peers: int | Sequence[Peer],
+    *,
+    epochs: int = 2,
+    start: Cursor = START,
+    budget: int = 4,
+    slots: bool = False,
+    **options: Any,
+) -> tuple[Fleet, HdfScheduler, FeedConfig]:
+    config = hdf_config(FILES, **{**HDF_OPTIONS, **options})
+    counters: collections.Counter[str] = collections.Counter()
+    scheduler = HdfScheduler(config, JOB, iter(epochs_from(start, epochs)), start, counters)
+    gate = CreditGate(budget, lambda: None)
+    if isinstance(peers, int):
+        peers = [make_peer(f"p{i}") for i in range(peers)]
+    workers = [FakeWorker(peer, VIDEOS, slots=slots) for peer in peers]
+    return Fleet(scheduler, workers, gate, counters), scheduler, config
+
+
+def check_hdf_batch(batch: Batch, clips_per_video: int = 2) -> list[int]:
+    """The batch's samples, after checking every row came from its own sample."""
+    arrays = batch.arrays
+    samples = arrays["sample"]
+    rows = len(samples)
+    expected = np.broadcast_to(
+        (samples % 256).astype(np.uint8)[:, None, None, None, None], (rows, 1, 1, 1, 1)
+    )
+    assert arrays["frames"].dtype == np.uint8
+    assert arrays["frames"].shape[0] == rows
+    assert (arrays["frames"] == expected).all(), "a row landed in another sample's place"
+    videos = samples // clips_per_video
+    assert arrays["label"].tolist() == INDEX.labels[videos].tolist()
+    assert arrays["video"].tolist() == INDEX.names[videos].tolist()
+    assert arrays["epoch"].tolist() == [batch.epoch] * rows
+    assert arrays["batch"].tolist() == [batch.index] * rows
+    return samples.tolist()  # type: ignore[no-any-return]
+
+
+def assert_each_sample_once_per_epoch(batches: Sequence[Batch], epochs: Sequence[int]) -> None:
+    by_epoch: dict[int, list[int]] = collections.defaultdict(list)
+    for batch in batches:
+        by_epoch[batch.epoch] += check_hdf_batch(batch)
+    assert sorted(by_epoch) == list(epochs)
+    for epoch in epochs:
+        assert sorted(by_epoch[epoch]) == list(range(INDEX.num_videos * 2)), f"epoch {epoch}"
+
+
+@pytest.mark.parametrize("peers", [1, 2, 3])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_hdf_every_sample_once_per_epoch_released_in_plan_order(peers: int, seed: int) -> None:
+    fleet, scheduler, config = hdf_fleet(peers, epochs=2, budget=3)
+    fleet.handshake()
+    taken = fleet.run(random.Random(seed))
+    assert_each_sample_once_per_epoch(taken, [0, 1])
+    assert [check_hdf_batch(b) for b in taken] == planned_batches(config, INDEX, [0, 1])
+    assert [(b.epoch, b.index) for b in taken] == [(0, i) for i in range(5)] + [
+        (1, i) for i in range(5)
+    ]
+    assert fleet.most_ahead <= 3
+    assert not fleet.counters["dropped_parts"] and not fleet.counters["malformed_messages"]
+    assert scheduler.finished
+
+
+def test_hdf_batches_are_the_same_whatever_the_number_of_peers() -> None:
+    runs = []
+    for peers in (1, 2, 3):
+        fleet, _scheduler, _config = hdf_fleet(peers, epochs=2, deterministic=False)
+        fleet.handshake()
+        taken = fleet.run(random.Random(peers))
+        runs.append(sorted((b.epoch, b.index, check_hdf_batch(b)) for b in taken))
+    assert runs[0] == runs[1] == runs[2]
+    assert len(runs[0]) == 10
+
+
+def test_hdf_files_are_shared_out_and_units_go_to_the_owners() -> None:
+    fleet, scheduler, _config = hdf_fleet(2)
+    fleet.handshake()
+    a, b = fleet.live
+    assert sorted(a.files + b.files) == [0, 1, 2]
+    assert a.files and b.files
+    fleet.dispatch()
+    for peer in (a, b):
+        for message in fleet.inbox[peer]:
+            assert isinstance(message, messages.Unit)
+            assert {row.file for row in message.rows} <= set(peer.files)
+    assert scheduler.index is not None and scheduler.index.num_videos == 12
+
+
+def test_hdf_an_index_from_a_peer_that_does_not_own_the_file_is_dropped() -> None:
+    fleet, scheduler, _config = hdf_fleet(2)
+    sends = scheduler.start(fleet.live)
+    owner_of_0 = next(s.peer for s in sends if 0 in job_files([s]))
+    other = next(p for p in fleet.live if p is not owner_of_0)
+    assert scheduler.on_control(other, messages.Index(JOB, 0, VIDEOS[FILES[0]])) == []
+    assert scheduler.handshake_answers == 0
+    assert fleet.counters["malformed_messages"] == 1
+    assert "f0.h5" in scheduler.handshake_waiting()
+
+
+def test_hdf_the_credit_gate_bounds_what_is_dispatched() -> None:
+    fleet, scheduler, _config = hdf_fleet(2, budget=2, epochs=1)
+    fleet.handshake()
+    first = fleet.dispatch()
+    assert {batch_of(s.message) for s in first} == {0, 1}
+    assert fleet.gate.inflight == 2
+    assert fleet.dispatch() == []  # no credit left
+    for peer in fleet.live:
+        fleet.answer_all(peer)
+    assert [b.index for b in fleet.released] == [0, 1]
+    assert fleet.dispatch() == []  # released is not taken: still no credit
+    fleet.take()
+    third = fleet.dispatch()
+    assert {batch_of(s.message) for s in third} == {2}
+    assert fleet.dispatch() == []
+    fleet.take()
+    fleet.dispatch()
+    assert fleet.gate.inflight == 2
+    assert fleet.gate.most_inflight == 2
+    taken = fleet.run()
+    assert_each_sample_once_per_epoch(taken, [0])
+    assert scheduler.finished
+
+
+def test_hdf_a_duplicate_part_is_dropped_and_counted() -> None:
+    fleet, _scheduler, _config = hdf_fleet(1, epochs=1, budget=1)
+    fleet.handshake()
+    fleet.dispatch()
+    [peer] = fleet.live
+    unit = fleet.inbox[peer].popleft()
+    [data] = fleet.workers[peer].answer(unit)
+    data = over_the_wire(data)
+    assert isinstance(data, messages.Data)
+    [batch] = fleet.scheduler.on_data(peer, data)
+    assert fleet.scheduler.on_data(peer, data) == []
+    assert fleet.counters["dropped_parts"] == 1
+    check_hdf_batch(batch)
+
+
+def test_hdf_a_part_with_other_samples_or_bad_frames_is_dropped() -> None:
+    fleet, scheduler, _config = hdf_fleet(1, epochs=1, budget=1)
+    fleet.handshake()
+    fleet.dispatch()
+    [peer] = fleet.live
+    unit = fleet.inbox[peer].popleft()
+    assert isinstance(unit, messages.Unit)
+    [good] = fleet.workers[peer].answer(unit)
+    assert isinstance(good, messages.Data)
+    swapped = messages.Data(JOB, good.unit, good.batch, good.samples[::-1], good.arrays)
+    assert scheduler.on_data(peer, swapped) == []
+    assert fleet.counters["dropped_parts"] == 1
+    frames = good.arrays["frames"]
+    for bad in (frames[:-1], frames.astype(np.int16), frames[:, :, :, :, :1]):
+        part = messages.Data(JOB, good.unit, good.batch, good.samples, {"frames": bad})
+        assert scheduler.on_data(peer, part) == []
+    assert fleet.counters["malformed_messages"] == 3
+    stranger = make_peer("stranger")
+    assert scheduler.on_data(stranger, good) == []  # not the peer it was sent to
+    assert fleet.counters["dropped_parts"] == 2
+    assert len(scheduler.on_data(peer, good)) == 1  # the unit is still expected
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_hdf_hand_over_of_a_lost_peer_mid_epoch(seed: int) -> None:
+    rng = random.Random(seed)
+    fleet, scheduler, config = hdf_fleet(3, epochs=2, budget=4)
+    fleet.handshake()
+    fleet.dispatch()
+    for _ in range(3):  # some answers, not all
+        waiting = fleet.pending()
+        fleet.answer_one(rng.choice(waiting))
+    lost = max(fleet.live, key=lambda p: len(p.outstanding))
+    held = len(lost.outstanding)
+    files = sorted(lost.files)
+    assert held and files and scheduler.owns(lost)
+    late = list(fleet.inbox[lost])  # what it had not answered
+    moved = fleet.lose(lost)
+    assert moved.unmovable is None
+    assert moved.moved_units == held
+    assert not lost.outstanding and not lost.files and not scheduler.owns(lost)
+    assert sorted(job_files(moved.sends)) == files
+    assert all(s.peer is not lost for s in moved.sends)
+    for heir in fleet.live:  # an heir gets the files' JOB before units of their rows
+        kinds = [type(s.message) for s in moved.sends if s.peer is heir]
+        if messages.Job in kinds:
+            assert kinds.index(messages.Job) == 0
+    resent = [s.message for s in moved.sends if isinstance(s.message, messages.Unit)]
+    assert sorted(r.sample for u in resent for r in u.rows) == sorted(
+        r.sample for u in late if isinstance(u, messages.Unit) for r in u.rows
+    )
+    fleet.answer_one(lost)  # a late part from the lost peer: no longer expected
+    assert fleet.counters["dropped_parts"] == 1
+    taken = fleet.run(rng)
+    assert_each_sample_once_per_epoch(taken, [0, 1])
+    assert [check_hdf_batch(b) for b in taken] == planned_batches(config, INDEX, [0, 1])
+    assert fleet.counters["dropped_parts"] == 1
+
+
+def test_hdf_hand_over_to_a_peer_that_holds_the_rest_of_the_batch() -> None:
+    # One batch made by both peers; the survivor takes the lost one's rows too: the batch is
+    # then made of its two parts, and complete once both arrive.
+    fleet, _scheduler, config = hdf_fleet(2, epochs=1, budget=1, shuffle=False, batch_size=24)
+    fleet.handshake()
+    fleet.dispatch()
+    a, b = fleet.live
+    assert fleet.inbox[a] and fleet.inbox[b]
+    moved = fleet.lose(b)
+    assert moved.moved_units == 1
+    taken = fleet.run()
+    assert [check_hdf_batch(batch) for batch in taken] == planned_batches(config, INDEX, [0])
+
+
+def test_hdf_reassign_before_the_index_is_complete_is_unmovable() -> None:
+    fleet, scheduler, _config = hdf_fleet(4)  # 3 files: one peer owns none
+    fleet.post(scheduler.start(fleet.live))
+    owners = [p for p in fleet.live if p.files]
+    idle = next(p for p in fleet.live if not p.files)
+    fleet.answer_all(owners[0])  # one file indexed, two not
+    assert not scheduler.ready
+    nothing = scheduler.reassign(idle, owners)
+    assert (nothing.sends, nothing.moved_units, nothing.unmovable) == ([], 0, None)
+    moved = scheduler.reassign(owners[1], [owners[0], owners[2]])
+    assert moved.unmovable is not None and "index" in moved.unmovable
+    assert moved.sends == [] and moved.moved_units == 0
+
+
+def test_hdf_reassign_without_heirs_is_unmovable() -> None:
+    fleet, scheduler, _config = hdf_fleet(1)
+    fleet.handshake()
+    fleet.dispatch()
+    [peer] = fleet.live
+    moved = scheduler.reassign(peer, [])
+    assert moved.unmovable is not None
+
+
+@pytest.mark.parametrize("cursor", [Cursor(1, 2), Cursor(0, 4), Cursor(2, 0)])
+def test_hdf_starting_at_a_cursor_gives_the_rest_of_the_full_run(cursor: Cursor) -> None:
+    full, _s, _c = hdf_fleet(2, epochs=3)
+    full.handshake()
+    everything = [(b.epoch, b.index, check_hdf_batch(b)) for b in full.run(random.Random(5))]
+    resumed, _s, _c = hdf_fleet(3, epochs=3 - cursor.epoch, start=cursor)
+    resumed.handshake()
+    rest = [(b.epoch, b.index, check_hdf_batch(b)) for b in resumed.run(random.Random(6))]
+    assert rest[0][:2] == (cursor.epoch, cursor.batch)
+    assert rest == [e for e in everything if (e[0], e[1]) >= (cursor.epoch, cursor.batch)]
+
+
+def test_hdf_parts_written_into_shared_memory_are_assembled_with_the_others() -> None:
+    local = make_peer("local", local=True)
+    remote = make_peer("remote")
+    fleet, scheduler, config = hdf_fleet(
+        [local, remote], epochs=1, slots=True, shared_memory=True, resize=(4, 6)
+    )
+    try:
+        fleet.handshake()
+        taken = fleet.run(random.Random(0))
+        assert scheduler.shared_memory_slots >= 1
+        assert [check_hdf_batch(b) for b in taken] == planned_batches(config, INDEX, [0])
+        assert all(b.arrays["frames"].shape[1:] == (2, 4, 6, 3) for b in taken)
+        assert not fleet.counters["parts_copied_into_slots"]
+    finally:
+        scheduler.close()
+
+
+# -- map and keras sources --------------------------------------------------------------
+
+LENGTH = 23  # items of the map source (batches of the keras one)
+
+
+def source_fleet(
+    source: FakeSource,
+    peers: int,
+    *,
+    epochs: int = 2,
+    start: Cursor = START,
+    budget: int = 4,
+    **options: Any,
+) -> tuple[Fleet, SourceScheduler, FeedConfig]:
+    config = source_config(**options)
+    counters: collections.Counter[str] = collections.Counter()
+    gate = CreditGate(budget, lambda: None)
+    epochs_iter = iter(epochs_from(start, epochs))
+    scheduler = SourceScheduler(config, JOB, epochs_iter, start, counters, gate)
+    workers = [FakeWorker(make_peer(f"p{i}"), source=source) for i in range(peers)]
+    return Fleet(scheduler, workers, gate, counters), scheduler, config
+
+
+def map_fleet(peers: int, **kwargs: Any) -> tuple[Fleet, SourceScheduler, FeedConfig]:
+    options = {"batch_size": 4, "seed": 11, **kwargs}
+    return source_fleet(FakeSource("map", LENGTH, map_element), peers, **options)
+
+
+def map_ids(batch: Batch) -> list[int]:
+    element = batch.element
+    assert set(element) == {"id", "x"}
+    ids = element["id"]
+    assert (element["x"] == ids[:, None].astype(np.float32)).all()
+    assert batch.rows == len(ids)
+    return ids.tolist()  # type: ignore[no-any-return]
+
+
+def expected_items(
+    config: FeedConfig, length: int, per_batch: int, epochs: Sequence[int]
+) -> list[tuple[int, int, list[int]]]:
+    out = []
+    for epoch in epochs:
+        order = epoch_order(length, config.options.plan_options(), epoch).tolist()
+        for position in range(-(-len(order) // per_batch)):
+            out.append((epoch, position, order[position * per_batch : (position + 1) * per_batch]))
+    return out
+
+
+def test_source_handshake_gives_each_worker_its_shard_then_the_spec() -> None:
+    fleet, scheduler, _config = map_fleet(3, shard=(1, 2))
+    fleet.handshake()
+    assert scheduler.ready and scheduler.learnt is not None
+    assert scheduler.learnt.kind == "map"
+    shards = []
+    for worker in fleet.workers.values():
+        first, second = worker.received
+        assert isinstance(first, messages.Source) and isinstance(second, messages.Source)
+        assert first.spec is None  # probe and tell
+        assert second.spec == scheduler.learnt.spec.to_wire()
+        shards.append((first.worker, first.workers))
+    assert sorted(shards) == [(3, 6), (4, 6), (5, 6)]  # shard 1 of 2, times 3 workers
+
+
+@pytest.mark.parametrize("peers", [1, 2, 3])
+def test_map_every_item_once_per_epoch_in_plan_order(peers: int) -> None:
+    fleet, scheduler, config = map_fleet(peers, budget=3)
+    fleet.handshake()
+    taken = fleet.run(random.Random(peers))
+    got = [(b.epoch, b.index, map_ids(b)) for b in taken]
+    assert got == expected_items(config, LENGTH, 4, [0, 1])
+    for epoch in (0, 1):
+        ids = [i for e, _p, batch in got if e == epoch for i in batch]
+        assert sorted(ids) == list(range(LENGTH))
+    assert fleet.most_ahead <= 3
+    assert scheduler.finished
+
+
+def test_map_batches_are_the_same_whatever_the_number_of_peers() -> None:
+    runs = []
+    for peers in (1, 2, 3):
+        fleet, _scheduler, _config = map_fleet(peers, deterministic=False)
+        fleet.handshake()
+        taken = fleet.run(random.Random(7 + peers))
+        runs.append(sorted((b.epoch, b.index, map_ids(b)) for b in taken))
+    assert runs[0] == runs[1] == runs[2]
+
+
+def test_map_a_duplicate_part_is_dropped_and_counted() -> None:
+    fleet, scheduler, _config = map_fleet(1, budget=1)
+    fleet.handshake()
+    fleet.dispatch()
+    [peer] = fleet.live
+    [data] = fleet.workers[peer].answer(fleet.inbox[peer].popleft())
+    assert isinstance(data, messages.Data)
+    assert len(scheduler.on_data(peer, data)) == 1
+    assert scheduler.on_data(peer, data) == []
+    assert fleet.counters["dropped_parts"] == 1
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_map_hand_over_of_a_lost_peer(seed: int) -> None:
+    rng = random.Random(seed)
+    fleet, scheduler, config = map_fleet(3, budget=6)
+    fleet.handshake()
+    fleet.dispatch()
+    fleet.answer_one(fleet.live[0])
+    lost = fleet.live[1]
+    held = len(lost.outstanding)
+    assert held and not scheduler.owns(lost)
+    late = list(fleet.inbox[lost])
+    moved = fleet.lose(lost)
+    assert moved.unmovable is None and moved.moved_units == held
+    assert all(isinstance(s.message, messages.Items) and s.peer is not lost for s in moved.sends)
+    assert sorted(m.items for s in moved.sends if isinstance(m := s.message, messages.Items)) == (
+        sorted(m.items for m in late if isinstance(m, messages.Items))
+    )
+    fleet.answer_one(lost)  # a late part
+    assert fleet.counters["dropped_parts"] == 1
+    taken = fleet.run(rng)
+    assert [(b.epoch, b.index, map_ids(b)) for b in taken] == expected_items(
+        config, LENGTH, 4, [0, 1]
+    )
+
+
+def test_map_reassign_without_heirs_is_unmovable() -> None:
+    fleet, scheduler, _config = map_fleet(1)
+    fleet.handshake()
+    fleet.dispatch()
+    moved = scheduler.reassign(fleet.live[0], [])
+    assert moved.unmovable is not None
+
+
+def test_a_source_lost_before_the_handshake_ends_is_unmovable() -> None:
+    fleet, scheduler, _config = map_fleet(2)
+    fleet.post(scheduler.start(fleet.live))
+    moved = scheduler.reassign(fleet.live[0], fleet.live[1:])
+    assert moved.unmovable is not None
+
+
+@pytest.mark.parametrize("cursor", [Cursor(1, 2), Cursor(0, 5)])
+def test_map_starting_at_a_cursor_gives_the_rest_of_the_full_run(cursor: Cursor) -> None:
+    full, _s, _c = map_fleet(2, epochs=2)
+    full.handshake()
+    everything = [(b.epoch, b.index, map_ids(b)) for b in full.run(random.Random(1))]
+    resumed, _s, _c = map_fleet(3, epochs=2 - cursor.epoch, start=cursor)
+    resumed.handshake()
+    rest = [(b.epoch, b.index, map_ids(b)) for b in resumed.run(random.Random(2))]
+    assert rest[0][:2] == (cursor.epoch, cursor.batch)
+    assert rest == [e for e in everything if (e[0], e[1]) >= (cursor.epoch, cursor.batch)]
+
+
+def keras_fleet(peers: int, **kwargs: Any) -> tuple[Fleet, SourceScheduler, FeedConfig]:
+    return source_fleet(FakeSource("keras", 7, keras_batch), peers, **{"seed": 2, **kwargs})
+
+
+@pytest.mark.parametrize("peers", [1, 2, 3])
+def test_keras_every_batch_once_per_epoch_not_rebatched(peers: int) -> None:
+    fleet, _scheduler, config = keras_fleet(peers)
+    fleet.handshake()
+    taken = fleet.run(random.Random(peers))
+    got = []
+    for batch in taken:
+        element = batch.element
+        b = int(element["y"][0])
+        assert element["y"].tolist() == [b] * 3
+        assert element["x"].shape == (3, 2) and (element["x"] == b).all()
+        assert batch.rows == 3
+        got.append((batch.epoch, batch.index, [b]))
+    assert got == expected_items(config, 7, 1, [0, 1])
+
+
+def test_keras_hand_over_of_a_lost_peer() -> None:
+    fleet, _scheduler, config = keras_fleet(2, budget=4)
+    fleet.handshake()
+    fleet.dispatch()
+    moved = fleet.lose(fleet.live[0])
+    assert moved.moved_units == 2 and moved.unmovable is None
+    taken = fleet.run(random.Random(3))
+    got = [(b.epoch, b.index, [int(b.element["y"][0])]) for b in taken]
+    assert got == expected_items(config, 7, 1, [0, 1])
+
+
+def test_workers_that_disagree_on_the_kind_fail_the_handshake() -> None:
+    config = source_config()
+    counters: collections.Counter[str] = collections.Counter()
+    gate = CreditGate(2, lambda: None)
+    scheduler = SourceScheduler(config, JOB, iter(range(1)), Cursor(), counters, gate)
+    a, b = make_peer("a"), make_peer("b")
+    scheduler.start([a, b])
+    spec = FakeSource("map", 4, map_element).spec.to_wire()
+    assert scheduler.on_control(a, messages.SourceInfo(JOB, "map", 4, spec)) == []
+    with pytest.raises(SourceError, match="different kinds"):
+        scheduler.on_control(b, messages.SourceInfo(JOB, "generator", None, spec))
+
+
+def test_workers_that_disagree_on_the_length_fail_the_handshake() -> None:
+    config = source_config()
+    counters: collections.Counter[str] = collections.Counter()
+    scheduler = SourceScheduler(
+        config, JOB, iter(range(1)), Cursor(), counters, CreditGate(2, lambda: None)
+    )
+    a, b = make_peer("a"), make_peer("b")
+    scheduler.start([a, b])
+    spec = FakeSource("map", 4, map_element).spec.to_wire()
+    scheduler.on_control(a, messages.SourceInfo(JOB, "map", 4, spec))
+    with pytest.raises(SourceError, match="different lengths"):
+        scheduler.on_control(b, messages.SourceInfo(JOB, "map", 5, spec))
+
+
+# -- generator sources ------------------------------------------------------------------
+
+
+def generator_fleet(
+    peers: int, length: int, **kwargs: Any
+) -> tuple[Fleet, SourceScheduler, FeedConfig]:
+    source = FakeSource("generator", length, generator_element)
+    return source_fleet(source, peers, **{"batch_size": 2, **kwargs})
+
+
+def generator_ids(batch: Batch) -> list[int]:
+    ids = batch.element["id"]
+    assert batch.rows == len(ids)
+    return ids.tolist()  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("peers", [1, 2, 3])
+def test_generator_every_element_once_per_epoch(peers: int) -> None:
+    fleet, scheduler, _config = generator_fleet(peers, 11, epochs=2, budget=3)
+    fleet.handshake()
+    assert not scheduler.resumable  # a generator cannot start inside an epoch
+    taken = fleet.run(random.Random(peers))
+    for epoch in (0, 1):
+        batches = [b for b in taken if b.epoch == epoch]
+        ids = [i for b in batches for i in generator_ids(b)]
+        assert sorted(ids) == list(range(11)), f"epoch {epoch}"
+        assert sorted(b.index for b in batches) == list(range(len(batches)))
+    assert [b.epoch for b in taken] == sorted(b.epoch for b in taken)  # epochs never overlap
+    assert fleet.most_ahead <= 3
+    assert scheduler.finished
+
+
+def pulls(fleet: Fleet, peer: Peer) -> list[messages.Pull]:
+    return [m for m in fleet.inbox[peer] if isinstance(m, messages.Pull)]
+
+
+def test_generator_pulls_end_with_each_pass_and_the_epoch_with_the_last_pass() -> None:
+    # 10 elements in 2 shards of 5; batches of 2: each pass answers 2, 2, then 1 (short).
+    fleet, _scheduler, _config = generator_fleet(2, 10, epochs=2, budget=2)
+    fleet.handshake()
+    a, b = fleet.live
+    fleet.dispatch()
+    assert [(p.epoch, p.pass_, p.count) for p in pulls(fleet, a)] == [(0, 0, 2)]
+    assert [(p.epoch, p.pass_, p.count) for p in pulls(fleet, b)] == [(0, 0, 2)]
+    for _ in range(3):  # a's whole pass, one pull at a time
+        [batch] = fleet.answer_all(a)
+        fleet.take()
+        fleet.dispatch()
+    assert generator_ids(batch) == [8]  # the short answer: a's pass has ended
+    for _ in range(4):
+        fleet.dispatch()
+        assert not fleet.inbox[a], "a pull after the pass ended"
+        assert all(p.epoch == 0 for p in pulls(fleet, b)), "the epoch ended before b's pass"
+        if fleet.inbox[b]:
+            fleet.answer_one(b)
+        while fleet.released:
+            fleet.take()
+    fleet.dispatch()  # b's pass has ended too: epoch 1 starts new passes
+    for peer in (a, b):
+        assert [(p.epoch, p.pass_) for p in pulls(fleet, peer)] == [(1, 1)]
+    epoch_0 = [i for batch in fleet.taken for i in generator_ids(batch)]
+    assert sorted(epoch_0) == list(range(10))
+
+
+def test_generator_an_empty_answer_refunds_its_credit() -> None:
+    # 8 elements, 2 shards of 4, batches of 2, budget 8: each peer gets 4 pulls at once; the
+    # third and the fourth find the pass over and yield nothing.
+    fleet, _scheduler, _config = generator_fleet(2, 8, epochs=1, budget=8)
+    fleet.handshake()
+    a, b = fleet.live
+    fleet.dispatch()
+    assert len(pulls(fleet, a)) == len(pulls(fleet, b)) == 4
+    gate = fleet.gate
+    assert gate.inflight == 8
+    assert len(fleet.answer_one(a)) == 1 and len(fleet.answer_one(a)) == 1
+    assert gate.inflight == 8  # two batches released, not yet taken
+    assert fleet.answer_one(a) == []
+    assert (gate.inflight, gate.dispatched) == (7, 7)  # the empty answer's credit returned
+    assert fleet.answer_one(a) == []
+    assert gate.inflight == 6
+    fleet.answer_all(b)
+    assert gate.inflight == 4
+    taken = fleet.run()
+    assert sorted(i for batch in taken for i in generator_ids(batch)) == list(range(8))
+    assert gate.inflight == 0
+
+
+def test_generator_drop_remainder_refunds_a_short_answer() -> None:
+    fleet, _scheduler, _config = generator_fleet(2, 10, epochs=1, drop_remainder=True)
+    fleet.handshake()
+    taken = fleet.run(random.Random(0))
+    ids = sorted(i for batch in taken for i in generator_ids(batch))
+    assert ids == [0, 1, 2, 3, 4, 5, 6, 7]  # 8 and 9 were each a partial batch
+    assert all(len(generator_ids(b)) == 2 for b in taken)
+    assert fleet.gate.inflight == 0
+
+
+def test_generator_steps_per_epoch_carries_passes_across_epochs() -> None:
+    fleet, _scheduler, _config = generator_fleet(2, 40, epochs=3, steps_per_epoch=3)
+    fleet.handshake()
+    taken = fleet.run(random.Random(1))
+    assert [b.epoch for b in taken] == [0, 0, 0, 1, 1, 1, 2, 2, 2]
+    ids = [i for batch in taken for i in generator_ids(batch)]
+    assert len(ids) == len(set(ids)) == 18  # the passes went on: no element twice
+    pulled = [m for w in fleet.workers.values() for m in w.received if isinstance(m, messages.Pull)]
+    assert {p.pass_ for p in pulled} == {0}
+
+
+def test_generator_reassign_is_unmovable() -> None:
+    fleet, scheduler, _config = generator_fleet(2, 10)
+    fleet.handshake()
+    fleet.dispatch()
+    lost = fleet.live[0]
+    assert scheduler.owns(lost)
+    moved = scheduler.reassign(lost, fleet.live[1:])
+    assert moved.unmovable is not None and "generator" in moved.unmovable
+    assert (moved.sends, moved.moved_units) == ([], 0)
+
+
+def test_generator_cannot_start_inside_an_epoch() -> None:
+    fleet, _scheduler, _config = generator_fleet(2, 10, start=Cursor(0, 1))
+    with pytest.raises(SourceError, match="cannot resume"):
+        fleet.handshake()
+
+
+@pytest.mark.parametrize("peers", [1, 2])
+def test_generator_steps_per_epoch_a_pass_that_ends_on_an_epoch_boundary_restarts(
+    peers: int,
+) -> None:
+    # Each worker's pass is exactly 3 batches of 2 and steps_per_epoch takes all of them:
+    # epoch 0 uses every pass up without seeing its end (no answer was short), so epoch 1
+    # finds every carried-on pass over at its first pull. README: "generators continue across
+    # epochs; one that ends restarts at the next epoch": epoch 1 must start new passes, not
+    # fail as if the generators yielded nothing.
+    fleet, _scheduler, _config = generator_fleet(
+        peers, 6 * peers, epochs=2, steps_per_epoch=3 * peers
+    )
+    fleet.handshake()
+    taken = fleet.run(random.Random(0))
+    assert [b.epoch for b in taken] == [0] * 3 * peers + [1] * 3 * peers
+    for epoch in (0, 1):
+        ids = [i for b in taken if b.epoch == epoch for i in generator_ids(b)]
+        assert sorted(ids) == list(range(6 * peers)), f"epoch {epoch}"
+
+
+def test_hdf_two_successive_losses_still_give_each_sample_once() -> None:
+    rng = random.Random(9)
+    fleet, _scheduler, config = hdf_fleet(3, epochs=2, budget=3)
+    fleet.handshake()
+    fleet.dispatch()
+    fleet.answer_one(fleet.pending()[0])
+    first = fleet.lose(fleet.live[0])
+    assert first.unmovable is None
+    for _ in range(4):
+        fleet.dispatch()
+        if fleet.pending():
+            fleet.answer_one(rng.choice(fleet.pending()))
+        if fleet.released:
+            fleet.take()
+    survivor_files = sorted(fleet.live[0].files + fleet.live[1].files)
+    assert survivor_files == [0, 1, 2]
+    second = fleet.lose(fleet.live[0])  # it may hold files it adopted from the first
+    assert second.unmovable is None
+    assert sorted(fleet.live[0].files) == [0, 1, 2]
+    taken = fleet.run(rng)
+    assert [check_hdf_batch(b) for b in taken] == planned_batches(config, INDEX, [0, 1])
+
+
+def test_hdf_parts_of_another_frame_size_fail_naming_a_video() -> None:
+    fleet, scheduler, _config = hdf_fleet(2, epochs=1, budget=2, shuffle=False)
+    fleet.handshake()
+    fleet.dispatch()
+    a, _b = fleet.live
+    fleet.answer_one(a)
+    unit = fleet.inbox[a].popleft()
+    assert isinstance(unit, messages.Unit)
+    samples = tuple(row.sample for row in unit.rows)
+    wider = np.zeros((len(samples), 2, 2, 3, 3), np.uint8)  # 3 wide, earlier parts 2
+    part = messages.Data(JOB, unit.unit, unit.batch, samples, {"frames": wider})
+    with pytest.raises(DataError, match="resize") as raised:
+        scheduler.on_data(a, part)
+    assert raised.value.file in FILES and raised.value.video is not None
+
+
+def test_schedulers_describe_their_units() -> None:
+    hdf, hdf_scheduler, _config = hdf_fleet(1, epochs=1)
+    hdf.handshake()
+    [send, *_rest] = hdf.dispatch()
+    assert isinstance(send.message, messages.Unit)
+    unit = send.message.unit
+    assert hdf_scheduler.describe(unit) == f"unit {unit} (batch 0 of epoch 0)"
+    assert hdf_scheduler.describe(999) == "unit 999"
+    items, items_scheduler, _config = map_fleet(1, epochs=1)
+    items.handshake()
+    [send, *_rest] = items.dispatch()
+    assert isinstance(send.message, messages.Items)
+    shown = list(send.message.items)
+    assert items_scheduler.describe(send.message.unit) == (
+        f"unit {send.message.unit} (items {shown}, epoch 0)"
+    )
+    pulls_, gen_scheduler, _config = generator_fleet(1, 10, epochs=1)
+    pulls_.handshake()
+    [send, *_rest] = pulls_.dispatch()
+    assert isinstance(send.message, messages.Pull)
+    assert gen_scheduler.describe(send.message.unit) == (
+        f"unit {send.message.unit} (the next 2 elements of pass 0, epoch 0)"
+    )

@@ -1,0 +1,348 @@
+"""The peer session alone: hello, refusal, malformed and stray messages, and every way a peer
+is lost, as events, with a fake transport and fake local processes."""
+
+from __future__ import annotations
+
+import collections
+import time
+from typing import Any
+
+import msgpack
+import numpy as np
+import pytest
+from fake_peers import FakeLocalProcesses, FakeTransport, frames_of, hello_frames
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from h5feed.common import messages, wire
+from h5feed.consumer.events import Arrived, PeerJoined, PeerLost
+from h5feed.consumer.session import PeerSession
+from h5feed.consumer.work import Ledger
+
+JOB = "job-1"
+
+
+def make_session(
+    transport: FakeTransport | None = None,
+    local: FakeLocalProcesses | None = None,
+    unit_timeout_s: float = 60.0,
+) -> tuple[PeerSession, FakeTransport, collections.Counter[str]]:
+    transport = transport or FakeTransport()
+    counters: collections.Counter[str] = collections.Counter()
+    return PeerSession(JOB, transport, local, unit_timeout_s, counters), transport, counters
+
+
+def joined(session: PeerSession, *names: str) -> None:
+    for name in names:
+        session.receive(name.encode(), hello_frames(name))
+    session.events.clear()
+
+
+def lost_events(session: PeerSession) -> list[PeerLost]:
+    return [event for event in session.events if isinstance(event, PeerLost)]
+
+
+def data(unit: int = 0, job: str = JOB) -> messages.Data:
+    return messages.Data(job, unit, 0, (1, 2), {"frames": np.zeros((2, 1, 1, 1, 3), np.uint8)})
+
+
+# -- hello ------------------------------------------------------------------------------
+
+
+def test_hello_makes_a_peer_and_one_joined_event() -> None:
+    session, _transport, _counters = make_session()
+    session.receive(b"id-a", hello_frames("a", pid=17, host="h1"))
+    peer = session.peers[b"id-a"]
+    assert (peer.name, peer.pid, peer.host, peer.local) == ("a", 17, "h1", False)
+    assert list(session.events) == [PeerJoined(peer)]
+
+
+def test_a_second_hello_is_ignored() -> None:
+    session, _transport, _counters = make_session()
+    session.receive(b"a", hello_frames("a"))
+    peer = session.peers[b"a"]
+    session.receive(b"a", hello_frames("a", pid=99))  # a persistent producer's periodic hello
+    assert session.peers == {b"a": peer}
+    assert peer.pid == 1
+    assert len(session.events) == 1
+
+
+def test_a_hello_from_a_local_worker_name_makes_a_local_peer() -> None:
+    session, _transport, _counters = make_session(local=FakeLocalProcesses(["w0", "w1"]))
+    session.receive(b"x", hello_frames("w1"))
+    session.receive(b"y", hello_frames("remote"))
+    assert session.peers[b"x"].local
+    assert not session.peers[b"y"].local
+
+
+def test_after_close_to_joiners_a_new_identity_is_no_peer() -> None:
+    session, transport, counters = make_session()
+    joined(session, "a")
+    session.close_to_joiners()
+    session.receive(b"late", hello_frames("late"))
+    session.receive(b"late", hello_frames("late"))
+    session.receive(b"late", frames_of(data()))  # its messages are ignored
+    assert list(session.peers) == [b"a"]
+    assert not session.events
+    assert not transport.sent  # it is left idle, not told anything
+    assert counters["malformed_messages"] == 0
+
+
+# -- refusal ----------------------------------------------------------------------------
+
+
+def frames_of_version(monkeypatch: pytest.MonkeyPatch, version: int) -> list[Any]:
+    with monkeypatch.context() as patch:
+        patch.setattr(wire, "PROTOCOL_VERSION", version)
+        return hello_frames("old")
+
+
+def test_another_protocol_version_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    session, transport, _counters = make_session()
+    frames = frames_of_version(monkeypatch, wire.PROTOCOL_VERSION - 1)
+    session.receive(b"old", frames)
+    assert not session.peers
+    assert not session.events
+    assert len(session.refused) == 1
+    assert session.refused[0].startswith("old: ")
+    assert f"version {wire.PROTOCOL_VERSION - 1}" in session.refused[0]
+    [(identity, bye, flags)] = transport.sent
+    assert identity == b"old"
+    assert isinstance(bye, messages.Bye) and bye.refused
+    assert bye.reason.startswith("refused:")
+    assert flags & 1  # zmq.NOBLOCK: a refusal never blocks the loop
+
+
+def test_a_refused_peer_is_named_once_and_never_joins() -> None:
+    session, transport, _counters = make_session()
+    header = msgpack.packb(  # packed by hand: a newer peer's HELLO
+        ["h5feed", wire.PROTOCOL_VERSION + 1, "hello", {"worker": "new"}, []], use_bin_type=True
+    )
+    session.receive(b"new", [header])
+    session.receive(b"new", [header])
+    session.receive(b"new", hello_frames("new"))  # even if it then speaks our version
+    assert not session.peers
+    assert len(session.refused) == 1
+    assert all(isinstance(m, messages.Bye) and m.refused for m in transport.to(b"new"))
+
+
+def test_a_refusal_that_cannot_be_sent_is_no_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    session, _transport, _counters = make_session(FakeTransport(failing=[b"old"]))
+    session.receive(b"old", frames_of_version(monkeypatch, 1))
+    assert len(session.refused) == 1
+    assert not session.events
+
+
+# -- malformed and stray messages -------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "frames",
+    [
+        [b"\x00not msgpack"],
+        [msgpack.packb(["other", 3, "hello", {}, []])],
+        [msgpack.packb(["h5feed", wire.PROTOCOL_VERSION, "hello", {"worker": "x"}, []])],
+        [msgpack.packb(["h5feed", wire.PROTOCOL_VERSION, "nonsense", {}, []])],
+        frames_of(data())[:1],  # an array frame missing
+        [],
+    ],
+    ids=["garbage", "magic", "fields", "kind", "frames", "empty"],
+)
+def test_a_malformed_message_is_counted_and_dropped(frames: list[Any]) -> None:
+    session, _transport, counters = make_session()
+    joined(session, "a")
+    session.receive(b"a", frames)
+    assert counters["malformed_messages"] == 1
+    assert not session.events
+    assert list(session.peers) == [b"a"]
+
+
+def test_a_message_from_an_identity_that_never_said_hello_is_counted() -> None:
+    session, _transport, counters = make_session()
+    session.receive(b"stranger", frames_of(data()))
+    assert counters["malformed_messages"] == 1
+    assert not session.events and not session.peers
+
+
+def test_data_of_another_job_is_dropped_and_counted() -> None:
+    session, _transport, counters = make_session()
+    joined(session, "a")
+    session.receive(b"a", frames_of(data(job="job-0")))
+    assert counters["dropped_parts"] == 1
+    assert not session.events
+
+
+def test_data_from_a_peer_that_left_is_dropped_and_counted() -> None:
+    session, _transport, counters = make_session()
+    joined(session, "a")
+    session.receive(b"a", frames_of(messages.Bye("leaving")))
+    session.events.clear()
+    session.receive(b"a", frames_of(data()))
+    session.receive(b"a", frames_of(messages.Index(JOB, 0, ())))  # not a part: not counted
+    assert counters["dropped_parts"] == 1
+    assert counters["malformed_messages"] == 0
+    assert not session.events
+
+
+def test_a_message_of_this_job_arrives_as_an_event() -> None:
+    session, _transport, _counters = make_session()
+    joined(session, "a")
+    session.receive(b"a", frames_of(data(unit=5)))
+    [event] = session.events
+    assert isinstance(event, Arrived)
+    assert event.peer is session.peers[b"a"]
+    assert isinstance(event.message, messages.Data) and event.message.unit == 5
+    assert event.message.arrays["frames"].shape == (2, 1, 1, 1, 3)
+
+
+# -- losses -----------------------------------------------------------------------------
+
+
+def test_bye_is_one_peer_lost() -> None:
+    session, transport, _counters = make_session()
+    joined(session, "a", "b")
+    peer = session.peers[b"a"]
+    session.receive(b"a", frames_of(messages.Bye("shutting down")))
+    session.receive(b"a", frames_of(messages.Bye("shutting down")))
+    assert list(session.events) == [PeerLost(peer, "bye", "shutting down")]
+    assert list(session.peers) == [b"b"]
+    assert session.send(peer, messages.Bye("x")) is False  # nothing is sent to it again
+    assert not transport.sent
+
+
+def test_a_failing_send_is_one_peer_lost_and_never_raises() -> None:
+    transport = FakeTransport()
+    session, _transport, _counters = make_session(transport)
+    joined(session, "a", "b")
+    a, b = session.peers[b"a"], session.peers[b"b"]
+    transport.failing.add(b"a")
+    assert session.send(a, messages.Bye("x")) is False
+    assert session.send(a, messages.Bye("y")) is False
+    assert session.send(b, messages.Bye("z")) is True
+    [event] = lost_events(session)
+    assert (event.peer, event.cause) == (a, "unreachable")
+    assert "cannot send" in event.reason
+    assert list(session.peers) == [b"b"]
+    assert transport.to(b"b") == [messages.Bye("z")]
+
+
+def test_say_bye_tells_every_peer_and_ignores_failures() -> None:
+    transport = FakeTransport(failing=[b"b"])
+    session, _transport, _counters = make_session(transport)
+    joined(session, "a", "b", "c")
+    session.say_bye()
+    assert [who for who, _m, _f in transport.sent] == [b"a", b"c"]
+    assert not session.events
+
+
+@pytest.mark.parametrize(
+    ("code", "how"), [(-9, "killed by signal 9"), (3, "exited with code 3")], ids=["9", "3"]
+)
+def test_a_local_worker_that_exited_is_lost_once(code: int, how: str) -> None:
+    local = FakeLocalProcesses(["w0", "w1"])
+    session, _transport, _counters = make_session(local=local)
+    session.receive(b"x0", hello_frames("w0"))
+    session.receive(b"x1", hello_frames("w1"))
+    session.events.clear()
+    w0 = session.peers[b"x0"]
+    local.exit("w0", code)
+    session.check(time.monotonic())
+    session.check(time.monotonic())
+    [event] = session.events
+    assert isinstance(event, PeerLost)
+    assert (event.peer, event.cause) == (w0, "exited")
+    assert how in event.reason
+    assert list(session.peers) == [b"x1"]
+
+
+def test_a_local_worker_that_exited_before_its_hello_is_lost_once() -> None:
+    local = FakeLocalProcesses(["w0", "w1"])
+    session, _transport, _counters = make_session(local=local)
+    local.exit("w1", 2, pid=77)
+    session.check(time.monotonic())
+    session.check(time.monotonic())
+    [event] = session.events
+    assert isinstance(event, PeerLost)
+    assert (event.peer.name, event.peer.pid, event.peer.local) == ("w1", 77, True)
+    assert (event.cause, event.reason) == ("exited", "exited with code 2")
+    assert session.wait_for_exit("w1", 0.0) == "exited with code 2"
+    assert session.wait_for_exit("w0", 0.01) is None
+
+
+def test_a_local_worker_that_left_then_exited_is_lost_once() -> None:
+    local = FakeLocalProcesses(["w0"])
+    session, _transport, _counters = make_session(local=local)
+    session.receive(b"x0", hello_frames("w0"))
+    session.receive(b"x0", frames_of(messages.Bye("done")))
+    local.exit("w0", 0)
+    session.check(time.monotonic())
+    assert [event.cause for event in lost_events(session)] == ["bye"]
+
+
+def test_a_peer_past_its_deadline_is_lost() -> None:
+    session, _transport, _counters = make_session(unit_timeout_s=0.05)
+    joined(session, "busy", "idle", "fresh")
+    busy, idle, fresh = (session.peers[n] for n in (b"busy", b"idle", b"fresh"))
+    ledger: Ledger[None] = Ledger()
+    ledger.issue(busy, 0, None)
+    ledger.issue(fresh, 1, None)
+    busy.last_progress = time.monotonic() - 10.0  # held its unit for 10 s
+    idle.last_progress = time.monotonic() - 10.0  # holds nothing: no deadline
+    session.check(time.monotonic())
+    session.check(time.monotonic())
+    [event] = session.events
+    assert isinstance(event, PeerLost)
+    assert (event.peer, event.cause) == (busy, "deadline")
+    assert "returned nothing for 10 s" in event.reason
+    assert set(session.peers) == {b"idle", b"fresh"}
+
+
+def test_progress_keeps_a_peer_within_its_deadline() -> None:
+    session, _transport, _counters = make_session(unit_timeout_s=0.05)
+    joined(session, "a")
+    a = session.peers[b"a"]
+    ledger: Ledger[None] = Ledger()
+    first = ledger.issue(a, 0, None)
+    ledger.issue(a, 1, None)
+    a.last_progress = time.monotonic() - 10.0
+    assert ledger.complete(a, first.id) is first  # its answer is progress
+    session.check(time.monotonic())
+    assert not session.events
+
+
+# -- anything a peer may send -----------------------------------------------------------
+
+_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**64 - 1)
+    | st.floats()
+    | st.text(max_size=8)
+    | st.binary(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
+@st.composite
+def _headers(draw: st.DrawFn) -> list[Any]:
+    kind = draw(st.sampled_from(sorted(wire.KINDS)))
+    fields = {name: draw(_VALUES) for name in wire.SCHEMAS[kind] if draw(st.integers(0, 9))}
+    fields |= draw(st.dictionaries(st.text(max_size=6), _VALUES, max_size=2))
+    meta = draw(st.lists(st.lists(_VALUES, max_size=3), max_size=2))
+    header = msgpack.packb(["h5feed", wire.PROTOCOL_VERSION, kind, fields, meta], use_bin_type=True)
+    return [header, *draw(st.lists(st.binary(max_size=16), max_size=2))]
+
+
+@settings(max_examples=200, deadline=None)
+@given(frames=_headers() | st.lists(st.binary(max_size=40), max_size=3))
+def test_nothing_a_known_peer_sends_makes_receive_raise(frames: list[Any]) -> None:
+    session, _transport, counters = make_session()
+    joined(session, "a")
+    session.receive(b"a", frames)
+    # counted, or one event (a HELLO of a known peer: nothing); the peer stays unless it left
+    handled = len(session.events) + counters["malformed_messages"] + counters["dropped_parts"]
+    assert handled <= 1
+    assert (b"a" in session.peers) != bool(lost_events(session))

@@ -210,7 +210,7 @@ class GeneratorScheduler:
         self._epochs = epochs
         self._gate = gate  # a pull that yields no batch gives its credit back
         self._counters = counters
-        self._ledger: Ledger[tuple[int, int]] = Ledger()  # (epoch, count asked)
+        self._ledger: Ledger[tuple[int, int, int]] = Ledger()  # (epoch, count asked, pass)
         self._epoch: int | None = None
         self._active: set[Peer] = set()  # in the epoch, pass not ended
         self._ended: set[Peer] = set()  # their pass ended this epoch
@@ -247,8 +247,9 @@ class GeneratorScheduler:
             peer = min(live, key=lambda p: (len(p.outstanding), p.identity))
             seq, self._next_seq = self._next_seq, self._next_seq + 1
             count = self.config.options.batch_size
-            unit = self._ledger.issue(peer, seq, (self._epoch, count))
-            pull = messages.Pull(self.job_id, unit.id, seq, self._epoch, count, self._passes[peer])
+            pass_ = self._passes[peer]
+            unit = self._ledger.issue(peer, seq, (self._epoch, count, pass_))
+            pull = messages.Pull(self.job_id, unit.id, seq, self._epoch, count, pass_)
             sends.append(Send(peer, pull))
         return sends
 
@@ -282,7 +283,7 @@ class GeneratorScheduler:
         if unit is None or unit.peer is not peer:
             why = f"an unexpected part (unit {data.unit}) from {peer}"
             return _drop(self._counters, "dropped_parts", why)
-        epoch, count = unit.work
+        epoch, count, pass_ = unit.work
         rows = len(data.samples)
         if rows > count or not all(type(s) is int for s in data.samples):
             return _drop(
@@ -294,7 +295,13 @@ class GeneratorScheduler:
             return _drop(self._counters, "malformed_messages", f"part from {peer}: {exc}")
         self._ledger.complete(peer, unit.id)
         self._answered += 1
-        if rows < count:  # this worker's pass has ended
+        if pass_ != self._passes[peer]:
+            pass  # a pull of a pass that was replaced meanwhile: its end says nothing now
+        elif rows == 0 and pass_ < epoch and self.source.steps_per_epoch is not None:
+            # A pass carried over from an earlier epoch that ended exactly on its boundary
+            # (its last answer was full): start a new one now, as an epoch start would have.
+            self._passes[peer] = epoch
+        elif rows < count:  # this worker's pass has ended
             self._active.discard(peer)
             self._ended.add(peer)
         if rows == 0 or (rows < count and self.config.options.drop_remainder):
@@ -320,8 +327,7 @@ class GeneratorScheduler:
         unit = self._ledger.get(unit_id)
         if unit is None:
             return f"unit {unit_id}"
-        epoch, count = unit.work
-        pass_ = self._passes.get(unit.peer, epoch)
+        epoch, count, pass_ = unit.work
         return f"unit {unit_id} (the next {count} elements of pass {pass_}, epoch {epoch})"
 
 

@@ -150,6 +150,7 @@ def test_map_with_paths_calls_in_leaf_order_and_keeps_the_structure() -> None:
         (["dict", [["x", ["list", [["leaf"]]]]]], {"x": [1, 2]}, "x", "list of 1, got a list of 2"),
         (["dict", [["a", ["leaf"]]]], {"b": 1}, "", r"a dict with keys \['a'\], got \['b'\]"),
         (["tuple", [["leaf"], ["dict", []]]], (1, 2), "1", "expected a dict with keys .*, got int"),
+        (["dict", [["a", ["leaf"]]]], {"a": 1, 2: 3}, "", r"keys \['a'\], got \[2, 'a'\]"),
     ],
 )  # fmt: skip
 def test_flatten_as_names_the_path_that_does_not_fit(

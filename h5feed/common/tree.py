@@ -31,13 +31,14 @@ Guarantees:
 2. ``unflatten(*flatten(v, convention=c))`` rebuilds ``v``: the same node types and leaves
    (the very objects, not copies), except that any Mapping comes back as a ``dict`` (keys in
    sorted order) and a tuple or list subclass as a plain ``tuple``/``list``.
-3. ``flatten(unflatten(d, leaves), convention=c)`` gives back ``d`` (if its keys are sorted)
-   and ``leaves``, when no leaf is itself a node under ``c``.
+3. ``flatten(unflatten(d, leaves), convention=c)`` gives back ``d`` and ``leaves`` when
+   ``d``'s dict keys are sorted, ``d`` has list nodes only if ``c`` is keras, and no leaf is
+   itself a node under ``c``.
 4. Paths are distinct within a tree when no dict key is empty or contains ``/``.
 5. A description that is not one (e.g. read from the wire) raises :class:`StructureError`
    in every function that takes one, never anything else (deep nesting included); so does a
    dict key that is not a ``str``, and a value whose structure does not fit the description
-   in :func:`flatten_as`.
+   in :func:`flatten_as`. A convention other than the two raises ``ValueError``.
 """
 
 from __future__ import annotations
@@ -76,9 +77,8 @@ def join(path: str, key: str | int) -> str:
 
 def is_node(value: Any, *, convention: Convention = TFDATA) -> bool:
     """Whether ``value`` is a node (a dict, tuple or, under keras, list), not a leaf."""
-    if isinstance(value, (Mapping, tuple)):
-        return True
-    return isinstance(value, list) and _lists_are_nodes(convention)
+    lists = _lists_are_nodes(convention)
+    return isinstance(value, (Mapping, tuple)) or (lists and isinstance(value, list))
 
 
 def _lists_are_nodes(convention: str) -> bool:
@@ -132,8 +132,8 @@ def flatten_as(description: Description, value: Any) -> list[Any]:
         kind, entries = _parts(shape, path)
         if kind == DICT:
             keys = [key for key, _sub in entries]
-            if not isinstance(node, Mapping) or sorted(node) != sorted(keys):
-                got = sorted(node) if isinstance(node, Mapping) else type(node).__name__
+            if not isinstance(node, Mapping) or set(node) != set(keys):
+                got = sorted(node, key=str) if isinstance(node, Mapping) else type(node).__name__
                 raise StructureError(path, f"expected a dict with keys {keys}, got {got}")
             for key, sub in entries:
                 walk(node[key], sub, join(path, key))

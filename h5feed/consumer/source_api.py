@@ -2,11 +2,13 @@
 
 Batches (NumPy, or tf.data with the same structure): the user's element tree with every leaf
 stacked along a new first axis — except for keras sources, whose items are batches already and
-are passed on as they are. A leaf with a dimension that varies between elements is zero-padded
-to the batch's largest, with its lengths beside it (``x`` -> ``x_length`` in a dict; elsewhere
-the leaf becomes the pair ``(x, lengths)``), or, with ``ragged=``, given as a
-``tf.RaggedTensor`` (NumPy: :class:`h5feed.common.elements.RaggedArray`). Strings are
-``tf.string`` (NumPy: object arrays of bytes).
+are passed on as they are (a list in a keras item, e.g. the labels ``[y_a, y_b]`` of
+``(x, [y_a, y_b])`` for two heads, is a list of fields: tf.data gives it as a tuple). A leaf
+with a dimension that varies between elements is zero-padded to the batch's largest, with its
+lengths beside it (``x`` -> ``x_length`` in a dict; elsewhere the leaf becomes the pair
+``(x, lengths)``), or, with ``ragged=``, given as a ``tf.RaggedTensor`` (NumPy:
+:class:`h5feed.common.elements.RaggedArray`). Strings are ``tf.string`` (NumPy: object arrays
+of bytes). The TensorFlow conversions are in :mod:`h5feed.consumer.tf_elements`.
 """
 
 from __future__ import annotations
@@ -16,18 +18,13 @@ import sys
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
-from h5feed.common import elements
 from h5feed.common.config import ClipSpec
-from h5feed.common.elements import STRING, ElementSpec, LeafSpec, RaggedArray
-from h5feed.common.errors import SourceError
 from h5feed.consumer.api import Feed, feed_dataset
 from h5feed.consumer.options import FeedConfig, FeedOptions
 from h5feed.consumer.plan import Cursor
-from h5feed.consumer.source_kinds import KERAS
 from h5feed.consumer.source_options import SOURCE_KEYS, SourceConfig
 from h5feed.consumer.stream import BatchStream
+from h5feed.consumer.tf_elements import ragged_paths, spec_from_signature, tf_signature, to_tf
 
 if TYPE_CHECKING:
     import tensorflow as tf
@@ -47,7 +44,7 @@ def make_source_config(files: Any, kwargs: Mapping[str, Any]) -> FeedConfig:
     signature = kwargs.get("output_signature")
     spec = spec_from_signature(signature) if signature is not None else None
     if signature is not None:
-        ragged = _ragged_paths(signature, ragged)
+        ragged = ragged_paths(signature, ragged)
     source = SourceConfig(
         source=kwargs["source"],
         args=dict(kwargs.get("source_args") or {}),
@@ -98,124 +95,16 @@ class SourceFeed(Feed):
         self._learning = None
 
 
-# -- TensorFlow ----------------------------------------------------------------------------
-
-
-def spec_from_signature(signature: Any) -> ElementSpec:
-    """An element spec from a ``tf.TensorSpec`` tree (dicts, tuples; RaggedTensorSpec: a
-    leaf whose ragged dimensions vary)."""
-    import tensorflow as tf
-
-    leaves: list[LeafSpec] = []
-
-    def walk(node: Any, path: str) -> list[Any]:
-        if isinstance(node, Mapping):
-            return [
-                "dict",
-                [[str(k), walk(node[k], f"{path}/{k}" if path else str(k))] for k in sorted(node)],
-            ]
-        if isinstance(node, tuple):
-            return [
-                "tuple",
-                [walk(sub, f"{path}/{i}" if path else str(i)) for i, sub in enumerate(node)],
-            ]
-        if isinstance(node, (tf.TensorSpec, tf.RaggedTensorSpec)):
-            dtype = STRING if node.dtype == tf.string else np.dtype(node.dtype.as_numpy_dtype).str
-            if dtype != STRING and dtype not in elements.NUMERIC_DTYPES:
-                raise SourceError(f"{elements.field_name(path)}: dtype {node.dtype} not supported")
-            leaves.append(LeafSpec(path, dtype, tuple(node.shape.as_list())))
-            return ["leaf"]
-        raise SourceError(
-            f"output_signature: {elements.field_name(path)} is a {type(node).__name__}; "
-            "use dicts, tuples, tf.TensorSpec and tf.RaggedTensorSpec"
-        )
-
-    tree = walk(signature, "")
-    return ElementSpec(tree, tuple(leaves))
-
-
-def _ragged_paths(signature: Any, ragged: Any) -> Any:
-    """``ragged`` plus the paths of RaggedTensorSpec leaves of the signature."""
-    import tensorflow as tf
-
-    if ragged is True:
-        return True
-    found = list(ragged) if ragged else []
-
-    def walk(node: Any, path: str) -> None:
-        if isinstance(node, Mapping):
-            for k in node:
-                walk(node[k], f"{path}/{k}" if path else str(k))
-        elif isinstance(node, tuple):
-            for i, sub in enumerate(node):
-                walk(sub, f"{path}/{i}" if path else str(i))
-        elif isinstance(node, tf.RaggedTensorSpec):
-            found.append(path)
-
-    walk(signature, "")
-    return tuple(found) if found else False
-
-
-def tf_signature(config: FeedConfig) -> Any:
-    """The tf.data element signature of a source feed whose spec and kind are known."""
-    import tensorflow as tf
-
-    source = config.source
-    if source is None or source.spec is None:
-        raise SourceError("the source's element spec is not known yet")
-    spec = source.spec
-    keras = source.kind == KERAS
-    rows = config.options.batch_size if config.options.drop_remainder else None
-
-    def dtype(leaf: LeafSpec) -> Any:
-        return tf.string if leaf.is_string else tf.as_dtype(np.dtype(leaf.dtype))
-
-    leaf_specs: list[Any] = []
-    for leaf in spec.leaves:
-        if keras:
-            leaf_specs.append(tf.TensorSpec(leaf.shape, dtype(leaf)))
-        elif leaf.variable_axes and source.is_ragged(leaf.path):
-            leaf_specs.append(tf.RaggedTensorSpec((rows, *leaf.shape), dtype(leaf), 1, tf.int64))
-        else:
-            leaf_specs.append(tf.TensorSpec((rows, *leaf.shape), dtype(leaf)))
-
-    def lengths(i: int) -> Any:
-        leaf = spec.leaves[i]
-        if keras or not leaf.variable_axes or source.is_ragged(leaf.path):
-            return None
-        k = len(leaf.variable_axes)
-        return tf.TensorSpec((rows,) if k == 1 else (rows, k), tf.int64)
-
-    return elements.build_batch(spec, leaf_specs, lengths)
-
-
-def to_tf(batch: Any) -> Any:
-    """A batch tree with its RaggedArray leaves as ``tf.RaggedTensor``."""
-    import tensorflow as tf
-
-    if isinstance(batch, RaggedArray):
-        return tf.RaggedTensor.from_tensor(batch.values, lengths=batch.lengths)
-    if isinstance(batch, dict):
-        return {k: to_tf(v) for k, v in batch.items()}
-    if isinstance(batch, tuple):
-        return tuple(to_tf(v) for v in batch)
-    return batch
-
-
 def source_dataset(feed: SourceFeed, prefetch: int | None) -> tf.data.Dataset:
     """The tf.data.Dataset of a source feed (see :func:`h5feed.dataset`)."""
-    import tensorflow as tf
-
     feed.learn()
     signature = tf_signature(feed.config)
-    flat = tf.nest.flatten(signature, expand_composites=False)
-    has_ragged = any(isinstance(s, tf.RaggedTensorSpec) for s in flat)
 
     def generate() -> Iterator[Any]:
         stream = feed.stream()
         try:
             for batch in stream:
-                yield to_tf(batch) if has_ragged else batch
+                yield to_tf(batch)  # ragged tensors; lists (keras sources) as tuples
         finally:
             stream.close()
 

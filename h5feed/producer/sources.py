@@ -192,7 +192,8 @@ class SourceJob:
             samples = [self._item(i) for i in indices]
             where = f"items {indices}"
         try:
-            spec = elements.infer_spec(samples)
+            keras = self.kind == KERAS  # a keras item's lists are fields, as in Keras
+            spec = elements.infer_spec(samples, convention="keras" if keras else "tfdata")
         except SourceError as exc:
             raise SourceError(f"source {self.path!r}, {where}: {exc}") from exc
         if self.kind == KERAS:  # a batch's first dimension is its size: the last one differs
@@ -243,7 +244,10 @@ class SourceJob:
         if spec is None:  # unreachable: produce() checked it
             raise SourceError("no element spec")
         try:
-            return elements.flatten_checked(element, spec)
+            keras = self.kind == KERAS
+            return elements.flatten_checked(
+                element, spec, convention="keras" if keras else "tfdata"
+            )
         except SourceError as exc:
             raise SourceError(
                 f"source {self.path!r}, {where} (worker {self.worker} of {self.workers}): {exc}"

@@ -1,0 +1,113 @@
+"""User sources' element trees in TensorFlow: signatures in, signatures and tensors out.
+
+TensorFlow is imported inside each function only (importing this module does not import it).
+
+Lists: ``tf.data`` structures have no lists (a list in an ``output_signature`` or a yielded
+value is refused or read as a tensor). So every ``"list"`` node of an element spec (a keras
+source's ``(x, [y_a, y_b])``) is a **tuple** in the signature and in the yielded batches:
+``(x, (y_a, y_b))``, which Keras takes for the labels of a multi-output model as it takes the
+list. NumPy batches (``h5feed.batches``) keep the list.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from h5feed.common import elements, tree
+from h5feed.common.elements import STRING, ElementSpec, LeafSpec, RaggedArray
+from h5feed.common.errors import SourceError
+from h5feed.consumer.source_kinds import KERAS
+
+if TYPE_CHECKING:
+    from h5feed.consumer.options import FeedConfig
+
+
+def spec_from_signature(signature: Any) -> ElementSpec:
+    """An element spec from a ``tf.TensorSpec`` tree: dicts (``str`` keys), tuples and lists
+    (a list is structure here: a spec is the only leaf; it matches a list in the elements),
+    with ``tf.TensorSpec`` / ``tf.RaggedTensorSpec`` leaves (RaggedTensorSpec: a leaf whose
+    ragged dimensions vary). SourceError naming the field that is none of these."""
+    import tensorflow as tf
+
+    try:
+        description, pairs = tree.flatten_with_paths(signature, convention=tree.KERAS)
+    except tree.StructureError as exc:
+        raise SourceError(
+            f"output_signature: {elements.field_name(exc.path)}: {exc.reason}"
+        ) from None
+    leaves: list[LeafSpec] = []
+    for path, node in pairs:
+        if not isinstance(node, (tf.TensorSpec, tf.RaggedTensorSpec)):
+            raise SourceError(
+                f"output_signature: {elements.field_name(path)} is a {type(node).__name__}; "
+                "use dicts, tuples, tf.TensorSpec and tf.RaggedTensorSpec"
+            )
+        dtype = STRING if node.dtype == tf.string else np.dtype(node.dtype.as_numpy_dtype).str
+        if dtype != STRING and dtype not in elements.NUMERIC_DTYPES:
+            raise SourceError(f"{elements.field_name(path)}: dtype {node.dtype} not supported")
+        leaves.append(LeafSpec(path, dtype, tuple(node.shape.as_list())))
+    return ElementSpec(description, tuple(leaves))
+
+
+def ragged_paths(signature: Any, ragged: Any) -> Any:
+    """``ragged`` (True, False or paths) plus the paths of the signature's
+    ``tf.RaggedTensorSpec`` leaves: True, a tuple of paths, or False if there are none."""
+    import tensorflow as tf
+
+    if ragged is True:
+        return True
+    found = list(ragged) if ragged else []
+    _description, pairs = tree.flatten_with_paths(signature, convention=tree.KERAS)
+    found.extend(path for path, node in pairs if isinstance(node, tf.RaggedTensorSpec))
+    return tuple(found) if found else False
+
+
+def tf_signature(config: FeedConfig) -> Any:
+    """The tf.data element signature of a source feed whose spec and kind are known: the
+    batch tree of :func:`h5feed.common.elements.build_batch`, with list nodes as tuples."""
+    import tensorflow as tf
+
+    source = config.source
+    if source is None or source.spec is None:
+        raise SourceError("the source's element spec is not known yet")
+    spec = source.spec
+    keras = source.kind == KERAS
+    rows = config.options.batch_size if config.options.drop_remainder else None
+
+    def dtype(leaf: LeafSpec) -> Any:
+        return tf.string if leaf.is_string else tf.as_dtype(np.dtype(leaf.dtype))
+
+    leaf_specs: list[Any] = []
+    for leaf in spec.leaves:
+        if keras:
+            leaf_specs.append(tf.TensorSpec(leaf.shape, dtype(leaf)))
+        elif leaf.variable_axes and source.is_ragged(leaf.path):
+            leaf_specs.append(tf.RaggedTensorSpec((rows, *leaf.shape), dtype(leaf), 1, tf.int64))
+        else:
+            leaf_specs.append(tf.TensorSpec((rows, *leaf.shape), dtype(leaf)))
+
+    def lengths(i: int) -> Any:
+        leaf = spec.leaves[i]
+        if keras or not leaf.variable_axes or source.is_ragged(leaf.path):
+            return None
+        k = len(leaf.variable_axes)
+        return tf.TensorSpec((rows,) if k == 1 else (rows, k), tf.int64)
+
+    tuples = ElementSpec(tree.with_tuples(spec.tree), spec.leaves)
+    return elements.build_batch(tuples, leaf_specs, lengths)
+
+
+def to_tf(batch: Any) -> Any:
+    """A batch tree as ``tf.data`` takes it: RaggedArray leaves as ``tf.RaggedTensor``,
+    lists as tuples (everything else as it is)."""
+    import tensorflow as tf
+
+    def convert(leaf: Any) -> Any:
+        if isinstance(leaf, RaggedArray):
+            return tf.RaggedTensor.from_tensor(leaf.values, lengths=leaf.lengths)
+        return leaf
+
+    description, leaves = tree.flatten(batch, convention=tree.KERAS)
+    return tree.unflatten(tree.with_tuples(description), [convert(leaf) for leaf in leaves])

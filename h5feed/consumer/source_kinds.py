@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import collections
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Final
 
 from h5feed.common import elements, messages
@@ -33,7 +33,7 @@ from h5feed.consumer.ordering import Release
 from h5feed.consumer.plan import Cursor, epoch_order
 from h5feed.consumer.scheduler import Reassignment, Send
 from h5feed.consumer.source_options import SourceConfig
-from h5feed.consumer.work import Ledger, Peer
+from h5feed.consumer.work import Ledger, Peer, Unit, W
 
 _log = logging.getLogger("h5feed.consumer")
 
@@ -44,14 +44,43 @@ KINDS: Final = (MAP, KERAS, GENERATOR)
 
 
 class _Elements:
-    """Checks a DATA part against the spec and builds the batch's element tree."""
+    """Checks a DATA part against its unit and the spec, and builds the batch's tree."""
 
-    def __init__(self, config: FeedConfig, source: SourceConfig, spec: ElementSpec, kind: str):
+    def __init__(
+        self,
+        config: FeedConfig,
+        source: SourceConfig,
+        spec: ElementSpec,
+        kind: str,
+        counters: collections.Counter[str],
+    ) -> None:
         self.config, self.source, self.spec, self.kind = config, source, spec, kind
+        self._counters = counters
 
-    def fields(self, data: messages.Data) -> list[Field]:
-        """The part's fields; ValueError when its arrays do not fit the spec."""
-        return elements.unpack(self.spec, data.arrays, len(data.samples))
+    def accept(
+        self, ledger: Ledger[W], peer: Peer, data: messages.Data, fits: Callable[[W], bool]
+    ) -> tuple[Unit[W], list[Field]] | None:
+        """The unit ``data`` answers (now complete) and its fields; None, counted, for a
+        part that is not expected from ``peer``, does not ``fits`` its unit, or whose
+        arrays do not fit the spec."""
+        unit = ledger.get(data.unit)
+        if unit is None or unit.peer is not peer:
+            self._drop("dropped_parts", f"an unexpected part (unit {data.unit}) from {peer}")
+            return None
+        if not fits(unit.work):
+            self._drop("malformed_messages", f"part of unit {unit.id} from {peer}: other samples")
+            return None
+        try:
+            fields = elements.unpack(self.spec, data.arrays, len(data.samples))
+        except ValueError as exc:
+            self._drop("malformed_messages", f"part of unit {unit.id} from {peer}: {exc}")
+            return None
+        ledger.complete(peer, unit.id)
+        return unit, fields
+
+    def _drop(self, counter: str, why: str) -> None:
+        self._counters[counter] += 1
+        _log.warning("dropped %s", why)
 
     def batch(self, epoch: int, index: int, fields: list[Field], elements_in_part: int) -> Batch:
         size = elements.nbytes(fields)
@@ -75,12 +104,6 @@ class _Elements:
         return Batch(epoch, index, {}, element, elements_in_part, size)
 
 
-def _drop(counters: collections.Counter[str], key: str, why: str) -> list[Batch]:
-    counters[key] += 1
-    _log.warning("dropped %s", why)
-    return []
-
-
 class ItemScheduler:
     """map and keras sources (see the module docstring)."""
 
@@ -95,11 +118,9 @@ class ItemScheduler:
         job_id: str,
         epochs: Iterator[int],
         start: Cursor,
-        counters: collections.Counter[str],
     ) -> None:
         self.kind, self.config, self._built, self.job_id = kind, config, built, job_id
         self._length = length
-        self._counters = counters
         self._ledger: Ledger[tuple[int, int, tuple[int, ...]]] = Ledger()  # epoch, pos, items
         self._release: Release[Batch] = Release(config.options.deterministic)
         self._plan = self._batches(epochs, start)
@@ -147,20 +168,11 @@ class ItemScheduler:
         return Send(peer, messages.Items(self.job_id, unit.id, seq, epoch, tuple(items)))
 
     def on_data(self, peer: Peer, data: messages.Data) -> list[Batch]:
-        unit = self._ledger.get(data.unit)
-        if unit is None or unit.peer is not peer:
-            why = f"an unexpected part (unit {data.unit}) from {peer}"
-            return _drop(self._counters, "dropped_parts", why)
+        accepted = self._built.accept(self._ledger, peer, data, lambda w: w[2] == data.samples)
+        if accepted is None:
+            return []
+        unit, fields = accepted
         epoch, position, items = unit.work
-        if tuple(data.samples) != items:
-            return _drop(
-                self._counters, "malformed_messages", f"part of unit {unit.id} from {peer}"
-            )
-        try:
-            fields = self._built.fields(data)
-        except ValueError as exc:
-            return _drop(self._counters, "malformed_messages", f"part from {peer}: {exc}")
-        self._ledger.complete(peer, unit.id)
         batch = self._built.batch(epoch, position, fields, len(items))
         peer.received.record(batch.rows, batch.nbytes)
         return self._release.add(unit.seq, batch)
@@ -203,13 +215,11 @@ class GeneratorScheduler:
         built: _Elements,
         job_id: str,
         epochs: Iterator[int],
-        counters: collections.Counter[str],
         gate: CreditGate,
     ) -> None:
         self.config, self.source, self._built, self.job_id = config, source, built, job_id
         self._epochs = epochs
         self._gate = gate  # a pull that yields no batch gives its credit back
-        self._counters = counters
         self._ledger: Ledger[tuple[int, int, int]] = Ledger()  # (epoch, count asked, pass)
         self._epoch: int | None = None
         self._active: set[Peer] = set()  # in the epoch, pass not ended
@@ -279,21 +289,15 @@ class GeneratorScheduler:
         self._epoch = None
 
     def on_data(self, peer: Peer, data: messages.Data) -> list[Batch]:
-        unit = self._ledger.get(data.unit)
-        if unit is None or unit.peer is not peer:
-            why = f"an unexpected part (unit {data.unit}) from {peer}"
-            return _drop(self._counters, "dropped_parts", why)
+        def fits(work: tuple[int, int, int]) -> bool:
+            return len(data.samples) <= work[1] and all(type(s) is int for s in data.samples)
+
+        accepted = self._built.accept(self._ledger, peer, data, fits)
+        if accepted is None:
+            return []
+        unit, fields = accepted
         epoch, count, pass_ = unit.work
         rows = len(data.samples)
-        if rows > count or not all(type(s) is int for s in data.samples):
-            return _drop(
-                self._counters, "malformed_messages", f"part of unit {unit.id} from {peer}"
-            )
-        try:
-            fields = self._built.fields(data)
-        except ValueError as exc:
-            return _drop(self._counters, "malformed_messages", f"part from {peer}: {exc}")
-        self._ledger.complete(peer, unit.id)
         self._answered += 1
         if pass_ != self._passes[peer]:
             pass  # a pull of a pass that was replaced meanwhile: its end says nothing now
@@ -347,7 +351,7 @@ def make_kind(
     gate: CreditGate,
 ) -> KindScheduler:
     """The scheduler of ``kind``, once the handshake agreed on it."""
-    built = _Elements(config, source, spec, kind)
+    built = _Elements(config, source, spec, kind, counters)
     if kind == GENERATOR:
-        return GeneratorScheduler(config, source, built, job_id, epochs, counters, gate)
-    return ItemScheduler(kind, config, built, length or 0, job_id, epochs, start, counters)
+        return GeneratorScheduler(config, source, built, job_id, epochs, gate)
+    return ItemScheduler(kind, config, built, length or 0, job_id, epochs, start)

@@ -293,6 +293,7 @@ class Coordinator:
                 "job": self.job_id,
                 "files": [[i, self.config.files[i]] for i in files],
                 "clip": self.config.clip.to_wire(),
+                "layout": self.config.layout.to_wire(),  # protocol 3: apart from the clip
                 "cache_dir": self.config.options.index_cache,
             },
         )

@@ -13,26 +13,29 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any, cast
+import weakref
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from h5feed.common import elements
-from h5feed.common.config import ClipSpec
 from h5feed.common.elements import STRING, ElementSpec, LeafSpec, RaggedArray
 from h5feed.common.errors import SourceError
-from h5feed.consumer.api import Feed, feed_dataset
-from h5feed.consumer.options import FeedConfig, FeedOptions
+from h5feed.consumer.api import Feed
+from h5feed.consumer.options import FeedOptions
 from h5feed.consumer.source_coordinator import KERAS, SourceCoordinator
-from h5feed.consumer.source_options import SOURCE_KEYS, SourceConfig
+from h5feed.consumer.source_options import SOURCE_KEYS, Learnt, SourceConfig
 from h5feed.consumer.stream import BatchStream
 
 if TYPE_CHECKING:
-    import tensorflow as tf
+    # tf_signature (below, unchanged; it moves to tf_elements.py) reads ``config.source.spec``,
+    # ``.kind``, ``.is_ragged`` and ``config.options``: the signature module gives it the
+    # source config together with what the workers told (the config itself holds no kind).
+    from h5feed.consumer.signature import SourceSignatureInput as FeedConfig
 
 
-def make_source_config(files: Any, kwargs: Mapping[str, Any]) -> FeedConfig:
+def make_source_config(files: Any, kwargs: Mapping[str, Any]) -> SourceConfig:
     """The configuration of a source feed; TypeError for arguments that do not apply."""
     if files is not None:
         raise TypeError("h5feed: give either files or source=, not both")
@@ -47,56 +50,68 @@ def make_source_config(files: Any, kwargs: Mapping[str, Any]) -> FeedConfig:
     spec = spec_from_signature(signature) if signature is not None else None
     if signature is not None:
         ragged = _ragged_paths(signature, ragged)
-    source = SourceConfig(
+    options = {k: v for k, v in kwargs.items() if k in option_names}
+    options["index_cache"] = None
+    return SourceConfig(
         source=kwargs["source"],
         args=dict(kwargs.get("source_args") or {}),
         ragged=ragged if isinstance(ragged, bool) else tuple(ragged),
         steps_per_epoch=kwargs.get("steps_per_epoch"),
         spec=spec,
-        given_spec=spec is not None,
         sys_path=tuple(p for p in sys.path if isinstance(p, str)),
+        options=FeedOptions(**options),
     )
-    options = {k: v for k, v in kwargs.items() if k in option_names}
-    options["index_cache"] = None
-    return FeedConfig((), ClipSpec(), FeedOptions(**options), source)
+
+
+def learnt_of(stream: BatchStream) -> Learnt | None:
+    """What the workers of ``stream`` told of its source, once its handshake has finished;
+    None before (or for an HDF5 stream). The one place that reads it off the coordinator."""
+    coordinator = stream.coordinator
+    if not isinstance(coordinator, SourceCoordinator):
+        return None
+    kind, spec = coordinator.kind, coordinator.spec
+    return Learnt(kind, spec) if kind is not None and spec is not None else None
 
 
 class SourceFeed(Feed):
-    """A :class:`Feed` of a user source. The first iteration learns the source's kind and
-    element spec from the workers; every later iteration uses that same spec."""
+    """A :class:`Feed` of a user source.
 
-    def __init__(self, config: FeedConfig) -> None:
+    Guarantees: the configuration never changes. What the workers tell (kind and element
+    spec) is :attr:`learnt`, kept by the feed once an iteration's handshake has finished;
+    every iteration started after that gives its workers that spec (no probe), so its batches
+    have the same structure as the ones before (and as the tf.data signature).
+    """
+
+    config: SourceConfig
+
+    def __init__(self, config: SourceConfig) -> None:
         super().__init__(config)
-        self._learning: SourceCoordinator | None = None
+        self._learnt: Learnt | None = None
+        self._learning: weakref.ref[BatchStream] | None = None  # the iteration that probes
 
-    def stream(self) -> BatchStream:
+    @property
+    def learnt(self) -> Learnt | None:
+        """The source's kind and element spec, once an iteration's workers told them; then
+        never changed. None before."""
         self._remember()
-        stream = super().stream()
-        coordinator = stream.coordinator
-        if isinstance(coordinator, SourceCoordinator):
-            self._learning = coordinator
-        return stream
-
-    def learn(self) -> None:
-        """Start the workers once, without planning a batch, to learn the source's kind and
-        element spec (a TensorFlow signature needs them before the first batch)."""
-        stream = BatchStream(self.config, 0, 0)
-        self._learning = cast(SourceCoordinator, stream.coordinator)
-        try:
-            for _ in stream:
-                pass
-        finally:
-            stream.close()
-        self._remember()
+        return self._learnt
 
     def _remember(self) -> None:
-        learnt, source = self._learning, self.config.source
-        if learnt is None or source is None or source.kind is not None:
-            return
-        if learnt.spec is not None and learnt.kind is not None:
-            source = dataclasses.replace(source, spec=learnt.spec, kind=learnt.kind)
-            self.config = dataclasses.replace(self.config, source=source)
-            self._learning = None
+        """Keep what the probing iteration's workers told, once they told it."""
+        stream = self._learning() if self._learning is not None else None
+        if self._learnt is None and stream is not None:
+            self._learnt = learnt_of(stream)
+
+    def _known(self) -> Learnt | None:
+        return self.learnt
+
+    def _started(self, stream: BatchStream) -> None:
+        if self._learnt is None:
+            self._learning = weakref.ref(stream)
+
+    def _keep_stats(self, stats: dict[str, Any]) -> None:
+        self._remember()  # an iteration that ends tells what it learnt before it goes
+        super()._keep_stats(stats)
 
 
 # -- TensorFlow ----------------------------------------------------------------------------
@@ -201,23 +216,3 @@ def to_tf(batch: Any) -> Any:
     if isinstance(batch, tuple):
         return tuple(to_tf(v) for v in batch)
     return batch
-
-
-def source_dataset(feed: SourceFeed, prefetch: int | None) -> tf.data.Dataset:
-    """The tf.data.Dataset of a source feed (see :func:`h5feed.dataset`)."""
-    import tensorflow as tf
-
-    feed.learn()
-    signature = tf_signature(feed.config)
-    flat = tf.nest.flatten(signature, expand_composites=False)
-    has_ragged = any(isinstance(s, tf.RaggedTensorSpec) for s in flat)
-
-    def generate() -> Iterator[Any]:
-        stream = feed.stream()
-        try:
-            for batch in stream:
-                yield to_tf(batch) if has_ragged else batch
-        finally:
-            stream.close()
-
-    return feed_dataset(feed, generate, signature, prefetch)

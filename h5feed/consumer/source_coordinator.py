@@ -42,7 +42,7 @@ from h5feed.common.errors import H5FeedError, SourceError, WorkerDiedError, Work
 from h5feed.consumer.assembly import Batch
 from h5feed.consumer.coordinator import Coordinator
 from h5feed.consumer.plan import epoch_order
-from h5feed.consumer.source_options import SourceConfig
+from h5feed.consumer.source_options import Learnt, SourceConfig
 from h5feed.consumer.work import Peer, Unit
 
 _log = logging.getLogger("h5feed.consumer")
@@ -54,14 +54,14 @@ _KINDS = (MAP, KERAS, GENERATOR)
 class SourceCoordinator(Coordinator):
     """Runs one iteration of a user source (see the module docstring)."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        source = self.config.source
-        if source is None:  # the stream chooses this class only for sources
-            raise ValueError("SourceCoordinator needs a source config")
-        self.source: SourceConfig = source
-        self.spec: ElementSpec | None = source.spec
-        self.kind: str | None = source.kind
+    def __init__(
+        self, config: SourceConfig, *args: Any, learnt: Learnt | None = None, **kwargs: Any
+    ) -> None:
+        super().__init__(config, *args, **kwargs)
+        self.source: SourceConfig = config
+        # Given (output_signature), else what an earlier iteration learnt, else probed.
+        self.spec: ElementSpec | None = learnt.spec if learnt is not None else config.spec
+        self.kind: str | None = learnt.kind if learnt is not None else None
         self.length: int | None = None
         self._infos: dict[bytes, dict[str, Any]] = {}
         self._first_epoch: int | None = None

@@ -37,6 +37,7 @@ from h5feed.consumer.local_workers import LocalWorkers
 from h5feed.consumer.memory import keep_freed_memory_mapped
 from h5feed.consumer.options import FeedConfig
 from h5feed.consumer.source_coordinator import SourceCoordinator
+from h5feed.consumer.source_options import Learnt, SourceConfig
 from h5feed.consumer.stats import RateMeter, WaitMeter, verdict
 
 #: Keys of every batch (the tf.data elements carry these, without ``sample`` and ``epoch``).
@@ -51,7 +52,8 @@ _live_streams: weakref.WeakSet[BatchStream] = weakref.WeakSet()
 
 
 class BatchStream(Iterator[dict[str, np.ndarray]]):
-    """Iterates the batches of ``epochs`` epochs, starting at epoch ``first_epoch``."""
+    """Iterates the batches of ``epochs`` epochs, starting at epoch ``first_epoch``; a source's
+    workers are given ``learnt`` (kind and spec an earlier iteration was told), if any."""
 
     def __init__(
         self,
@@ -59,6 +61,7 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
         first_epoch: int,
         epochs: int | None,
         on_close: Callable[[dict[str, Any]], None] | None = None,
+        learnt: Learnt | None = None,
     ) -> None:
         self.config = config
         self._on_close = on_close
@@ -79,8 +82,13 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
         addresses = [address] + ([config.options.listen] if config.options.listen else [])
         if config.options.listen and config.options.curve_key is None:
             warn_if_exposed(config.options.listen)
-        make = Coordinator if config.source is None else SourceCoordinator
-        self._coordinator = make(config, epoch_range, addresses, self.job_id, workers, None)
+        self._coordinator = (
+            SourceCoordinator(
+                config, epoch_range, addresses, self.job_id, workers, None, learnt=learnt
+            )  # learnt: a source's kind and spec that an earlier iteration's workers told
+            if isinstance(config, SourceConfig)
+            else Coordinator(config, epoch_range, addresses, self.job_id, workers, None)
+        )
         try:
             self._workers = LocalWorkers(
                 workers,

@@ -32,7 +32,7 @@ import numpy as np
 import zmq
 
 from h5feed import __version__
-from h5feed.common import wire
+from h5feed.common import layouts, wire
 from h5feed.common.config import ClipSpec
 from h5feed.common.curve import (
     CURVE_ENV_PUBLIC,
@@ -62,10 +62,10 @@ _log = logging.getLogger("h5feed.worker")
 class _Job:
     """The files and clip spec of one job, opened in this process (see :class:`ClipMaker`)."""
 
-    def __init__(self, job_id: str, spec: ClipSpec) -> None:
+    def __init__(self, job_id: str, spec: ClipSpec, layout: layouts.LayoutSpec) -> None:
         self.id = job_id
         self.spec = spec
-        self.maker = ClipMaker(spec)  # imports the transform: a bad path fails the job here
+        self.maker = ClipMaker(spec, layout)  # imports the transform: a bad path fails here
         self.slots = SlotMaps()
 
     def close(self) -> None:
@@ -236,7 +236,8 @@ class Worker:
                 self.job.close()
             self.counters.add("jobs")
             try:
-                self.job = _Job(job_id, ClipSpec.from_wire(fields["clip"]))
+                clip, layout = fields["clip"], layouts.from_wire(fields["layout"])
+                self.job = _Job(job_id, ClipSpec.from_wire(clip), layout)
             except Exception as exc:  # a bad spec or transform import path: tell the trainer
                 self.send_error(job_id, None, exc)
                 return

@@ -35,7 +35,7 @@ from h5feed.common.config import ClipSpec
 from h5feed.common.elements import ElementSpec
 from h5feed.consumer.assembly import Batch
 from h5feed.consumer.credits import CreditGate
-from h5feed.consumer.options import FeedConfig, FeedOptions
+from h5feed.consumer.options import FeedOptions, HdfConfig, LayoutArgs
 from h5feed.consumer.plan import EpochPlan, Index
 from h5feed.consumer.scheduler import Reassignment, Scheduler, Send
 from h5feed.consumer.source_options import SourceConfig
@@ -59,13 +59,13 @@ _OPTION_DEFAULTS: dict[str, Any] = {
 _HDF_DEFAULTS: dict[str, Any] = {"clip_len": 2, **_OPTION_DEFAULTS}
 
 
-def hdf_config(files: Sequence[str], **options: Any) -> FeedConfig:
+def hdf_config(files: Sequence[str], **options: Any) -> HdfConfig:
     """An HDF5 feed over ``files`` (paths need not exist); ``options`` are the keyword
     arguments of ``h5feed.batches`` (clip spec and feed options), over small test defaults."""
     values = {**_HDF_DEFAULTS, **options}
-    clip = ClipSpec(**{k: v for k, v in values.items() if k in _CLIP_FIELDS})
+    clip = ClipSpec.of(**{k: v for k, v in values.items() if k in _CLIP_FIELDS})
     rest = {k: v for k, v in values.items() if k not in _CLIP_FIELDS}
-    return FeedConfig(tuple(files), clip, FeedOptions(**rest))
+    return HdfConfig(tuple(files), clip, LayoutArgs().resolve(), FeedOptions(**rest))
 
 
 def source_config(
@@ -75,19 +75,18 @@ def source_config(
     ragged: bool | tuple[str, ...] = False,
     steps_per_epoch: int | None = None,
     **options: Any,
-) -> FeedConfig:
+) -> SourceConfig:
     """A user source's feed; ``spec`` stands for ``output_signature``; ``options`` are feed
     options, over small test defaults."""
     values = {**_OPTION_DEFAULTS, **options}
-    source_part = SourceConfig(
+    return SourceConfig(
         source=source,
         ragged=ragged,
         steps_per_epoch=steps_per_epoch,
         spec=spec,
-        given_spec=spec is not None,
         sys_path=("/nonexistent",),
+        options=FeedOptions(**values),
     )
-    return FeedConfig((), ClipSpec(), FeedOptions(**values), source_part)
 
 
 # -- peers, frames, the transport -------------------------------------------------------
@@ -172,7 +171,7 @@ def fake_index(videos: Mapping[str, Sequence[messages.VideoEntry]]) -> Index:
     return Index.build(files, [videos[f] for f in files])
 
 
-def planned_batches(config: FeedConfig, index: Index, epochs: Iterable[int]) -> list[list[int]]:
+def planned_batches(config: HdfConfig, index: Index, epochs: Iterable[int]) -> list[list[int]]:
     """The samples of every planned batch of ``epochs``, straight from :class:`EpochPlan`."""
     out = []
     for epoch in epochs:

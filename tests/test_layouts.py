@@ -23,8 +23,9 @@ from layout_data import (
 
 import h5feed
 from h5feed.common import layouts
-from h5feed.common.config import ClipSpec, clip_frame_indices
+from h5feed.common.config import clip_frame_indices
 from h5feed.common.errors import DataError, WorkerError
+from h5feed.consumer.options import LayoutArgs
 from h5feed.producer.layouts import open_reader
 from h5feed.producer.layouts._common import natural_key
 
@@ -221,19 +222,21 @@ def test_bad_offsets_and_missing_labels_name_the_file(tmp_path: pathlib.Path) ->
 
 def test_layouts_travel_as_plain_maps_and_are_checked() -> None:
     for layout in ("auto", "groups", "frame_datasets", "raw", "flat", layouts.Flat(jpeg="j")):
-        spec = ClipSpec(layout=layout)
-        again = ClipSpec.from_wire(spec.to_wire())
-        assert again == spec and again.layout_spec == spec.layout_spec
-    assert ClipSpec(frames_key="f", label_key=None).layout_spec == layouts.Auto("f", None)
-    assert ClipSpec(layout="groups", frames_key="f").to_wire()["layout"] == {
+        spec = LayoutArgs(layout=layout).resolve()
+        again = layouts.from_wire(spec.to_wire())
+        assert again == spec and type(again) is type(spec)
+    assert LayoutArgs(frames_key="f", label_key=None).resolve() == layouts.Auto("f", None)
+    assert LayoutArgs(layout="groups", frames_key="f").resolve().to_wire() == {
         "kind": "groups", "frames": "f", "label": "label",
     }  # fmt: skip
     with pytest.raises(ValueError, match="layout must be one of"):
-        ClipSpec(layout="hdf5")
+        LayoutArgs(layout="hdf5").resolve()
     with pytest.raises(ValueError, match="has no names"):
-        ClipSpec(layout={"kind": "flat", "frames": "x"})
+        LayoutArgs(layout={"kind": "flat", "frames": "x"}).resolve()
     with pytest.raises(ValueError, match="give its names in the layout itself"):
-        ClipSpec(layout="flat", frames_key="x")
+        LayoutArgs(layout="flat", frames_key="x").resolve()
+    with pytest.raises(ValueError, match="frames_key must be a non-empty"):
+        LayoutArgs(frames_key="")
     with pytest.raises(ValueError, match="must be a non-empty name"):
         layouts.Flat(jpeg="")
 

@@ -19,6 +19,7 @@ import h5feed
 from h5feed.common import elements
 from h5feed.common.elements import ElementSpec, RaggedArray
 from h5feed.common.errors import SourceError
+from h5feed.consumer.source_api import learnt_of
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -120,6 +121,24 @@ def test_ragged_in_numpy_gives_ragged_arrays() -> None:
     )  # fmt: skip
     assert "tokens_length" not in batch and isinstance(batch["tokens"], RaggedArray)
     assert [r.tolist() for r in batch["tokens"].rows()] == [[0], [1, 2], [2, 3, 4]]
+
+
+def test_what_the_workers_tell_is_kept_by_the_feed_not_written_into_its_config() -> None:
+    feed = h5feed.batches(source="user_sources:Tokens", source_args={"n": 6}, workers=2, **FAST)
+    config = feed.config
+    assert feed.learnt is None  # nothing started yet
+    assert len(list(feed)) == 1
+    assert feed.config is config and config.spec is None
+    learnt = feed.learnt
+    assert learnt is not None and learnt.kind == "map"
+    assert [leaf.path for leaf in learnt.spec.leaves] == ["label", "name", "tokens"]
+    stream = feed.stream()  # a later iteration starts from what was learnt: no probe
+    try:
+        assert learnt_of(stream) == learnt  # at once: given by the feed, not probed
+        assert len(list(stream)) == 1
+    finally:
+        stream.close()
+    assert feed.learnt is learnt
 
 
 def test_a_later_element_of_another_shape_is_an_error_naming_field_and_index() -> None:
@@ -278,9 +297,21 @@ def test_output_signature_given_casts_python_numbers_and_names_a_field_that_does
     batches = list(ds)
     assert batches[1][1].numpy().tolist() == [2.5, 3.0, 3.5, 4.0, 4.5]
     wrong = (dict(element, a={"b": tf.TensorSpec((3, 3), tf.int32)}), signature[1])
-    ds = h5feed.dataset(source="user_sources:Nested", output_signature=wrong, workers=1, **FAST)
-    with pytest.raises(tf.errors.UnknownError, match=r"field '0/a/b': expected int32 \[3, 3\]"):
-        list(ds)
+    # dataset() peeks at the first batch (h5feed/consumer/signature.py): it raises the error
+    with pytest.raises(h5feed.WorkerError, match=r"field '0/a/b': expected int32 \[3, 3\]"):
+        h5feed.dataset(source="user_sources:Nested", output_signature=wrong, workers=1, **FAST)
+
+
+def test_the_peeked_first_iteration_continues_and_later_ones_reuse_the_learnt_spec() -> None:
+    pytest.importorskip("tensorflow")
+    ds = h5feed.dataset(
+        source="user_sources:Squares", source_args={"n": 10}, batch_size=4, shuffle=False,
+        epochs=1, workers=2, **FAST,
+    )  # fmt: skip
+    first = [b["i"].numpy().tolist() for b in ds]  # the peeked iteration: epoch 0, whole
+    assert first == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+    assert [b["i"].numpy().tolist() for b in ds] == first  # epoch 1: unshuffled, the same
+    assert ds.stats()["batches"] == 3
 
 
 def test_variable_length_fields_as_padded_and_as_ragged_tensors() -> None:

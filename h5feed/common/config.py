@@ -1,8 +1,11 @@
-"""Clip and layout configuration shared by consumer and workers.
+"""The clip configuration shared by consumer and workers.
 
-Frozen, slotted dataclasses validated on construction: a bad value raises ``ValueError`` naming
-the field, before any process starts. ``to_wire``/``from_wire`` turn them into plain msgpack-able
-dicts for the JOB message.
+:class:`ClipSpec` is a frozen, slotted dataclass that validates on construction and never
+changes a value it was given: a bad value raises ``ValueError`` naming the field, before any
+process starts. Values that have several spellings (a size as ``n`` or ``[h, w]``) are
+normalised by :meth:`ClipSpec.of` before the object is made. ``to_wire``/``from_wire`` turn it
+into a plain msgpack-able map for the JOB message. How the files store videos is not part of
+the clip: it is a :class:`~h5feed.common.layouts.LayoutSpec`, which travels beside it.
 """
 
 from __future__ import annotations
@@ -14,8 +17,6 @@ from typing import Any, Literal
 
 import msgpack
 
-from h5feed.common import layouts
-
 ClipStart = Literal["random", "center", "first"]
 CropMode = Literal["random", "center"]
 ShortVideo = Literal["loop", "repeat_last"]
@@ -23,22 +24,40 @@ ShortVideo = Literal["loop", "repeat_last"]
 CLIP_STARTS: tuple[str, ...] = ("random", "center", "first")
 CROP_MODES: tuple[str, ...] = ("random", "center")
 SHORT_VIDEO_POLICIES: tuple[str, ...] = ("loop", "repeat_last")
+#: The fields whose value is a (height, width) size, normalised by :meth:`ClipSpec.of`.
+_SIZES = ("resize", "crop")
 #: ``package.module:function`` (dotted module path, colon, dotted attribute path).
 _IMPORT_PATH = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 
 
-def _pair(name: str, value: Any) -> tuple[int, int] | None:
+def size_pair(name: str, value: Any) -> tuple[int, int] | None:
+    """``value`` as a (height, width) tuple: ``n`` is ``(n, n)``, any pair of ints (a list off
+    the wire) a tuple, None stays None. ValueError naming ``name`` for anything else."""
     if value is None:
         return None
-    if isinstance(value, int):
-        value = (value, value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value, value
     try:
         height, width = (int(v) for v in value)
     except (TypeError, ValueError):
         raise ValueError(f"{name} must be (height, width) or None, got {value!r}") from None
-    if height <= 0 or width <= 0:
-        raise ValueError(f"{name} must be positive, got {value!r}")
     return height, width
+
+
+def _check_size(name: str, value: object) -> None:
+    if value is None:
+        return
+    if not (
+        isinstance(value, tuple)
+        and len(value) == 2
+        and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+    ):
+        raise ValueError(
+            f"{name} must be a (height, width) tuple of ints or None, got {value!r} "
+            "(ClipSpec.of accepts n or [h, w] too)"
+        )
+    if value[0] <= 0 or value[1] <= 0:
+        raise ValueError(f"{name} must be positive, got {value!r}")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -55,11 +74,13 @@ class ClipSpec:
     Faster, and the pixels differ slightly from a full decode (measured in the README). With
     no ``resize``, or a ``resize`` above half the stored size, it changes nothing.
 
-    ``layout`` says how videos are stored (a name, a map, or a ``h5feed.layouts`` object; see
-    :mod:`h5feed.common.layouts`); it is resolved on construction, with ``frames_key`` /
-    ``label_key``, into a :class:`~h5feed.common.layouts.LayoutSpec`. ``transform`` is an
-    import path ``"package.module:fn"`` applied per sample after the built-in steps, called
-    with ``**transform_args`` (a msgpack-able dict); see :mod:`h5feed.producer.transform`.
+    ``transform`` is an import path ``"package.module:fn"`` applied per sample after the
+    built-in steps, called with ``**transform_args`` (a msgpack-able dict); see
+    :mod:`h5feed.producer.transform`.
+
+    Guarantees: the constructor validates and keeps every value as given (it never rewrites a
+    field); the field defaults here are the defaults of ``h5feed.dataset()``. Build one from
+    user or wire values with :meth:`of` (sizes as ``n`` or ``[h, w]``) or :meth:`from_wire`.
     """
 
     clip_len: int = 16
@@ -69,9 +90,6 @@ class ClipSpec:
     crop_mode: CropMode = "random"
     flip: bool = False
     short_video: ShortVideo = "loop"
-    frames_key: str = "frames"
-    label_key: str | None = "label"
-    layout: layouts.LayoutLike = "auto"
     transform: str | None = None
     transform_args: dict[str, Any] | None = None
     reduced_decode: bool = False
@@ -81,8 +99,8 @@ class ClipSpec:
             raise ValueError(f"clip_len must be an int >= 1, got {self.clip_len!r}")
         if not isinstance(self.stride, int) or self.stride < 1:
             raise ValueError(f"stride must be an int >= 1, got {self.stride!r}")
-        object.__setattr__(self, "resize", _pair("resize", self.resize))
-        object.__setattr__(self, "crop", _pair("crop", self.crop))
+        _check_size("resize", self.resize)
+        _check_size("crop", self.crop)
         if self.crop_mode not in CROP_MODES:
             raise ValueError(f"crop_mode must be one of {CROP_MODES}, got {self.crop_mode!r}")
         if self.short_video not in SHORT_VIDEO_POLICIES:
@@ -97,11 +115,15 @@ class ClipSpec:
             raise ValueError(f"crop {self.crop} is larger than resize {self.resize}")
         if not isinstance(self.reduced_decode, bool):
             raise ValueError(f"reduced_decode must be True or False, got {self.reduced_decode!r}")
-        if not self.frames_key:
-            raise ValueError("frames_key must be a non-empty dataset name")
-        resolved = layouts.resolve(self.layout, self.frames_key, self.label_key)
-        object.__setattr__(self, "layout", resolved)
         self._check_transform()
+
+    @classmethod
+    def of(cls, **values: Any) -> ClipSpec:
+        """A spec from values as a user or the wire gives them: ``resize``/``crop`` may be
+        ``n`` (square) or any pair (a list); they are made ``(height, width)`` tuples before
+        the spec is constructed (and validated). TypeError for an unknown field."""
+        sizes = {name: size_pair(name, values[name]) for name in _SIZES if name in values}
+        return cls(**{**values, **sizes})
 
     def _check_transform(self) -> None:
         if self.transform is not None and (
@@ -125,13 +147,6 @@ class ClipSpec:
             raise ValueError(f"transform_args must be msgpack-able values: {exc}") from exc
 
     @property
-    def layout_spec(self) -> layouts.LayoutSpec:
-        """The resolved layout (``layout`` after construction)."""
-        if not isinstance(self.layout, layouts.LayoutSpec):  # unreachable after __post_init__
-            raise TypeError("ClipSpec.layout was not resolved")
-        return self.layout
-
-    @property
     def span(self) -> int:
         """Frames a clip covers in the video: ``(clip_len - 1) * stride + 1``."""
         return (self.clip_len - 1) * self.stride + 1
@@ -146,6 +161,7 @@ class ClipSpec:
         return (None, None)
 
     def to_wire(self) -> dict[str, Any]:
+        """A msgpack-able map of every field (sizes as lists); :meth:`from_wire` inverts it."""
         return {
             "clip_len": self.clip_len,
             "stride": self.stride,
@@ -154,9 +170,6 @@ class ClipSpec:
             "crop_mode": self.crop_mode,
             "flip": self.flip,
             "short_video": self.short_video,
-            "frames_key": self.frames_key,
-            "label_key": self.label_key,
-            "layout": self.layout_spec.to_wire(),
             "transform": self.transform,
             "transform_args": self.transform_args,
             "reduced_decode": self.reduced_decode,
@@ -164,11 +177,13 @@ class ClipSpec:
 
     @classmethod
     def from_wire(cls, fields: dict[str, Any]) -> ClipSpec:
+        """The spec a :meth:`to_wire` map describes; ValueError for an unknown field (a JOB
+        of an older protocol, whose clip still held the layout, is refused here)."""
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = set(fields) - names
         if unknown:
             raise ValueError(f"unknown clip fields {sorted(unknown)}")
-        return cls(**fields)
+        return cls.of(**fields)
 
 
 def clip_frame_indices(

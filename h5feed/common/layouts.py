@@ -1,9 +1,9 @@
 """Descriptions of the HDF5 layouts h5feed reads: which layout, and the names in it.
 
 A layout description is a frozen dataclass of plain names, so it travels to the workers as a
-msgpack map inside the JOB's clip spec (``to_wire``/``from_wire``, strict: an unknown kind or
-field, or a name that is not a string, raises ``ValueError``). The readers themselves live in
-``h5feed.producer.layouts`` (this module imports no h5py).
+msgpack map in the JOB's ``layout``, beside the clip spec (``to_wire``/``from_wire``, strict:
+an unknown kind or field, or a name that is not a string, raises ``ValueError``). The readers
+themselves live in ``h5feed.producer.layouts`` (this module imports no h5py).
 
 Layouts (names are each class's fields, defaults shown):
 

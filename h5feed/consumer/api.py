@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-import itertools
 import os
 import threading
 import weakref
@@ -12,15 +10,10 @@ from typing import TYPE_CHECKING, Any, Unpack
 
 import numpy as np
 
-from h5feed.common.config import ClipSpec, default_cache_dir
 from h5feed.consumer.metrics import start_feed_metrics
-from h5feed.consumer.options import (
-    FeedConfig,
-    FeedKwargs,
-    FeedOptions,
-    resolve_files,
-)
+from h5feed.consumer.options import FeedConfig, FeedKwargs, hdf_config
 from h5feed.consumer.plan import Cursor
+from h5feed.consumer.source_options import Learnt
 from h5feed.consumer.stream import BATCH_KEYS, POSITION_KEYS, BatchStream
 
 if TYPE_CHECKING:
@@ -59,9 +52,20 @@ class Feed:
         with self._lock:
             first = self._next_epoch
             self._next_epoch = first + epochs if epochs is not None else first
-        stream = BatchStream(self.config, Cursor(first, 0), epochs, on_close=self._keep_stats)
+        stream = BatchStream(
+            self.config, Cursor(first, 0), epochs, on_close=self._keep_stats, learnt=self._known()
+        )
+        self._started(stream)
         self._current = weakref.ref(stream)
         return stream
+
+    def _known(self) -> Learnt | None:
+        """What the next iteration starts from, learnt by earlier ones (a source's kind and
+        spec); an HDF5 feed learns nothing."""
+        return None
+
+    def _started(self, stream: BatchStream) -> None:
+        """Called with each new iteration (a source feed learns from it)."""
 
     def _keep_stats(self, stats: dict[str, Any]) -> None:
         self._last_stats = stats
@@ -85,38 +89,6 @@ class Feed:
         return self.stream()
 
 
-def _first_batch(feed: Feed) -> tuple[BatchStream, dict[str, np.ndarray]]:
-    """Start ``feed``'s first iteration and take its first batch (it raises what the
-    iteration raises, e.g. a transform that cannot be imported)."""
-    stream = feed.stream()
-    try:
-        return stream, next(stream)
-    except BaseException:
-        stream.close()
-        raise
-
-
-def _make_config(files: PathsLike | None, kwargs: FeedKwargs) -> FeedConfig:
-    """Split the keyword arguments between the clip spec and the options, and validate both."""
-    if files is None:
-        raise TypeError("h5feed: give the HDF5 files, or source= (your own code)")
-    clip_names = {f.name for f in dataclasses.fields(ClipSpec)}
-    option_names = {f.name for f in dataclasses.fields(FeedOptions)}
-    unknown = set(kwargs) - clip_names - option_names
-    if unknown:
-        raise TypeError(f"h5feed: unknown arguments {sorted(unknown)}")
-    values: dict[str, Any] = dict(kwargs)
-    clip = ClipSpec(**{k: v for k, v in values.items() if k in clip_names})
-    options = {k: v for k, v in values.items() if k in option_names}
-    index_cache = options.pop("index_cache", True)
-    if index_cache is True:
-        options["index_cache"] = default_cache_dir()
-    else:
-        options["index_cache"] = str(index_cache) if index_cache else None
-    paths = resolve_files(files, options.get("data_root"))
-    return FeedConfig(tuple(paths), clip, FeedOptions(**options))
-
-
 def batches(files: PathsLike | None = None, **kwargs: Unpack[FeedKwargs]) -> Feed:
     """Batches of video clips as NumPy dicts, decoded by ``workers`` local processes.
 
@@ -135,7 +107,7 @@ def batches(files: PathsLike | None = None, **kwargs: Unpack[FeedKwargs]) -> Fee
         from h5feed.consumer.source_api import SourceFeed, make_source_config
 
         return SourceFeed(make_source_config(files, kwargs))
-    return Feed(_make_config(files, kwargs))
+    return Feed(hdf_config(files, kwargs))
 
 
 def dataset(
@@ -148,23 +120,32 @@ def dataset(
     """A ``tf.data.Dataset`` of batches of video clips, decoded in worker processes.
 
     ``files``: a glob, a directory (its ``*.h5``/``*.hdf5`` files) or a list of paths. The
-    keyword arguments and their defaults are those of :class:`h5feed.consumer.options.
-    FeedKwargs` (clip: ``clip_len=16, stride=1, resize=None, crop=None, crop_mode="random",
-    flip=False, short_video="loop", frames_key="frames", label_key="label",
-    reduced_decode=False``; plan:
-    ``clip_start="random", clips_per_video=1, batch_size=8, shuffle=True, seed=0, epochs=1,
-    drop_remainder=False, deterministic=True, shard=(0, 1)``; processes: ``workers=2,
-    max_inflight_batches=None, start_timeout_s=60, unit_timeout_s=120, index_cache=True,
-    tune_malloc=True``; data: ``layout="auto", transform=None, transform_args=None``).
+    keyword arguments are :class:`h5feed.consumer.options.FeedKwargs`. Defaults (those of the
+    dataclasses that hold them, as ``describe_parameters()`` lists them; a test checks these):
+
+    * clip (``ClipSpec``): ``clip_len=16, stride=1, resize=None, crop=None,
+      crop_mode="random", flip=False, short_video="loop", transform=None,
+      transform_args=None, reduced_decode=False``;
+    * layout (``LayoutArgs``): ``layout="auto", frames_key="frames", label_key="label"``;
+    * plan (``FeedOptions``): ``batch_size=8, shuffle=True, seed=0, clips_per_video=1,
+      clip_start="random", drop_remainder=False, deterministic=True, epochs=1,
+      shard=(0, 1)``;
+    * processes (``FeedOptions``): ``workers=2, max_inflight_batches=None,
+      start_timeout_s=60, unit_timeout_s=120, index_cache=True, tune_malloc=True,
+      listen=None, data_root=None, join_grace_s=1.5, curve_key=None,
+      curve_authorized=None, shared_memory=True, metrics_port=None``;
+    * your own code instead of files (``SourceConfig``): ``source=None, source_args=None,
+      output_signature=None, ragged=False, steps_per_epoch=None``.
 
     ``layout``: how the files store videos — ``"auto"`` (recognised per file), ``"groups"``,
     ``"frame_datasets"``, ``"raw"``, ``"flat"``, or an ``h5feed.layouts`` object with its
     names (see :mod:`h5feed.common.layouts`). ``transform="package.module:fn"``: called in
     the workers on each sample after the built-in steps, as ``fn(clip, rng,
     **transform_args)`` (see :mod:`h5feed.producer.transform`); its output's shape and dtype
-    become ``frames``'. With a transform, ``dataset()`` starts the first iteration at once and
-    its first batch fixes the ``output_signature`` (so errors such as a bad import path are
-    raised here); that iteration continues when the dataset is first iterated.
+    become ``frames``'. With a transform or a ``source``, ``dataset()`` starts the first
+    iteration at once and its first batch fixes the ``output_signature`` (so errors such as a
+    bad import path are raised here); that iteration continues from that batch when the
+    dataset is first iterated (see :mod:`h5feed.consumer.signature`).
 
     Each element is one whole batch, a dict: ``frames`` uint8 [B, clip_len, H, W, 3] RGB (H, W
     from ``crop``, else ``resize``, else the stored size), ``label`` int64 [B], ``file`` string
@@ -206,7 +187,7 @@ def dataset(
     ``.apply(tf.data.experimental.prefetch_to_device("/gpu:0"))`` to overlap host-to-GPU
     copies with training.
     """
-    import tensorflow as tf  # lazy: only the trainer side needs TensorFlow
+    from h5feed.consumer import signature  # lazy: it imports TensorFlow when called
 
     keys = tuple(keys)
     unknown = set(keys) - set(BATCH_KEYS) - set(POSITION_KEYS)
@@ -215,45 +196,27 @@ def dataset(
             f"keys must name 'frames' and any of {BATCH_KEYS[1:] + POSITION_KEYS}, once each; "
             f"got {keys}"
         )
-    if kwargs.get("source") is not None:  # your own code in the workers: source_api.py
-        if keys != BATCH_KEYS:
-            raise TypeError("h5feed: keys= does not apply to source= (elements are your own)")
-        from h5feed.consumer.source_api import SourceFeed, make_source_config, source_dataset
+    if kwargs.get("source") is not None and keys != BATCH_KEYS:
+        raise TypeError("h5feed: keys= does not apply to source= (elements are your own)")
+    feed = batches(files, **kwargs)
+    spec, first = signature.feed_signature(feed, keys)  # may start the first iteration
+    element = signature.element_maker(feed.config, spec, keys)
+    pending = [first] if first is not None else []
 
-        return source_dataset(SourceFeed(make_source_config(files, kwargs)), prefetch)
-    feed = Feed(_make_config(files, kwargs))
-    clip, options = feed.config.clip, feed.config.options
-    height, width = clip.frame_shape
-    rows = options.batch_size if options.drop_remainder else None
-    frames = tf.TensorSpec((rows, clip.clip_len, height, width, 3), tf.uint8)
-    # A transform decides the frames' shape and dtype: the first iteration starts now and its
-    # first batch fixes the signature (the workers check that every sample matches it).
-    peeked = [_first_batch(feed)] if clip.transform is not None else []
-    if peeked:
-        first = peeked[0][1]["frames"]
-        frames = tf.TensorSpec((rows, *first.shape[1:]), tf.as_dtype(first.dtype))
-    strings = ("file", "video")
-    signature = {
-        key: frames
-        if key == "frames"
-        else tf.TensorSpec((rows,), tf.string if key in strings else tf.int64)
-        for key in keys
-    }
-
-    def generate() -> Iterator[dict[str, np.ndarray]]:
-        if peeked:  # the iteration that fixed the signature, its first batch in front
-            stream, first_batch = peeked.pop()
-            batches: Iterator[dict[str, np.ndarray]] = itertools.chain([first_batch], stream)
+    def generate() -> Iterator[Any]:
+        if pending:  # the iteration that fixed the signature, from its first batch
+            iteration = pending.pop()
+            stream, taken = iteration.stream, iteration.batches()
         else:
             stream = feed.stream()
-            batches = stream
+            taken = stream
         try:
-            for batch in batches:
-                yield {key: batch[key] for key in keys}
+            for batch in taken:
+                yield element(batch)
         finally:
             stream.close()
 
-    return feed_dataset(feed, generate, signature, prefetch)
+    return feed_dataset(feed, generate, spec, prefetch)
 
 
 def feed_dataset(

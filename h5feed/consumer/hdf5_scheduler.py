@@ -29,7 +29,7 @@ from h5feed.common import messages
 from h5feed.common.errors import H5FeedError
 from h5feed.consumer.assembly import Batch, BatchAssembler
 from h5feed.consumer.credits import CreditGate
-from h5feed.consumer.options import FeedConfig
+from h5feed.consumer.options import HdfConfig
 from h5feed.consumer.ordering import Release
 from h5feed.consumer.plan import Cursor, EpochPlan, Index, PlannedBatch
 from h5feed.consumer.scheduler import Reassignment, Send
@@ -50,7 +50,7 @@ class HdfScheduler:
 
     def __init__(
         self,
-        config: FeedConfig,
+        config: HdfConfig,
         job_id: str,
         epochs: Iterator[int],
         start: Cursor,
@@ -91,7 +91,7 @@ class HdfScheduler:
         return Send(
             peer,
             messages.Job(
-                self.job_id, refs, clip.to_wire(), clip.layout_spec.to_wire(),
+                self.job_id, refs, clip.to_wire(), self.config.layout.to_wire(),
                 self.config.options.index_cache,
             ),
         )  # fmt: skip

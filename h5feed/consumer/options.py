@@ -1,4 +1,17 @@
-"""Everything ``h5feed.dataset()`` / ``h5feed.batches()`` is configured with, validated once."""
+"""Everything ``h5feed.dataset()`` / ``h5feed.batches()`` is configured with, validated once.
+
+A feed's configuration is a :data:`FeedConfig`: an :class:`HdfConfig` (``files``, ``clip``,
+``layout``, ``options``) or a :class:`~h5feed.consumer.source_options.SourceConfig` (the
+user's code, its batching, ``options``). Both are frozen and never change once made.
+
+Defaults are written once, as the field defaults of the dataclasses: :class:`ClipSpec`
+(the clip), :class:`LayoutArgs` (``layout``, ``frames_key``, ``label_key``, resolved into a
+:class:`~h5feed.common.layouts.LayoutSpec` when the config is made), :class:`FeedOptions`
+(plan, processes, timing) and :class:`SourceConfig`. :func:`describe_parameters` derives from
+them every keyword of ``dataset()``/``batches()`` with its default as Python text; the tests
+(``tests/test_config.py``) check :class:`FeedKwargs`' keys, the defaults ``dataset()``'s
+docstring lists and the README's parameter table against it, so none of those can drift.
+"""
 
 from __future__ import annotations
 
@@ -7,13 +20,14 @@ import glob
 import os
 import pathlib
 from collections.abc import Mapping, Sequence
-from typing import Any, TypedDict
+from typing import Any, TypeAlias, TypedDict
 
+from h5feed.common import layouts
 from h5feed.common.config import CLIP_STARTS, ClipSpec, default_cache_dir
 from h5feed.common.layouts import LayoutSpec
 from h5feed.common.metrics_http import check_port
 from h5feed.consumer.plan import PlanOptions
-from h5feed.consumer.source_options import SourceConfig
+from h5feed.consumer.source_options import SOURCE_FIELDS, SourceConfig
 
 _H5_SUFFIXES = (".h5", ".hdf5", ".he5")
 
@@ -153,20 +167,111 @@ class FeedOptions:
         )
 
 
-@dataclasses.dataclass(frozen=True)
-class FeedConfig:
-    """A dataset's whole configuration: files, clip spec and options."""
+@dataclasses.dataclass(frozen=True, slots=True)
+class LayoutArgs:
+    """``layout``, ``frames_key`` and ``label_key`` as ``dataset()`` takes them; :meth:`resolve`
+    makes them one :class:`~h5feed.common.layouts.LayoutSpec` (see
+    :func:`h5feed.common.layouts.resolve` for how the keys combine with a layout)."""
+
+    layout: layouts.LayoutLike = "auto"
+    frames_key: str = "frames"
+    label_key: str | None = "label"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.frames_key, str) or not self.frames_key:
+            raise ValueError("frames_key must be a non-empty dataset name")
+
+    def resolve(self) -> LayoutSpec:
+        """The layout the files are read with; ValueError for a layout or names that do not
+        fit together."""
+        return layouts.resolve(self.layout, self.frames_key, self.label_key)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class HdfConfig:
+    """An HDF5 feed's whole configuration: the ``files`` (in plan order, as given or as a
+    glob/directory resolved), how clips are cut (``clip``), how the files store videos
+    (``layout``, resolved) and the plan/process ``options``. Frozen: an iteration never
+    changes it."""
 
     files: tuple[str, ...]
     clip: ClipSpec
+    layout: LayoutSpec
     options: FeedOptions
-    source: SourceConfig | None = None  # the user's code in the workers (``source=``)
+
+
+#: A feed's configuration: HDF5 files, or the user's code in the workers (``source=``).
+FeedConfig: TypeAlias = HdfConfig | SourceConfig
+
+
+def _names(cls: type[Any]) -> set[str]:
+    return {f.name for f in dataclasses.fields(cls)}
+
+
+def hdf_config(files: Any, kwargs: Mapping[str, Any]) -> HdfConfig:
+    """The configuration of an HDF5 feed from ``dataset()``'s arguments, validated (TypeError
+    for an unknown argument, ValueError for a bad value, FileNotFoundError for files that match
+    nothing) before any process starts."""
+    if files is None:
+        raise TypeError("h5feed: give the HDF5 files, or source= (your own code)")
+    clip_names, layout_names, option_names = (
+        _names(ClipSpec), _names(LayoutArgs), _names(FeedOptions)
+    )  # fmt: skip
+    unknown = set(kwargs) - clip_names - layout_names - option_names
+    if unknown:
+        raise TypeError(f"h5feed: unknown arguments {sorted(unknown)}")
+    clip = ClipSpec.of(**{k: v for k, v in kwargs.items() if k in clip_names})
+    layout = LayoutArgs(**{k: v for k, v in kwargs.items() if k in layout_names}).resolve()
+    options = {k: v for k, v in kwargs.items() if k in option_names}
+    options["index_cache"] = index_cache_dir(options.pop("index_cache", True))
+    paths = resolve_files(files, options.get("data_root"))
+    return HdfConfig(tuple(paths), clip, layout, FeedOptions(**options))
+
+
+def index_cache_dir(index_cache: bool | str | None) -> str | None:
+    """``index_cache=`` as :class:`FeedOptions` holds it: True is :func:`default_cache_dir`,
+    a path itself, False/None no cache."""
+    if index_cache is True:
+        return default_cache_dir()
+    return str(index_cache) if index_cache else None
+
+
+def describe_parameters() -> dict[str, str]:
+    """Every keyword argument of ``dataset()``/``batches()`` (``prefetch`` aside) with its
+    default as Python text (``16``, ``"random"``, ``(0, 1)``, ``None``), in the order of the
+    dataclasses that own them: :class:`ClipSpec`, :class:`LayoutArgs`, :class:`FeedOptions`,
+    :class:`SourceConfig`. Computed from their field defaults, so it cannot disagree with
+    them. Where an argument is not stored as given, its default is the argument's:
+    ``index_cache`` is True (the default directory), a source's ``source``/``source_args``/
+    ``output_signature`` are None (not given)."""
+    found: dict[str, Any] = {}
+    for cls in (ClipSpec, LayoutArgs, FeedOptions):
+        for field in dataclasses.fields(cls):
+            found[field.name] = field.default
+    found["index_cache"] = True  # FeedOptions holds the directory True stands for
+    source_fields = {f.name: f for f in dataclasses.fields(SourceConfig)}
+    for key, name in SOURCE_FIELDS.items():
+        default = source_fields[name].default
+        found[key] = None if default is dataclasses.MISSING else default
+    return {name: _python_text(value) for name, value in found.items()}
+
+
+def _python_text(value: Any) -> str:
+    if isinstance(value, str):
+        return f'"{value}"'
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, tuple):
+        return "(" + ", ".join(_python_text(v) for v in value) + ")"
+    return repr(value)
 
 
 class FeedKwargs(TypedDict, total=False):
-    """The keyword arguments of ``h5feed.dataset()`` and ``h5feed.batches()``.
+    """The keyword arguments of ``h5feed.dataset()`` and ``h5feed.batches()``: exactly the
+    fields of :class:`ClipSpec`, :class:`LayoutArgs` and :class:`FeedOptions`, and the source
+    keys (``SOURCE_KEYS``), as ``tests/test_config.py`` checks.
 
-    Defaults are those of :class:`ClipSpec` and :class:`FeedOptions`; ``index_cache`` is True
+    Defaults: :func:`describe_parameters` (from those dataclasses); ``index_cache`` is True
     (the default directory, see :func:`default_cache_dir`), a directory, or False (off).
     ``tune_malloc`` (default True) keeps 16 MiB of freed memory mapped in the trainer process
     (glibc ``M_TOP_PAD``) so each ~5 MB batch does not fault in fresh pages; see

@@ -28,7 +28,6 @@ from h5feed.common.elements import ElementSpec, Field, RaggedArray
 from h5feed.common.errors import H5FeedError
 from h5feed.consumer.assembly import Batch
 from h5feed.consumer.credits import CreditGate
-from h5feed.consumer.options import FeedConfig
 from h5feed.consumer.ordering import Release
 from h5feed.consumer.plan import Cursor, epoch_order
 from h5feed.consumer.scheduler import Reassignment, Send
@@ -48,13 +47,12 @@ class _Elements:
 
     def __init__(
         self,
-        config: FeedConfig,
         source: SourceConfig,
         spec: ElementSpec,
         kind: str,
         counters: collections.Counter[str],
     ) -> None:
-        self.config, self.source, self.spec, self.kind = config, source, spec, kind
+        self.source, self.spec, self.kind = source, spec, kind
         self._counters = counters
 
     def accept(
@@ -112,7 +110,7 @@ class ItemScheduler:
     def __init__(
         self,
         kind: str,
-        config: FeedConfig,
+        config: SourceConfig,
         built: _Elements,
         length: int,
         job_id: str,
@@ -210,14 +208,14 @@ class GeneratorScheduler:
 
     def __init__(
         self,
-        config: FeedConfig,
-        source: SourceConfig,
+        config: SourceConfig,
         built: _Elements,
         job_id: str,
         epochs: Iterator[int],
         gate: CreditGate,
     ) -> None:
-        self.config, self.source, self._built, self.job_id = config, source, built, job_id
+        self.config = self.source = config
+        self._built, self.job_id = built, job_id
         self._epochs = epochs
         self._gate = gate  # a pull that yields no batch gives its credit back
         self._ledger: Ledger[tuple[int, int, int]] = Ledger()  # (epoch, count asked, pass)
@@ -340,8 +338,7 @@ KindScheduler = ItemScheduler | GeneratorScheduler
 
 def make_kind(
     kind: str,
-    config: FeedConfig,
-    source: SourceConfig,
+    config: SourceConfig,
     spec: ElementSpec,
     length: int | None,
     job_id: str,
@@ -351,7 +348,7 @@ def make_kind(
     gate: CreditGate,
 ) -> KindScheduler:
     """The scheduler of ``kind``, once the handshake agreed on it."""
-    built = _Elements(config, source, spec, kind, counters)
+    built = _Elements(config, spec, kind, counters)
     if kind == GENERATOR:
-        return GeneratorScheduler(config, source, built, job_id, epochs, gate)
+        return GeneratorScheduler(config, built, job_id, epochs, gate)
     return ItemScheduler(kind, config, built, length or 0, job_id, epochs, start)

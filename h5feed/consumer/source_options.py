@@ -1,29 +1,47 @@
-"""The configuration of a user source (``h5feed.dataset(source=...)``), validated once."""
+"""The configuration of a user source (``h5feed.dataset(source=...)``), validated once, and
+what its workers tell of it (:class:`Learnt`), kept apart from the configuration."""
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgpack
 
 from h5feed.common.elements import ElementSpec
 
-SOURCE_KEYS = ("source", "source_args", "output_signature", "ragged", "steps_per_epoch")
+if TYPE_CHECKING:  # options.py imports this module (FeedConfig = HdfConfig | SourceConfig)
+    from h5feed.consumer.options import FeedOptions
+
+#: The keyword arguments of ``h5feed.dataset()`` that configure a source, and the
+#: :class:`SourceConfig` field each one becomes.
+SOURCE_FIELDS: dict[str, str] = {
+    "source": "source",
+    "source_args": "args",
+    "output_signature": "spec",
+    "ragged": "ragged",
+    "steps_per_epoch": "steps_per_epoch",
+}
+SOURCE_KEYS = tuple(SOURCE_FIELDS)
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class SourceConfig:
-    """What the workers run and how its elements are batched.
+    """A source feed's whole configuration: what the workers run, how its elements are
+    batched, and the plan/process ``options``.
 
     ``source``: ``"package.module:factory"``; ``args``: msgpack-able keyword arguments of the
     factory (they travel in the SOURCE message; nothing is pickled); ``ragged``: True (every
     field that varies in size) or the paths of the fields to give as ragged instead of padded;
-    ``steps_per_epoch``: generator sources only, batches per epoch; ``spec``: the element
-    spec, given (``output_signature``) or learnt from the workers' first elements; ``kind``:
-    known once the workers have loaded the source; ``sys_path``: where local workers look
-    for the user's modules too (the trainer's ``sys.path``).
+    ``steps_per_epoch``: generator sources only, batches per epoch; ``spec``: the element spec
+    the user gave (``output_signature``), else None (the workers' first elements tell it);
+    ``sys_path``: where local workers look for the user's modules too (the trainer's
+    ``sys.path``).
+
+    Guarantees: validated on construction (ValueError naming the argument); never changed
+    afterwards, also not by what the workers tell (that is a :class:`Learnt`, which the feed
+    keeps).
     """
 
     source: str
@@ -31,9 +49,8 @@ class SourceConfig:
     ragged: bool | tuple[str, ...] = False
     steps_per_epoch: int | None = None
     spec: ElementSpec | None = None
-    given_spec: bool = False
-    kind: str | None = None
     sys_path: tuple[str, ...] = ()
+    options: FeedOptions
 
     def __post_init__(self) -> None:
         module, sep, name = self.source.partition(":") if isinstance(self.source, str) else "::"
@@ -57,3 +74,14 @@ class SourceConfig:
         if isinstance(self.ragged, bool):
             return self.ragged
         return path in self.ragged
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Learnt:
+    """What the workers told of a source once they loaded it: its kind (``"map"``,
+    ``"keras"``, ``"generator"``) and element spec (the given one, checked, or the merge of
+    what each worker probed). The feed keeps it, so later iterations skip the probe and use
+    the same spec as the tf.data signature."""
+
+    kind: str
+    spec: ElementSpec

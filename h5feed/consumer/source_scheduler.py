@@ -13,7 +13,6 @@ protocol as the HDF5 one.
 from __future__ import annotations
 
 import collections
-import dataclasses
 import sys
 from collections.abc import Iterator, Sequence
 
@@ -22,21 +21,11 @@ from h5feed.common.elements import ElementSpec
 from h5feed.common.errors import SourceError
 from h5feed.consumer.assembly import Batch
 from h5feed.consumer.credits import CreditGate
-from h5feed.consumer.options import FeedConfig
 from h5feed.consumer.plan import Cursor
 from h5feed.consumer.scheduler import Reassignment, Send
 from h5feed.consumer.source_kinds import GENERATOR, KERAS, KINDS, KindScheduler, make_kind
-from h5feed.consumer.source_options import SourceConfig
+from h5feed.consumer.source_options import Learnt, SourceConfig
 from h5feed.consumer.work import Peer
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Learnt:
-    """What the workers told of a source: its kind and element spec (kept by the feed, so
-    later iterations skip the probe and use the same spec)."""
-
-    kind: str
-    spec: ElementSpec
 
 
 class SourceScheduler:
@@ -44,7 +33,7 @@ class SourceScheduler:
 
     def __init__(
         self,
-        config: FeedConfig,
+        config: SourceConfig,
         job_id: str,
         epochs: Iterator[int],
         start: Cursor,
@@ -52,18 +41,14 @@ class SourceScheduler:
         gate: CreditGate,
         learnt: Learnt | None = None,
     ) -> None:
-        source = config.source
-        if source is None:  # the stream chooses this class only for sources
-            raise ValueError("SourceScheduler needs a source config")
-        self.config = config
-        self.source: SourceConfig = source
+        self.config = self.source = config
         self.job_id = job_id
         self.learnt = learnt
         self._epochs = epochs
         self._start = start
         self._counters = counters
         self._gate = gate
-        self._spec = learnt.spec if learnt else source.spec
+        self._spec = learnt.spec if learnt else config.spec
         self._peers: list[Peer] = []
         self._infos: dict[Peer, messages.SourceInfo] = {}
         self._kind: KindScheduler | None = None
@@ -120,7 +105,7 @@ class SourceScheduler:
                 f"epoch (cursor {self._start})"
             )
         self._kind = make_kind(
-            kind, self.config, self.source, spec, length, self.job_id, self._epochs,
+            kind, self.config, spec, length, self.job_id, self._epochs,
             self._start, self._counters, self._gate,
         )  # fmt: skip
         return [self._source(peer, spec) for peer in self._peers]

@@ -43,7 +43,8 @@ from h5feed.consumer.plan import Cursor
 from h5feed.consumer.router import Router
 from h5feed.consumer.scheduler import Scheduler
 from h5feed.consumer.session import PeerSession
-from h5feed.consumer.source_scheduler import Learnt, SourceScheduler
+from h5feed.consumer.source_options import Learnt, SourceConfig
+from h5feed.consumer.source_scheduler import SourceScheduler
 from h5feed.consumer.stats import RateMeter, WaitMeter, verdict
 from h5feed.consumer.waker import Waker
 
@@ -63,7 +64,8 @@ _live_streams: weakref.WeakSet[BatchStream] = weakref.WeakSet()
 
 
 class BatchStream(Iterator[dict[str, np.ndarray]]):
-    """Iterates the batches of ``epochs`` epochs (None: forever) from ``start``."""
+    """Iterates the batches of ``epochs`` epochs (None: forever) from ``start``; a source's
+    workers are given ``learnt`` (kind and spec an earlier iteration was told), if any."""
 
     def __init__(
         self,
@@ -123,11 +125,11 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
             self.job_id, router, self._workers, options.unit_timeout_s, self.counters
         )
         self.scheduler: Scheduler = (
-            HdfScheduler(config, self.job_id, epoch_range, start, self.counters)
-            if config.source is None
-            else SourceScheduler(
+            SourceScheduler(
                 config, self.job_id, epoch_range, start, self.counters, self._gate, learnt
             )
+            if isinstance(config, SourceConfig)
+            else HdfScheduler(config, self.job_id, epoch_range, start, self.counters)
         )
         self._loop = FeedLoop(
             options,

@@ -21,7 +21,7 @@ from h5feed.common.errors import SourceError
 from h5feed.consumer.source_kinds import KERAS
 
 if TYPE_CHECKING:
-    from h5feed.consumer.options import FeedConfig
+    from h5feed.consumer.source_options import Learnt, SourceConfig
 
 
 def spec_from_signature(signature: Any) -> ElementSpec:
@@ -64,17 +64,15 @@ def ragged_paths(signature: Any, ragged: Any) -> Any:
     return tuple(found) if found else False
 
 
-def tf_signature(config: FeedConfig) -> Any:
-    """The tf.data element signature of a source feed whose spec and kind are known: the
-    batch tree of :func:`h5feed.common.elements.build_batch`, with list nodes as tuples."""
+def tf_signature(source: SourceConfig, learnt: Learnt) -> Any:
+    """The tf.data element signature of a source feed, from the kind and element spec its
+    workers told: the batch tree of :func:`h5feed.common.elements.build_batch`, with list
+    nodes as tuples."""
     import tensorflow as tf
 
-    source = config.source
-    if source is None or source.spec is None:
-        raise SourceError("the source's element spec is not known yet")
-    spec = source.spec
-    keras = source.kind == KERAS
-    rows = config.options.batch_size if config.options.drop_remainder else None
+    spec = learnt.spec
+    keras = learnt.kind == KERAS
+    rows = source.options.batch_size if source.options.drop_remainder else None
 
     def dtype(leaf: LeafSpec) -> Any:
         return tf.string if leaf.is_string else tf.as_dtype(np.dtype(leaf.dtype))

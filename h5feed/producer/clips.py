@@ -15,6 +15,7 @@ import numpy as np
 
 from h5feed.common.config import ClipSpec, clip_frame_indices
 from h5feed.common.errors import DataError
+from h5feed.common.layouts import LayoutSpec
 from h5feed.common.messages import Row
 from h5feed.producer import index_cache
 from h5feed.producer.decode import ClipWriter, decode_frame
@@ -24,14 +25,15 @@ from h5feed.producer.transform import Transform
 
 
 class ClipMaker:
-    """The files and clip spec of one job, opened in this process.
+    """The files, clip spec and layout of one job, opened in this process.
 
     Creating it imports the transform (so a bad import path fails when the job starts,
-    naming the path).
+    naming the path). Every file is opened with ``layout`` (``Auto``: recognised per file).
     """
 
-    def __init__(self, spec: ClipSpec) -> None:
+    def __init__(self, spec: ClipSpec, layout: LayoutSpec) -> None:
         self.spec = spec
+        self.layout = layout
         self.writer = ClipWriter(spec)
         self.transform = (
             Transform(spec.transform, spec.transform_args) if spec.transform is not None else None
@@ -45,7 +47,7 @@ class ClipMaker:
         self.files.clear()
 
     def open_and_index(self, file_index: int, path: str, cache_dir: str | None) -> list[VideoEntry]:
-        handle = open_reader(path, self.spec.layout_spec)
+        handle = open_reader(path, self.layout)
         self.files[file_index] = handle
         videos = None
         if cache_dir is not None:

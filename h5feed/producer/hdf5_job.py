@@ -14,7 +14,7 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 
-from h5feed.common import messages
+from h5feed.common import layouts, messages
 from h5feed.common.config import ClipSpec
 from h5feed.producer.clips import ClipMaker
 from h5feed.producer.shm import SlotMaps
@@ -23,15 +23,9 @@ from h5feed.producer.shm import SlotMaps
 SlotTarget = tuple[np.ndarray, Sequence[int]]
 
 
-def clip_spec(job: messages.Job) -> ClipSpec:
-    """The clip spec of ``job``, reading its videos with the JOB's ``layout``; ValueError
-    for a bad clip spec or layout.
-
-    ClipSpec still holds the layout (its ``layout`` field, also in ``job.clip``): the JOB's
-    own ``layout`` field is the one that counts. This is the one place that builds the two
-    from a JOB, so that separating layout from ClipSpec changes only this function.
-    """
-    return ClipSpec.from_wire({**job.clip, "layout": dict(job.layout)})
+def job_spec(job: messages.Job) -> tuple[ClipSpec, layouts.LayoutSpec]:
+    """The clip spec and the layout of ``job``; ValueError for a bad one."""
+    return ClipSpec.from_wire(dict(job.clip)), layouts.from_wire(dict(job.layout))
 
 
 class Hdf5Job:
@@ -48,10 +42,10 @@ class Hdf5Job:
     4. Not thread-safe: the worker's single event-loop thread uses it.
     """
 
-    def __init__(self, job_id: str, spec: ClipSpec) -> None:
+    def __init__(self, job_id: str, spec: ClipSpec, layout: layouts.LayoutSpec) -> None:
         self.id = job_id
         self.spec = spec
-        self.maker = ClipMaker(spec)  # imports the transform: a bad path fails the job here
+        self.maker = ClipMaker(spec, layout)  # imports the transform: a bad path fails here
         self.slots = SlotMaps()
 
     def close(self) -> None:

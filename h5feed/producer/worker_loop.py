@@ -21,7 +21,7 @@ from h5feed import __version__
 from h5feed.common import messages
 from h5feed.common.curve import KeyPair, make_client
 from h5feed.common.errors import ProtocolError, VersionMismatchError
-from h5feed.producer.hdf5_job import Hdf5Job, SlotTarget, clip_spec
+from h5feed.producer.hdf5_job import Hdf5Job, SlotTarget, job_spec
 from h5feed.producer.shm import SlotError
 from h5feed.producer.sources import SourceJob
 from h5feed.producer.worker_stats import WorkerCounters
@@ -222,7 +222,7 @@ class Worker:
             self.end_job()
             self.counters.add("jobs")
             try:
-                self.job = Hdf5Job(job.job, clip_spec(job))
+                self.job = Hdf5Job(job.job, *job_spec(job))
             except Exception as exc:  # a bad spec or transform import path: tell the trainer
                 self.send_error(job.job, None, exc)
                 return

@@ -1,0 +1,141 @@
+"""The tf.data element signature of a feed: one way for HDF5 files and user sources.
+
+``h5feed.dataset()`` needs the signature before tf.data asks for an element. Where the
+configuration alone tells it, nothing starts early: an HDF5 feed without a transform gives
+``frames`` uint8 [B, clip_len, H, W, 3] (H, W from ``crop``, else ``resize``, else None) and
+its other keys. Where it does not (an HDF5 ``transform``, whose output decides the frames'
+shape and dtype; any ``source``, whose workers tell its kind and element spec),
+:func:`feed_signature` starts the feed's first iteration and peeks at its first batch.
+
+Guarantees of the peek:
+
+1. The peeked iteration is the feed's first (it takes its epoch numbers as any iteration
+   does), and no batch of it is lost or repeated: :meth:`FirstIteration.batches` yields the
+   peeked batch, then the rest; ``dataset()`` gives that to the dataset's first ``iter()``.
+   Every later ``iter()`` starts an iteration of its own.
+2. What fails before the first batch (a bad import path, a worker's error, an element that
+   does not fit the given ``output_signature``) is raised by ``dataset()`` itself, and the
+   peeked iteration is closed.
+3. HDF5 with a transform: ``frames`` has the first batch's shape (after the batch axis) and
+   dtype; the workers check every later sample against them. Source: the signature is
+   ``tf_signature`` of the kind and element spec the workers told (``SourceFeed.learnt``);
+   every later iteration gives its workers that spec, so every batch fits the signature. An
+   iteration that ends before its first batch still tells a source's spec (its first
+   ``iter()`` then yields nothing); with an HDF5 transform it is an error.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from h5feed.common.errors import H5FeedError, SourceError
+from h5feed.consumer.options import FeedConfig, HdfConfig
+from h5feed.consumer.source_api import SourceFeed
+from h5feed.consumer.source_options import Learnt, SourceConfig
+from h5feed.consumer.stream import BATCH_KEYS, BatchStream
+from h5feed.consumer.tf_elements import tf_signature, to_tf
+
+if TYPE_CHECKING:
+    from h5feed.consumer.api import Feed
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class FirstIteration:
+    """A feed's first iteration, started to learn the signature, and its first batch (None:
+    the iteration ended without one)."""
+
+    stream: BatchStream
+    first: Any | None
+
+    def batches(self) -> Iterator[Any]:
+        """The whole iteration: the peeked batch, then the rest of the stream."""
+        if self.first is None:
+            return self.stream
+        return itertools.chain([self.first], self.stream)
+
+
+def peek(feed: Feed) -> FirstIteration:
+    """Start ``feed``'s next iteration and take its first batch; what the iteration raises
+    before it is raised here, with the iteration closed."""
+    stream = feed.stream()
+    try:
+        return FirstIteration(stream, next(stream, None))
+    except BaseException:
+        stream.close()
+        raise
+
+
+def feed_signature(
+    feed: Feed, keys: Sequence[str] = BATCH_KEYS
+) -> tuple[Any, FirstIteration | None]:
+    """The tf.data signature of ``feed``'s batches (an HDF5 feed's with ``keys``), and the
+    first iteration when it had to be started to learn it (see the module docstring)."""
+    config = feed.config
+    if isinstance(config, HdfConfig) and config.clip.transform is None:
+        return hdf5_signature(config, None, keys), None
+    iteration = peek(feed)
+    try:
+        if isinstance(config, HdfConfig):
+            if iteration.first is None:
+                raise H5FeedError(
+                    "the first iteration ended before its first batch, so the shape and dtype "
+                    f"of transform {config.clip.transform!r} are unknown"
+                )
+            return hdf5_signature(config, iteration.first, keys), iteration
+        learnt = feed.learnt if isinstance(feed, SourceFeed) else None
+        if learnt is None:
+            raise SourceError(f"the workers did not tell the element spec of {config.source!r}")
+        return source_signature(config, learnt), iteration
+    except BaseException:
+        iteration.stream.close()
+        raise
+
+
+def hdf5_signature(
+    config: HdfConfig, first: Mapping[str, np.ndarray] | None, keys: Sequence[str] = BATCH_KEYS
+) -> dict[str, Any]:
+    """The signature of an HDF5 feed's elements with ``keys``; ``frames`` from the clip
+    spec, or from ``first`` (a batch) when given; ``file``/``video`` strings, the rest int64."""
+    import tensorflow as tf
+
+    clip, options = config.clip, config.options
+    rows = options.batch_size if options.drop_remainder else None
+    if first is None:
+        height, width = clip.frame_shape
+        frames = tf.TensorSpec((rows, clip.clip_len, height, width, 3), tf.uint8)
+    else:
+        sample = first["frames"]
+        frames = tf.TensorSpec((rows, *sample.shape[1:]), tf.as_dtype(sample.dtype))
+    strings = ("file", "video")
+    return {
+        key: frames
+        if key == "frames"
+        else tf.TensorSpec((rows,), tf.string if key in strings else tf.int64)
+        for key in keys
+    }
+
+
+def source_signature(config: SourceConfig, learnt: Learnt) -> Any:
+    """The signature of a source feed's batches, from the kind and spec its workers told."""
+    return tf_signature(config, learnt)
+
+
+def element_maker(
+    config: FeedConfig, signature: Any, keys: Sequence[str] = BATCH_KEYS
+) -> Callable[[Any], Any]:
+    """What turns a batch of the stream into a tf.data element of ``signature``: an HDF5
+    batch keeps ``keys``; a source batch gives its RaggedArrays as ``tf.RaggedTensor``
+    where the signature has ragged fields."""
+    import tensorflow as tf
+
+    if isinstance(config, HdfConfig):
+        return lambda batch: {key: batch[key] for key in keys}
+    flat = tf.nest.flatten(signature, expand_composites=False)
+    if any(isinstance(spec, tf.RaggedTensorSpec) for spec in flat):
+        return to_tf
+    return lambda batch: batch

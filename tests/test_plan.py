@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from h5feed.common.config import ClipSpec, clip_frame_indices, clip_start
+from h5feed.consumer.hdf5_scheduler import assign_files
 from h5feed.consumer.plan import EpochPlan, Index, PlanOptions
-from h5feed.consumer.work import assign_files, is_valid_index
 
 
 def test_frame_indices_for_full_and_short_videos() -> None:
@@ -35,13 +35,6 @@ def test_assign_files_balances_by_size_deterministically() -> None:
     assert sorted(loads) == [105, 110]
     assert owner.tolist() == assign_files([100, 10, 10, 90, 5], workers=2).tolist()
     assert sorted(assign_files([1, 1], workers=4).tolist()) == [0, 1]  # extra workers own nothing
-
-
-def test_index_validation() -> None:
-    assert is_valid_index([["video_000", 3, 1]])
-    assert not is_valid_index([["video_000", 0, 1]])
-    assert not is_valid_index([["video_000", True, 1]])
-    assert not is_valid_index("nope")
 
 
 def _index(frames: list[int]) -> Index:

@@ -19,7 +19,6 @@ import h5feed
 from h5feed.common import elements
 from h5feed.common.elements import ElementSpec, RaggedArray
 from h5feed.common.errors import SourceError
-from h5feed.consumer.source_api import learnt_of
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -134,7 +133,7 @@ def test_what_the_workers_tell_is_kept_by_the_feed_not_written_into_its_config()
     assert [leaf.path for leaf in learnt.spec.leaves] == ["label", "name", "tokens"]
     stream = feed.stream()  # a later iteration starts from what was learnt: no probe
     try:
-        assert learnt_of(stream) == learnt  # at once: given by the feed, not probed
+        assert stream.learnt == learnt  # at once: given by the feed, not probed
         assert len(list(stream)) == 1
     finally:
         stream.close()

@@ -21,6 +21,7 @@ import zmq
 from h5feed.common import messages
 from h5feed.common.config import ClipSpec
 from h5feed.common.messages import FileRef, Row
+from h5feed.consumer.options import LayoutArgs
 
 RECEIVE_TIMEOUT_MS = 20_000  # a worker imports numpy, h5py and OpenCV before its HELLO
 EXIT_TIMEOUT_S = 10
@@ -86,7 +87,7 @@ def leave(peer: Peer) -> None:
 
 def job(files: list[pathlib.Path], layout: Mapping[str, Any] | None = None) -> messages.Job:
     refs = tuple(FileRef(i, str(path)) for i, path in enumerate(files))
-    wire_layout = SPEC.layout_spec.to_wire() if layout is None else layout
+    wire_layout = LayoutArgs().resolve().to_wire() if layout is None else layout
     return messages.Job("job-1", refs, SPEC.to_wire(), wire_layout, None)
 
 

@@ -32,3 +32,9 @@ def with_ids(logger: logging.Logger, role: str, **ids: object) -> IdsLogger:
     """``logger`` whose lines start with ``[ROLE HOST pid PID key value ...]``."""
     text = "".join(f" {key} {value}" for key, value in ids.items())
     return _IdsAdapter(logger, {"role": role, "ids": text})
+
+
+def consumer_log(job_id: str) -> IdsLogger:
+    """The consumer's logger for the iteration of job ``job_id``: ``[consumer HOST pid PID
+    job XXXXXXXX]`` in front of every line (each part of the loop logs through it)."""
+    return with_ids(logging.getLogger("h5feed.consumer"), "consumer", job=job_id[:8])

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import collections
 import itertools
-import logging
 import os
 import socket
 from collections.abc import Iterator, Sequence
@@ -27,6 +26,7 @@ import numpy as np
 
 from h5feed.common import messages
 from h5feed.common.errors import H5FeedError
+from h5feed.common.logs import consumer_log
 from h5feed.consumer.assembly import Batch, BatchAssembler
 from h5feed.consumer.credits import CreditGate
 from h5feed.consumer.options import HdfConfig
@@ -36,7 +36,6 @@ from h5feed.consumer.scheduler import Reassignment, Send
 from h5feed.consumer.slots import Slot, SlotPool, supported
 from h5feed.consumer.work import Ledger, Peer
 
-_log = logging.getLogger("h5feed.consumer")
 _HOST = socket.gethostname()
 
 #: A unit's record: the positions of its rows in the batch, and whether they go to a slot.
@@ -58,6 +57,7 @@ class HdfScheduler:
     ) -> None:
         self.config = config
         self.job_id = job_id
+        self._log = consumer_log(job_id)
         self.index: Index | None = None
         self._epochs = epochs
         self._start = start
@@ -103,7 +103,7 @@ class HdfScheduler:
                 self._plan_start()
         else:
             self._counters["malformed_messages"] += 1
-            _log.warning("dropped an unexpected %s message from %s", message.KIND, peer)
+            self._log.warning("dropped an unexpected %s message from %s", message.KIND, peer)
         return []
 
     def _plan_start(self) -> None:
@@ -114,7 +114,7 @@ class HdfScheduler:
             slots = (self._pool, self._clip_shape())
         self._assembler = BatchAssembler(self.index, self.config.clip.transform, slots)
         self._plan = self._batches(self.index)
-        _log.info("indexed %d files, %d videos", len(files), self.index.num_videos)
+        self._log.info("indexed %d files, %d videos", len(files), self.index.num_videos)
 
     @property
     def ready(self) -> bool:
@@ -195,7 +195,7 @@ class HdfScheduler:
         samples = None if unit is None else self._samples(unit.seq, unit.work[0])
         if unit is None or unit.peer is not peer or list(data.samples) != samples:
             self._counters["dropped_parts"] += 1
-            _log.warning("dropped an unexpected part (unit %s) from %s", data.unit, peer)
+            self._log.warning("dropped an unexpected part (unit %s) from %s", data.unit, peer)
             return []
         positions, in_slot = unit.work
         frames = data.arrays.get("frames")
@@ -207,7 +207,9 @@ class HdfScheduler:
             nbytes *= len(positions)
         elif self._is_bad_part(frames, len(positions)):
             self._counters["malformed_messages"] += 1
-            _log.warning("dropped part of unit %d from %s with a bad frames array", unit.id, peer)
+            self._log.warning(
+                "dropped part of unit %d from %s with a bad frames array", unit.id, peer
+            )
             return []
         else:
             nbytes = frames.nbytes if frames is not None else 0

@@ -22,7 +22,6 @@ BYE or becomes unreachable has its work handed to the others. Nothing waits fore
 from __future__ import annotations
 
 import collections
-import logging
 import queue
 import threading
 import time
@@ -39,8 +38,6 @@ from h5feed.consumer.router import Router
 from h5feed.consumer.scheduler import Scheduler, Send
 from h5feed.consumer.session import PeerSession
 from h5feed.consumer.waker import Waker
-
-_log = logging.getLogger("h5feed.consumer")
 
 _POLL_MS = 50
 _HEALTH_EVERY_S = 0.2

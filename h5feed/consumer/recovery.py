@@ -16,8 +16,6 @@
 
 from __future__ import annotations
 
-import logging
-
 from h5feed.common import messages
 from h5feed.common.errors import WorkerDiedError, WorkerError, WorkerTimeoutError
 from h5feed.consumer.events import PeerLost
@@ -25,7 +23,6 @@ from h5feed.consumer.scheduler import Reassignment, Scheduler
 from h5feed.consumer.session import PeerSession
 from h5feed.consumer.work import Peer
 
-_log = logging.getLogger("h5feed.consumer")
 _EXIT_REPORT_WAIT_S = 1.0
 
 
@@ -56,7 +53,7 @@ def recover(
     moved = scheduler.reassign(peer, heirs)
     if moved.unmovable is not None:
         raise WorkerDiedError(f"worker {peer} left the job ({reason}): {moved.unmovable}")
-    _log.warning(
+    session.log.warning(
         "worker %s left the job (%s): %d units handed to %d others",
         peer, reason, moved.moved_units, len(heirs),
     )  # fmt: skip

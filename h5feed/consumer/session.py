@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import logging
 import time
 from collections.abc import Sequence
 from typing import Protocol
@@ -35,10 +34,9 @@ import zmq
 
 from h5feed.common import messages
 from h5feed.common.errors import ProtocolError, VersionMismatchError
+from h5feed.common.logs import consumer_log
 from h5feed.consumer.events import Arrived, Event, LossCause, PeerJoined, PeerLost
 from h5feed.consumer.work import Peer
-
-_log = logging.getLogger("h5feed.consumer")
 
 
 class Transport(Protocol):
@@ -68,6 +66,7 @@ class PeerSession:
         counters: collections.Counter[str],
     ) -> None:
         self.job_id = job_id
+        self.log = consumer_log(job_id)  # ids in every line; the loop's parts share it
         self._transport = transport
         self._local = local
         self._local_names = frozenset(local.names) if local is not None else frozenset()
@@ -114,7 +113,7 @@ class PeerSession:
             return  # a persistent producer's periodic hello, or one already turned away
         if not self._joining:
             self._gone.add(identity)
-            _log.info(
+            self.log.info(
                 "worker %s joined after the work was shared out: idle until the next iteration",
                 hello.worker,
             )
@@ -129,14 +128,14 @@ class PeerSession:
         if identity not in self._gone:
             self._gone.add(identity)
             self.refused.append(f"{identity.decode(errors='replace')}: {why}")
-            _log.error("refused worker %r: %s", identity, why)
+            self.log.error("refused worker %r: %s", identity, why)
         with contextlib.suppress(zmq.ZMQError):  # it may be gone already; nothing to tell then
             self._transport.send(identity, messages.Bye.refusing(why), zmq.NOBLOCK)
 
     def drop(self, why: str) -> None:
         """Count and log a message that is not used."""
         self.counters["malformed_messages"] += 1
-        _log.warning("dropped %s", why)
+        self.log.warning("dropped %s", why)
 
     # -- what is sent ----------------------------------------------------------------------
 
@@ -157,7 +156,7 @@ class PeerSession:
             try:
                 self._transport.send(peer.identity, messages.Bye("iteration over"), zmq.NOBLOCK)
             except zmq.ZMQError as exc:
-                _log.debug("no bye to %s: %s", peer.name, exc)
+                self.log.debug("no bye to %s: %s", peer.name, exc)
 
     # -- membership and health -------------------------------------------------------------
 

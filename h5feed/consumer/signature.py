@@ -129,13 +129,8 @@ def element_maker(
     config: FeedConfig, signature: Any, keys: Sequence[str] = BATCH_KEYS
 ) -> Callable[[Any], Any]:
     """What turns a batch of the stream into a tf.data element of ``signature``: an HDF5
-    batch keeps ``keys``; a source batch gives its RaggedArrays as ``tf.RaggedTensor``
-    where the signature has ragged fields."""
-    import tensorflow as tf
-
+    batch keeps ``keys``; a source batch gives its RaggedArrays as ``tf.RaggedTensor`` and
+    its lists (a keras item's ``[y_a, y_b]``) as tuples, as the signature has them."""
     if isinstance(config, HdfConfig):
         return lambda batch: {key: batch[key] for key in keys}
-    flat = tf.nest.flatten(signature, expand_composites=False)
-    if any(isinstance(spec, tf.RaggedTensorSpec) for spec in flat):
-        return to_tf
-    return lambda batch: batch
+    return to_tf

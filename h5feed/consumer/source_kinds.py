@@ -19,13 +19,13 @@
 from __future__ import annotations
 
 import collections
-import logging
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Final
 
 from h5feed.common import elements, messages
 from h5feed.common.elements import ElementSpec, Field, RaggedArray
 from h5feed.common.errors import H5FeedError
+from h5feed.common.logs import IdsLogger, consumer_log
 from h5feed.consumer.assembly import Batch
 from h5feed.consumer.credits import CreditGate
 from h5feed.consumer.ordering import Release
@@ -33,8 +33,6 @@ from h5feed.consumer.plan import Cursor, epoch_order
 from h5feed.consumer.scheduler import Reassignment, Send
 from h5feed.consumer.source_options import SourceConfig
 from h5feed.consumer.work import Ledger, Peer, Unit, W
-
-_log = logging.getLogger("h5feed.consumer")
 
 MAP: Final = "map"
 KERAS: Final = "keras"
@@ -51,9 +49,11 @@ class _Elements:
         spec: ElementSpec,
         kind: str,
         counters: collections.Counter[str],
+        log: IdsLogger,
     ) -> None:
         self.source, self.spec, self.kind = source, spec, kind
         self._counters = counters
+        self.log = log
 
     def accept(
         self, ledger: Ledger[W], peer: Peer, data: messages.Data, fits: Callable[[W], bool]
@@ -78,7 +78,7 @@ class _Elements:
 
     def _drop(self, counter: str, why: str) -> None:
         self._counters[counter] += 1
-        _log.warning("dropped %s", why)
+        self.log.warning("dropped %s", why)
 
     def batch(self, epoch: int, index: int, fields: list[Field], elements_in_part: int) -> Batch:
         size = elements.nbytes(fields)
@@ -279,7 +279,7 @@ class GeneratorScheduler:
                 + (dropped if self.config.options.drop_remainder else "")
             )
         if steps is not None and self._batches < steps:
-            _log.warning(
+            self._built.log.warning(
                 "epoch %d ended after %d of steps_per_epoch=%d batches: every worker's "
                 "generator ended first",
                 epoch, self._batches, steps,
@@ -348,7 +348,7 @@ def make_kind(
     gate: CreditGate,
 ) -> KindScheduler:
     """The scheduler of ``kind``, once the handshake agreed on it."""
-    built = _Elements(config, spec, kind, counters)
+    built = _Elements(config, spec, kind, counters, consumer_log(job_id))
     if kind == GENERATOR:
         return GeneratorScheduler(config, built, job_id, epochs, gate)
     return ItemScheduler(kind, config, built, length or 0, job_id, epochs, start)

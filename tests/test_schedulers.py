@@ -463,6 +463,15 @@ def test_a_source_lost_before_the_handshake_ends_is_unmovable() -> None:
     assert moved.unmovable is not None
 
 
+def test_a_source_peer_lost_before_the_work_was_shared_out_is_no_loss() -> None:
+    fleet, scheduler, _config = map_fleet(2)
+    early, rest = fleet.live[0], fleet.live[1:]
+    moved = scheduler.reassign(early, rest)  # e.g. a producer gone during the join grace
+    assert (moved.sends, moved.moved_units, moved.unmovable) == ([], 0, None)
+    fleet.live = rest
+    assert all(send.peer is not early for send in scheduler.start(rest))
+
+
 @pytest.mark.parametrize("cursor", [Cursor(1, 2), Cursor(0, 5)])
 def test_map_starting_at_a_cursor_gives_the_rest_of_the_full_run(cursor: Cursor) -> None:
     full, _s, _c = map_fleet(2, epochs=2)

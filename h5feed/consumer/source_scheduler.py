@@ -174,6 +174,8 @@ class SourceScheduler:
         return self._kind is None or self._kind.owns(peer)
 
     def reassign(self, lost: Peer, heirs: Sequence[Peer]) -> Reassignment:
+        if lost not in self._peers:
+            return Reassignment([], 0)  # it left before the work was shared out
         if self._kind is None:
             return Reassignment([], 0, "the source was not loaded everywhere yet")
         return self._kind.reassign(lost, heirs)

@@ -168,7 +168,10 @@ class SourceScheduler:
         return self._require_kind().next_units(gate, peers)
 
     def on_data(self, peer: Peer, data: messages.Data) -> list[Batch]:
-        return self._require_kind().on_data(peer, data)
+        if self._kind is None:  # no unit was sent yet: nobody may answer one
+            self._counters["dropped_parts"] += 1
+            return []
+        return self._kind.on_data(peer, data)
 
     def owns(self, peer: Peer) -> bool:
         return self._kind is None or self._kind.owns(peer)

@@ -21,7 +21,8 @@ values only, arrays are raw bytes with a declared dtype that excludes object dty
 
 Decoding is strict: wrong magic, another version, unknown kind, missing or unknown fields,
 wrong field types, a frame count or byte length that does not match the declared arrays, an
-array beyond the size limits, or an oversized header all raise :class:`ProtocolError` (or
+array beyond the size limits, or an oversized header (``Limits``: 2 MiB, and msgpack's own
+per-string, -array and -map limits, checked before it builds the object) all raise :class:`ProtocolError` (or
 :class:`VersionMismatchError`). Decoded arrays are read-only views over the received frames
 (``np.frombuffer``): receiving copies nothing.
 """
@@ -130,14 +131,36 @@ ALLOWED_DTYPES: Final = frozenset(
 )
 
 
+#: Default cap on one ZeroMQ frame (``ZMQ_MAXMSGSIZE``), set on every socket before it binds or
+#: connects. The largest legal frame is one DATA array: a unit's rows of clips, rows x T x H x
+#: W x 3 bytes; 1 GiB holds 8 clips of 16 full-HD (1080 x 1920) frames (796 MB), so the
+#: default batch of full-size frames fits. libzmq reads a frame's declared size first and
+#: disconnects a peer that declares more, before it buffers a byte of it.
+DEFAULT_MAX_MESSAGE_BYTES: Final = 1 << 30
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class Limits:
-    """Upper bounds the decoder enforces before it allocates or trusts anything."""
+    """Upper bounds the decoder enforces before it allocates or trusts anything.
 
-    max_header_bytes: int = 16 << 20
+    ``max_header_bytes`` (2 MiB) bounds the Python objects one header can make: at most about
+    72 bytes of Python memory per header byte (a header of empty maps, the worst case; freed
+    at once when refused), so at most ~150 MB and ~0.2 s per header. Legal headers fit with
+    room: an INDEX entry is [name, frames, label], at most 81 bytes with a 64-character name,
+    so one file of 25,000 such videos (100,000 with short names) fits; a JOB of 20,000 paths
+    of 100 characters fits; a UNIT row is at most ~75 bytes (27,000 rows). The per-container
+    limits are handed to msgpack, which refuses a longer string, bin, array or map from its
+    declared length, before building it.
+    """
+
+    max_header_bytes: int = 2 << 20
     max_array_bytes: int = 4 << 30
     max_arrays: int = 64
     max_ndim: int = 8
+    max_str_len: int = 1 << 20  # an ERROR's traceback is the longest legal string
+    max_bin_len: int = 1 << 20
+    max_array_len: int = 1 << 20  # elements of one msgpack array (videos, rows, files)
+    max_map_len: int = 1 << 16  # keys of one map (fields, transform/source args, specs)
 
 
 DEFAULT_LIMITS: Final = Limits()
@@ -176,6 +199,11 @@ def encode(
     header = msgpack.packb(
         [MAGIC, PROTOCOL_VERSION, kind, dict(sorted(fields.items())), meta], use_bin_type=True
     )
+    if len(header) > DEFAULT_LIMITS.max_header_bytes:  # the peer would refuse it
+        raise ProtocolError(
+            f"{kind} header of {len(header)} bytes exceeds the limit of "
+            f"{DEFAULT_LIMITS.max_header_bytes}"
+        )
     return [header, *buffers]
 
 
@@ -194,6 +222,10 @@ def decode(frames: Sequence[Frame], limits: Limits = DEFAULT_LIMITS) -> Message:
             raw=False,
             use_list=True,
             strict_map_key=True,
+            max_str_len=limits.max_str_len,
+            max_bin_len=limits.max_bin_len,
+            max_array_len=limits.max_array_len,
+            max_map_len=limits.max_map_len,
             max_ext_len=0,
             ext_hook=_refuse_ext,
         )

@@ -22,9 +22,9 @@ values only, arrays are raw bytes with a declared dtype that excludes object dty
 Decoding is strict: wrong magic, another version, unknown kind, missing or unknown fields,
 wrong field types, a frame count or byte length that does not match the declared arrays, an
 array beyond the size limits, or an oversized header (``Limits``: 2 MiB, and msgpack's own
-per-string, -array and -map limits, checked before it builds the object) all raise :class:`ProtocolError` (or
-:class:`VersionMismatchError`). Decoded arrays are read-only views over the received frames
-(``np.frombuffer``): receiving copies nothing.
+per-string, -array and -map limits, checked before it builds the object) all raise
+:class:`ProtocolError` (or :class:`VersionMismatchError`). Decoded arrays are read-only views
+over the received frames (``np.frombuffer``): receiving copies nothing.
 """
 
 from __future__ import annotations

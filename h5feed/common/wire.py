@@ -143,9 +143,11 @@ DEFAULT_MAX_MESSAGE_BYTES: Final = 1 << 30
 class Limits:
     """Upper bounds the decoder enforces before it allocates or trusts anything.
 
-    ``max_header_bytes`` (2 MiB) bounds the Python objects one header can make: at most about
-    72 bytes of Python memory per header byte (a header of empty maps, the worst case; freed
-    at once when refused), so at most ~150 MB and ~0.2 s per header. Legal headers fit with
+    ``max_header_bytes`` (2 MiB) and ``max_containers`` bound the Python objects one header
+    can make. A one-byte empty map costs ~72 bytes of Python memory, so a header of empty
+    maps (the worst case) would cost ~150 MB; at most ``max_containers`` (131,072) maps and
+    arrays are built before the header is refused (~10 MB), and the worst scalars (2-byte
+    strings, ~20x) bound the rest to ~40 MB, freed at once. Legal headers fit with
     room: an INDEX entry is [name, frames, label], at most 81 bytes with a 64-character name,
     so one file of 25,000 such videos (100,000 with short names) fits; a JOB of 20,000 paths
     of 100 characters fits; a UNIT row is at most ~75 bytes (27,000 rows). The per-container
@@ -161,6 +163,7 @@ class Limits:
     max_bin_len: int = 1 << 20
     max_array_len: int = 1 << 20  # elements of one msgpack array (videos, rows, files)
     max_map_len: int = 1 << 16  # keys of one map (fields, transform/source args, specs)
+    max_containers: int = 1 << 17  # maps and arrays in one header (an INDEX: one per video)
 
 
 DEFAULT_LIMITS: Final = Limits()
@@ -216,9 +219,12 @@ def decode(frames: Sequence[Frame], limits: Limits = DEFAULT_LIMITS) -> Message:
         raise ProtocolError(
             f"header of {len(header)} bytes exceeds the limit of {limits.max_header_bytes}"
         )
+    containers = _ContainerCount(limits.max_containers)
     try:
         decoded = msgpack.unpackb(
             header,
+            list_hook=containers,
+            object_hook=containers,
             raw=False,
             use_list=True,
             strict_map_key=True,
@@ -324,6 +330,21 @@ def _buffer(frame: Frame) -> memoryview:
     elif view.format != "B" or view.ndim != 1:
         view = view.cast("B")
     return view.toreadonly()  # decoded arrays are read-only, whatever the frame
+
+
+class _ContainerCount:
+    """A msgpack hook that refuses a header once it has made ``most`` maps and arrays."""
+
+    __slots__ = ("left",)
+
+    def __init__(self, most: int) -> None:
+        self.left = most
+
+    def __call__(self, value: Any) -> Any:
+        self.left -= 1
+        if self.left < 0:
+            raise ProtocolError("header holds too many maps and arrays")
+        return value
 
 
 def _refuse_ext(code: int, data: bytes) -> Any:

@@ -15,8 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from h5feed.common import messages, wire
-from h5feed.consumer.events import Arrived, PeerJoined, PeerLost
 from h5feed.consumer import session as session_module
+from h5feed.consumer.events import Arrived, PeerJoined, PeerLost
 from h5feed.consumer.session import PeerSession
 from h5feed.consumer.work import Ledger
 

@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from h5feed.common import messages, wire
+from h5feed.consumer import session as session_module
 from h5feed.consumer.events import Arrived, PeerJoined, PeerLost
 from h5feed.consumer.session import PeerSession
 from h5feed.consumer.work import Ledger
@@ -155,6 +156,45 @@ def test_a_malformed_message_is_counted_and_dropped(frames: list[Any]) -> None:
     assert counters["malformed_messages"] == 1
     assert not session.events
     assert list(session.peers) == [b"a"]
+
+
+def test_a_peer_that_keeps_sending_malformed_messages_is_refused_then_ignored() -> None:
+    session, transport, counters = make_session()
+    joined(session, "a", "b")
+    limit = session_module._MALFORMED_LIMIT
+    for _ in range(limit):
+        session.receive(b"a", [b"\x00not msgpack"])
+    assert b"a" in session.peers and not session.events  # survived up to the limit
+    session.receive(b"a", [b"\x00not msgpack"])
+    [lost] = lost_events(session)
+    assert (lost.peer.name, lost.cause) == ("a", "refused")
+    assert f"sent {limit + 1} malformed messages" in lost.reason
+    [bye] = transport.to(b"a")
+    assert isinstance(bye, messages.Bye) and bye.reason.startswith("refused: sent")
+    assert len(session.refused) == 1 and session.refused[0].startswith("a: ")
+    session.events.clear()
+    session.receive(b"a", hello_frames("a"))  # ignored from then on, even well-formed
+    session.receive(b"a", frames_of(data()))
+    assert not session.events and list(session.peers) == [b"b"]
+    assert counters["malformed_messages"] == limit + 3
+    assert len(transport.to(b"a")) == 1  # refused once
+
+
+def test_malformed_messages_are_logged_once_per_identity_per_interval(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    session, _transport, counters = make_session()
+    joined(session, "a")
+    with caplog.at_level("WARNING", logger="h5feed"):
+        for _ in range(5):
+            session.receive(b"a", [b"\x00not msgpack"])
+        session.receive(b"x", [b"\x00not msgpack"])  # another identity has its own line
+        assert len(caplog.records) == 2
+        monkeypatch.setattr(session_module, "_LOG_EVERY_S", 0.0)
+        session.receive(b"a", [b"\x00not msgpack"])
+    assert counters["malformed_messages"] == 7
+    assert len(caplog.records) == 3
+    assert "(4 more dropped from it since the last line)" in caplog.records[-1].getMessage()
 
 
 def test_a_message_from_an_identity_that_never_said_hello_is_counted() -> None:

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from h5feed.common import messages
+from h5feed.common.wire import DEFAULT_MAX_MESSAGE_BYTES
 from h5feed.producer.hdf5_job import Hdf5Job
 from h5feed.producer.worker import Worker, run_until_stopped
 
@@ -51,12 +52,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--worker-id", required=True)
     parser.add_argument("--parent-pid", type=int, default=None)
     parser.add_argument("--cpus", default="", help="run on these CPUs only, e.g. 1,2")
+    parser.add_argument("--max-message-bytes", type=int, default=DEFAULT_MAX_MESSAGE_BYTES)
     args = parser.parse_args(argv)
     logging.basicConfig(level=os.environ.get("H5FEED_LOG_LEVEL", "WARNING"))
     if args.cpus:
         os.sched_setaffinity(0, {int(c) for c in args.cpus.split(",")})
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    return run_until_stopped(SyntheticWorker(args.connect, args.worker_id, args.parent_pid))
+    worker = SyntheticWorker(
+        args.connect, args.worker_id, args.parent_pid, max_message_bytes=args.max_message_bytes
+    )
+    return run_until_stopped(worker)
 
 
 if __name__ == "__main__":

@@ -74,6 +74,13 @@ class ClipSpec:
     Faster, and the pixels differ slightly from a full decode (measured in the README). With
     no ``resize``, or a ``resize`` above half the stored size, it changes nothing.
 
+    ``max_frame_pixels`` (default 64 megapixels: 8K UHD is 33; one decoded frame of 64 MP is
+    192 MB) caps a stored frame's height x width. It is read from the frame's header (JPEG
+    SOF, PNG IHDR) or, for the raw layout, from the dataset's shape, before anything is
+    decoded or read; a frame over it, or an encoded frame of another format (whose size
+    cannot be known before decoding), is a DataError naming file, video and frame. None: no
+    cap, any format OpenCV decodes.
+
     ``transform`` is an import path ``"package.module:fn"`` applied per sample after the
     built-in steps, called with ``**transform_args`` (a msgpack-able dict); see
     :mod:`h5feed.producer.transform`.
@@ -93,6 +100,7 @@ class ClipSpec:
     transform: str | None = None
     transform_args: dict[str, Any] | None = None
     reduced_decode: bool = False
+    max_frame_pixels: int | None = 64_000_000
 
     def __post_init__(self) -> None:
         if not isinstance(self.clip_len, int) or self.clip_len < 1:
@@ -115,6 +123,14 @@ class ClipSpec:
             raise ValueError(f"crop {self.crop} is larger than resize {self.resize}")
         if not isinstance(self.reduced_decode, bool):
             raise ValueError(f"reduced_decode must be True or False, got {self.reduced_decode!r}")
+        if self.max_frame_pixels is not None and (
+            not isinstance(self.max_frame_pixels, int)
+            or isinstance(self.max_frame_pixels, bool)
+            or self.max_frame_pixels < 1
+        ):
+            raise ValueError(
+                f"max_frame_pixels must be an int >= 1 or None, got {self.max_frame_pixels!r}"
+            )
         self._check_transform()
 
     @classmethod
@@ -173,6 +189,7 @@ class ClipSpec:
             "transform": self.transform,
             "transform_args": self.transform_args,
             "reduced_decode": self.reduced_decode,
+            "max_frame_pixels": self.max_frame_pixels,
         }
 
     @classmethod

@@ -21,9 +21,10 @@ values only, arrays are raw bytes with a declared dtype that excludes object dty
 
 Decoding is strict: wrong magic, another version, unknown kind, missing or unknown fields,
 wrong field types, a frame count or byte length that does not match the declared arrays, an
-array beyond the size limits, or an oversized header all raise :class:`ProtocolError` (or
-:class:`VersionMismatchError`). Decoded arrays are read-only views over the received frames
-(``np.frombuffer``): receiving copies nothing.
+array beyond the size limits, or an oversized header (``Limits``: 2 MiB, and msgpack's own
+per-string, -array and -map limits, checked before it builds the object) all raise
+:class:`ProtocolError` (or :class:`VersionMismatchError`). Decoded arrays are read-only views
+over the received frames (``np.frombuffer``): receiving copies nothing.
 """
 
 from __future__ import annotations
@@ -130,14 +131,39 @@ ALLOWED_DTYPES: Final = frozenset(
 )
 
 
+#: Default cap on one ZeroMQ frame (``ZMQ_MAXMSGSIZE``), set on every socket before it binds or
+#: connects. The largest legal frame is one DATA array: a unit's rows of clips, rows x T x H x
+#: W x 3 bytes; 1 GiB holds 8 clips of 16 full-HD (1080 x 1920) frames (796 MB), so the
+#: default batch of full-size frames fits. libzmq reads a frame's declared size first and
+#: disconnects a peer that declares more, before it buffers a byte of it.
+DEFAULT_MAX_MESSAGE_BYTES: Final = 1 << 30
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class Limits:
-    """Upper bounds the decoder enforces before it allocates or trusts anything."""
+    """Upper bounds the decoder enforces before it allocates or trusts anything.
 
-    max_header_bytes: int = 16 << 20
+    ``max_header_bytes`` (2 MiB) and ``max_containers`` bound the Python objects one header
+    can make. A one-byte empty map costs ~72 bytes of Python memory, so a header of empty
+    maps (the worst case) would cost ~150 MB; at most ``max_containers`` (131,072) maps and
+    arrays are built before the header is refused (~10 MB), and the worst scalars (2-byte
+    strings, ~20x) bound the rest to ~40 MB, freed at once. Legal headers fit with
+    room: an INDEX entry is [name, frames, label], at most 81 bytes with a 64-character name,
+    so one file of 25,000 such videos (100,000 with short names) fits; a JOB of 20,000 paths
+    of 100 characters fits; a UNIT row is at most ~75 bytes (27,000 rows). The per-container
+    limits are handed to msgpack, which refuses a longer string, bin, array or map from its
+    declared length, before building it.
+    """
+
+    max_header_bytes: int = 2 << 20
     max_array_bytes: int = 4 << 30
     max_arrays: int = 64
     max_ndim: int = 8
+    max_str_len: int = 1 << 20  # an ERROR's traceback is the longest legal string
+    max_bin_len: int = 1 << 20
+    max_array_len: int = 1 << 20  # elements of one msgpack array (videos, rows, files)
+    max_map_len: int = 1 << 16  # keys of one map (fields, transform/source args, specs)
+    max_containers: int = 1 << 17  # maps and arrays in one header (an INDEX: one per video)
 
 
 DEFAULT_LIMITS: Final = Limits()
@@ -176,6 +202,11 @@ def encode(
     header = msgpack.packb(
         [MAGIC, PROTOCOL_VERSION, kind, dict(sorted(fields.items())), meta], use_bin_type=True
     )
+    if len(header) > DEFAULT_LIMITS.max_header_bytes:  # the peer would refuse it
+        raise ProtocolError(
+            f"{kind} header of {len(header)} bytes exceeds the limit of "
+            f"{DEFAULT_LIMITS.max_header_bytes}"
+        )
     return [header, *buffers]
 
 
@@ -188,12 +219,19 @@ def decode(frames: Sequence[Frame], limits: Limits = DEFAULT_LIMITS) -> Message:
         raise ProtocolError(
             f"header of {len(header)} bytes exceeds the limit of {limits.max_header_bytes}"
         )
+    containers = _ContainerCount(limits.max_containers)
     try:
         decoded = msgpack.unpackb(
             header,
+            list_hook=containers,
+            object_hook=containers,
             raw=False,
             use_list=True,
             strict_map_key=True,
+            max_str_len=limits.max_str_len,
+            max_bin_len=limits.max_bin_len,
+            max_array_len=limits.max_array_len,
+            max_map_len=limits.max_map_len,
             max_ext_len=0,
             ext_hook=_refuse_ext,
         )
@@ -292,6 +330,21 @@ def _buffer(frame: Frame) -> memoryview:
     elif view.format != "B" or view.ndim != 1:
         view = view.cast("B")
     return view.toreadonly()  # decoded arrays are read-only, whatever the frame
+
+
+class _ContainerCount:
+    """A msgpack hook that refuses a header once it has made ``most`` maps and arrays."""
+
+    __slots__ = ("left",)
+
+    def __init__(self, most: int) -> None:
+        self.left = most
+
+    def __call__(self, value: Any) -> Any:
+        self.left -= 1
+        if self.left < 0:
+            raise ProtocolError("header holds too many maps and arrays")
+        return value
 
 
 def _refuse_ext(code: int, data: bytes) -> Any:

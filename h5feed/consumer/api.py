@@ -125,7 +125,7 @@ def dataset(
 
     * clip (``ClipSpec``): ``clip_len=16, stride=1, resize=None, crop=None,
       crop_mode="random", flip=False, short_video="loop", transform=None,
-      transform_args=None, reduced_decode=False``;
+      transform_args=None, reduced_decode=False, max_frame_pixels=64000000``;
     * layout (``LayoutArgs``): ``layout="auto", frames_key="frames", label_key="label"``;
     * plan (``FeedOptions``): ``batch_size=8, shuffle=True, seed=0, clips_per_video=1,
       clip_start="random", drop_remainder=False, deterministic=True, epochs=1,
@@ -133,7 +133,8 @@ def dataset(
     * processes (``FeedOptions``): ``workers=2, max_inflight_batches=None,
       start_timeout_s=60, unit_timeout_s=120, index_cache=True, tune_malloc=True,
       listen=None, data_root=None, join_grace_s=1.5, curve_key=None,
-      curve_authorized=None, shared_memory=True, metrics_port=None``;
+      curve_authorized=None, shared_memory=True, metrics_port=None,
+      max_message_bytes=1073741824``;
     * your own code instead of files (``SourceConfig``): ``source=None, source_args=None,
       output_signature=None, ragged=False, steps_per_epoch=None``.
 

@@ -16,7 +16,7 @@ from h5feed.consumer.work import Peer
 
 #: Why a peer is gone: it said BYE; a send to it failed; its process exited (local workers);
 #: it held units past ``unit_timeout_s`` without returning any.
-LossCause = Literal["bye", "unreachable", "exited", "deadline"]
+LossCause = Literal["bye", "unreachable", "exited", "deadline", "refused"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -43,6 +43,7 @@ class LocalWorkers:
         keys: KeyPair | None = None,
         server_public: bytes | None = None,
         data_root: str | None = None,
+        max_message_bytes: int | None = None,
     ) -> None:
         env = dict(os.environ)
         if keys is not None and server_public is not None:  # CURVE: this iteration's own keys
@@ -68,6 +69,11 @@ class LocalWorkers:
                     "--parent-pid",
                     str(os.getpid()),
                     *(["--data-root", data_root] if data_root is not None else []),
+                    *(
+                        ["--max-message-bytes", str(max_message_bytes)]
+                        if max_message_bytes is not None
+                        else []
+                    ),
                 ]
                 self.processes.append(
                     subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, close_fds=True)

@@ -26,6 +26,7 @@ from h5feed.common import layouts
 from h5feed.common.config import CLIP_STARTS, ClipSpec, default_cache_dir
 from h5feed.common.layouts import LayoutSpec
 from h5feed.common.metrics_http import check_port
+from h5feed.common.wire import DEFAULT_LIMITS, DEFAULT_MAX_MESSAGE_BYTES
 from h5feed.consumer.plan import PlanOptions
 from h5feed.consumer.source_options import SOURCE_FIELDS, SourceConfig
 
@@ -115,6 +116,10 @@ class FeedOptions:
     curve_authorized: str | None = None
     shared_memory: bool = True
     metrics_port: int | None = None
+    #: ZMQ_MAXMSGSIZE of the consumer's socket and its local workers': a peer that sends a
+    #: larger frame is disconnected by libzmq before the frame is buffered (see
+    #: h5feed.common.wire.DEFAULT_MAX_MESSAGE_BYTES for why 1 GiB).
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:
@@ -145,6 +150,11 @@ class FeedOptions:
             raise ValueError("timeouts must be positive")
         if self.metrics_port is not None:
             check_port(self.metrics_port, "metrics_port")
+        if self.max_message_bytes < DEFAULT_LIMITS.max_header_bytes:
+            raise ValueError(
+                f"max_message_bytes must be at least {DEFAULT_LIMITS.max_header_bytes} (a "
+                f"header's limit), got {self.max_message_bytes}"
+            )
 
     @property
     def inflight_batches(self) -> int:
@@ -279,6 +289,9 @@ class FeedKwargs(TypedDict, total=False):
     batches straight into shared memory the trainer reads (see ``h5feed/consumer/slots.py``).
     ``metrics_port`` (default: ``$H5FEED_METRICS_PORT``, else none) serves ``/metrics`` and
     ``/stats`` on that port, 0: a free one (see ``h5feed/consumer/metrics.py``).
+    ``max_message_bytes`` (default 1 GiB) caps every frame on the consumer's socket and its
+    local workers' (``ZMQ_MAXMSGSIZE``); ``max_frame_pixels`` (default 64 megapixels) caps a
+    stored frame's height x width, read from its header before it is decoded or read.
     """
 
     clip_len: int
@@ -316,6 +329,8 @@ class FeedKwargs(TypedDict, total=False):
     reduced_decode: bool
     shared_memory: bool
     metrics_port: int | None
+    max_message_bytes: int
+    max_frame_pixels: int | None
     # User sources (see h5feed/consumer/source_api.py).
     source: str | None
     source_args: dict[str, Any] | None

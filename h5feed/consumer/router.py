@@ -39,6 +39,9 @@ class Router:
         self._socket.setsockopt(zmq.LINGER, 0)
         self._socket.setsockopt(zmq.ROUTER_MANDATORY, 1)
         self._socket.setsockopt(zmq.SNDTIMEO, _SEND_TIMEOUT_MS)
+        # Per frame, before bind: libzmq reads a frame's declared size and disconnects a
+        # peer that declares more, before buffering any of it (a 2 GB frame costs nothing).
+        self._socket.setsockopt(zmq.MAXMSGSIZE, options.max_message_bytes)
         for address in addresses:
             self._socket.bind(address)
         self._wake_fd = wake_fd

@@ -13,8 +13,12 @@ Guarantees:
 2. A peer that speaks another protocol version is refused (BYE ``refused: ...``, which tells it
    not to retry), named in :attr:`refused` once, and never becomes a peer.
 3. A message that does not decode is dropped and counted (``malformed_messages``); so is one
-   from an identity that never said hello. A DATA part from a peer that left, or of another job
-   (an earlier consumer's), is dropped and counted (``dropped_parts``).
+   from an identity that never said hello. Such drops are logged at most once per identity
+   per ``_LOG_EVERY_S`` (10 s), with the count dropped since the last line. An identity whose
+   drops pass ``_MALFORMED_LIMIT`` (100) is refused (BYE ``refused: ...``; a peer is lost
+   with cause ``refused``) and from then on its messages are not even decoded: they are
+   dropped and counted in ``malformed_messages``. A DATA part from a peer that left, or of
+   another job (an earlier consumer's), is dropped and counted (``dropped_parts``).
 4. BYE, a failed send, a local worker's exit and a missed deadline (a peer holding units that
    returned none for ``unit_timeout_s``) each become one ``PeerLost`` event, at most one per
    peer: the peer is removed at once, so nothing is sent to it again.
@@ -37,6 +41,14 @@ from h5feed.common.errors import ProtocolError, VersionMismatchError
 from h5feed.common.logs import consumer_log
 from h5feed.consumer.events import Arrived, Event, LossCause, PeerJoined, PeerLost
 from h5feed.consumer.work import Peer
+
+#: Malformed messages one identity may send before it is refused and ignored: enough that a
+#: peer's one-off bug is survived, few enough that a flood costs at most this many decodes.
+_MALFORMED_LIMIT = 100
+#: At most one log line per identity this often about what it sent that was dropped.
+_LOG_EVERY_S = 10.0
+#: Identities whose drops are tracked; beyond it the tracking starts over (bounded memory).
+_TRACKED_IDENTITIES = 4096
 
 
 class Transport(Protocol):
@@ -79,18 +91,24 @@ class PeerSession:
         self._joined_names: set[str] = set()
         self._exits_reported: set[str] = set()
         self._joining = True
+        self._malformed: dict[bytes, int] = {}  # identity -> messages dropped as malformed
+        self._last_logged: dict[bytes, tuple[float, int]] = {}  # (when, dropped since)
+        self._banned: set[bytes] = set()  # refused for malformed traffic: never decoded
 
     # -- what arrives ----------------------------------------------------------------------
 
     def receive(self, identity: bytes, frames: Sequence[object]) -> None:
         """Decode one message from ``identity`` and queue what it means."""
+        if identity in self._banned:
+            self.counters["malformed_messages"] += 1
+            return
         try:
             message = messages.decode(frames)
         except VersionMismatchError as exc:
             self._refuse(identity, str(exc))
             return
         except ProtocolError as exc:
-            self.drop(f"malformed message from {identity!r}: {exc}")
+            self.drop(identity, f"malformed message: {exc}")
             return
         peer = self.peers.get(identity)
         match message:
@@ -100,7 +118,9 @@ class PeerSession:
                 if isinstance(message, messages.Data):  # its units went to others
                     self.counters["dropped_parts"] += 1
             case _ if peer is None:
-                self.drop(f"{message.KIND} message from {identity!r}, which never said hello")
+                self.drop(
+                    identity, f"{message.KIND} message from an identity that never said hello"
+                )
             case messages.Bye(reason=reason) if peer is not None:
                 self.lose(peer, "bye", reason)
             case _ if peer is not None and getattr(message, "job", self.job_id) != self.job_id:
@@ -132,10 +152,29 @@ class PeerSession:
         with contextlib.suppress(zmq.ZMQError):  # it may be gone already; nothing to tell then
             self._transport.send(identity, messages.Bye.refusing(why), zmq.NOBLOCK)
 
-    def drop(self, why: str) -> None:
-        """Count and log a message that is not used."""
+    def drop(self, identity: bytes, why: str) -> None:
+        """Count a malformed or stray message from ``identity``, log it at a bounded rate,
+        and refuse the identity once it has sent more than ``_MALFORMED_LIMIT``."""
         self.counters["malformed_messages"] += 1
-        self.log.warning("dropped %s", why)
+        if len(self._malformed) >= _TRACKED_IDENTITIES and identity not in self._malformed:
+            self._malformed.clear()
+            self._last_logged.clear()
+        count = self._malformed[identity] = self._malformed.get(identity, 0) + 1
+        now = time.monotonic()
+        last, since = self._last_logged.get(identity, (-_LOG_EVERY_S, 0))
+        if now - last >= _LOG_EVERY_S:
+            more = f" ({since} more dropped from it since the last line)" if since else ""
+            self.log.warning("dropped from %r: %s%s", identity, why, more)
+            self._last_logged[identity] = (now, 0)
+        else:
+            self._last_logged[identity] = (last, since + 1)
+        if count > _MALFORMED_LIMIT:
+            self._banned.add(identity)
+            reason = f"sent {count} malformed messages (the last: {why})"
+            self._refuse(identity, reason)  # named in `refused` once, told not to retry
+            peer = self.peers.get(identity)
+            if peer is not None:  # its units go to the others (or the iteration ends)
+                self.lose(peer, "refused", reason)
 
     # -- what is sent ----------------------------------------------------------------------
 

@@ -113,6 +113,7 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
                 keys=router.local_keys,
                 server_public=router.server_public,
                 data_root=options.data_root,
+                max_message_bytes=options.max_message_bytes,
             )
         except BaseException:
             router.close()

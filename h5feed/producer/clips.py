@@ -18,7 +18,7 @@ from h5feed.common.errors import DataError
 from h5feed.common.layouts import LayoutSpec
 from h5feed.common.messages import Row
 from h5feed.producer import index_cache
-from h5feed.producer.decode import ClipWriter, decode_frame
+from h5feed.producer.decode import ClipWriter, check_frame_pixels, decode_frame
 from h5feed.producer.index_cache import VideoEntry
 from h5feed.producer.layouts import LayoutReader, open_reader
 from h5feed.producer.transform import Transform
@@ -99,6 +99,11 @@ class ClipMaker:
         handle = self.files[file_index]
         name, n_frames, _label = self.videos[file_index][video_index]
         indices = clip_frame_indices(start, n_frames, spec.clip_len, spec.stride, spec.short_video)
+        rgb = not handle.encoded  # pixels as stored (raw layout): no imdecode, no BGR swap
+        if rgb and self.writer.max_pixels is not None:  # before a frame is read
+            check_frame_pixels(
+                handle.pixel_size(), self.writer.max_pixels, handle.path, name, indices[0]
+            )
         try:
             stored = handle.read_frames(name, indices)
         except (OSError, KeyError, ValueError) as exc:
@@ -108,12 +113,13 @@ class ClipMaker:
                 video=name,
                 frame=indices[0],
             ) from exc
-        rgb = not handle.encoded  # pixels as stored (raw layout): no imdecode, no BGR swap
         for t, (data, frame) in enumerate(zip(stored, indices, strict=True)):
             if rgb:
                 image = data
             else:
-                image = decode_frame(data, handle.path, name, frame, self.writer.reduce_to)
+                image = decode_frame(
+                    data, handle.path, name, frame, self.writer.reduce_to, self.writer.max_pixels
+                )
             if out is None:
                 height, width = self.writer.frame_shape(image)
                 out = np.empty((rows, spec.clip_len, height, width, 3), np.uint8)

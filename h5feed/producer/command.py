@@ -25,6 +25,12 @@ _PRODUCE_OPTIONS = (
     ("--key", "H5FEED_KEY", "FILE", "CURVE: this producer's .key_secret file (h5feed keys)"),
     ("--server-key", "H5FEED_SERVER_KEY", "FILE", "CURVE: the trainer's public .key file"),
     ("--metrics-port", "H5FEED_METRICS_PORT", "PORT", "serve /metrics and /stats (0: a free port)"),
+    (
+        "--max-message-bytes",
+        "H5FEED_MAX_MESSAGE_BYTES",
+        "BYTES",
+        "the largest frame the workers take from the trainer (ZMQ_MAXMSGSIZE; default 1 GiB)",
+    ),
 )
 
 _PRODUCE_DESCRIPTION = """\
@@ -59,7 +65,7 @@ def register(subcommand: Subcommand) -> None:
             flag,
             default=env.get(variable),
             required=flag == "--connect" and variable not in env,
-            type=positive_int if flag == "--workers" else str,
+            type=positive_int if flag in ("--workers", "--max-message-bytes") else str,
             metavar=metavar,
             help=f"{text} (env {variable})",
         )
@@ -109,7 +115,14 @@ def _cmd_produce(args: argparse.Namespace) -> int:
 
         metrics_port = port_from_env({"H5FEED_METRICS_PORT": args.metrics_port})
     return run_producer(
-        args.connect, args.data_root, workers, args.name, args.health_file, curve, metrics_port
+        args.connect,
+        args.data_root,
+        workers,
+        args.name,
+        args.health_file,
+        curve,
+        metrics_port,
+        int(args.max_message_bytes) if args.max_message_bytes is not None else None,
     )
 
 

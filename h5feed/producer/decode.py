@@ -43,12 +43,20 @@ _SOF_MARKERS = frozenset(
 _STANDALONE_MARKERS = frozenset({0x01, *range(0xD0, 0xD8)})  # TEM, RSTn: no length field
 
 
+def _bytes_view(encoded: np.ndarray | bytes) -> memoryview:
+    """A flat byte view of an encoded frame, without copying it."""
+    if isinstance(encoded, bytes):
+        return memoryview(encoded)
+    return np.ascontiguousarray(encoded, dtype=np.uint8).reshape(-1).data
+
+
 def jpeg_size(encoded: np.ndarray | bytes) -> tuple[int, int] | None:
     """(height, width) from a JPEG's start-of-frame header, without decoding; None when the
-    data is not a JPEG or its header is cut short (imdecode then reports it properly), or
-    when the header lies beyond the first 64 KiB (huge EXIF/ICC segments: a full decode)."""
-    data = bytes(encoded[:65536])
-    if data[:2] != b"\xff\xd8":
+    data is not a JPEG or its header is cut short (imdecode then reports it properly). The
+    scan jumps from segment to segment (EXIF, ICC...), so it reads a few bytes per segment
+    and copies nothing, however far the frame header lies."""
+    data = _bytes_view(encoded)
+    if bytes(data[:2]) != b"\xff\xd8":
         return None
     i = 2
     while i + 4 <= len(data):
@@ -73,6 +81,42 @@ def jpeg_size(encoded: np.ndarray | bytes) -> tuple[int, int] | None:
     return None
 
 
+_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def png_size(encoded: np.ndarray | bytes) -> tuple[int, int] | None:
+    """(height, width) from a PNG's IHDR chunk (always its first), or None if not a PNG."""
+    data = _bytes_view(encoded)
+    if len(data) < 24 or bytes(data[:8]) != _PNG_SIGNATURE or bytes(data[12:16]) != b"IHDR":
+        return None
+    return int.from_bytes(data[20:24], "big"), int.from_bytes(data[16:20], "big")
+
+
+def check_frame_pixels(
+    size: tuple[int, int] | None, max_pixels: int, file: str, video: str, frame: int
+) -> None:
+    """Raise DataError unless ``size`` (height, width, as the frame's header or dataset says)
+    is known and at most ``max_pixels`` pixels (``max_frame_pixels``); called before the
+    frame is decoded or read, so a forged header never costs its claimed memory."""
+    if size is None:
+        raise DataError(
+            "frame is neither a JPEG nor a PNG with a whole header, so its size cannot be "
+            f"checked against max_frame_pixels={max_pixels} before decoding it (set "
+            "max_frame_pixels=None to decode any format OpenCV reads)",
+            file=file,
+            video=video,
+            frame=frame,
+        )
+    if size[0] * size[1] > max_pixels:
+        raise DataError(
+            f"frame of {size[1]}x{size[0]} ({size[0] * size[1]} pixels) exceeds "
+            f"max_frame_pixels={max_pixels}",
+            file=file,
+            video=video,
+            frame=frame,
+        )
+
+
 def reduced_flag(stored: tuple[int, int], target: tuple[int, int]) -> int:
     """The imdecode flag that decodes ``stored`` (height, width) to the smallest of 1/8, 1/4
     and 1/2 of it that is still at least ``target`` in both dimensions (libjpeg rounds up),
@@ -89,16 +133,20 @@ def decode_frame(
     video: str,
     frame: int,
     reduce_to: tuple[int, int] | None = None,
+    max_pixels: int | None = None,
 ) -> np.ndarray:
     """Decode one JPEG (or any format OpenCV reads) to a BGR uint8 image, or raise DataError.
 
     With ``reduce_to`` (height, width), a JPEG at least twice that size is decoded straight
-    to a reduced size no smaller than it (see :func:`reduced_flag`); other data in full."""
+    to a reduced size no smaller than it (see :func:`reduced_flag`); other data in full.
+    With ``max_pixels``, only a JPEG or PNG whose header says at most that many pixels is
+    decoded (:func:`check_frame_pixels`, before ``imdecode`` allocates anything)."""
     flag = cv2.IMREAD_COLOR
-    if reduce_to is not None:
-        stored = jpeg_size(encoded)
-        if stored is not None:
-            flag = reduced_flag(stored, reduce_to)
+    stored = jpeg_size(encoded) if reduce_to is not None or max_pixels is not None else None
+    if max_pixels is not None:
+        check_frame_pixels(stored or png_size(encoded), max_pixels, file, video, frame)
+    if reduce_to is not None and stored is not None:
+        flag = reduced_flag(stored, reduce_to)
     image = cv2.imdecode(np.asarray(encoded, dtype=np.uint8), flag)
     if image is None:
         raise DataError(
@@ -122,6 +170,8 @@ class ClipWriter:
         self._resize_wh = (spec.resize[1], spec.resize[0]) if spec.resize else None
         #: what :func:`decode_frame` may reduce to (``reduced_decode``): the resize target
         self.reduce_to = spec.resize if spec.reduced_decode else None
+        #: the cap on a stored frame's pixels (``max_frame_pixels``), checked before decoding
+        self.max_pixels = spec.max_frame_pixels
 
     def frame_shape(self, first_frame: np.ndarray) -> tuple[int, int]:
         """Output (height, width), given the first decoded frame (used when nothing is set)."""

@@ -42,6 +42,7 @@ def worker_command(
     data_root: str | None,
     curve: tuple[str, str] | None = None,
     stats_file: str | None = None,
+    max_message_bytes: int | None = None,
 ) -> list[str]:
     command = [sys.executable, "-m", "h5feed.producer.worker", "--connect", connect]
     command += ["--worker-id", name, "--parent-pid", str(os.getpid()), "--persistent"]
@@ -52,6 +53,8 @@ def worker_command(
         command += ["--key", curve[0], "--server-key", curve[1]]
     if stats_file is not None:
         command += ["--stats-file", stats_file]
+    if max_message_bytes is not None:
+        command += ["--max-message-bytes", str(max_message_bytes)]
     return command
 
 
@@ -63,8 +66,12 @@ def run_producer(
     health_file: str | None = None,
     curve: tuple[str, str] | None = None,
     metrics_port: int | None = None,
+    max_message_bytes: int | None = None,
 ) -> int:
     """Run the service until SIGTERM/SIGINT; returns the process exit code.
+
+    ``max_message_bytes``: the workers' cap on one frame from the trainer (``ZMQ_MAXMSGSIZE``;
+    None: :data:`h5feed.common.wire.DEFAULT_MAX_MESSAGE_BYTES`).
 
     ``metrics_port``: serve ``/metrics`` and ``/stats`` there (0: a free port, logged).
 
@@ -116,7 +123,9 @@ def run_producer(
                 if time.monotonic() - started.get(worker, -1e9) >= _RESTART_EVERY_S:
                     stats_file = figures.stats_file(worker) if figures is not None else None
                     processes[worker] = subprocess.Popen(
-                        worker_command(connect, worker, data_root, curve, stats_file),
+                        worker_command(
+                            connect, worker, data_root, curve, stats_file, max_message_bytes
+                        ),
                         stdin=subprocess.DEVNULL,
                     )
                     started[worker] = time.monotonic()

@@ -34,6 +34,7 @@ from h5feed.common.curve import (
     KeyPair,
     load_public,
 )
+from h5feed.common.wire import DEFAULT_MAX_MESSAGE_BYTES
 from h5feed.producer.worker_loop import Worker
 
 __all__ = ["Worker", "main", "run_until_stopped"]
@@ -85,6 +86,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--stats-file", default=None, help="keep writing this worker's counters here (JSON)"
     )
+    parser.add_argument(
+        "--max-message-bytes",
+        type=int,
+        default=DEFAULT_MAX_MESSAGE_BYTES,
+        help="the largest frame taken or sent (ZMQ_MAXMSGSIZE; default 1 GiB)",
+    )
     args = parser.parse_args(argv)
     host = socket.gethostname()
     logging.basicConfig(
@@ -104,6 +111,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.cache_dir,
         _curve_keys(args.key, args.server_key),
         args.stats_file,
+        args.max_message_bytes,
     )
     return run_until_stopped(worker)
 

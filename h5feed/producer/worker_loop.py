@@ -21,6 +21,7 @@ from h5feed import __version__
 from h5feed.common import messages
 from h5feed.common.curve import KeyPair, make_client
 from h5feed.common.errors import ProtocolError, VersionMismatchError
+from h5feed.common.wire import DEFAULT_MAX_MESSAGE_BYTES
 from h5feed.producer.hdf5_job import Hdf5Job, SlotTarget, job_spec
 from h5feed.producer.shm import SlotError
 from h5feed.producer.sources import SourceJob
@@ -66,6 +67,7 @@ class Worker:
         cache_dir: str | None = None,
         curve: tuple[KeyPair, bytes] | None = None,
         stats_file: str | None = None,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     ) -> None:
         self.worker_id = worker_id
         self.counters = WorkerCounters(stats_file, worker_id)  # read by `h5feed produce`
@@ -81,6 +83,9 @@ class Worker:
         self.socket.setsockopt(zmq.LINGER, 0)
         self.socket.setsockopt(zmq.SNDTIMEO, _SEND_RETRY_MS)
         self.socket.setsockopt(zmq.ROUTING_ID, worker_id.encode())
+        # Per frame: libzmq disconnects a peer that declares a larger one, unbuffered.
+        self.socket.setsockopt(zmq.MAXMSGSIZE, max_message_bytes)
+        self.max_message_bytes = max_message_bytes
         if curve is not None:  # a CURVE client that also checks the consumer's key
             make_client(self.socket, *curve)
         self.socket.connect(connect)
@@ -93,9 +98,21 @@ class Worker:
     def send(self, message: messages.Message) -> None:
         """Send ``message`` (arrays without a copy), re-checking whether to leave while the
         consumer cannot take it. Counts every ERROR sent."""
+        frames = messages.encode(message)
+        largest = max(_nbytes(frame) for frame in frames)
+        if largest > self.max_message_bytes:  # the consumer would drop us: say why instead
+            message = messages.Error.of(
+                getattr(message, "job", ""),
+                getattr(message, "unit", None),
+                ValueError(
+                    f"{message.KIND} frame of {largest} bytes exceeds max_message_bytes="
+                    f"{self.max_message_bytes}; raise it on both ends (dataset() and "
+                    "h5feed produce --max-message-bytes)"
+                ),
+            )
+            frames = messages.encode(message)
         if isinstance(message, messages.Error):
             self.counters.add("errors")
-        frames = messages.encode(message)
         while True:
             try:
                 # A multipart send is all or nothing: EAGAIN can only come before the first part.
@@ -286,3 +303,8 @@ class Worker:
         nbytes = sum(array.nbytes for array in data.arrays.values())
         self.counters.unit(len(data.samples), nbytes, time.monotonic() - began)
         self.send(data)
+
+
+def _nbytes(frame: object) -> int:
+    """Bytes of one frame to send (a header's bytes, or an array)."""
+    return memoryview(frame).nbytes  # type: ignore[arg-type]

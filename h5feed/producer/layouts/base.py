@@ -43,6 +43,11 @@ class LayoutReader(abc.ABC):
     def read_frames(self, video: str, indices: list[int]) -> list[np.ndarray]:
         """The frames of ``video`` at ``indices`` (any order, repeats allowed), one each."""
 
+    def pixel_size(self) -> tuple[int, int]:
+        """(height, width) of every frame of a layout that stores pixels (``encoded`` False),
+        from the dataset's shape, so it can be checked before a frame is read."""
+        raise NotImplementedError(f"{type(self).__name__} stores encoded frames")
+
 
 class OffsetsReader(LayoutReader):
     """A layout whose videos are runs of rows of one ``frames`` dataset cut by ``offsets``

@@ -52,3 +52,6 @@ class RawReader(OffsetsReader):
             self.offsets = np.arange(rows + 1, dtype=np.int64)
         if rows == 0:
             raise DataError(f"{spec.images!r} holds no image", file=path)
+
+    def pixel_size(self) -> tuple[int, int]:
+        return int(self.frames.shape[1]), int(self.frames.shape[2])

@@ -1,0 +1,324 @@
+"""Bounded inputs: what a peer or a file claims never costs what it claims.
+
+A 2 GB frame and a header bomb sent to a live consumer, a forged 16000x16000 JPEG header, a
+raw-layout file claiming huge frames, and random or mutated messages thrown at the decoder
+and at a live loop. Every wait is bounded; memory is measured by sampling this process's RSS.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+import pathlib
+import random
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import cv2
+import h5py
+import msgpack
+import numpy as np
+import pytest
+import zmq
+from conftest import own_worker_pids, wait_until_gone
+from fake_peers import frames_of, hello_frames
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from zmq.utils.monitor import recv_monitor_message
+
+import h5feed
+from h5feed.common import messages, wire
+from h5feed.common.config import ClipSpec
+from h5feed.common.errors import DataError, ProtocolError, VersionMismatchError, WorkerError
+from h5feed.common.layouts import Raw
+from h5feed.producer.clips import ClipMaker
+from h5feed.producer.decode import decode_frame, jpeg_size
+from h5feed.producer.sample_data import write_video_file
+
+CLIP = {"clip_len": 4, "resize": (48, 64), "crop": (40, 40)}
+SAMPLES = 24  # the small dataset: 4 files x 6 videos, one clip each
+_MB = 1 << 20
+_PAGE = mmap.PAGESIZE
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * _PAGE
+
+
+@contextlib.contextmanager
+def peak_rss() -> Iterator[Callable[[], int]]:
+    """Samples this process's RSS every 2 ms; yields a function giving the peak growth."""
+    before = rss_bytes()
+    peak = [before]
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.wait(0.002):
+            peak[0] = max(peak[0], rss_bytes())
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        yield lambda: max(peak[0], rss_bytes()) - before
+    finally:
+        stop.set()
+        sampler.join(timeout=5)
+
+
+def wait_for(check: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+        time.sleep(0.01)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def header_bomb(size: int) -> bytes:
+    """An INDEX header whose ``videos`` is ``size`` bytes' worth of empty maps."""
+    head = b"\x95" + b"".join(msgpack.packb(v) for v in ("h5feed", wire.PROTOCOL_VERSION, "index"))
+    fields = b"\x83" + b"".join(msgpack.packb(v) for v in ("file", 0, "job", "x", "videos"))
+    count = size - len(head) - len(fields) - 6
+    return head + fields + b"\xdd" + count.to_bytes(4, "big") + b"\x80" * count + b"\x90"
+
+
+# -- a live consumer against a rogue peer -------------------------------------------------
+
+
+def test_a_2gb_frame_and_a_header_bomb_cost_the_trainer_nothing(
+    small_dataset: list[pathlib.Path],
+) -> None:
+    address = f"tcp://127.0.0.1:{free_port()}"
+    feed = h5feed.batches(
+        small_dataset, **CLIP, batch_size=4, workers=1, listen=address, join_grace_s=0.2
+    )
+    bomb = header_bomb((16 << 20) - 1024)  # just under the old 16 MiB cap: ~1.1 GB of dicts
+    huge = mmap.mmap(-1, 2 << 30, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)  # no RSS
+    context = zmq.Context()
+    rogue = context.socket(zmq.DEALER)
+    rogue.setsockopt(zmq.LINGER, 0)
+    rogue.setsockopt(zmq.SNDTIMEO, 10_000)
+    monitor = rogue.get_monitor_socket(zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED)
+    try:
+        with feed.stream() as stream:
+            got = next(stream)["sample"].tolist()
+            with peak_rss() as growth:
+                rogue.connect(address)
+                rogue.send(memoryview(huge), copy=False)  # ONE frame of 2 GiB
+                events = []
+                while zmq.EVENT_DISCONNECTED not in events:  # libzmq drops the sender
+                    assert monitor.poll(10_000), f"no disconnect after the 2 GB frame: {events}"
+                    events.append(recv_monitor_message(monitor)["event"])
+                rogue.send(bomb)
+                wait_for(lambda: stream.stats()["malformed_messages"] >= 1, 10, "the bomb")
+                got += [s for batch in stream for s in batch["sample"].tolist()]
+                assert growth() < 50 * _MB, f"trainer RSS grew {growth() / _MB:.0f} MB"
+            stats = stream.stats()
+    finally:
+        monitor.close()
+        rogue.close()
+        context.term()
+    assert sorted(got) == list(range(SAMPLES))  # the epoch exactly once
+    assert stats["malformed_messages"] == 1  # the bomb; the 2 GB frame never arrived
+    assert wait_until_gone(own_worker_pids()) == []
+
+
+@settings(
+    max_examples=3,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(seed=st.integers(0, 2**32 - 1))
+def test_random_frames_after_a_hello_reach_nothing_but_the_counter(
+    small_dataset: list[pathlib.Path], seed: int
+) -> None:
+    frames = [mutated(random.Random(seed + i)) for i in range(40)]
+    expected = sum(1 for f in frames if _malformed(f))
+    feed = h5feed.batches(small_dataset, **CLIP, batch_size=4, workers=1, seed=seed % 100)
+    context = zmq.Context()
+    rogue = context.socket(zmq.DEALER)
+    rogue.setsockopt(zmq.LINGER, 0)
+    rogue.setsockopt(zmq.SNDTIMEO, 5_000)
+    try:
+        with feed.stream() as stream:
+            got = next(stream)["sample"].tolist()  # the work is shared out: a late joiner
+            rogue.connect(stream.address)
+            rogue.send_multipart(hello_frames("rogue"))
+            for message in frames:
+                rogue.send_multipart(message, copy=False)
+            wait_for(
+                lambda: stream.stats()["malformed_messages"] >= expected, 10, "the rogue's frames"
+            )
+            got += [s for batch in stream for s in batch["sample"].tolist()]
+            stats = stream.stats()
+    finally:
+        rogue.close()
+        context.term()
+    assert sorted(got) == list(range(SAMPLES))
+    assert stats["malformed_messages"] == expected
+
+
+def _malformed(frames: list[bytes]) -> bool:
+    """Whether the consumer counts these frames as malformed (a refusal is not counted)."""
+    try:
+        messages.decode(frames)
+    except VersionMismatchError:
+        return False
+    except ProtocolError:
+        return True
+    return False
+
+
+# -- the decoder alone -----------------------------------------------------------------------
+
+_VALID = [
+    frames_of(messages.Data("j", 1, 2, (3, 4), {"frames": np.zeros((2, 1, 2, 2, 3), np.uint8)})),
+    hello_frames("w"),
+    frames_of(messages.Bye("done")),
+]
+
+
+def mutated(rng: random.Random) -> list[bytes]:
+    """A valid message with its header cut, spliced, or bytes flipped; or random frames."""
+    frames = [bytes(memoryview(f)) for f in rng.choice(_VALID)]
+    header = bytearray(frames[0])
+    how = rng.randrange(5)
+    if how == 0:
+        header = header[: rng.randrange(len(header))]
+    elif how == 1:
+        for _ in range(rng.randint(1, 4)):
+            header[rng.randrange(len(header))] = rng.randrange(256)
+    elif how == 2:
+        at = rng.randrange(len(header))
+        header[at:at] = rng.randbytes(rng.randint(1, 16))
+    elif how == 3:
+        frames = frames[:1] + [rng.randbytes(rng.randrange(64)) for _ in frames[1:]]
+    else:
+        return [rng.randbytes(rng.randrange(1, 64)) for _ in range(rng.randint(1, 3))]
+    return [bytes(header), *frames[1:]]
+
+
+@settings(max_examples=500, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1))
+def test_mutated_messages_decode_or_raise_protocol_error(seed: int) -> None:
+    frames = mutated(random.Random(seed))
+    with contextlib.suppress(ProtocolError):
+        messages.decode(frames)
+
+
+@pytest.mark.parametrize("size", [(16 << 20) - 1024, (2 << 20) - 1024], ids=["old-cap", "new-cap"])
+def test_a_header_bomb_is_refused_without_building_it(size: int) -> None:
+    bomb = header_bomb(size)
+    began = time.monotonic()
+    with peak_rss() as growth, pytest.raises(ProtocolError):
+        messages.decode([bomb])
+    assert growth() < 20 * _MB
+    assert time.monotonic() - began < 0.5
+
+
+def test_a_header_of_many_small_containers_is_refused_after_a_bounded_number() -> None:
+    inner = b"\xdc" + (1000).to_bytes(2, "big") + b"\x80" * 1000  # 1000 empty maps
+    head = b"\x95" + b"".join(msgpack.packb(v) for v in ("h5feed", wire.PROTOCOL_VERSION, "index"))
+    fields = b"\x83" + b"".join(msgpack.packb(v) for v in ("file", 0, "job", "x", "videos"))
+    bomb = head + fields + b"\xdc" + (2000).to_bytes(2, "big") + inner * 2000 + b"\x90"
+    assert len(bomb) < wire.DEFAULT_LIMITS.max_header_bytes
+    with peak_rss() as growth, pytest.raises(ProtocolError, match="too many maps and arrays"):
+        messages.decode([bomb])
+    assert growth() < 30 * _MB
+
+
+def test_a_header_over_the_cap_is_refused_at_the_sender() -> None:
+    files = [[i, "x" * 200] for i in range(20_000)]  # 4 MB of paths
+    with pytest.raises(ProtocolError, match="exceeds the limit"):
+        wire.encode(
+            "job", {"job": "j", "files": files, "clip": {}, "layout": {}, "cache_dir": None}
+        )
+
+
+# -- frames whose header claims too much ---------------------------------------------------
+
+
+def forged_jpeg(height: int, width: int) -> bytes:
+    """A tiny real JPEG whose start-of-frame says ``height`` x ``width``."""
+    data = bytearray(cv2.imencode(".jpg", np.full((8, 8, 3), 99, np.uint8))[1].tobytes())
+    sof = data.index(b"\xff\xc0")
+    data[sof + 5 : sof + 9] = height.to_bytes(2, "big") + width.to_bytes(2, "big")
+    return bytes(data)
+
+
+def test_a_forged_16000x16000_jpeg_is_refused_before_decoding() -> None:
+    data = forged_jpeg(16000, 16000)
+    assert len(data) < 1000 and jpeg_size(data) == (16000, 16000)  # 1.46 GB if decoded
+    with peak_rss() as growth, pytest.raises(DataError) as caught:
+        decode_frame(np.frombuffer(data, np.uint8), "f.h5", "v", 7, None, 64_000_000)
+    assert growth() < 20 * _MB
+    assert (caught.value.file, caught.value.video, caught.value.frame) == ("f.h5", "v", 7)
+    assert "max_frame_pixels=64000000" in str(caught.value)
+
+
+def test_a_frame_of_unknown_format_is_refused_only_with_a_cap() -> None:
+    bmp = cv2.imencode(".bmp", np.full((4, 4, 3), 7, np.uint8))[1]
+    png = cv2.imencode(".png", np.full((4, 6, 3), 7, np.uint8))[1]
+    with pytest.raises(DataError, match="neither a JPEG nor a PNG"):
+        decode_frame(bmp, "f.h5", "v", 0, None, 64_000_000)
+    assert decode_frame(bmp, "f.h5", "v", 0).shape == (4, 4, 3)  # max_frame_pixels=None
+    assert decode_frame(png, "f.h5", "v", 0, None, 24).shape == (4, 6, 3)  # exactly at the cap
+    with pytest.raises(DataError, match="exceeds max_frame_pixels=23"):
+        decode_frame(png, "f.h5", "v", 0, None, 23)
+
+
+def test_a_forged_jpeg_in_a_dataset_is_an_error_naming_file_video_and_frame(
+    tmp_path: pathlib.Path,
+) -> None:
+    path = tmp_path / "forged.h5"
+    good = cv2.imencode(".jpg", np.full((48, 64, 3), 50, np.uint8))[1].tobytes()
+    write_video_file(path, {"video_000": ([good, good, forged_jpeg(16000, 16000), good], 0)})
+    feed = h5feed.batches(path, **CLIP, batch_size=1, workers=1, shuffle=False)
+    with pytest.raises(WorkerError) as caught:
+        list(feed)
+    assert caught.value.error_type == "DataError"
+    message = str(caught.value)
+    assert str(path) in message and "'video_000'" in message and "frame 2" in message
+    assert "16000x16000" in message and "max_frame_pixels" in message
+    assert wait_until_gone(own_worker_pids()) == []
+
+
+def test_a_raw_file_claiming_huge_frames_is_refused_before_reading(
+    tmp_path: pathlib.Path,
+) -> None:
+    path = tmp_path / "raw.h5"
+    with h5py.File(path, "w") as f:  # 412 MB per frame, stored as nothing (never written)
+        f.create_dataset(
+            "images", (1, 8000, 17200, 3), np.uint8, chunks=(1, 500, 500, 3), compression="gzip"
+        )
+        f.create_dataset("labels", data=np.zeros(1, np.int32))
+    assert path.stat().st_size < 100_000
+    maker = ClipMaker(ClipSpec(clip_len=2), Raw(offsets=None))
+    try:
+        assert maker.open_and_index(0, str(path), None) == [("000000", 1, 0)]
+        row = messages.Row(0, 0, 0, 0, 0.0, 0.0, False, 0)
+        with peak_rss() as growth, pytest.raises(DataError) as caught:
+            maker.produce([row])
+        assert growth() < 20 * _MB
+    finally:
+        maker.close()
+    assert (caught.value.file, caught.value.video, caught.value.frame) == (str(path), "000000", 0)
+    assert "17200x8000" in str(caught.value)
+
+
+def test_max_frame_pixels_travels_in_the_clip_spec_and_old_workers_refuse_it() -> None:
+    wire_clip = ClipSpec(max_frame_pixels=1000).to_wire()
+    assert ClipSpec.from_wire(wire_clip).max_frame_pixels == 1000
+    with pytest.raises(ValueError, match="max_frame_pixels must be"):
+        ClipSpec(max_frame_pixels=0)
+    # A worker whose ClipSpec lacks a field refuses it by name (as old ones do this one).
+    with pytest.raises(ValueError, match=r"unknown clip fields \['newer_field'\]"):
+        ClipSpec.from_wire({**wire_clip, "newer_field": 1})

@@ -322,3 +322,19 @@ def test_max_frame_pixels_travels_in_the_clip_spec_and_old_workers_refuse_it() -
     # A worker whose ClipSpec lacks a field refuses it by name (as old ones do this one).
     with pytest.raises(ValueError, match=r"unknown clip fields \['newer_field'\]"):
         ClipSpec.from_wire({**wire_clip, "newer_field": 1})
+
+
+@pytest.mark.timeout(120)
+def test_a_worker_whose_part_exceeds_max_message_bytes_says_so_instead_of_being_cut_off(
+    small_dataset: list[pathlib.Path],
+) -> None:
+    # 8 clips of 4 frames of 192x256 RGB: a 4.7 MB DATA frame over the socket (no slots), above
+    # the smallest cap allowed (2 MiB). libzmq would drop such a frame and disconnect the
+    # worker; the worker sends an ERROR naming the option instead, which next() raises.
+    limit = 2 * 1024 * 1024
+    feed = h5feed.batches(
+        small_dataset, clip_len=4, resize=(192, 256), batch_size=8, workers=1,
+        shared_memory=False, max_message_bytes=limit, unit_timeout_s=60,
+    )  # fmt: skip
+    with pytest.raises(WorkerError, match=rf"exceeds max_message_bytes={limit}"):
+        next(iter(feed))

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Unpack
 
 import numpy as np
 
+from h5feed.common.exposure import warn_insecure_listen
 from h5feed.consumer.metrics import start_feed_metrics
 from h5feed.consumer.options import FeedConfig, FeedKwargs, hdf_config
 from h5feed.consumer.plan import Cursor
@@ -34,6 +35,11 @@ class Feed:
         self._lock = threading.Lock()
         self._current: weakref.ref[BatchStream] | None = None
         self._last_stats: dict[str, Any] | None = None
+        options = config.options
+        if options.listen is not None:  # seen by default, unlike h5feed's log lines
+            warn_insecure_listen(
+                options.listen, keyed=options.curve_key is not None, insecure=options.insecure
+            )
         # /metrics and /stats (metrics_port= or $H5FEED_METRICS_PORT, read here, once); the
         # server stops when the feed is garbage collected.
         self._metrics = start_feed_metrics(self, config.options.metrics_port)
@@ -133,7 +139,7 @@ def dataset(
     * processes (``FeedOptions``): ``workers=2, max_inflight_batches=None,
       start_timeout_s=60, unit_timeout_s=120, index_cache=True, tune_malloc=True,
       listen=None, data_root=None, join_grace_s=1.5, curve_key=None,
-      curve_authorized=None, shared_memory=True, metrics_port=None``;
+      curve_authorized=None, shared_memory=True, metrics_port=None, insecure=False``;
     * your own code instead of files (``SourceConfig``): ``source=None, source_args=None,
       output_signature=None, ragged=False, steps_per_epoch=None``.
 

@@ -24,8 +24,9 @@ from typing import Any, TypeAlias, TypedDict
 
 from h5feed.common import layouts
 from h5feed.common.config import CLIP_STARTS, ClipSpec, default_cache_dir
+from h5feed.common.exposure import check_listen
 from h5feed.common.layouts import LayoutSpec
-from h5feed.common.metrics_http import check_port
+from h5feed.common.metrics_http import metrics_address
 from h5feed.consumer.plan import PlanOptions
 from h5feed.consumer.source_options import SOURCE_FIELDS, SourceConfig
 
@@ -114,7 +115,8 @@ class FeedOptions:
     curve_key: str | None = None
     curve_authorized: str | None = None
     shared_memory: bool = True
-    metrics_port: int | None = None
+    metrics_port: int | str | None = None
+    insecure: bool = False
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:
@@ -144,7 +146,11 @@ class FeedOptions:
         if self.start_timeout_s <= 0 or self.unit_timeout_s <= 0:
             raise ValueError("timeouts must be positive")
         if self.metrics_port is not None:
-            check_port(self.metrics_port, "metrics_port")
+            metrics_address(self.metrics_port, "metrics_port")
+        if not isinstance(self.insecure, bool):
+            raise ValueError(f"insecure must be True or False, got {self.insecure!r}")
+        if self.listen is not None:  # beyond this host: CURVE keys, or insecure=True said
+            check_listen(self.listen, keyed=self.curve_key is not None, insecure=self.insecure)
 
     @property
     def inflight_batches(self) -> int:
@@ -278,7 +284,10 @@ class FeedKwargs(TypedDict, total=False):
     ``h5feed/consumer/memory.py``. ``shared_memory`` (default True): local workers write
     batches straight into shared memory the trainer reads (see ``h5feed/consumer/slots.py``).
     ``metrics_port`` (default: ``$H5FEED_METRICS_PORT``, else none) serves ``/metrics`` and
-    ``/stats`` on that port, 0: a free one (see ``h5feed/consumer/metrics.py``).
+    ``/stats`` on that port of 127.0.0.1 (0: a free one), or on ``"HOST:PORT"``
+    (``"0.0.0.0:9100"``: every interface); see ``h5feed/consumer/metrics.py``.
+    ``insecure`` (default False): ``listen`` on an address other hosts reach, without CURVE
+    keys, raises ValueError unless this is True; then it warns (``h5feed.InsecureWarning``).
     """
 
     clip_len: int
@@ -315,7 +324,8 @@ class FeedKwargs(TypedDict, total=False):
     transform_args: dict[str, Any] | None
     reduced_decode: bool
     shared_memory: bool
-    metrics_port: int | None
+    metrics_port: int | str | None
+    insecure: bool
     # User sources (see h5feed/consumer/source_api.py).
     source: str | None
     source_args: dict[str, Any] | None

@@ -138,6 +138,12 @@ class MetricsServer:
         self._thread.start()
 
     @property
+    def bound_address(self) -> tuple[str, int]:
+        """(host, port) as the listening socket reports it (``getsockname``)."""
+        host, port = self._server.socket.getsockname()[:2]
+        return str(host), int(port)
+
+    @property
     def url(self) -> str:
         """Where this host reaches it (loopback when bound to every interface)."""
         if host_is_any(self.host):

@@ -182,6 +182,10 @@ def dataset(
     (``source_args``, ``output_signature``, ``ragged``, ``steps_per_epoch``); see
     ``h5feed/consumer/source_api.py`` and README "Your own Python code in the workers".
 
+    ``listen`` on an address other hosts reach (not loopback or ``ipc://``) needs CURVE keys
+    (``curve_key``, ``curve_authorized``), else ValueError, unless ``insecure=True``: then it
+    warns (``h5feed.InsecureWarning``); see :mod:`h5feed.common.exposure` and README Security.
+
     ``keys``: the keys of each element, default ``frames, label, file, video, start``; add
     any of ``sample``, ``epoch``, ``batch`` (int64 [B]: the global sample id, the epoch, the
     batch's index in its epoch) to see where each row comes from in the plan. They are opt-in

@@ -1,6 +1,10 @@
 # h5feed producer image: the producer extra only (no TensorFlow), non-root, with an init.
 #   docker build -t h5feed-producer .
-#   docker run --rm -v /data:/data:ro -e H5FEED_CONNECT=tcp://trainer:5555 h5feed-producer
+#   docker run --rm -v /data:/data:ro -v /etc/h5feed/keys:/keys:ro \
+#     -e H5FEED_CONNECT=tcp://trainer:5555 -e H5FEED_KEY=/keys/producer1.key_secret \
+#     -e H5FEED_SERVER_KEY=/keys/trainer.key h5feed-producer
+# A --connect beyond loopback without keys is refused (exit 2) unless H5FEED_INSECURE=1.
+# The secret key must be readable by uid 10001 (the user below): chown it, mode 0400/0600.
 FROM python:3.11-slim AS build
 WORKDIR /src
 COPY pyproject.toml README.md ./

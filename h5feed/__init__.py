@@ -14,6 +14,7 @@ from h5feed import layouts  # plain descriptions (no h5py): h5feed.layouts.Flat(
 from h5feed.common.errors import (
     DataError,
     H5FeedError,
+    InsecureWarning,
     NoWorkersError,
     ProtocolError,
     SourceError,
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DataError",
     "H5FeedError",
+    "InsecureWarning",
     "NoWorkersError",
     "ProtocolError",
     "SourceError",

@@ -12,8 +12,10 @@ Subcommands, each registered by the module that owns it:
   (:mod:`h5feed.bench.command`).
 
 Guarantees of :func:`main`: it returns the exit status (0 success, 1 a reported error such as a
-missing file or a bad value, 130 interrupted by Ctrl-C) and lets argparse exit with status 2 on
-a usage error (``SystemExit``, as ``--help`` and ``--version`` exit with 0). Importing this
+missing file or a bad value, 2 a refused configuration such as ``h5feed produce --connect``
+beyond loopback without keys or ``--insecure``, 130 interrupted by Ctrl-C) and lets argparse
+exit with status 2 on a usage error (``SystemExit``, as ``--help`` and ``--version`` exit
+with 0). Importing this
 module is cheap: it imports neither TensorFlow nor OpenCV, NumPy or h5py; each subcommand
 imports what it needs when it runs.
 """

@@ -75,17 +75,22 @@ def test_one_epoch_over_tcp_between_three_hosts(
                 "1",
                 "--name",
                 f"host{i}",
+                # Without keys beyond loopback: safe here, the only hosts on these links are
+                # the namespaces this test made (documentation addresses, never routed).
+                "--insecure",
             ],
             stdin=subprocess.DEVNULL,
         )
         for i, (ns, (here, _)) in enumerate(zip(producer_ns, LINKS, strict=True))
     ]
+    # insecure=True: the consumer's namespace reaches only the producers' namespaces (above).
     script = textwrap.dedent(
         f"""
         import collections, json
         import h5feed
         feed = h5feed.batches({[p.name for p in small_dataset]!r}, data_root={root!r},
-                              workers=0, listen="tcp://0.0.0.0:5555", start_timeout_s=60,
+                              workers=0, listen="tcp://0.0.0.0:5555", insecure=True,
+                              start_timeout_s=60,
                               join_grace_s=3.0, clip_len=4, resize=(48, 64), batch_size=4)
         seen = collections.Counter(s for b in feed for s in b["sample"].tolist())
         workers = {{w["name"]: w["clips"] for w in feed.stats()["workers"]}}

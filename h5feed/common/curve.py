@@ -5,12 +5,20 @@ public key, ``NAME.key_secret`` both keys. The consumer is the CURVE server: it 
 secret key and accepts only the producers whose public keys it lists (pyzmq's authenticator).
 Producers hold their own secret key and the consumer's public key, so they also check whom
 they talk to.
+
+Modes: :func:`write_key_pair` creates the secret file 0600 and the public one 0644 (less if
+the umask says so), each created with its mode (never widened for a moment, then narrowed).
+Loading needs only that this process can read the file: a secret mounted read-only as a
+Docker or Kubernetes secret (0400, or 0440 with a group) loads as it is.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import os
 import pathlib
+import time
 
 import zmq
 import zmq.auth
@@ -30,7 +38,7 @@ class KeyPair:
     @classmethod
     def load(cls, path: str) -> KeyPair:
         """From a ``.key_secret`` certificate file; ValueError naming the file otherwise."""
-        public, secret = zmq.auth.load_certificate(path)
+        public, secret = _load(path)
         if secret is None:
             raise ValueError(f"{path} holds no secret key (use the .key_secret file)")
         return cls(public, secret)
@@ -42,8 +50,70 @@ class KeyPair:
 
 
 def load_public(path: str) -> bytes:
-    public, _ = zmq.auth.load_certificate(path)
+    public, _ = _load(path)
     return bytes(public)
+
+
+def _load(path: str) -> tuple[bytes, bytes | None]:
+    """pyzmq's certificate reader; a file this process may not read is a ValueError that says
+    who owns it, its mode and who we are (a secret mounted 0400 for another uid)."""
+    try:
+        return zmq.auth.load_certificate(path)
+    except PermissionError as exc:
+        info = os.stat(path)
+        raise ValueError(
+            f"cannot read the key file {path} (mode {info.st_mode & 0o777:04o}, owner uid "
+            f"{info.st_uid} gid {info.st_gid}; this process runs as uid {os.getuid()}): make it "
+            "readable by this user, e.g. a Docker/Kubernetes secret owned by it or by its group"
+        ) from exc
+
+
+#: Modes of the files :func:`write_key_pair` creates (the umask may only remove bits).
+SECRET_MODE = 0o600
+PUBLIC_MODE = 0o644
+
+
+def write_key_pair(directory: str, name: str) -> tuple[str, str]:
+    """A new key pair as pyzmq certificates ``directory/name.key`` (public, 0644) and
+    ``directory/name.key_secret`` (0600); returns their paths. Each is written to a new file
+    created with its mode, then renamed over any old one: the secret key never sits in a
+    file others may read, not even while an old world-readable file is being replaced."""
+    public, secret = zmq.curve_keypair()
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+    base = os.path.join(directory, name)
+    public_text = _certificate(stamp, "Public", public, None)
+    secret_text = _certificate(stamp, "**Secret**", public, secret)
+    _create(f"{base}.key", public_text, PUBLIC_MODE)
+    _create(f"{base}.key_secret", secret_text, SECRET_MODE)
+    return f"{base}.key", f"{base}.key_secret"
+
+
+def _certificate(stamp: str, kind: str, public: bytes, secret: bytes | None) -> str:
+    """The text of a certificate as ``zmq.auth.create_certificates`` writes it (ZPL)."""
+    lines = [f"#   ****  Generated on {stamp} by h5feed keys (pyzmq format)  ****"]
+    lines.append(f"#   ZeroMQ CURVE {kind} Certificate")
+    if secret is not None:
+        lines.append("#   DO NOT PROVIDE THIS FILE TO OTHER USERS nor change its permissions.")
+    lines += ["", "metadata", "curve", f'    public-key = "{public.decode()}"']
+    if secret is not None:
+        lines.append(f'    secret-key = "{secret.decode()}"')
+    return "\n".join(lines) + "\n"
+
+
+def _create(path: str, text: str, mode: int) -> None:
+    tmp = f"{path}.{os.getpid()}.tmp"
+    # O_EXCL: a new inode created with `mode`, never an existing file (or a planted link).
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(text)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
 
 
 def load_public_keys(directory: str) -> set[bytes]:

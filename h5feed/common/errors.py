@@ -74,3 +74,9 @@ class SourceError(H5FeedError):
     """A user source (``source=``) does not fit its contract: an import path that does not
     resolve, an object of no known kind, or an element that does not fit the element spec.
     The message names the source, the field (path like ``x/0/depth``) or the index."""
+
+
+class InsecureWarning(UserWarning):
+    """An address reachable from other hosts is used without CURVE keys because the caller
+    said ``insecure=True`` (``--insecure``): anyone who reaches it can take part in the run.
+    A ``UserWarning``, so Python shows it by default, whatever logging is configured."""

@@ -13,6 +13,8 @@ Guarantees:
 3. Requests are served on daemon threads: a slow client never blocks training, and a failing
    snapshot answers HTTP 500 with the error's text instead of taking anything down.
 4. :meth:`MetricsServer.close` stops serving and frees the port; it is idempotent.
+5. It listens on 127.0.0.1 unless a host is given (``"0.0.0.0:9100"``: every interface, for
+   a scraper on another host): nothing is served beyond this host by default.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import socket
 import socketserver
 import threading
 from collections.abc import Callable, Iterable, Mapping
@@ -32,8 +35,9 @@ from h5feed.common.logs import with_ids
 
 #: The environment variable of the port (consumer and producer alike), read at construction.
 METRICS_PORT_ENV = "H5FEED_METRICS_PORT"
-#: Metrics are for scrapers on other hosts (Prometheus' own default): every interface.
-BIND_ADDRESS = "0.0.0.0"
+#: Where metrics listen when no host is given: this host only. ``/stats`` names files, hosts
+#: and workers; serving it to other hosts is a choice made by giving "0.0.0.0:PORT".
+DEFAULT_HOST = "127.0.0.1"
 #: With the port from the environment, a port already taken (a second feed of the same
 #: process: training and validation) moves on to the next ones, this many at most.
 _ENV_PORT_TRIES = 32
@@ -47,25 +51,43 @@ def check_port(value: object, source: str) -> int:
     """``value`` if it is a TCP port number (an int 0..65535; 0: a free one), else a
     ValueError naming ``source``."""
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 65535:
-        raise ValueError(f"{source} must be a port number (0..65535; 0: a free one), got {value!r}")
+        raise ValueError(
+            f'{source} must be a port number (0..65535; 0: a free one) or "HOST:PORT", '
+            f"got {value!r}"
+        )
     return value
 
 
-def port_from_env(environ: Mapping[str, str] | None = None) -> int | None:
-    """The port in ``$H5FEED_METRICS_PORT`` (None when unset or empty); ValueError naming the
-    variable when it is not a port number."""
+def metrics_address(value: object, source: str) -> tuple[str, int]:
+    """(host, port) to serve metrics on, from a port (an int: on ``DEFAULT_HOST``) or a
+    ``"HOST:PORT"`` string (``"0.0.0.0:9100"``, ``"[::]:9100"``; ``*`` is ``0.0.0.0``).
+    ValueError naming ``source`` otherwise; a bare ``"9100"`` string is not a port (say
+    which host, or pass the int)."""
+    if not isinstance(value, str):
+        return DEFAULT_HOST, check_port(value, source)
+    host, colon, port_text = value.rpartition(":")
+    if not colon or not host or not port_text.isdigit():
+        check_port(value, source)  # raises, naming the value
+    host = "0.0.0.0" if host == "*" else host.removeprefix("[").removesuffix("]")
+    return host, check_port(int(port_text), source)
+
+
+def address_from_env(environ: Mapping[str, str] | None = None) -> tuple[str, int] | None:
+    """(host, port) from ``$H5FEED_METRICS_PORT``: a port (on ``DEFAULT_HOST``) or HOST:PORT;
+    None when unset or empty; ValueError naming the variable when it is neither."""
     text = (os.environ if environ is None else environ).get(METRICS_PORT_ENV, "").strip()
     if not text:
         return None
-    try:
-        value: object = int(text)
-    except ValueError:
-        value = text
-    return check_port(value, f"${METRICS_PORT_ENV}")
+    source = f"${METRICS_PORT_ENV}"
+    return metrics_address(int(text) if text.isdigit() else text, source)
 
 
 class _ThreadingServer(socketserver.ThreadingMixIn, WSGIServer):
     daemon_threads = True  # a hung scraper never keeps the process alive
+
+
+class _ThreadingServer6(_ThreadingServer):
+    address_family = socket.AF_INET6  # "[::]:9100", "[::1]:9100"
 
 
 class _QuietHandler(WSGIRequestHandler):
@@ -83,25 +105,29 @@ class MetricsServer:
         port: int,
         *,
         search: bool = False,
-        address: str = BIND_ADDRESS,
+        host: str = DEFAULT_HOST,
     ) -> None:
-        """Bind ``port`` (0: a free one) and start serving. ``search``: if the port is taken,
-        try the next ones (see ``_ENV_PORT_TRIES``); else an OSError names the port."""
+        """Bind ``host``:``port`` (0: a free one) and start serving. ``search``: if the port
+        is taken, try the next ones (see ``_ENV_PORT_TRIES``); else an OSError names it."""
         self._registry = registry
         self._stats = stats
         tries = _ENV_PORT_TRIES if search and port else 1
         for attempt in range(tries):
             try:
+                server_class = _ThreadingServer6 if ":" in host else _ThreadingServer
                 self._server = make_server(
-                    address, port + attempt, self._app, _ThreadingServer, _QuietHandler
+                    host, port + attempt, self._app, server_class, _QuietHandler
                 )
                 break
             except OSError as exc:
                 if attempt == tries - 1:
                     raise OSError(
-                        exc.errno, f"h5feed metrics: cannot listen on port {port + attempt}: {exc}"
+                        exc.errno,
+                        f"h5feed metrics: cannot listen on port {port + attempt} of {host}: {exc}",
                     ) from exc
         self.port: int = self._server.server_port
+        #: The address bound: ``DEFAULT_HOST`` unless another host was given.
+        self.host = host
         self._closed = False
         self._thread = threading.Thread(
             target=self._server.serve_forever,
@@ -112,8 +138,21 @@ class MetricsServer:
         self._thread.start()
 
     @property
+    def bound_address(self) -> tuple[str, int]:
+        """(host, port) as the listening socket reports it (``getsockname``)."""
+        host, port = self._server.socket.getsockname()[:2]
+        return str(host), int(port)
+
+    @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        """Where this host reaches it (loopback when bound to every interface)."""
+        if host_is_any(self.host):
+            return f"http://127.0.0.1:{self.port}"
+        return (
+            f"http://[{self.host}]:{self.port}"
+            if ":" in self.host
+            else (f"http://{self.host}:{self.port}")
+        )
 
     def close(self) -> None:
         """Stop serving and free the port (idempotent)."""
@@ -145,3 +184,8 @@ class MetricsServer:
             return [f"{type(exc).__name__}: {exc}\n".encode()]
         start_response("200 OK", [("Content-Type", content_type)])
         return [body]
+
+
+def host_is_any(host: str) -> bool:
+    """True for the wildcard addresses that bind every interface."""
+    return host in ("0.0.0.0", "::", "")

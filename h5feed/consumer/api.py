@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Unpack
 
 import numpy as np
 
+from h5feed.common.exposure import warn_insecure_listen
 from h5feed.consumer.metrics import start_feed_metrics
 from h5feed.consumer.options import FeedConfig, FeedKwargs, hdf_config
 from h5feed.consumer.plan import Cursor
@@ -34,6 +35,11 @@ class Feed:
         self._lock = threading.Lock()
         self._current: weakref.ref[BatchStream] | None = None
         self._last_stats: dict[str, Any] | None = None
+        options = config.options
+        if options.listen is not None:  # seen by default, unlike h5feed's log lines
+            warn_insecure_listen(
+                options.listen, keyed=options.curve_key is not None, insecure=options.insecure
+            )
         # /metrics and /stats (metrics_port= or $H5FEED_METRICS_PORT, read here, once); the
         # server stops when the feed is garbage collected.
         self._metrics = start_feed_metrics(self, config.options.metrics_port)
@@ -134,7 +140,7 @@ def dataset(
       start_timeout_s=60, unit_timeout_s=120, index_cache=True, tune_malloc=True,
       listen=None, data_root=None, join_grace_s=1.5, curve_key=None,
       curve_authorized=None, shared_memory=True, metrics_port=None,
-      max_message_bytes=1073741824``;
+      max_message_bytes=1073741824, insecure=False``;
     * your own code instead of files (``SourceConfig``): ``source=None, source_args=None,
       output_signature=None, ragged=False, steps_per_epoch=None``.
 
@@ -176,6 +182,10 @@ def dataset(
     ``source="package.module:factory"``: your own code in the workers instead of HDF5 files
     (``source_args``, ``output_signature``, ``ragged``, ``steps_per_epoch``); see
     ``h5feed/consumer/source_api.py`` and README "Your own Python code in the workers".
+
+    ``listen`` on an address other hosts reach (not loopback or ``ipc://``) needs CURVE keys
+    (``curve_key``, ``curve_authorized``), else ValueError, unless ``insecure=True``: then it
+    warns (``h5feed.InsecureWarning``); see :mod:`h5feed.common.exposure` and README Security.
 
     ``keys``: the keys of each element, default ``frames, label, file, video, start``; add
     any of ``sample``, ``epoch``, ``batch`` (int64 [B]: the global sample id, the epoch, the

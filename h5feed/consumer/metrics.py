@@ -31,7 +31,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from h5feed.common.logs import with_ids
-from h5feed.common.metrics_http import MetricsServer, port_from_env
+from h5feed.common.metrics_http import MetricsServer, address_from_env, metrics_address
 
 _log = with_ids(logging.getLogger("h5feed.consumer"), "consumer")  # ids in every line
 
@@ -142,12 +142,15 @@ class FeedCollector(Collector):
 class FeedMetrics:
     """The metrics endpoint of one feed: a private registry and its HTTP server."""
 
-    def __init__(self, feed: _HasStats, port: int, *, search: bool) -> None:
+    def __init__(self, feed: _HasStats, address: tuple[str, int], *, search: bool) -> None:
         self.totals = IterationTotals()
         registry = CollectorRegistry(auto_describe=False)
         registry.register(FeedCollector(feed, self.totals))
         ref = weakref.ref(feed)
-        self.server = MetricsServer(registry, lambda: _stats_of(ref), port, search=search)
+        host, port = address
+        self.server = MetricsServer(
+            registry, lambda: _stats_of(ref), port, search=search, host=host
+        )
         self.port = self.server.port
         _log.info("h5feed metrics at %s/metrics (stats at /stats)", self.server.url)
 
@@ -157,17 +160,19 @@ def _stats_of(ref: Callable[[], _HasStats | None]) -> dict[str, Any]:
     return feed.stats() if feed is not None else {"running": False}
 
 
-def start_feed_metrics(feed: _HasStats, port: int | None) -> FeedMetrics | None:
-    """The feed's endpoint on ``port`` (``metrics_port=``), else on ``$H5FEED_METRICS_PORT``
-    (read now, at construction), else none. With the variable, a port already taken moves on
-    to the next free one (training and validation feeds of one process), logged; an explicit
-    ``metrics_port`` that is taken raises OSError naming it."""
+def start_feed_metrics(feed: _HasStats, port: int | str | None) -> FeedMetrics | None:
+    """The feed's endpoint on ``port`` (``metrics_port=``: a port on 127.0.0.1, or
+    ``"HOST:PORT"``), else on ``$H5FEED_METRICS_PORT`` (the same; read now, at construction),
+    else none. With the variable, a port already taken moves on to the next free one
+    (training and validation feeds of one process), logged; an explicit ``metrics_port`` that
+    is taken raises OSError naming it."""
     if port is not None:
-        return FeedMetrics(feed, port, search=False)
-    env_port = port_from_env()
-    if env_port is None:
+        return FeedMetrics(feed, metrics_address(port, "metrics_port"), search=False)
+    env_address = address_from_env()
+    if env_address is None:
         return None
-    metrics = FeedMetrics(feed, env_port, search=True)
+    env_port = env_address[1]
+    metrics = FeedMetrics(feed, env_address, search=True)
     if env_port and metrics.port != env_port:
         _log.warning(
             "h5feed metrics: port %d is taken, serving on %d instead", env_port, metrics.port

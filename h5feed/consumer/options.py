@@ -24,8 +24,9 @@ from typing import Any, TypeAlias, TypedDict
 
 from h5feed.common import layouts
 from h5feed.common.config import CLIP_STARTS, ClipSpec, default_cache_dir
+from h5feed.common.exposure import check_listen
 from h5feed.common.layouts import LayoutSpec
-from h5feed.common.metrics_http import check_port
+from h5feed.common.metrics_http import metrics_address
 from h5feed.common.wire import DEFAULT_LIMITS, DEFAULT_MAX_MESSAGE_BYTES
 from h5feed.consumer.plan import PlanOptions
 from h5feed.consumer.source_options import SOURCE_FIELDS, SourceConfig
@@ -115,11 +116,12 @@ class FeedOptions:
     curve_key: str | None = None
     curve_authorized: str | None = None
     shared_memory: bool = True
-    metrics_port: int | None = None
+    metrics_port: int | str | None = None
     #: ZMQ_MAXMSGSIZE of the consumer's socket and its local workers': a peer that sends a
     #: larger frame is disconnected by libzmq before the frame is buffered (see
     #: h5feed.common.wire.DEFAULT_MAX_MESSAGE_BYTES for why 1 GiB).
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    insecure: bool = False
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:
@@ -149,12 +151,16 @@ class FeedOptions:
         if self.start_timeout_s <= 0 or self.unit_timeout_s <= 0:
             raise ValueError("timeouts must be positive")
         if self.metrics_port is not None:
-            check_port(self.metrics_port, "metrics_port")
+            metrics_address(self.metrics_port, "metrics_port")
         if self.max_message_bytes < DEFAULT_LIMITS.max_header_bytes:
             raise ValueError(
                 f"max_message_bytes must be at least {DEFAULT_LIMITS.max_header_bytes} (a "
                 f"header's limit), got {self.max_message_bytes}"
             )
+        if not isinstance(self.insecure, bool):
+            raise ValueError(f"insecure must be True or False, got {self.insecure!r}")
+        if self.listen is not None:  # beyond this host: CURVE keys, or insecure=True said
+            check_listen(self.listen, keyed=self.curve_key is not None, insecure=self.insecure)
 
     @property
     def inflight_batches(self) -> int:
@@ -288,10 +294,13 @@ class FeedKwargs(TypedDict, total=False):
     ``h5feed/consumer/memory.py``. ``shared_memory`` (default True): local workers write
     batches straight into shared memory the trainer reads (see ``h5feed/consumer/slots.py``).
     ``metrics_port`` (default: ``$H5FEED_METRICS_PORT``, else none) serves ``/metrics`` and
-    ``/stats`` on that port, 0: a free one (see ``h5feed/consumer/metrics.py``).
+    ``/stats`` on that port of 127.0.0.1 (0: a free one), or on ``"HOST:PORT"``
+    (``"0.0.0.0:9100"``: every interface); see ``h5feed/consumer/metrics.py``.
     ``max_message_bytes`` (default 1 GiB) caps every frame on the consumer's socket and its
     local workers' (``ZMQ_MAXMSGSIZE``); ``max_frame_pixels`` (default 64 megapixels) caps a
     stored frame's height x width, read from its header before it is decoded or read.
+    ``insecure`` (default False): ``listen`` on an address other hosts reach, without CURVE
+    keys, raises ValueError unless this is True; then it warns (``h5feed.InsecureWarning``).
     """
 
     clip_len: int
@@ -328,9 +337,10 @@ class FeedKwargs(TypedDict, total=False):
     transform_args: dict[str, Any] | None
     reduced_decode: bool
     shared_memory: bool
-    metrics_port: int | None
+    metrics_port: int | str | None
     max_message_bytes: int
     max_frame_pixels: int | None
+    insecure: bool
     # User sources (see h5feed/consumer/source_api.py).
     source: str | None
     source_args: dict[str, Any] | None

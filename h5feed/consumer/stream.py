@@ -31,6 +31,7 @@ from typing import Any, cast
 import numpy as np
 
 from h5feed.common.errors import H5FeedError
+from h5feed.common.exposure import is_local_address
 from h5feed.common.logs import with_ids
 from h5feed.consumer.assembly import Batch
 from h5feed.consumer.credits import CreditGate
@@ -90,8 +91,14 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
         )
         if options.tune_malloc:
             keep_freed_memory_mapped()
-        if options.listen and options.curve_key is None:
-            warn_if_exposed(options.listen)
+        if options.listen and options.curve_key is None and not is_local_address(options.listen):
+            # Only insecure=True gets here (FeedOptions refuses the rest); the feed already
+            # warned (InsecureWarning), and this line puts it in the logs with the job's id.
+            _log.warning(
+                "h5feed listens on %s without CURVE keys (insecure=True): any host that "
+                "reaches it can join as a producer",
+                options.listen,
+            )
         # One direction of wiring: socket and keys, then the local workers that use them,
         # then the parts of the loop, then the loop.
         self._tmpdir = tempfile.mkdtemp(prefix="h5feed-")
@@ -267,17 +274,6 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
             "suggested_extra_workers": extra,
             "verdict": line,
         }
-
-
-def warn_if_exposed(address: str) -> None:
-    """Binding beyond loopback without CURVE keys lets anyone on the network feed batches."""
-    host = address.split("://", 1)[-1].rsplit(":", 1)[0]
-    if address.startswith("tcp://") and host not in ("127.0.0.1", "localhost", "[::1]"):
-        _log.warning(
-            "h5feed listens on %s without CURVE keys: any host that reaches it can join as a "
-            "producer; bind 127.0.0.1 or use keys where the network is not trusted",
-            address,
-        )
 
 
 def _shutdown(loop: FeedLoop, workers: LocalWorkers, tmpdir: str, closed: threading.Event) -> None:

@@ -5,6 +5,7 @@ only); each command imports what it needs when it runs."""
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 
@@ -24,7 +25,13 @@ _PRODUCE_OPTIONS = (
     ("--health-file", "H5FEED_HEALTH_FILE", "PATH", "keep writing liveness here (h5feed health)"),
     ("--key", "H5FEED_KEY", "FILE", "CURVE: this producer's .key_secret file (h5feed keys)"),
     ("--server-key", "H5FEED_SERVER_KEY", "FILE", "CURVE: the trainer's public .key file"),
-    ("--metrics-port", "H5FEED_METRICS_PORT", "PORT", "serve /metrics and /stats (0: a free port)"),
+    (
+        "--metrics-port",
+        "H5FEED_METRICS_PORT",
+        "[HOST:]PORT",
+        "serve /metrics and /stats on PORT of 127.0.0.1 (0: a free port), or on HOST:PORT "
+        "(0.0.0.0:9100: every interface, for a Prometheus on another host)",
+    ),
     (
         "--max-message-bytes",
         "H5FEED_MAX_MESSAGE_BYTES",
@@ -32,10 +39,19 @@ _PRODUCE_OPTIONS = (
         "the largest frame the workers take from the trainer (ZMQ_MAXMSGSIZE; default 1 GiB)",
     ),
 )
+#: Values of $H5FEED_INSECURE (case aside); anything else is refused, naming the variable.
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+#: Exit status of a refused configuration (an exposed --connect without keys), as argparse's.
+_REFUSED = 2
 
 _PRODUCE_DESCRIPTION = """\
 Start decoding workers that serve an h5feed consumer (a trainer that called
-h5feed.dataset(..., listen="tcp://*:5555")). Every flag has an H5FEED_* environment variable.
+h5feed.dataset(..., listen="tcp://*:5555", curve_key=...)). Every flag has an H5FEED_*
+environment variable.
+
+Security: a --connect address beyond this host (not 127.0.0.0/8, ::1, localhost or ipc://)
+needs CURVE keys (--key, --server-key), or --insecure (H5FEED_INSECURE=1) where the network
+is trusted; otherwise the command refuses to start (exit status 2).
 
 Guarantees: the workers may start before the trainer and wait for it; they serve its jobs
 (file list, clip and preprocessing parameters come from the trainer) and outlive its
@@ -45,7 +61,8 @@ both versions named)."""
 
 _PRODUCE_EPILOG = """\
 examples:
-  h5feed produce --connect tcp://trainer-host:5555 --data-root /data --workers 8
+  h5feed produce --connect tcp://trainer-host:5555 --data-root /data --workers 8 \\
+      --key keys/producer1.key_secret --server-key keys/trainer.key
   H5FEED_CONNECT=tcp://127.0.0.1:5555 h5feed produce --data-root ./videos"""
 
 
@@ -69,15 +86,23 @@ def register(subcommand: Subcommand) -> None:
             metavar=metavar,
             help=f"{text} (env {variable})",
         )
-    produce.set_defaults(handler=_cmd_produce)
+    produce.add_argument(
+        "--insecure",
+        action="store_true",
+        help="allow a --connect address beyond this host without CURVE keys: whoever answers "
+        "there sends this producer its jobs (env H5FEED_INSECURE=1)",
+    )
+    produce.set_defaults(handler=_cmd_produce, insecure_env=env.get("H5FEED_INSECURE"))
 
     keys = subcommand(
         "keys",
         "make a CURVE key pair (NAME.key public, NAME.key_secret secret) with pyzmq",
-        "Make a CURVE key pair with pyzmq's certificate helpers.\n\nThe trainer keeps "
+        "Make a CURVE key pair (pyzmq's certificate format).\n\nThe trainer keeps "
         "its NAME.key_secret and lists the producers' public .key files in one directory "
         "(curve_authorized=); each producer keeps its own .key_secret and the trainer's "
-        ".key (--key, --server-key).",
+        ".key (--key, --server-key).\n\nGuarantees: NAME.key_secret is created mode 0600 "
+        "and NAME.key 0644 (each created with its mode, then renamed over an old one); "
+        "keys mounted read-only (0400, Docker/Kubernetes secrets) load as they are.",
         "example:\n  h5feed keys keys/ --name trainer && h5feed keys keys/ --name producer1",
     )
     keys.add_argument("dir", metavar="DIR", help="directory to write the two files into")
@@ -109,11 +134,26 @@ def _cmd_produce(args: argparse.Namespace) -> int:
     if (args.key is None) != (args.server_key is None):
         raise ValueError("CURVE needs both --key and --server-key")
     curve = (args.key, args.server_key) if args.key is not None else None
-    metrics_port = None
-    if args.metrics_port is not None:
-        from h5feed.common.metrics_http import port_from_env
+    insecure = args.insecure or _env_flag(args.insecure_env, "H5FEED_INSECURE")
+    if insecure is None:
+        return _REFUSED
+    from h5feed.common.exposure import connect_refusal, is_local_address
 
-        metrics_port = port_from_env({"H5FEED_METRICS_PORT": args.metrics_port})
+    refusal = connect_refusal(args.connect, keyed=curve is not None, insecure=insecure)
+    if refusal is not None:
+        print(f"h5feed produce: refused: {refusal}", file=sys.stderr)
+        return _REFUSED
+    if curve is None and not is_local_address(args.connect):
+        logging.getLogger("h5feed.producer").warning(
+            "connecting to %s without CURVE keys (--insecure): whoever answers there sends "
+            "this producer its jobs",
+            args.connect,
+        )
+    metrics = None
+    if args.metrics_port is not None:
+        from h5feed.common.metrics_http import address_from_env
+
+        metrics = address_from_env({"H5FEED_METRICS_PORT": args.metrics_port})
     return run_producer(
         args.connect,
         args.data_root,
@@ -121,17 +161,27 @@ def _cmd_produce(args: argparse.Namespace) -> int:
         args.name,
         args.health_file,
         curve,
-        metrics_port,
+        metrics,
         int(args.max_message_bytes) if args.max_message_bytes is not None else None,
     )
 
 
+def _env_flag(text: str | None, variable: str) -> bool | None:
+    """``$variable`` as a yes/no (unset: no); None, after saying why, for any other value."""
+    if text is None or text.strip().lower() in _FALSE:
+        return False
+    if text.strip().lower() in _TRUE:
+        return True
+    print(f"h5feed produce: refused: ${variable}={text!r} is not one of 1/0", file=sys.stderr)
+    return None
+
+
 def _cmd_keys(args: argparse.Namespace) -> int:
-    import zmq.auth
+    from h5feed.common.curve import write_key_pair
 
     os.makedirs(args.dir, exist_ok=True)
-    public, secret = zmq.auth.create_certificates(args.dir, args.name)
-    print(f"public key: {public}\nsecret key: {secret} (keep it private)")
+    public, secret = write_key_pair(args.dir, args.name)
+    print(f"public key: {public} (0644)\nsecret key: {secret} (0600: keep it private)")
     return 0
 
 

@@ -133,8 +133,9 @@ class ServiceCollector(Collector):
         yield from families
 
 
-def start_service_metrics(figures: ServiceFigures, port: int) -> MetricsServer:
-    """Serve the service's ``/metrics`` and ``/stats`` on ``port`` (0: a free one)."""
+def start_service_metrics(figures: ServiceFigures, address: tuple[str, int]) -> MetricsServer:
+    """Serve the service's ``/metrics`` and ``/stats`` on (host, port) (port 0: a free one)."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(ServiceCollector(figures))
-    return MetricsServer(registry, figures.snapshot, port)
+    host, port = address
+    return MetricsServer(registry, figures.snapshot, port, host=host)

@@ -9,8 +9,9 @@ Guarantees:
    protocol version) is not, and the service exits with code 2 naming both versions.
 3. SIGTERM or SIGINT: every worker is asked to stop (SIGTERM: it finishes the unit in hand),
    and the service exits 0 within 10 s; a worker still there by then is killed.
-4. With ``metrics_port``, one endpoint serves every worker's figures (``/metrics``, ``/stats``;
-   see ``h5feed/producer/metrics.py``); the port bound is logged (INFO), also when asked for 0.
+4. With ``metrics``, one endpoint serves every worker's figures (``/metrics``, ``/stats``;
+   see ``h5feed/producer/metrics.py``) on the (host, port) given (the command's default host
+   is 127.0.0.1); the address bound is logged (INFO), also when asked for port 0.
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ def run_producer(
     name: str | None,
     health_file: str | None = None,
     curve: tuple[str, str] | None = None,
-    metrics_port: int | None = None,
+    metrics: tuple[str, int] | None = None,
     max_message_bytes: int | None = None,
 ) -> int:
     """Run the service until SIGTERM/SIGINT; returns the process exit code.
@@ -73,7 +74,7 @@ def run_producer(
     ``max_message_bytes``: the workers' cap on one frame from the trainer (``ZMQ_MAXMSGSIZE``;
     None: :data:`h5feed.common.wire.DEFAULT_MAX_MESSAGE_BYTES`).
 
-    ``metrics_port``: serve ``/metrics`` and ``/stats`` there (0: a free port, logged).
+    ``metrics``: (host, port) to serve ``/metrics`` and ``/stats`` on (0: a free port, logged).
 
     ``curve``: (this producer's ``.key_secret`` file, the consumer's public ``.key`` file).
     With ``health_file``, it rewrites that file several times a second with the time and the
@@ -94,16 +95,19 @@ def run_producer(
     code = 0
     log.info("%d workers serving %s (data root %s)", workers, connect, data_root)
     figures = server = None
-    if metrics_port is not None:
+    if metrics is not None:
+        from h5feed.common.metrics_http import host_is_any
         from h5feed.producer.metrics import ServiceFigures, start_service_metrics
 
         figures = ServiceFigures(prefix, names, tempfile.mkdtemp(prefix="h5feed-producer-"))
         try:
-            server = start_service_metrics(figures, metrics_port)
+            server = start_service_metrics(figures, metrics)
         except BaseException:
             shutil.rmtree(figures.stats_dir, ignore_errors=True)
             raise
-        log.info("metrics at http://%s:%d/metrics (stats at /stats)", figures.host, server.port)
+        # On every interface, this host's name is how others reach it; else the address bound.
+        url = f"http://{figures.host}:{server.port}" if host_is_any(server.host) else server.url
+        log.info("metrics at %s/metrics (stats at /stats)", url)
     try:
         while not stop.is_set():
             for worker in names:

@@ -133,7 +133,8 @@ def dataset(
     * processes (``FeedOptions``): ``workers=2, max_inflight_batches=None,
       start_timeout_s=60, unit_timeout_s=120, index_cache=True, tune_malloc=True,
       listen=None, data_root=None, join_grace_s=1.5, curve_key=None,
-      curve_authorized=None, shared_memory=True, metrics_port=None``;
+      curve_authorized=None, shared_memory=True, metrics_port=None,
+      max_open_files=128``;
     * your own code instead of files (``SourceConfig``): ``source=None, source_args=None,
       output_signature=None, ragged=False, steps_per_epoch=None``.
 

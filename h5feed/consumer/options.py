@@ -23,7 +23,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any, TypeAlias, TypedDict
 
 from h5feed.common import layouts
-from h5feed.common.config import CLIP_STARTS, ClipSpec, default_cache_dir
+from h5feed.common.config import (
+    CLIP_STARTS,
+    DEFAULT_MAX_OPEN_FILES,
+    ClipSpec,
+    default_cache_dir,
+)
 from h5feed.common.layouts import LayoutSpec
 from h5feed.common.metrics_http import check_port
 from h5feed.consumer.plan import PlanOptions
@@ -115,6 +120,9 @@ class FeedOptions:
     curve_authorized: str | None = None
     shared_memory: bool = True
     metrics_port: int | None = None
+    #: HDF5 files each local worker keeps open at once, least recently used closed first
+    #: (``h5feed/producer/open_files.py`` says why 128); producers have their own flag.
+    max_open_files: int = DEFAULT_MAX_OPEN_FILES
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:
@@ -143,6 +151,8 @@ class FeedOptions:
             )
         if self.start_timeout_s <= 0 or self.unit_timeout_s <= 0:
             raise ValueError("timeouts must be positive")
+        if isinstance(self.max_open_files, bool) or self.max_open_files < 1:
+            raise ValueError(f"max_open_files must be >= 1, got {self.max_open_files!r}")
         if self.metrics_port is not None:
             check_port(self.metrics_port, "metrics_port")
 
@@ -279,6 +289,8 @@ class FeedKwargs(TypedDict, total=False):
     batches straight into shared memory the trainer reads (see ``h5feed/consumer/slots.py``).
     ``metrics_port`` (default: ``$H5FEED_METRICS_PORT``, else none) serves ``/metrics`` and
     ``/stats`` on that port, 0: a free one (see ``h5feed/consumer/metrics.py``).
+    ``max_open_files`` (default 128): HDF5 files each local worker keeps open at once (see
+    ``h5feed/producer/open_files.py``).
     """
 
     clip_len: int
@@ -316,6 +328,7 @@ class FeedKwargs(TypedDict, total=False):
     reduced_decode: bool
     shared_memory: bool
     metrics_port: int | None
+    max_open_files: int
     # User sources (see h5feed/consumer/source_api.py).
     source: str | None
     source_args: dict[str, Any] | None

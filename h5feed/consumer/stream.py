@@ -113,6 +113,7 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
                 keys=router.local_keys,
                 server_public=router.server_public,
                 data_root=options.data_root,
+                max_open_files=options.max_open_files,
             )
         except BaseException:
             router.close()

@@ -9,6 +9,7 @@ import os
 import sys
 
 from h5feed.common.cli_args import Subcommand, positive_int
+from h5feed.common.config import DEFAULT_MAX_OPEN_FILES
 
 #: (flag, environment variable, metavar, help) of `h5feed produce`.
 _PRODUCE_OPTIONS = (
@@ -25,6 +26,13 @@ _PRODUCE_OPTIONS = (
     ("--key", "H5FEED_KEY", "FILE", "CURVE: this producer's .key_secret file (h5feed keys)"),
     ("--server-key", "H5FEED_SERVER_KEY", "FILE", "CURVE: the trainer's public .key file"),
     ("--metrics-port", "H5FEED_METRICS_PORT", "PORT", "serve /metrics and /stats (0: a free port)"),
+    (
+        "--max-open-files",
+        "H5FEED_MAX_OPEN_FILES",
+        "N",
+        f"HDF5 files each worker keeps open at once, least recently used closed first "
+        f"(default {DEFAULT_MAX_OPEN_FILES})",
+    ),
 )
 
 _PRODUCE_DESCRIPTION = """\
@@ -59,7 +67,7 @@ def register(subcommand: Subcommand) -> None:
             flag,
             default=env.get(variable),
             required=flag == "--connect" and variable not in env,
-            type=positive_int if flag == "--workers" else str,
+            type=positive_int if flag in ("--workers", "--max-open-files") else str,
             metavar=metavar,
             help=f"{text} (env {variable})",
         )
@@ -108,8 +116,18 @@ def _cmd_produce(args: argparse.Namespace) -> int:
         from h5feed.common.metrics_http import port_from_env
 
         metrics_port = port_from_env({"H5FEED_METRICS_PORT": args.metrics_port})
+    max_open_files = (
+        int(args.max_open_files) if args.max_open_files is not None else DEFAULT_MAX_OPEN_FILES
+    )
     return run_producer(
-        args.connect, args.data_root, workers, args.name, args.health_file, curve, metrics_port
+        args.connect,
+        args.data_root,
+        workers,
+        args.name,
+        args.health_file,
+        curve,
+        metrics_port,
+        max_open_files,
     )
 
 

@@ -27,7 +27,7 @@ import tempfile
 import threading
 import time
 
-from h5feed.common.config import default_cache_dir
+from h5feed.common.config import DEFAULT_MAX_OPEN_FILES, default_cache_dir
 from h5feed.common.logs import with_ids
 
 _log = logging.getLogger("h5feed.producer")
@@ -42,9 +42,11 @@ def worker_command(
     data_root: str | None,
     curve: tuple[str, str] | None = None,
     stats_file: str | None = None,
+    max_open_files: int = DEFAULT_MAX_OPEN_FILES,
 ) -> list[str]:
     command = [sys.executable, "-m", "h5feed.producer.worker", "--connect", connect]
     command += ["--worker-id", name, "--parent-pid", str(os.getpid()), "--persistent"]
+    command += ["--max-open-files", str(max_open_files)]
     command += ["--cache-dir", default_cache_dir()]  # this host's, not the trainer's
     if data_root is not None:
         command += ["--data-root", data_root]
@@ -63,10 +65,12 @@ def run_producer(
     health_file: str | None = None,
     curve: tuple[str, str] | None = None,
     metrics_port: int | None = None,
+    max_open_files: int = DEFAULT_MAX_OPEN_FILES,
 ) -> int:
     """Run the service until SIGTERM/SIGINT; returns the process exit code.
 
     ``metrics_port``: serve ``/metrics`` and ``/stats`` there (0: a free port, logged).
+    ``max_open_files``: HDF5 files each worker keeps open at once.
 
     ``curve``: (this producer's ``.key_secret`` file, the consumer's public ``.key`` file).
     With ``health_file``, it rewrites that file several times a second with the time and the
@@ -116,7 +120,9 @@ def run_producer(
                 if time.monotonic() - started.get(worker, -1e9) >= _RESTART_EVERY_S:
                     stats_file = figures.stats_file(worker) if figures is not None else None
                     processes[worker] = subprocess.Popen(
-                        worker_command(connect, worker, data_root, curve, stats_file),
+                        worker_command(
+                            connect, worker, data_root, curve, stats_file, max_open_files
+                        ),
                         stdin=subprocess.DEVNULL,
                     )
                     started[worker] = time.monotonic()

@@ -22,7 +22,9 @@ import pytest
 from conftest import wait_until_gone
 
 import h5feed
+from h5feed.common.layouts import Auto, Groups
 from h5feed.consumer.stream import BatchStream
+from h5feed.producer.open_files import OpenFiles
 from h5feed.producer.sample_data import write_video_file
 
 _TESTS_DIR = str(pathlib.Path(__file__).resolve().parent)
@@ -85,18 +87,21 @@ def test_workers_started_from_a_thread_that_ends_keep_running(
     """The kernel's parent-death signal fires when the *thread* that forked a worker exits
     (prctl(2)); iterations often start in short-lived tf.data threads. Workers are forked by
     h5feed's own long-lived thread, so the epoch completes after the starting thread ended."""
-    started: list[BatchStream] = []
+    started: list[tuple[BatchStream, list[int]]] = []
 
     def start() -> None:
-        started.append(h5feed.batches(small_dataset, **CLIP, shuffle=False).stream())
+        # The first batch: the workers run (and asked for the signal) while this thread lives.
+        stream = h5feed.batches(small_dataset, **CLIP, shuffle=False).stream()
+        started.append((stream, next(stream)["sample"].tolist()))
 
     thread = threading.Thread(target=start)
     thread.start()
     thread.join(60)
     assert not thread.is_alive() and len(started) == 1
     time.sleep(0.5)  # time for a signal sent at the thread's exit to land
-    with started[0] as stream:
-        samples = [s for batch in stream for s in batch["sample"].tolist()]
+    stream, samples = started[0]
+    with stream:
+        samples += [s for batch in stream for s in batch["sample"].tolist()]
     assert sorted(samples) == list(range(24))
 
 
@@ -167,3 +172,22 @@ def test_one_worker_reads_2000_files_under_a_limit_of_256_descriptors(
     labels = json.loads(out)
     assert sorted(labels) == list(range(2000))
     assert labels != sorted(labels)  # shuffled across files: the LRU was exercised
+
+
+def test_open_files_keeps_at_most_its_bound_open_and_reopens_with_the_same_layout(
+    small_dataset: list[pathlib.Path],
+) -> None:
+    files = OpenFiles(max_open=2)
+    try:
+        first = {n: files.open(n, str(p), Auto()).index() for n, p in enumerate(small_dataset)}
+        assert files.open_count == 2 and files.reopened == 0
+        frames = [files.get(n).read_frames(first[n][0][0], [0, 1]) for n in (0, 3, 0, 1)]
+        assert files.open_count == 2 and files.reopened == 2  # 0 (closed), then 1
+        assert files.get(1).spec == Groups()  # the layout recognised at first, not re-detected
+        assert all(len(f) == 2 and f[0].dtype == np.uint8 for f in frames)
+        assert [a.tobytes() for a in frames[0]] == [a.tobytes() for a in frames[2]]
+    finally:
+        files.close()
+    assert files.open_count == 0
+    with pytest.raises(ValueError, match="max_open_files must be >= 1"):
+        OpenFiles(0)

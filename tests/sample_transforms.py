@@ -36,3 +36,12 @@ def object_dtype(clip: np.ndarray, rng: np.random.Generator) -> np.ndarray:
 
 
 NOT_CALLABLE = 3
+
+
+def sleeps(clip: np.ndarray, rng: np.random.Generator, marker: str, seconds: float = 60) -> None:
+    """A call that blocks for a long time: writes ``marker`` first, so a test knows it began."""
+    import pathlib
+    import time
+
+    pathlib.Path(marker).write_text("sleeping")
+    time.sleep(seconds)

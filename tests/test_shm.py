@@ -11,6 +11,7 @@ import gc
 import os
 import pathlib
 import signal
+import socket
 import subprocess
 import sys
 
@@ -19,9 +20,13 @@ import pytest
 from test_producers import CLIP, free_port
 
 import h5feed
+from h5feed.common.config import ClipSpec
+from h5feed.common.layouts import Groups
 from h5feed.common.messages import SlotRef
 from h5feed.consumer.slots import SlotPool
+from h5feed.producer.hdf5_job import Hdf5Job
 from h5feed.producer.shm import SlotError, SlotMaps
+from h5feed.producer.worker_loop import Worker
 
 KW = {**CLIP, "flip": True, "batch_size": 4, "workers": 2}
 
@@ -207,3 +212,50 @@ def test_a_leased_slot_returns_only_when_every_view_is_gone() -> None:
     gc.collect()
     assert pool.acquire() is slot
     pool.close()
+
+
+def test_a_slot_of_a_job_whose_id_merely_starts_like_this_one_is_refused() -> None:
+    """The name is compared whole: ``h5feed-job1x`` is not a slot of job ``job1``."""
+    pool = SlotPool(16, "job1x")
+    maps = SlotMaps()
+    try:
+        with pytest.raises(SlotError, match="not a slot of job job1"):
+            maps.batch_array(slot_ref(pool.acquire().fd, 2), (8,), "job1")
+    finally:
+        maps.close()
+        pool.close()
+
+
+def test_a_descriptor_that_is_not_a_slot_is_refused_before_it_is_opened() -> None:
+    """A socket (like a FIFO or a device) is refused by its link name, never opened: opening
+    it through /proc would fail (ENXIO) or act; the refusal names what it is."""
+    with socket.socket() as other:
+        maps = SlotMaps()
+        with pytest.raises(SlotError, match=r"is 'socket:\[\d+\]', not a slot of job job1"):
+            maps.batch_array(slot_ref(other.fileno(), 1), (2,), "job1")
+
+
+def test_a_refused_slot_sends_rows_over_the_socket_for_that_job_only(
+    tmp_path: pathlib.Path,
+) -> None:
+    """One job's unusable slot (counted, named in the log) turns slots off for that job;
+    the next job maps its slots again."""
+    spec, layout = ClipSpec.of(clip_len=1, resize=(2, 2)), Groups()
+    worker = Worker(f"ipc://{tmp_path}/nobody", "w0", None)
+    first, second = Hdf5Job("job1", spec, layout), Hdf5Job("job2", spec, layout)
+    pools = [SlotPool(12, "job1"), SlotPool(12, "job2")]
+    bad, good_first, good_second = SlotPool(12, "other"), pools[0].acquire(), pools[1].acquire()
+    try:
+        assert worker.slot_target(first, slot_ref(bad.acquire().fd, 1)) is None
+        assert worker.counters.values["slots_refused"] == 1
+        assert worker.slot_target(first, slot_ref(good_first.fd, 1)) is None  # this job: off
+        target = worker.slot_target(second, slot_ref(good_second.fd, 1))
+        assert target is not None and target[0].shape == (1, 1, 2, 2, 3)
+        del target
+    finally:
+        for job in (first, second):
+            job.close()
+        for pool in (*pools, bad):
+            pool.close()
+        worker.socket.close(linger=0)
+        worker.context.term()

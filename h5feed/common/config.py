@@ -263,3 +263,8 @@ def default_cache_dir() -> str:
         return explicit
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(base, "h5feed", "index")
+
+
+#: HDF5 files a worker keeps open at once (``max_open_files=``, ``--max-open-files``); why 128:
+#: see ``h5feed/producer/open_files.py``.
+DEFAULT_MAX_OPEN_FILES = 128

@@ -140,7 +140,7 @@ def dataset(
       start_timeout_s=60, unit_timeout_s=120, index_cache=True, tune_malloc=True,
       listen=None, data_root=None, join_grace_s=1.5, curve_key=None,
       curve_authorized=None, shared_memory=True, metrics_port=None,
-      max_message_bytes=1073741824, insecure=False``;
+      max_message_bytes=1073741824, insecure=False, max_open_files=128``;
     * your own code instead of files (``SourceConfig``): ``source=None, source_args=None,
       output_signature=None, ragged=False, steps_per_epoch=None``.
 

@@ -5,8 +5,11 @@ trainer, and never a ``multiprocessing`` spawn that re-imports the trainer's ``_
 script without an ``if __name__ == "__main__":`` guard works). Guarantees:
 
 1. Workers ignore SIGINT: Ctrl-C reaches the trainer, which stops them.
-2. A worker exits by itself within a second of the trainer process dying (even by SIGKILL):
-   it watches its parent pid.
+2. A worker dies with the trainer process, even by SIGKILL and even while blocked in a long
+   call: it asks the kernel for SIGKILL when its parent goes (``PR_SET_PDEATHSIG``, Linux),
+   and also watches its parent pid between messages (other systems). Workers are forked by
+   one long-lived thread (:mod:`h5feed.consumer.spawner`), because the kernel sends that
+   signal when the forking *thread* exits.
 3. :meth:`LocalWorkers.stop` returns within about ``grace_s + 2`` seconds: it waits for the
    workers to leave after BYE, then sends SIGTERM, then SIGKILL, and reaps every process.
 """
@@ -26,6 +29,7 @@ from h5feed.common.curve import (
     CURVE_ENV_SERVER,
     KeyPair,
 )
+from h5feed.consumer.spawner import spawn
 
 _PACKAGE_PARENT = str(pathlib.Path(__file__).resolve().parents[2])
 _TERM_WAIT_S = 1.0
@@ -44,7 +48,10 @@ class LocalWorkers:
         server_public: bytes | None = None,
         data_root: str | None = None,
         max_message_bytes: int | None = None,
+        max_open_files: int | None = None,
     ) -> None:
+        """``max_open_files``: HDF5 files each worker keeps open at once (None: the
+        worker's default)."""
         env = dict(os.environ)
         if keys is not None and server_public is not None:  # CURVE: this iteration's own keys
             env[CURVE_ENV_PUBLIC] = keys.public.decode()
@@ -74,10 +81,13 @@ class LocalWorkers:
                         if max_message_bytes is not None
                         else []
                     ),
+                    *(
+                        ["--max-open-files", str(max_open_files)]
+                        if max_open_files is not None
+                        else []
+                    ),
                 ]
-                self.processes.append(
-                    subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, close_fds=True)
-                )
+                self.processes.append(spawn(command, env))
         except BaseException:
             self.stop(grace_s=0)
             raise

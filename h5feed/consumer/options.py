@@ -23,7 +23,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any, TypeAlias, TypedDict
 
 from h5feed.common import layouts
-from h5feed.common.config import CLIP_STARTS, ClipSpec, default_cache_dir
+from h5feed.common.config import (
+    CLIP_STARTS,
+    DEFAULT_MAX_OPEN_FILES,
+    ClipSpec,
+    default_cache_dir,
+)
 from h5feed.common.exposure import check_listen
 from h5feed.common.layouts import LayoutSpec
 from h5feed.common.metrics_http import metrics_address
@@ -122,6 +127,9 @@ class FeedOptions:
     #: h5feed.common.wire.DEFAULT_MAX_MESSAGE_BYTES for why 1 GiB).
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     insecure: bool = False
+    #: HDF5 files each local worker keeps open at once, least recently used closed first
+    #: (``h5feed/producer/open_files.py`` says why 128); producers have their own flag.
+    max_open_files: int = DEFAULT_MAX_OPEN_FILES
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:
@@ -150,6 +158,8 @@ class FeedOptions:
             )
         if self.start_timeout_s <= 0 or self.unit_timeout_s <= 0:
             raise ValueError("timeouts must be positive")
+        if isinstance(self.max_open_files, bool) or self.max_open_files < 1:
+            raise ValueError(f"max_open_files must be >= 1, got {self.max_open_files!r}")
         if self.metrics_port is not None:
             metrics_address(self.metrics_port, "metrics_port")
         if self.max_message_bytes < DEFAULT_LIMITS.max_header_bytes:
@@ -301,6 +311,8 @@ class FeedKwargs(TypedDict, total=False):
     stored frame's height x width, read from its header before it is decoded or read.
     ``insecure`` (default False): ``listen`` on an address other hosts reach, without CURVE
     keys, raises ValueError unless this is True; then it warns (``h5feed.InsecureWarning``).
+    ``max_open_files`` (default 128): HDF5 files each local worker keeps open at once (see
+    ``h5feed/producer/open_files.py``).
     """
 
     clip_len: int
@@ -341,6 +353,7 @@ class FeedKwargs(TypedDict, total=False):
     max_message_bytes: int
     max_frame_pixels: int | None
     insecure: bool
+    max_open_files: int
     # User sources (see h5feed/consumer/source_api.py).
     source: str | None
     source_args: dict[str, Any] | None

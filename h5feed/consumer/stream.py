@@ -121,6 +121,7 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
                 server_public=router.server_public,
                 data_root=options.data_root,
                 max_message_bytes=options.max_message_bytes,
+                max_open_files=options.max_open_files,
             )
         except BaseException:
             router.close()

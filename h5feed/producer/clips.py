@@ -1,7 +1,8 @@
 """Making the clips of a unit: one job's open files, their index, decoding and transforms.
 
-A :class:`ClipMaker` belongs to one job in one worker process. It opens each file once with
-the reader of its layout (recognised per file with ``layout="auto"``), answers its index
+A :class:`ClipMaker` belongs to one job in one worker process. It opens each file with the
+reader of its layout (recognised per file with ``layout="auto"``), keeping at most
+``max_open_files`` open (:class:`~h5feed.producer.open_files.OpenFiles`), answers its index
 (from the on-disk cache when valid, keyed by the layout recognised), and turns unit rows into
 one array of clips: read only the clip's frames, decode (encoded layouts) or take the pixels
 (raw), resize/crop/flip into the output, then the user's transform, if any.
@@ -20,7 +21,7 @@ from h5feed.common.messages import Row
 from h5feed.producer import index_cache
 from h5feed.producer.decode import ClipWriter, check_frame_pixels, decode_frame
 from h5feed.producer.index_cache import VideoEntry
-from h5feed.producer.layouts import LayoutReader, open_reader
+from h5feed.producer.open_files import DEFAULT_MAX_OPEN_FILES, OpenFiles
 from h5feed.producer.transform import Transform
 
 
@@ -28,27 +29,28 @@ class ClipMaker:
     """The files, clip spec and layout of one job, opened in this process.
 
     Creating it imports the transform (so a bad import path fails when the job starts,
-    naming the path). Every file is opened with ``layout`` (``Auto``: recognised per file).
+    naming the path). Every file is opened with ``layout`` (``Auto``: recognised per file);
+    at most ``max_open_files`` stay open, the others are reopened when a row needs them. Each
+    file's index is read once (or taken from the cache) and kept.
     """
 
-    def __init__(self, spec: ClipSpec, layout: LayoutSpec) -> None:
+    def __init__(
+        self, spec: ClipSpec, layout: LayoutSpec, max_open_files: int = DEFAULT_MAX_OPEN_FILES
+    ) -> None:
         self.spec = spec
         self.layout = layout
         self.writer = ClipWriter(spec)
         self.transform = (
             Transform(spec.transform, spec.transform_args) if spec.transform is not None else None
         )
-        self.files: dict[int, LayoutReader] = {}
+        self.files = OpenFiles(max_open_files)
         self.videos: dict[int, list[VideoEntry]] = {}
 
     def close(self) -> None:
-        for handle in self.files.values():
-            handle.close()
-        self.files.clear()
+        self.files.close()
 
     def open_and_index(self, file_index: int, path: str, cache_dir: str | None) -> list[VideoEntry]:
-        handle = open_reader(path, self.layout)
-        self.files[file_index] = handle
+        handle = self.files.open(file_index, path, self.layout)
         videos = None
         if cache_dir is not None:
             videos = index_cache.load(cache_dir, path, handle.spec)
@@ -80,7 +82,7 @@ class ClipMaker:
                 continue
             scratch = self._clip(row, scratch, 0, 1)
             file_index, video_index, seed = row.file, row.video, row.seed
-            path, name = self.files[file_index].path, self.videos[file_index][video_index][0]
+            path, name = self.files.path(file_index), self.videos[file_index][video_index][0]
             result = self.transform(scratch[0], seed, path, name)
             if out is None:
                 out = np.empty((len(rows), *result.shape), result.dtype)
@@ -96,7 +98,7 @@ class ClipMaker:
         uint8 [rows, T, H, W, 3], with H, W from the spec or the first frame. Returns ``out``."""
         spec = self.spec
         _sample, file_index, video_index, start, uy, ux, flip, _seed = row
-        handle = self.files[file_index]
+        handle = self.files.get(file_index)
         name, n_frames, _label = self.videos[file_index][video_index]
         indices = clip_frame_indices(start, n_frames, spec.clip_len, spec.stride, spec.short_video)
         rgb = not handle.encoded  # pixels as stored (raw layout): no imdecode, no BGR swap

@@ -10,6 +10,7 @@ import os
 import sys
 
 from h5feed.common.cli_args import Subcommand, positive_int
+from h5feed.common.config import DEFAULT_MAX_OPEN_FILES
 
 #: (flag, environment variable, metavar, help) of `h5feed produce`.
 _PRODUCE_OPTIONS = (
@@ -37,6 +38,13 @@ _PRODUCE_OPTIONS = (
         "H5FEED_MAX_MESSAGE_BYTES",
         "BYTES",
         "the largest frame the workers take from the trainer (ZMQ_MAXMSGSIZE; default 1 GiB)",
+    ),
+    (
+        "--max-open-files",
+        "H5FEED_MAX_OPEN_FILES",
+        "N",
+        f"HDF5 files each worker keeps open at once, least recently used closed first "
+        f"(default {DEFAULT_MAX_OPEN_FILES})",
     ),
 )
 #: Values of $H5FEED_INSECURE (case aside); anything else is refused, naming the variable.
@@ -82,7 +90,9 @@ def register(subcommand: Subcommand) -> None:
             flag,
             default=env.get(variable),
             required=flag == "--connect" and variable not in env,
-            type=positive_int if flag in ("--workers", "--max-message-bytes") else str,
+            type=positive_int
+            if flag in ("--workers", "--max-message-bytes", "--max-open-files")
+            else str,
             metavar=metavar,
             help=f"{text} (env {variable})",
         )
@@ -154,6 +164,9 @@ def _cmd_produce(args: argparse.Namespace) -> int:
         from h5feed.common.metrics_http import address_from_env
 
         metrics = address_from_env({"H5FEED_METRICS_PORT": args.metrics_port})
+    max_open_files = (
+        int(args.max_open_files) if args.max_open_files is not None else DEFAULT_MAX_OPEN_FILES
+    )
     return run_producer(
         args.connect,
         args.data_root,
@@ -163,6 +176,7 @@ def _cmd_produce(args: argparse.Namespace) -> int:
         curve,
         metrics,
         int(args.max_message_bytes) if args.max_message_bytes is not None else None,
+        max_open_files,
     )
 
 

@@ -17,6 +17,7 @@ import numpy as np
 from h5feed.common import layouts, messages
 from h5feed.common.config import ClipSpec
 from h5feed.producer.clips import ClipMaker
+from h5feed.producer.open_files import DEFAULT_MAX_OPEN_FILES
 from h5feed.producer.shm import SlotMaps
 
 #: The whole batch's array in a shared-memory slot, and a unit's row positions in it.
@@ -36,21 +37,38 @@ class Hdf5Job:
     1. Creating it imports the user's transform, so a bad import path fails the job when it
        starts (the caller reports it), before any file is opened.
     2. Files are opened in the worker process that reads them (h5py handles never cross a
-       fork) and stay open until :meth:`close`.
+       fork); at most ``max_open_files`` are open at once (least recently used closed
+       first, reopened on demand), all closed by :meth:`close`.
     3. A file that cannot be opened or indexed is answered with an ERROR naming it; the
        job's other files still open and answer their INDEX.
-    4. Not thread-safe: the worker's single event-loop thread uses it.
+    4. A slot that cannot be mapped (:class:`~h5feed.producer.shm.SlotError`) turns slots off
+       for this job only (:attr:`slots_failed`): its units' rows go over the socket; the
+       next job tries slots again.
+    5. Not thread-safe: the worker's single event-loop thread uses it.
     """
 
-    def __init__(self, job_id: str, spec: ClipSpec, layout: layouts.LayoutSpec) -> None:
+    def __init__(
+        self,
+        job_id: str,
+        spec: ClipSpec,
+        layout: layouts.LayoutSpec,
+        max_open_files: int = DEFAULT_MAX_OPEN_FILES,
+    ) -> None:
         self.id = job_id
         self.spec = spec
-        self.maker = ClipMaker(spec, layout)  # imports the transform: a bad path fails here
+        # Imports the transform: a bad path fails here.
+        self.maker = ClipMaker(spec, layout, max_open_files)
         self.slots = SlotMaps()
+        self.slots_failed = False  # a slot of this job could not be mapped: stop trying
 
     def close(self) -> None:
         self.maker.close()
         self.slots.close()
+
+    @property
+    def files_reopened(self) -> int:
+        """Files reopened so far, after being closed to stay under ``max_open_files``."""
+        return self.maker.files.reopened
 
     def open_files(
         self, files: Sequence[messages.FileRef], data_root: str | None, cache_dir: str | None

@@ -10,7 +10,10 @@ Names (labels ``producer``, ``host``, ``worker``): ``h5feed_producer_units_total
 ``h5feed_producer_clips_total``, ``h5feed_producer_bytes_total`` (clips produced),
 ``h5feed_producer_errors_total`` (errors reported to the trainer),
 ``h5feed_producer_busy_seconds_total`` (time decoding and preprocessing),
-``h5feed_producer_jobs_total``, ``h5feed_producer_worker_restarts_total``,
+``h5feed_producer_jobs_total``, ``h5feed_producer_slots_refused_total`` (jobs whose
+shared-memory slots could not be used), ``h5feed_producer_files_reopened_total`` (HDF5 files
+reopened after being closed to stay under ``--max-open-files``),
+``h5feed_producer_worker_restarts_total``,
 ``h5feed_producer_worker_up`` (1 while its process runs); and
 ``h5feed_producer_workers`` (labels ``producer``, ``host``): processes running.
 """
@@ -40,6 +43,12 @@ _WORKER_COUNTERS = (
     ("errors", "h5feed_producer_errors", "Errors reported to the trainer"),
     ("busy_s", "h5feed_producer_busy_seconds", "Time spent decoding and preprocessing"),
     ("jobs", "h5feed_producer_jobs", "Jobs (trainer iterations) received"),
+    (
+        "slots_refused",
+        "h5feed_producer_slots_refused",
+        "Jobs whose shared-memory slots were refused",
+    ),
+    ("files_reopened", "h5feed_producer_files_reopened", "HDF5 files reopened (max open files)"),
     ("restarts", "h5feed_producer_worker_restarts", "Times the worker process was restarted"),
 )
 

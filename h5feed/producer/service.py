@@ -28,7 +28,7 @@ import tempfile
 import threading
 import time
 
-from h5feed.common.config import default_cache_dir
+from h5feed.common.config import DEFAULT_MAX_OPEN_FILES, default_cache_dir
 from h5feed.common.logs import with_ids
 
 _log = logging.getLogger("h5feed.producer")
@@ -44,9 +44,11 @@ def worker_command(
     curve: tuple[str, str] | None = None,
     stats_file: str | None = None,
     max_message_bytes: int | None = None,
+    max_open_files: int = DEFAULT_MAX_OPEN_FILES,
 ) -> list[str]:
     command = [sys.executable, "-m", "h5feed.producer.worker", "--connect", connect]
     command += ["--worker-id", name, "--parent-pid", str(os.getpid()), "--persistent"]
+    command += ["--max-open-files", str(max_open_files)]
     command += ["--cache-dir", default_cache_dir()]  # this host's, not the trainer's
     if data_root is not None:
         command += ["--data-root", data_root]
@@ -68,11 +70,13 @@ def run_producer(
     curve: tuple[str, str] | None = None,
     metrics: tuple[str, int] | None = None,
     max_message_bytes: int | None = None,
+    max_open_files: int = DEFAULT_MAX_OPEN_FILES,
 ) -> int:
     """Run the service until SIGTERM/SIGINT; returns the process exit code.
 
     ``max_message_bytes``: the workers' cap on one frame from the trainer (``ZMQ_MAXMSGSIZE``;
     None: :data:`h5feed.common.wire.DEFAULT_MAX_MESSAGE_BYTES`).
+    ``max_open_files``: HDF5 files each worker keeps open at once.
 
     ``metrics``: (host, port) to serve ``/metrics`` and ``/stats`` on (0: a free port, logged).
 
@@ -128,7 +132,13 @@ def run_producer(
                     stats_file = figures.stats_file(worker) if figures is not None else None
                     processes[worker] = subprocess.Popen(
                         worker_command(
-                            connect, worker, data_root, curve, stats_file, max_message_bytes
+                            connect,
+                            worker,
+                            data_root,
+                            curve,
+                            stats_file,
+                            max_message_bytes,
+                            max_open_files,
                         ),
                         stdin=subprocess.DEVNULL,
                     )

@@ -4,9 +4,19 @@ A UNIT for a worker on the trainer's host may name a slot (:class:`messages.Slot
 when the UNIT was decoded): the trainer's process id, the file descriptor of the slot in that
 process, the rows of the whole batch, and the batch rows this unit fills. The worker maps the
 slot once (through ``/proc/<pid>/fd/<fd>``; the descriptor is the trainer's for the whole
-iteration, so one number is one slot), after checking that the file is this job's slot (its
-name is ``memfd:h5feed-<job id>``: in another PID namespace the same pid is another process),
-and writes its clips straight into those rows.
+iteration, so one number is one slot) and writes its clips straight into those rows.
+
+Guarantees of the check (in another PID namespace the same pid is another process, and any
+process of the user could name any of its descriptors):
+
+1. Nothing is opened unless the link ``/proc/<pid>/fd/<fd>`` names exactly this job's slot,
+   ``/memfd:h5feed-<job id> (deleted)`` (an anonymous memory file is always "deleted"): a
+   regular file, a device, a socket, a pipe or another job's slot is refused before
+   ``open``, so opening it can have no side effect (a FIFO that blocks, a device that acts).
+2. The descriptor opened is checked again (``/proc/self/fd``), so a descriptor replaced
+   between the first check and ``open`` is refused too, before it is mapped.
+3. A refusal is a :class:`SlotError` naming the path and what it is; the worker then sends
+   that job's rows over the socket (counted, ``slots_refused``).
 """
 
 from __future__ import annotations
@@ -37,22 +47,7 @@ class SlotMaps:
         pid, fd = slot.pid, slot.fd
         memory = self._maps.get((pid, fd))
         if memory is None:
-            path = f"/proc/{pid}/fd/{fd}"
-            try:
-                target = os.readlink(path)
-                handle = os.open(path, os.O_RDWR)
-            except OSError as exc:
-                raise SlotError(f"cannot open slot {fd} of process {pid}: {exc}") from exc
-            if not target.startswith(f"/memfd:h5feed-{job}"):
-                os.close(handle)
-                raise SlotError(f"{path} is {target!r}, not a slot of job {job}")
-            try:
-                size = os.fstat(handle).st_size
-                memory = mmap.mmap(handle, size)
-            except (OSError, ValueError) as exc:
-                raise SlotError(f"cannot map slot {fd} of process {pid}: {exc}") from exc
-            finally:
-                os.close(handle)  # the mapping stays valid without the descriptor
+            memory = _map_slot(pid, fd, job)
             self._maps[(pid, fd)] = memory
         shape = (slot.batch_rows, *row_shape)
         count = int(np.prod(shape))
@@ -68,3 +63,35 @@ class SlotMaps:
             with contextlib.suppress(BufferError):
                 memory.close()
         self._maps.clear()
+
+
+def slot_link(job: str) -> str:
+    """What ``/proc/<pid>/fd/<fd>`` of a slot of ``job`` reads (``SlotPool(tag=job)``)."""
+    return f"/memfd:h5feed-{job} (deleted)"
+
+
+def _map_slot(pid: int, fd: int, job: str) -> mmap.mmap:
+    """Map the trainer's descriptor ``fd`` after checking, before and after opening it, that
+    it is a slot of ``job``. SlotError otherwise."""
+    path = f"/proc/{pid}/fd/{fd}"
+    expected = slot_link(job)
+    try:
+        target = os.readlink(path)
+    except OSError as exc:
+        raise SlotError(f"cannot open slot {fd} of process {pid}: {exc}") from exc
+    if target != expected:  # refused before open: opening a FIFO or a device acts
+        raise SlotError(f"{path} is {target!r}, not a slot of job {job}")
+    try:
+        handle = os.open(path, os.O_RDWR | os.O_NOCTTY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise SlotError(f"cannot open slot {fd} of process {pid}: {exc}") from exc
+    try:
+        opened = os.readlink(f"/proc/self/fd/{handle}")
+        if opened != expected:  # the descriptor was replaced between readlink and open
+            raise SlotError(f"{path} became {opened!r} when opened, not a slot of job {job}")
+        size = os.fstat(handle).st_size
+        return mmap.mmap(handle, size)
+    except (OSError, ValueError) as exc:
+        raise SlotError(f"cannot map slot {fd} of process {pid}: {exc}") from exc
+    finally:
+        os.close(handle)  # the mapping stays valid without the descriptor

@@ -4,13 +4,17 @@ Run as ``python -m h5feed.producer.worker --connect ADDR --worker-id ID`` (the c
 local workers this way, so the trainer's ``__main__`` is never re-imported). The worker:
 
 1. connects a DEALER socket to the consumer's ROUTER and says HELLO;
-2. on JOB, opens each of its files once and keeps them open, and answers one INDEX per file
-   (from the on-disk index cache when valid);
+2. on JOB, opens each of its files and answers one INDEX per file (from the on-disk index
+   cache when valid); it keeps at most ``--max-open-files`` of them open (the least recently
+   used is closed, and reopened when a unit needs it again);
 3. on UNIT, reads only the frames of each planned clip, decodes and preprocesses them into one
    preallocated array and sends it as DATA (zero-copy); on SOURCE, ITEMS and PULL it runs the
    user's source instead; any failure is sent back as ERROR with the file, video, frame and
    traceback, and the worker carries on (the consumer decides);
-4. on BYE, or when its parent process is gone (``--parent-pid``), or on SIGTERM, it exits 0.
+4. on BYE, or when its parent process is gone (``--parent-pid``), or on SIGTERM, it exits 0;
+   with ``--parent-pid`` the kernel also kills it when that parent dies, even mid-call
+   (``h5feed/producer/lifetime.py``); at start it raises its soft open-files limit to the hard
+   one.
 
 It never decides what to produce: it only answers the consumer's units, in the order received.
 This module is the command line; the event loop is :mod:`h5feed.producer.worker_loop`, an HDF5
@@ -27,6 +31,7 @@ import socket
 import sys
 from collections.abc import Sequence
 
+from h5feed.common.cli_args import positive_int
 from h5feed.common.curve import (
     CURVE_ENV_PUBLIC,
     CURVE_ENV_SECRET,
@@ -35,6 +40,8 @@ from h5feed.common.curve import (
     load_public,
 )
 from h5feed.common.wire import DEFAULT_MAX_MESSAGE_BYTES
+from h5feed.producer.lifetime import die_with_parent, raise_open_files_limit
+from h5feed.producer.open_files import DEFAULT_MAX_OPEN_FILES
 from h5feed.producer.worker_loop import Worker
 
 __all__ = ["Worker", "main", "run_until_stopped"]
@@ -69,6 +76,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--parent-pid", type=int, default=None, help="exit when this process is gone"
     )
     parser.add_argument(
+        "--max-open-files",
+        type=positive_int,
+        default=DEFAULT_MAX_OPEN_FILES,
+        help="HDF5 files kept open at once (default: %(default)s)",
+    )
+    parser.add_argument(
         "--data-root", default=None, help="relative file paths of a job resolve under this"
     )
     parser.add_argument(
@@ -93,6 +106,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="the largest frame taken or sent (ZMQ_MAXMSGSIZE; default 1 GiB)",
     )
     args = parser.parse_args(argv)
+    # First of all: a trainer that dies from here on takes this worker with it, and one
+    # that died already is seen now.
+    if args.parent_pid is not None and not die_with_parent(args.parent_pid):
+        return 0
+    soft, hard = raise_open_files_limit()
     host = socket.gethostname()
     logging.basicConfig(
         level=os.environ.get("H5FEED_LOG_LEVEL", "WARNING"),
@@ -112,7 +130,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         _curve_keys(args.key, args.server_key),
         args.stats_file,
         args.max_message_bytes,
+        args.max_open_files,
     )
+    logging.getLogger("h5feed.worker").debug(
+        "open files limit %d (hard %d), at most %d HDF5 files open",
+        soft, hard, args.max_open_files,
+    )  # fmt: skip
     return run_until_stopped(worker)
 
 

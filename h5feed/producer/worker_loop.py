@@ -23,6 +23,7 @@ from h5feed.common.curve import KeyPair, make_client
 from h5feed.common.errors import ProtocolError, VersionMismatchError
 from h5feed.common.wire import DEFAULT_MAX_MESSAGE_BYTES
 from h5feed.producer.hdf5_job import Hdf5Job, SlotTarget, job_spec
+from h5feed.producer.open_files import DEFAULT_MAX_OPEN_FILES
 from h5feed.producer.shm import SlotError
 from h5feed.producer.sources import SourceJob
 from h5feed.producer.worker_stats import WorkerCounters
@@ -68,11 +69,13 @@ class Worker:
         curve: tuple[KeyPair, bytes] | None = None,
         stats_file: str | None = None,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        max_open_files: int = DEFAULT_MAX_OPEN_FILES,
     ) -> None:
         self.worker_id = worker_id
         self.counters = WorkerCounters(stats_file, worker_id)  # read by `h5feed produce`
         self.parent_pid = parent_pid
         self.data_root = data_root
+        self.max_open_files = max_open_files
         self.persistent = persistent
         self.cache_dir = cache_dir  # a service worker's own; else the consumer's (same host)
         self.exit_code = 0
@@ -91,7 +94,6 @@ class Worker:
         self.socket.connect(connect)
         self.job: Hdf5Job | SourceJob | None = None
         self.stopping = False
-        self.slots_failed = False  # a slot could not be mapped: stop trying
 
     # -- sending -----------------------------------------------------------------------------
 
@@ -239,7 +241,7 @@ class Worker:
             self.end_job()
             self.counters.add("jobs")
             try:
-                self.job = Hdf5Job(job.job, *job_spec(job))
+                self.job = Hdf5Job(job.job, *job_spec(job), self.max_open_files)
             except Exception as exc:  # a bad spec or transform import path: tell the trainer
                 self.send_error(job.job, None, exc)
                 return
@@ -253,24 +255,32 @@ class Worker:
         """Produce a unit into its shared-memory slot when it names one this worker can map
         (then DATA carries no array), else into a new array sent with DATA."""
         began = time.monotonic()
+        reopened = job.files_reopened
         try:
             data, nbytes = job.produce(unit, self.slot_target(job, unit.slot))
         except Exception as exc:  # any failure must reach the trainer, with its traceback
             self.send_error(job.id, unit.unit, exc)
             return
+        finally:
+            self.counters.add("files_reopened", job.files_reopened - reopened)
         self.counters.unit(len(unit.rows), nbytes, time.monotonic() - began)
         self.send(data)
 
     def slot_target(self, job: Hdf5Job, slot: messages.SlotRef | None) -> SlotTarget | None:
         """Where a unit's rows go in its slot, or None: no slot, or one this worker cannot
-        map (logged once; from then on every unit's rows travel over the socket)."""
-        if self.slots_failed:
+        map (logged and counted once per job; from then on every unit of that job sends its
+        rows over the socket, and the next job tries slots again)."""
+        if job.slots_failed:
             return None
         try:
             return job.slot_target(slot)
         except SlotError as exc:
-            _log.warning("worker %s: %s; sending rows over the socket", self.worker_id, exc)
-            self.slots_failed = True
+            _log.warning(
+                "worker %s: job %s: %s; sending rows over the socket for this job",
+                self.worker_id, job.id, exc,
+            )  # fmt: skip
+            self.counters.add("slots_refused")
+            job.slots_failed = True
             return None
 
     # -- source jobs -------------------------------------------------------------------------

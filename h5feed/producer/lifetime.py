@@ -1,0 +1,55 @@
+"""What a worker process sets up about itself when it starts: it dies with its parent, and it
+may open as many files as its hard limit allows.
+
+Guarantees:
+
+1. :func:`die_with_parent` (Linux): once it returns True, the kernel sends this process
+   SIGKILL when its parent goes, even while the worker is blocked in a call it never returns
+   from (a slow transform, a read from a hung filesystem), where the worker's own check of its
+   parent pid between messages cannot run. It returns False when the parent is already gone
+   (it died before the request took effect: the caller must exit), so no window is left open.
+   The kernel's "parent" is the *thread* that forked this process (prctl(2)): the trainer
+   forks its workers from one long-lived thread (``h5feed/consumer/spawner.py``).
+2. :func:`raise_open_files_limit` raises the soft ``RLIMIT_NOFILE`` to the hard limit (the
+   most an unprivileged process may), so sockets, shared memory and the job's open HDF5 files
+   (at most ``max_open_files``, see ``h5feed/producer/open_files.py``) fit.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import resource
+import signal
+import sys
+
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+# RLIM_INFINITY as a soft limit is refused by Linux above fs.nr_open; this is its default.
+_NOFILE_CAP = 1 << 20
+_log = logging.getLogger("h5feed.worker")
+
+
+def die_with_parent(parent_pid: int) -> bool:
+    """Ask for SIGKILL when the parent (``parent_pid``) dies; False if it is gone already.
+    On systems without prctl only the check is made (the worker loop's polling remains)."""
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) != 0:
+            errno = ctypes.get_errno()
+            _log.warning("PR_SET_PDEATHSIG failed: %s", os.strerror(errno))
+    # Checked after the request: a parent that died before it took effect is seen here.
+    return os.getppid() == parent_pid
+
+
+def raise_open_files_limit() -> tuple[int, int]:
+    """Raise the soft limit of open descriptors to the hard one; returns (soft, hard) now."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = _NOFILE_CAP if hard == resource.RLIM_INFINITY else hard
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+            soft = wanted
+        except (ValueError, OSError) as exc:  # e.g. above fs.nr_open: keep the soft limit
+            _log.warning("open files limit kept at %d (hard %d): %s", soft, hard, exc)
+    return soft, hard

@@ -18,6 +18,7 @@ from h5feed.common.errors import DataError
 from h5feed.common.layouts import LayoutSpec
 from h5feed.common.messages import Row
 from h5feed.producer import index_cache
+from h5feed.producer.code_policy import CodePolicy
 from h5feed.producer.decode import ClipWriter, decode_frame
 from h5feed.producer.index_cache import VideoEntry
 from h5feed.producer.layouts import LayoutReader, open_reader
@@ -27,16 +28,23 @@ from h5feed.producer.transform import Transform
 class ClipMaker:
     """The files, clip spec and layout of one job, opened in this process.
 
-    Creating it imports the transform (so a bad import path fails when the job starts,
-    naming the path). Every file is opened with ``layout`` (``Auto``: recognised per file).
+    Creating it imports the transform if ``policy`` allows it (so a bad or refused import
+    path fails when the job starts, naming the path). Every file is opened with ``layout``
+    (``Auto``: recognised per file), confined to ``root`` when one is given (see
+    :mod:`h5feed.producer.confine`).
     """
 
-    def __init__(self, spec: ClipSpec, layout: LayoutSpec) -> None:
+    def __init__(
+        self, spec: ClipSpec, layout: LayoutSpec, policy: CodePolicy, root: str | None = None
+    ) -> None:
         self.spec = spec
         self.layout = layout
+        self.root = root
         self.writer = ClipWriter(spec)
         self.transform = (
-            Transform(spec.transform, spec.transform_args) if spec.transform is not None else None
+            Transform(spec.transform, spec.transform_args, policy)
+            if spec.transform is not None
+            else None
         )
         self.files: dict[int, LayoutReader] = {}
         self.videos: dict[int, list[VideoEntry]] = {}
@@ -47,7 +55,7 @@ class ClipMaker:
         self.files.clear()
 
     def open_and_index(self, file_index: int, path: str, cache_dir: str | None) -> list[VideoEntry]:
-        handle = open_reader(path, self.layout)
+        handle = open_reader(path, self.layout, self.root)
         self.files[file_index] = handle
         videos = None
         if cache_dir is not None:

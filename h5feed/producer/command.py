@@ -9,6 +9,7 @@ import os
 import sys
 
 from h5feed.common.cli_args import Subcommand, positive_int
+from h5feed.producer.code_policy import ALLOW_CODE_ENV as _ALLOW_CODE_ENV  # a cheap import
 
 #: (flag, environment variable, metavar, help) of `h5feed produce`.
 _PRODUCE_OPTIONS = (
@@ -63,7 +64,16 @@ def register(subcommand: Subcommand) -> None:
             metavar=metavar,
             help=f"{text} (env {variable})",
         )
-    produce.set_defaults(handler=_cmd_produce)
+    produce.add_argument(
+        "--allow-code",
+        action="append",
+        default=None,
+        metavar="PATTERN",
+        help="import user code (source=, transform=) only at import paths 'module:name' "
+        "matching this fnmatch pattern, e.g. 'mypkg.data:*' (repeatable; default: none; "
+        f"env {_ALLOW_CODE_ENV}, comma- or {os.pathsep!r}-separated)",
+    )
+    produce.set_defaults(handler=_cmd_produce, allow_code_env=env.get(_ALLOW_CODE_ENV))
 
     keys = subcommand(
         "keys",
@@ -108,8 +118,20 @@ def _cmd_produce(args: argparse.Namespace) -> int:
         from h5feed.common.metrics_http import port_from_env
 
         metrics_port = port_from_env({"H5FEED_METRICS_PORT": args.metrics_port})
+    from h5feed.producer.code_policy import policy_of, split_patterns
+
+    # The flags replace the environment variable (as for every other option).
+    allow_code = args.allow_code if args.allow_code else split_patterns(args.allow_code_env)
+    policy_of(allow_code)  # ValueError for an empty pattern, before any worker starts
     return run_producer(
-        args.connect, args.data_root, workers, args.name, args.health_file, curve, metrics_port
+        args.connect,
+        args.data_root,
+        workers,
+        args.name,
+        args.health_file,
+        curve,
+        metrics_port,
+        allow_code,
     )
 
 

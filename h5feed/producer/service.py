@@ -11,6 +11,9 @@ Guarantees:
    and the service exits 0 within 10 s; a worker still there by then is killed.
 4. With ``metrics_port``, one endpoint serves every worker's figures (``/metrics``, ``/stats``;
    see ``h5feed/producer/metrics.py``); the port bound is logged (INFO), also when asked for 0.
+5. The workers import user code by name only at paths matching ``allow_code`` (none by
+   default; see ``h5feed/producer/code_policy.py``) and open only files under ``data_root``
+   when it is given (``h5feed/producer/confine.py``).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 
 from h5feed.common.config import default_cache_dir
 from h5feed.common.logs import with_ids
@@ -42,6 +46,7 @@ def worker_command(
     data_root: str | None,
     curve: tuple[str, str] | None = None,
     stats_file: str | None = None,
+    allow_code: Sequence[str] = (),
 ) -> list[str]:
     command = [sys.executable, "-m", "h5feed.producer.worker", "--connect", connect]
     command += ["--worker-id", name, "--parent-pid", str(os.getpid()), "--persistent"]
@@ -52,6 +57,8 @@ def worker_command(
         command += ["--key", curve[0], "--server-key", curve[1]]
     if stats_file is not None:
         command += ["--stats-file", stats_file]
+    for pattern in allow_code:  # none: the worker imports no user code
+        command += ["--allow-code", pattern]
     return command
 
 
@@ -63,8 +70,12 @@ def run_producer(
     health_file: str | None = None,
     curve: tuple[str, str] | None = None,
     metrics_port: int | None = None,
+    allow_code: Sequence[str] = (),
 ) -> int:
     """Run the service until SIGTERM/SIGINT; returns the process exit code.
+
+    ``allow_code``: fnmatch patterns of the import paths (``module:name``) the workers may
+    import for ``source=`` / ``transform=``; empty: none.
 
     ``metrics_port``: serve ``/metrics`` and ``/stats`` there (0: a free port, logged).
 
@@ -85,7 +96,13 @@ def run_producer(
     processes: dict[str, subprocess.Popen[bytes]] = {}
     started: dict[str, float] = {}
     code = 0
-    log.info("%d workers serving %s (data root %s)", workers, connect, data_root)
+    log.info(
+        "%d workers serving %s (data root %s, code allowed: %s)",
+        workers,
+        connect,
+        data_root,
+        ", ".join(allow_code) or "none",
+    )
     figures = server = None
     if metrics_port is not None:
         from h5feed.producer.metrics import ServiceFigures, start_service_metrics
@@ -116,7 +133,7 @@ def run_producer(
                 if time.monotonic() - started.get(worker, -1e9) >= _RESTART_EVERY_S:
                     stats_file = figures.stats_file(worker) if figures is not None else None
                     processes[worker] = subprocess.Popen(
-                        worker_command(connect, worker, data_root, curve, stats_file),
+                        worker_command(connect, worker, data_root, curve, stats_file, allow_code),
                         stdin=subprocess.DEVNULL,
                     )
                     started[worker] = time.monotonic()

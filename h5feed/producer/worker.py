@@ -12,6 +12,10 @@ local workers this way, so the trainer's ``__main__`` is never re-imported). The
    traceback, and the worker carries on (the consumer decides);
 4. on BYE, or when its parent process is gone (``--parent-pid``), or on SIGTERM, it exits 0.
 
+User code named by the consumer is imported only if ``--allow-code PATTERN`` allows it
+(``h5feed produce``) or with ``--trust-code`` (the trainer's local workers); without either,
+none is. With ``--data-root`` every file stays under it (:mod:`h5feed.producer.confine`).
+
 It never decides what to produce: it only answers the consumer's units, in the order received.
 This module is the command line; the event loop is :mod:`h5feed.producer.worker_loop`, an HDF5
 job :mod:`h5feed.producer.hdf5_job`, a source job :mod:`h5feed.producer.sources`.
@@ -34,6 +38,7 @@ from h5feed.common.curve import (
     KeyPair,
     load_public,
 )
+from h5feed.producer.code_policy import policy_of
 from h5feed.producer.worker_loop import Worker
 
 __all__ = ["Worker", "main", "run_until_stopped"]
@@ -85,7 +90,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--stats-file", default=None, help="keep writing this worker's counters here (JSON)"
     )
+    parser.add_argument(
+        "--allow-code",
+        action="append",
+        default=[],
+        metavar="PATTERN",
+        help="import user code (source=, transform=) only at paths matching this (repeatable)",
+    )
+    parser.add_argument(
+        "--trust-code",
+        action="store_true",
+        help="import every path the consumer names (local workers of the trainer only)",
+    )
     args = parser.parse_args(argv)
+    if args.trust_code and args.allow_code:
+        parser.error("--trust-code and --allow-code exclude each other")
     host = socket.gethostname()
     logging.basicConfig(
         level=os.environ.get("H5FEED_LOG_LEVEL", "WARNING"),
@@ -104,6 +123,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.cache_dir,
         _curve_keys(args.key, args.server_key),
         args.stats_file,
+        policy_of(args.allow_code, args.trust_code),
     )
     return run_until_stopped(worker)
 

@@ -20,11 +20,12 @@ from typing import Any
 #: How often a worker rewrites its stats file (seconds): scrapes see figures this fresh.
 WRITE_EVERY_S = 0.5
 #: The counters of a worker, in its file and in the metrics (all only ever grow).
-COUNTERS = ("units", "clips", "bytes", "errors", "busy_s", "jobs")
+COUNTERS = ("units", "clips", "bytes", "errors", "busy_s", "jobs", "refused")
 
 
 class WorkerCounters:
-    """Counts units, clips, bytes, errors, jobs and busy seconds; writes them to ``path``
+    """Counts units, clips, bytes, errors (refusals of code or paths also in ``refused``),
+    jobs and busy seconds; writes them to ``path``
     (None: counts only). Used by the worker's single thread."""
 
     def __init__(self, path: str | None, worker_id: str) -> None:

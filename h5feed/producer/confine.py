@@ -102,20 +102,21 @@ def check_links(h5: h5py.File, root: str, seen: frozenset[str] = frozenset()) ->
     real_root = os.path.realpath(root)
     file = os.path.realpath(h5.filename)
     seen = seen | {file}
-    targets: list[str] = []
+    links: list[bytes] = []
 
     def visit(name: bytes, info: h5py.h5l.LinkInfo) -> None:
-        if info.type != h5py.h5l.TYPE_EXTERNAL:
-            return None
+        # Only collect: an exception raised inside an HDF5 callback comes out as SystemError.
+        if info.type == h5py.h5l.TYPE_EXTERNAL:
+            links.append(name)
+
+    h5.id.links.visit(visit, info=True)
+    targets: list[str] = []
+    for name in links:
         target_file, target_object = h5.id.links.get_val(name)
         link, points_to = os.fsdecode(name), os.fsdecode(target_object)
         what = f"external link {link!r} (to object {points_to!r})"
-        targets.append(
-            _check_target(os.fsdecode(target_file), os.path.dirname(file), real_root, what, file)
-        )
-        return None
-
-    h5.id.links.visit(visit, info=True)
+        directory = os.path.dirname(file)
+        targets.append(_check_target(os.fsdecode(target_file), directory, real_root, what, file))
     for target in dict.fromkeys(targets):
         if target not in seen:
             with h5py.File(target, "r") as linked:

@@ -28,7 +28,8 @@ from h5feed.common import messages
 from h5feed.common.config import ClipSpec
 from h5feed.common.messages import FileRef
 from h5feed.consumer.options import LayoutArgs
-from h5feed.producer.code_policy import CodePolicy, CodeRefused
+from h5feed.producer.code_policy import CodePolicy, CodeRefused, split_patterns
+from h5feed.producer.service import worker_command
 
 RECEIVE_TIMEOUT_MS = 20_000  # a worker imports numpy, h5py and OpenCV before its HELLO
 EXIT_TIMEOUT_S = 10
@@ -212,6 +213,11 @@ def test_the_policy_object() -> None:
         policy.check_loaded("mypkg.data:system", os.system)
     with pytest.raises(ValueError):
         CodePolicy(("",))
+    # H5FEED_ALLOW_CODE: never split at the ':' of a pattern (that would allow '*')
+    assert split_patterns("mypkg.data:*, other:fn,") == ["mypkg.data:*", "other:fn"]
+    command = worker_command("ipc:///x", "w", "/data", allow_code=["a:*", "b:f"])
+    assert command[-4:] == ["--allow-code", "a:*", "--allow-code", "b:f"]
+    assert "--allow-code" not in worker_command("ipc:///x", "w", "/data")
 
 
 # -- the data root --------------------------------------------------------------------------

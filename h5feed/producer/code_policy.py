@@ -30,7 +30,7 @@ from typing import Any
 
 from h5feed.common.errors import H5FeedError
 
-#: The environment variable of ``--allow-code`` (patterns separated by ``,`` or ``os.pathsep``).
+#: The environment variable of ``--allow-code`` (patterns separated by ``,``).
 ALLOW_CODE_ENV = "H5FEED_ALLOW_CODE"
 
 
@@ -99,11 +99,14 @@ NOTHING = CodePolicy()
 
 
 def split_patterns(value: str | None) -> list[str]:
-    """The patterns in ``H5FEED_ALLOW_CODE``: separated by ``,`` or ``os.pathsep``, blanks
-    dropped."""
+    """The patterns in ``H5FEED_ALLOW_CODE``: separated by ``,`` (and by ``os.pathsep`` where
+    it is not ``:``, i.e. ``;`` on Windows: a pattern holds the ``:`` of ``module:name``, and
+    splitting ``"mypkg.data:*"`` at it would allow ``"*"``, everything); blanks dropped."""
     if not value:
         return []
-    return [p.strip() for p in value.replace(os.pathsep, ",").split(",") if p.strip()]
+    if os.pathsep != ":":
+        value = value.replace(os.pathsep, ",")
+    return [p.strip() for p in value.split(",") if p.strip()]
 
 
 def policy_of(patterns: Iterable[str], trusted: bool = False) -> CodePolicy:

@@ -71,7 +71,7 @@ def register(subcommand: Subcommand) -> None:
         metavar="PATTERN",
         help="import user code (source=, transform=) only at import paths 'module:name' "
         "matching this fnmatch pattern, e.g. 'mypkg.data:*' (repeatable; default: none; "
-        f"env {_ALLOW_CODE_ENV}, comma- or {os.pathsep!r}-separated)",
+        f"env {_ALLOW_CODE_ENV}, comma-separated)",
     )
     produce.set_defaults(handler=_cmd_produce, allow_code_env=env.get(_ALLOW_CODE_ENV))
 

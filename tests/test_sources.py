@@ -242,6 +242,7 @@ def test_a_producer_leaving_a_map_source_hands_its_units_over(
     # Remote producers import the user's module from their own environment.
     tests_dir = str(pathlib.Path(__file__).resolve().parent)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([tests_dir, os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.setenv("H5FEED_ALLOW_CODE", "user_sources:*")  # producers import no code unasked
     port = free_port()
     producers = [start_producer(port, tmp_path, f"p{i}") for i in range(2)]
     try:

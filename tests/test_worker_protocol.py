@@ -62,7 +62,7 @@ def peer(tmp_path: pathlib.Path) -> Iterator[Peer]:
     router.bind(address)
     process = subprocess.Popen(
         [sys.executable, "-m", "h5feed.producer.worker", "--connect", address,
-         "--worker-id", "w0", "--parent-pid", str(os.getpid())],
+         "--worker-id", "w0", "--parent-pid", str(os.getpid()), "--trust-code"],
         stdin=subprocess.DEVNULL,
     )  # fmt: skip
     try:

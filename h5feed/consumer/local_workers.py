@@ -75,6 +75,7 @@ class LocalWorkers:
                     name,
                     "--parent-pid",
                     str(os.getpid()),
+                    "--trust-code",  # the trainer's own workers run what the trainer names
                     *(["--data-root", data_root] if data_root is not None else []),
                     *(
                         ["--max-message-bytes", str(max_message_bytes)]

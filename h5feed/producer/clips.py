@@ -19,6 +19,7 @@ from h5feed.common.errors import DataError
 from h5feed.common.layouts import LayoutSpec
 from h5feed.common.messages import Row
 from h5feed.producer import index_cache
+from h5feed.producer.code_policy import CodePolicy
 from h5feed.producer.decode import ClipWriter, check_frame_pixels, decode_frame
 from h5feed.producer.index_cache import VideoEntry
 from h5feed.producer.open_files import DEFAULT_MAX_OPEN_FILES, OpenFiles
@@ -28,22 +29,32 @@ from h5feed.producer.transform import Transform
 class ClipMaker:
     """The files, clip spec and layout of one job, opened in this process.
 
-    Creating it imports the transform (so a bad import path fails when the job starts,
-    naming the path). Every file is opened with ``layout`` (``Auto``: recognised per file);
-    at most ``max_open_files`` stay open, the others are reopened when a row needs them. Each
-    file's index is read once (or taken from the cache) and kept.
+    Creating it imports the transform if ``policy`` allows it (so a bad or refused import
+    path fails when the job starts, naming the path). Every file is opened with ``layout``
+    (``Auto``: recognised per file), confined to ``root`` when one is given (see
+    :mod:`h5feed.producer.confine`); at most ``max_open_files`` stay open, the others are
+    reopened when a row needs them. Each file's index is read once (or taken from the cache)
+    and kept.
     """
 
     def __init__(
-        self, spec: ClipSpec, layout: LayoutSpec, max_open_files: int = DEFAULT_MAX_OPEN_FILES
+        self,
+        spec: ClipSpec,
+        layout: LayoutSpec,
+        policy: CodePolicy,
+        root: str | None = None,
+        max_open_files: int = DEFAULT_MAX_OPEN_FILES,
     ) -> None:
         self.spec = spec
         self.layout = layout
+        self.root = root
         self.writer = ClipWriter(spec)
         self.transform = (
-            Transform(spec.transform, spec.transform_args) if spec.transform is not None else None
+            Transform(spec.transform, spec.transform_args, policy)
+            if spec.transform is not None
+            else None
         )
-        self.files = OpenFiles(max_open_files)
+        self.files = OpenFiles(max_open_files, root)
         self.videos: dict[int, list[VideoEntry]] = {}
 
     def close(self) -> None:

@@ -11,6 +11,7 @@ import sys
 
 from h5feed.common.cli_args import Subcommand, positive_int
 from h5feed.common.config import DEFAULT_MAX_OPEN_FILES
+from h5feed.producer.code_policy import ALLOW_CODE_ENV as _ALLOW_CODE_ENV  # a cheap import
 
 #: (flag, environment variable, metavar, help) of `h5feed produce`.
 _PRODUCE_OPTIONS = (
@@ -102,7 +103,20 @@ def register(subcommand: Subcommand) -> None:
         help="allow a --connect address beyond this host without CURVE keys: whoever answers "
         "there sends this producer its jobs (env H5FEED_INSECURE=1)",
     )
-    produce.set_defaults(handler=_cmd_produce, insecure_env=env.get("H5FEED_INSECURE"))
+    produce.add_argument(
+        "--allow-code",
+        action="append",
+        default=None,
+        metavar="PATTERN",
+        help="import user code (source=, transform=) only at import paths 'module:name' "
+        "matching this fnmatch pattern, e.g. 'mypkg.data:*' (repeatable; default: none; "
+        f"env {_ALLOW_CODE_ENV}, comma-separated)",
+    )
+    produce.set_defaults(
+        handler=_cmd_produce,
+        insecure_env=env.get("H5FEED_INSECURE"),
+        allow_code_env=env.get(_ALLOW_CODE_ENV),
+    )
 
     keys = subcommand(
         "keys",
@@ -167,6 +181,11 @@ def _cmd_produce(args: argparse.Namespace) -> int:
     max_open_files = (
         int(args.max_open_files) if args.max_open_files is not None else DEFAULT_MAX_OPEN_FILES
     )
+    from h5feed.producer.code_policy import policy_of, split_patterns
+
+    # The flags replace the environment variable (as for every other option).
+    allow_code = args.allow_code if args.allow_code else split_patterns(args.allow_code_env)
+    policy_of(allow_code)  # ValueError for an empty pattern, before any worker starts
     return run_producer(
         args.connect,
         args.data_root,
@@ -177,6 +196,7 @@ def _cmd_produce(args: argparse.Namespace) -> int:
         metrics,
         int(args.max_message_bytes) if args.max_message_bytes is not None else None,
         max_open_files,
+        allow_code,
     )
 
 

@@ -9,14 +9,15 @@ worker's event loop (:mod:`h5feed.producer.worker_loop`) sends them and counts t
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator, Sequence
 
 import numpy as np
 
 from h5feed.common import layouts, messages
 from h5feed.common.config import ClipSpec
+from h5feed.producer import confine
 from h5feed.producer.clips import ClipMaker
+from h5feed.producer.code_policy import CodePolicy
 from h5feed.producer.open_files import DEFAULT_MAX_OPEN_FILES
 from h5feed.producer.shm import SlotMaps
 
@@ -34,8 +35,9 @@ class Hdf5Job:
 
     Guarantees:
 
-    1. Creating it imports the user's transform, so a bad import path fails the job when it
-       starts (the caller reports it), before any file is opened.
+    1. Creating it imports the user's transform if ``policy`` allows it, so a bad or refused
+       import path fails the job when it starts (the caller reports it), before any file is
+       opened; a refused one imports nothing (``CodeRefused``).
     2. Files are opened in the worker process that reads them (h5py handles never cross a
        fork); at most ``max_open_files`` are open at once (least recently used closed
        first, reopened on demand), all closed by :meth:`close`.
@@ -44,6 +46,9 @@ class Hdf5Job:
     4. A slot that cannot be mapped (:class:`~h5feed.producer.shm.SlotError`) turns slots off
        for this job only (:attr:`slots_failed`): its units' rows go over the socket; the
        next job tries slots again.
+    5. With a ``data_root`` every path is confined to it (:mod:`h5feed.producer.confine`): a
+       path that leaves it is answered with a PathRefused ERROR naming it, unopened. Without
+       one (local workers of a trainer), paths are opened as given.
     5. Not thread-safe: the worker's single event-loop thread uses it.
     """
 
@@ -52,12 +57,15 @@ class Hdf5Job:
         job_id: str,
         spec: ClipSpec,
         layout: layouts.LayoutSpec,
+        policy: CodePolicy,
+        data_root: str | None = None,
         max_open_files: int = DEFAULT_MAX_OPEN_FILES,
     ) -> None:
         self.id = job_id
         self.spec = spec
-        # Imports the transform: a bad path fails here.
-        self.maker = ClipMaker(spec, layout, max_open_files)
+        self.data_root = data_root
+        # Imports the transform: a bad or refused path fails here.
+        self.maker = ClipMaker(spec, layout, policy, data_root, max_open_files)
         self.slots = SlotMaps()
         self.slots_failed = False  # a slot of this job could not be mapped: stop trying
 
@@ -71,15 +79,15 @@ class Hdf5Job:
         return self.maker.files.reopened
 
     def open_files(
-        self, files: Sequence[messages.FileRef], data_root: str | None, cache_dir: str | None
+        self, files: Sequence[messages.FileRef], cache_dir: str | None
     ) -> Iterator[messages.Index | messages.Error]:
-        """Open and index each file, yielding its INDEX, or an ERROR naming its path.
-        Relative paths resolve under ``data_root``; ``cache_dir`` None means no index cache."""
+        """Open and index each file, yielding its INDEX, or an ERROR naming its path (as the
+        JOB gave it). Paths are confined to the data root, if any; ``cache_dir`` None means
+        no index cache."""
         for number, path in files:
-            if data_root is not None and not os.path.isabs(path):
-                path = os.path.join(data_root, path)
             try:
-                videos = self.maker.open_and_index(number, path, cache_dir)
+                resolved = confine.job_path(path, self.data_root)  # before any file access
+                videos = self.maker.open_and_index(number, resolved, cache_dir)
             except Exception as exc:  # any failure must reach the trainer, with the file named
                 yield messages.Error.of(self.id, None, exc, file=path)
                 continue

@@ -41,6 +41,11 @@ _WORKER_COUNTERS = (
     ("clips", "h5feed_producer_clips", "Clips produced"),
     ("bytes", "h5feed_producer_bytes", "Bytes of clips produced"),
     ("errors", "h5feed_producer_errors", "Errors reported to the trainer"),
+    (
+        "refused",
+        "h5feed_producer_refused",
+        "Import paths and file paths refused (--allow-code, --data-root); also in errors",
+    ),
     ("busy_s", "h5feed_producer_busy_seconds", "Time spent decoding and preprocessing"),
     ("jobs", "h5feed_producer_jobs", "Jobs (trainer iterations) received"),
     (

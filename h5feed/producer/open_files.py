@@ -34,10 +34,12 @@ class OpenFiles:
     """Readers of a job's files by number, at most ``max_open`` open (least recently used
     closed first)."""
 
-    def __init__(self, max_open: int = DEFAULT_MAX_OPEN_FILES) -> None:
+    def __init__(self, max_open: int = DEFAULT_MAX_OPEN_FILES, root: str | None = None) -> None:
+        """``root``: the data root every file is confined to (see ``open_reader``), if any."""
         if max_open < 1:
             raise ValueError(f"max_open_files must be >= 1, got {max_open}")
         self.max_open = max_open
+        self.root = root
         self.reopened = 0
         self._known: dict[int, tuple[str, LayoutSpec]] = {}  # path, resolved layout
         self._open: collections.OrderedDict[int, LayoutReader] = collections.OrderedDict()
@@ -49,7 +51,7 @@ class OpenFiles:
         if previous is not None:  # opened again (a JOB that repeats it): one reader only
             previous.close()
         self._make_room()
-        reader = open_reader(path, layout)
+        reader = open_reader(path, layout, self.root)
         self._known[number] = (path, reader.spec)
         self._open[number] = reader
         return reader
@@ -63,7 +65,7 @@ class OpenFiles:
             return reader
         path, layout = self._known[number]
         self._make_room()
-        reader = open_reader(path, layout)
+        reader = open_reader(path, layout, self.root)
         self._open[number] = reader
         self.reopened += 1
         return reader

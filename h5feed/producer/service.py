@@ -12,6 +12,9 @@ Guarantees:
 4. With ``metrics``, one endpoint serves every worker's figures (``/metrics``, ``/stats``;
    see ``h5feed/producer/metrics.py``) on the (host, port) given (the command's default host
    is 127.0.0.1); the address bound is logged (INFO), also when asked for port 0.
+5. The workers import user code by name only at paths matching ``allow_code`` (none by
+   default; see ``h5feed/producer/code_policy.py``) and open only files under ``data_root``
+   when it is given (``h5feed/producer/confine.py``).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 
 from h5feed.common.config import DEFAULT_MAX_OPEN_FILES, default_cache_dir
 from h5feed.common.logs import with_ids
@@ -45,6 +49,7 @@ def worker_command(
     stats_file: str | None = None,
     max_message_bytes: int | None = None,
     max_open_files: int = DEFAULT_MAX_OPEN_FILES,
+    allow_code: Sequence[str] = (),
 ) -> list[str]:
     command = [sys.executable, "-m", "h5feed.producer.worker", "--connect", connect]
     command += ["--worker-id", name, "--parent-pid", str(os.getpid()), "--persistent"]
@@ -58,6 +63,8 @@ def worker_command(
         command += ["--stats-file", stats_file]
     if max_message_bytes is not None:
         command += ["--max-message-bytes", str(max_message_bytes)]
+    for pattern in allow_code:  # none: the worker imports no user code
+        command += ["--allow-code", pattern]
     return command
 
 
@@ -71,12 +78,15 @@ def run_producer(
     metrics: tuple[str, int] | None = None,
     max_message_bytes: int | None = None,
     max_open_files: int = DEFAULT_MAX_OPEN_FILES,
+    allow_code: Sequence[str] = (),
 ) -> int:
     """Run the service until SIGTERM/SIGINT; returns the process exit code.
 
     ``max_message_bytes``: the workers' cap on one frame from the trainer (``ZMQ_MAXMSGSIZE``;
     None: :data:`h5feed.common.wire.DEFAULT_MAX_MESSAGE_BYTES`).
     ``max_open_files``: HDF5 files each worker keeps open at once.
+    ``allow_code``: fnmatch patterns of the import paths (``module:name``) the workers may
+    import for ``source=`` / ``transform=``; empty: none.
 
     ``metrics``: (host, port) to serve ``/metrics`` and ``/stats`` on (0: a free port, logged).
 
@@ -97,7 +107,13 @@ def run_producer(
     processes: dict[str, subprocess.Popen[bytes]] = {}
     started: dict[str, float] = {}
     code = 0
-    log.info("%d workers serving %s (data root %s)", workers, connect, data_root)
+    log.info(
+        "%d workers serving %s (data root %s, code allowed: %s)",
+        workers,
+        connect,
+        data_root,
+        ", ".join(allow_code) or "none",
+    )
     figures = server = None
     if metrics is not None:
         from h5feed.common.metrics_http import host_is_any
@@ -139,6 +155,7 @@ def run_producer(
                             stats_file,
                             max_message_bytes,
                             max_open_files,
+                            allow_code,
                         ),
                         stdin=subprocess.DEVNULL,
                     )

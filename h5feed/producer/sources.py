@@ -39,6 +39,7 @@ from h5feed.common import elements, messages
 from h5feed.common.elements import ElementSpec
 from h5feed.common.errors import SourceError
 from h5feed.producer import import_path
+from h5feed.producer.code_policy import CodePolicy
 
 MAP: Final = "map"
 KERAS: Final = "keras"
@@ -55,11 +56,12 @@ _KERAS_MODULES = ("keras", "tensorflow", "tf_keras")
 _END: Final = object()  # what _next returns when the iterator is exhausted
 
 
-def load_factory(path: str) -> Callable[..., Any]:
-    """The factory named ``"package.module:attribute"`` (the attribute may be dotted);
-    SourceError naming the path."""
+def load_factory(path: str, policy: CodePolicy) -> Callable[..., Any]:
+    """The factory named ``"package.module:attribute"`` (the attribute may be dotted where
+    ``policy`` is trusted); SourceError naming the path, CodeRefused when ``policy`` refuses
+    it (nothing imported)."""
     try:
-        return import_path.load_callable(path)
+        return import_path.load_callable(path, policy)
     except import_path.ImportPathError as exc:
         raise SourceError(f"source {path!r} {exc}") from exc
 
@@ -110,7 +112,7 @@ class SourceJob:
     Not thread-safe: the worker's single event-loop thread uses it.
     """
 
-    def __init__(self, source: messages.Source, local: bool) -> None:
+    def __init__(self, source: messages.Source, local: bool, policy: CodePolicy) -> None:
         self.id = source.job
         self.path = source.source
         self.args: dict[str, Any] = dict(source.args)
@@ -124,7 +126,7 @@ class SourceJob:
         self.workers = source.workers
         self.seed = source.seed
         self.first_epoch = source.epoch
-        self.factory = load_factory(self.path)
+        self.factory = load_factory(self.path, policy)
         try:
             self.obj = call_accepting(self.factory, self.args, self._extra(self.first_epoch))
         except Exception as exc:

@@ -15,7 +15,9 @@ Contract (also in README "Per-sample transforms")::
   sample*; it becomes the batch's ``frames`` [B, *shape]. A mismatch, a dtype that cannot go
   on the wire, or an exception raised by ``fn`` is a DataError naming the file, video and
   the function's path.
-* ``fn`` is imported by its path inside each worker when the job starts (never pickled);
+* ``fn`` is imported by its path inside each worker when the job starts (never pickled),
+  if the worker's code policy allows it (``h5feed produce --allow-code``; local workers
+  import what the trainer names);
   ``transform_args`` must be msgpack-able (it travels in the JOB message). An import failure
   is reported when the job starts, naming the path.
 """
@@ -30,16 +32,18 @@ import numpy as np
 from h5feed.common.errors import DataError, H5FeedError
 from h5feed.common.wire import ALLOWED_DTYPES
 from h5feed.producer import import_path
+from h5feed.producer.code_policy import CodePolicy
 
 
 class TransformImportError(H5FeedError):
     """The transform's import path does not lead to a callable."""
 
 
-def load_callable(path: str) -> Callable[..., Any]:
-    """The function at ``"package.module:attr.sub"``; TransformImportError naming the path."""
+def load_callable(path: str, policy: CodePolicy) -> Callable[..., Any]:
+    """The function at ``"package.module:attr.sub"``; TransformImportError naming the path,
+    CodeRefused when ``policy`` refuses it (nothing imported)."""
     try:
-        return import_path.load_callable(path)
+        return import_path.load_callable(path, policy)
     except import_path.ImportPathError as exc:
         raise TransformImportError(f"transform {path!r} {exc}") from exc
 
@@ -47,10 +51,10 @@ def load_callable(path: str) -> Callable[..., Any]:
 class Transform:
     """A loaded transform and its arguments (see the module docstring for the contract)."""
 
-    def __init__(self, path: str, args: dict[str, Any] | None) -> None:
+    def __init__(self, path: str, args: dict[str, Any] | None, policy: CodePolicy) -> None:
         self.path = path
         self.args = dict(args or {})
-        self.fn = load_callable(path)
+        self.fn = load_callable(path, policy)
 
     def __call__(self, clip: np.ndarray, seed: int, file: str, video: str) -> np.ndarray:
         """``fn(clip, rng, **args)`` as an array, checked; DataError naming file and video."""

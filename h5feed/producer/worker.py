@@ -16,6 +16,10 @@ local workers this way, so the trainer's ``__main__`` is never re-imported). The
    (``h5feed/producer/lifetime.py``); at start it raises its soft open-files limit to the hard
    one.
 
+User code named by the consumer is imported only if ``--allow-code PATTERN`` allows it
+(``h5feed produce``) or with ``--trust-code`` (the trainer's local workers); without either,
+none is. With ``--data-root`` every file stays under it (:mod:`h5feed.producer.confine`).
+
 It never decides what to produce: it only answers the consumer's units, in the order received.
 This module is the command line; the event loop is :mod:`h5feed.producer.worker_loop`, an HDF5
 job :mod:`h5feed.producer.hdf5_job`, a source job :mod:`h5feed.producer.sources`.
@@ -40,6 +44,7 @@ from h5feed.common.curve import (
     load_public,
 )
 from h5feed.common.wire import DEFAULT_MAX_MESSAGE_BYTES
+from h5feed.producer.code_policy import policy_of
 from h5feed.producer.lifetime import die_with_parent, raise_open_files_limit
 from h5feed.producer.open_files import DEFAULT_MAX_OPEN_FILES
 from h5feed.producer.worker_loop import Worker
@@ -105,7 +110,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=DEFAULT_MAX_MESSAGE_BYTES,
         help="the largest frame taken or sent (ZMQ_MAXMSGSIZE; default 1 GiB)",
     )
+    parser.add_argument(
+        "--allow-code",
+        action="append",
+        default=[],
+        metavar="PATTERN",
+        help="import user code (source=, transform=) only at paths matching this (repeatable)",
+    )
+    parser.add_argument(
+        "--trust-code",
+        action="store_true",
+        help="import every path the consumer names (local workers of the trainer only)",
+    )
     args = parser.parse_args(argv)
+    if args.trust_code and args.allow_code:
+        parser.error("--trust-code and --allow-code exclude each other")
     # First of all: a trainer that dies from here on takes this worker with it, and one
     # that died already is seen now.
     if args.parent_pid is not None and not die_with_parent(args.parent_pid):
@@ -131,6 +150,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.stats_file,
         args.max_message_bytes,
         args.max_open_files,
+        policy_of(args.allow_code, args.trust_code),
     )
     logging.getLogger("h5feed.worker").debug(
         "open files limit %d (hard %d), at most %d HDF5 files open",

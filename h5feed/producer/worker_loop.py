@@ -22,6 +22,7 @@ from h5feed.common import messages
 from h5feed.common.curve import KeyPair, make_client
 from h5feed.common.errors import ProtocolError, VersionMismatchError
 from h5feed.common.wire import DEFAULT_MAX_MESSAGE_BYTES
+from h5feed.producer.code_policy import NOTHING, CodePolicy
 from h5feed.producer.hdf5_job import Hdf5Job, SlotTarget, job_spec
 from h5feed.producer.open_files import DEFAULT_MAX_OPEN_FILES
 from h5feed.producer.shm import SlotError
@@ -37,6 +38,9 @@ _SEND_RETRY_MS = 500
 _HELLO_EVERY_S = 1.0
 _CLOSE_LINGER_MS = 2000
 _log = logging.getLogger("h5feed.worker")
+#: ERROR types that are refusals of the worker's policies (code by name, data root): counted
+#: in ``refused`` and logged, besides ``errors``.
+_REFUSALS = ("CodeRefused", "PathRefused")
 
 
 class _Leave(Exception):
@@ -56,6 +60,9 @@ class Worker:
     3. A malformed message is logged and dropped; a peer of another protocol version ends
        the worker with exit code 2 (so does a BYE that refuses it).
     4. Single-threaded: a SIGTERM handler may only set :attr:`stopping`.
+    5. User code is imported by name only if ``code_policy`` allows it (default: nothing);
+       files are confined to ``data_root`` when it is set. A refusal is sent as ERROR,
+       logged (WARNING) and counted in ``refused``.
     """
 
     def __init__(
@@ -70,12 +77,14 @@ class Worker:
         stats_file: str | None = None,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         max_open_files: int = DEFAULT_MAX_OPEN_FILES,
+        code_policy: CodePolicy = NOTHING,
     ) -> None:
         self.worker_id = worker_id
         self.counters = WorkerCounters(stats_file, worker_id)  # read by `h5feed produce`
         self.parent_pid = parent_pid
         self.data_root = data_root
         self.max_open_files = max_open_files
+        self.code_policy = code_policy
         self.persistent = persistent
         self.cache_dir = cache_dir  # a service worker's own; else the consumer's (same host)
         self.exit_code = 0
@@ -115,6 +124,10 @@ class Worker:
             frames = messages.encode(message)
         if isinstance(message, messages.Error):
             self.counters.add("errors")
+            if message.type in _REFUSALS:
+                self.counters.add("refused")
+                _log.warning("worker %s: refused: %s", self.worker_id, message.message)
+        frames = messages.encode(message)
         while True:
             try:
                 # A multipart send is all or nothing: EAGAIN can only come before the first part.
@@ -241,14 +254,17 @@ class Worker:
             self.end_job()
             self.counters.add("jobs")
             try:
-                self.job = Hdf5Job(job.job, *job_spec(job), self.max_open_files)
+                clip, layout = job_spec(job)
+                self.job = Hdf5Job(
+                    job.job, clip, layout, self.code_policy, self.data_root, self.max_open_files
+                )
             except Exception as exc:  # a bad spec or transform import path: tell the trainer
                 self.send_error(job.job, None, exc)
                 return
         # The consumer names a cache directory when the index cache is on; a service worker
         # uses its host's own directory instead (the consumer's path is on another host).
         cache_dir = (self.cache_dir or job.cache_dir) if job.cache_dir else None
-        for answer in self.job.open_files(job.files, self.data_root, cache_dir):
+        for answer in self.job.open_files(job.files, cache_dir):
             self.send(answer)
 
     def run_unit(self, job: Hdf5Job, unit: messages.Unit) -> None:
@@ -294,7 +310,7 @@ class Worker:
                 return
             self.end_job()
             self.counters.add("jobs")
-            self.job = SourceJob(source, local=not self.persistent)
+            self.job = SourceJob(source, not self.persistent, self.code_policy)
             if source.spec is not None:  # known already: no probe needed
                 self.job.set_spec(source.spec)
             info = self.job.info()

@@ -21,14 +21,15 @@ from typing import Any
 WRITE_EVERY_S = 0.5
 #: The counters of a worker, in its file and in the metrics (all only ever grow).
 COUNTERS = (
-    "units", "clips", "bytes", "errors", "busy_s", "jobs", "slots_refused", "files_reopened"
+    "units", "clips", "bytes", "errors", "busy_s", "jobs", "refused", "slots_refused",
+    "files_reopened",
 )  # fmt: skip
 
 
 class WorkerCounters:
-    """Counts units, clips, bytes, errors, jobs, busy seconds, jobs whose shared-memory slots
-    were refused and HDF5 files reopened (closed to stay under ``max_open_files``); writes
-    them to ``path``
+    """Counts units, clips, bytes, errors (refusals of code or paths also in ``refused``),
+    jobs, busy seconds, jobs whose shared-memory slots were refused and HDF5 files reopened
+    (closed to stay under ``max_open_files``); writes them to ``path``
     (None: counts only). Used by the worker's single thread."""
 
     def __init__(self, path: str | None, worker_id: str) -> None:

@@ -1,6 +1,6 @@
 """Readers of the HDF5 layouts, one module each, behind one interface (:class:`LayoutReader`).
 
-``open_reader(path, spec)`` opens a file once and returns the reader of its layout; with
+``open_reader(path, spec, root)`` opens a file once and returns the reader of its layout; with
 :class:`~h5feed.common.layouts.Auto` the layout is recognised per file (``detect``). The
 layout descriptions (names, wire form) are in :mod:`h5feed.common.layouts`.
 """
@@ -11,6 +11,7 @@ import h5py
 
 from h5feed.common.errors import DataError
 from h5feed.common.layouts import Auto, Flat, FrameDatasets, Groups, LayoutSpec, Raw
+from h5feed.producer import confine
 from h5feed.producer.layouts.base import LayoutReader
 from h5feed.producer.layouts.detect import detect
 from h5feed.producer.layouts.flat import FlatReader
@@ -29,19 +30,24 @@ READERS: dict[str, type[LayoutReader]] = {
 }
 
 
-def open_reader(path: str, spec: LayoutSpec) -> LayoutReader:
+def open_reader(path: str, spec: LayoutSpec, root: str | None = None) -> LayoutReader:
     """Open ``path`` read-only and return the reader of its layout (``spec``, or the one
     recognised when ``spec`` is :class:`Auto`). Close it with ``reader.close()``.
 
     Raises DataError naming the file when it cannot be opened or its layout is not known.
+    With a data ``root`` (``path`` already confined to it), the file's external links are
+    checked before anything else touches the file, and the reader checks each dataset
+    before reading it (:mod:`h5feed.producer.confine`): PathRefused names what leaves it.
     """
     try:
         h5 = h5py.File(path, "r")
     except OSError as exc:
         raise DataError(f"cannot open HDF5 file: {exc}", file=path) from exc
     try:
+        if root is not None:  # before detect(), which follows the top-level links
+            confine.check_links(h5, root)
         resolved = detect(h5, path, spec) if isinstance(spec, Auto) else spec
-        return READERS[resolved.kind](h5, path, resolved)
+        return READERS[resolved.kind](h5, path, resolved, root)
     except BaseException:
         h5.close()
         raise

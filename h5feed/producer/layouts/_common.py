@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import h5py
 import numpy as np
@@ -109,14 +109,22 @@ def read_offsets(dataset: h5py.Dataset, total: int, path: str) -> np.ndarray:
     return offsets
 
 
-def read_labels(h5: h5py.File, name: str | None, count: int, path: str, layout: str) -> np.ndarray:
-    """Labels [count] from dataset ``name`` (int64), or all -1 when ``name`` is None."""
+def read_labels(
+    h5: h5py.File,
+    name: str | None,
+    count: int,
+    path: str,
+    layout: str,
+    readable: Callable[[h5py.Dataset], h5py.Dataset],
+) -> np.ndarray:
+    """Labels [count] from dataset ``name`` (int64), or all -1 when ``name`` is None;
+    ``readable`` checks the dataset before it is read (the reader's data root)."""
     if name is None:
         return np.full(count, -1, np.int64)
     dataset = dataset_at(
         h5, name, path, f"give the labels' name, or labels=None for unlabelled data ({layout})"
     )
-    labels = np.asarray(dataset[()])
+    labels = np.asarray(readable(dataset)[()])
     if labels.shape != (count,) or not np.issubdtype(labels.dtype, np.integer):
         raise DataError(
             f"labels {name!r} must be {count} integers (one per video), got {labels.dtype} "

@@ -9,6 +9,7 @@ import h5py
 import numpy as np
 
 from h5feed.common.layouts import LayoutSpec
+from h5feed.producer import confine
 from h5feed.producer.index_cache import VideoEntry
 from h5feed.producer.layouts._common import read_labels, read_rows, video_name, video_number
 
@@ -20,17 +21,26 @@ class LayoutReader(abc.ABC):
     numbers them in), or raises :class:`~h5feed.common.errors.DataError` naming the file and
     video — a video is never left out silently. :meth:`read_frames` reads only the frames
     asked for. Not thread-safe (h5py serialises access anyway); create readers inside the
-    process that uses them (h5py handles do not survive ``fork`` or pickling).
+    process that uses them (h5py handles do not survive ``fork`` or pickling). With a data
+    ``root``, every dataset goes through :meth:`readable` before it is read.
     """
 
     #: True: ``read_frames`` gives encoded images (JPEG bytes) to decode with OpenCV;
     #: False: decoded pixel arrays [H, W, C] (C = 3 RGB, or 1 / no axis: grayscale).
     encoded: ClassVar[bool] = True
 
-    def __init__(self, h5: h5py.File, path: str, spec: LayoutSpec) -> None:
+    def __init__(self, h5: h5py.File, path: str, spec: LayoutSpec, root: str | None = None) -> None:
         self.h5 = h5
         self.path = path
         self.spec = spec
+        self.root = root
+
+    def readable(self, dataset: h5py.Dataset) -> h5py.Dataset:
+        """``dataset``, once checked against the data root (virtual sources, external
+        storage); PathRefused when reading it would leave the root."""
+        if self.root is not None:
+            confine.check_dataset(dataset, self.root)
+        return dataset
 
     def close(self) -> None:
         self.h5.close()
@@ -66,7 +76,9 @@ class OffsetsReader(LayoutReader):
 
     def index(self) -> list[VideoEntry]:
         count = self.num_videos
-        labels = read_labels(self.h5, self.labels_name, count, self.path, self.labels_hint)
+        labels = read_labels(
+            self.h5, self.labels_name, count, self.path, self.labels_hint, self.readable
+        )
         lengths = np.diff(self.offsets)
         return [(video_name(v), int(lengths[v]), int(labels[v])) for v in range(count)]
 

@@ -22,14 +22,16 @@ class FlatReader(OffsetsReader):
     spec: Flat
     labels_hint = "Flat(labels=None)"
 
-    def __init__(self, h5: h5py.File, path: str, spec: Flat) -> None:
-        super().__init__(h5, path, spec)
+    def __init__(self, h5: h5py.File, path: str, spec: Flat, root: str | None = None) -> None:
+        super().__init__(h5, path, spec, root)
         self.labels_name = spec.labels
-        self.frames = dataset_at(h5, spec.jpeg, path, "name it with Flat(jpeg=...)")
+        self.frames = self.readable(dataset_at(h5, spec.jpeg, path, "name it with Flat(jpeg=...)"))
         if self.frames.ndim != 1:
             raise DataError(
                 f"{spec.jpeg!r} must be a 1-D dataset of encoded frames, got {self.frames.shape}",
                 file=path,
             )
-        offsets = dataset_at(h5, spec.offsets, path, "name it with Flat(offsets=...)")
+        offsets = self.readable(
+            dataset_at(h5, spec.offsets, path, "name it with Flat(offsets=...)")
+        )
         self.offsets = read_offsets(offsets, int(self.frames.shape[0]), path)

@@ -24,8 +24,10 @@ class FrameDatasetsReader(LayoutReader):
 
     spec: FrameDatasets
 
-    def __init__(self, h5: h5py.File, path: str, spec: FrameDatasets) -> None:
-        super().__init__(h5, path, spec)
+    def __init__(
+        self, h5: h5py.File, path: str, spec: FrameDatasets, root: str | None = None
+    ) -> None:
+        super().__init__(h5, path, spec, root)
         self._frames: dict[str, list[str]] = {}
 
     def frame_names(self, video: str) -> list[str]:
@@ -44,6 +46,7 @@ class FrameDatasetsReader(LayoutReader):
                         file=self.path,
                         video=video,
                     )
+                self.readable(obj)  # read_frames reads these very members
                 names.append(member)
             names.sort(key=natural_key)
             self._frames[video] = names

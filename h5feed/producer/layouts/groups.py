@@ -21,8 +21,8 @@ class GroupsReader(LayoutReader):
 
     spec: Groups
 
-    def __init__(self, h5: h5py.File, path: str, spec: Groups) -> None:
-        super().__init__(h5, path, spec)
+    def __init__(self, h5: h5py.File, path: str, spec: Groups, root: str | None = None) -> None:
+        super().__init__(h5, path, spec, root)
         self._datasets: dict[str, h5py.Dataset] = {}
 
     def index(self) -> list[VideoEntry]:
@@ -33,6 +33,8 @@ class GroupsReader(LayoutReader):
             if not isinstance(group, h5py.Group) or frames_key not in group:
                 continue
             frames = group[frames_key]
+            if isinstance(frames, h5py.Dataset):
+                self.readable(frames)  # a refusal fails the index, not the first unit
             if not isinstance(frames, h5py.Dataset) or frames.ndim != 1:
                 raise DataError(
                     f"{frames_key!r} must be a 1-D dataset of encoded frames",
@@ -54,6 +56,6 @@ class GroupsReader(LayoutReader):
     def read_frames(self, video: str, indices: list[int]) -> list[np.ndarray]:
         dataset = self._datasets.get(video)
         if dataset is None:
-            dataset = self.h5[video][self.spec.frames]
+            dataset = self.readable(self.h5[video][self.spec.frames])
             self._datasets[video] = dataset
         return read_rows(dataset, indices)

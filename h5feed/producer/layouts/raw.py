@@ -29,10 +29,11 @@ class RawReader(OffsetsReader):
     spec: Raw
     labels_hint = "Raw(labels=None)"
 
-    def __init__(self, h5: h5py.File, path: str, spec: Raw) -> None:
-        super().__init__(h5, path, spec)
+    def __init__(self, h5: h5py.File, path: str, spec: Raw, root: str | None = None) -> None:
+        super().__init__(h5, path, spec, root)
         self.labels_name = spec.labels
-        self.frames = dataset_at(h5, spec.images, path, "name it with Raw(images=...)")
+        images = dataset_at(h5, spec.images, path, "name it with Raw(images=...)")
+        self.frames = self.readable(images)
         shape = self.frames.shape
         if (
             self.frames.dtype != np.uint8
@@ -46,7 +47,7 @@ class RawReader(OffsetsReader):
             )
         rows = int(shape[0])
         if spec.offsets is not None and spec.offsets in h5:
-            offsets = dataset_at(h5, spec.offsets, path, "or Raw(offsets=None)")
+            offsets = self.readable(dataset_at(h5, spec.offsets, path, "or Raw(offsets=None)"))
             self.offsets = read_offsets(offsets, rows, path)
         else:
             self.offsets = np.arange(rows + 1, dtype=np.int64)

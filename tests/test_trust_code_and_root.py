@@ -1,0 +1,256 @@
+"""Trust boundaries of a producer's worker: code by name only when allowed, files only under
+the data root.
+
+A real worker process (``python -m h5feed.producer.worker``, as ``h5feed produce`` starts it:
+``--allow-code``, ``--data-root``) is driven from a ROUTER socket playing a rogue consumer.
+User code is a package made in a temporary directory whose module ``evil`` writes a marker
+file when imported, so "nothing was imported" is checked from outside the worker. Targets
+that must stay unopened are FIFOs: a worker that opened one would block, and the test would
+get no answer within its timeout.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import h5py
+import numpy as np
+import pytest
+import zmq
+from layout_data import make_videos, write_groups, write_raw
+
+from h5feed.common import messages
+from h5feed.common.config import ClipSpec
+from h5feed.common.messages import FileRef
+from h5feed.consumer.options import LayoutArgs
+from h5feed.producer.code_policy import CodePolicy, CodeRefused, split_patterns
+from h5feed.producer.service import worker_command
+
+RECEIVE_TIMEOUT_MS = 20_000  # a worker imports numpy, h5py and OpenCV before its HELLO
+EXIT_TIMEOUT_S = 10
+ALLOWED = "trustpkg.data:*"
+REPO = pathlib.Path(__file__).resolve().parent.parent
+
+_PACKAGE = {
+    "__init__.py": "",
+    "helpers.py": "def numbers():\n    return list(range(3))\n",
+    # imports os (for the dotted-name walk) and re-exports a function of another module
+    "data.py": (
+        "import os\n"
+        "from trustpkg.helpers import numbers as reexported\n\n"
+        "def numbers():\n    return list(range(10))\n"
+    ),
+    "evil.py": (
+        "import os, pathlib\n"
+        "pathlib.Path(os.environ['TRUST_MARKER']).write_text('imported')\n\n"
+        "def run(**kwargs):\n    return [1]\n"
+    ),
+}
+
+
+class Rogue:
+    """A consumer on a ROUTER socket and the worker process connected to it."""
+
+    def __init__(self, router: zmq.Socket[bytes], process: subprocess.Popen[bytes]) -> None:
+        self.router = router
+        self.process = process
+        self.identity = b""
+
+    def receive(self) -> messages.Message:
+        """The next message that is not a HELLO, within the timeout."""
+        while True:
+            assert self.router.poll(RECEIVE_TIMEOUT_MS, zmq.POLLIN), "no answer within the timeout"
+            routing, *frames = self.router.recv_multipart(copy=False)
+            self.identity = routing.bytes
+            message = messages.decode(frames)
+            if not isinstance(message, messages.Hello):
+                return message
+
+    def send(self, message: messages.Message) -> None:
+        self.router.send_multipart([self.identity, *messages.encode(message)], copy=False)
+
+    def error(self, message: messages.Message) -> messages.Error:
+        self.send(message)
+        answer = self.receive()
+        assert isinstance(answer, messages.Error), answer
+        return answer
+
+
+class Setup:
+    def __init__(self, base: pathlib.Path) -> None:
+        self.base = base
+        self.marker = base / "evil-imported"
+        self.root = base / "root"
+        self.outside = base / "outside"
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory: pytest.TempPathFactory) -> Setup:
+    s = Setup(tmp_path_factory.mktemp("trust"))
+    package = s.base / "code" / "trustpkg"
+    package.mkdir(parents=True)
+    for name, text in _PACKAGE.items():
+        (package / name).write_text(text)
+    s.root.mkdir()
+    s.outside.mkdir()
+    videos = make_videos(seed=3, count=2)
+    write_groups(s.root / "inside.h5", videos)
+    write_groups(s.outside / "real.h5", videos)  # exists: its refusal must read as the FIFO's
+    os.mkfifo(s.outside / "secret.h5")  # opening it would block the worker
+    (s.root / "link.h5").symlink_to(s.outside / "secret.h5")
+    with h5py.File(s.root / "elink.h5", "w") as f:  # a video group in a file outside
+        f["video_000"] = h5py.ExternalLink(str(s.outside / "secret.h5"), "/video_000")
+    with h5py.File(s.root / "elink_rel.h5", "w") as f:
+        f["video_000"] = h5py.ExternalLink("../outside/secret.h5", "/video_000")
+    write_raw(s.outside / "raw.h5", videos, with_offsets=False)
+    with h5py.File(s.outside / "raw.h5", "r") as f:
+        shape, labels = f["images"].shape, f["labels"][()]
+    layout = h5py.VirtualLayout(shape=shape, dtype=np.uint8)
+    layout[...] = h5py.VirtualSource(str(s.outside / "secret.h5"), "images", shape=shape)
+    with h5py.File(s.root / "vds.h5", "w") as f:  # raw layout: images from a file outside
+        f.create_virtual_dataset("images", layout)
+        f.create_dataset("labels", data=labels)
+    return s
+
+
+@pytest.fixture(scope="module")
+def rogue(setup: Setup) -> Iterator[Rogue]:
+    context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    router = context.socket(zmq.ROUTER)
+    router.setsockopt(zmq.LINGER, 0)
+    address = f"ipc://{setup.base}/worker.sock"
+    router.bind(address)
+    env = dict(os.environ, TRUST_MARKER=str(setup.marker))
+    # the worker runs elsewhere (relative paths of the external storage resolve there): it
+    # imports h5feed from this checkout and the user code from the temporary package
+    paths = (str(REPO), str(setup.base / "code"), env.get("PYTHONPATH"))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "h5feed.producer.worker", "--connect", address,
+         "--worker-id", "w0", "--parent-pid", str(os.getpid()), "--persistent",
+         "--allow-code", ALLOWED, "--data-root", str(setup.root)],
+        stdin=subprocess.DEVNULL, env=env, cwd=setup.base,
+    )  # fmt: skip
+    try:
+        rogue = Rogue(router, process)
+        assert router.poll(RECEIVE_TIMEOUT_MS, zmq.POLLIN), "no HELLO within the timeout"
+        rogue.identity = router.recv_multipart()[0]
+        yield rogue
+    finally:
+        process.kill()
+        process.wait(timeout=EXIT_TIMEOUT_S)
+        router.close(linger=0)
+        context.term()
+
+
+def source(job: str, path: str, args: Mapping[str, Any] | None = None) -> messages.Source:
+    return messages.Source(job, path, dict(args or {}), (), 0, 1, 0, 0, None)
+
+
+def hdf5_job(job: str, paths: list[str], spec: ClipSpec | None = None) -> messages.Job:
+    spec = spec or ClipSpec(clip_len=2, resize=(24, 32))
+    refs = tuple(FileRef(i, path) for i, path in enumerate(paths))
+    return messages.Job(job, refs, spec.to_wire(), LayoutArgs().resolve().to_wire(), None)
+
+
+def assert_refused_code(error: messages.Error, path: str) -> None:
+    assert error.type == "CodeRefused", error
+    assert repr(path) in error.message and ALLOWED in error.message, error.message
+
+
+# -- code by name ---------------------------------------------------------------------------
+
+
+def test_a_rogue_consumer_cannot_run_code_it_names(rogue: Rogue, setup: Setup) -> None:
+    touched = setup.base / "rce"
+    rce = source("rce", "subprocess:run", {"args": ["sh", "-c", f"id > {touched}"]})
+    assert_refused_code(rogue.error(rce), "subprocess:run")
+    # a module outside the patterns: not imported at all (it would write the marker)
+    assert_refused_code(rogue.error(source("evil", "trustpkg.evil:run")), "trustpkg.evil:run")
+    transform = ClipSpec(clip_len=2, resize=(24, 32), transform="trustpkg.evil:run")
+    error = rogue.error(hdf5_job("evil-t", ["inside.h5"], transform))
+    assert_refused_code(error, "trustpkg.evil:run")
+    assert error.unit is None
+    assert not touched.exists() and not setup.marker.exists()
+
+
+def test_dotted_private_and_reexported_names_are_refused(rogue: Rogue, setup: Setup) -> None:
+    dotted = "trustpkg.data:os.system"  # matches the pattern, walks out of the module
+    assert_refused_code(rogue.error(source("dot", dotted, {"command": "true"})), dotted)
+    private = "trustpkg.data:__loader__"
+    assert_refused_code(rogue.error(source("priv", private)), private)
+    reexported = "trustpkg.data:reexported"  # defined in trustpkg.helpers
+    error = rogue.error(source("re", reexported))
+    assert_refused_code(error, reexported)
+    assert "'trustpkg.helpers'" in error.message
+
+
+def test_an_allowed_path_works_end_to_end(rogue: Rogue) -> None:
+    rogue.send(source("ok", "trustpkg.data:numbers"))
+    info = rogue.receive()
+    assert isinstance(info, messages.SourceInfo), info
+    assert (info.kind, info.length) == ("map", 10)
+    rogue.send(messages.Source("ok", "trustpkg.data:numbers", {}, (), 0, 1, 0, 0, info.spec))
+    rogue.send(messages.Items("ok", 1, 0, 0, (7, 2)))
+    data = rogue.receive()
+    assert isinstance(data, messages.Data), data
+    assert data.samples == (7, 2)
+    assert [a.tolist() for a in data.arrays.values()] == [[7, 2]]
+
+
+def test_the_policy_object() -> None:
+    policy = CodePolicy(("mypkg.*",))
+    policy.check("mypkg.data:load")
+    for path in ("mypkg.data:os.system", "mypkg.data:_private", "other:load", "mypkg.data"):
+        with pytest.raises(CodeRefused, match="mypkg"):
+            policy.check(path)
+    with pytest.raises(CodeRefused, match="defined in module 'posix'"):
+        policy.check_loaded("mypkg.data:system", os.system)
+    with pytest.raises(ValueError):
+        CodePolicy(("",))
+    # H5FEED_ALLOW_CODE: never split at the ':' of a pattern (that would allow '*')
+    assert split_patterns("mypkg.data:*, other:fn,") == ["mypkg.data:*", "other:fn"]
+    command = worker_command("ipc:///x", "w", "/data", allow_code=["a:*", "b:f"])
+    assert command[-4:] == ["--allow-code", "a:*", "--allow-code", "b:f"]
+    assert "--allow-code" not in worker_command("ipc:///x", "w", "/data")
+
+
+# -- the data root --------------------------------------------------------------------------
+
+
+def test_paths_outside_the_root_are_refused_unopened(rogue: Rogue, setup: Setup) -> None:
+    secret = setup.outside / "secret.h5"
+    names = ["../outside/secret.h5", str(secret), "link.h5", "sub/../../outside/secret.h5"]
+    rogue.send(hdf5_job("paths", [*names, "inside.h5"]))
+    answers = [rogue.receive() for _ in range(len(names) + 1)]
+    errors = {a.file: a for a in answers if isinstance(a, messages.Error)}
+    assert sorted(errors) == sorted(names), answers
+    assert all(e.type == "PathRefused" and "data-root" in e.message for e in errors.values())
+    assert "absolute" in errors[str(secret)].message and "'..'" in errors[names[0]].message
+    assert "symbolic link" in errors["link.h5"].message
+    index = [a for a in answers if isinstance(a, messages.Index)]
+    assert len(index) == 1 and index[0].file == len(names)  # the file inside still opens
+    # an existing file and a missing one outside are refused alike: nothing about existence
+    rogue.send(hdf5_job("exists", ["../outside/real.h5", "../outside/missing.h5"]))
+    first, second = rogue.receive(), rogue.receive()
+    assert isinstance(first, messages.Error) and isinstance(second, messages.Error)
+    assert first.message.replace("real", "X") == second.message.replace("missing", "X")
+
+
+def test_links_and_virtual_datasets_out_of_the_root_are_refused(rogue: Rogue, setup: Setup) -> None:
+    files = ["elink.h5", "elink_rel.h5", "vds.h5"]
+    rogue.send(hdf5_job("links", files))
+    answers = [rogue.receive() for _ in files]
+    assert all(isinstance(a, messages.Error) for a in answers), answers
+    errors = {a.file: a for a in answers if isinstance(a, messages.Error)}
+    assert all(e.type == "PathRefused" for e in errors.values()), errors
+    elink = errors[str(setup.root / "elink.h5")].message
+    assert "external link '/video_000'" in elink or "external link 'video_000'" in elink
+    assert "outside the data root" in errors[str(setup.root / "elink_rel.h5")].message
+    vds = errors[str(setup.root / "vds.h5")].message
+    assert "virtual dataset '/images'" in vds and "outside the data root" in vds

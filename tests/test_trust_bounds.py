@@ -34,6 +34,7 @@ from h5feed.common.config import ClipSpec
 from h5feed.common.errors import DataError, ProtocolError, VersionMismatchError, WorkerError
 from h5feed.common.layouts import Raw
 from h5feed.producer.clips import ClipMaker
+from h5feed.producer.code_policy import NOTHING
 from h5feed.producer.decode import decode_frame, jpeg_size
 from h5feed.producer.sample_data import write_video_file
 
@@ -301,7 +302,7 @@ def test_a_raw_file_claiming_huge_frames_is_refused_before_reading(
         )
         f.create_dataset("labels", data=np.zeros(1, np.int32))
     assert path.stat().st_size < 100_000
-    maker = ClipMaker(ClipSpec(clip_len=2), Raw(offsets=None))
+    maker = ClipMaker(ClipSpec(clip_len=2), Raw(offsets=None), NOTHING)
     try:
         assert maker.open_and_index(0, str(path), None) == [("000000", 1, 0)]
         row = messages.Row(0, 0, 0, 0, 0.0, 0.0, False, 0)

@@ -14,7 +14,6 @@ Docker or Kubernetes secret (0400, or 0440 with a group) loads as it is.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
 import pathlib
@@ -22,6 +21,8 @@ import time
 
 import zmq
 import zmq.auth
+
+from h5feed.common.atomic import atomic_file
 
 #: Environment variables through which the consumer gives its local workers their CURVE keys
 #: (Z85 text), so that no key reaches a command line.
@@ -101,19 +102,8 @@ def _certificate(stamp: str, kind: str, public: bytes, secret: bytes | None) -> 
 
 
 def _create(path: str, text: str, mode: int) -> None:
-    tmp = f"{path}.{os.getpid()}.tmp"
-    # O_EXCL: a new inode created with `mode`, never an existing file (or a planted link).
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(text)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+    with atomic_file(path, mode) as tmp, open(tmp, "w", encoding="utf-8") as out:
+        out.write(text)
 
 
 def load_public_keys(directory: str) -> set[bytes]:

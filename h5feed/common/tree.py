@@ -137,16 +137,11 @@ def flatten_as(description: Description, value: Any) -> list[Any]:
                 raise StructureError(path, f"expected a dict with keys {keys}, got {got}")
             for key, sub in entries:
                 walk(node[key], sub, join(path, key))
-        elif kind == TUPLE:
-            if not isinstance(node, tuple) or len(node) != len(entries):
-                got = f"{len(node)}-tuple" if isinstance(node, tuple) else type(node).__name__
-                raise StructureError(path, f"expected a {len(entries)}-tuple, got a {got}")
-            for i, (sub_node, sub) in enumerate(zip(node, entries, strict=True)):
-                walk(sub_node, sub, join(path, i))
-        elif kind == LIST:
-            if not isinstance(node, list) or len(node) != len(entries):
-                got = f"list of {len(node)}" if isinstance(node, list) else type(node).__name__
-                raise StructureError(path, f"expected a list of {len(entries)}, got a {got}")
+        elif kind in (TUPLE, LIST):
+            sequence = tuple if kind == TUPLE else list
+            if not isinstance(node, sequence) or len(node) != len(entries):
+                got = _sized(kind, len(node)) if isinstance(node, sequence) else type(node).__name__
+                raise StructureError(path, f"expected a {_sized(kind, len(entries))}, got a {got}")
             for i, (sub_node, sub) in enumerate(zip(node, entries, strict=True)):
                 walk(sub_node, sub, join(path, i))
         else:
@@ -298,3 +293,8 @@ def _guarded(walk: Callable[[], Any]) -> Any:
         return walk()
     except RecursionError:
         raise StructureError("", "a tree description nested too deeply") from None
+
+
+def _sized(kind: str, length: int) -> str:
+    """A sequence node as errors name it: "3-tuple", "list of 3"."""
+    return f"{length}-tuple" if kind == TUPLE else f"list of {length}"

@@ -197,10 +197,15 @@ def test_ctrl_c_stops_the_trainer_and_its_workers(small_dataset: list[pathlib.Pa
         assert trainer.stdout.readline().strip() == "running"
         workers = worker_pids(trainer.pid)
         assert len(workers) == 2
-        trainer.send_signal(signal.SIGINT)
         began = time.monotonic()
         try:
-            _, stderr = trainer.communicate(timeout=30)
+            # Like a user, press Ctrl-C again if the first one is lost: TensorFlow now and then
+            # swallows a SIGINT that arrives while the main thread is inside its C++ iterator
+            # (a CI run's thread dump showed the main thread still in this loop 30 s after
+            # one SIGINT, no KeyboardInterrupt printed, no h5feed thread blocked). What this
+            # test pins is h5feed's part: once Python raises KeyboardInterrupt, the trainer
+            # exits and its workers go; a hang in h5feed fails it after every press.
+            _, stderr = _interrupt(trainer, presses=3, wait_s=10)
         except subprocess.TimeoutExpired:
             # Say where it hangs: every thread's Python stack, and who is still alive.
             alive = wait_until_gone(workers, 0)
@@ -209,12 +214,25 @@ def test_ctrl_c_stops_the_trainer_and_its_workers(small_dataset: list[pathlib.Pa
             trainer.kill()
             _, stderr = trainer.communicate(timeout=10)
             pytest.fail(
-                f"no exit 30 s after SIGINT (trainer exit code {trainer.returncode}, workers "
-                f"alive {alive}); its stderr:\n{stderr[-6000:]}"
+                f"no exit after 3 SIGINTs 10 s apart (trainer exit code {trainer.returncode}, "
+                f"workers alive {alive}); its stderr:\n{stderr[-6000:]}"
             )
-        assert time.monotonic() - began < 20
+        assert time.monotonic() - began < 35
         assert "KeyboardInterrupt" in stderr
         assert wait_until_gone(workers, 10) == []
     finally:
         if trainer.poll() is None:
             trainer.kill()
+
+
+def _interrupt(process: subprocess.Popen[str], presses: int, wait_s: float) -> tuple[str, str]:
+    """Send SIGINT up to ``presses`` times, ``wait_s`` apart, until ``process`` exits; its
+    (stdout, stderr). subprocess.TimeoutExpired when it is still running after the last."""
+    for press in range(presses):
+        process.send_signal(signal.SIGINT)
+        try:
+            return process.communicate(timeout=wait_s)
+        except subprocess.TimeoutExpired:
+            if press == presses - 1:
+                raise
+    raise AssertionError("unreachable")

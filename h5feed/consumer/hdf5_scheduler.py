@@ -30,7 +30,7 @@ from h5feed.common.logs import consumer_log
 from h5feed.consumer.assembly import Batch, BatchAssembler
 from h5feed.consumer.credits import CreditGate
 from h5feed.consumer.options import HdfConfig
-from h5feed.consumer.ordering import Release
+from h5feed.consumer.ordering import PlannedRelease
 from h5feed.consumer.plan import Cursor, EpochPlan, Index, PlannedBatch
 from h5feed.consumer.scheduler import Reassignment, Send
 from h5feed.consumer.slots import Slot, SlotPool, supported
@@ -66,10 +66,7 @@ class HdfScheduler:
         self._owners: dict[int, Peer] = {}  # file -> the peer that owns it
         self._videos: dict[int, tuple[messages.VideoEntry, ...]] = {}
         self._assembler: BatchAssembler | None = None
-        self._release: Release[Batch] = Release(config.options.deterministic)
-        self._plan: Iterator[PlannedBatch] = iter(())
-        self._plan_done = False
-        self._next_seq = 0
+        self._planned: PlannedRelease[PlannedBatch, Batch] | None = None  # once indexed
         self._pool = self._make_pool()
 
     # -- handshake -------------------------------------------------------------------------
@@ -113,7 +110,7 @@ class HdfScheduler:
         if self._pool is not None:
             slots = (self._pool, self._clip_shape())
         self._assembler = BatchAssembler(self.index, self.config.clip.transform, slots)
-        self._plan = self._batches(self.index)
+        self._planned = PlannedRelease(self._batches(self.index), self.config.options.deterministic)
         self._log.info("indexed %d files, %d videos", len(files), self.index.num_videos)
 
     @property
@@ -146,13 +143,7 @@ class HdfScheduler:
 
     def next_units(self, gate: CreditGate, peers: Sequence[Peer]) -> list[Send]:
         sends: list[Send] = []
-        while not self._plan_done and gate.available > 0:
-            planned = next(self._plan, None)
-            if planned is None:
-                self._plan_done = True
-                break
-            gate.dispatch()
-            seq, self._next_seq = self._next_seq, self._next_seq + 1
+        for seq, planned in self._require_planned().dispatch(gate):
             sends += self._units(seq, planned, None)
         return sends
 
@@ -216,7 +207,7 @@ class HdfScheduler:
         self._ledger.complete(peer, unit.id)
         peer.received.record(len(positions), nbytes)
         batch = self._require_assembler().add(unit.seq, positions, frames)
-        return [] if batch is None else self._release.add(unit.seq, batch)
+        return [] if batch is None else self._require_planned().release(unit.seq, batch)
 
     def _samples(self, seq: int, positions: np.ndarray) -> list[int]:
         planned = self._require_assembler().planned(seq)
@@ -242,7 +233,7 @@ class HdfScheduler:
 
     @property
     def finished(self) -> bool:
-        return self._plan_done and self._release.released == self._next_seq
+        return self._planned is not None and self._planned.finished
 
     # -- failures --------------------------------------------------------------------------
 
@@ -307,6 +298,11 @@ class HdfScheduler:
         if self.index is None:  # unreachable: the plan starts after the index is built
             raise RuntimeError("dispatch before the index was built")
         return self.index
+
+    def _require_planned(self) -> PlannedRelease[PlannedBatch, Batch]:
+        if self._planned is None:  # unreachable: dispatch and data come after the index
+            raise RuntimeError("no batch is planned before the index is built")
+        return self._planned
 
     def _require_assembler(self) -> BatchAssembler:
         if self._assembler is None:  # unreachable: units exist only after the handshake

@@ -75,7 +75,6 @@ class FeedLoop:
         self._counters = counters
         self._stop = threading.Event()
         self._next_health = 0.0
-        self._taken_at_dispatch = 0
         self._thread = threading.Thread(target=self._run, name="h5feed-loop", daemon=True)
 
     def start(self) -> None:
@@ -150,7 +149,7 @@ class FeedLoop:
         gate, scheduler = self.gate, self.scheduler
         while not self._stop.is_set():
             self._handle_events()
-            self._taken_at_dispatch = gate.taken
+            taken_at_dispatch = gate.taken
             self._send(scheduler.next_units(gate, list(self.session.peers.values())))
             if scheduler.finished:
                 self.out.put(END)
@@ -160,7 +159,7 @@ class FeedLoop:
             # the look at ``taken`` below: see h5feed.consumer.credits.
             peers = self.session.peers.values()
             gate.want_wakeup(any(len(peer.outstanding) <= 1 for peer in peers))
-            self._pump(0 if gate.changed_since(self._taken_at_dispatch) else _POLL_MS)
+            self._pump(0 if gate.changed_since(taken_at_dispatch) else _POLL_MS)
 
     def _pump(self, timeout_ms: int) -> None:
         """Wait up to ``timeout_ms`` and queue what arrived; check health now and then."""

@@ -1,45 +1,72 @@
-"""Releasing complete batches to the trainer: in plan order, or as soon as complete.
+"""Dispatching a plan's batches in order, and releasing them to the trainer: in plan order,
+or as soon as complete (one mechanism for the HDF5, map and keras schedulers).
 
 Guarantees of :class:`Release`: each ``seq`` is released at most once; with ``ordered``,
 batches leave in ``seq`` order 0, 1, 2, ..., each as soon as it and every one before it are
-complete (a ``seq`` :meth:`skip`\\ ped counts as complete and releases nothing); without, each
-as soon as it is added.
+complete; without, each as soon as it is added.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Generic, TypeVar
 
+from h5feed.consumer.credits import CreditGate
+
 B = TypeVar("B")
+T = TypeVar("T")
 
 
 class Release(Generic[B]):
     def __init__(self, ordered: bool) -> None:
         self._ordered = ordered
-        self._waiting: dict[int, B | None] = {}
+        self._waiting: dict[int, B] = {}
         self._next = 0  # ordered: the next seq to release
         self.released = 0
 
     def add(self, seq: int, batch: B) -> list[B]:
         """Batch ``seq`` is complete: the batches that may go now, in order."""
-        return self._put(seq, batch)
-
-    def skip(self, seq: int) -> list[B]:
-        """Batch ``seq`` yields nothing (a generator pass ended): it no longer holds others."""
-        return self._put(seq, None)
-
-    def _put(self, seq: int, batch: B | None) -> list[B]:
         if not self._ordered:
-            ready = [] if batch is None else [batch]
+            ready = [batch]
         else:
             if seq < self._next or seq in self._waiting:
                 raise RuntimeError(f"batch {seq} released twice")  # a scheduler bug
             self._waiting[seq] = batch
             ready = []
             while self._next in self._waiting:
-                item = self._waiting.pop(self._next)
+                ready.append(self._waiting.pop(self._next))
                 self._next += 1
-                if item is not None:
-                    ready.append(item)
         self.released += len(ready)
         return ready
+
+
+class PlannedRelease(Generic[T, B]):
+    """A plan's batches, dispatched one credit each and numbered ``seq`` 0, 1, ... in plan
+    order, then released as :class:`Release` says. :attr:`finished` once the plan is used up
+    and every dispatched batch has been released."""
+
+    def __init__(self, plan: Iterator[T], ordered: bool) -> None:
+        self._plan = plan
+        self._release: Release[B] = Release(ordered)
+        self._done = False
+        self._dispatched = 0
+
+    def dispatch(self, gate: CreditGate) -> Iterator[tuple[int, T]]:
+        """(seq, planned batch) while the gate has a credit and the plan a batch; each
+        takes a credit (the caller stops iterating to dispatch no more)."""
+        while not self._done and gate.available > 0:
+            item = next(self._plan, None)
+            if item is None:
+                self._done = True
+                return
+            gate.dispatch()
+            seq, self._dispatched = self._dispatched, self._dispatched + 1
+            yield seq, item
+
+    def release(self, seq: int, batch: B) -> list[B]:
+        """Batch ``seq`` is complete: the batches that may go now (see :class:`Release`)."""
+        return self._release.add(seq, batch)
+
+    @property
+    def finished(self) -> bool:
+        return self._done and self._release.released == self._dispatched

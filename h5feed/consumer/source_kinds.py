@@ -28,7 +28,7 @@ from h5feed.common.errors import H5FeedError
 from h5feed.common.logs import IdsLogger, consumer_log
 from h5feed.consumer.assembly import Batch
 from h5feed.consumer.credits import CreditGate
-from h5feed.consumer.ordering import Release
+from h5feed.consumer.ordering import PlannedRelease
 from h5feed.consumer.plan import Cursor, epoch_order
 from h5feed.consumer.scheduler import Reassignment, Send
 from h5feed.consumer.source_options import SourceConfig
@@ -120,10 +120,9 @@ class ItemScheduler:
         self.kind, self.config, self._built, self.job_id = kind, config, built, job_id
         self._length = length
         self._ledger: Ledger[tuple[int, int, tuple[int, ...]]] = Ledger()  # epoch, pos, items
-        self._release: Release[Batch] = Release(config.options.deterministic)
-        self._plan = self._batches(epochs, start)
-        self._plan_done = False
-        self._next_seq = 0
+        self._planned: PlannedRelease[tuple[int, int, list[int]], Batch] = PlannedRelease(
+            self._batches(epochs, start), config.options.deterministic
+        )
 
     def _batches(
         self, epochs: Iterator[int], start: Cursor
@@ -148,16 +147,9 @@ class ItemScheduler:
                 yield epoch, position, items.tolist()
 
     def next_units(self, gate: CreditGate, peers: Sequence[Peer]) -> list[Send]:
-        sends = []
-        while not self._plan_done and gate.available > 0 and peers:
-            item = next(self._plan, None)
-            if item is None:
-                self._plan_done = True
-                break
-            gate.dispatch()
-            seq, self._next_seq = self._next_seq, self._next_seq + 1
-            sends.append(self._unit(seq, item, peers))
-        return sends
+        if not peers:  # nobody to serve the next batch yet: dispatch nothing
+            return []
+        return [self._unit(seq, item, peers) for seq, item in self._planned.dispatch(gate)]
 
     def _unit(self, seq: int, item: tuple[int, int, Sequence[int]], peers: Sequence[Peer]) -> Send:
         epoch, position, items = item
@@ -173,7 +165,7 @@ class ItemScheduler:
         epoch, position, items = unit.work
         batch = self._built.batch(epoch, position, fields, len(items))
         peer.received.record(batch.rows, batch.nbytes)
-        return self._release.add(unit.seq, batch)
+        return self._planned.release(unit.seq, batch)
 
     def owns(self, peer: Peer) -> bool:
         return False  # any worker serves any item
@@ -187,7 +179,7 @@ class ItemScheduler:
 
     @property
     def finished(self) -> bool:
-        return self._plan_done and self._release.released == self._next_seq
+        return self._planned.finished
 
     def describe(self, unit_id: int) -> str:
         unit = self._ledger.get(unit_id)

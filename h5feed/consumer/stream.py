@@ -103,16 +103,13 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
         # then the parts of the loop, then the loop.
         self._tmpdir = tempfile.mkdtemp(prefix="h5feed-")
         self.address = address = f"ipc://{self._tmpdir}/feed.sock"
-        waker = Waker()
-        try:
-            router = Router(
-                options, [address] + ([options.listen] if options.listen else []), waker.fileno
-            )
-        except BaseException:
-            waker.close()
-            shutil.rmtree(self._tmpdir, ignore_errors=True)
-            raise
-        try:
+        with contextlib.ExitStack() as undo:  # what is made so far goes if a step fails
+            undo.callback(shutil.rmtree, self._tmpdir, ignore_errors=True)
+            waker = Waker()
+            undo.callback(waker.close)
+            listen = [options.listen] if options.listen else []
+            router = Router(options, [address, *listen], waker.fileno)
+            undo.callback(router.close)
             self._workers = LocalWorkers(
                 options.workers,
                 address,
@@ -123,23 +120,20 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
                 max_message_bytes=options.max_message_bytes,
                 max_open_files=options.max_open_files,
             )
-        except BaseException:
-            router.close()
-            waker.close()
-            shutil.rmtree(self._tmpdir, ignore_errors=True)
-            raise
-        self.counters: collections.Counter[str] = collections.Counter()
-        self._gate = CreditGate(options.inflight_batches, waker.wake)
-        session = PeerSession(
-            self.job_id, router, self._workers, options.unit_timeout_s, self.counters
-        )
-        self.scheduler: Scheduler = (
-            SourceScheduler(
-                config, self.job_id, epoch_range, start, self.counters, self._gate, learnt
+            undo.callback(self._workers.stop, grace_s=0)
+            self.counters: collections.Counter[str] = collections.Counter()
+            self._gate = CreditGate(options.inflight_batches, waker.wake)
+            session = PeerSession(
+                self.job_id, router, self._workers, options.unit_timeout_s, self.counters
             )
-            if isinstance(config, SourceConfig)
-            else HdfScheduler(config, self.job_id, epoch_range, start, self.counters)
-        )
+            self.scheduler: Scheduler = (  # the HDF5 one makes its shared-memory pool here
+                SourceScheduler(
+                    config, self.job_id, epoch_range, start, self.counters, self._gate, learnt
+                )
+                if isinstance(config, SourceConfig)
+                else HdfScheduler(config, self.job_id, epoch_range, start, self.counters)
+            )
+            undo.pop_all()  # from here the loop owns socket and waker, the finalizer the rest
         self._loop = FeedLoop(
             options,
             router,

@@ -1,7 +1,7 @@
 """Tiny fake peers for the consumer's parts, in-process: no sockets, no processes, no files.
 
 As grain tests its worker pool with tiny producers, the consumer's parts (credit gate, peer
-session, schedulers) are tested here against fakes that speak protocol 3 in memory:
+session, schedulers) are tested here against fakes that speak the protocol in memory:
 
 * :class:`FakeTransport`: records what a :class:`~h5feed.consumer.session.PeerSession`
   sends, and fails (``zmq.ZMQError``) for the identities a test chooses;
@@ -101,7 +101,9 @@ def make_peer(name: str, *, local: bool = False, host: str = FAKE_HOST, pid: int
 
 def hello_frames(worker: str, pid: int = 1, host: str = FAKE_HOST) -> list[Any]:
     """The frames of worker ``worker``'s HELLO (routing frame removed)."""
-    return messages.encode(messages.Hello(worker, pid, host, "h5feed-test"))
+    return messages.encode(
+        messages.Hello(worker, pid, host, "h5feed-test", f"nonce-{worker}-{pid}")
+    )
 
 
 def frames_of(message: messages.Message) -> list[Any]:

@@ -19,7 +19,7 @@ PROPERTY = settings(max_examples=200, deadline=None)
 
 # One message of each kind (test_samples_cover_every_kind keeps it complete).
 SAMPLES: list[messages.Message] = [
-    messages.Hello("worker-0", 4242, "node-a", "0.1.0"),
+    messages.Hello("worker-0", 4242, "node-a", "0.1.0", "5f0c2a"),
     messages.Job(
         "job-1",
         (FileRef(0, "a.h5"), FileRef(3, "/data/b.h5")),
@@ -309,7 +309,7 @@ def test_malformed_cases_are_what_they_say() -> None:
 # Golden headers of the kinds protocol 3 added (and a typed UNIT): one message, one encoding
 # --------------------------------------------------------------------------------------------
 
-MAGIC_AND_VERSION = "95 a6 683566656564 03"  # fixarray(5), fixstr(6) "h5feed", fixint 3
+MAGIC_AND_VERSION = "95 a6 683566656564 04"  # fixarray(5), fixstr(6) "h5feed", fixint 4
 
 GOLDEN_ITEMS = bytes.fromhex(
     MAGIC_AND_VERSION

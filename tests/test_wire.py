@@ -27,7 +27,13 @@ PROPERTY = settings(max_examples=200, deadline=None)
 
 # One valid field set per message kind (test_valid_fields_cover_every_kind keeps it complete).
 VALID_FIELDS: dict[str, dict[str, Any]] = {
-    wire.HELLO: {"worker": "worker-0", "pid": 4242, "host": "node-a", "package": "0.1.0"},
+    wire.HELLO: {
+        "worker": "worker-0",
+        "pid": 4242,
+        "host": "node-a",
+        "package": "0.1.0",
+        "nonce": "ab",
+    },
     wire.JOB: {
         "job": "job-1",
         "files": ["/data/a.h5", "/data/b.h5"],
@@ -173,17 +179,20 @@ def test_error_hierarchy() -> None:
 # 1. Golden bytes
 # --------------------------------------------------------------------------------------------
 
-# Protocol 3 (ITEMS, PULL, JOB layout) changed byte 8 of every header from 02 to 03 and
-# nothing else in these goldens: their kinds and fields are those of protocol 2. The new
-# kinds' golden headers are in tests/test_messages.py.
-MAGIC_AND_VERSION = "95 a6 683566656564 03"  # fixarray(5), fixstr(6) "h5feed", fixint 3
+# Protocol 3 (ITEMS, PULL, JOB layout) changed byte 8 of every header from 02 to 03; protocol
+# 4 (HELLO nonce) changed it to 04 and added HELLO's "nonce". The new kinds' golden headers
+# are in tests/test_messages.py.
+MAGIC_AND_VERSION = "95 a6 683566656564 04"  # fixarray(5), fixstr(6) "h5feed", fixint 4
 
-GOLDEN_HELLO_FIELDS = {"worker": "w0", "pid": 4242, "host": "node-a", "package": "0.1.0"}
+GOLDEN_HELLO_FIELDS = {
+    "worker": "w0", "pid": 4242, "host": "node-a", "package": "0.1.0", "nonce": "n1"
+}  # fmt: skip
 GOLDEN_HELLO = bytes.fromhex(
     MAGIC_AND_VERSION
     + "a5 68656c6c6f"  # fixstr(5) "hello"
-    + "84"  # fixmap(4), keys sorted: host, package, pid, worker
+    + "85"  # fixmap(5), keys sorted: host, nonce, package, pid, worker
     + "a4 686f7374 a6 6e6f64652d61"  # "host": "node-a"
+    + "a5 6e6f6e6365 a2 6e31"  # "nonce": "n1"
     + "a7 7061636b616765 a5 302e312e30"  # "package": "0.1.0"
     + "a3 706964 cd 1092"  # "pid": uint16 4242
     + "a6 776f726b6572 a2 7730"  # "worker": "w0"
@@ -253,7 +262,7 @@ def test_golden_header_without_arrays(kind: str, fields: dict[str, Any], golden:
     assert isinstance(frames[0], bytes)
     assert frames[0] == golden
     # The golden bytes decode to what they should, and back to the same fields.
-    assert msgpack.unpackb(golden, raw=False) == [wire.MAGIC, 3, kind, fields, []]
+    assert msgpack.unpackb(golden, raw=False) == [wire.MAGIC, 4, kind, fields, []]
     message = wire.decode([golden])
     assert message == wire.Message(kind, fields, {})
 
@@ -289,11 +298,11 @@ def test_golden_structure_explained() -> None:
         assert golden[0] == 0x95  # msgpack fixarray (0x90) of 5 elements
         assert golden[1] == 0xA0 | 6  # fixstr of 6 bytes (str type, not bin) ...
         assert golden[2:8] == b"h5feed"  # ... the magic
-        assert golden[8] == wire.PROTOCOL_VERSION == 3  # positive fixint
+        assert golden[8] == wire.PROTOCOL_VERSION == 4  # positive fixint
         assert golden[9] == 0xA0 | len(kind)
         assert golden[10 : 10 + len(kind)] == kind.encode()
         magic, version, decoded_kind, fields, _ = msgpack.unpackb(golden, raw=False)
-        assert (magic, version, decoded_kind) == ("h5feed", 3, kind)
+        assert (magic, version, decoded_kind) == ("h5feed", 4, kind)
         # Map keys are written sorted, so one message has one encoding.
         keys = msgpack.unpackb(golden, raw=False, object_pairs_hook=lambda pairs: pairs)[3]
         assert [k for k, _ in keys] == sorted(fields)
@@ -726,7 +735,7 @@ def test_wrong_magic(magic: Any) -> None:
     expect_protocol_error([header(magic=magic)], r"not an h5feed message \(magic ")
 
 
-@pytest.mark.parametrize("version", [0, 1, 2, 4, 99])  # 2: the protocol before ITEMS/PULL
+@pytest.mark.parametrize("version", [0, 1, 2, 3, 5, 99])  # 3: the protocol before the HELLO nonce
 def test_other_protocol_version(version: int) -> None:
     with pytest.raises(VersionMismatchError) as info:
         wire.decode([header(version=version)])
@@ -737,9 +746,13 @@ def test_other_protocol_version(version: int) -> None:
 
 def test_version_mismatch_is_a_protocol_error_and_checked_before_kind() -> None:
     with pytest.raises(ProtocolError):
-        wire.decode([header(version=4, kind="from-the-future", fields={"new": 1})])
+        wire.decode(
+            [header(version=wire.PROTOCOL_VERSION + 1, kind="from-the-future", fields={"new": 1})]
+        )
     with pytest.raises(VersionMismatchError):
-        wire.decode([header(version=4, kind="from-the-future", fields={"new": 1})])
+        wire.decode(
+            [header(version=wire.PROTOCOL_VERSION + 1, kind="from-the-future", fields={"new": 1})]
+        )
 
 
 @pytest.mark.parametrize("version", [True, 1.0, "1", None, [1]], ids=repr)

@@ -89,6 +89,9 @@ class Hello:
     pid: int
     host: str
     package: str
+    #: Random, fixed for the life of one worker process: a HELLO under a known identity with
+    #: another nonce is a new process (a restarted worker), never the same one speaking again.
+    nonce: str
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -260,7 +263,7 @@ def parse(raw: wire.Message) -> Message:
     f = raw.fields
     match raw.kind:
         case wire.HELLO:
-            return Hello(f["worker"], f["pid"], f["host"], f["package"])
+            return Hello(f["worker"], f["pid"], f["host"], f["package"], f["nonce"])
         case wire.JOB:
             files = tuple(FileRef(*_record(e, (int, str), "JOB file")) for e in f["files"])
             return Job(f["job"], files, f["clip"], f["layout"], f["cache_dir"])

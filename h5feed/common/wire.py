@@ -43,7 +43,7 @@ MAGIC: Final = "h5feed"
 # 2: UNIT slot field; clip layout, transform. 3: ITEMS and PULL (source units, which were
 # UNITs whose rows meant items or [count, pass]); JOB layout apart from the clip; nested
 # values checked by h5feed.common.messages.
-PROTOCOL_VERSION: Final = 3
+PROTOCOL_VERSION: Final = 4
 
 HELLO: Final = "hello"  # worker -> consumer: who I am
 JOB: Final = "job"  # consumer -> worker: the files it owns and how to cut clips
@@ -69,7 +69,7 @@ _OPT_LIST = (list, type(None))
 
 #: Field names and accepted Python types of each message kind (after msgpack decoding).
 SCHEMAS: Final[Mapping[str, Mapping[str, tuple[type, ...]]]] = {
-    HELLO: {"worker": _STR, "pid": _INT, "host": _STR, "package": _STR},
+    HELLO: {"worker": _STR, "pid": _INT, "host": _STR, "package": _STR, "nonce": _STR},
     JOB: {"job": _STR, "files": _LIST, "clip": (dict,), "layout": (dict,), "cache_dir": _OPT_STR},
     INDEX: {"job": _STR, "file": _INT, "videos": _LIST},
     UNIT: {

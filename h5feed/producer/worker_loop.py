@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import secrets
 import socket
 import time
 
@@ -89,6 +90,7 @@ class Worker:
         self.cache_dir = cache_dir  # a service worker's own; else the consumer's (same host)
         self.exit_code = 0
         self._last_hello = 0.0
+        self.nonce = secrets.token_hex(16)  # this process's, for every HELLO it says
         self._last_heard = 0.0
         self.context = zmq.Context()
         self.socket = self.context.socket(zmq.DEALER)
@@ -141,7 +143,11 @@ class Worker:
 
     def hello(self) -> None:
         self._last_hello = time.monotonic()
-        self.send(messages.Hello(self.worker_id, os.getpid(), socket.gethostname(), __version__))
+        self.send(
+            messages.Hello(
+                self.worker_id, os.getpid(), socket.gethostname(), __version__, self.nonce
+            )
+        )
 
     def say_bye(self) -> None:
         """Tell the consumer this worker leaves: what it still held is given to others."""

@@ -370,6 +370,7 @@ class Fleet:
         }
         self.released: collections.deque[Batch] = collections.deque()
         self.taken: list[Batch] = []
+        self.posted: list[Send] = []  # everything the scheduler sent, in order
         self.dispatched_batches: set[int] = set()  # seqs of batches sent by next_units
         self.most_ahead = 0  # most batches dispatched and not taken (nor refunded)
 
@@ -377,6 +378,7 @@ class Fleet:
 
     def post(self, sends: Sequence[Send]) -> None:
         for send in sends:
+            self.posted.append(send)
             self.inbox[send.peer].append(over_the_wire(send.message))
 
     def pending(self) -> list[Peer]:
@@ -422,11 +424,14 @@ class Fleet:
 
     def dispatch(self) -> list[Send]:
         before = self.gate.dispatched
+        parked_before = set(getattr(self.scheduler, "parked_batches", ()))
         sends = self.scheduler.next_units(self.gate, self.live)
         seqs = {batch_of(send.message) for send in sends}
         if seqs & self.dispatched_batches:
             raise AssertionError(f"next_units sent units of batches {seqs} dispatched before")
         self.dispatched_batches |= seqs
+        # A batch whose rows all wait for a file's new owner is dispatched but parked.
+        seqs |= set(getattr(self.scheduler, "parked_batches", ())) - parked_before
         if len(seqs) != self.gate.dispatched - before:
             raise AssertionError(
                 f"next_units sent units of {len(seqs)} batches for "
@@ -447,10 +452,19 @@ class Fleet:
         self.taken.append(batch)
         return batch
 
-    def lose(self, peer: Peer) -> Reassignment:
+    def join(self, worker: FakeWorker) -> list[Send]:
+        """``worker`` joins during the iteration (a replacement, an added producer)."""
+        self.workers[worker.peer] = worker
+        self.inbox[worker.peer] = collections.deque()
+        self.live.append(worker.peer)
+        sends = self.scheduler.join(worker.peer)
+        self.post(sends)
+        return sends
+
+    def lose(self, peer: Peer, confirmed_dead: bool = True) -> Reassignment:
         """``peer`` is gone: hand its work to the live ones (its inbox stays, for late parts)."""
         self.live.remove(peer)
-        moved = self.scheduler.reassign(peer, self.live)
+        moved = self.scheduler.reassign(peer, self.live, confirmed_dead)
         self.post(moved.sends)
         return moved
 

@@ -53,6 +53,7 @@ SAMPLES: list[messages.Message] = [
         None,
     ),
     messages.SourceInfo("job-1", "map", 100, {"tree": "leaf", "leaves": [["", "<f4", [3]]]}),
+    messages.Ping(),
 ]
 
 
@@ -205,6 +206,7 @@ any_message = st.one_of(
         st.none() | maps,
     ),
     st.builds(messages.SourceInfo, texts, texts, st.none() | ints, maps),
+    st.just(messages.Ping()),
 )
 
 

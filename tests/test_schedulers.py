@@ -242,11 +242,14 @@ def test_hdf_hand_over_of_a_lost_peer_mid_epoch(seed: int) -> None:
     assert not lost.outstanding and not lost.files and not scheduler.owns(lost)
     assert sorted(job_files(moved.sends)) == files
     assert all(s.peer is not lost for s in moved.sends)
-    for heir in fleet.live:  # an heir gets the files' JOB before units of their rows
-        kinds = [type(s.message) for s in moved.sends if s.peer is heir]
-        if messages.Job in kinds:
-            assert kinds.index(messages.Job) == 0
+    # No row of a moved file goes anywhere before its heir's INDEX matched the plan.
     resent = [s.message for s in moved.sends if isinstance(s.message, messages.Unit)]
+    assert not {r.file for u in resent for r in u.rows} & set(files)
+    before = len(fleet.posted)
+    for heir in {s.peer for s in moved.sends if isinstance(s.message, messages.Job)}:
+        while any(isinstance(m, messages.Job) for m in fleet.inbox[heir]):
+            fleet.answer_one(heir)  # its INDEX matches: the parked rows go out
+    resent += [s.message for s in fleet.posted[before:] if isinstance(s.message, messages.Unit)]
     assert sorted(r.sample for u in resent for r in u.rows) == sorted(
         r.sample for u in late if isinstance(u, messages.Unit) for r in u.rows
     )
@@ -272,27 +275,42 @@ def test_hdf_hand_over_to_a_peer_that_holds_the_rest_of_the_batch() -> None:
     assert [check_hdf_batch(batch) for batch in taken] == planned_batches(config, INDEX, [0])
 
 
-def test_hdf_reassign_before_the_index_is_complete_is_unmovable() -> None:
-    fleet, scheduler, _config = hdf_fleet(4)  # 3 files: one peer owns none
+def test_hdf_a_file_not_yet_indexed_moves_during_the_handshake() -> None:
+    fleet, scheduler, config = hdf_fleet(4)  # 3 files: one peer owns none
     fleet.post(scheduler.start(fleet.live))
     owners = [p for p in fleet.live if p.files]
     idle = next(p for p in fleet.live if not p.files)
     fleet.answer_all(owners[0])  # one file indexed, two not
     assert not scheduler.ready
-    nothing = scheduler.reassign(idle, owners)
+    fleet.live.remove(idle)
+    nothing = scheduler.reassign(idle, fleet.live, True)
     assert (nothing.sends, nothing.moved_units, nothing.unmovable) == ([], 0, None)
-    moved = scheduler.reassign(owners[1], [owners[0], owners[2]])
-    assert moved.unmovable is not None and "index" in moved.unmovable
-    assert moved.sends == [] and moved.moved_units == 0
+    lost_files = list(owners[1].files)
+    moved = fleet.lose(owners[1])
+    assert moved.unmovable is None and sorted(job_files(moved.sends)) == lost_files
+    while fleet.pending():  # the heir indexes the file; the plan starts
+        fleet.answer_one(fleet.pending()[0])
+    assert scheduler.ready
+    taken = fleet.run(random.Random(3))
+    assert [check_hdf_batch(b) for b in taken] == planned_batches(config, INDEX, [0, 1])
 
 
-def test_hdf_reassign_without_heirs_is_unmovable() -> None:
-    fleet, scheduler, _config = hdf_fleet(1)
+def test_hdf_work_of_the_last_worker_waits_for_a_joiner() -> None:
+    fleet, scheduler, config = hdf_fleet(1, budget=3)
     fleet.handshake()
     fleet.dispatch()
     [peer] = fleet.live
-    moved = scheduler.reassign(peer, [])
-    assert moved.unmovable is not None
+    fleet.answer_one(peer)
+    moved = fleet.lose(peer)
+    assert moved.unmovable is None and moved.sends == [] and moved.moved_units > 0
+    assert scheduler.waiting_for_workers
+    replacement = FakeWorker(make_peer("p0-again"), videos=VIDEOS)
+    sends = fleet.join(replacement)
+    assert sorted(job_files(sends)) == [0, 1, 2]
+    assert not scheduler.waiting_for_workers
+    taken = fleet.run(random.Random(4))
+    assert_each_sample_once_per_epoch(taken, [0, 1])
+    assert [check_hdf_batch(b) for b in taken] == planned_batches(config, INDEX, [0, 1])
 
 
 @pytest.mark.parametrize("cursor", [Cursor(1, 2), Cursor(0, 4), Cursor(2, 0)])
@@ -448,25 +466,33 @@ def test_map_hand_over_of_a_lost_peer(seed: int) -> None:
     )
 
 
-def test_map_reassign_without_heirs_is_unmovable() -> None:
-    fleet, scheduler, _config = map_fleet(1)
+def test_map_work_of_the_last_worker_waits_for_a_joiner() -> None:
+    fleet, scheduler, config = map_fleet(1)
     fleet.handshake()
     fleet.dispatch()
-    moved = scheduler.reassign(fleet.live[0], [])
-    assert moved.unmovable is not None
+    [peer] = fleet.live
+    moved = fleet.lose(peer)
+    assert moved.unmovable is None and moved.sends == [] and scheduler.waiting_for_workers
+    source = fleet.workers[peer].source
+    sends = fleet.join(FakeWorker(make_peer("p0-again"), source=source))
+    assert [type(s.message) for s in sends] == [messages.Source]
+    taken = fleet.run(random.Random(5))
+    assert not scheduler.waiting_for_workers
+    got = [(b.epoch, b.index, map_ids(b)) for b in taken]
+    assert got == expected_items(config, LENGTH, 4, [0, 1])
 
 
 def test_a_source_lost_before_the_handshake_ends_is_unmovable() -> None:
     fleet, scheduler, _config = map_fleet(2)
     fleet.post(scheduler.start(fleet.live))
-    moved = scheduler.reassign(fleet.live[0], fleet.live[1:])
+    moved = scheduler.reassign(fleet.live[0], fleet.live[1:], True)
     assert moved.unmovable is not None
 
 
 def test_a_source_peer_lost_before_the_work_was_shared_out_is_no_loss() -> None:
     fleet, scheduler, _config = map_fleet(2)
     early, rest = fleet.live[0], fleet.live[1:]
-    moved = scheduler.reassign(early, rest)  # e.g. a producer gone during the join grace
+    moved = scheduler.reassign(early, rest, True)  # e.g. a producer gone during the join grace
     assert (moved.sends, moved.moved_units, moved.unmovable) == ([], 0, None)
     fleet.live = rest
     assert all(send.peer is not early for send in scheduler.start(rest))
@@ -650,15 +676,34 @@ def test_generator_steps_per_epoch_carries_passes_across_epochs() -> None:
     assert {p.pass_ for p in pulled} == {0}
 
 
-def test_generator_reassign_is_unmovable() -> None:
-    fleet, scheduler, _config = generator_fleet(2, 10)
+def test_generator_a_lost_shard_starts_over_in_its_replacement() -> None:
+    # At least once: the lost worker's shard restarts in the process that takes its place.
+    fleet, scheduler, _config = generator_fleet(2, 10, epochs=1)
     fleet.handshake()
     fleet.dispatch()
     lost = fleet.live[0]
+    fleet.answer_one(lost)  # one batch of its shard delivered
     assert scheduler.owns(lost)
-    moved = scheduler.reassign(lost, fleet.live[1:])
-    assert moved.unmovable is not None and "generator" in moved.unmovable
-    assert (moved.sends, moved.moved_units) == ([], 0)
+    moved = fleet.lose(lost, confirmed_dead=True)
+    assert (moved.sends, moved.moved_units, moved.unmovable) == ([], 0, None)
+    assert scheduler.waiting_for_workers
+    source = fleet.workers[lost].source
+    sends = fleet.join(FakeWorker(make_peer("p0-again"), source=source))
+    assert [type(s.message) for s in sends] == [messages.Source]
+    taken = fleet.run(random.Random(6))
+    ids = [i for b in taken for i in generator_ids(b)]
+    assert set(ids) == set(range(10))  # every element at least once
+    assert len(ids) > 10  # the lost shard's first batch came twice
+    assert not scheduler.waiting_for_workers
+
+
+def test_generator_takes_no_new_workers() -> None:
+    fleet, _scheduler, _config = generator_fleet(2, 10, epochs=1)
+    fleet.handshake()
+    source = fleet.workers[fleet.live[0]].source
+    assert fleet.join(FakeWorker(make_peer("extra"), source=source)) == []
+    taken = fleet.run(random.Random(7))
+    assert sorted(i for b in taken for i in generator_ids(b)) == list(range(10))
 
 
 def test_generator_cannot_start_inside_an_epoch() -> None:
@@ -695,6 +740,8 @@ def test_hdf_two_successive_losses_still_give_each_sample_once() -> None:
     fleet.answer_one(fleet.pending()[0])
     first = fleet.lose(fleet.live[0])
     assert first.unmovable is None
+    for peer in fleet.live:  # the heirs index the files they take over
+        fleet.answer_all(peer)
     for _ in range(4):
         fleet.dispatch()
         if fleet.pending():
@@ -705,6 +752,7 @@ def test_hdf_two_successive_losses_still_give_each_sample_once() -> None:
     assert survivor_files == [0, 1, 2]
     second = fleet.lose(fleet.live[0])  # it may hold files it adopted from the first
     assert second.unmovable is None
+    fleet.answer_all(fleet.live[0])
     assert sorted(fleet.live[0].files) == [0, 1, 2]
     taken = fleet.run(rng)
     assert [check_hdf_batch(b) for b in taken] == planned_batches(config, INDEX, [0, 1])

@@ -58,14 +58,25 @@ def test_hello_makes_a_peer_and_one_joined_event() -> None:
     assert list(session.events) == [PeerJoined(peer)]
 
 
-def test_a_second_hello_is_ignored() -> None:
+def test_a_second_hello_of_the_same_process_is_ignored() -> None:
     session, _transport, _counters = make_session()
     session.receive(b"a", hello_frames("a"))
     peer = session.peers[b"a"]
-    session.receive(b"a", hello_frames("a", pid=99))  # a persistent producer's periodic hello
+    session.receive(b"a", hello_frames("a"))  # a persistent producer's periodic hello
     assert session.peers == {b"a": peer}
-    assert peer.pid == 1
     assert len(session.events) == 1
+
+
+def test_a_hello_with_a_new_nonce_is_a_restarted_process() -> None:
+    session, _transport, _counters = make_session()
+    joined(session, "a")
+    old = session.peers[b"a"]
+    session.receive(b"a", hello_frames("a", pid=99))  # a new process: another nonce
+    new = session.peers[b"a"]
+    assert new is not old and new.pid == 99
+    lost, rejoined = list(session.events)
+    assert isinstance(lost, PeerLost) and lost.peer is old and lost.cause == "restarted"
+    assert rejoined == PeerJoined(new)
 
 
 def test_a_hello_from_a_local_worker_name_makes_a_local_peer() -> None:
@@ -76,17 +87,28 @@ def test_a_hello_from_a_local_worker_name_makes_a_local_peer() -> None:
     assert not session.peers[b"y"].local
 
 
-def test_after_close_to_joiners_a_new_identity_is_no_peer() -> None:
+def test_a_lost_process_that_comes_back_with_its_old_nonce_is_refused_and_counted() -> None:
     session, transport, counters = make_session()
     joined(session, "a")
-    session.close_to_joiners()
+    peer = session.peers[b"a"]
+    session.lose(peer, "unreachable", "its connection stopped answering heartbeats")
+    session.events.clear()
+    session.receive(b"a", hello_frames("a"))  # the same process, reconnected
+    session.receive(b"a", hello_frames("a"))
+    assert not session.peers and not session.events
+    assert counters["refused_reconnects"] == 1  # counted once per process
+    byes = transport.to(b"a")
+    assert len(byes) == 1 and isinstance(byes[0], messages.Bye) and not byes[0].refused
+    session.receive(b"a", hello_frames("a", pid=2))  # a new process (new nonce): welcome
+    assert isinstance(session.events[0], PeerJoined) and session.peers[b"a"].pid == 2
+
+
+def test_a_new_identity_joins_during_the_iteration() -> None:
+    session, _transport, _counters = make_session()
+    joined(session, "a")
     session.receive(b"late", hello_frames("late"))
-    session.receive(b"late", hello_frames("late"))
-    session.receive(b"late", frames_of(data()))  # its messages are ignored
-    assert list(session.peers) == [b"a"]
-    assert not session.events
-    assert not transport.sent  # it is left idle, not told anything
-    assert counters["malformed_messages"] == 0
+    assert list(session.peers) == [b"a", b"late"]
+    assert session.events[-1] == PeerJoined(session.peers[b"late"])
 
 
 # -- refusal ----------------------------------------------------------------------------

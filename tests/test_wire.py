@@ -62,6 +62,7 @@ VALID_FIELDS: dict[str, dict[str, Any]] = {
         "frame": 3,
     },
     wire.BYE: {"reason": "done"},
+    wire.PING: {},
     wire.SOURCE: {
         "job": "job-1",
         "source": "mypackage.data:make",

@@ -227,10 +227,21 @@ class SourceInfo:
     spec: Mapping[str, Any]
 
 
-Message = Hello | Job | Index | Unit | Items | Pull | Data | Error | Bye | Source | SourceInfo
+@dataclasses.dataclass(frozen=True, slots=True)
+class Ping:
+    """The consumer's liveness probe of a worker holding units (see
+    h5feed.common.liveness): the worker ignores it; the consumer learns from whether the
+    send succeeds, i.e. whether ZeroMQ's heartbeats still hold the connection."""
+
+    KIND: ClassVar[str] = wire.PING
+
+
+Message = (
+    Hello | Job | Index | Unit | Items | Pull | Data | Error | Bye | Source | SourceInfo | Ping
+)
 _CLASSES: dict[str, type[Any]] = {
     cls.KIND: cls
-    for cls in (Hello, Job, Index, Unit, Items, Pull, Data, Error, Bye, Source, SourceInfo)
+    for cls in (Hello, Job, Index, Unit, Items, Pull, Data, Error, Bye, Source, SourceInfo, Ping)
 }
 # Fields whose wire name differs from the attribute (``pass`` is a Python keyword).
 _WIRE_NAMES: Mapping[str, str] = {"pass_": "pass"}
@@ -295,6 +306,8 @@ def parse(raw: wire.Message) -> Message:
             )  # fmt: skip
         case wire.SOURCE_INFO:
             return SourceInfo(f["job"], f["kind"], f["length"], f["spec"])
+        case wire.PING:
+            return Ping()
     raise ProtocolError(f"unknown message kind {raw.kind!r}")  # unreachable: wire checks
 
 

@@ -56,6 +56,7 @@ SOURCE: Final = "source"  # consumer -> worker: run the user's code named by an 
 SOURCE_INFO: Final = "source_info"  # worker -> consumer: what that code is (kind, length, spec)
 ITEMS: Final = "items"  # consumer -> worker: map/keras source, produce these items of a batch
 PULL: Final = "pull"  # consumer -> worker: generator source, the next elements of a pass
+PING: Final = "ping"  # consumer -> worker: nothing to do; a send that fails means it is gone
 
 #: Start of a BYE reason that refuses a peer (e.g. another protocol version): do not retry.
 REFUSED: Final = "refused:"
@@ -109,6 +110,7 @@ SCHEMAS: Final[Mapping[str, Mapping[str, tuple[type, ...]]]] = {
     SOURCE_INFO: {"job": _STR, "kind": _STR, "length": _OPT_INT, "spec": (dict,)},
     ITEMS: {"job": _STR, "unit": _INT, "batch": _INT, "epoch": _INT, "items": _LIST},
     PULL: {"job": _STR, "unit": _INT, "batch": _INT, "epoch": _INT, "count": _INT, "pass": _INT},
+    PING: {},
 }
 KINDS: Final = frozenset(SCHEMAS)
 

@@ -14,14 +14,17 @@ from typing import Literal
 from h5feed.common import messages
 from h5feed.consumer.work import Peer
 
-#: Why a peer is gone: it said BYE; a send to it failed; its process exited (local workers);
-#: it held units past ``unit_timeout_s`` without returning any.
-LossCause = Literal["bye", "unreachable", "exited", "deadline", "refused"]
+#: Why a peer is gone: it said BYE; a send to it failed (its connection stopped answering
+#: heartbeats: killed, host down, cable cut, stopped); its process exited (local workers); it
+#: held units past ``unit_timeout_s`` without returning any (stuck); it was refused for
+#: malformed traffic; a new process said hello under its identity (restarted).
+LossCause = Literal["bye", "unreachable", "exited", "deadline", "refused", "restarted"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class PeerJoined:
-    """A new peer said HELLO while the iteration still takes workers."""
+    """A new peer said HELLO: before the work is shared out (it gets a share then), or during
+    the iteration (elastic join: the scheduler gives it a share at the next unit boundary)."""
 
     peer: Peer
 

@@ -8,15 +8,29 @@ are assembled (:class:`~h5feed.consumer.assembly.BatchAssembler`, in a shared-me
 a local worker makes part of the batch) and released in plan order (``deterministic``) or as
 completed.
 
-Hand-over: a lost producer's files go to the live workers (fewest files first) with a JOB
+Hand-over: a lost worker's files go to the live workers (fewest files first) with a JOB
 each, and every unit it had not answered is sent again to the files' new owners. A part the
-lost producer sends after all is no longer expected and is dropped: exactly once still holds.
-Before the index is complete nothing can move (the lost peer's files may lack their index).
+lost worker sends after all is no longer expected and is dropped by unit id: exactly once
+still holds. A worker that joins during the iteration gets the files nobody owns, then files
+from the most loaded workers until it holds its share (elastic join); batches do not change
+(they depend on seed, epoch and sample only).
+
+Every INDEX an heir or a joiner sends for a file already indexed is compared with the planned
+index before that worker gets any row of the file: until then the file stays with its old
+owner (a join) or its rows wait (a lost owner's file). A mismatch (another copy of the file
+on that host) refuses that worker for that file, naming host, file and video, and the file
+goes to another worker; with none left, the iteration ends with that error.
+
+With no live worker left, the lost worker's files and rows wait for one to join
+(``waiting_for_workers``; the loop bounds the wait). A slot whose rows were taken back from a
+worker that may still run stays out of the slot pool until that process is gone
+(:meth:`SlotPool.hold_until_gone`): a late writer never touches another batch.
 """
 
 from __future__ import annotations
 
 import collections
+import dataclasses
 import itertools
 import os
 import socket
@@ -25,7 +39,7 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 
 from h5feed.common import messages
-from h5feed.common.errors import H5FeedError
+from h5feed.common.errors import DataError, H5FeedError
 from h5feed.common.logs import consumer_log
 from h5feed.consumer.assembly import Batch, BatchAssembler
 from h5feed.consumer.credits import CreditGate
@@ -63,7 +77,11 @@ class HdfScheduler:
         self._start = start
         self._counters = counters
         self._ledger: Ledger[_Work] = Ledger()
-        self._owners: dict[int, Peer] = {}  # file -> the peer that owns it
+        self._owners: dict[int, Peer | None] = {}  # file -> its owner (None: nobody yet)
+        self._peers: dict[bytes, Peer] = {}  # the live peers this scheduler serves
+        self._moving: dict[int, Peer] = {}  # file -> the worker to own it once its INDEX matches
+        self._refused: dict[bytes, set[int]] = {}  # identity -> files whose copy differed
+        self._parked: list[tuple[int, np.ndarray]] = []  # (seq, positions) of unowned files
         self._videos: dict[int, tuple[messages.VideoEntry, ...]] = {}
         self._assembler: BatchAssembler | None = None
         self._planned: PlannedRelease[PlannedBatch, Batch] | None = None  # once indexed
@@ -76,6 +94,7 @@ class HdfScheduler:
         files = self.config.files
         sizes = [_file_size(os.path.join(root, p) if root else p) for p in files]
         order = sorted(peers, key=lambda p: p.identity)
+        self._peers = {peer.identity: peer for peer in order}
         for file_index, slot in enumerate(assign_files(sizes, len(order)).tolist()):
             self._owners[file_index] = order[slot]
             order[slot].files.append(file_index)
@@ -94,14 +113,50 @@ class HdfScheduler:
         )  # fmt: skip
 
     def on_control(self, peer: Peer, message: messages.Message) -> list[Send]:
-        if isinstance(message, messages.Index) and self._owners.get(message.file) is peer:
-            self._videos[message.file] = message.videos
-            if len(self._videos) == len(self.config.files) and self.index is None:
-                self._plan_start()
-        else:
-            self._counters["malformed_messages"] += 1
-            self._log.warning("dropped an unexpected %s message from %s", message.KIND, peer)
+        if isinstance(message, messages.Index):
+            file_index = message.file
+            if self._moving.get(file_index) is peer:
+                return self._check_moved(peer, file_index, message.videos)
+            if self._owners.get(file_index) is peer and file_index not in self._videos:
+                self._videos[file_index] = message.videos
+                if len(self._videos) == len(self.config.files) and self.index is None:
+                    self._plan_start()
+                return []
+        self._counters["malformed_messages"] += 1
+        self._log.warning("dropped an unexpected %s message from %s", message.KIND, peer)
         return []
+
+    def _check_moved(
+        self, peer: Peer, file_index: int, videos: tuple[messages.VideoEntry, ...]
+    ) -> list[Send]:
+        """``peer`` indexed a file it is to take over: it owns the file if its copy is the
+        planned one, else it is refused for the file and another worker is asked."""
+        del self._moving[file_index]
+        planned = self._videos[file_index]
+        if tuple(videos) == tuple(planned):
+            previous = self._owners.get(file_index)
+            if previous is not None and file_index in previous.files:
+                previous.files.remove(file_index)
+            self._owners[file_index] = peer
+            peer.files.append(file_index)
+            return self._unpark()
+        path = self.config.files[file_index]
+        what = _first_difference(planned, videos)
+        self._counters["index_mismatches"] += 1
+        self._refused.setdefault(peer.identity, set()).add(file_index)
+        self._log.error(
+            "worker %s on host %s has another copy of %r (%s): refused for that file",
+            peer.name, peer.host, path, what,
+        )  # fmt: skip
+        if self._owners.get(file_index) is not None:
+            return []  # it stays with its owner (a joiner's share, refused)
+        sends = self._move(file_index, exclude=peer)
+        if sends is None:
+            raise DataError(
+                f"{path!r} on host {peer.host} (worker {peer.name}) differs from the planned "
+                f"index ({what}), and no other live worker has the planned copy"
+            )
+        return sends
 
     def _plan_start(self) -> None:
         files = self.config.files
@@ -153,16 +208,20 @@ class HdfScheduler:
         rows = unit_rows(index, planned)
         chosen = np.arange(len(rows)) if subset is None else subset
         files = index.file_of_video[planned.videos[chosen]].tolist()
-        by_owner: dict[Peer, list[int]] = {}
+        by_owner: dict[Peer | None, list[int]] = {}
         for position, file_index in zip(chosen.tolist(), files, strict=True):
             by_owner.setdefault(self._owners[file_index], []).append(position)
+        owners = [peer for peer in by_owner if peer is not None]
         if subset is None:
-            assembler.expect(seq, planned, len(by_owner), self._slot_for(list(by_owner)))
+            assembler.expect(seq, planned, len(by_owner), self._slot_for(owners))
         else:
             assembler.add_expected_parts(seq, len(by_owner) - 1)
         slot = assembler.slot(seq)
         sends = []
         for peer, positions in by_owner.items():
+            if peer is None:  # rows of files nobody owns now: one part, sent once owned
+                self._parked.append((seq, np.asarray(positions, np.int64)))
+                continue
             in_slot = slot is not None and _shares_memory(peer)
             unit = self._ledger.issue(peer, seq, (np.asarray(positions, np.int64), in_slot))
             ref = None
@@ -238,27 +297,92 @@ class HdfScheduler:
     # -- failures --------------------------------------------------------------------------
 
     def owns(self, peer: Peer) -> bool:
-        return bool(peer.files)
+        return bool(peer.files) or peer in self._moving.values()
 
-    def reassign(self, lost: Peer, heirs: Sequence[Peer]) -> Reassignment:
-        if not lost.files and not lost.outstanding:
-            return Reassignment([], 0)
-        if self.index is None:
-            return Reassignment([], 0, "the index of its files may be incomplete")
-        if not heirs:
-            return Reassignment([], 0, "no other worker is left to take its files")
-        adopted = hand_over_files(lost.files, heirs)
-        sends = []
-        for heir, files in adopted.items():
-            for file_index in files:
-                self._owners[file_index] = heir
-            sends.append(self._job(heir, files))
-        units = self._ledger.take_back(lost)
-        assembler = self._require_assembler()
-        for unit in units:
-            sends += self._units(unit.seq, assembler.planned(unit.seq), unit.work[0])
+    def reassign(self, lost: Peer, heirs: Sequence[Peer], confirmed_dead: bool) -> Reassignment:
+        self._peers.pop(lost.identity, None)
+        files = list(lost.files) + [f for f, p in self._moving.items() if p is lost]
         lost.files.clear()
-        return Reassignment(sends, len(units))
+        for file_index in files:
+            if self._moving.get(file_index) is lost:
+                del self._moving[file_index]
+            if self._owners.get(file_index) is lost:
+                self._owners[file_index] = None
+        units = self._ledger.take_back(lost)
+        if not files and not units:
+            return Reassignment([], 0)
+        sends: list[Send] = []
+        for file_index in files:
+            sends += self._move(file_index) or []  # nobody left: it waits for a joiner
+        if units:
+            assembler = self._require_assembler()
+            for unit in units:
+                positions, in_slot = unit.work
+                slot = assembler.slot(unit.seq)
+                if in_slot and slot is not None and not confirmed_dead and self._pool:
+                    self._pool.hold_until_gone(slot, lost.pid)
+                sends += self._units(unit.seq, assembler.planned(unit.seq), positions)
+        return Reassignment(_merge_jobs(sends), len(units))
+
+    def join(self, peer: Peer) -> list[Send]:
+        self._peers[peer.identity] = peer
+        if not self._owners:  # before start(): it is shared out with the rest
+            return []
+        sends: list[Send] = []
+        for file_index in self.unowned_files():
+            sends += self._move(file_index) or []
+        if self.index is not None:  # its share, taken from the most loaded
+            share = len(self.config.files) // len(self._peers)
+            mine = len(peer.files) + sum(1 for p in self._moving.values() if p is peer)
+            while mine < share:
+                donor = max(self._peers.values(), key=lambda p: (len(p.files), p.identity))
+                movable = [f for f in donor.files if f not in self._moving]
+                if donor is peer or len(donor.files) <= share or not movable:
+                    break
+                self._moving[movable[-1]] = peer
+                sends.append(self._job(peer, [movable[-1]]))
+                mine += 1
+        return _merge_jobs(sends)
+
+    def unowned_files(self) -> list[int]:
+        """Files with neither an owner nor a worker taking them over."""
+        return [f for f, p in self._owners.items() if p is None and f not in self._moving]
+
+    @property
+    def waiting_for_workers(self) -> bool:
+        return bool(self.unowned_files())
+
+    @property
+    def parked_batches(self) -> set[int]:
+        """Batches with rows waiting for a file's new owner (its INDEX, or a joiner)."""
+        return {seq for seq, _positions in self._parked}
+
+    def _move(self, file_index: int, exclude: Peer | None = None) -> list[Send] | None:
+        """Ask the live worker with the fewest files (not refused for it) to take over
+        ``file_index``; None if there is none. An indexed file is owned once the worker's
+        INDEX matches; one not indexed yet is owned at once (its INDEX is the first)."""
+        refused = {i for i, files in self._refused.items() if file_index in files}
+        candidates = [
+            p for p in self._peers.values() if p is not exclude and p.identity not in refused
+        ]
+        if not candidates:
+            return None
+        heir = min(candidates, key=lambda p: (len(p.files), p.identity))
+        if file_index in self._videos:
+            self._moving[file_index] = heir
+        else:
+            self._owners[file_index] = heir
+            heir.files.append(file_index)
+        return [self._job(heir, [file_index])]
+
+    def _unpark(self) -> list[Send]:
+        """Send the parked rows whose files have owners now (the rest are parked again)."""
+        parked, self._parked = self._parked, []
+        assembler = self._require_assembler()
+        sends: list[Send] = []
+        for seq, positions in parked:
+            sends += self._units(seq, assembler.planned(seq), positions)
+        return sends
 
     def describe(self, unit_id: int) -> str:
         unit = self._ledger.get(unit_id)
@@ -310,6 +434,34 @@ class HdfScheduler:
         return self._assembler
 
 
+def _merge_jobs(sends: list[Send]) -> list[Send]:
+    """One JOB per peer listing every file it was given (in order), ahead of its units."""
+    jobs: dict[Peer, messages.Job] = {}
+    rest: list[Send] = []
+    for send in sends:
+        message = send.message
+        if isinstance(message, messages.Job):
+            before = jobs.get(send.peer)
+            jobs[send.peer] = (
+                message
+                if before is None
+                else dataclasses.replace(before, files=before.files + message.files)
+            )
+        else:
+            rest.append(send)
+    return [Send(peer, job) for peer, job in jobs.items()] + rest
+
+
+def _first_difference(
+    planned: Sequence[messages.VideoEntry], found: Sequence[messages.VideoEntry]
+) -> str:
+    """The first video where two indexes of one file differ, in words."""
+    for want, got in zip(planned, found, strict=False):
+        if tuple(want) != tuple(got):
+            return f"video {want[0]!r}: planned {tuple(want)}, found {tuple(got)}"
+    return f"{len(planned)} videos planned, {len(found)} found"
+
+
 def _shares_memory(peer: Peer) -> bool:
     """Whether ``peer`` may map this process's slots: a local worker, or a producer that says
     it runs on this host (one that cannot map them, in a container say, sends its rows over
@@ -330,17 +482,6 @@ def assign_files(sizes: Sequence[int], workers: int) -> np.ndarray:
         owner[file_index] = slot
         load[slot] += max(sizes[file_index], 1)
     return owner
-
-
-def hand_over_files(files: Sequence[int], heirs: Sequence[Peer]) -> dict[Peer, list[int]]:
-    """Give each of ``files`` (a leaving worker's) to the heir owning the fewest files so far
-    (ties: the lowest identity); the heirs' ``files`` grow. Returns the files each heir took."""
-    adopted: dict[Peer, list[int]] = {}
-    for file_index in files:
-        heir = min(heirs, key=lambda p: (len(p.files), p.identity))
-        heir.files.append(file_index)
-        adopted.setdefault(heir, []).append(file_index)
-    return adopted
 
 
 def unit_rows(index: Index, planned: PlannedBatch) -> list[messages.Row]:

@@ -12,10 +12,15 @@ script without an ``if __name__ == "__main__":`` guard works). Guarantees:
    signal when the forking *thread* exits.
 3. :meth:`LocalWorkers.stop` returns within about ``grace_s + 2`` seconds: it waits for the
    workers to leave after BYE, then sends SIGTERM, then SIGKILL, and reaps every process.
+4. :meth:`LocalWorkers.replace` starts a new process under a dead (or killed) worker's name,
+   at most ``max_restarts`` times per worker within :data:`RESTART_WINDOW_S`; one more raises
+   :class:`~h5feed.common.errors.WorkerDiedError` (a worker that dies on every start is a bug
+   to report, not bad luck to retry forever).
 """
 
 from __future__ import annotations
 
+import collections
 import os
 import pathlib
 import subprocess
@@ -29,11 +34,14 @@ from h5feed.common.curve import (
     CURVE_ENV_SERVER,
     KeyPair,
 )
+from h5feed.common.errors import WorkerDiedError
 from h5feed.consumer.spawner import spawn
 
 _PACKAGE_PARENT = str(pathlib.Path(__file__).resolve().parents[2])
 _TERM_WAIT_S = 1.0
 _KILL_WAIT_S = 1.0
+#: The window of ``max_restarts``.
+RESTART_WINDOW_S = 60.0
 
 
 class LocalWorkers:
@@ -49,9 +57,10 @@ class LocalWorkers:
         data_root: str | None = None,
         max_message_bytes: int | None = None,
         max_open_files: int | None = None,
+        max_restarts: int = 3,
     ) -> None:
         """``max_open_files``: HDF5 files each worker keeps open at once (None: the
-        worker's default)."""
+        worker's default); ``max_restarts``: see :meth:`replace`."""
         env = dict(os.environ)
         if keys is not None and server_public is not None:  # CURVE: this iteration's own keys
             env[CURVE_ENV_PUBLIC] = keys.public.decode()
@@ -63,6 +72,11 @@ class LocalWorkers:
         )
         self.names = [f"{prefix}-{i}" for i in range(count)]
         self.processes: list[subprocess.Popen[bytes]] = []
+        self.max_restarts = max_restarts
+        self.restarts = 0  # processes started to replace dead ones
+        self._env = env
+        self._commands: list[list[str]] = []
+        self._restarted: dict[str, collections.deque[float]] = {}
         try:
             for name in self.names:
                 command = [
@@ -88,6 +102,7 @@ class LocalWorkers:
                         else []
                     ),
                 ]
+                self._commands.append(command)
                 self.processes.append(spawn(command, env))
         except BaseException:
             self.stop(grace_s=0)
@@ -104,6 +119,33 @@ class LocalWorkers:
             for name, p in zip(self.names, self.processes, strict=True)
             if (code := p.poll()) is not None
         ]
+
+    def kill(self, name: str) -> int | None:
+        """SIGKILL worker ``name`` (if it still runs) and reap it; its exit code."""
+        process = self.processes[self.names.index(name)]
+        if process.poll() is None:
+            process.kill()
+            _wait(process, _KILL_WAIT_S * 5)
+        return process.poll()
+
+    def replace(self, name: str) -> int:
+        """Kill worker ``name`` if it still runs and start a new process under its name; the
+        new pid. Raises WorkerDiedError past ``max_restarts`` within RESTART_WINDOW_S."""
+        position = self.names.index(name)
+        self.kill(name)
+        now = time.monotonic()
+        recent = self._restarted.setdefault(name, collections.deque())
+        while recent and now - recent[0] > RESTART_WINDOW_S:
+            recent.popleft()
+        if len(recent) >= self.max_restarts:
+            raise WorkerDiedError(
+                f"worker {name} died {len(recent) + 1} times within {RESTART_WINDOW_S:g} s "
+                f"(max_restarts={self.max_restarts}); its output, if any, is on stderr above"
+            )
+        recent.append(now)
+        self.restarts += 1
+        self.processes[position] = spawn(self._commands[position], self._env)
+        return self.processes[position].pid
 
     def stop(self, grace_s: float = 2.0) -> None:
         """Wait up to ``grace_s`` for every worker to exit, then terminate, then kill."""

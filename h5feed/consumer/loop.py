@@ -5,18 +5,21 @@ workers, then this loop): nothing is patched in afterwards. Each pass, in order:
 
 1. handle the queued peer events (:mod:`h5feed.consumer.events`), here and only here: a DATA
    part goes to the scheduler and its complete batches to the trainer's queue; an ERROR ends
-   the iteration; a lost peer's work is re-assigned, or the iteration fails as the rules below
-   say;
+   the iteration; a lost peer's work is re-assigned (and a local worker replaced) as
+   :mod:`h5feed.consumer.recovery` says; a peer that joins during the iteration gets a share
+   of the work (``Scheduler.join``);
 2. dispatch units while the credit gate has credits;
 3. end the iteration when the scheduler has released every batch;
 4. wait for the socket (or a returned credit, or :meth:`stop`) for at most one poll interval,
    and turn what arrived, and the health checks, into events.
 
-Failure rules: a worker ERROR (with the worker's traceback), a local worker that exits or
-leaves, a peer past ``unit_timeout_s``, no worker within ``start_timeout_s``, a handshake with
-no answer for ``unit_timeout_s``, or work that cannot move off a lost remote producer end the
-iteration with an exception that the trainer's ``next()`` raises. A remote producer that says
-BYE or becomes unreachable has its work handed to the others. Nothing waits forever.
+Failure rules: a worker ERROR (with the worker's traceback), no worker within
+``start_timeout_s`` (at the start, or while work waits for a worker after every worker was
+lost), a handshake with no answer for ``unit_timeout_s``, a local worker that dies more than
+``max_restarts`` times a minute, or work that cannot move end the iteration with an exception
+that the trainer's ``next()`` raises. Everything else a peer does (exit, SIGKILL, vanish,
+stop, hang past ``unit_timeout_s``, leave) costs only its re-assignment. Nothing waits
+forever.
 """
 
 from __future__ import annotations
@@ -60,6 +63,7 @@ class FeedLoop:
         scheduler: Scheduler,
         expected_workers: int,
         counters: collections.Counter[str],
+        workers: recovery.Replacer | None = None,
     ) -> None:
         """``counters``: shared with the session and the scheduler; the loop adds the
         release counters (``batches``, ``clips``, ``bytes``)."""
@@ -72,7 +76,10 @@ class FeedLoop:
         self._router = router
         self._waker = waker
         self._expected = expected_workers
+        self._workers = workers  # the local processes, to kill and replace
         self._counters = counters
+        self._started = False  # the scheduler has shared out the work
+        self._waiting_since: float | None = None  # work waits for a worker to join
         self._stop = threading.Event()
         self._next_health = 0.0
         self._thread = threading.Thread(target=self._run, name="h5feed-loop", daemon=True)
@@ -123,8 +130,8 @@ class FeedLoop:
         while time.monotonic() < grace_end:  # producers already waiting say hello within 1 s
             if not self._pass():
                 return False
-        session.close_to_joiners()
         self._send(self.scheduler.start(list(session.peers.values())))
+        self._started = True
         answers, last_progress = 0, time.monotonic()
         while not self.scheduler.ready:
             if not self._pass():
@@ -143,12 +150,14 @@ class FeedLoop:
         self._handle_events()
         self._pump(_POLL_MS)
         self._handle_events()
+        self._check_waiting()
         return not self._stop.is_set()
 
     def _serve(self) -> None:
         gate, scheduler = self.gate, self.scheduler
         while not self._stop.is_set():
             self._handle_events()
+            self._check_waiting()
             taken_at_dispatch = gate.taken
             self._send(scheduler.next_units(gate, list(self.session.peers.values())))
             if scheduler.finished:
@@ -193,8 +202,10 @@ class FeedLoop:
                     self._send(self.scheduler.on_control(peer, message))
                 case PeerLost() as lost:
                     self._recover(lost)
-                case PeerJoined():
-                    pass  # counted by the handshake through session.peers
+                case PeerJoined(peer):
+                    if self._started:  # else the handshake counts it (session.peers)
+                        self._counters["peers_joined"] += 1
+                        self._send(self.scheduler.join(peer))
 
     def _release(self, batch: Batch) -> None:
         self._counters["batches"] += 1
@@ -204,9 +215,24 @@ class FeedLoop:
 
     def _recover(self, lost: PeerLost) -> None:
         """A peer is gone: hand its work over (and count it), or fail as the rules say."""
-        moved = recovery.recover(lost, self.scheduler, self.session, self.options.unit_timeout_s)
+        moved = recovery.recover(lost, self.scheduler, self.session, self._workers)
         self._send(moved.sends)
         self._counters["reassigned_units"] += moved.moved_units
+
+    def _check_waiting(self) -> None:
+        """End the iteration when work has waited ``start_timeout_s`` for a worker to join."""
+        if not (self._started and self.scheduler.waiting_for_workers):
+            self._waiting_since = None
+            return
+        now = time.monotonic()
+        if self._waiting_since is None:
+            self._waiting_since = now
+            self.session.log.warning("every worker that could take some work is gone: waiting")
+        elif now - self._waiting_since > self.options.start_timeout_s:
+            raise NoWorkersError(
+                f"work waited {self.options.start_timeout_s:g} s (start_timeout_s) for a worker "
+                f"after its workers were lost; {len(self.session.peers)} connected"
+            )
 
     def _no_workers(self, needed: int) -> str:
         options = self.options

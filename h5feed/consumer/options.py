@@ -113,6 +113,12 @@ class FeedOptions:
     max_inflight_batches: int | None = None
     start_timeout_s: float = 60.0
     unit_timeout_s: float = 120.0
+    #: A peer whose connection stops answering ZeroMQ heartbeats (killed without BYE, host
+    #: down, cable cut, process stopped) is declared lost within this (see common/liveness.py).
+    peer_timeout_s: float = 5.0
+    #: Local workers that die are replaced; more than this many restarts of one worker within
+    #: a minute end the iteration (a worker that dies on every start is a bug, not bad luck).
+    max_restarts: int = 3
     index_cache: str | None = dataclasses.field(default_factory=default_cache_dir)
     tune_malloc: bool = True
     listen: str | None = None
@@ -158,6 +164,10 @@ class FeedOptions:
             )
         if self.start_timeout_s <= 0 or self.unit_timeout_s <= 0:
             raise ValueError("timeouts must be positive")
+        if not self.peer_timeout_s >= 2.0:  # heartbeats run every 0.5 s: room for a few
+            raise ValueError(f"peer_timeout_s must be >= 2, got {self.peer_timeout_s!r}")
+        if isinstance(self.max_restarts, bool) or self.max_restarts < 0:
+            raise ValueError(f"max_restarts must be >= 0, got {self.max_restarts!r}")
         if isinstance(self.max_open_files, bool) or self.max_open_files < 1:
             raise ValueError(f"max_open_files must be >= 1, got {self.max_open_files!r}")
         if self.metrics_port is not None:
@@ -337,6 +347,8 @@ class FeedKwargs(TypedDict, total=False):
     max_inflight_batches: int | None
     start_timeout_s: float
     unit_timeout_s: float
+    peer_timeout_s: float
+    max_restarts: int
     index_cache: bool | str
     tune_malloc: bool
     listen: str | None

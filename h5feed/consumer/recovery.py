@@ -1,62 +1,76 @@
 """The rules for a peer that is gone, and for a worker's ERROR: one place to change them.
 
-:func:`recover` decides what a ``PeerLost`` event means:
+:func:`recover` decides what a ``PeerLost`` event means. Every sample still arrives exactly
+once per epoch (HDF5, map and keras sources; a generator's lost shard starts over: at least
+once), because the lost peer's unanswered units are sent again and anything it sends later is
+no longer expected and is dropped by unit id:
 
-1. A peer that held units past ``unit_timeout_s`` (``deadline``) ends the iteration with
-   :class:`WorkerTimeoutError`, naming the oldest unit it holds.
-2. A local worker (one of the iteration's own processes) that exits, becomes unreachable or
-   says BYE while it holds work ends the iteration with :class:`WorkerDiedError`, named by its
-   exit code when it has one (its socket closes a moment before its process is reaped, so an
-   unreachable local worker is given a second to report its exit). A local worker that leaves
-   with nothing to do is no loss.
-3. A remote producer that says BYE or becomes unreachable has its work handed to the live
-   peers by the scheduler (one rule per input kind: see ``Scheduler.reassign``); what cannot
-   move ends the iteration with :class:`WorkerDiedError` saying why.
+1. A local worker (one of the iteration's own processes) that exits, becomes unreachable, is
+   stuck past ``unit_timeout_s`` or leaves while it holds work is killed if it still runs
+   (so it can never write into shared memory again) and replaced by a new process under its
+   name, at most ``max_restarts`` times per worker per minute (then
+   :class:`WorkerDiedError`). Its work goes to the live peers at once; the replacement gets a
+   share when it joins. A local worker that leaves with nothing to do is no loss.
+2. A remote producer that says BYE, becomes unreachable (no heartbeat answer within
+   ``peer_timeout_s``), is stuck past ``unit_timeout_s``, or is replaced by a restarted
+   process under its identity has its work handed to the live peers by the scheduler (one
+   rule per input kind: see ``Scheduler.reassign``). A producer that may still be running is
+   not confirmed dead: shared-memory slots it could write stay out of the pool.
+3. With no live peer left, the work waits for one to join (a replacement, a restarted
+   producer, a new one); the loop ends the iteration if none does within ``start_timeout_s``.
 """
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from h5feed.common import messages
-from h5feed.common.errors import WorkerDiedError, WorkerError, WorkerTimeoutError
+from h5feed.common.errors import WorkerDiedError, WorkerError
 from h5feed.consumer.events import PeerLost
 from h5feed.consumer.scheduler import Reassignment, Scheduler
 from h5feed.consumer.session import PeerSession
 from h5feed.consumer.work import Peer
 
-_EXIT_REPORT_WAIT_S = 1.0
+
+class Replacer(Protocol):
+    """The local worker processes (see :class:`~h5feed.consumer.local_workers.LocalWorkers`)."""
+
+    def kill(self, name: str) -> int | None: ...
+
+    def replace(self, name: str) -> int: ...
 
 
 def recover(
-    lost: PeerLost, scheduler: Scheduler, session: PeerSession, unit_timeout_s: float
+    lost: PeerLost, scheduler: Scheduler, session: PeerSession, workers: Replacer | None
 ) -> Reassignment:
     """What to send after ``lost`` (see the module docstring); raises when it is fatal."""
     peer, cause, reason = lost.peer, lost.cause, lost.reason
     held = len(peer.outstanding)
-    if cause == "deadline":
-        first = scheduler.describe(min(peer.outstanding))
-        raise WorkerTimeoutError(
-            f"worker {peer} {reason} (unit_timeout_s={unit_timeout_s:g}); it holds {first} "
-            f"and {held - 1} more"
-        )
-    if peer.local:
+    if peer.local and workers is not None:
         if cause == "bye" and not held and not scheduler.owns(peer):
             return Reassignment([], 0)  # a worker with nothing to do left: nothing is lost
-        if cause == "unreachable":
-            reason = session.wait_for_exit(peer.name, _EXIT_REPORT_WAIT_S) or reason
-        if reason.startswith(("exited", "was killed")):
-            raise WorkerDiedError(
-                f"worker {peer.name} (pid {peer.pid}) {reason} while the iteration needed it "
-                f"({held} units outstanding); its output, if any, is on stderr above"
-            )
-        raise WorkerDiedError(f"worker {peer} left the job: {reason}")
+        code = workers.kill(peer.name)  # a stuck or stopped one must never write again
+        if code is not None and cause in ("unreachable", "deadline"):
+            reason = f"{reason}; killed" if code == -9 else f"{reason}; {_ended(code)}"
+        pid = workers.replace(peer.name)  # WorkerDiedError past max_restarts
+        session.counters["workers_replaced"] += 1
+        session.log.warning(
+            "worker %s %s (%d units outstanding): replaced by pid %d",
+            peer, reason, held, pid,
+        )  # fmt: skip
+        confirmed_dead = True
+    else:
+        confirmed_dead = cause == "bye"  # it finished what it held before saying so
     heirs = list(session.peers.values())
-    moved = scheduler.reassign(peer, heirs)
+    moved = scheduler.reassign(peer, heirs, confirmed_dead)
     if moved.unmovable is not None:
         raise WorkerDiedError(f"worker {peer} left the job ({reason}): {moved.unmovable}")
-    session.log.warning(
-        "worker %s left the job (%s): %d units handed to %d others",
-        peer, reason, moved.moved_units, len(heirs),
-    )  # fmt: skip
+    session.counters["peers_lost"] += 1
+    if not peer.local:
+        session.log.warning(
+            "worker %s left the job (%s): %d units handed to %d others",
+            peer, reason, moved.moved_units, len(heirs),
+        )  # fmt: skip
     return moved
 
 
@@ -64,3 +78,7 @@ def worker_error(peer: Peer, error: messages.Error, scheduler: Scheduler) -> Wor
     """The exception a worker's ERROR becomes, naming the worker and the unit."""
     where = f" in {scheduler.describe(error.unit)}" if error.unit is not None else ""
     return WorkerError(f"{peer}{where}", error.type, error.message, error.traceback)
+
+
+def _ended(code: int) -> str:
+    return f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"

@@ -14,6 +14,7 @@ from typing import cast
 import zmq
 
 from h5feed.common import messages
+from h5feed.common.liveness import consumer_heartbeat_timeout, enable_heartbeats
 from h5feed.consumer.options import FeedOptions
 from h5feed.consumer.security import CurveServer
 
@@ -42,6 +43,7 @@ class Router:
         # Per frame, before bind: libzmq reads a frame's declared size and disconnects a
         # peer that declares more, before buffering any of it (a 2 GB frame costs nothing).
         self._socket.setsockopt(zmq.MAXMSGSIZE, options.max_message_bytes)
+        enable_heartbeats(self._socket, consumer_heartbeat_timeout(options.peer_timeout_s))
         for address in addresses:
             self._socket.bind(address)
         self._wake_fd = wake_fd

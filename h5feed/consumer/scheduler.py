@@ -8,9 +8,11 @@ messages to send (:class:`Send`) and the batches that are complete. The loop
 how much may be dispatched. So a scheduler is tested with tiny fake peers, in-process.
 
 One hand-over rule for every kind: :meth:`Scheduler.reassign` gives a lost peer's work to the
-live ones and sends again every unit it had not answered; what it cannot move (a generator's
-shard lives in its worker; an HDF5 index not yet complete) comes back as
+live ones and sends again every unit it had not answered (with no live peer, the work waits
+for one to :meth:`Scheduler.join`); what it cannot move comes back as
 :attr:`Reassignment.unmovable`, and the loop fails the iteration as that kind's contract says.
+:meth:`Scheduler.join` gives a peer that joined during the iteration (a replacement, a
+restarted or an added producer) a share of the work from the next unit on.
 """
 
 from __future__ import annotations
@@ -90,8 +92,20 @@ class Scheduler(Protocol):
         shard), beyond the units it was sent."""
         ...
 
-    def reassign(self, lost: Peer, heirs: Sequence[Peer]) -> Reassignment:
-        """Move ``lost``'s work (see the module docstring)."""
+    def reassign(self, lost: Peer, heirs: Sequence[Peer], confirmed_dead: bool) -> Reassignment:
+        """Move ``lost``'s work (see the module docstring). ``confirmed_dead``: its process is
+        known to be gone (else it might still write into shared memory it was given)."""
+        ...
+
+    def join(self, peer: Peer) -> list[Send]:
+        """A peer that joined after :meth:`start`: what to send it so that it takes a share
+        of the work (nothing, where this kind takes no joiners)."""
+        ...
+
+    @property
+    def waiting_for_workers(self) -> bool:
+        """Whether work is parked because no live peer could take it (the loop bounds the
+        wait with ``start_timeout_s``)."""
         ...
 
     @property

@@ -6,10 +6,16 @@ a fake), so every rule here is testable without sockets or processes.
 
 Guarantees:
 
-1. HELLO from a new identity while the session takes workers makes a :class:`Peer` and a
-   ``PeerJoined`` event; after :meth:`close_to_joiners` a new identity is logged once and left
-   idle (it gets nothing, and its messages are ignored). A known identity's HELLO is ignored (a
-   persistent producer says hello every second).
+1. HELLO from a new identity makes a :class:`Peer` and a ``PeerJoined`` event, before the
+   work is shared out and during the iteration alike (elastic join). Under a known identity:
+   the same nonce is the same process speaking again (a persistent producer says hello every
+   second): ignored while it is a peer; after it was lost, it is refused and counted
+   (``refused_reconnects``: a process whose work went to others cannot come back as if
+   nothing happened; it is sent BYE, and a persistent producer then says hello with a new
+   nonce). A new nonce is a new process (a restarted worker): accepted — the old peer, if
+   still listed, is lost with cause ``restarted`` — but with CURVE only from the same public
+   key as before; from another key it is refused and counted, so nobody who reaches the
+   port can take over an identity.
 2. A peer that speaks another protocol version is refused (BYE ``refused: ...``, which tells it
    not to retry), named in :attr:`refused` once, and never becomes a peer.
 3. A message that does not decode is dropped and counted (``malformed_messages``); so is one
@@ -22,6 +28,10 @@ Guarantees:
 4. BYE, a failed send, a local worker's exit and a missed deadline (a peer holding units that
    returned none for ``unit_timeout_s``) each become one ``PeerLost`` event, at most one per
    peer: the peer is removed at once, so nothing is sent to it again.
+6. Liveness: every socket runs ZeroMQ heartbeats (see :mod:`h5feed.common.liveness`), which
+   close a connection whose peer stops answering them; the session probes every peer it has
+   not heard from for ``PROBE_EVERY_S`` with a PING, whose send fails (``ROUTER_MANDATORY``)
+   once the connection is gone: the peer is lost (``unreachable``) within ``peer_timeout_s``.
 5. :meth:`send` never raises for a peer that is gone and never calls back into the loop: it
    queues ``PeerLost`` and returns False.
 """
@@ -38,6 +48,7 @@ import zmq
 
 from h5feed.common import messages
 from h5feed.common.errors import ProtocolError, VersionMismatchError
+from h5feed.common.liveness import PROBE_EVERY_S
 from h5feed.common.logs import consumer_log
 from h5feed.consumer.events import Arrived, Event, LossCause, PeerJoined, PeerLost
 from h5feed.consumer.work import Peer
@@ -76,24 +87,33 @@ class PeerSession:
         local: LocalProcesses | None,
         unit_timeout_s: float,
         counters: collections.Counter[str],
+        curve: bool = False,
     ) -> None:
+        """``curve``: the transport authenticates peers by CURVE key (HELLO frames carry the
+        key as their ``User-Id``), so a new process under a known identity must show the same
+        key."""
         self.job_id = job_id
         self.log = consumer_log(job_id)  # ids in every line; the loop's parts share it
         self._transport = transport
         self._local = local
         self._local_names = frozenset(local.names) if local is not None else frozenset()
         self._unit_timeout_s = unit_timeout_s
+        self._curve = curve
         self.peers: dict[bytes, Peer] = {}
         self.events: collections.deque[Event] = collections.deque()
         self.refused: list[str] = []  # "identity: why", for error messages
         self.counters = counters  # malformed_messages, dropped_parts (shared with the loop's)
         self._gone: set[bytes] = set()  # left, lost, refused, or joined too late
         self._joined_names: set[str] = set()
-        self._exits_reported: set[str] = set()
-        self._joining = True
+        self._exits_reported: dict[str, int] = {}  # local name -> pid whose exit was reported
+        self._last_nonce: dict[bytes, str] = {}  # identity -> nonce of its last peer
+        self._last_key: dict[bytes, str | None] = {}  # identity -> CURVE key of its last peer
+        self._stale_told: set[tuple[bytes, str]] = set()  # (identity, nonce) sent BYE once
+        self._probed: dict[bytes, float] = {}  # identity -> when it was last sent a PING
         self._malformed: dict[bytes, int] = {}  # identity -> messages dropped as malformed
         self._last_logged: dict[bytes, tuple[float, int]] = {}  # (when, dropped since)
         self._banned: set[bytes] = set()  # refused for malformed traffic: never decoded
+        self._refused_ids: set[bytes] = set()  # refused (version, key): never a peer again
 
     # -- what arrives ----------------------------------------------------------------------
 
@@ -113,7 +133,7 @@ class PeerSession:
         peer = self.peers.get(identity)
         match message:
             case messages.Hello():
-                self._on_hello(identity, message)
+                self._on_hello(identity, message, _user_id(frames) if self._curve else None)
             case _ if peer is None and identity in self._gone:
                 if isinstance(message, messages.Data):  # its units went to others
                     self.counters["dropped_parts"] += 1
@@ -127,24 +147,60 @@ class PeerSession:
                 self.counters["dropped_parts"] += 1  # an earlier job of a restarted consumer
             case _ if peer is not None:
                 self.events.append(Arrived(peer, message))
+        if peer is not None:
+            peer.last_heard = time.monotonic()
 
-    def _on_hello(self, identity: bytes, hello: messages.Hello) -> None:
-        if identity in self.peers or identity in self._gone:
-            return  # a persistent producer's periodic hello, or one already turned away
-        if not self._joining:
-            self._gone.add(identity)
-            self.log.info(
-                "worker %s joined after the work was shared out: idle until the next iteration",
-                hello.worker,
+    def _on_hello(self, identity: bytes, hello: messages.Hello, key: str | None) -> None:
+        """See rule 1 of the module docstring."""
+        if identity in self._banned or identity in self._refused_ids:
+            return
+        current = self.peers.get(identity)
+        if hello.nonce == self._last_nonce.get(identity):
+            if current is None:  # lost (its work went to others) and back as the same process
+                self._stale(identity, hello)
+            return  # else a persistent producer's periodic hello
+        if identity in self._last_key and key != self._last_key[identity]:
+            self.counters["refused_reconnects"] += 1
+            self._refuse_once(
+                identity, f"{hello.worker} said hello with another CURVE key than before"
             )
             return
-        peer = Peer(identity, hello.worker, hello.pid, hello.host)
+        if current is not None:
+            self.lose(current, "restarted", f"restarted: pid {hello.pid} said hello under its name")
+        self._gone.discard(identity)
+        peer = Peer(identity, hello.worker, hello.pid, hello.host, nonce=hello.nonce, key=key)
         peer.local = hello.worker in self._local_names
+        peer.last_heard = time.monotonic()
         self.peers[identity] = peer
+        self._last_nonce[identity] = hello.nonce
+        self._last_key[identity] = key
         self._joined_names.add(peer.name)
         self.events.append(PeerJoined(peer))
 
+    def _stale(self, identity: bytes, hello: messages.Hello) -> None:
+        """A lost peer's process is back with its old nonce: refused (once per process), and
+        told so with a BYE that is not final, so a persistent producer starts over with a new
+        nonce (a local worker is replaced by the consumer instead)."""
+        if (identity, hello.nonce) in self._stale_told:
+            return
+        self._stale_told.add((identity, hello.nonce))
+        self.counters["refused_reconnects"] += 1
+        self.log.warning(
+            "refused %s (pid %d on %s): it was declared lost and its work given to others; "
+            "it must say hello as a new process (a new nonce)",
+            hello.worker, hello.pid, hello.host,
+        )  # fmt: skip
+        with contextlib.suppress(zmq.ZMQError):
+            self._transport.send(identity, messages.Bye("lost: start over"), zmq.NOBLOCK)
+
+    def _refuse_once(self, identity: bytes, why: str) -> None:
+        if identity in self.peers:  # the listed peer keeps its place; the newcomer is refused
+            self.log.error("refused a hello under %r: %s", identity, why)
+            return
+        self._refuse(identity, why)
+
     def _refuse(self, identity: bytes, why: str) -> None:
+        self._refused_ids.add(identity)
         if identity not in self._gone:
             self._gone.add(identity)
             self.refused.append(f"{identity.decode(errors='replace')}: {why}")
@@ -199,10 +255,6 @@ class PeerSession:
 
     # -- membership and health -------------------------------------------------------------
 
-    def close_to_joiners(self) -> None:
-        """From now on, a new identity is not taken as a worker (the work is shared out)."""
-        self._joining = False
-
     def lose(self, peer: Peer, cause: LossCause, reason: str) -> None:
         """``peer`` is gone: remove it and queue one ``PeerLost``."""
         if self.peers.pop(peer.identity, None) is not None:
@@ -210,11 +262,12 @@ class PeerSession:
             self.events.append(PeerLost(peer, cause, reason))
 
     def check(self, now: float) -> None:
-        """Queue ``PeerLost`` for local workers that exited and peers past their deadline."""
+        """Queue ``PeerLost`` for local workers that exited and peers past their deadline;
+        probe the peers not heard from lately (a failed probe queues ``PeerLost``)."""
         for name, pid, code in self.exited_locals():
-            if name in self._exits_reported:
+            if self._exits_reported.get(name) == pid:
                 continue
-            self._exits_reported.add(name)
+            self._exits_reported[name] = pid
             how = _ended(code)
             peer = next((p for p in self.peers.values() if p.name == name), None)
             if peer is not None:
@@ -228,6 +281,21 @@ class PeerSession:
                 self.lose(
                     peer, "deadline", f"returned nothing for {now - peer.last_progress:.0f} s"
                 )
+            elif (
+                now - peer.last_heard >= PROBE_EVERY_S
+                and now - self._probed.get(peer.identity, 0.0) >= PROBE_EVERY_S
+            ):
+                self._probed[peer.identity] = now
+                self._probe(peer)
+
+    def _probe(self, peer: Peer) -> None:
+        """PING ``peer``: the send fails once ZeroMQ's heartbeats have closed its connection."""
+        try:
+            self._transport.send(peer.identity, messages.Ping(), zmq.NOBLOCK)
+        except zmq.Again:
+            pass  # its queue is full: it is there, only busy
+        except zmq.ZMQError as exc:
+            self.lose(peer, "unreachable", f"its connection stopped answering heartbeats ({exc})")
 
     def exited_locals(self) -> list[tuple[str, int, int]]:
         """(name, pid, exit code) of the local workers that are no longer running."""
@@ -245,6 +313,18 @@ class PeerSession:
             if time.monotonic() >= deadline:
                 return None
             time.sleep(0.02)
+
+
+def _user_id(frames: Sequence[object]) -> str | None:
+    """The CURVE key (Z85) ZeroMQ's authenticator gave the connection ``frames`` came on."""
+    get = getattr(frames[0], "get", None) if frames else None
+    if get is None:
+        return None
+    try:
+        value = get("User-Id")
+    except zmq.ZMQError:
+        return None
+    return value if isinstance(value, str) and value else None
 
 
 def _ended(code: int) -> str:

@@ -19,6 +19,9 @@ Guarantees of a :class:`SlotPool`:
    worker that cannot sends its rows over the socket instead, and they are copied into the
    slot (same result, one copy).
 3. Thread-safe: slots return from whatever thread drops the last array.
+4. A slot given to :meth:`SlotPool.hold_until_gone` returns to the pool only once that
+   process has ended (checked on each :meth:`acquire`): a worker whose rows were taken back
+   while it may still run can never write into a batch made later in its slot.
 """
 
 from __future__ import annotations
@@ -61,6 +64,8 @@ class SlotPool:
         self._lock = threading.Lock()
         self._closed = False
         self._made = 0
+        self._held: dict[int, int] = {}  # id(slot) -> pid that may still write into it
+        self._held_back: list[Slot] = []  # released while their writer may still run
 
     @property
     def size(self) -> int:
@@ -72,6 +77,7 @@ class SlotPool:
         with self._lock:
             if self._closed:
                 raise RuntimeError("the slot pool is closed")
+            self._return_held_back()
             if self._free:
                 return self._free.pop()
             fd = os.memfd_create(f"h5feed-{self.tag}", os.MFD_CLOEXEC)
@@ -88,7 +94,31 @@ class SlotPool:
     def release(self, slot: Slot) -> None:
         """Give ``slot`` back unused (e.g. its batch was abandoned before any array existed)."""
         with self._lock:
-            if not self._closed:
+            if self._closed:
+                return
+            if id(slot) in self._held:
+                self._held_back.append(slot)
+            else:
+                self._free.append(slot)
+
+    def hold_until_gone(self, slot: Slot, pid: int) -> None:
+        """Keep ``slot`` out of the pool, once released, until process ``pid`` has ended."""
+        with self._lock:
+            self._held[id(slot)] = pid
+
+    @property
+    def held_back(self) -> int:
+        """Slots released but kept out of the pool while a writer may still run."""
+        with self._lock:
+            self._return_held_back()
+            return len(self._held_back)
+
+    def _return_held_back(self) -> None:
+        """Move held slots whose process has ended back to the free list (lock held)."""
+        for slot in list(self._held_back):
+            if not _running(self._held[id(slot)]):
+                self._held_back.remove(slot)
+                del self._held[id(slot)]
                 self._free.append(slot)
 
     def lease(self, slot: Slot, shape: tuple[int, ...]) -> np.ndarray:
@@ -107,3 +137,12 @@ class SlotPool:
             slots, self._all, self._free = self._all, [], []
         for slot in slots:
             os.close(slot.fd)
+
+
+def _running(pid: int) -> bool:
+    """Whether a process ``pid`` exists (a zombie counts as ended: it cannot write)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return stat.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except OSError:
+        return False

@@ -123,6 +123,8 @@ class ItemScheduler:
         self._planned: PlannedRelease[tuple[int, int, list[int]], Batch] = PlannedRelease(
             self._batches(epochs, start), config.options.deterministic
         )
+        self._serving: set[Peer] = set()  # peers that loaded the source and agreed on it
+        self._orphans: list[Unit[tuple[int, int, tuple[int, ...]]]] = []  # nobody to take them
 
     def _batches(
         self, epochs: Iterator[int], start: Cursor
@@ -146,10 +148,17 @@ class ItemScheduler:
                 items = order[position * per_batch : (position + 1) * per_batch]
                 yield epoch, position, items.tolist()
 
+    def add(self, peer: Peer) -> list[Send]:
+        """``peer`` loaded the source and may serve items; it takes any orphaned units."""
+        self._serving.add(peer)
+        orphans, self._orphans = self._orphans, []
+        return [self._unit(unit.seq, unit.work, [peer]) for unit in orphans]
+
     def next_units(self, gate: CreditGate, peers: Sequence[Peer]) -> list[Send]:
-        if not peers:  # nobody to serve the next batch yet: dispatch nothing
+        serving = [peer for peer in peers if peer in self._serving]
+        if not serving:  # nobody to serve the next batch yet: dispatch nothing
             return []
-        return [self._unit(seq, item, peers) for seq, item in self._planned.dispatch(gate)]
+        return [self._unit(seq, item, serving) for seq, item in self._planned.dispatch(gate)]
 
     def _unit(self, seq: int, item: tuple[int, int, Sequence[int]], peers: Sequence[Peer]) -> Send:
         epoch, position, items = item
@@ -170,12 +179,19 @@ class ItemScheduler:
     def owns(self, peer: Peer) -> bool:
         return False  # any worker serves any item
 
-    def reassign(self, lost: Peer, heirs: Sequence[Peer]) -> Reassignment:
+    def reassign(self, lost: Peer, heirs: Sequence[Peer], confirmed_dead: bool) -> Reassignment:
+        self._serving.discard(lost)
         units = self._ledger.take_back(lost)
-        if units and not heirs:
-            return Reassignment([], 0, "no worker is left to serve the source")
-        sends = [self._unit(unit.seq, unit.work, heirs) for unit in units]
+        serving = [peer for peer in heirs if peer in self._serving]
+        if not serving:  # they wait for a worker to join (the loop bounds the wait)
+            self._orphans += units
+            return Reassignment([], len(units))
+        sends = [self._unit(unit.seq, unit.work, serving) for unit in units]
         return Reassignment(sends, len(units))
+
+    @property
+    def waiting_for_workers(self) -> bool:
+        return bool(self._orphans) or not self._serving
 
     @property
     def finished(self) -> bool:
@@ -220,6 +236,8 @@ class GeneratorScheduler:
         self._plan_done = False
         self._next_seq = 0
         self._answered = 0  # pulls answered: with a batch, or with nothing (refunded)
+        self._vacant = 0  # shards whose worker was lost and not yet replaced
+        self._members: set[Peer] = set()  # the workers whose shards make the epochs
 
     def next_units(self, gate: CreditGate, peers: Sequence[Peer]) -> list[Send]:
         sends = []
@@ -236,8 +254,8 @@ class GeneratorScheduler:
                 continue
             live = [p for p in self._active if p in peers]
             if not live or (steps is not None and self._asked >= steps):
-                if len(self._ledger):
-                    break
+                if len(self._ledger) or (self._vacant and not live):
+                    break  # answers on their way, or a lost shard waits for its new worker
                 self._end_epoch(self._epoch)
                 continue
             if gate.available <= 0:
@@ -254,6 +272,7 @@ class GeneratorScheduler:
         return sends
 
     def _start_epoch(self, epoch: int, peers: Sequence[Peer]) -> None:
+        peers = [peer for peer in peers if peer in self._members]
         for peer in peers:
             if peer not in self._passes or peer in self._ended:
                 self._passes[peer] = epoch  # a new pass, numbered by the epoch it starts in
@@ -310,8 +329,35 @@ class GeneratorScheduler:
     def owns(self, peer: Peer) -> bool:
         return True  # its shard lives in it
 
-    def reassign(self, lost: Peer, heirs: Sequence[Peer]) -> Reassignment:
-        return Reassignment([], 0, "a generator's shard lives in its worker and cannot move")
+    def add(self, peer: Peer) -> list[Send]:
+        """``peer`` took over a lost worker's shard (a new process of its generator): its
+        pass starts over in the current epoch, so that shard's elements of this epoch may
+        arrive twice (at least once)."""
+        self._vacant = max(self._vacant - 1, 0)
+        self._members.add(peer)
+        if self._epoch is not None:
+            self._passes[peer] = self._epoch
+            self._active.add(peer)
+        return []
+
+    def reassign(self, lost: Peer, heirs: Sequence[Peer], confirmed_dead: bool) -> Reassignment:
+        """A generator's shard lives in its worker: the lost worker's pulls are dropped (their
+        credits return) and its shard waits for a new process under its place
+        (:meth:`SourceScheduler.join`), which starts the shard's pass over."""
+        units = self._ledger.take_back(lost)
+        for _unit in units:
+            self._gate.refund()
+            self._asked -= 1
+            self._answered += 1
+        self._active.discard(lost)
+        self._members.discard(lost)
+        self._passes.pop(lost, None)
+        self._vacant += 1
+        return Reassignment([], 0)
+
+    @property
+    def waiting_for_workers(self) -> bool:
+        return self._vacant > 0
 
     @property
     def finished(self) -> bool:

@@ -19,11 +19,19 @@ from collections.abc import Iterator, Sequence
 from h5feed.common import elements, messages, wire
 from h5feed.common.elements import ElementSpec
 from h5feed.common.errors import SourceError
+from h5feed.common.logs import consumer_log
 from h5feed.consumer.assembly import Batch
 from h5feed.consumer.credits import CreditGate
 from h5feed.consumer.plan import Cursor
 from h5feed.consumer.scheduler import Reassignment, Send
-from h5feed.consumer.source_kinds import GENERATOR, KERAS, KINDS, KindScheduler, make_kind
+from h5feed.consumer.source_kinds import (
+    GENERATOR,
+    KERAS,
+    KINDS,
+    GeneratorScheduler,
+    KindScheduler,
+    make_kind,
+)
 from h5feed.consumer.source_options import Learnt, SourceConfig
 from h5feed.consumer.work import Peer
 
@@ -52,6 +60,10 @@ class SourceScheduler:
         self._peers: list[Peer] = []
         self._infos: dict[Peer, messages.SourceInfo] = {}
         self._kind: KindScheduler | None = None
+        self._agreed: tuple[str, int | None] | None = None  # (kind, length) once agreed
+        self._joining: set[Peer] = set()  # joined during the iteration, SOURCE sent
+        self._vacant: list[int] = []  # generator: positions of lost workers, not yet refilled
+        self._logged: set[str] = set()
 
     @property
     def resumable(self) -> bool:
@@ -83,6 +95,8 @@ class SourceScheduler:
         )
 
     def on_control(self, peer: Peer, message: messages.Message) -> list[Send]:
+        if isinstance(message, messages.SourceInfo) and peer in self._joining:
+            return self._joined(peer, message)
         if not isinstance(message, messages.SourceInfo) or self._kind is not None:
             self._counters["malformed_messages"] += 1
             return []
@@ -98,6 +112,7 @@ class SourceScheduler:
         if len(self._infos) < len(self._peers):
             return []
         kind, length, spec = self._agree()
+        self._agreed = (kind, length)
         self.learnt = Learnt(kind, spec)
         if self._start.batch and kind == GENERATOR:
             raise SourceError(
@@ -108,6 +123,8 @@ class SourceScheduler:
             kind, self.config, spec, length, self.job_id, self._epochs,
             self._start, self._counters, self._gate,
         )  # fmt: skip
+        for each in self._peers:
+            self._kind.add(each)
         return [self._source(peer, spec) for peer in self._peers]
 
     def _agree(self) -> tuple[str, int | None, ElementSpec]:
@@ -176,12 +193,52 @@ class SourceScheduler:
     def owns(self, peer: Peer) -> bool:
         return self._kind is None or self._kind.owns(peer)
 
-    def reassign(self, lost: Peer, heirs: Sequence[Peer]) -> Reassignment:
+    def reassign(self, lost: Peer, heirs: Sequence[Peer], confirmed_dead: bool) -> Reassignment:
+        self._joining.discard(lost)
         if lost not in self._peers:
             return Reassignment([], 0)  # it left before the work was shared out
         if self._kind is None:
             return Reassignment([], 0, "the source was not loaded everywhere yet")
-        return self._kind.reassign(lost, heirs)
+        if isinstance(self._kind, GeneratorScheduler):
+            self._vacant.append(self._peers.index(lost))
+        return self._kind.reassign(lost, heirs, confirmed_dead)
+
+    def join(self, peer: Peer) -> list[Send]:
+        """A joiner loads the source (SOURCE with the agreed spec) and serves once its
+        SOURCE_INFO agrees. A generator takes a joiner only into a lost worker's place (its
+        shard starts over there); otherwise generators take no joiners."""
+        if self._kind is None or self.learnt is None:
+            self._log_once(f"worker {peer} joined during the source's handshake: idle")
+            return []
+        if isinstance(self._kind, GeneratorScheduler):
+            if not self._vacant:
+                self._log_once(f"worker {peer} joined: generator sources take no new workers")
+                return []
+            self._peers[self._vacant.pop(0)] = peer
+        else:
+            self._peers.append(peer)
+        self._joining.add(peer)
+        return [self._source(peer, self.learnt.spec)]
+
+    def _joined(self, peer: Peer, info: messages.SourceInfo) -> list[Send]:
+        self._joining.discard(peer)
+        if self._kind is None or self._agreed != (info.kind, info.length):
+            self._counters["malformed_messages"] += 1
+            consumer_log(self.job_id).error(
+                "worker %s loaded %r as a %s of length %s, not as agreed %s: refused",
+                peer, self.source.source, info.kind, info.length, self._agreed,
+            )  # fmt: skip
+            return []
+        return self._kind.add(peer)
+
+    def _log_once(self, line: str) -> None:
+        if line not in self._logged:
+            self._logged.add(line)
+            consumer_log(self.job_id).info("%s", line)
+
+    @property
+    def waiting_for_workers(self) -> bool:
+        return self._kind is not None and self._kind.waiting_for_workers
 
     @property
     def finished(self) -> bool:

@@ -119,12 +119,18 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
                 data_root=options.data_root,
                 max_message_bytes=options.max_message_bytes,
                 max_open_files=options.max_open_files,
+                max_restarts=options.max_restarts,
             )
             undo.callback(self._workers.stop, grace_s=0)
             self.counters: collections.Counter[str] = collections.Counter()
             self._gate = CreditGate(options.inflight_batches, waker.wake)
             session = PeerSession(
-                self.job_id, router, self._workers, options.unit_timeout_s, self.counters
+                self.job_id,
+                router,
+                self._workers,
+                options.unit_timeout_s,
+                self.counters,
+                curve=options.curve_key is not None,
             )
             self.scheduler: Scheduler = (  # the HDF5 one makes its shared-memory pool here
                 SourceScheduler(
@@ -143,6 +149,7 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
             self.scheduler,
             options.workers,
             self.counters,
+            self._workers,
         )
         self._loop.start()
         self._finalizer = weakref.finalize(
@@ -212,7 +219,11 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
         ``next()`` waited for a batch not yet ready; ``inflight_batches`` of
         ``credit_budget``; ``queue_depth``: complete batches not yet taken; ``workers`` and
         ``hosts``: what each delivered; ``malformed_messages``, ``dropped_parts``,
-        ``reassigned_units`` (handed over from a producer that left); ``cursor``: the next
+        ``reassigned_units`` (re-sent after their worker was lost), ``peers_lost``,
+        ``workers_replaced`` (local processes started in place of dead ones),
+        ``peers_joined`` (during the iteration), ``refused_reconnects`` (a lost process back
+        without a new nonce, or under another CURVE key), ``index_mismatches`` (a worker
+        refused for a file whose copy differs); ``cursor``: the next
         batch (epoch, batch); and the verdict: ``input_bound``, ``suggested_extra_workers``,
         ``verdict`` (one line).
         """
@@ -262,6 +273,11 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
             "malformed_messages": counters["malformed_messages"],
             "dropped_parts": counters["dropped_parts"],
             "reassigned_units": counters["reassigned_units"],
+            "peers_lost": counters["peers_lost"],
+            "workers_replaced": counters["workers_replaced"],
+            "peers_joined": counters["peers_joined"],
+            "refused_reconnects": counters["refused_reconnects"],
+            "index_mismatches": counters["index_mismatches"],
             "batches_dispatched": gate.dispatched,
             "max_inflight_batches": gate.most_inflight,
             "cursor": [self.cursor.epoch, self.cursor.batch],

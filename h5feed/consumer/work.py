@@ -31,6 +31,9 @@ class Peer:
     received: RateMeter = dataclasses.field(default_factory=RateMeter)  # its DATA parts
     unit_latency_s: float | None = None  # moving average, from UNIT sent to its DATA received
     local: bool = False  # one of the iteration's own worker processes
+    nonce: str = ""  # its process's HELLO nonce (a new one under this identity: a new process)
+    key: str | None = None  # its CURVE public key (Z85), when the consumer uses CURVE
+    last_heard: float = 0.0  # when its last message arrived (liveness probes go to the quiet)
 
     def __str__(self) -> str:
         return f"{self.name} (pid {self.pid} on {self.host})"

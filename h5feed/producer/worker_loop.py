@@ -22,6 +22,7 @@ from h5feed import __version__
 from h5feed.common import messages
 from h5feed.common.curve import KeyPair, make_client
 from h5feed.common.errors import ProtocolError, VersionMismatchError
+from h5feed.common.liveness import WORKER_TIMEOUT_S, enable_heartbeats
 from h5feed.common.wire import DEFAULT_MAX_MESSAGE_BYTES
 from h5feed.producer.code_policy import NOTHING, CodePolicy
 from h5feed.producer.hdf5_job import Hdf5Job, SlotTarget, job_spec
@@ -99,6 +100,7 @@ class Worker:
         self.socket.setsockopt(zmq.ROUTING_ID, worker_id.encode())
         # Per frame: libzmq disconnects a peer that declares a larger one, unbuffered.
         self.socket.setsockopt(zmq.MAXMSGSIZE, max_message_bytes)
+        enable_heartbeats(self.socket, WORKER_TIMEOUT_S)  # see h5feed.common.liveness
         self.max_message_bytes = max_message_bytes
         if curve is not None:  # a CURVE client that also checks the consumer's key
             make_client(self.socket, *curve)
@@ -219,6 +221,8 @@ class Worker:
                 self.start_source(message)
             case messages.Unit() | messages.Items() | messages.Pull():
                 self.on_unit(message)
+            case messages.Ping():
+                pass  # the consumer checks the connection; hearing it is all (_last_heard)
             case _:
                 _log.warning("worker %s: unexpected %s message", self.worker_id, message.KIND)
 
@@ -230,8 +234,11 @@ class Worker:
             self.exit_code = 2
         if bye.refused or not self.persistent:
             self.stopping = True
-        else:  # the iteration is over: wait for the next job
+        else:  # the iteration is over (or this worker was declared lost): wait for the next job
             self.end_job()
+            # ... as a new process would: a consumer that declared this one lost (and gave its
+            # work to others) takes its hello only with a new nonce.
+            self.nonce = secrets.token_hex(16)
 
     def end_job(self) -> None:
         if self.job is not None:

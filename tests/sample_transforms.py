@@ -45,3 +45,24 @@ def sleeps(clip: np.ndarray, rng: np.random.Generator, marker: str, seconds: flo
 
     pathlib.Path(marker).write_text("sleeping")
     time.sleep(seconds)
+
+
+def exits(clip: np.ndarray, rng: np.random.Generator, code: int = 3) -> np.ndarray:
+    """A worker process that dies on every sample (a crash the consumer cannot survive)."""
+    import os
+
+    os._exit(code)
+
+
+def sleeps_once(clip: np.ndarray, rng: np.random.Generator, marker: str) -> np.ndarray:
+    """Stuck once in the whole run (the first call anywhere), then an identity transform:
+    a worker that hangs in user code while its process stays alive and answers heartbeats."""
+    import os
+    import time
+
+    try:
+        os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return clip
+    time.sleep(120)
+    return clip

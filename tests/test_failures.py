@@ -11,6 +11,8 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Callable
+from typing import Any
 
 import cv2
 import numpy as np
@@ -25,8 +27,8 @@ from h5feed.common.errors import (
     H5FeedError,
     WorkerDiedError,
     WorkerError,
-    WorkerTimeoutError,
 )
+from h5feed.consumer.stream import BatchStream
 from h5feed.producer.sample_data import write_video_file
 
 CLIP = {"clip_len": 4, "resize": (48, 64), "crop": (40, 40)}
@@ -113,41 +115,108 @@ def _stream_mid_epoch(dataset: list[pathlib.Path], **kwargs: object):  # type: i
     return stream
 
 
-def test_worker_killed_is_reported_with_its_signal(small_dataset: list[pathlib.Path]) -> None:
-    stream = _stream_mid_epoch(small_dataset)
-    os.kill(stream.worker_pids[0], signal.SIGKILL)
-    began = time.monotonic()
-    with pytest.raises(WorkerDiedError, match=r"killed by signal 9"):
-        for _ in stream:
-            pass
-    assert time.monotonic() - began < 10
-    assert wait_until_gone(stream.worker_pids) == []
+@pytest.fixture()
+def importable_transforms(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Workers import ``sample_transforms`` by path: put tests/ on their PYTHONPATH."""
+    tests = str(pathlib.Path(__file__).parent)
+    monkeypatch.setenv(
+        "PYTHONPATH", os.pathsep.join(p for p in (tests, os.environ.get("PYTHONPATH")) if p)
+    )
 
 
-def test_worker_that_exits_is_reported_with_its_exit_code(
+def _epoch_with(
+    dataset: list[pathlib.Path], during: Callable[[BatchStream, int], None], **kwargs: object
+) -> tuple[list[int], dict[str, Any], list[int]]:
+    """One epoch (batch_size 2) with ``during(stream, i)`` called after each batch: the
+    sample ids taken, the final stats, and every worker pid seen."""
+    feed = h5feed.batches(dataset, **CLIP, batch_size=2, workers=2, seed=4, **kwargs)
+    samples: list[int] = []
+    pids: set[int] = set()
+    with feed.stream() as stream:
+        for i, batch in enumerate(stream):
+            samples += batch["sample"].tolist()
+            pids |= set(stream.worker_pids)
+            during(stream, i)
+        stats = stream.stats()
+    return samples, stats, sorted(pids)
+
+
+def test_a_killed_worker_is_replaced_and_the_epoch_arrives_exactly_once(
     small_dataset: list[pathlib.Path],
 ) -> None:
-    stream = _stream_mid_epoch(small_dataset)
-    os.kill(stream.worker_pids[1], signal.SIGTERM)  # a worker leaves cleanly, exit code 0
-    with pytest.raises(WorkerDiedError, match=r"exited with code 0|left the job"):
-        for _ in stream:
-            pass
-    assert wait_until_gone(stream.worker_pids) == []
+    def kill_one(stream: BatchStream, i: int) -> None:
+        if i == 1:
+            os.kill(stream.worker_pids[0], signal.SIGKILL)
+
+    samples, stats, pids = _epoch_with(small_dataset, kill_one)
+    assert sorted(samples) == list(range(24))
+    assert stats["workers_replaced"] == 1 and stats["peers_lost"] == 1
+    assert len(pids) == 3  # the two first, and the replacement
+    assert wait_until_gone(pids) == []
 
 
-def test_worker_that_hangs_times_out(small_dataset: list[pathlib.Path]) -> None:
-    stream = _stream_mid_epoch(small_dataset, unit_timeout_s=2.0)
-    hung = stream.worker_pids[0]
-    os.kill(hung, signal.SIGSTOP)
+def test_a_worker_that_leaves_with_sigterm_is_replaced(small_dataset: list[pathlib.Path]) -> None:
+    def term_one(stream: BatchStream, i: int) -> None:
+        if i == 1:
+            os.kill(stream.worker_pids[1], signal.SIGTERM)  # it says BYE, exit code 0
+
+    samples, stats, pids = _epoch_with(small_dataset, term_one)
+    assert sorted(samples) == list(range(24))
+    assert stats["workers_replaced"] == 1
+    assert wait_until_gone(pids) == []
+
+
+def test_a_worker_that_dies_on_every_start_ends_the_iteration_naming_its_exit(
+    small_dataset: list[pathlib.Path], importable_transforms: None
+) -> None:
+    feed = h5feed.batches(
+        small_dataset, **CLIP, workers=1, max_restarts=1, transform="sample_transforms:exits"
+    )
     began = time.monotonic()
+    with pytest.raises(WorkerDiedError, match=r"died 2 times within 60 s \(max_restarts=1\)"):
+        list(feed)
+    assert time.monotonic() - began < 30
+    assert wait_until_gone(own_worker_pids()) == []
+
+
+def test_a_stopped_worker_is_lost_by_liveness_killed_and_replaced(
+    small_dataset: list[pathlib.Path],
+) -> None:
+    stopped: list[int] = []
+
+    def stop_one(stream: BatchStream, i: int) -> None:
+        if i == 1:
+            stopped.append(stream.worker_pids[0])
+            os.kill(stopped[0], signal.SIGSTOP)  # alive, silent: no heartbeat answers
+
     try:
-        with pytest.raises(WorkerTimeoutError, match="returned nothing for"):
-            for _ in stream:
-                pass
-        assert time.monotonic() - began < 15
+        samples, stats, pids = _epoch_with(
+            small_dataset, stop_one, peer_timeout_s=2.0, unit_timeout_s=120.0
+        )
     finally:
-        os.kill(hung, signal.SIGCONT) if wait_until_gone([hung], 5) else None
-    assert wait_until_gone(stream.worker_pids) == []
+        for pid in stopped:  # only if the test failed before the consumer killed it
+            if wait_until_gone([pid], 0.1):
+                os.kill(pid, signal.SIGCONT)
+    assert sorted(samples) == list(range(24))
+    assert stats["workers_replaced"] == 1  # by liveness: unit_timeout_s is 120 s
+    assert wait_until_gone(pids) == []
+
+
+def test_a_worker_stuck_in_its_transform_is_lost_by_its_deadline(
+    small_dataset: list[pathlib.Path], tmp_path: pathlib.Path, importable_transforms: None
+) -> None:
+    marker = str(tmp_path / "stuck-once")
+    samples, stats, pids = _epoch_with(
+        small_dataset,
+        lambda stream, i: None,
+        transform="sample_transforms:sleeps_once",
+        transform_args={"marker": marker},
+        unit_timeout_s=3.0,
+    )
+    assert os.path.exists(marker)  # one call hung (and answered heartbeats all along)
+    assert sorted(samples) == list(range(24))
+    assert stats["workers_replaced"] == 1
+    assert wait_until_gone(pids) == []
 
 
 def test_malformed_messages_are_dropped_and_counted(small_dataset: list[pathlib.Path]) -> None:

@@ -272,7 +272,7 @@ class PeerSession:
             peer = next((p for p in self.peers.values() if p.name == name), None)
             if peer is not None:
                 self.lose(peer, "exited", how)
-            elif name not in self._joined_names:  # it exited before its hello
+            else:  # it exited before its hello (a first start, or a replacement)
                 ghost = Peer(name.encode(), name, pid, "localhost")
                 ghost.local = True
                 self.events.append(PeerLost(ghost, "exited", how))

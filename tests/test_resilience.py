@@ -7,18 +7,25 @@ batches received (a seeded schedule), and every wait is bounded."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import pathlib
 import random
 import signal
+import socket
 import subprocess
+import sys
 import time
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
-from conftest import _alive, wait_until_gone, worker_pids
+from conftest import SMALL, _alive, wait_until_gone, worker_pids
 from test_producers import CLIP, free_port, remote_feed, start_producer
 
 import h5feed
+from h5feed.common.errors import DataError
+from h5feed.producer.sample_data import make_sample_dataset
 
 KILLS = 21
 
@@ -150,7 +157,140 @@ def test_a_producer_started_mid_epoch_delivers_units_in_that_epoch(
                 _stop(process)
 
 
+def _workers(stream: Any) -> list[dict[str, Any]]:
+    workers: list[dict[str, Any]] = stream.stats()["workers"]
+    return workers
+
+
 def _delivered(stats: dict[str, object], name: str) -> bool:
     workers = stats["workers"]
     assert isinstance(workers, list)
     return any(w["name"].startswith(name) and w["clips"] > 0 for w in workers)
+
+
+@pytest.fixture(scope="module")
+def other_copies(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    """Files of the same names as small_dataset's, with other videos (another host's copy)."""
+    root = tmp_path_factory.mktemp("other-copies")
+    make_sample_dataset(root, dataclasses.replace(SMALL, seed=SMALL.seed + 1))
+    return root
+
+
+def test_a_joiner_with_another_copy_of_a_file_is_refused_for_it(
+    port: int, small_dataset: list[pathlib.Path], other_copies: pathlib.Path
+) -> None:
+    first = start_producer(port, small_dataset[0].parent, "first")
+    late: subprocess.Popen[str] | None = None
+    try:
+        feed = remote_feed(port, small_dataset, batch_size=1, seed=8, max_inflight_batches=2)
+        samples: list[int] = []
+        with feed.stream() as stream:
+            for i, batch in enumerate(stream):
+                samples += batch["sample"].tolist()
+                if i == 1:
+                    late = start_producer(port, other_copies, "late")
+                if i == 2:  # hold the epoch until the joiner's INDEX was compared
+                    deadline = time.monotonic() + 60
+                    while stream.stats()["index_mismatches"] < 1:
+                        assert time.monotonic() < deadline, "no INDEX of the joiner compared"
+                        time.sleep(0.1)
+            stats = stream.stats()
+        assert sorted(samples) == list(range(24))  # all from the planned copies
+        assert stats["index_mismatches"] >= 1 and not _delivered(stats, "late")
+    finally:
+        for process in (first, late):
+            if process is not None:
+                _stop(process)
+
+
+def test_an_heir_with_another_copy_ends_the_run_naming_host_file_and_video(
+    port: int, small_dataset: list[pathlib.Path], other_copies: pathlib.Path
+) -> None:
+    first = start_producer(port, small_dataset[0].parent, "first")
+    other = start_producer(port, other_copies, "other")
+    try:
+        feed = remote_feed(port, small_dataset[:2], batch_size=1, seed=8, join_grace_s=3.0)
+        with feed.stream() as stream:
+            next(stream)
+            owners = {w["name"].split("-")[0]: w["files"] for w in stream.stats()["workers"]}
+            assert owners == {"first": 1, "other": 1}  # each indexed one file: its own copy
+            # "other" indexed its own copy of its file: that is the plan. When "first" goes,
+            # its file must move to "other", whose copy of it differs from the plan.
+            first.kill()
+            for pid in worker_pids(first.pid):
+                os.kill(pid, signal.SIGKILL)
+            with pytest.raises(DataError) as caught:
+                for _ in stream:
+                    pass
+        message = str(caught.value)
+        assert socket.gethostname() in message and "video" in message
+        assert any(p.name in message for p in small_dataset[:2])
+    finally:
+        for process in (first, other):
+            _stop(process)
+
+
+@pytest.fixture()
+def namespace() -> Iterator[tuple[str, str, str]]:
+    """A network namespace joined to this one by a veth pair: (its name, the host-side link,
+    this side's address). Needs root (CI runs as root); removed whatever happens."""
+    tag = f"h5f{os.getpid() % 100000}"
+    name, host_link, ns_link = f"{tag}ns", f"{tag}h", f"{tag}n"
+    octet = os.getpid() % 250 + 1
+    host_ip, ns_ip = f"10.231.{octet}.1", f"10.231.{octet}.2"
+    steps = [
+        ["ip", "netns", "add", name],
+        ["ip", "link", "add", host_link, "type", "veth", "peer", "name", ns_link],
+        ["ip", "link", "set", ns_link, "netns", name],
+        ["ip", "addr", "add", f"{host_ip}/30", "dev", host_link],
+        ["ip", "link", "set", host_link, "up"],
+        ["ip", "netns", "exec", name, "ip", "addr", "add", f"{ns_ip}/30", "dev", ns_link],
+        ["ip", "netns", "exec", name, "ip", "link", "set", ns_link, "up"],
+        ["ip", "netns", "exec", name, "ip", "link", "set", "lo", "up"],
+    ]
+    try:
+        for step in steps:
+            subprocess.run(step, check=True, capture_output=True, timeout=30)
+        yield name, host_link, host_ip
+    finally:
+        subprocess.run(["ip", "link", "del", host_link], capture_output=True, timeout=30)
+        subprocess.run(["ip", "netns", "del", name], capture_output=True, timeout=30)
+
+
+def test_a_producer_whose_link_goes_down_is_reassigned_within_peer_timeout(
+    port: int, small_dataset: list[pathlib.Path], namespace: tuple[str, str, str]
+) -> None:
+    name, host_link, host_ip = namespace
+    producer = subprocess.Popen(
+        ["ip", "netns", "exec", name, sys.executable, "-m", "h5feed", "produce",
+         "--data-root", str(small_dataset[0].parent), "--workers", "1", "--name", "far",
+         "--connect", f"tcp://{host_ip}:{port}", "--insecure"],
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        with pytest.warns(h5feed.InsecureWarning):
+            feed = h5feed.batches(
+                [p.name for p in small_dataset], data_root=str(small_dataset[0].parent),
+                workers=1, listen=f"tcp://{host_ip}:{port}", insecure=True, join_grace_s=5.0,
+                **CLIP, batch_size=1, seed=10, peer_timeout_s=3.0, max_inflight_batches=2,
+            )  # fmt: skip
+        samples: list[int] = []
+        cut_at = 0.0
+        with feed.stream() as stream:
+            for i, batch in enumerate(stream):
+                samples += batch["sample"].tolist()
+                deadline = time.monotonic() + 60
+                while i == 0 and not any(w["name"].startswith("far") for w in _workers(stream)):
+                    assert time.monotonic() < deadline, "the producer in the namespace never came"
+                    time.sleep(0.1)
+                if not cut_at and _delivered(stream.stats(), "far"):
+                    subprocess.run(["ip", "link", "set", host_link, "down"], check=True, timeout=30)
+                    cut_at = time.monotonic()
+                elif cut_at and i < 23:
+                    assert time.monotonic() - cut_at < 3.0 + 10, "not reassigned in time"
+            stats = stream.stats()
+        assert cut_at, "the producer in the namespace never delivered a part"
+        assert sorted(samples) == list(range(24))
+        assert stats["peers_lost"] == 1 and stats["reassigned_units"] >= 0
+    finally:
+        _stop(producer)

@@ -260,3 +260,22 @@ def test_a_refused_slot_sends_rows_over_the_socket_for_that_job_only(
             pool.close()
         worker.socket.close(linger=0)
         worker.context.term()
+
+
+def test_a_slot_held_for_a_live_writer_returns_only_once_it_is_gone() -> None:
+    pool = SlotPool(4096, "held")
+    writer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        slot = pool.acquire()
+        pool.hold_until_gone(slot, writer.pid)
+        pool.release(slot)  # its batch is done, but the writer may still write
+        assert pool.held_back == 1
+        assert pool.acquire() is not slot  # a new slot instead
+        writer.kill()
+        writer.wait(10)
+        assert pool.held_back == 0
+        assert pool.acquire() is slot  # back in the pool once its writer has ended
+    finally:
+        if writer.poll() is None:
+            writer.kill()
+        pool.close()

@@ -7,7 +7,9 @@ Names and meaning (all start with ``h5feed_``):
   ``batches_total``, ``clips_total``, ``bytes_total`` (taken by the trainer),
   ``input_wait_seconds_total`` (time tf.data waited for a batch not yet ready, from each
   iteration's first batch), ``malformed_messages_total``, ``dropped_parts_total``,
-  ``reassigned_units_total``, ``iterations_total``;
+  ``reassigned_units_total``, ``peers_lost_total``, ``workers_replaced_total``,
+  ``peers_joined_total``, ``refused_reconnects_total``, ``index_mismatches_total``,
+  ``iterations_total``;
 * gauges of now: ``input_wait_ratio`` (recent 10 s share), ``input_bound`` (0/1),
   ``suggested_extra_workers``, ``inflight_batches``, ``credit_budget_batches``,
   ``queue_depth_batches``, ``startup_seconds``, ``running``;
@@ -43,7 +45,12 @@ _TOTALS = (
     ("wait_s", "h5feed_input_wait_seconds", "Time tf.data waited for a batch not yet ready"),
     ("malformed_messages", "h5feed_malformed_messages", "Malformed messages dropped"),
     ("dropped_parts", "h5feed_dropped_parts", "Unexpected or duplicate parts dropped"),
-    ("reassigned_units", "h5feed_reassigned_units", "Units re-sent after a producer left"),
+    ("reassigned_units", "h5feed_reassigned_units", "Units re-sent after their worker was lost"),
+    ("peers_lost", "h5feed_peers_lost", "Workers lost (exited, killed, vanished, stuck, left)"),
+    ("workers_replaced", "h5feed_workers_replaced", "Local workers started in place of dead ones"),
+    ("peers_joined", "h5feed_peers_joined", "Workers that joined during an iteration"),
+    ("refused_reconnects", "h5feed_refused_reconnects", "Lost processes refused on their return"),
+    ("index_mismatches", "h5feed_index_mismatches", "Workers refused for a differing file copy"),
 )
 
 #: stats() keys shown as gauges: (key, metric name, help).

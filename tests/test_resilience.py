@@ -294,3 +294,42 @@ def test_a_producer_whose_link_goes_down_is_reassigned_within_peer_timeout(
         assert stats["peers_lost"] == 1 and stats["reassigned_units"] >= 0
     finally:
         _stop(producer)
+
+
+def test_a_stopped_producer_is_lost_then_refused_with_its_old_nonce_then_rejoins(
+    port: int, small_dataset: list[pathlib.Path]
+) -> None:
+    producers = [start_producer(port, small_dataset[0].parent, f"p{i}") for i in range(2)]
+    stopped: list[int] = []
+    try:
+        feed = remote_feed(port, small_dataset, batch_size=1, seed=11, peer_timeout_s=3.0)
+        samples: list[int] = []
+        with feed.stream() as stream:
+            for i, batch in enumerate(stream):
+                samples += batch["sample"].tolist()
+                if i == 2:  # alive but silent: no heartbeat answers
+                    stopped = worker_pids(producers[0].pid)
+                    for pid in stopped:
+                        os.kill(pid, signal.SIGSTOP)
+                if i == 3:  # lost by liveness; then back, first as the same process
+                    _wait_for(stream, "peers_lost", 1)
+                    for pid in stopped:
+                        os.kill(pid, signal.SIGCONT)
+                    _wait_for(stream, "refused_reconnects", 1)
+                    _wait_for(stream, "peers_joined", 1)  # then with a new nonce
+            stats = stream.stats()
+        assert sorted(samples) == list(range(24))
+        assert stats["refused_reconnects"] == 1 and stats["peers_joined"] == 1
+    finally:
+        for pid in stopped:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+        for process in producers:
+            _stop(process)
+
+
+def _wait_for(stream: Any, counter: str, at_least: int) -> None:
+    deadline = time.monotonic() + 60
+    while stream.stats()[counter] < at_least:
+        assert time.monotonic() < deadline, f"{counter} stayed below {at_least}"
+        time.sleep(0.1)

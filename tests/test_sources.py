@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import pathlib
 import signal
+import time
 from typing import Any
 
 import numpy as np
@@ -356,3 +357,54 @@ def test_model_fit_on_a_source_dataset() -> None:
     model.compile("sgd", "mse")
     history = model.fit(ds.map(lambda b: (b["x"] / 32.0, b["i"])), epochs=1, verbose=0)
     assert len(history.history["loss"]) == 1 and np.isfinite(history.history["loss"][0])
+
+
+def test_a_keras_source_worker_replaced_mid_run_replays_on_epoch_end() -> None:
+    pytest.importorskip("keras")
+    feed = h5feed.batches(
+        source="user_keras:Batches", source_args={"n_batches": 6, "batch": 4, "rows": 22},
+        shuffle=False, epochs=4, workers=2, max_inflight_batches=2, **FAST,
+    )  # fmt: skip
+    got = []
+    killed, killed_pid = "", 0
+    stats: dict[str, Any] = {}
+    with feed.stream() as stream:
+        for i, (x, ended) in enumerate(stream):
+            got.append((int(x[0, 0]) // 4, int(ended[0])))
+            if i == 6:  # early in epoch 1: the replacement serves later epochs
+                killed_pid = stream.worker_pids[0]
+                killed = next(
+                    w["name"] for w in stream.stats()["workers"] if w["pid"] == killed_pid
+                )
+                os.kill(killed_pid, signal.SIGKILL)
+            deadline = time.monotonic() + 60
+            while i == 7 and stream.stats()["peers_joined"] < 1:  # until the replacement is in
+                assert time.monotonic() < deadline, "no replacement joined"
+                time.sleep(0.05)
+            if i == 7:  # then the other one: from here on only new processes serve
+                os.kill(stream.worker_pids[1], signal.SIGKILL)
+            if i == 22:
+                stats = stream.stats()
+    assert [b for b, _ in got] == list(range(6)) * 4  # each batch once per epoch, in order
+    # Whoever made a batch of epoch e had called on_epoch_end e times: the replacement too.
+    assert [ended for _, ended in got] == [i // 6 for i in range(24)]
+    assert stats["workers_replaced"] == 2
+    [replacement] = [w for w in stats["workers"] if w["name"] == killed]
+    assert replacement["pid"] != killed_pid
+
+
+def test_a_generator_worker_killed_mid_epoch_restarts_its_shard_at_least_once() -> None:
+    feed = h5feed.batches(
+        source="user_sources:count_up", source_args={"n": 40}, batch_size=2, workers=2,
+        max_inflight_batches=2, **FAST,
+    )  # fmt: skip
+    values: list[int] = []
+    with feed.stream() as stream:
+        for i, batch in enumerate(stream):
+            values += batch["value"].tolist()
+            if i == 3:
+                os.kill(stream.worker_pids[0], signal.SIGKILL)
+        stats = stream.stats()
+    assert set(values) == set(range(40))  # nothing lost ...
+    assert len(values) >= 40  # ... and what the lost shard had sent may come again
+    assert stats["workers_replaced"] == 1

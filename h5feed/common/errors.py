@@ -59,11 +59,12 @@ class WorkerError(H5FeedError):
 
 
 class WorkerDiedError(H5FeedError):
-    """A worker process exited while the consumer still needed it."""
+    """A worker died more often than ``max_restarts`` allows, or its work cannot move."""
 
 
 class WorkerTimeoutError(H5FeedError):
-    """A worker held a unit of work longer than the unit timeout (it hangs or is far too slow)."""
+    """The workers' handshake got no answer within the unit timeout (a stuck worker holding
+    units is not an error: it is replaced; see README Guarantees)."""
 
 
 class NoWorkersError(H5FeedError):

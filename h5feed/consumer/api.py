@@ -176,9 +176,11 @@ def dataset(
       random place, or centred with ``crop_mode="center"``) and, with ``flip``, mirrored
       horizontally with probability 1/2.
     * ``shard=(i, n)``: this consumer gets the i-th of n disjoint parts of every epoch.
-    * Failures in workers (bad file, bad frame, a worker that dies or hangs beyond
-      ``unit_timeout_s``) end the iteration with an error naming file, video and frame, raised
-      by TensorFlow as ``tf.errors.UnknownError`` whose message holds h5feed's error.
+    * Errors in workers (bad file, bad frame, a raising transform) end the iteration with an
+      error naming file, video and frame, raised by TensorFlow as ``tf.errors.UnknownError``
+      whose message holds h5feed's error. A worker process that dies, vanishes
+      (``peer_timeout_s``) or hangs (``unit_timeout_s``) is replaced or handed over, every
+      sample still exactly once (README "Guarantees").
 
     ``source="package.module:factory"``: your own code in the workers instead of HDF5 files
     (``source_args``, ``output_signature``, ``ragged``, ``steps_per_epoch``); see

@@ -21,7 +21,15 @@ from typing import Any
 
 import pytest
 from conftest import SMALL, _alive, wait_until_gone, worker_pids
-from test_producers import CLIP, free_port, remote_feed, start_producer
+from test_producers import (
+    CLIP,
+    curve_args,
+    curve_setup,
+    free_port,
+    make_keys,
+    remote_feed,
+    start_producer,
+)
 
 import h5feed
 from h5feed.common.errors import DataError
@@ -333,3 +341,33 @@ def _wait_for(stream: Any, counter: str, at_least: int) -> None:
     while stream.stats()[counter] < at_least:
         assert time.monotonic() < deadline, f"{counter} stayed below {at_least}"
         time.sleep(0.1)
+
+
+def test_an_identity_cannot_be_taken_over_with_another_curve_key(
+    port: int, tmp_path: pathlib.Path, small_dataset: list[pathlib.Path]
+) -> None:
+    keys, authorized = curve_setup(tmp_path, "good")
+    make_keys(keys, "thief")  # a listed key too: admitted, but not as "good"'s identity
+    (authorized / "thief.key").write_bytes((keys / "thief.key").read_bytes())
+    root = small_dataset[0].parent
+    good = start_producer(port, root, "good", curve_args(keys, "good"))
+    thief: subprocess.Popen[str] | None = None
+    try:
+        feed = remote_feed(
+            port, small_dataset, batch_size=1, seed=12, peer_timeout_s=3.0,
+            curve_key=str(keys / "trainer.key_secret"), curve_authorized=str(authorized),
+        )  # fmt: skip
+        with feed.stream() as stream:
+            next(stream)
+            good.kill()
+            for pid in worker_pids(good.pid):
+                os.kill(pid, signal.SIGKILL)
+            _wait_for(stream, "peers_lost", 1)
+            # Same name (identity "good-0"), a new nonce, another key: refused.
+            thief = start_producer(port, root, "good", curve_args(keys, "thief"))
+            _wait_for(stream, "refused_reconnects", 1)
+            assert stream.stats()["peers_joined"] == 0
+    finally:
+        for process in (good, thief):
+            if process is not None:
+                _stop(process)

@@ -28,7 +28,7 @@ from h5feed.common import messages
 from h5feed.common.errors import WorkerDiedError, WorkerError
 from h5feed.consumer.events import PeerLost
 from h5feed.consumer.scheduler import Reassignment, Scheduler
-from h5feed.consumer.session import PeerSession
+from h5feed.consumer.session import PeerSession, describe_exit
 from h5feed.consumer.work import Peer
 
 
@@ -51,7 +51,7 @@ def recover(
             return Reassignment([], 0)  # a worker with nothing to do left: nothing is lost
         code = workers.kill(peer.name)  # a stuck or stopped one must never write again
         if code is not None and cause in ("unreachable", "deadline"):
-            reason = f"{reason}; killed" if code == -9 else f"{reason}; {_ended(code)}"
+            reason = f"{reason}; killed" if code == -9 else f"{reason}; {describe_exit(code)}"
         pid = workers.replace(peer.name)  # WorkerDiedError past max_restarts
         session.counters["workers_replaced"] += 1
         session.log.warning(
@@ -78,7 +78,3 @@ def worker_error(peer: Peer, error: messages.Error, scheduler: Scheduler) -> Wor
     """The exception a worker's ERROR becomes, naming the worker and the unit."""
     where = f" in {scheduler.describe(error.unit)}" if error.unit is not None else ""
     return WorkerError(f"{peer}{where}", error.type, error.message, error.traceback)
-
-
-def _ended(code: int) -> str:
-    return f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"

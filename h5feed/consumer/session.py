@@ -104,12 +104,12 @@ class PeerSession:
         self.refused: list[str] = []  # "identity: why", for error messages
         self.counters = counters  # malformed_messages, dropped_parts (shared with the loop's)
         self._gone: set[bytes] = set()  # left, lost, refused, or joined too late
-        self._joined_names: set[str] = set()
         self._exits_reported: dict[str, int] = {}  # local name -> pid whose exit was reported
         self._last_nonce: dict[bytes, str] = {}  # identity -> nonce of its last peer
         self._last_key: dict[bytes, str | None] = {}  # identity -> CURVE key of its last peer
         self._stale_told: set[tuple[bytes, str]] = set()  # (identity, nonce) sent BYE once
         self._probed: dict[bytes, float] = {}  # identity -> when it was last sent a PING
+        self._lost_pids: set[int] = set()  # of peers lost: their exit is no second loss
         self._malformed: dict[bytes, int] = {}  # identity -> messages dropped as malformed
         self._last_logged: dict[bytes, tuple[float, int]] = {}  # (when, dropped since)
         self._banned: set[bytes] = set()  # refused for malformed traffic: never decoded
@@ -174,7 +174,6 @@ class PeerSession:
         self.peers[identity] = peer
         self._last_nonce[identity] = hello.nonce
         self._last_key[identity] = key
-        self._joined_names.add(peer.name)
         self.events.append(PeerJoined(peer))
 
     def _stale(self, identity: bytes, hello: messages.Hello) -> None:
@@ -259,16 +258,17 @@ class PeerSession:
         """``peer`` is gone: remove it and queue one ``PeerLost``."""
         if self.peers.pop(peer.identity, None) is not None:
             self._gone.add(peer.identity)
+            self._lost_pids.add(peer.pid)
             self.events.append(PeerLost(peer, cause, reason))
 
     def check(self, now: float) -> None:
         """Queue ``PeerLost`` for local workers that exited and peers past their deadline;
         probe the peers not heard from lately (a failed probe queues ``PeerLost``)."""
         for name, pid, code in self.exited_locals():
-            if self._exits_reported.get(name) == pid:
-                continue
+            if self._exits_reported.get(name) == pid or pid in self._lost_pids:
+                continue  # reported, or its peer was lost already (BYE, unreachable)
             self._exits_reported[name] = pid
-            how = _ended(code)
+            how = describe_exit(code)
             peer = next((p for p in self.peers.values() if p.name == name), None)
             if peer is not None:
                 self.lose(peer, "exited", how)
@@ -301,19 +301,6 @@ class PeerSession:
         """(name, pid, exit code) of the local workers that are no longer running."""
         return self._local.exited() if self._local is not None else []
 
-    def wait_for_exit(self, name: str, timeout_s: float) -> str | None:
-        """How local worker ``name`` ended ("exited with code 3"), waiting up to ``timeout_s``
-        for its process to be fully gone (its socket closes a moment before); None if it is
-        still running then."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            for exited, _pid, code in self.exited_locals():
-                if exited == name:
-                    return _ended(code)
-            if time.monotonic() >= deadline:
-                return None
-            time.sleep(0.02)
-
 
 def _user_id(frames: Sequence[object]) -> str | None:
     """The CURVE key (Z85) ZeroMQ's authenticator gave the connection ``frames`` came on."""
@@ -327,5 +314,5 @@ def _user_id(frames: Sequence[object]) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
-def _ended(code: int) -> str:
+def describe_exit(code: int) -> str:
     return f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"

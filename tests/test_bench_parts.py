@@ -5,6 +5,8 @@ The end-to-end runs are in test_bench_smoke.py.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import pathlib
 
 import numpy as np
@@ -217,3 +219,19 @@ def test_parallel_per_core_limit_checks_as_one_copy_and_needs_two_workers() -> N
         ("h5feed", 2),
         ("h5feed", 4),
     ]
+
+
+def test_the_soak_benchmark_runs_kills_and_checks_each_epoch(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from benchmarks import soak
+
+    small = dataclasses.replace(soak.DATA, files=2, videos_per_file=6, max_frames=24)
+    monkeypatch.setattr(soak, "DATA", small)
+    out = tmp_path / "soak.json"
+    argv = ["--minutes", "0.12", "--kill-every", "2", "--sample-every", "1", "--warmup", "2"]
+    assert soak.main([*argv, "--json", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["kills"] >= 2 and result["workers_replaced"] >= result["kills"] - 1
+    assert result["epochs_checked_exactly_once"] >= 1
+    assert {"trainer_rss_mb", "trainer_fds", "worker_rss_mb"} <= set(result["samples"][0])

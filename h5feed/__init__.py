@@ -17,6 +17,7 @@ from h5feed.common.errors import (
     InsecureWarning,
     NoWorkersError,
     ProtocolError,
+    ResumeError,
     SourceError,
     VersionMismatchError,
     WorkerDiedError,
@@ -32,14 +33,17 @@ logging.getLogger("h5feed").addHandler(logging.NullHandler())
 
 if TYPE_CHECKING:
     from h5feed.consumer.api import batches, dataset
+    from h5feed.consumer.backup import backup_and_restore as BackupAndRestore
     from h5feed.consumer.keras_callback import input_wait_callback
 
 __all__ = [
+    "BackupAndRestore",
     "DataError",
     "H5FeedError",
     "InsecureWarning",
     "NoWorkersError",
     "ProtocolError",
+    "ResumeError",
     "SourceError",
     "VersionMismatchError",
     "WorkerDiedError",
@@ -59,6 +63,10 @@ def __getattr__(name: str) -> Any:
         from h5feed.consumer import api
 
         return getattr(api, name)
+    if name == "BackupAndRestore":  # Keras is imported when one is made, not here
+        from h5feed.consumer import backup
+
+        return backup.backup_and_restore
     if name == "input_wait_callback":
         from h5feed.consumer import keras_callback
 

@@ -117,6 +117,7 @@ def test_readme_parameter_table_shows_every_default_as_the_dataclasses_have_it()
     tf_only = inspect.signature(api.dataset).parameters  # dataset()'s own: prefetch, keys
     assert rows.pop("prefetch") == repr(tf_only["prefetch"].default)
     assert rows.pop("keys") == repr(tf_only["keys"].default).replace("'", '"')
+    assert rows.pop("resume") == repr(tf_only["resume"].default)
     assert rows == describe_parameters()
 
 
@@ -125,6 +126,7 @@ def test_a_wrong_readme_default_is_caught() -> None:
     rows = _readme_table()
     rows["clip_len"] = "8"
     rows.pop("prefetch")
+    rows.pop("resume")
     assert rows != describe_parameters()
 
 

@@ -81,3 +81,8 @@ class InsecureWarning(UserWarning):
     """An address reachable from other hosts is used without CURVE keys because the caller
     said ``insecure=True`` (``--insecure``): anyone who reaches it can take part in the run.
     A ``UserWarning``, so Python shows it by default, whatever logging is configured."""
+
+
+class ResumeError(H5FeedError):
+    """A resume state (``resume=``) that cannot be used: saved by another dataset (the
+    message names every fingerprint field that differs), of another format, or malformed."""

@@ -11,8 +11,9 @@ from typing import TYPE_CHECKING, Any, Unpack
 import numpy as np
 
 from h5feed.common.exposure import warn_insecure_listen
+from h5feed.consumer import known_index, resume
 from h5feed.consumer.metrics import start_feed_metrics
-from h5feed.consumer.options import FeedConfig, FeedKwargs, hdf_config
+from h5feed.consumer.options import FeedConfig, FeedKwargs, HdfConfig, hdf_config
 from h5feed.consumer.plan import Cursor
 from h5feed.consumer.source_options import Learnt
 from h5feed.consumer.stream import BATCH_KEYS, POSITION_KEYS, BatchStream
@@ -27,11 +28,32 @@ class Feed:
     """A re-iterable source of batches: every ``iter()`` starts workers and runs ``epochs``
     epochs, continuing the epoch count of the previous iteration (so three iterations of a
     one-epoch feed see epochs 0, 1 and 2: three different plans). Thread-safe to iterate from
-    several threads, each iteration with its own workers."""
+    several threads, each iteration with its own workers.
 
-    def __init__(self, config: FeedConfig) -> None:
+    ``resume`` (see :mod:`h5feed.consumer.resume`): the first iteration starts there (and
+    leaves out the batches the state lists as taken); its fingerprint is checked against this
+    feed's at once (ResumeError naming the fields that differ), its ``index`` part when the
+    index is known. :attr:`length` is the batches per epoch once known (from the index the
+    consumer remembers for these files, else once an iteration's workers indexed them)."""
+
+    def __init__(self, config: FeedConfig, resume_from: Any = None) -> None:
         self.config = config
-        self._next_epoch = 0
+        self.fingerprint = resume.fingerprint(config)
+        self.length: int | None = None
+        if isinstance(config, HdfConfig):
+            known = known_index.load(config)
+            if known is not None:
+                self._learn_index(resume.index_digest(known), known.num_videos)
+        point = resume.resume_point(resume_from) if resume_from is not None else None
+        if point is not None and point.fingerprint:
+            resume.check(point.fingerprint, self.fingerprint)
+        start = point.cursor if point is not None else Cursor()
+        if self.length is not None and start.batch >= self.length:  # (e, len) is (e + 1, 0)
+            start = Cursor(start.epoch + start.batch // self.length, start.batch % self.length)
+        #: Where the first iteration starts (a resumed feed's position, else (0, 0)).
+        self.start = start
+        self._resume = point
+        self._next_epoch = start.epoch
         self._lock = threading.Lock()
         self._current: weakref.ref[BatchStream] | None = None
         self._last_stats: dict[str, Any] | None = None
@@ -58,12 +80,34 @@ class Feed:
         with self._lock:
             first = self._next_epoch
             self._next_epoch = first + epochs if epochs is not None else first
+            point, self._resume = self._resume, None
+        start, skip = Cursor(first, 0), frozenset[tuple[int, int]]()
+        fingerprint = dict(self.fingerprint)
+        if point is not None:  # the first iteration of a resumed feed
+            start, skip = self.start, point.taken
+            saved = (point.fingerprint or {}).get("index")
+            if saved is not None:
+                fingerprint.setdefault("index", saved)  # checked once the index is built
         stream = BatchStream(
-            self.config, Cursor(first, 0), epochs, on_close=self._keep_stats, learnt=self._known()
+            self.config,
+            start,
+            epochs,
+            on_close=self._keep_stats,
+            learnt=self._known(),
+            skip=skip,
+            fingerprint=fingerprint,
+            on_index=self._learn_index,
         )
         self._started(stream)
         self._current = weakref.ref(stream)
         return stream
+
+    def _learn_index(self, digest: str, videos: int) -> None:
+        """The index of the files is known: its hash joins the fingerprint, and the epoch's
+        length is known from now on."""
+        self.fingerprint["index"] = digest
+        samples = videos * self.config.options.clips_per_video
+        self.length = resume.epoch_batches(samples, self.config)
 
     def _known(self) -> Learnt | None:
         """What the next iteration starts from, learnt by earlier ones (a source's kind and
@@ -95,7 +139,9 @@ class Feed:
         return self.stream()
 
 
-def batches(files: PathsLike | None = None, **kwargs: Unpack[FeedKwargs]) -> Feed:
+def batches(
+    files: PathsLike | None = None, *, resume: Any = None, **kwargs: Unpack[FeedKwargs]
+) -> Feed:
     """Batches of video clips as NumPy dicts, decoded by ``workers`` local processes.
 
     Same arguments and semantics as :func:`dataset`, without TensorFlow. Each batch is a dict:
@@ -108,12 +154,16 @@ def batches(files: PathsLike | None = None, **kwargs: Unpack[FeedKwargs]) -> Fee
     ``source="package.module:factory"`` (with ``source_args``, ``ragged``,
     ``steps_per_epoch``) runs your own code in the workers instead: see
     ``h5feed/consumer/source_api.py`` and README "Your own Python code in the workers".
+
+    ``resume``: continue where an earlier run stopped: a stream's ``state()``, a bare
+    ``{"epoch": e, "batch": b}`` (a custom loop's own count), or a backup directory of
+    ``h5feed.BackupAndRestore``; see :mod:`h5feed.consumer.resume` and README "Resume".
     """
     if kwargs.get("source") is not None:
         from h5feed.consumer.source_api import SourceFeed, make_source_config
 
-        return SourceFeed(make_source_config(files, kwargs))
-    return Feed(hdf_config(files, kwargs))
+        return SourceFeed(make_source_config(files, kwargs), resume)
+    return Feed(hdf_config(files, kwargs), resume)
 
 
 def dataset(
@@ -121,6 +171,7 @@ def dataset(
     *,
     prefetch: int | None = -1,
     keys: Sequence[str] = BATCH_KEYS,
+    resume: Any = None,
     **kwargs: Unpack[FeedKwargs],
 ) -> tf.data.Dataset:
     """A ``tf.data.Dataset`` of batches of video clips, decoded in worker processes.
@@ -197,7 +248,17 @@ def dataset(
     (Not for ``source=``: a source's elements are the user's own trees.)
 
     ``prefetch``: batches tf.data prefetches after the generator (-1: ``tf.data.AUTOTUNE``,
-    0/None: no prefetch). End the pipeline with
+    0/None: no prefetch). ``resume``: where to continue (a state, ``{"epoch": e, "batch":
+    b}``, or an ``h5feed.BackupAndRestore`` backup directory): see :func:`batches`.
+
+    Known length: when the index of the files is known before iteration (remembered from an
+    earlier iteration over the same files, see :mod:`h5feed.consumer.known_index`), the
+    dataset carries its cardinality (batches per epoch x ``epochs``), so Keras shows the
+    steps of each epoch. A dataset resumed inside an epoch (its first iteration is shorter)
+    reports the full epoch's length to Keras, which ends that first epoch early, with its
+    "Your input ran out of data" warning; see README "Resume".
+
+    End the pipeline with
     ``.apply(tf.data.experimental.prefetch_to_device("/gpu:0"))`` to overlap host-to-GPU
     copies with training.
     """
@@ -212,7 +273,7 @@ def dataset(
         )
     if kwargs.get("source") is not None and keys != BATCH_KEYS:
         raise TypeError("h5feed: keys= does not apply to source= (elements are your own)")
-    feed = batches(files, **kwargs)
+    feed = batches(files, resume=resume, **kwargs)
     spec, first = signature.feed_signature(feed, keys)  # may start the first iteration
     element = signature.element_maker(feed.config, spec, keys)
     pending = [first] if first is not None else []
@@ -243,8 +304,34 @@ def feed_dataset(
     ds = tf.data.Dataset.from_generator(generate, output_signature=signature)
     if prefetch:
         ds = ds.prefetch(tf.data.AUTOTUNE if prefetch < 0 else prefetch)
+    epochs = feed.config.options.epochs
+    if feed.length is not None and epochs is not None:
+        cardinality = feed.length * epochs
+        if feed.start.batch == 0:
+            ds = ds.apply(tf.data.experimental.assert_cardinality(cardinality))
+        else:  # a shorter first iteration: tf.data's own cardinality would be an error
+            ds = _reporting_length(ds, cardinality)
+    ds.feed = feed  # h5feed.BackupAndRestore reads the position and fingerprint here
     # ds.stats(): the pipeline's figures (see Feed.stats); datasets derived with .map() etc.
     # do not carry it, so keep a reference to this one.
     ds.stats = feed.stats
     ds.metrics_port = feed.metrics_port  # None without metrics_port / $H5FEED_METRICS_PORT
+    return ds
+
+
+def _reporting_length(ds: tf.data.Dataset, cardinality: int) -> tf.data.Dataset:
+    """``ds`` telling ``cardinality`` to whoever asks (Keras: its steps per epoch) without
+    tf.data enforcing it, and datasets derived with ``.map()``/``.prefetch()`` the same: a
+    resumed first iteration is shorter, which ``assert_cardinality`` refuses with an error,
+    whereas Keras ends that epoch early and goes on (see README "Resume")."""
+    import tensorflow as tf
+
+    map_, prefetch_ = ds.map, ds.prefetch
+
+    def cardinality_() -> tf.Tensor:
+        return tf.constant(cardinality, tf.int64)
+
+    ds.cardinality = cardinality_
+    ds.map = lambda *a, **k: _reporting_length(map_(*a, **k), cardinality)
+    ds.prefetch = lambda *a, **k: _reporting_length(prefetch_(*a, **k), cardinality)
     return ds

@@ -63,8 +63,8 @@ class SourceFeed(Feed):
 
     config: SourceConfig
 
-    def __init__(self, config: SourceConfig) -> None:
-        super().__init__(config)
+    def __init__(self, config: SourceConfig, resume_from: Any = None) -> None:
+        super().__init__(config, resume_from)
         self._learnt: Learnt | None = None
         self._learning: weakref.ref[BatchStream] | None = None  # the iteration that probes
 

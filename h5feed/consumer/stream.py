@@ -25,21 +25,22 @@ import threading
 import time
 import uuid
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, cast
 
 import numpy as np
 
-from h5feed.common.errors import H5FeedError
+from h5feed.common.errors import H5FeedError, ResumeError
 from h5feed.common.exposure import is_local_address
 from h5feed.common.logs import with_ids
+from h5feed.consumer import known_index, resume
 from h5feed.consumer.assembly import Batch
 from h5feed.consumer.credits import CreditGate
 from h5feed.consumer.hdf5_scheduler import HdfScheduler
 from h5feed.consumer.local_workers import LocalWorkers
 from h5feed.consumer.loop import END, FAILED, FeedLoop
 from h5feed.consumer.memory import keep_freed_memory_mapped
-from h5feed.consumer.options import FeedConfig
+from h5feed.consumer.options import FeedConfig, HdfConfig
 from h5feed.consumer.plan import Cursor
 from h5feed.consumer.router import Router
 from h5feed.consumer.scheduler import Scheduler
@@ -66,7 +67,13 @@ _live_streams: weakref.WeakSet[BatchStream] = weakref.WeakSet()
 
 class BatchStream(Iterator[dict[str, np.ndarray]]):
     """Iterates the batches of ``epochs`` epochs (None: forever) from ``start``; a source's
-    workers are given ``learnt`` (kind and spec an earlier iteration was told), if any."""
+    workers are given ``learnt`` (kind and spec an earlier iteration was told), if any.
+
+    ``skip``: batches (epoch, index) above ``start`` the trainer took already (a resumed
+    ``deterministic=False`` run): made, but not yielded. ``fingerprint``: the feed's
+    (:mod:`h5feed.consumer.resume`); its ``index`` part, when given, is checked against the
+    index the workers build (ResumeError from ``next()`` when they differ). :meth:`state`
+    says exactly what ``next()`` has returned."""
 
     def __init__(
         self,
@@ -75,11 +82,21 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
         epochs: int | None,
         on_close: Callable[[dict[str, Any]], None] | None = None,
         learnt: Learnt | None = None,
+        skip: frozenset[tuple[int, int]] = frozenset(),
+        fingerprint: Mapping[str, Any] | None = None,
+        on_index: Callable[[str, int], None] | None = None,
     ) -> None:
         self.config = config
         self._on_close = on_close
         self.job_id = uuid.uuid4().hex
         self.cursor = start  # the next batch the trainer takes (deterministic order)
+        self._skip = set(skip)
+        self._fingerprint = dict(fingerprint or resume.fingerprint(config))
+        self._progress = resume.Progress(
+            resume.ResumePoint(start, frozenset(skip)), config.options.deterministic
+        )
+        self._index_checked = False
+        self._on_index = on_index
         self._closed = threading.Event()
         self._waited = WaitMeter()
         self._taken = RateMeter()
@@ -187,7 +204,13 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
                     raise H5FeedError(f"the h5feed loop failed: {error!r}") from error
                 batch: Batch = item
                 self._gate.take()
+                if not self._index_checked:
+                    self._check_index()
+                if (batch.epoch, batch.index) in self._skip:  # taken before the resume
+                    self._skip.discard((batch.epoch, batch.index))
+                    continue
                 self.cursor = Cursor(batch.epoch, batch.index + 1)
+                self._progress.take(batch.epoch, batch.index)
                 if batch.element is not None:  # a user source's batch (source=)
                     self._taken.record(batch.rows, batch.nbytes)
                     return cast(dict[str, np.ndarray], batch.element)
@@ -196,6 +219,38 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
                 return batch.arrays
         finally:
             self._waited.record(time.monotonic() - began)
+
+    def _check_index(self) -> None:
+        """Once the HDF5 index is built: compare it with the resumed state's, learn the
+        epoch's length, and remember the index for the next dataset over these files."""
+        self._index_checked = True
+        config = self.config
+        index = self.scheduler.index if isinstance(self.scheduler, HdfScheduler) else None
+        if index is None or not isinstance(config, HdfConfig):
+            return
+        digest = resume.index_digest(index)
+        saved = self._fingerprint.get("index")
+        if saved is not None and saved != digest:
+            self.close()
+            raise ResumeError(
+                "the resume state was saved by another dataset (or other data): "
+                f"index: saved {saved!r}, now {digest!r} (a file's videos, frame counts or "
+                "labels changed). Resume with the same files and plan options, or start afresh."
+            )
+        self._fingerprint["index"] = digest
+        samples = index.num_videos * config.options.clips_per_video
+        self._progress.set_length(resume.epoch_batches(samples, config))
+        if saved is None:
+            known_index.store(config, index)
+        if self._on_index is not None:
+            self._on_index(digest, index.num_videos)
+
+    def state(self) -> dict[str, Any]:
+        """A small JSON-able dict of exactly what ``next()`` has returned (see
+        :mod:`h5feed.consumer.resume`): ``h5feed.batches(..., resume=state)`` in a new process
+        continues with the next batch (and, ``deterministic=False``, leaves out the batches
+        listed as taken). Call it between ``next()`` calls (from the thread that calls it)."""
+        return self._progress.point(self._fingerprint).to_state()
 
     def close(self) -> None:
         """Stop the workers and release everything; idempotent, safe from any thread."""

@@ -1,0 +1,132 @@
+"""``h5feed.BackupAndRestore``: Keras's ``BackupAndRestore`` that also resumes the data.
+
+Keras's callback restores the weights mid-epoch but restarts the epoch's data at its first
+batch, and a second kill in a resumed epoch saves epoch 0 (its counter starts at 0 in every
+``fit``). This one saves the model as Keras does (``model.save_weights``, optimizer included)
+and h5feed's position at the same moments, and restores both.
+
+Guarantees:
+
+1. The position is what the model trained on: Keras's step count (``on_train_batch_end``'s
+   step, with ``steps_per_execution`` the last step of the execution, never more than the
+   epoch has), not what tf.data prefetched. An epoch's end is the next epoch's batch 0.
+2. A save is one commit: the weights go to the one of two files (``h5feed-a`` / ``h5feed-b``
+   ``.weights.h5``) the current position does not name, then the position (epoch, batch,
+   fingerprint, that weights file) is written atomically. A kill at any moment leaves a
+   position and the weights it names, saved together: resuming trains each batch of the
+   uninterrupted run exactly once from that checkpoint on.
+3. Restoring sets Keras's initial epoch and its own epoch counter to the saved epoch, so a
+   second kill inside a resumed epoch saves that epoch, not 0.
+4. The dataset must be ``h5feed.dataset(..., resume=backup_dir)`` (``epochs=1``, the
+   default: one Keras epoch is one plan epoch): a dataset that does not start where the
+   backup says, or whose fingerprint differs, is a ResumeError at ``on_train_begin``.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from h5feed.common.errors import ResumeError
+from h5feed.consumer import resume
+from h5feed.consumer.api import Feed
+from h5feed.consumer.plan import Cursor
+
+_WEIGHTS = ("h5feed-a.weights.h5", "h5feed-b.weights.h5")
+
+
+def backup_and_restore(
+    backup_dir: str,
+    dataset: Any,
+    save_freq: str | int = "epoch",
+    double_checkpoint: bool = False,
+    delete_checkpoint: bool = True,
+) -> Any:
+    """A ``keras.callbacks.BackupAndRestore`` (a subclass instance) for ``model.fit(dataset,
+    ...)`` that also saves h5feed's position (see the module docstring). Same arguments as
+    Keras's, plus ``dataset``: the one ``h5feed.dataset(..., resume=backup_dir)`` returned
+    (not one derived from it with ``.map()``: that one lacks the feed). ``double_checkpoint``
+    is accepted for compatibility: the previous weights file is always kept."""
+    import keras
+
+    found = getattr(dataset, "feed", None)
+    if not isinstance(found, Feed):
+        raise TypeError(
+            "h5feed.BackupAndRestore: dataset= must be the dataset h5feed.dataset() returned"
+        )
+    feed: Feed = found
+    if feed.config.options.epochs != 1:
+        raise ValueError(
+            "h5feed.BackupAndRestore needs a dataset with epochs=1 (one Keras epoch is one "
+            f"plan epoch), got epochs={feed.config.options.epochs}"
+        )
+
+    class BackupAndRestore(keras.callbacks.BackupAndRestore):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__(backup_dir, save_freq, double_checkpoint, delete_checkpoint)
+            self._feed = feed
+            self._restored: Cursor = feed.start
+            self._epoch = 0
+            self._offset = 0  # the plan batch this fit's epoch started at
+            self._position = Cursor()
+            self._weights: str | None = None  # the file the saved position names
+
+        def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
+            state = resume.read_position(self.backup_dir)
+            if state is None:
+                return
+            point = resume.ResumePoint.from_state(state)
+            resume.check(point.fingerprint or {}, self._feed.fingerprint)
+            cursor = self._normal(point.cursor)
+            if cursor != self._feed.start:
+                raise ResumeError(
+                    f"the backup in {self.backup_dir} is at epoch {cursor.epoch}, batch "
+                    f"{cursor.batch}, but the dataset starts at epoch {self._feed.start.epoch}, "
+                    f"batch {self._feed.start.batch}: make it with h5feed.dataset(..., "
+                    f"resume={self.backup_dir!r})"
+                )
+            weights = state.get("weights")
+            if weights not in _WEIGHTS:
+                raise ResumeError(f"{self.backup_dir}: the position names no weights file")
+            if not self.model.built:
+                raise ValueError("BackupAndRestore needs the model built before fit()")
+            if self.model.optimizer is not None and not self.model.optimizer.built:
+                self.model.optimizer.build(self.model.trainable_variables)
+            self.model.load_weights(os.path.join(self.backup_dir, weights))
+            self._weights = weights
+            self._restored = cursor
+            self.model._initial_epoch = cursor.epoch
+            self._current_epoch = cursor.epoch
+
+        def _normal(self, cursor: Cursor) -> Cursor:
+            length = self._feed.length
+            if length is not None and cursor.batch >= length:
+                return Cursor(cursor.epoch + 1, 0)
+            return cursor
+
+        def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+            self._epoch = self._current_epoch = epoch  # Keras's counter, right after a restore
+            self._offset = self._restored.batch if epoch == self._restored.epoch else 0
+            self._position = Cursor(epoch, self._offset)
+
+        def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
+            trained = self._offset + batch + 1
+            length = self._feed.length
+            if length is not None:  # the last execution of an epoch may be partial
+                trained = min(trained, length)
+            self._position = self._normal(Cursor(self._epoch, trained))
+            super().on_train_batch_end(batch, logs)
+
+        def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+            self._position = Cursor(epoch + 1, 0)
+            super().on_epoch_end(epoch, logs)
+
+        def _save_model(self) -> None:
+            os.makedirs(self.backup_dir, exist_ok=True)
+            weights = _WEIGHTS[1] if self._weights == _WEIGHTS[0] else _WEIGHTS[0]
+            self.model.save_weights(os.path.join(self.backup_dir, weights), overwrite=True)
+            state = resume.ResumePoint(self._position, frozenset(), self._feed.fingerprint)
+            resume.write_position(self.backup_dir, {**state.to_state(), "weights": weights})
+            self._weights = weights
+
+    return BackupAndRestore()

@@ -1,0 +1,97 @@
+"""The index of a feed's files, remembered by the consumer, so the next ``dataset()`` over the
+same files knows its length (and its index fingerprint) before any worker starts.
+
+The workers' per-file cache (``h5feed/producer/index_cache.py``) is keyed by the layout as
+recognised after opening each file, which the consumer cannot do (it never opens HDF5
+files). So the consumer keeps its own record: once an iteration's index is built, the whole
+index is written under ``<index_cache>/feeds/``, keyed by every file's resolved path, size
+and modification time (ns) and the layout as given. Any change to a file, to the list or to
+the layout gives another key, so a stale record is never used.
+
+Guarantees: a record is written atomically and read bounded (at most ``_MAX_RECORD_BYTES``,
+checked field by field); a missing, corrupt or unreadable record is a miss (the length is
+then unknown until the workers index the files), never an error. Nothing is written when
+``index_cache`` is off, or with ``data_root`` when the files are not visible here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import pathlib
+
+import msgpack
+
+from h5feed.common.atomic import atomic_file
+from h5feed.consumer.options import HdfConfig
+from h5feed.consumer.plan import Index
+
+_log = logging.getLogger("h5feed.consumer")
+#: A record larger than this is not read (about 10 million videos' worth).
+_MAX_RECORD_BYTES = 1 << 30
+_SUBDIR = "feeds"
+
+
+def _key(config: HdfConfig) -> str | None:
+    root = config.options.data_root
+    ident = [json.dumps(config.layout.to_wire(), sort_keys=True)]
+    for path in config.files:
+        full = os.path.join(root, path) if root else path
+        try:
+            st = os.stat(full)
+        except OSError:
+            return None
+        ident.append(f"{os.path.realpath(full)}\0{st.st_size}\0{st.st_mtime_ns}")
+    return hashlib.sha256("\n".join(ident).encode()).hexdigest()
+
+
+def _path(config: HdfConfig) -> pathlib.Path | None:
+    cache = config.options.index_cache
+    key = _key(config) if cache else None
+    return None if cache is None or key is None else pathlib.Path(cache) / _SUBDIR / key
+
+
+def load(config: HdfConfig) -> Index | None:
+    """The remembered index of ``config``'s files, or None (a miss)."""
+    path = _path(config)
+    if path is None:
+        return None
+    try:
+        with open(path, "rb") as handle:
+            raw = handle.read(_MAX_RECORD_BYTES + 1)
+        if len(raw) > _MAX_RECORD_BYTES:
+            return None
+        files = msgpack.unpackb(raw, raw=False)
+        if not isinstance(files, list) or len(files) != len(config.files):
+            return None
+        videos = [
+            [(str(name), int(frames), int(label)) for name, frames, label in entries]
+            for entries in files
+        ]
+    except (OSError, ValueError, TypeError, msgpack.UnpackException):
+        return None
+    return Index.build(config.files, videos)
+
+
+def store(config: HdfConfig, index: Index) -> None:
+    """Remember ``index`` for ``config``'s files; failures only cost a later miss."""
+    path = _path(config)
+    if path is None:
+        return
+    per_file: list[list[tuple[str, int, int]]] = [[] for _ in config.files]
+    for file_index, name, frames, label in zip(
+        index.file_of_video.tolist(),
+        index.names.tolist(),
+        index.frames.tolist(),
+        index.labels.tolist(),
+        strict=True,
+    ):
+        per_file[file_index].append((name.decode(), frames, label))
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_file(str(path)) as tmp, open(tmp, "wb") as out:
+            out.write(msgpack.packb(per_file, use_bin_type=True))
+    except OSError as exc:  # a read-only or full cache directory must not stop training
+        _log.warning("feed index not remembered in %s: %s", path.parent, exc)

@@ -1,0 +1,272 @@
+"""Where an iteration resumes: the state format, the fingerprint, and the position file.
+
+A *state* is a small JSON-able dict saying how far a trainer got::
+
+    {"format": 1, "epoch": e, "batch": b, "taken": [[e2, b2], ...],
+     "fingerprint": {"seed": 0, "batch_size": 8, ..., "index": "9f2c..."}}
+
+``(epoch, batch)`` is the lowest batch of the plan not yet taken (``Cursor(e, b)``);
+``taken`` lists the batches taken above it (only ``deterministic=False`` has any: batches
+leave as they complete); ``fingerprint`` names what decides the stream. Resuming from it
+continues with batch ``(e, b)`` and leaves out the ``taken`` ones: the union of what the
+first run took and what the resumed one yields is exactly the uninterrupted stream.
+
+Guarantees:
+
+1. The fingerprint covers what decides the batches: the files (their names in plan order,
+   ``files``, known up front; the index — every video's name, frame count and label —
+   ``index``, known once the workers indexed the files), seed, shuffle, batch size,
+   ``drop_remainder``, clips per video and their placement, the clip and layout options,
+   ``shard``, a source and its arguments. Not the number of workers, prefetch, timeouts,
+   ``listen``, metrics or memory options: resuming with another worker count gives the same
+   batches. The files' directory is not part of it (only their names), so a dataset moved
+   elsewhere still resumes.
+2. Each part is stored, not only one hash, so a mismatch (:class:`~h5feed.common.errors.
+   ResumeError`) names every field that differs. The up-front parts are checked when the
+   dataset is made; ``index`` when the plan starts (or up front when the index is known from
+   :mod:`h5feed.consumer.known_index`).
+3. ``{"epoch": e, "batch": b}`` alone (a custom loop's own step count) is accepted and
+   checked against nothing.
+4. A state of another ``format`` is refused (ResumeError), never guessed at.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import pathlib
+from collections.abc import Mapping
+from typing import Any
+
+from h5feed.common.atomic import atomic_file
+from h5feed.common.errors import ResumeError
+from h5feed.consumer.options import FeedConfig, HdfConfig
+from h5feed.consumer.plan import Cursor, Index
+
+FORMAT_VERSION = 1
+#: The file in a backup directory (``h5feed.BackupAndRestore``) holding h5feed's position.
+POSITION_FILE = "h5feed_position.json"
+#: A state file larger than this is not a state (it is read before it is parsed).
+_MAX_STATE_BYTES = 1 << 20
+#: ``taken`` entries a state may list (deterministic=False: bounded by the credit budget).
+_MAX_TAKEN = 1 << 16
+
+
+def _digest(value: Any) -> str:
+    text = json.dumps(value, sort_keys=True, default=repr, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def fingerprint(config: FeedConfig) -> dict[str, Any]:
+    """The up-front parts of ``config``'s fingerprint (everything but ``index``)."""
+    options = config.options
+    parts: dict[str, Any] = {
+        "seed": options.seed,
+        "shuffle": options.shuffle,
+        "batch_size": options.batch_size,
+        "drop_remainder": options.drop_remainder,
+        "shard": list(options.shard),
+    }
+    if isinstance(config, HdfConfig):
+        parts.update(
+            files=_digest([os.path.basename(f) for f in config.files]),
+            file_count=len(config.files),
+            clips_per_video=options.clips_per_video,
+            clip_start=options.clip_start,
+            clip=_digest(config.clip.to_wire()),
+            layout=_digest(config.layout.to_wire()),
+        )
+    else:
+        parts.update(
+            source=config.source,
+            source_args=_digest(dict(config.args)),
+            steps_per_epoch=config.steps_per_epoch,
+            ragged=_digest(config.ragged),
+        )
+    return parts
+
+
+def index_digest(index: Index) -> str:
+    """A hash of the index: per video, its file's name, its name, frame count and label."""
+    digest = hashlib.sha256()
+    for name, path, frames, label in zip(
+        index.names.tolist(),
+        index.file_names.tolist(),
+        index.frames.tolist(),
+        index.labels.tolist(),
+        strict=True,
+    ):
+        digest.update(os.path.basename(path.decode(errors="replace")).encode() + b"\0")
+        digest.update(name + b"\0" + f"{frames}\0{label}\n".encode())
+    return digest.hexdigest()[:16]
+
+
+def differences(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
+    """``"field: saved X, now Y"`` for every field both have and that differs, and for a
+    field only one has (``index`` aside: it is compared once both know it)."""
+    found = []
+    for key in sorted(set(saved) | set(current)):
+        if key == "index" and (key not in saved or key not in current):
+            continue
+        if saved.get(key, "(absent)") != current.get(key, "(absent)"):
+            found.append(f"{key}: saved {saved.get(key, '(absent)')!r}, now "
+                         f"{current.get(key, '(absent)')!r}")  # fmt: skip
+    return found
+
+
+def check(saved: Mapping[str, Any], current: Mapping[str, Any]) -> None:
+    """ResumeError naming every field of the fingerprints that differs."""
+    diff = differences(saved, current)
+    if diff:
+        raise ResumeError(
+            "the resume state was saved by another dataset (or other data): "
+            + "; ".join(diff)
+            + ". Resume with the same files and plan options, or start afresh."
+        )
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ResumePoint:
+    """Where an iteration resumes: ``cursor``, the batches above it already taken, and the
+    fingerprint to check (None: a custom loop's bare position, checked against nothing)."""
+
+    cursor: Cursor
+    taken: frozenset[tuple[int, int]] = frozenset()
+    fingerprint: Mapping[str, Any] | None = None
+
+    def to_state(self) -> dict[str, Any]:
+        """The JSON-able state (see the module docstring)."""
+        return {
+            "format": FORMAT_VERSION,
+            "epoch": self.cursor.epoch,
+            "batch": self.cursor.batch,
+            "taken": [list(t) for t in sorted(self.taken)],
+            "fingerprint": dict(self.fingerprint or {}),
+        }
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, Any]) -> ResumePoint:
+        """A point from a state dict or a bare ``{"epoch": e, "batch": b}``; ResumeError for
+        anything else."""
+        if not isinstance(state, Mapping):
+            raise ResumeError(f"a resume state is a dict, got {type(state).__name__}")
+        version = state.get("format", FORMAT_VERSION if "fingerprint" not in state else None)
+        if version != FORMAT_VERSION:
+            raise ResumeError(
+                f"resume state format {version!r} is not supported (this h5feed writes "
+                f"{FORMAT_VERSION})"
+            )
+        epoch, batch = state.get("epoch"), state.get("batch")
+        if not (_count(epoch) and _count(batch)):
+            raise ResumeError(
+                f"a resume state needs epoch and batch, integers >= 0; got {epoch!r}, {batch!r}"
+            )
+        taken = state.get("taken", [])
+        if not isinstance(taken, list) or len(taken) > _MAX_TAKEN:
+            raise ResumeError(f"resume state: 'taken' must be a list of at most {_MAX_TAKEN}")
+        pairs = set()
+        for entry in taken:
+            if not (isinstance(entry, list | tuple) and len(entry) == 2):
+                raise ResumeError(f"resume state: taken holds [epoch, batch] pairs: {entry!r}")
+            if not (_count(entry[0]) and _count(entry[1])):
+                raise ResumeError(f"resume state: bad taken batch {entry!r}")
+            if (entry[0], entry[1]) <= (epoch, batch):
+                raise ResumeError(f"resume state: taken batch {entry!r} is not above the cursor")
+            pairs.add((int(entry[0]), int(entry[1])))
+        found = state.get("fingerprint")
+        if found is not None and not isinstance(found, Mapping):
+            raise ResumeError("resume state: 'fingerprint' must be a dict")
+        return cls(Cursor(int(epoch), int(batch)), frozenset(pairs), found)  # type: ignore[arg-type]
+
+
+def _count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def resume_point(resume: Any) -> ResumePoint:
+    """``resume=`` of ``dataset()``/``batches()``: a state dict, a bare position, or a
+    backup directory (``h5feed.BackupAndRestore``'s: its :data:`POSITION_FILE`; a directory
+    without one starts from the beginning)."""
+    if isinstance(resume, ResumePoint):
+        return resume
+    if isinstance(resume, str | os.PathLike):
+        state = read_position(os.fspath(resume))
+        return ResumePoint(Cursor()) if state is None else ResumePoint.from_state(state)
+    return ResumePoint.from_state(resume)
+
+
+def read_position(backup_dir: str) -> dict[str, Any] | None:
+    """The state saved in ``backup_dir``, or None when there is none (a first run)."""
+    path = pathlib.Path(backup_dir) / POSITION_FILE
+    try:
+        with open(path, "rb") as handle:
+            raw = handle.read(_MAX_STATE_BYTES + 1)
+    except FileNotFoundError:
+        return None
+    if len(raw) > _MAX_STATE_BYTES:
+        raise ResumeError(f"{path} is larger than {_MAX_STATE_BYTES} bytes: not a state")
+    try:
+        state = json.loads(raw)
+    except ValueError as exc:
+        raise ResumeError(f"{path} is not a resume state: {exc}") from None
+    if not isinstance(state, dict):
+        raise ResumeError(f"{path} is not a resume state (not a JSON object)")
+    return state
+
+
+def write_position(backup_dir: str, state: Mapping[str, Any]) -> None:
+    """Write ``state`` to ``backup_dir`` atomically (a reader sees the old or the new one)."""
+    os.makedirs(backup_dir, exist_ok=True)
+    final = os.path.join(backup_dir, POSITION_FILE)
+    with atomic_file(final) as tmp, open(tmp, "w") as out:
+        json.dump(state, out, sort_keys=True)
+
+
+def epoch_batches(samples: int, config: FeedConfig) -> int:
+    """Batches in one epoch of a plan over ``samples`` samples (videos x clips per video, or
+    a map source's items), for this config's shard, batch size and ``drop_remainder``."""
+    options = config.options
+    index, count = options.shard
+    size = len(range(index, samples, count))
+    batch = options.batch_size
+    return size // batch if options.drop_remainder else -(-size // batch)
+
+
+class Progress:
+    """What the trainer has taken, as a resume point: the lowest untaken batch and the ones
+    taken above it. ``length(epoch)`` gives an epoch's batch count once known (None before),
+    so a cursor at an epoch's end rolls over to the next epoch's batch 0."""
+
+    def __init__(self, start: ResumePoint, ordered: bool) -> None:
+        self.cursor = start.cursor
+        self._ordered = ordered  # batches come in plan order: each one is the cursor's
+        self.taken: set[tuple[int, int]] = set(start.taken)
+        self.length: int | None = None  # batches per epoch (the same for every epoch)
+
+    def take(self, epoch: int, batch: int) -> None:
+        if self._ordered:
+            self.cursor = Cursor(epoch, batch + 1)
+        else:
+            self.taken.add((epoch, batch))
+        self._advance()
+
+    def set_length(self, length: int) -> None:
+        self.length = length
+        self._advance()
+
+    def _advance(self) -> None:
+        cursor = self.cursor
+        while True:
+            if self.length is not None and cursor.batch >= self.length:
+                cursor = Cursor(cursor.epoch + 1, cursor.batch - self.length)
+            elif (cursor.epoch, cursor.batch) in self.taken:
+                self.taken.discard((cursor.epoch, cursor.batch))
+                cursor = Cursor(cursor.epoch, cursor.batch + 1)
+            else:
+                break
+        self.cursor = cursor
+
+    def point(self, fingerprint: Mapping[str, Any]) -> ResumePoint:
+        return ResumePoint(self.cursor, frozenset(self.taken), dict(fingerprint))

@@ -47,6 +47,11 @@ class Feed:
         point = resume.resume_point(resume_from) if resume_from is not None else None
         if point is not None and point.fingerprint:
             resume.check(point.fingerprint, self.fingerprint)
+            if self.length is None and point.length is not None:
+                # The saver's epoch length (the index it came from is checked at the first
+                # batch, as the fingerprint's "index"): Keras needs it up front, see
+                # resume.ResumePoint.length.
+                self.length = point.length
         start = point.cursor if point is not None else Cursor()
         if self.length is not None and start.batch >= self.length:  # (e, len) is (e + 1, 0)
             start = Cursor(start.epoch + start.batch // self.length, start.batch % self.length)

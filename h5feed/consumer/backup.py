@@ -17,6 +17,10 @@ Guarantees:
    uninterrupted run exactly once from that checkpoint on.
 3. Restoring sets Keras's initial epoch and its own epoch counter to the saved epoch, so a
    second kill inside a resumed epoch saves that epoch, not 0.
+   The position also holds the epoch's length, so a dataset resumed where its index is not
+   remembered (``index_cache=False``, a fresh machine) still tells Keras the full length;
+   without it Keras would take the shorter resumed epoch's length for every later epoch and
+   skip their last batches (tests/test_backup_restore.py pins both).
 4. The dataset must be ``h5feed.dataset(..., resume=backup_dir)`` (``epochs=1``, the
    default: one Keras epoch is one plan epoch): a dataset that does not start where the
    backup says, or whose fingerprint differs, is a ResumeError at ``on_train_begin``.
@@ -125,7 +129,9 @@ def backup_and_restore(
             os.makedirs(self.backup_dir, exist_ok=True)
             weights = _WEIGHTS[1] if self._weights == _WEIGHTS[0] else _WEIGHTS[0]
             self.model.save_weights(os.path.join(self.backup_dir, weights), overwrite=True)
-            state = resume.ResumePoint(self._position, frozenset(), self._feed.fingerprint)
+            state = resume.ResumePoint(
+                self._position, frozenset(), self._feed.fingerprint, self._feed.length
+            )
             resume.write_position(self.backup_dir, {**state.to_state(), "weights": weights})
             self._weights = weights
 

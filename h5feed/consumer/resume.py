@@ -25,9 +25,12 @@ Guarantees:
    ResumeError`) names every field that differs. The up-front parts are checked when the
    dataset is made; ``index`` when the plan starts (or up front when the index is known from
    :mod:`h5feed.consumer.known_index`).
-3. ``{"epoch": e, "batch": b}`` alone (a custom loop's own step count) is accepted and
+3. An optional ``"length"`` (batches per epoch; ``h5feed.BackupAndRestore`` writes it) gives
+   a resumed feed its length when the index is not remembered where it resumes, so Keras
+   runs full epochs after the shorter resumed one (see :attr:`ResumePoint.length`).
+4. ``{"epoch": e, "batch": b}`` alone (a custom loop's own step count) is accepted and
    checked against nothing.
-4. A state of another ``format`` is refused (ResumeError), never guessed at.
+5. A state of another ``format`` is refused (ResumeError), never guessed at.
 """
 
 from __future__ import annotations
@@ -135,6 +138,11 @@ class ResumePoint:
     cursor: Cursor
     taken: frozenset[tuple[int, int]] = frozenset()
     fingerprint: Mapping[str, Any] | None = None
+    #: Batches per epoch when the saver knew it (``h5feed.BackupAndRestore`` writes it): a
+    #: resumed feed whose index is not remembered here (``index_cache=False``, another
+    #: machine) still tells Keras the epoch's length. Keras would otherwise learn it from
+    #: the shorter resumed epoch and silently cut every later epoch to that many steps.
+    length: int | None = None
 
     def to_state(self) -> dict[str, Any]:
         """The JSON-able state (see the module docstring)."""
@@ -144,6 +152,7 @@ class ResumePoint:
             "batch": self.cursor.batch,
             "taken": [list(t) for t in sorted(self.taken)],
             "fingerprint": dict(self.fingerprint or {}),
+            **({"length": self.length} if self.length is not None else {}),
         }
 
     @classmethod
@@ -178,7 +187,10 @@ class ResumePoint:
         found = state.get("fingerprint")
         if found is not None and not isinstance(found, Mapping):
             raise ResumeError("resume state: 'fingerprint' must be a dict")
-        return cls(Cursor(int(epoch), int(batch)), frozenset(pairs), found)  # type: ignore[arg-type]
+        length = state.get("length")
+        if length is not None and not (_count(length) and length > 0 and found is not None):
+            raise ResumeError(f"resume state: length must be an integer > 0: {length!r}")
+        return cls(Cursor(int(epoch), int(batch)), frozenset(pairs), found, length)  # type: ignore[arg-type]
 
 
 def _count(value: object) -> bool:

@@ -6,11 +6,12 @@ import os
 import threading
 import weakref
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, Unpack
+from typing import TYPE_CHECKING, Any, Unpack, cast
 
 import numpy as np
 
 from h5feed.common.exposure import warn_insecure_listen
+from h5feed.consumer.distribute import cluster_kwargs, without_auto_shard
 from h5feed.consumer.metrics import start_feed_metrics
 from h5feed.consumer.options import FeedConfig, FeedKwargs, hdf_config
 from h5feed.consumer.plan import Cursor
@@ -174,7 +175,10 @@ def dataset(
     * Frames are resized to ``resize`` (height, width) bilinearly, cropped to ``crop`` (at a
       random place, or centred with ``crop_mode="center"``) and, with ``flip``, mirrored
       horizontally with probability 1/2.
-    * ``shard=(i, n)``: this consumer gets the i-th of n disjoint parts of every epoch.
+    * ``shard=(i, n)``: this consumer gets the i-th of n disjoint, equal parts of every
+      epoch (the last ``total % n`` samples of the epoch's order are dropped). Under a
+      multi-worker ``TF_CONFIG`` the shard is the worker's, and a contradicting ``shard=``
+      raises; tf.data's auto-sharding is off (see :mod:`h5feed.consumer.distribute`).
     * Failures in workers (bad file, bad frame, a worker that dies or hangs beyond
       ``unit_timeout_s``) end the iteration with an error naming file, video and frame, raised
       by TensorFlow as ``tf.errors.UnknownError`` whose message holds h5feed's error.
@@ -209,6 +213,8 @@ def dataset(
         )
     if kwargs.get("source") is not None and keys != BATCH_KEYS:
         raise TypeError("h5feed: keys= does not apply to source= (elements are your own)")
+    # Under a multi-worker TF_CONFIG: that worker's shard (a contradicting shard= raises).
+    kwargs = cast(FeedKwargs, cluster_kwargs(dict(kwargs), os.environ))
     feed = batches(files, **kwargs)
     spec, first = signature.feed_signature(feed, keys)  # may start the first iteration
     element = signature.element_maker(feed.config, spec, keys)
@@ -240,6 +246,7 @@ def feed_dataset(
     ds = tf.data.Dataset.from_generator(generate, output_signature=signature)
     if prefetch:
         ds = ds.prefetch(tf.data.AUTOTUNE if prefetch < 0 else prefetch)
+    ds = without_auto_shard(ds)  # h5feed shards itself; tf.distribute must not shard again
     # ds.stats(): the pipeline's figures (see Feed.stats); datasets derived with .map() etc.
     # do not carry it, so keep a reference to this one.
     ds.stats = feed.stats

@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint bench backends clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -17,8 +17,25 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/h5feed demo
 
+# Keras 3 on JAX and PyTorch without TensorFlow (tests/test_backends.py runs its scripts here):
+# jax[cpu], keras and h5feed without the tf extra, and the CPU torch wheel on disk (PyPI's torch
+# is the CUDA build, gigabytes). No wheel: an error that names it, never a silent skip.
+BACKENDS := .venv-backends
+BACKENDS_STAMP := $(BACKENDS)/.installed
+BACKENDS_TORCH_WHEEL ?= /opt/wheels/torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl
+
+$(BACKENDS_STAMP): pyproject.toml
+	@test -f '$(BACKENDS_TORCH_WHEEL)' || { echo "make backends: the CPU torch wheel $(BACKENDS_TORCH_WHEEL) is missing (set BACKENDS_TORCH_WHEEL=...)" >&2; exit 1; }
+	test -x $(BACKENDS)/bin/python || $(PYTHON) -m venv $(BACKENDS)
+	$(BACKENDS)/bin/python -m pip install --quiet --upgrade pip
+	$(BACKENDS)/bin/python -m pip install --quiet '$(BACKENDS_TORCH_WHEEL)' -e '.[backends]'
+	touch $(BACKENDS_STAMP)
+
+## backends: the virtual environment for Keras 3 on JAX and PyTorch, without TensorFlow
+backends: $(BACKENDS_STAMP)
+
 ## test: lint, type-check and the whole test suite (what CI runs)
-test: $(STAMP)
+test: $(STAMP) $(BACKENDS_STAMP)
 	$(BIN)/ruff check h5feed tests benchmarks
 	$(BIN)/ruff format --check h5feed tests benchmarks
 	$(BIN)/mypy
@@ -40,4 +57,4 @@ bench: $(BENCH_STAMP)
 	$(BIN)/h5feed bench
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build *.egg-info
+	rm -rf $(VENV) $(BACKENDS) .pytest_cache .mypy_cache .ruff_cache build *.egg-info

@@ -34,7 +34,10 @@ logging.getLogger("h5feed").addHandler(logging.NullHandler())
 if TYPE_CHECKING:
     from h5feed.consumer.api import batches, dataset
     from h5feed.consumer.backup import backup_and_restore as BackupAndRestore
+    from h5feed.consumer.distribute import distribute
     from h5feed.consumer.keras_callback import input_wait_callback
+    from h5feed.consumer.pydataset import keras_batches
+    from h5feed.consumer.torch_tensors import torch_batches
 
 __all__ = [
     "BackupAndRestore",
@@ -52,8 +55,11 @@ __all__ = [
     "__version__",
     "batches",
     "dataset",
+    "distribute",
     "input_wait_callback",
+    "keras_batches",
     "layouts",
+    "torch_batches",
 ]
 
 
@@ -67,6 +73,18 @@ def __getattr__(name: str) -> Any:
         from h5feed.consumer import backup
 
         return backup.backup_and_restore
+    if name == "distribute":  # tf.distribute (TensorFlow when called)
+        from h5feed.consumer import distribute
+
+        return distribute.distribute
+    if name == "keras_batches":  # a keras PyDataset: any Keras 3 backend, no TensorFlow
+        from h5feed.consumer import pydataset
+
+        return pydataset.keras_batches
+    if name == "torch_batches":  # torch tensors over the batch memory
+        from h5feed.consumer import torch_tensors
+
+        return torch_tensors.torch_batches
     if name == "input_wait_callback":
         from h5feed.consumer import keras_callback
 

@@ -6,12 +6,13 @@ import os
 import threading
 import weakref
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, Unpack
+from typing import TYPE_CHECKING, Any, Unpack, cast
 
 import numpy as np
 
 from h5feed.common.exposure import warn_insecure_listen
 from h5feed.consumer import known_index, resume
+from h5feed.consumer.distribute import cluster_kwargs, without_auto_shard
 from h5feed.consumer.metrics import start_feed_metrics
 from h5feed.consumer.options import FeedConfig, FeedKwargs, HdfConfig, hdf_config
 from h5feed.consumer.plan import Cursor
@@ -231,7 +232,10 @@ def dataset(
     * Frames are resized to ``resize`` (height, width) bilinearly, cropped to ``crop`` (at a
       random place, or centred with ``crop_mode="center"``) and, with ``flip``, mirrored
       horizontally with probability 1/2.
-    * ``shard=(i, n)``: this consumer gets the i-th of n disjoint parts of every epoch.
+    * ``shard=(i, n)``: this consumer gets the i-th of n disjoint, equal parts of every
+      epoch (the last ``total % n`` samples of the epoch's order are dropped). Under a
+      multi-worker ``TF_CONFIG`` the shard is the worker's, and a contradicting ``shard=``
+      raises; tf.data's auto-sharding is off (see :mod:`h5feed.consumer.distribute`).
     * Errors in workers (bad file, bad frame, a raising transform) end the iteration with an
       error naming file, video and frame, raised by TensorFlow as ``tf.errors.UnknownError``
       whose message holds h5feed's error. A worker process that dies, vanishes
@@ -278,6 +282,8 @@ def dataset(
         )
     if kwargs.get("source") is not None and keys != BATCH_KEYS:
         raise TypeError("h5feed: keys= does not apply to source= (elements are your own)")
+    # Under a multi-worker TF_CONFIG: that worker's shard (a contradicting shard= raises).
+    kwargs = cast(FeedKwargs, cluster_kwargs(dict(kwargs), os.environ))
     feed = batches(files, resume=resume, **kwargs)
     spec, first = signature.feed_signature(feed, keys)  # may start the first iteration
     element = signature.element_maker(feed.config, spec, keys)
@@ -309,6 +315,7 @@ def feed_dataset(
     ds = tf.data.Dataset.from_generator(generate, output_signature=signature)
     if prefetch:
         ds = ds.prefetch(tf.data.AUTOTUNE if prefetch < 0 else prefetch)
+    ds = without_auto_shard(ds)  # h5feed shards itself; tf.distribute must not shard again
     epochs = feed.config.options.epochs
     if feed.length is not None and epochs is not None:
         cardinality = feed.length * epochs

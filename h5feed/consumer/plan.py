@@ -8,8 +8,12 @@ a file. Guarantees (all independent of the number of workers, which never see th
    the last batch of an epoch is partial unless ``drop_remainder`` (then it is left out).
 2. ``shuffle=True``: one permutation of all samples per epoch, drawn from ``(seed, epoch)``;
    ``shuffle=False``: file order, then video order, then clip order.
-3. ``shard=(i, n)``: shard i takes every n-th sample of the epoch's order, starting at i: the n
-   shards are disjoint, their union is the epoch, their sizes differ by at most one.
+3. ``shard=(i, n)``: shard i takes every n-th sample of the epoch's order, starting at i, of
+   its first ``n * (total // n)`` samples: the n shards are disjoint and of equal size, so each
+   yields the same number of batches of the same sizes (a data-parallel step that all-reduces
+   hangs if one shard has a batch more). The last ``total % n`` samples of the epoch's order
+   (fewer than n; other ones each epoch with ``shuffle``) are left out of that epoch: the rule
+   is *drop*, as PyTorch's ``DistributedSampler(drop_last=True)``; with ``n = 1`` nothing is.
 4. A sample's clip start, crop offsets, flip and transform seed are drawn from
    ``(seed, epoch)`` and indexed by the sample id: they depend only on (seed, epoch, sample).
 """
@@ -110,15 +114,17 @@ class PlannedBatch:
 
 def epoch_order(total: int, options: PlanOptions, epoch: int) -> np.ndarray:
     """This shard's samples of one epoch, in order: a permutation of ``range(total)`` drawn
-    from ``(seed, epoch)`` (``shuffle``) or ``range(total)``, then every n-th from i
-    (``shard=(i, n)``). Also plans the items of user sources (``source=``)."""
+    from ``(seed, epoch)`` (``shuffle``) or ``range(total)``, then every n-th from i of its
+    first ``n * (total // n)`` (``shard=(i, n)``: equal shards). Also plans the items of
+    user sources (``source=``)."""
     if options.shuffle:
         rng = np.random.default_rng([options.seed, epoch, _PERMUTATION_STREAM])
         order = rng.permutation(total)
     else:
         order = np.arange(total, dtype=np.int64)
     shard_index, shard_count = options.shard
-    return order[shard_index::shard_count]
+    even = total - total % shard_count  # equal shards: see guarantee 3 (the drop rule)
+    return order[shard_index:even:shard_count]
 
 
 class EpochPlan:

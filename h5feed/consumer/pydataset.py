@@ -1,0 +1,158 @@
+"""Keras 3 on any backend (JAX, PyTorch, TensorFlow) without TensorFlow: a ``keras.utils.PyDataset``
+over ``h5feed.batches``.
+
+``keras_batches(files, x="frames", y="label", **kwargs)`` starts the feed's workers at once
+(their index tells the number of batches per epoch, which Keras then shows) and returns a
+``PyDataset`` for ``model.fit``. Guarantees:
+
+1. ``len(ds)`` is the plan's number of batches per epoch of this shard; Keras epoch k takes the
+   ``len(ds)`` batches of h5feed epoch k, so each sample once per Keras epoch (as the plan
+   says: ``shuffle``, ``seed``, ``shard``). Keras's own ``shuffle`` permutes the indices it
+   asks for; the item for an index is the stream's next batch whatever the index (h5feed
+   plans the order), so it changes nothing. Keras peeks at a few items to build the model
+   (an "epoch" of one item, plus the JAX backend's prefetch, that it does not train on): a
+   Keras epoch that ends after at most ``_GIVE_BACK`` items of ``len(ds)`` gives them back, and
+   the next one starts with them. So do not set ``fit(steps_per_epoch=)`` below
+   ``_GIVE_BACK``: a Keras epoch is an h5feed epoch.
+2. Elements are ``(x, y)`` NumPy arrays (``x`` a dict when given several keys: a model with
+   named inputs); string keys (``file``, ``video``) cannot become tensors and are refused.
+3. The feed runs epochs back to back (``epochs`` is ``fit``'s), ``deterministic`` (batches in
+   plan order, so epochs do not interleave), with Keras's ``workers=1`` thread and no Keras
+   multiprocessing: the decoding runs in h5feed's own ``workers`` processes.
+4. ``close()`` (or the end of a ``with`` block, or garbage collection) stops the workers.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from h5feed.consumer.api import PathsLike, batches
+from h5feed.consumer.hdf5_scheduler import HdfScheduler
+from h5feed.consumer.options import HdfConfig
+from h5feed.consumer.plan import EpochPlan
+from h5feed.consumer.stream import BATCH_KEYS, POSITION_KEYS, BatchStream
+
+_STRING_KEYS = ("file", "video")
+# Keras's model-building peek takes one item, the JAX backend prefetches two more: an epoch
+# that ends after at most this many items trained on none of them (see guarantee 1).
+_GIVE_BACK = 3
+
+
+def keras_batches(
+    files: PathsLike | None = None,
+    *,
+    x: str | Sequence[str] = "frames",
+    y: str | None = "label",
+    max_queue_size: int = 10,
+    **kwargs: Any,
+) -> Any:
+    """A ``keras.utils.PyDataset`` of ``(batch[x], batch[y])`` (see the module docstring);
+    the other keyword arguments are :func:`h5feed.batches`'s, less ``epochs``,
+    ``deterministic`` and ``source``."""
+    taken = sorted({"epochs", "deterministic", "source"} & set(kwargs))
+    if taken:
+        raise TypeError(
+            f"h5feed.keras_batches sets {', '.join(taken)} itself: fit(epochs=) decides the "
+            "epochs, batches come in plan order, and source= is not supported here"
+        )
+    names = (x,) if isinstance(x, str) else tuple(x)
+    wanted = [*names, *([y] if y is not None else [])]
+    for key in wanted:
+        if key in _STRING_KEYS:
+            raise ValueError(f"h5feed.keras_batches: {key!r} holds strings, not a tensor")
+        if key not in BATCH_KEYS + POSITION_KEYS:
+            raise ValueError(f"h5feed.keras_batches: unknown key {key!r}")
+    feed = batches(files, **kwargs, epochs=None, deterministic=True)
+    stream = feed.stream()
+    try:
+        first = next(stream)  # the workers have read the index: the plan's length is known
+        scheduler = stream.scheduler
+        config = feed.config
+        index = scheduler.index if isinstance(scheduler, HdfScheduler) else None
+        if index is None or not isinstance(config, HdfConfig):
+            raise TypeError("h5feed.keras_batches: an HDF5 feed's index is needed")
+        length = len(EpochPlan(index, config.clip, config.options.plan_options(), 0))
+    except BaseException:
+        stream.close()
+        raise
+    return _dataset_class()(
+        stream, first, length, names, x if isinstance(x, str) else None, y, max_queue_size
+    )
+
+
+def _dataset_class() -> type:
+    """The PyDataset subclass, made on first use (keras is imported only then)."""
+    global _CLASS
+    if _CLASS is None:
+        import keras
+
+        class FeedPyDataset(keras.utils.PyDataset):  # type: ignore[misc, name-defined]
+            """See :mod:`h5feed.consumer.pydataset`."""
+
+            def __init__(
+                self,
+                stream: BatchStream,
+                first: dict[str, np.ndarray],
+                length: int,
+                names: tuple[str, ...],
+                single: str | None,
+                y: str | None,
+                max_queue_size: int,
+            ) -> None:
+                super().__init__(
+                    workers=1, use_multiprocessing=False, max_queue_size=max_queue_size
+                )
+                self.stream = stream
+                self._pending: list[dict[str, np.ndarray]] = [first]
+                self._length = length
+                self._names, self._single, self._y = names, single, y
+                self._lock = threading.Lock()  # Keras may call from its worker thread
+                self._served: list[dict[str, np.ndarray]] = []  # this epoch's first items
+                self._served_count = 0
+
+            def __len__(self) -> int:
+                return self._length
+
+            def __getitem__(self, index: int) -> Any:
+                with self._lock:  # the next batch of the plan, whatever ``index`` (see 1.)
+                    batch = self._pending.pop(0) if self._pending else next(self.stream)
+                    self._served_count += 1
+                    # Only the first few are kept (to give back after a peek): keeping a
+                    # whole epoch's batches would hold all their memory.
+                    if self._served_count <= _GIVE_BACK:
+                        self._served.append(batch)
+                    else:
+                        self._served.clear()
+                if self._single is not None:
+                    x: Any = batch[self._single]
+                else:
+                    x = {name: batch[name] for name in self._names}
+                return (x, batch[self._y]) if self._y is not None else (x,)
+
+            def on_epoch_end(self) -> None:
+                with self._lock:
+                    if self._served_count <= min(_GIVE_BACK, self._length - 1):
+                        self._pending = self._served + self._pending  # a peek: give back
+                    self._served, self._served_count = [], 0
+
+            def stats(self) -> dict[str, Any]:
+                return self.stream.stats()
+
+            def close(self) -> None:
+                self.stream.close()
+
+            def __enter__(self) -> FeedPyDataset:
+                return self
+
+            def __exit__(self, *exc: object) -> None:
+                self.close()
+
+        _CLASS = FeedPyDataset
+    return _CLASS
+
+
+_CLASS: type | None = None

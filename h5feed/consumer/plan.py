@@ -123,8 +123,14 @@ def epoch_order(total: int, options: PlanOptions, epoch: int) -> np.ndarray:
     else:
         order = np.arange(total, dtype=np.int64)
     shard_index, shard_count = options.shard
-    even = total - total % shard_count  # equal shards: see guarantee 3 (the drop rule)
+    even = shard_size(total, options.shard) * shard_count  # guarantee 3 (the drop rule)
     return order[shard_index:even:shard_count]
+
+
+def shard_size(total: int, shard: tuple[int, int]) -> int:
+    """Samples of one shard of an epoch of ``total`` (every shard has as many: the drop
+    rule of guarantee 3)."""
+    return total // shard[1]
 
 
 class EpochPlan:

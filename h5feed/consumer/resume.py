@@ -46,7 +46,7 @@ from typing import Any
 from h5feed.common.atomic import atomic_file
 from h5feed.common.errors import ResumeError
 from h5feed.consumer.options import FeedConfig, HdfConfig
-from h5feed.consumer.plan import Cursor, Index
+from h5feed.consumer.plan import Cursor, Index, shard_size
 
 FORMAT_VERSION = 1
 #: The file in a backup directory (``h5feed.BackupAndRestore``) holding h5feed's position.
@@ -240,8 +240,7 @@ def epoch_batches(samples: int, config: FeedConfig) -> int:
     """Batches in one epoch of a plan over ``samples`` samples (videos x clips per video, or
     a map source's items), for this config's shard, batch size and ``drop_remainder``."""
     options = config.options
-    index, count = options.shard
-    size = len(range(index, samples, count))
+    size = shard_size(samples, options.shard)
     batch = options.batch_size
     return size // batch if options.drop_remainder else -(-size // batch)
 

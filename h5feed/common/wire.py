@@ -56,6 +56,8 @@ SOURCE: Final = "source"  # consumer -> worker: run the user's code named by an 
 SOURCE_INFO: Final = "source_info"  # worker -> consumer: what that code is (kind, length, spec)
 ITEMS: Final = "items"  # consumer -> worker: map/keras source, produce these items of a batch
 PULL: Final = "pull"  # consumer -> worker: generator source, the next elements of a pass
+# Added in protocol 4 (additive): the videos of several files at once, as columns.
+INDEX_BATCH: Final = "index_batch"  # worker -> consumer: files, counts, names + frames, labels
 
 #: Start of a BYE reason that refuses a peer (e.g. another protocol version): do not retry.
 REFUSED: Final = "refused:"
@@ -72,6 +74,9 @@ SCHEMAS: Final[Mapping[str, Mapping[str, tuple[type, ...]]]] = {
     HELLO: {"worker": _STR, "pid": _INT, "host": _STR, "package": _STR, "nonce": _STR},
     JOB: {"job": _STR, "files": _LIST, "clip": (dict,), "layout": (dict,), "cache_dir": _OPT_STR},
     INDEX: {"job": _STR, "file": _INT, "videos": _LIST},
+    # files[i] has counts[i] videos; names (str), and the arrays ``frames``/``labels`` (int64
+    # [sum(counts)]), list them file after file: see h5feed.common.messages.IndexBatch.
+    INDEX_BATCH: {"job": _STR, "files": _LIST, "counts": _LIST, "names": _LIST},
     UNIT: {
         "job": _STR,
         "unit": _INT,

@@ -1,7 +1,8 @@
 """The scheduler of HDF5 clips: files shared out, indexed, planned, cut into units.
 
 Handshake: every file goes to one worker (largest first, each to the least loaded: see
-:func:`assign_files`), which opens it once and answers its INDEX; once every file is indexed
+:func:`assign_files`), which indexes it and answers its videos (INDEX, or many files in one
+INDEX_BATCH); once every file is indexed
 the plan starts. Each batch of the plan (:class:`~h5feed.consumer.plan.EpochPlan`, from the
 iteration's start cursor) is one UNIT per worker that owns some of its rows' files; the parts
 are assembled (:class:`~h5feed.consumer.assembly.BatchAssembler`, in a shared-memory slot when
@@ -31,7 +32,7 @@ from h5feed.consumer.assembly import Batch, BatchAssembler
 from h5feed.consumer.credits import CreditGate
 from h5feed.consumer.options import HdfConfig
 from h5feed.consumer.ordering import PlannedRelease
-from h5feed.consumer.plan import Cursor, EpochPlan, Index, PlannedBatch
+from h5feed.consumer.plan import Cursor, EpochPlan, FileColumns, Index, PlannedBatch
 from h5feed.consumer.scheduler import Reassignment, Send
 from h5feed.consumer.slots import Slot, SlotPool, supported
 from h5feed.consumer.work import Ledger, Peer
@@ -64,7 +65,7 @@ class HdfScheduler:
         self._counters = counters
         self._ledger: Ledger[_Work] = Ledger()
         self._owners: dict[int, Peer] = {}  # file -> the peer that owns it
-        self._videos: dict[int, tuple[messages.VideoEntry, ...]] = {}
+        self._videos: dict[int, FileColumns] = {}  # each indexed file's videos
         self._assembler: BatchAssembler | None = None
         self._planned: PlannedRelease[PlannedBatch, Batch] | None = None  # once indexed
         self._pool = self._make_pool()
@@ -95,17 +96,36 @@ class HdfScheduler:
 
     def on_control(self, peer: Peer, message: messages.Message) -> list[Send]:
         if isinstance(message, messages.Index) and self._owners.get(message.file) is peer:
-            self._videos[message.file] = message.videos
-            if len(self._videos) == len(self.config.files) and self.index is None:
-                self._plan_start()
+            videos = message.videos
+            self._videos[message.file] = FileColumns(
+                tuple(v.name for v in videos),
+                np.array([v.frames for v in videos], np.int64),
+                np.array([v.label for v in videos], np.int64),
+            )
+            self._maybe_plan()
+        elif isinstance(message, messages.IndexBatch) and all(
+            self._owners.get(f) is peer for f in message.files
+        ):
+            ends = np.cumsum(message.counts).tolist()
+            for file_index, end, count in zip(message.files, ends, message.counts, strict=True):
+                self._videos[file_index] = FileColumns(
+                    message.names[end - count : end],
+                    message.frames[end - count : end],
+                    message.labels[end - count : end],
+                )
+            self._maybe_plan()
         else:
             self._counters["malformed_messages"] += 1
             self._log.warning("dropped an unexpected %s message from %s", message.KIND, peer)
         return []
 
+    def _maybe_plan(self) -> None:
+        if len(self._videos) == len(self.config.files) and self.index is None:
+            self._plan_start()
+
     def _plan_start(self) -> None:
         files = self.config.files
-        self.index = Index.build(files, [self._videos[i] for i in range(len(files))])
+        self.index = Index.from_columns(files, [self._videos[i] for i in range(len(files))])
         slots = None
         if self._pool is not None:
             slots = (self._pool, self._clip_shape())

@@ -44,7 +44,10 @@ class ClipMaker:
         policy: CodePolicy,
         root: str | None = None,
         max_open_files: int = DEFAULT_MAX_OPEN_FILES,
+        memory: index_cache.MemoryIndex | None = None,
     ) -> None:
+        """``memory``: indexes kept by a persistent worker across its jobs, if any."""
+        self.memory = memory
         self.spec = spec
         self.layout = layout
         self.root = root
@@ -61,14 +64,25 @@ class ClipMaker:
         self.files.close()
 
     def open_and_index(self, file_index: int, path: str, cache_dir: str | None) -> list[VideoEntry]:
-        handle = self.files.open(file_index, path, self.layout)
-        videos = None
-        if cache_dir is not None:
-            videos = index_cache.load(cache_dir, path, handle.spec)
-        if videos is None:
+        """The videos of file ``file_index`` at ``path``: from this worker's memory (a
+        persistent worker's earlier jobs) or the on-disk cache without opening the file (it is
+        opened on its first read), else opened and read (the pack index, or a walk) and
+        stored in both."""
+        known = self.memory.load(path, self.layout) if self.memory is not None else None
+        if known is None and cache_dir is not None:
+            known = index_cache.load(cache_dir, path, self.layout)
+            if known is not None and self.memory is not None:
+                self.memory.store(path, self.layout, *known)
+        if known is not None:
+            resolved, videos = known
+            self.files.know(file_index, path, resolved)
+        else:
+            handle = self.files.open(file_index, path, self.layout)
             videos = handle.index()
             if cache_dir is not None:
-                index_cache.store(cache_dir, path, handle.spec, videos)
+                index_cache.store(cache_dir, path, self.layout, handle.spec, videos)
+            if self.memory is not None:
+                self.memory.store(path, self.layout, handle.spec, videos)
         self.videos[file_index] = videos
         return videos
 

@@ -1,10 +1,11 @@
 """The worker's event loop: one DEALER socket, typed messages in, typed messages out.
 
 :class:`Worker` says HELLO, then answers what the consumer sends, in the order received:
-JOB (an :class:`~h5feed.producer.hdf5_job.Hdf5Job`: one INDEX per file), UNIT (its clips as
-DATA), SOURCE (a :class:`~h5feed.producer.sources.SourceJob`: SOURCE_INFO), ITEMS and PULL
-(its elements as DATA), BYE. Any failure of a job or unit is sent back as ERROR and the worker
-carries on: the consumer decides. The command line is in :mod:`h5feed.producer.worker`.
+JOB (an :class:`~h5feed.producer.hdf5_job.Hdf5Job`: INDEX_BATCHes of its files' videos),
+UNIT (its clips as DATA), SOURCE (a :class:`~h5feed.producer.sources.SourceJob`:
+SOURCE_INFO), ITEMS and PULL (its elements as DATA), BYE. Any failure of a job or unit is
+sent back as ERROR and the worker carries on: the consumer decides. The command line is in
+:mod:`h5feed.producer.worker`.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from h5feed.common.errors import ProtocolError, VersionMismatchError
 from h5feed.common.wire import DEFAULT_MAX_MESSAGE_BYTES
 from h5feed.producer.code_policy import NOTHING, CodePolicy
 from h5feed.producer.hdf5_job import Hdf5Job, SlotTarget, job_spec
+from h5feed.producer.index_cache import MemoryIndex
 from h5feed.producer.open_files import DEFAULT_MAX_OPEN_FILES
 from h5feed.producer.shm import SlotError
 from h5feed.producer.sources import SourceJob
@@ -105,6 +107,9 @@ class Worker:
         self.socket.connect(connect)
         self.job: Hdf5Job | SourceJob | None = None
         self.stopping = False
+        # A persistent worker keeps the indexes it read across jobs: the next iteration of the
+        # same dataset is answered from memory (see index_cache.MemoryIndex).
+        self.memory = MemoryIndex() if persistent else None
 
     # -- sending -----------------------------------------------------------------------------
 
@@ -230,8 +235,9 @@ class Worker:
             self.exit_code = 2
         if bye.refused or not self.persistent:
             self.stopping = True
-        else:  # the iteration is over: wait for the next job
-            self.end_job()
+        else:  # the iteration is over: wait for the next job, and say so at once (a consumer
+            self.end_job()  # that keeps its workers across iterations starts the next one)
+            self.hello()
 
     def end_job(self) -> None:
         if self.job is not None:
@@ -262,8 +268,9 @@ class Worker:
             try:
                 clip, layout = job_spec(job)
                 self.job = Hdf5Job(
-                    job.job, clip, layout, self.code_policy, self.data_root, self.max_open_files
-                )
+                    job.job, clip, layout, self.code_policy, self.data_root,
+                    self.max_open_files, self.memory,
+                )  # fmt: skip
             except Exception as exc:  # a bad spec or transform import path: tell the trainer
                 self.send_error(job.job, None, exc)
                 return

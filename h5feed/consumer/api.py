@@ -12,10 +12,11 @@ import numpy as np
 
 from h5feed.common.exposure import warn_insecure_listen
 from h5feed.consumer.metrics import start_feed_metrics
-from h5feed.consumer.options import FeedConfig, FeedKwargs, hdf_config
+from h5feed.consumer.options import FeedConfig, FeedKwargs, HdfConfig, hdf_config
 from h5feed.consumer.plan import Cursor
 from h5feed.consumer.source_options import Learnt
 from h5feed.consumer.stream import BATCH_KEYS, POSITION_KEYS, BatchStream
+from h5feed.consumer.worker_pool import PoolSlot
 
 if TYPE_CHECKING:
     import tensorflow as tf
@@ -24,10 +25,16 @@ PathsLike = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
 
 
 class Feed:
-    """A re-iterable source of batches: every ``iter()`` starts workers and runs ``epochs``
-    epochs, continuing the epoch count of the previous iteration (so three iterations of a
-    one-epoch feed see epochs 0, 1 and 2: three different plans). Thread-safe to iterate from
-    several threads, each iteration with its own workers."""
+    """A re-iterable source of batches: every ``iter()`` runs ``epochs`` epochs, continuing
+    the epoch count of the previous iteration (so three iterations of a one-epoch feed see
+    epochs 0, 1 and 2: three different plans). Thread-safe to iterate from several threads.
+
+    Local workers persist across iterations (an HDF5 feed without ``listen``): the first
+    iteration starts them, each later one runs a new job on them (their indexes in memory),
+    and they stop when the feed is closed (:meth:`close`) or garbage collected, or at exit.
+    An iteration that starts while another runs gets its own workers, stopped at its end;
+    after a failed iteration, or when a kept worker exited between iterations (that
+    iteration raises WorkerDiedError naming it), the next iteration starts new workers."""
 
     def __init__(self, config: FeedConfig) -> None:
         self.config = config
@@ -45,6 +52,22 @@ class Feed:
         self._metrics = start_feed_metrics(self, config.options.metrics_port)
         if self._metrics is not None:
             weakref.finalize(self, self._metrics.server.close)
+        self._slot: PoolSlot | None = None
+        if self._keeps_workers():
+            self._slot = PoolSlot(options)
+            weakref.finalize(self, self._slot.close)  # the kept workers stop with the feed
+
+    def _keeps_workers(self) -> bool:
+        """Whether local workers persist across iterations: an HDF5 feed with local workers
+        and no ``listen`` (remote producers join per iteration)."""
+        options = self.config.options
+        return isinstance(self.config, HdfConfig) and options.workers > 0 and not options.listen
+
+    def close(self) -> None:
+        """Stop the workers kept across iterations (a running iteration keeps its workers
+        until it ends). Iterating again afterwards starts workers per iteration."""
+        if self._slot is not None:
+            self._slot.close()
 
     @property
     def metrics_port(self) -> int | None:
@@ -58,8 +81,14 @@ class Feed:
         with self._lock:
             first = self._next_epoch
             self._next_epoch = first + epochs if epochs is not None else first
+        pool = self._slot.take() if self._slot is not None else None  # None: it is lent
         stream = BatchStream(
-            self.config, Cursor(first, 0), epochs, on_close=self._keep_stats, learnt=self._known()
+            self.config,
+            Cursor(first, 0),
+            epochs,
+            on_close=self._keep_stats,
+            learnt=self._known(),
+            pool=(pool, self._slot) if pool is not None and self._slot is not None else None,
         )
         self._started(stream)
         self._current = weakref.ref(stream)

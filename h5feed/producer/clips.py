@@ -45,8 +45,10 @@ class ClipMaker:
         root: str | None = None,
         max_open_files: int = DEFAULT_MAX_OPEN_FILES,
         memory: index_cache.MemoryIndex | None = None,
+        files: OpenFiles | None = None,
     ) -> None:
-        """``memory``: indexes kept by a persistent worker across its jobs, if any."""
+        """``memory`` and ``files``: the indexes and open files a persistent worker keeps
+        across its jobs, if any (then :meth:`close` leaves ``files`` open)."""
         self.memory = memory
         self.spec = spec
         self.layout = layout
@@ -57,11 +59,13 @@ class ClipMaker:
             if spec.transform is not None
             else None
         )
-        self.files = OpenFiles(max_open_files, root)
+        self._own_files = files is None
+        self.files = files if files is not None else OpenFiles(max_open_files, root)
         self.videos: dict[int, list[VideoEntry]] = {}
 
     def close(self) -> None:
-        self.files.close()
+        if self._own_files:
+            self.files.close()
 
     def open_and_index(self, file_index: int, path: str, cache_dir: str | None) -> list[VideoEntry]:
         """The videos of file ``file_index`` at ``path``: from this worker's memory (a

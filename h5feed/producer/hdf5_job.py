@@ -21,7 +21,7 @@ from h5feed.producer import confine
 from h5feed.producer.clips import ClipMaker
 from h5feed.producer.code_policy import CodePolicy
 from h5feed.producer.index_cache import MemoryIndex
-from h5feed.producer.open_files import DEFAULT_MAX_OPEN_FILES
+from h5feed.producer.open_files import DEFAULT_MAX_OPEN_FILES, OpenFiles
 from h5feed.producer.shm import SlotMaps
 
 #: An INDEX_BATCH holds at most this many files, videos, and bytes of names (its header stays
@@ -71,13 +71,15 @@ class Hdf5Job:
         data_root: str | None = None,
         max_open_files: int = DEFAULT_MAX_OPEN_FILES,
         memory: MemoryIndex | None = None,
+        files: OpenFiles | None = None,
     ) -> None:
-        """``memory``: a persistent worker's indexes of earlier jobs, if any."""
+        """``memory``, ``files``: a persistent worker's indexes and open files, kept across
+        its jobs, if any."""
         self.id = job_id
         self.spec = spec
         self.data_root = data_root
         # Imports the transform: a bad or refused path fails here.
-        self.maker = ClipMaker(spec, layout, policy, data_root, max_open_files, memory)
+        self.maker = ClipMaker(spec, layout, policy, data_root, max_open_files, memory, files)
         self.slots = SlotMaps()
         self.slots_failed = False  # a slot of this job could not be mapped: stop trying
 

@@ -17,8 +17,12 @@ Guarantees of :class:`OpenFiles`:
    reopened on demand with the layout recognised when it was first opened
    (no second detection), so it reads exactly as before; its index is not read again (the
    caller keeps it).
-3. :attr:`reopened` counts reopenings (a figure for the worker's log and benchmarks).
-4. Not thread-safe: the worker's single event-loop thread uses it.
+3. Making a file known (:meth:`know`) under a number already held for the same path and
+   layout keeps its reader: a persistent worker's next job of the same dataset finds its
+   files open (``h5feed.producer.worker_loop``). :meth:`open` always opens afresh (its
+   caller reads the index of a file that may have changed).
+4. :attr:`reopened` counts reopenings (a figure for the worker's log and benchmarks).
+5. Not thread-safe: the worker's single event-loop thread uses it.
 """
 
 from __future__ import annotations
@@ -52,7 +56,7 @@ class OpenFiles:
         """Open file ``number`` at ``path`` with ``layout`` (``Auto``: recognised here) and
         keep it as the most recently used. DataError when it cannot be opened."""
         previous = self._open.pop(number, None)
-        if previous is not None:  # opened again (a JOB that repeats it): one reader only
+        if previous is not None:  # opened afresh (the file may have changed): one reader only
             previous.close()
         self._make_room()
         reader = open_reader(path, layout, self.root)
@@ -65,6 +69,8 @@ class OpenFiles:
     def know(self, number: int, path: str, layout: LayoutSpec) -> None:
         """Make file ``number`` known without opening it (``layout``: the one recognised for
         it before, never ``Auto``); :meth:`get` opens it when a row first needs it."""
+        if self._known.get(number) == (path, layout):
+            return  # known already (a persistent worker's next job): kept open if it is
         previous = self._open.pop(number, None)
         if previous is not None:
             previous.close()

@@ -27,7 +27,7 @@ from h5feed.common.wire import DEFAULT_MAX_MESSAGE_BYTES
 from h5feed.producer.code_policy import NOTHING, CodePolicy
 from h5feed.producer.hdf5_job import Hdf5Job, SlotTarget, job_spec
 from h5feed.producer.index_cache import MemoryIndex
-from h5feed.producer.open_files import DEFAULT_MAX_OPEN_FILES
+from h5feed.producer.open_files import DEFAULT_MAX_OPEN_FILES, OpenFiles
 from h5feed.producer.shm import SlotError
 from h5feed.producer.sources import SourceJob
 from h5feed.producer.worker_stats import WorkerCounters
@@ -110,6 +110,7 @@ class Worker:
         # A persistent worker keeps the indexes it read across jobs: the next iteration of the
         # same dataset is answered from memory (see index_cache.MemoryIndex).
         self.memory = MemoryIndex() if persistent else None
+        self.files = OpenFiles(max_open_files, data_root) if persistent else None  # and files
 
     # -- sending -----------------------------------------------------------------------------
 
@@ -209,6 +210,8 @@ class Worker:
             self.say_bye()
         finally:
             self.end_job()
+            if self.files is not None:
+                self.files.close()
             self.counters.write()
             self.socket.close(linger=_CLOSE_LINGER_MS)  # flush the last DATA and the BYE
             self.context.term()
@@ -269,7 +272,7 @@ class Worker:
                 clip, layout = job_spec(job)
                 self.job = Hdf5Job(
                     job.job, clip, layout, self.code_policy, self.data_root,
-                    self.max_open_files, self.memory,
+                    self.max_open_files, self.memory, self.files,
                 )  # fmt: skip
             except Exception as exc:  # a bad spec or transform import path: tell the trainer
                 self.send_error(job.job, None, exc)

@@ -7,7 +7,8 @@ not pixels), then, for each N of ``--files``, with ``--workers`` local workers:
   pages are in the OS page cache, as they were just written);
 * ``warm_s``: the same with the index cache the cold run filled;
 * ``dropped_s``: warm index cache after the OS page cache was dropped
-  (``echo 3 > /proc/sys/vm/drop_caches``: root only; otherwise the row says why not);
+  (``echo 3 > /proc/sys/vm/drop_caches``: root only, and it drops the whole machine's cache;
+  otherwise, or with ``--no-drop``, the row says why not);
 * ``second_s``: the second iteration of the same dataset (persistent workers: no start-up,
   indexes in the workers' memory);
 * ``index_bytes_per_video``: the trainer's memory for the index (arrays, names, paths);
@@ -155,7 +156,9 @@ def first_batch(feed: Any) -> tuple[Any, float]:
     return stream, time.perf_counter() - began
 
 
-def measure(files: list[str], cache: str, workers: int, steady_batches: int) -> dict[str, Any]:
+def measure(
+    files: list[str], cache: str, workers: int, steady_batches: int, drop: bool = True
+) -> dict[str, Any]:
     """Cold, warm (and dropped) first batches, the second iteration, memory, open files,
     steady rate, for ``files``."""
     shutil.rmtree(cache, ignore_errors=True)
@@ -189,7 +192,7 @@ def measure(files: list[str], cache: str, workers: int, steady_batches: int) -> 
     del stream, feed
     gc.collect()
 
-    why_not = drop_page_cache()
+    why_not = drop_page_cache() if drop else "skipped (--no-drop)"
     if why_not is None:
         feed = h5feed.batches(files, **options)
         stream, result["dropped_s"] = first_batch(feed)
@@ -229,6 +232,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--plain", action="store_true", help="files without the pack index")
     parser.add_argument("--data", default=None, help="directory of the files (kept)")
     parser.add_argument("--json", default=str(_DEFAULT_JSON), help="where to write results")
+    parser.add_argument(
+        "--no-drop", action="store_true", help="do not drop the OS page cache (it is global)"
+    )
     args = parser.parse_args(argv)
     counts = [int(n) for n in args.files.split(",")]
     own_data = args.data is None
@@ -240,7 +246,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             began = time.perf_counter()
             files = make_files(root / f"{kind}-{args.videos}", count, args.videos, not args.plain)
             made_s = time.perf_counter() - began
-            row = measure(files, str(root / "index-cache"), args.workers, args.steady_batches)
+            cache = str(root / "index-cache")
+            row = measure(files, cache, args.workers, args.steady_batches, not args.no_drop)
             row["made_s"] = round(made_s, 1)
             rows.append(row)
             print(table(rows[-1:]).splitlines()[1], flush=True)

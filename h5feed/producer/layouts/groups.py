@@ -36,6 +36,8 @@ class GroupsReader(LayoutReader):
         videos: list[VideoEntry] = []
         for name in sorted(self.h5.keys()):
             group = self.h5[name]
+            if name == pack_index.INDEX_GROUP:  # the pack index, when not used (other names)
+                continue
             if not isinstance(group, h5py.Group) or frames_key not in group:
                 continue
             frames = group[frames_key]

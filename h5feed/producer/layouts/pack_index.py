@@ -2,10 +2,11 @@
 
 Format (pack version 2, root attribute ``h5feed_pack_version = 2``): a root group
 ``h5feed_index`` with three 1-D datasets of the same length, one entry per video, in the order
-an INDEX lists them (sorted group names):
+an INDEX lists them (sorted group names). No dataset is called ``frames``, so a reader that
+does not know the index (an older h5feed, or a walk) does not take the group for a video:
 
 * ``names``: variable-length UTF-8 strings, the videos' group names (sorted, unique);
-* ``frames``: int64, each video's frame count (>= 1);
+* ``frame_counts``: int64, each video's frame count (>= 1);
 * ``labels``: int64, each video's ``label`` attribute.
 
 Guarantees of :func:`read`:
@@ -39,7 +40,7 @@ INDEX_GROUP = "h5feed_index"
 #: Videos one file's index may list: far above any real shard (a 1 GiB shard of 1-frame
 #: videos holds ~100,000), low enough that a forged length costs at most ~100 MB.
 MAX_VIDEOS = 1_000_000
-_FIELDS = ("names", "frames", "labels")
+_FIELDS = ("names", "frame_counts", "labels")
 
 
 def present(h5: h5py.File) -> bool:
@@ -58,7 +59,7 @@ def write(h5: h5py.File, videos: Sequence[tuple[str, int, int]]) -> None:
     group = h5.create_group(INDEX_GROUP)
     names = np.array([v[0] for v in ordered], dtype=h5py.string_dtype())
     group.create_dataset("names", data=names, dtype=h5py.string_dtype())
-    group.create_dataset("frames", data=np.array([v[1] for v in ordered], np.int64))
+    group.create_dataset("frame_counts", data=np.array([v[1] for v in ordered], np.int64))
     group.create_dataset("labels", data=np.array([v[2] for v in ordered], np.int64))
     h5.attrs[PACK_VERSION_ATTR] = np.int64(PACK_VERSION)
 
@@ -87,11 +88,11 @@ def read(
         raise _bad(path, f"it lists {count} videos (1..{MAX_VIDEOS} allowed)")
     if h5py.check_string_dtype(datasets["names"].dtype) is None:
         raise _bad(path, "names is not a string dataset")
-    for field in ("frames", "labels"):
+    for field in ("frame_counts", "labels"):
         if datasets[field].dtype.kind not in "iu":
             raise _bad(path, f"{field} is {datasets[field].dtype}, not integers")
     names = [str(n) for n in datasets["names"].asstr()[()]]
-    frames = np.asarray(datasets["frames"][()], np.int64)
+    frames = np.asarray(datasets["frame_counts"][()], np.int64)
     labels = np.asarray(datasets["labels"][()], np.int64)
     if int(frames.min()) < 1:
         raise _bad(path, "a video has fewer than 1 frame")

@@ -273,4 +273,7 @@ def feed_dataset(
     # do not carry it, so keep a reference to this one.
     ds.stats = feed.stats
     ds.metrics_port = feed.metrics_port  # None without metrics_port / $H5FEED_METRICS_PORT
+    # ds.close(): stop the workers kept across iterations now (else: when the dataset is
+    # garbage collected, or at exit).
+    ds.close = feed.close
     return ds

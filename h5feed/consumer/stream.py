@@ -84,7 +84,9 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
         """``pool``: persistent workers and their socket to run on, and the slot to give them
         back to (None: start this iteration's own workers)."""
         self.config = config
-        self._on_close = on_close
+        # Weakly: a stream must not keep its feed alive (a feed that is gone stops its kept
+        # workers when this stream ends, as `feed.stream()` on a temporary feed expects).
+        self._on_close = _weakly(on_close)
         self.job_id = uuid.uuid4().hex
         self.cursor = start  # the next batch the trainer takes (deterministic order)
         self._closed = threading.Event()
@@ -212,8 +214,9 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
         """Stop the workers and release everything; idempotent, safe from any thread."""
         if self._finalizer.alive:
             self._finalizer()
-            if self._on_close is not None:
-                self._on_close(self.stats())  # the final figures outlive the stream
+            on_close = self._on_close()
+            if on_close is not None:
+                on_close(self.stats())  # the final figures outlive the stream
 
     def __enter__(self) -> BatchStream:
         return self
@@ -287,6 +290,17 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
             "suggested_extra_workers": extra,
             "verdict": line,
         }
+
+
+def _weakly(
+    callback: Callable[[dict[str, Any]], None] | None,
+) -> Callable[[], Callable[[dict[str, Any]], None] | None]:
+    """A weak reference to ``callback`` (a bound method is held by its object only)."""
+    if callback is None:
+        return lambda: None
+    if hasattr(callback, "__self__"):
+        return weakref.WeakMethod(callback)  # type: ignore[arg-type]
+    return lambda: callback
 
 
 def _shutdown(loop: FeedLoop, workers: LocalWorkers, tmpdir: str, closed: threading.Event) -> None:

@@ -36,6 +36,7 @@ BYE            either way          stop / I am leaving (``refused:`` reasons: do
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import traceback
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, NamedTuple
@@ -133,14 +134,15 @@ class IndexBatch:
         cls, job: str, files: Sequence[tuple[int, Sequence[tuple[str, int, int]]]]
     ) -> IndexBatch:
         """The batch of ``files``: (file number, its videos) each."""
-        videos = [v for _number, entries in files for v in entries]
+        videos = list(itertools.chain.from_iterable(entries for _number, entries in files))
+        names, frames, labels = zip(*videos, strict=True) if videos else ((), (), ())
         return cls(
             job,
             tuple(number for number, _entries in files),
             tuple(len(entries) for _number, entries in files),
-            tuple(v[0] for v in videos),
-            np.fromiter((v[1] for v in videos), np.int64, len(videos)),
-            np.fromiter((v[2] for v in videos), np.int64, len(videos)),
+            tuple(names),
+            np.array(frames, np.int64).reshape(-1),
+            np.array(labels, np.int64).reshape(-1),
         )
 
 

@@ -72,11 +72,17 @@ class ClipMaker:
         persistent worker's earlier jobs) or the on-disk cache without opening the file (it is
         opened on its first read), else opened and read (the pack index, or a walk) and
         stored in both."""
-        known = self.memory.load(path, self.layout) if self.memory is not None else None
-        if known is None and cache_dir is not None:
-            known = index_cache.load(cache_dir, path, self.layout)
+        try:
+            key: str | None = index_cache.file_key(path, self.layout)  # one stat, used thrice
+        except OSError:
+            key = None  # opening it below names the file in the error
+        known = None
+        if key is not None and self.memory is not None:
+            known = self.memory.load(path, self.layout, key)
+        if known is None and key is not None and cache_dir is not None:
+            known = index_cache.load(cache_dir, path, self.layout, key)
             if known is not None and self.memory is not None:
-                self.memory.store(path, self.layout, *known)
+                self.memory.store(path, self.layout, *known, key=key)
         if known is not None:
             resolved, videos = known
             self.files.know(file_index, path, resolved)
@@ -84,9 +90,9 @@ class ClipMaker:
             handle = self.files.open(file_index, path, self.layout)
             videos = handle.index()
             if cache_dir is not None:
-                index_cache.store(cache_dir, path, self.layout, handle.spec, videos)
+                index_cache.store(cache_dir, path, self.layout, handle.spec, videos, key)
             if self.memory is not None:
-                self.memory.store(path, self.layout, handle.spec, videos)
+                self.memory.store(path, self.layout, handle.spec, videos, key)
         self.videos[file_index] = videos
         return videos
 

@@ -1,16 +1,18 @@
 """On-disk cache of file indexes, so a restart on thousands of files takes seconds.
 
-An entry is keyed by the file's resolved path, size and modification time (ns) and the layout
-the job asks for (its kind and names; ``auto`` included); it holds the layout recognised and
-the videos, so a hit needs neither opening the file nor recognising its layout again (the file
-is opened lazily, on its first read). Any change to the file gives a new key, so a stale
-entry is never used.
+An entry is keyed by the file's identity (device and inode: any path to it, symbolic links
+included, finds it), size and modification time (ns) and the layout the job asks for (its
+kind and names; ``auto`` included); it holds the layout recognised and the videos as columns
+(names, frame counts, labels), so a hit needs neither opening the file nor recognising its
+layout again (the file is opened lazily, on its first read). Any change to the file gives a
+new key, so a stale entry is never used.
 Entries are msgpack files written atomically (temporary file + rename): concurrent workers can
 share one cache directory. A corrupt or unreadable entry is treated as a miss.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -20,6 +22,7 @@ import tempfile
 from typing import Any
 
 import msgpack
+import numpy as np
 
 from h5feed.common import layouts
 from h5feed.common.layouts import Auto, LayoutSpec
@@ -33,29 +36,42 @@ CachedIndex = tuple[LayoutSpec, list[VideoEntry]]
 _MAX_ENTRY_VIDEOS = 1_000_000
 
 
-def _key(path: str, layout: LayoutSpec) -> str:
+@functools.lru_cache(maxsize=64)
+def _layout_names(layout: LayoutSpec) -> str:
+    return json.dumps(layout.to_wire(), sort_keys=True)
+
+
+def file_key(path: str, layout: LayoutSpec) -> str:
+    """The key of ``path`` read with ``layout`` now (one ``stat``); OSError when it cannot
+    be stat'ed. Compute it once per file and pass it to :func:`load`, :func:`store` and
+    :class:`MemoryIndex` (10,000 files: each call counts)."""
     st = os.stat(path)
-    names = json.dumps(layout.to_wire(), sort_keys=True)
-    ident = f"{os.path.realpath(path)}\0{st.st_size}\0{st.st_mtime_ns}\0{names}"
+    ident = f"{st.st_dev}\0{st.st_ino}\0{st.st_size}\0{st.st_mtime_ns}\0{_layout_names(layout)}"
     return hashlib.sha256(ident.encode()).hexdigest()
 
 
-def load(cache_dir: str, path: str, layout: LayoutSpec) -> CachedIndex | None:
-    """The layout recognised and the cached index of ``path`` asked for with ``layout``, or
-    None when there is no valid entry (an entry of an older format is no valid entry)."""
+def load(
+    cache_dir: str, path: str, layout: LayoutSpec, key: str | None = None
+) -> CachedIndex | None:
+    """The layout recognised and the cached index of ``path`` asked for with ``layout``
+    (``key``: its :func:`file_key`, if known), or None when there is no valid entry (an
+    entry of an older format is no valid entry)."""
     try:
-        entry = pathlib.Path(cache_dir) / (_key(path, layout) + ".msgpack")
-        raw: Any = msgpack.unpackb(entry.read_bytes(), raw=False)
-        if not isinstance(raw, dict) or len(raw.get("videos", ())) > _MAX_ENTRY_VIDEOS:
+        key = key or file_key(path, layout)
+        raw: Any = msgpack.unpackb((pathlib.Path(cache_dir) / (key + ".msgpack")).read_bytes())
+        names, frames, labels = raw["names"], raw["frames"], raw["labels"]
+        if not (0 < len(names) == len(frames) == len(labels) <= _MAX_ENTRY_VIDEOS):
             return None
         resolved = layouts.from_wire(dict(raw["layout"]))
-        if isinstance(resolved, Auto):
+        # Columns, checked with array operations (an entry is ours, but may be damaged).
+        counts = np.asarray(frames, np.int64)
+        np.asarray(labels, np.int64)
+        if isinstance(resolved, Auto) or int(counts.min()) < 1:
             return None
-        videos = [(str(name), int(n), int(label)) for name, n, label in raw["videos"]]
-        if not videos or min(n for _name, n, _label in videos) < 1:
+        if not all(type(name) is str for name in names):
             return None
-        return resolved, videos
-    except (OSError, ValueError, TypeError, KeyError, msgpack.UnpackException):
+        return resolved, list(zip(names, frames, labels, strict=True))
+    except (OSError, ValueError, TypeError, KeyError, OverflowError, msgpack.UnpackException):
         return None
 
 
@@ -65,15 +81,17 @@ def store(
     layout: LayoutSpec,
     resolved: LayoutSpec,
     videos: list[VideoEntry],
+    key: str | None = None,
 ) -> None:
-    """Write the index of ``path`` asked for with ``layout`` and read with ``resolved``;
-    failures to write only cost a future re-read."""
+    """Write the index of ``path`` asked for with ``layout`` and read with ``resolved``
+    (``key``: its :func:`file_key`, if known); failures to write only cost a future re-read."""
     try:
         directory = pathlib.Path(cache_dir)
         directory.mkdir(parents=True, exist_ok=True)
-        final = directory / (_key(path, layout) + ".msgpack")
+        final = directory / ((key or file_key(path, layout)) + ".msgpack")
         fd, tmp = tempfile.mkstemp(dir=directory, suffix=".tmp")
-        entry = {"layout": resolved.to_wire(), "videos": [list(v) for v in videos]}
+        names, frames, labels = (list(c) for c in zip(*videos, strict=True))
+        entry = {"layout": resolved.to_wire(), "names": names, "frames": frames, "labels": labels}
         with os.fdopen(fd, "wb") as out:
             out.write(msgpack.packb(entry, use_bin_type=True))
         os.replace(tmp, final)
@@ -94,17 +112,22 @@ class MemoryIndex:
         self.max_files = max_files
         self._entries: dict[str, CachedIndex] = {}
 
-    def load(self, path: str, layout: LayoutSpec) -> CachedIndex | None:
+    def load(self, path: str, layout: LayoutSpec, key: str | None = None) -> CachedIndex | None:
         try:
-            return self._entries.get(_key(path, layout))
+            return self._entries.get(key or file_key(path, layout))
         except OSError:
             return None
 
     def store(
-        self, path: str, layout: LayoutSpec, resolved: LayoutSpec, videos: list[VideoEntry]
+        self,
+        path: str,
+        layout: LayoutSpec,
+        resolved: LayoutSpec,
+        videos: list[VideoEntry],
+        key: str | None = None,
     ) -> None:
         try:
-            key = _key(path, layout)
+            key = key or file_key(path, layout)
         except OSError:
             return
         if len(self._entries) >= self.max_files:

@@ -57,7 +57,7 @@ SAMPLES: list[messages.Message] = [
         "job-1",
         (3, 0),
         (2, 1),
-        ("v0", "v1", "w0"),
+        (b"v0", b"v1", b"w0"),
         np.array([120, 1, 7], np.int64),
         np.array([3, -1, 0], np.int64),
     ),
@@ -372,7 +372,7 @@ GOLDEN_INDEX_BATCH = bytes.fromhex(
     + "a6 636f756e7473 91 02"  # "counts": [2]
     + "a5 66696c6573 91 03"  # "files": [3]
     + "a3 6a6f62 a2 6a31"  # "job": "j1"
-    + "a5 6e616d6573 92 a2 7630 a2 7631"  # "names": ["v0", "v1"]
+    + "a5 6e616d6573 92 c4 02 7630 c4 02 7631"  # "names": [bin "v0", bin "v1"] (UTF-8)
     + "92"  # fixarray(2): two arrays, frames then labels
     + "93 a6 6672616d6573 a3 3c6938 91 02"  # ["frames", "<i8", [2]]
     + "93 a6 6c6162656c73 a3 3c6938 91 02"  # ["labels", "<i8", [2]]
@@ -382,7 +382,7 @@ GOLDEN_INDEX_BATCH = bytes.fromhex(
 def test_golden_index_batch() -> None:
     """INDEX_BATCH (added in protocol 4, additively): columns; frames and labels as arrays."""
     message = messages.IndexBatch(
-        "j1", (3,), (2,), ("v0", "v1"), np.array([5, 1], np.int64), np.array([7, -1], np.int64)
+        "j1", (3,), (2,), (b"v0", b"v1"), np.array([5, 1], np.int64), np.array([7, -1], np.int64)
     )
     frames = messages.encode(message)
     assert frame_bytes(frames[0]) == GOLDEN_INDEX_BATCH
@@ -402,18 +402,19 @@ def _index_batch_frames(
 
 I8 = np.int64
 MALFORMED_INDEX_BATCH = {
-    "counts-do-not-add-up": (_index_batch_frames([0], [2], ["a"], I8([1]), I8([0])), "int64"),
-    "names-short": (_index_batch_frames([0], [2], ["a"], I8([1, 1]), I8([0, 0])), "2 strings"),
-    "name-not-str": (_index_batch_frames([0], [1], [3], I8([1]), I8([0])), "1 strings"),
-    "zero-frames": (_index_batch_frames([0], [1], ["a"], I8([0]), I8([0])), "fewer than 1"),
+    "counts-do-not-add-up": (_index_batch_frames([0], [2], [b"a"], I8([1]), I8([0])), "int64"),
+    "names-short": (_index_batch_frames([0], [2], [b"a"], I8([1, 1]), I8([0, 0])), "2 byte"),
+    "name-not-bytes": (_index_batch_frames([0], [1], [3], I8([1]), I8([0])), "1 byte strings"),
+    "name-str": (_index_batch_frames([0], [1], ["a"], I8([1]), I8([0])), "1 byte strings"),
+    "zero-frames": (_index_batch_frames([0], [1], [b"a"], I8([0]), I8([0])), "fewer than 1"),
     "file-repeated": (
-        _index_batch_frames([0, 0], [1, 1], ["a", "b"], I8([1, 1]), I8([0, 0])),
+        _index_batch_frames([0, 0], [1, 1], [b"a", b"b"], I8([1, 1]), I8([0, 0])),
         "distinct",
     ),
-    "count-zero": (_index_batch_frames([0, 1], [0, 1], ["a"], I8([1]), I8([0])), "distinct"),
-    "frames-float": (_index_batch_frames([0], [1], ["a"], np.float64([1]), I8([0])), "int64"),
-    "files-not-ints": (_index_batch_frames(["x"], [1], ["a"], I8([1]), I8([0])), "list of ints"),
-    "counts-longer": (_index_batch_frames([0], [1, 1], ["a"], I8([1]), I8([0])), "one count"),
+    "count-zero": (_index_batch_frames([0, 1], [0, 1], [b"a"], I8([1]), I8([0])), "distinct"),
+    "frames-float": (_index_batch_frames([0], [1], [b"a"], np.float64([1]), I8([0])), "int64"),
+    "files-not-ints": (_index_batch_frames(["x"], [1], [b"a"], I8([1]), I8([0])), "list of ints"),
+    "counts-longer": (_index_batch_frames([0], [1, 1], [b"a"], I8([1]), I8([0])), "one count"),
     "no-arrays": (
         wire.encode(wire.INDEX_BATCH, {"job": "j", "files": [], "counts": [], "names": []}),
         "arrays",

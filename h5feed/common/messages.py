@@ -20,7 +20,7 @@ kind           direction           what
 HELLO          worker -> consumer  who I am (name, pid, host, package version)
 JOB            consumer -> worker  HDF5 files to open (number, path), clip spec, layout
 INDEX          worker -> consumer  the videos of one file (name, frames, label)
-INDEX_BATCH    worker -> consumer  the videos of several files, as columns (names; frames and
+INDEX_BATCH    worker -> consumer  the videos of several files, as columns (UTF-8 names; frames and
                                    labels as int64 arrays): one message, not one per file
 UNIT           consumer -> worker  HDF5: make these :class:`Row`\\ s of one batch
 SOURCE         consumer -> worker  load the user's code (import path, args, shard, spec)
@@ -118,32 +118,50 @@ class Index:
 @dataclasses.dataclass(frozen=True, slots=True)
 class IndexBatch:
     """The videos of several files: ``files[i]`` has ``counts[i]`` (>= 1) videos, listed file
-    after file in ``names``, ``frames`` (int64 [V], each >= 1) and ``labels`` (int64 [V]).
+    after file in ``names`` (UTF-8 bytes: the trainer keeps them as they arrive), ``frames``
+    (int64 [V], each >= 1) and ``labels`` (int64 [V]).
     Columns, so a 10,000-file handshake decodes without a Python object per video."""
 
     KIND: ClassVar[str] = wire.INDEX_BATCH
     job: str
     files: tuple[int, ...]
     counts: tuple[int, ...]
-    names: tuple[str, ...]
+    names: tuple[bytes, ...]
     frames: np.ndarray
     labels: np.ndarray
+
+    @classmethod
+    def of_columns(
+        cls, job: str, files: Sequence[tuple[int, Sequence[bytes], np.ndarray, np.ndarray]]
+    ) -> IndexBatch:
+        """The batch of ``files``: (file number, names, frame counts, labels) each."""
+        empty = np.zeros(0, np.int64)
+        return cls(
+            job,
+            tuple(number for number, *_columns in files),
+            tuple(len(names) for _number, names, _f, _l in files),
+            tuple(itertools.chain.from_iterable(names for _n, names, _f, _l in files)),
+            np.concatenate([frames for _n, _names, frames, _l in files] or [empty]),
+            np.concatenate([labels for _n, _names, _f, labels in files] or [empty]),
+        )
 
     @classmethod
     def of(
         cls, job: str, files: Sequence[tuple[int, Sequence[tuple[str, int, int]]]]
     ) -> IndexBatch:
         """The batch of ``files``: (file number, its videos) each."""
-        videos = list(itertools.chain.from_iterable(entries for _number, entries in files))
-        names, frames, labels = zip(*videos, strict=True) if videos else ((), (), ())
-        return cls(
-            job,
-            tuple(number for number, _entries in files),
-            tuple(len(entries) for _number, entries in files),
-            tuple(names),
-            np.array(frames, np.int64).reshape(-1),
-            np.array(labels, np.int64).reshape(-1),
-        )
+        columns = []
+        for number, entries in files:
+            names, frames, labels = zip(*entries, strict=True) if entries else ((), (), ())
+            columns.append(
+                (
+                    number,
+                    [name.encode() for name in names],
+                    np.array(frames, np.int64).reshape(-1),
+                    np.array(labels, np.int64).reshape(-1),
+                )
+            )
+        return cls.of_columns(job, columns)
 
 
 _ARRAY_FIELDS: Mapping[str, tuple[str, ...]] = {wire.INDEX_BATCH: ("frames", "labels")}
@@ -393,8 +411,8 @@ def _index_batch(f: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> Inde
             raise ProtocolError(
                 f"INDEX_BATCH {name} must be int64 [{total}], got {array.dtype} {array.shape}"
             )
-    if len(names) != total or not all(type(n) is str for n in names):
-        raise ProtocolError(f"INDEX_BATCH names must be {total} strings")
+    if len(names) != total or not all(type(n) is bytes for n in names):
+        raise ProtocolError(f"INDEX_BATCH names must be {total} byte strings")
     if total and int(frames.min()) < 1:
         raise ProtocolError("INDEX_BATCH lists a video with fewer than 1 frame")
     return IndexBatch(f["job"], files, counts, tuple(names), frames, labels)

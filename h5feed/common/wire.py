@@ -74,7 +74,7 @@ SCHEMAS: Final[Mapping[str, Mapping[str, tuple[type, ...]]]] = {
     HELLO: {"worker": _STR, "pid": _INT, "host": _STR, "package": _STR, "nonce": _STR},
     JOB: {"job": _STR, "files": _LIST, "clip": (dict,), "layout": (dict,), "cache_dir": _OPT_STR},
     INDEX: {"job": _STR, "file": _INT, "videos": _LIST},
-    # files[i] has counts[i] videos; names (str), and the arrays ``frames``/``labels`` (int64
+    # files[i] has counts[i] videos; names (UTF-8 bin), the arrays ``frames``/``labels`` (int64
     # [sum(counts)]), list them file after file: see h5feed.common.messages.IndexBatch.
     INDEX_BATCH: {"job": _STR, "files": _LIST, "counts": _LIST, "names": _LIST},
     UNIT: {

@@ -98,7 +98,7 @@ class HdfScheduler:
         if isinstance(message, messages.Index) and self._owners.get(message.file) is peer:
             videos = message.videos
             self._videos[message.file] = FileColumns(
-                tuple(v.name for v in videos),
+                tuple(v.name.encode() for v in videos),
                 np.array([v.frames for v in videos], np.int64),
                 np.array([v.label for v in videos], np.int64),
             )

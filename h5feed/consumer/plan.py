@@ -17,6 +17,7 @@ a file. Guarantees (all independent of the number of workers, which never see th
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Iterator, Sequence
 
 import numpy as np
@@ -29,9 +30,9 @@ _AUGMENTATION_STREAM = 1
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class FileColumns:
-    """One file's videos as columns: names, frame counts (int64), labels (int64)."""
+    """One file's videos as columns: names (UTF-8 bytes), frame counts, labels (int64)."""
 
-    names: tuple[str, ...]
+    names: Sequence[bytes]
     frames: np.ndarray
     labels: np.ndarray
 
@@ -53,7 +54,7 @@ class Index:
         """From each file's list of (name, frame count, label), files in plan order."""
         columns = [
             FileColumns(
-                tuple(str(v[0]) for v in entries),
+                tuple(str(v[0]).encode() for v in entries),
                 np.fromiter((int(v[1]) for v in entries), np.int64, len(entries)),  # type: ignore[call-overload]
                 np.fromiter((int(v[2]) for v in entries), np.int64, len(entries)),  # type: ignore[call-overload]
             )
@@ -63,15 +64,15 @@ class Index:
 
     @classmethod
     def from_columns(cls, files: Sequence[str], columns: Sequence[FileColumns]) -> Index:
-        """From each file's columns, files in plan order: array operations, one Python
-        object per video only for its name (the 10,000-file handshake's last step)."""
+        """From each file's columns, files in plan order: array operations only; the names
+        are kept as they came (the 10,000-file handshake's last step)."""
         if len(files) != len(columns):
             raise ValueError(f"{len(files)} files but {len(columns)} indexes")
         counts = np.fromiter((len(c.frames) for c in columns), np.int64, len(columns))
         total = int(counts.sum())
         starts = np.cumsum(counts) - counts
         names = np.empty(total, dtype=object)
-        names[:] = [name.encode() for c in columns for name in c.names]
+        names[:] = list(itertools.chain.from_iterable(c.names for c in columns))
         paths = np.empty(len(files), dtype=object)
         paths[:] = [path.encode() for path in files]
         empty = np.zeros(0, np.int64)

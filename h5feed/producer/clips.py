@@ -62,6 +62,7 @@ class ClipMaker:
         self._own_files = files is None
         self.files = files if files is not None else OpenFiles(max_open_files, root)
         self.videos: dict[int, list[VideoEntry]] = {}
+        self.columns: dict[int, index_cache.Columns] = {}  # the same, as INDEX_BATCH columns
 
     def close(self) -> None:
         if self._own_files:
@@ -76,24 +77,29 @@ class ClipMaker:
             key: str | None = index_cache.file_key(path, self.layout)  # one stat, used thrice
         except OSError:
             key = None  # opening it below names the file in the error
-        known = None
+        remembered = None
         if key is not None and self.memory is not None:
-            known = self.memory.load(path, self.layout, key)
-        if known is None and key is not None and cache_dir is not None:
+            remembered = self.memory.load(path, self.layout, key)
+        if remembered is not None:  # a persistent worker's earlier job: columns made already
+            resolved, videos, columns = remembered
+            self.files.know(file_index, path, resolved)
+            self.videos[file_index], self.columns[file_index] = videos, columns
+            return videos
+        known = None
+        if key is not None and cache_dir is not None:
             known = index_cache.load(cache_dir, path, self.layout, key)
-            if known is not None and self.memory is not None:
-                self.memory.store(path, self.layout, *known, key=key)
         if known is not None:
             resolved, videos = known
             self.files.know(file_index, path, resolved)
         else:
             handle = self.files.open(file_index, path, self.layout)
-            videos = handle.index()
+            resolved, videos = handle.spec, handle.index()
             if cache_dir is not None:
-                index_cache.store(cache_dir, path, self.layout, handle.spec, videos, key)
-            if self.memory is not None:
-                self.memory.store(path, self.layout, handle.spec, videos, key)
-        self.videos[file_index] = videos
+                index_cache.store(cache_dir, path, self.layout, resolved, videos, key)
+        columns = index_cache.columns_of(videos)
+        if self.memory is not None:
+            self.memory.store(path, self.layout, resolved, videos, key, columns)
+        self.videos[file_index], self.columns[file_index] = videos, columns
         return videos
 
     def produce(

@@ -98,7 +98,7 @@ class Hdf5Job:
         """Index each file, yielding INDEX_BATCHes of the indexed ones and an ERROR naming
         the path (as the JOB gave it) of each that fails. Paths are confined to the data
         root, if any; ``cache_dir`` None means no index cache."""
-        pending: list[tuple[int, list[tuple[str, int, int]]]] = []
+        pending: list[tuple[int, list[bytes], np.ndarray, np.ndarray]] = []
         videos_in, name_bytes = 0, 0
         for number, path in files:
             try:
@@ -107,19 +107,20 @@ class Hdf5Job:
             except Exception as exc:  # any failure must reach the trainer, with the file named
                 yield messages.Error.of(self.id, None, exc, file=path)
                 continue
-            size = sum(len(name) for name, _n, _label in videos) * 4  # UTF-8: <= 4 per char
+            names, frames, labels = self.maker.columns[number]
+            size = sum(map(len, names))
             full = (
                 len(pending) >= BATCH_FILES
                 or videos_in + len(videos) > BATCH_VIDEOS
                 or name_bytes + size > BATCH_NAME_BYTES
             )
             if pending and full:
-                yield messages.IndexBatch.of(self.id, pending)
+                yield messages.IndexBatch.of_columns(self.id, pending)
                 pending, videos_in, name_bytes = [], 0, 0
-            pending.append((number, videos))
+            pending.append((number, names, frames, labels))
             videos_in, name_bytes = videos_in + len(videos), name_bytes + size
         if pending:
-            yield messages.IndexBatch.of(self.id, pending)
+            yield messages.IndexBatch.of_columns(self.id, pending)
 
     def slot_target(self, slot: messages.SlotRef | None) -> SlotTarget | None:
         """Where ``slot``'s rows go: None when there is no slot or when the frame size is not

@@ -32,6 +32,8 @@ _log = logging.getLogger(__name__)
 VideoEntry = tuple[str, int, int]  # (group name, frame count, label)
 #: What a hit gives: the layout recognised for the file, and its videos.
 CachedIndex = tuple[LayoutSpec, list[VideoEntry]]
+#: A file's videos as the INDEX_BATCH columns: UTF-8 names, frame counts, labels (int64).
+Columns = tuple[list[bytes], np.ndarray, np.ndarray]
 #: Videos one entry may hold (a corrupt or forged entry costs at most this).
 _MAX_ENTRY_VIDEOS = 1_000_000
 
@@ -99,6 +101,16 @@ def store(
         _log.warning("index cache %s not written: %s", cache_dir, exc)
 
 
+def columns_of(videos: list[VideoEntry]) -> Columns:
+    """``videos`` as INDEX_BATCH columns (computed once per file, kept with its index)."""
+    names, frames, labels = zip(*videos, strict=True) if videos else ((), (), ())
+    return (
+        [name.encode() for name in names],
+        np.array(frames, np.int64).reshape(-1),
+        np.array(labels, np.int64).reshape(-1),
+    )
+
+
 class MemoryIndex:
     """The indexes a persistent worker read in earlier jobs, kept in memory, so the next
     iteration of the same dataset answers its INDEX without a disk read.
@@ -110,9 +122,12 @@ class MemoryIndex:
 
     def __init__(self, max_files: int = 100_000) -> None:
         self.max_files = max_files
-        self._entries: dict[str, CachedIndex] = {}
+        self._entries: dict[str, tuple[LayoutSpec, list[VideoEntry], Columns]] = {}
 
-    def load(self, path: str, layout: LayoutSpec, key: str | None = None) -> CachedIndex | None:
+    def load(
+        self, path: str, layout: LayoutSpec, key: str | None = None
+    ) -> tuple[LayoutSpec, list[VideoEntry], Columns] | None:
+        """The layout recognised, videos and their columns (see :func:`columns_of`)."""
         try:
             return self._entries.get(key or file_key(path, layout))
         except OSError:
@@ -125,6 +140,7 @@ class MemoryIndex:
         resolved: LayoutSpec,
         videos: list[VideoEntry],
         key: str | None = None,
+        columns: Columns | None = None,
     ) -> None:
         try:
             key = key or file_key(path, layout)
@@ -132,4 +148,4 @@ class MemoryIndex:
             return
         if len(self._entries) >= self.max_files:
             self._entries.clear()
-        self._entries[key] = (resolved, videos)
+        self._entries[key] = (resolved, videos, columns or columns_of(videos))

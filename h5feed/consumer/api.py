@@ -223,7 +223,9 @@ def dataset(
     (Not for ``source=``: a source's elements are the user's own trees.)
 
     ``prefetch``: batches tf.data prefetches after the generator (-1: ``tf.data.AUTOTUNE``,
-    0/None: no prefetch). End the pipeline with
+    0/None: no prefetch). ``ds.close()`` stops the worker processes the dataset keeps across
+    its iterations (else they stop when it is garbage collected, or at exit). End the pipeline
+    with
     ``.apply(tf.data.experimental.prefetch_to_device("/gpu:0"))`` to overlap host-to-GPU
     copies with training.
     """
@@ -263,7 +265,7 @@ def feed_dataset(
     feed: Feed, generate: Callable[[], Iterator[Any]], signature: Any, prefetch: int | None
 ) -> tf.data.Dataset:
     """``from_generator(generate, output_signature=signature)``, prefetched (-1: AUTOTUNE,
-    0/None: none), carrying ``feed``'s ``stats`` and ``metrics_port``."""
+    0/None: none), carrying ``feed``'s ``stats``, ``metrics_port`` and ``close``."""
     import tensorflow as tf
 
     ds = tf.data.Dataset.from_generator(generate, output_signature=signature)

@@ -13,7 +13,8 @@
 3. A validation dataset (one epoch, centre crops, no flip, no shuffle) is iterated to its end
    while the training dataset still holds its workers: two datasets in one process.
 4. When it returns (or raises), every worker process it started has been stopped: it closes
-   both datasets' iterators and checks its own child processes (``workers_left`` in the
+   both datasets' iterators and the datasets (their workers are kept across iterations) and
+   checks its own child processes (``workers_left`` in the
    result).
 
 Progress goes to stderr (a rich progress bar on a terminal, the final line otherwise, nothing
@@ -333,9 +334,12 @@ def run_demo(
         val_s = time.monotonic() - t0
     finally:
         bar.close()  # no-op if closed; else ends the line where an error stopped training
-        # Drop the iterators: tf.data then closes the generators, whose streams stop the
-        # workers. Wait (bounded) until none of our worker processes is left.
+        # Drop the iterators: tf.data then closes the generators, whose streams end; close the
+        # datasets, which stops the workers they keep across iterations. Wait (bounded) until
+        # none of our worker processes is left.
         train_it = val_it = None
+        train_ds.close()
+        val_ds.close()
         del train_ds, val_ds
         workers_left = _wait_for_no_workers(timeout_s=10.0)
 

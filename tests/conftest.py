@@ -29,6 +29,16 @@ def isolated_cache(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> I
     yield
 
 
+@pytest.fixture(autouse=True)
+def no_kept_workers_after() -> Iterator[None]:
+    """Workers a dataset keeps across iterations stop at the end of each test, so no test
+    sees another's (a tf.data dataset may hold its feed until a garbage collection)."""
+    yield
+    from h5feed.consumer.worker_pool import close_all_slots
+
+    close_all_slots()
+
+
 def worker_pids(parent_pid: int | None = None) -> list[int]:
     """Pids of running h5feed worker processes (children of ``parent_pid`` if given)."""
     found = []

@@ -9,7 +9,7 @@ import cv2
 import numpy as np
 
 import h5feed
-from h5feed.common.layouts import Flat, Groups
+from h5feed.common.layouts import Auto, Flat, Groups
 from h5feed.producer import index_cache
 from h5feed.producer.sample_data import write_video_file
 
@@ -24,8 +24,8 @@ def test_store_then_load_round_trips(tmp_path: pathlib.Path) -> None:
     videos = [("video_000", 3, 2)]
     cache = str(tmp_path / "cache")
     assert index_cache.load(cache, str(path), Groups()) is None
-    index_cache.store(cache, str(path), Groups(), videos)
-    assert index_cache.load(cache, str(path), Groups()) == videos
+    index_cache.store(cache, str(path), Groups(), Groups(), videos)
+    assert index_cache.load(cache, str(path), Groups()) == (Groups(), videos)
     assert index_cache.load(cache, str(path), Groups(label="other_label")) is None
     assert index_cache.load(cache, str(path), Flat()) is None  # the layout is in the key
 
@@ -68,6 +68,7 @@ def test_a_valid_entry_is_used_instead_of_reading_the_file(tmp_path: pathlib.Pat
     write_video_file(path, {"video_000": (frames(3), 0)})
     cache = str(tmp_path / "cache")
     # An entry that disagrees with the file on the label only: if it is used, the label shows it.
-    index_cache.store(cache, str(path), Groups(), [("video_000", 3, 9)])
+    # Keyed by the layout asked for (auto, the default), holding the one recognised.
+    index_cache.store(cache, str(path), Auto(), Groups(), [("video_000", 3, 9)])
     (batch,) = h5feed.batches(path, clip_len=1, index_cache=cache, workers=1)
     assert batch["label"].tolist() == [9]

@@ -54,6 +54,14 @@ SAMPLES: list[messages.Message] = [
     ),
     messages.SourceInfo("job-1", "map", 100, {"tree": "leaf", "leaves": [["", "<f4", [3]]]}),
     messages.Ping(),
+    messages.IndexBatch(
+        "job-1",
+        (3, 0),
+        (2, 1),
+        (b"v0", b"v1", b"w0"),
+        np.array([120, 1, 7], np.int64),
+        np.array([3, -1, 0], np.int64),
+    ),
 ]
 
 
@@ -81,6 +89,13 @@ def assert_same(got: messages.Message, want: messages.Message) -> None:
             assert got.arrays[name].dtype == array.dtype
             assert got.arrays[name].shape == array.shape
             assert got.arrays[name].tobytes() == array.tobytes()
+    elif isinstance(got, messages.IndexBatch) and isinstance(want, messages.IndexBatch):
+        assert (got.job, got.files, got.counts, got.names) == (
+            want.job, want.files, want.counts, want.names,
+        )  # fmt: skip
+        for name in ("frames", "labels"):
+            assert getattr(got, name).dtype == np.int64
+            assert getattr(got, name).tolist() == getattr(want, name).tolist()
     else:
         assert got == want
 
@@ -351,6 +366,71 @@ GOLDEN_UNIT = bytes.fromhex(
     + "a4 756e6974 07"  # "unit": 7
     + "90"
 )
+
+GOLDEN_INDEX_BATCH = bytes.fromhex(
+    MAGIC_AND_VERSION
+    + "ab 696e6465785f6261746368"  # fixstr(11) "index_batch"
+    + "84"  # fixmap(4), keys sorted: counts, files, job, names
+    + "a6 636f756e7473 91 02"  # "counts": [2]
+    + "a5 66696c6573 91 03"  # "files": [3]
+    + "a3 6a6f62 a2 6a31"  # "job": "j1"
+    + "a5 6e616d6573 92 c4 02 7630 c4 02 7631"  # "names": [bin "v0", bin "v1"] (UTF-8)
+    + "92"  # fixarray(2): two arrays, frames then labels
+    + "93 a6 6672616d6573 a3 3c6938 91 02"  # ["frames", "<i8", [2]]
+    + "93 a6 6c6162656c73 a3 3c6938 91 02"  # ["labels", "<i8", [2]]
+)
+
+
+def test_golden_index_batch() -> None:
+    """INDEX_BATCH (added in protocol 4, additively): columns; frames and labels as arrays."""
+    message = messages.IndexBatch(
+        "j1", (3,), (2,), (b"v0", b"v1"), np.array([5, 1], np.int64), np.array([7, -1], np.int64)
+    )
+    frames = messages.encode(message)
+    assert frame_bytes(frames[0]) == GOLDEN_INDEX_BATCH
+    assert [frame_bytes(f) for f in frames[1:]] == [
+        np.array([5, 1], "<i8").tobytes(),
+        np.array([7, -1], "<i8").tobytes(),
+    ]
+
+
+def _index_batch_frames(
+    files: list[Any], counts: list[Any], names: list[Any], frames: Any, labels: Any
+) -> list[Any]:
+    fields = {"job": "j", "files": files, "counts": counts, "names": names}
+    arrays = [("frames", np.asarray(frames)), ("labels", np.asarray(labels))]
+    return wire.encode(wire.INDEX_BATCH, fields, arrays)
+
+
+I8 = np.int64
+MALFORMED_INDEX_BATCH = {
+    "counts-do-not-add-up": (_index_batch_frames([0], [2], [b"a"], I8([1]), I8([0])), "int64"),
+    "names-short": (_index_batch_frames([0], [2], [b"a"], I8([1, 1]), I8([0, 0])), "2 byte"),
+    "name-not-bytes": (_index_batch_frames([0], [1], [3], I8([1]), I8([0])), "1 byte strings"),
+    "name-str": (_index_batch_frames([0], [1], ["a"], I8([1]), I8([0])), "1 byte strings"),
+    "zero-frames": (_index_batch_frames([0], [1], [b"a"], I8([0]), I8([0])), "fewer than 1"),
+    "file-repeated": (
+        _index_batch_frames([0, 0], [1, 1], [b"a", b"b"], I8([1, 1]), I8([0, 0])),
+        "distinct",
+    ),
+    "count-zero": (_index_batch_frames([0, 1], [0, 1], [b"a"], I8([1]), I8([0])), "distinct"),
+    "frames-float": (_index_batch_frames([0], [1], [b"a"], np.float64([1]), I8([0])), "int64"),
+    "files-not-ints": (_index_batch_frames(["x"], [1], [b"a"], I8([1]), I8([0])), "list of ints"),
+    "counts-longer": (_index_batch_frames([0], [1, 1], [b"a"], I8([1]), I8([0])), "one count"),
+    "no-arrays": (
+        wire.encode(wire.INDEX_BATCH, {"job": "j", "files": [], "counts": [], "names": []}),
+        "arrays",
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    ("frames", "match"), MALFORMED_INDEX_BATCH.values(), ids=list(MALFORMED_INDEX_BATCH)
+)
+def test_malformed_index_batch_raises_protocol_error(frames: list[Any], match: str) -> None:
+    with pytest.raises(ProtocolError, match=match):
+        messages.decode([frame_bytes(f) for f in frames])
+
 
 GOLDENS = [
     (messages.Items("j1", 7, 2, 1, (4, 0, 9)), GOLDEN_ITEMS),

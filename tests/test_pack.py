@@ -26,6 +26,7 @@ from h5feed.pack.command import KILL_AFTER_VIDEOS_ENV, parse_size
 from h5feed.pack.manifest import MANIFEST_NAME
 from h5feed.pack.run import PackSettings, pack
 from h5feed.pack.sources import discover, natural_key
+from h5feed.producer.layouts.pack_index import INDEX_GROUP
 
 _CLI_TIMEOUT_S = 90.0
 _SIZE_WH = (64, 48)  # frame width, height of the test videos
@@ -99,7 +100,8 @@ def payloads(
     out = tmp_path_factory.mktemp("whole")
     pack(video_tree[0], out, jobs=1)
     with h5py.File(out / "shard-00000.h5", "r") as f:
-        sizes = {name: sum(len(b) for b in f[name]["frames"][:]) for name in f}
+        names = [name for name in f if name != INDEX_GROUP]
+        sizes = {name: sum(len(b) for b in f[name]["frames"][:]) for name in names}
     manifest = json.loads((out / MANIFEST_NAME).read_text())
     return [(v["name"], sizes[v["name"]]) for v in manifest["shards"][0]["videos"]]
 
@@ -141,6 +143,7 @@ def shard_contents(out: pathlib.Path) -> dict[str, dict[str, tuple[int, list[byt
             contents[path.name] = {
                 name: (int(f[name].attrs["label"]), [bytes(b) for b in f[name]["frames"][:]])
                 for name in f
+                if name != INDEX_GROUP
             }
     return contents
 
@@ -165,7 +168,8 @@ def all_videos(out: pathlib.Path) -> dict[str, tuple[str, int]]:
     frames = {}
     for path in out.glob("*.h5"):
         with h5py.File(path, "r") as f:
-            frames.update({name: int(f[name]["frames"].shape[0]) for name in f})
+            names = [name for name in f if name != INDEX_GROUP]
+            frames.update({name: int(f[name]["frames"].shape[0]) for name in names})
     return {name: (str(labels[name]), frames[name]) for name in seen}
 
 
@@ -475,7 +479,8 @@ def test_verify_checks_frame_counts_inside_the_file(
     name = manifest["shards"][0]["videos"][0]["name"]
     assert problems == [
         f"{out / 'shard-00000.h5'}, video {name!r}: "
-        f"{video_tree[1][name]} frames, the manifest says {video_tree[1][name] + 1}"
+        f"{video_tree[1][name]} frames, the manifest says {video_tree[1][name] + 1}",
+        f"{out / 'shard-00000.h5'}: the pack index differs from the manifest",
     ]
 
 

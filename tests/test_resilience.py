@@ -69,6 +69,7 @@ def test_21_sigkills_of_local_workers_over_3_epochs_lose_and_repeat_nothing(
     for epoch, samples in per_epoch.items():
         assert sorted(samples) == list(range(24)), f"epoch {epoch}"
     assert stats["workers_replaced"] == kills
+    feed.close()  # its workers are kept across iterations until then
     assert wait_until_gone(sorted(seen)) == []
 
 

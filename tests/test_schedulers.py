@@ -160,6 +160,30 @@ def test_hdf_an_index_from_a_peer_that_does_not_own_the_file_is_dropped() -> Non
     assert "f0.h5" in scheduler.handshake_waiting()
 
 
+def test_hdf_index_batches_build_the_same_index_as_one_index_per_file() -> None:
+    """INDEX_BATCH (columns, several files) gives the Index that INDEX messages give."""
+    fleet, scheduler, _config = hdf_fleet(2)
+    sends = scheduler.start(fleet.live)
+    for send in sends:
+        owned = job_files([send])
+        batch = messages.IndexBatch.of(JOB, [(f, VIDEOS[FILES[f]]) for f in owned])
+        assert scheduler.on_control(send.peer, over_the_wire(batch)) == []
+    index = scheduler.index
+    assert index is not None and fleet.counters["malformed_messages"] == 0
+    for name in ("file_of_video", "video_in_file", "frames", "labels", "names", "file_names"):
+        assert getattr(index, name).tolist() == getattr(INDEX, name).tolist(), name
+
+
+def test_hdf_an_index_batch_naming_a_file_of_another_peer_is_dropped_whole() -> None:
+    fleet, scheduler, _config = hdf_fleet(2)
+    sends = scheduler.start(fleet.live)
+    mine, theirs = job_files([sends[0]]), job_files([sends[1]])
+    files = [(f, VIDEOS[FILES[f]]) for f in [*mine, theirs[0]]]
+    assert scheduler.on_control(sends[0].peer, messages.IndexBatch.of(JOB, files)) == []
+    assert scheduler.handshake_answers == 0  # not even its own files are taken
+    assert fleet.counters["malformed_messages"] == 1
+
+
 def test_hdf_the_credit_gate_bounds_what_is_dispatched() -> None:
     fleet, scheduler, _config = hdf_fleet(2, budget=2, epochs=1)
     fleet.handshake()

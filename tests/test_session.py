@@ -234,6 +234,18 @@ def test_data_of_another_job_is_dropped_and_counted() -> None:
     assert not session.events
 
 
+def test_a_kept_local_workers_last_parts_before_its_hello_are_dropped_parts() -> None:
+    """A worker kept across iterations finishes the last iteration's units before it says
+    hello to the next session: those parts are dropped parts, not malformed traffic; the same
+    from an unknown identity is malformed."""
+    session, _transport, counters = make_session(local=FakeLocalProcesses(["w-0"]))
+    session.receive(b"w-0", frames_of(data(job="job-0")))
+    assert (counters["dropped_parts"], counters["malformed_messages"]) == (1, 0)
+    session.receive(b"stranger", frames_of(data(job="job-0")))
+    assert counters["malformed_messages"] == 1
+    assert not session.events
+
+
 def test_data_from_a_peer_that_left_is_dropped_and_counted() -> None:
     session, _transport, counters = make_session()
     joined(session, "a")

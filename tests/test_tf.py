@@ -73,6 +73,10 @@ def test_model_fit_three_epochs_makes_three_full_different_passes(
     assert passes[0] == passes[1] == passes[2] and len(set(passes[0])) == 24
     orders = [[pair for batch in seen[i * 4 : (i + 1) * 4] for pair in batch] for i in range(3)]
     assert orders[0] != orders[1] != orders[2], "the three epochs used the same plan"
+    # The last epoch's workers are kept by the dataset until it is closed.
+    kept = [worker["pid"] for worker in ds.stats()["workers"]]  # type: ignore[attr-defined]
+    assert len(kept) == 2 and wait_until_gone(kept, 0) == kept
+    ds.close()  # type: ignore[attr-defined]
     assert wait_until_gone(own_worker_pids(), 10) == []
 
 
@@ -98,6 +102,10 @@ def test_train_and_validation_datasets_at_once(small_dataset: list[pathlib.Path]
     first, second = list(val), list(val)  # evaluation data is the same every time
     for a, b in zip(first, second, strict=True):
         np.testing.assert_array_equal(a["frames"].numpy(), b["frames"].numpy())
+    kept = [w["pid"] for ds in (train, val) for w in ds.stats()["workers"]]  # type: ignore[attr-defined]
+    assert len(kept) == 2 and wait_until_gone(kept, 0) == kept  # one kept by each dataset
+    train.close()  # type: ignore[attr-defined]
+    val.close()  # type: ignore[attr-defined]
     assert wait_until_gone(own_worker_pids(), 10) == []
 
 

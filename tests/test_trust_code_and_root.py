@@ -233,8 +233,8 @@ def test_paths_outside_the_root_are_refused_unopened(rogue: Rogue, setup: Setup)
     assert all(e.type == "PathRefused" and "data-root" in e.message for e in errors.values())
     assert "absolute" in errors[str(secret)].message and "'..'" in errors[names[0]].message
     assert "symbolic link" in errors["link.h5"].message
-    index = [a for a in answers if isinstance(a, messages.Index)]
-    assert len(index) == 1 and index[0].file == len(names)  # the file inside still opens
+    index = [a for a in answers if isinstance(a, messages.IndexBatch)]
+    assert len(index) == 1 and index[0].files == (len(names),)  # the file inside is indexed
     # an existing file and a missing one outside are refused alike: nothing about existence
     rogue.send(hdf5_job("exists", ["../outside/real.h5", "../outside/missing.h5"]))
     first, second = rogue.receive(), rogue.receive()

@@ -42,6 +42,7 @@ VALID_FIELDS: dict[str, dict[str, Any]] = {
         "cache_dir": None,
     },
     wire.INDEX: {"job": "job-1", "file": 0, "videos": [["v0", 120, 3], ["v1", 64, None]]},
+    wire.INDEX_BATCH: {"job": "job-1", "files": [0, 2], "counts": [1, 1], "names": ["a", "b"]},
     wire.UNIT: {
         "job": "job-1",
         "unit": 7,

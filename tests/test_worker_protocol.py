@@ -100,12 +100,10 @@ def test_an_hdf5_job_answers_index_then_data_and_errors(
 ) -> None:
     files = small_dataset[:2]
     peer.send(job(files))
-    indexes = [peer.receive_not_hello() for _ in files]
-    assert all(isinstance(index, messages.Index) for index in indexes)
-    assert sorted(index.file for index in indexes if isinstance(index, messages.Index)) == [0, 1]
-    first = indexes[0]
-    assert isinstance(first, messages.Index) and len(first.videos) == 6
-    assert all(video.frames >= 1 for video in first.videos)
+    index = peer.receive_not_hello()  # both files' videos in one INDEX_BATCH
+    assert isinstance(index, messages.IndexBatch), index
+    assert (index.files, index.counts) == ((0, 1), (6, 6))
+    assert len(index.names) == 12 and index.frames.min() >= 1 and index.labels.shape == (12,)
 
     peer.send(messages.Unit("job-1", 5, 0, 0, (row(10, 0, 2), row(11, 1, 0, flip=True))))
     data = peer.receive_not_hello()

@@ -20,6 +20,8 @@ kind           direction           what
 HELLO          worker -> consumer  who I am (name, pid, host, package version)
 JOB            consumer -> worker  HDF5 files to open (number, path), clip spec, layout
 INDEX          worker -> consumer  the videos of one file (name, frames, label)
+INDEX_BATCH    worker -> consumer  the videos of several files, as columns (UTF-8 names; frames and
+                                   labels as int64 arrays): one message, not one per file
 UNIT           consumer -> worker  HDF5: make these :class:`Row`\\ s of one batch
 SOURCE         consumer -> worker  load the user's code (import path, args, shard, spec)
 SOURCE_INFO    worker -> consumer  what that code is (kind, length, element spec)
@@ -34,6 +36,7 @@ BYE            either way          stop / I am leaving (``refused:`` reasons: do
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import traceback
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, NamedTuple
@@ -110,6 +113,58 @@ class Index:
     job: str
     file: int
     videos: tuple[VideoEntry, ...]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class IndexBatch:
+    """The videos of several files: ``files[i]`` has ``counts[i]`` (>= 1) videos, listed file
+    after file in ``names`` (UTF-8 bytes: the trainer keeps them as they arrive), ``frames``
+    (int64 [V], each >= 1) and ``labels`` (int64 [V]).
+    Columns, so a 10,000-file handshake decodes without a Python object per video."""
+
+    KIND: ClassVar[str] = wire.INDEX_BATCH
+    job: str
+    files: tuple[int, ...]
+    counts: tuple[int, ...]
+    names: tuple[bytes, ...]
+    frames: np.ndarray
+    labels: np.ndarray
+
+    @classmethod
+    def of_columns(
+        cls, job: str, files: Sequence[tuple[int, Sequence[bytes], np.ndarray, np.ndarray]]
+    ) -> IndexBatch:
+        """The batch of ``files``: (file number, names, frame counts, labels) each."""
+        empty = np.zeros(0, np.int64)
+        return cls(
+            job,
+            tuple(number for number, *_columns in files),
+            tuple(len(names) for _number, names, _f, _l in files),
+            tuple(itertools.chain.from_iterable(names for _n, names, _f, _l in files)),
+            np.concatenate([frames for _n, _names, frames, _l in files] or [empty]),
+            np.concatenate([labels for _n, _names, _f, labels in files] or [empty]),
+        )
+
+    @classmethod
+    def of(
+        cls, job: str, files: Sequence[tuple[int, Sequence[tuple[str, int, int]]]]
+    ) -> IndexBatch:
+        """The batch of ``files``: (file number, its videos) each."""
+        columns = []
+        for number, entries in files:
+            names, frames, labels = zip(*entries, strict=True) if entries else ((), (), ())
+            columns.append(
+                (
+                    number,
+                    [name.encode() for name in names],
+                    np.array(frames, np.int64).reshape(-1),
+                    np.array(labels, np.int64).reshape(-1),
+                )
+            )
+        return cls.of_columns(job, columns)
+
+
+_ARRAY_FIELDS: Mapping[str, tuple[str, ...]] = {wire.INDEX_BATCH: ("frames", "labels")}
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -237,12 +292,27 @@ class Ping:
 
 
 Message = (
-    Hello | Job | Index | Unit | Items | Pull | Data | Error | Bye | Source | SourceInfo | Ping
+    Hello
+    | Job
+    | Index
+    | IndexBatch
+    | Unit
+    | Items
+    | Pull
+    | Data
+    | Error
+    | Bye
+    | Source
+    | SourceInfo
+    | Ping
 )
 _CLASSES: dict[str, type[Any]] = {
     cls.KIND: cls
-    for cls in (Hello, Job, Index, Unit, Items, Pull, Data, Error, Bye, Source, SourceInfo, Ping)
-}
+    for cls in (
+        Hello, Job, Index, IndexBatch, Unit, Items, Pull, Data, Error, Bye, Source, SourceInfo,
+        Ping,
+    )
+}  # fmt: skip
 # Fields whose wire name differs from the attribute (``pass`` is a Python keyword).
 _WIRE_NAMES: Mapping[str, str] = {"pass_": "pass"}
 
@@ -250,8 +320,9 @@ _WIRE_NAMES: Mapping[str, str] = {"pass_": "pass"}
 def encode(message: Message) -> list[Any]:
     """The frames of ``message`` (see :func:`h5feed.common.wire.encode`)."""
     fields: dict[str, Any] = {}
+    array_fields = _ARRAY_FIELDS.get(message.KIND, ())
     for field in dataclasses.fields(message):
-        if field.name == "arrays":
+        if field.name == "arrays" or field.name in array_fields:
             continue
         value = getattr(message, field.name)
         if isinstance(value, tuple):
@@ -259,8 +330,11 @@ def encode(message: Message) -> list[Any]:
         elif isinstance(value, Mapping):
             value = dict(value)
         fields[_WIRE_NAMES.get(field.name, field.name)] = value
-    arrays = message.arrays.items() if isinstance(message, Data) else ()
-    return wire.encode(message.KIND, fields, list(arrays))
+    arrays: list[tuple[str, np.ndarray]] = []
+    if isinstance(message, Data):
+        arrays = list(message.arrays.items())
+    arrays += [(name, getattr(message, name)) for name in array_fields]
+    return wire.encode(message.KIND, fields, arrays)
 
 
 def decode(frames: Sequence[wire.Frame], limits: wire.Limits = wire.DEFAULT_LIMITS) -> Message:
@@ -281,6 +355,8 @@ def parse(raw: wire.Message) -> Message:
         case wire.INDEX:
             videos = tuple(_video(entry) for entry in f["videos"])
             return Index(f["job"], f["file"], videos)
+        case wire.INDEX_BATCH:
+            return _index_batch(f, raw.arrays)
         case wire.UNIT:
             rows = tuple(Row(*_record(e, _ROW_TYPES, "UNIT row")) for e in f["rows"])
             slot = _slot(f["slot"], len(rows)) if f["slot"] is not None else None
@@ -331,6 +407,28 @@ def _video(entry: Any) -> VideoEntry:
     if frames < 1:
         raise ProtocolError(f"INDEX video {name!r} has {frames} frames")
     return VideoEntry(name, frames, label)
+
+
+def _index_batch(f: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> IndexBatch:
+    """An INDEX_BATCH, checked column by column (no Python object per video but the names)."""
+    files, counts = _ints(f["files"], "INDEX_BATCH files"), _ints(f["counts"], "INDEX_BATCH counts")
+    names = f["names"]
+    if len(files) != len(counts) or len(set(files)) != len(files) or min(counts, default=1) < 1:
+        raise ProtocolError("INDEX_BATCH needs distinct files with >= 1 video each, one count each")
+    if set(arrays) != {"frames", "labels"}:
+        raise ProtocolError(f"INDEX_BATCH arrays must be frames and labels, got {sorted(arrays)}")
+    frames, labels = arrays["frames"], arrays["labels"]
+    total = sum(counts)
+    for name, array in (("frames", frames), ("labels", labels)):
+        if array.dtype != np.int64 or array.shape != (total,):
+            raise ProtocolError(
+                f"INDEX_BATCH {name} must be int64 [{total}], got {array.dtype} {array.shape}"
+            )
+    if len(names) != total or not all(type(n) is bytes for n in names):
+        raise ProtocolError(f"INDEX_BATCH names must be {total} byte strings")
+    if total and int(frames.min()) < 1:
+        raise ProtocolError("INDEX_BATCH lists a video with fewer than 1 frame")
+    return IndexBatch(f["job"], files, counts, tuple(names), frames, labels)
 
 
 def _ints(values: list[Any], what: str) -> tuple[int, ...]:

@@ -57,6 +57,8 @@ SOURCE_INFO: Final = "source_info"  # worker -> consumer: what that code is (kin
 ITEMS: Final = "items"  # consumer -> worker: map/keras source, produce these items of a batch
 PULL: Final = "pull"  # consumer -> worker: generator source, the next elements of a pass
 PING: Final = "ping"  # consumer -> worker: nothing to do; a send that fails means it is gone
+# Added in protocol 4 (additive): the videos of several files at once, as columns.
+INDEX_BATCH: Final = "index_batch"  # worker -> consumer: files, counts, names + frames, labels
 
 #: Start of a BYE reason that refuses a peer (e.g. another protocol version): do not retry.
 REFUSED: Final = "refused:"
@@ -73,6 +75,9 @@ SCHEMAS: Final[Mapping[str, Mapping[str, tuple[type, ...]]]] = {
     HELLO: {"worker": _STR, "pid": _INT, "host": _STR, "package": _STR, "nonce": _STR},
     JOB: {"job": _STR, "files": _LIST, "clip": (dict,), "layout": (dict,), "cache_dir": _OPT_STR},
     INDEX: {"job": _STR, "file": _INT, "videos": _LIST},
+    # files[i] has counts[i] videos; names (UTF-8 bin), the arrays ``frames``/``labels`` (int64
+    # [sum(counts)]), list them file after file: see h5feed.common.messages.IndexBatch.
+    INDEX_BATCH: {"job": _STR, "files": _LIST, "counts": _LIST, "names": _LIST},
     UNIT: {
         "job": _STR,
         "unit": _INT,

@@ -18,6 +18,7 @@ from h5feed.consumer.options import FeedConfig, FeedKwargs, HdfConfig, hdf_confi
 from h5feed.consumer.plan import Cursor
 from h5feed.consumer.source_options import Learnt
 from h5feed.consumer.stream import BATCH_KEYS, POSITION_KEYS, BatchStream
+from h5feed.consumer.worker_pool import PoolSlot
 
 if TYPE_CHECKING:
     import tensorflow as tf
@@ -26,10 +27,16 @@ PathsLike = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
 
 
 class Feed:
-    """A re-iterable source of batches: every ``iter()`` starts workers and runs ``epochs``
-    epochs, continuing the epoch count of the previous iteration (so three iterations of a
-    one-epoch feed see epochs 0, 1 and 2: three different plans). Thread-safe to iterate from
-    several threads, each iteration with its own workers.
+    """A re-iterable source of batches: every ``iter()`` runs ``epochs`` epochs, continuing
+    the epoch count of the previous iteration (so three iterations of a one-epoch feed see
+    epochs 0, 1 and 2: three different plans). Thread-safe to iterate from several threads.
+
+    Local workers persist across iterations (an HDF5 feed without ``listen``): the first
+    iteration starts them, each later one runs a new job on them (their indexes in memory),
+    and they stop when the feed is closed (:meth:`close`) or garbage collected, or at exit.
+    An iteration that starts while another runs gets its own workers, stopped at its end;
+    after a failed iteration, or when a kept worker exited between iterations (that
+    iteration raises WorkerDiedError naming it), the next iteration starts new workers.
 
     ``resume`` (see :mod:`h5feed.consumer.resume`): the first iteration starts there (and
     leaves out the batches the state lists as taken); its fingerprint is checked against this
@@ -73,6 +80,22 @@ class Feed:
         self._metrics = start_feed_metrics(self, config.options.metrics_port)
         if self._metrics is not None:
             weakref.finalize(self, self._metrics.server.close)
+        self._slot: PoolSlot | None = None
+        if self._keeps_workers():
+            self._slot = PoolSlot(options)
+            weakref.finalize(self, self._slot.close)  # the kept workers stop with the feed
+
+    def _keeps_workers(self) -> bool:
+        """Whether local workers persist across iterations: an HDF5 feed with local workers
+        and no ``listen`` (remote producers join per iteration)."""
+        options = self.config.options
+        return isinstance(self.config, HdfConfig) and options.workers > 0 and not options.listen
+
+    def close(self) -> None:
+        """Stop the workers kept across iterations (a running iteration keeps its workers
+        until it ends). Iterating again afterwards starts workers per iteration."""
+        if self._slot is not None:
+            self._slot.close()
 
     @property
     def metrics_port(self) -> int | None:
@@ -87,6 +110,7 @@ class Feed:
             first = self._next_epoch
             self._next_epoch = first + epochs if epochs is not None else first
             point, self._resume = self._resume, None
+        pool = self._slot.take() if self._slot is not None else None  # None: it is lent
         start, skip = Cursor(first, 0), frozenset[tuple[int, int]]()
         fingerprint = dict(self.fingerprint)
         if point is not None:  # the first iteration of a resumed feed
@@ -103,6 +127,7 @@ class Feed:
             skip=skip,
             fingerprint=fingerprint,
             on_index=self._learn_index,
+            pool=(pool, self._slot) if pool is not None and self._slot is not None else None,
         )
         self._started(stream)
         self._current = weakref.ref(stream)
@@ -259,6 +284,8 @@ def dataset(
     ``prefetch``: batches tf.data prefetches after the generator (-1: ``tf.data.AUTOTUNE``,
     0/None: no prefetch). ``resume``: where to continue (a state, ``{"epoch": e, "batch":
     b}``, or an ``h5feed.BackupAndRestore`` backup directory): see :func:`batches`.
+    ``ds.close()`` stops the worker processes the dataset keeps across its iterations (else
+    they stop when it is garbage collected, or at exit).
 
     Known length: when the index of the files is known before iteration (remembered from an
     earlier iteration over the same files, see :mod:`h5feed.consumer.known_index`), the
@@ -309,7 +336,7 @@ def feed_dataset(
     feed: Feed, generate: Callable[[], Iterator[Any]], signature: Any, prefetch: int | None
 ) -> tf.data.Dataset:
     """``from_generator(generate, output_signature=signature)``, prefetched (-1: AUTOTUNE,
-    0/None: none), carrying ``feed``'s ``stats`` and ``metrics_port``."""
+    0/None: none), carrying ``feed``'s ``stats``, ``metrics_port`` and ``close``."""
     import tensorflow as tf
 
     ds = tf.data.Dataset.from_generator(generate, output_signature=signature)
@@ -328,6 +355,9 @@ def feed_dataset(
     # do not carry it, so keep a reference to this one.
     ds.stats = feed.stats
     ds.metrics_port = feed.metrics_port  # None without metrics_port / $H5FEED_METRICS_PORT
+    # ds.close(): stop the workers kept across iterations now (else: when the dataset is
+    # garbage collected, or at exit).
+    ds.close = feed.close
     return ds
 
 

@@ -1,7 +1,8 @@
 """The scheduler of HDF5 clips: files shared out, indexed, planned, cut into units.
 
 Handshake: every file goes to one worker (largest first, each to the least loaded: see
-:func:`assign_files`), which opens it once and answers its INDEX; once every file is indexed
+:func:`assign_files`), which indexes it and answers its videos (INDEX, or many files in one
+INDEX_BATCH); once every file is indexed
 the plan starts. Each batch of the plan (:class:`~h5feed.consumer.plan.EpochPlan`, from the
 iteration's start cursor) is one UNIT per worker that owns some of its rows' files; the parts
 are assembled (:class:`~h5feed.consumer.assembly.BatchAssembler`, in a shared-memory slot when
@@ -45,7 +46,7 @@ from h5feed.consumer.assembly import Batch, BatchAssembler
 from h5feed.consumer.credits import CreditGate
 from h5feed.consumer.options import HdfConfig
 from h5feed.consumer.ordering import PlannedRelease
-from h5feed.consumer.plan import Cursor, EpochPlan, Index, PlannedBatch
+from h5feed.consumer.plan import Cursor, EpochPlan, FileColumns, Index, PlannedBatch
 from h5feed.consumer.scheduler import Reassignment, Send
 from h5feed.consumer.slots import Slot, SlotPool, supported
 from h5feed.consumer.work import Ledger, Peer
@@ -82,7 +83,7 @@ class HdfScheduler:
         self._moving: dict[int, Peer] = {}  # file -> the worker to own it once its INDEX matches
         self._refused: dict[bytes, set[int]] = {}  # identity -> files whose copy differed
         self._parked: list[tuple[int, np.ndarray]] = []  # (seq, positions) of unowned files
-        self._videos: dict[int, tuple[messages.VideoEntry, ...]] = {}
+        self._videos: dict[int, FileColumns] = {}  # each indexed file's videos
         self._assembler: BatchAssembler | None = None
         self._planned: PlannedRelease[PlannedBatch, Batch] | None = None  # once indexed
         self._pool = self._make_pool()
@@ -114,26 +115,62 @@ class HdfScheduler:
 
     def on_control(self, peer: Peer, message: messages.Message) -> list[Send]:
         if isinstance(message, messages.Index):
-            file_index = message.file
-            if self._moving.get(file_index) is peer:
-                return self._check_moved(peer, file_index, message.videos)
-            if self._owners.get(file_index) is peer and file_index not in self._videos:
-                self._videos[file_index] = message.videos
-                if len(self._videos) == len(self.config.files) and self.index is None:
-                    self._plan_start()
-                return []
-        self._counters["malformed_messages"] += 1
-        self._log.warning("dropped an unexpected %s message from %s", message.KIND, peer)
+            videos = message.videos
+            columns = FileColumns(
+                tuple(v.name.encode() for v in videos),
+                np.array([v.frames for v in videos], np.int64),
+                np.array([v.label for v in videos], np.int64),
+            )
+            return self._indexed(peer, [(message.file, columns)])
+        if isinstance(message, messages.IndexBatch):
+            ends = np.cumsum(message.counts).tolist()
+            return self._indexed(
+                peer,
+                [
+                    (
+                        file_index,
+                        FileColumns(
+                            message.names[end - count : end],
+                            message.frames[end - count : end],
+                            message.labels[end - count : end],
+                        ),
+                    )
+                    for file_index, end, count in zip(
+                        message.files, ends, message.counts, strict=True
+                    )
+                ],
+            )
+        self._unexpected(peer, message)
         return []
 
-    def _check_moved(
-        self, peer: Peer, file_index: int, videos: tuple[messages.VideoEntry, ...]
-    ) -> list[Send]:
+    def _indexed(self, peer: Peer, files: list[tuple[int, FileColumns]]) -> list[Send]:
+        """``peer``'s index of ``files``: the plan's first (its owner's), or a check of a
+        file it takes over; anything else is dropped and counted."""
+        if not all(self._moving.get(f) is peer or self._owners.get(f) is peer for f, _c in files):
+            self._unexpected(peer, messages.IndexBatch.KIND)
+            return []
+        sends: list[Send] = []
+        for file_index, columns in files:
+            if self._moving.get(file_index) is peer:
+                sends += self._check_moved(peer, file_index, columns)
+            elif file_index not in self._videos:
+                self._videos[file_index] = columns
+        if len(self._videos) == len(self.config.files) and self.index is None:
+            self._plan_start()
+        return sends
+
+    def _unexpected(self, peer: Peer, message: messages.Message | str) -> None:
+        kind = message if isinstance(message, str) else message.KIND
+        self._counters["malformed_messages"] += 1
+        self._log.warning("dropped an unexpected %s message from %s", kind, peer)
+
+    def _check_moved(self, peer: Peer, file_index: int, columns: FileColumns) -> list[Send]:
         """``peer`` indexed a file it is to take over: it owns the file if its copy is the
         planned one, else it is refused for the file and another worker is asked."""
         del self._moving[file_index]
         planned = self._videos[file_index]
-        if tuple(videos) == tuple(planned):
+        what = _first_difference(planned, columns)
+        if what is None:
             previous = self._owners.get(file_index)
             if previous is not None and file_index in previous.files:
                 previous.files.remove(file_index)
@@ -141,7 +178,6 @@ class HdfScheduler:
             peer.files.append(file_index)
             return self._unpark()
         path = self.config.files[file_index]
-        what = _first_difference(planned, videos)
         self._counters["index_mismatches"] += 1
         self._refused.setdefault(peer.identity, set()).add(file_index)
         self._log.error(
@@ -160,7 +196,7 @@ class HdfScheduler:
 
     def _plan_start(self) -> None:
         files = self.config.files
-        self.index = Index.build(files, [self._videos[i] for i in range(len(files))])
+        self.index = Index.from_columns(files, [self._videos[i] for i in range(len(files))])
         slots = None
         if self._pool is not None:
             slots = (self._pool, self._clip_shape())
@@ -452,14 +488,22 @@ def _merge_jobs(sends: list[Send]) -> list[Send]:
     return [Send(peer, job) for peer, job in jobs.items()] + rest
 
 
-def _first_difference(
-    planned: Sequence[messages.VideoEntry], found: Sequence[messages.VideoEntry]
-) -> str:
-    """The first video where two indexes of one file differ, in words."""
-    for want, got in zip(planned, found, strict=False):
-        if tuple(want) != tuple(got):
-            return f"video {want[0]!r}: planned {tuple(want)}, found {tuple(got)}"
-    return f"{len(planned)} videos planned, {len(found)} found"
+def _first_difference(planned: FileColumns, found: FileColumns) -> str | None:
+    """Where two indexes of one file first differ, in words; None if they are the same."""
+    for position, name in enumerate(planned.names):
+        if position >= len(found.names):
+            break
+        want = (name, int(planned.frames[position]), int(planned.labels[position]))
+        got = (found.names[position], int(found.frames[position]), int(found.labels[position]))
+        if want != got:
+            found_name = got[0].decode(errors="replace")
+            return (
+                f"video {name.decode(errors='replace')!r}: planned (frames, label) {want[1:]}, "
+                f"found {found_name!r} {got[1:]}"
+            )
+    if len(planned.names) != len(found.names):
+        return f"{len(planned.names)} videos planned, {len(found.names)} found"
+    return None
 
 
 def _shares_memory(peer: Peer) -> bool:

@@ -1,4 +1,5 @@
-"""Worker processes started on this machine for one iteration.
+"""Worker processes started on this machine for one iteration (or, persistent, for every
+iteration of a dataset: :mod:`h5feed.consumer.worker_pool`).
 
 Each worker is ``python -m h5feed.producer.worker`` in a fresh interpreter (never a fork of the
 trainer, and never a ``multiprocessing`` spawn that re-imports the trainer's ``__main__``, so a
@@ -58,9 +59,13 @@ class LocalWorkers:
         max_message_bytes: int | None = None,
         max_open_files: int | None = None,
         max_restarts: int = 3,
+        persistent: bool = False,
     ) -> None:
         """``max_open_files``: HDF5 files each worker keeps open at once (None: the
-        worker's default); ``max_restarts``: see :meth:`replace`."""
+        worker's default); ``max_restarts``: see :meth:`replace`. ``persistent``: a BYE ends a
+        worker's job, not the worker (it waits for the next one, keeping its indexes: see
+        :mod:`h5feed.consumer.worker_pool`); :meth:`stop` still ends it (SIGTERM after
+        ``grace_s``)."""
         env = dict(os.environ)
         if keys is not None and server_public is not None:  # CURVE: this iteration's own keys
             env[CURVE_ENV_PUBLIC] = keys.public.decode()
@@ -101,6 +106,7 @@ class LocalWorkers:
                         if max_open_files is not None
                         else []
                     ),
+                    *(["--persistent"] if persistent else []),
                 ]
                 self._commands.append(command)
                 self.processes.append(spawn(command, env))

@@ -64,9 +64,11 @@ class FeedLoop:
         expected_workers: int,
         counters: collections.Counter[str],
         workers: recovery.Replacer | None = None,
+        keep_socket: bool = False,
     ) -> None:
         """``counters``: shared with the session and the scheduler; the loop adds the
-        release counters (``batches``, ``clips``, ``bytes``)."""
+        release counters (``batches``, ``clips``, ``bytes``). ``keep_socket``: the router and
+        waker outlive this iteration (persistent workers): the loop does not close them."""
         self.options = options
         self.session = session
         self.gate = gate
@@ -80,6 +82,7 @@ class FeedLoop:
         self._counters = counters
         self._started = False  # the scheduler has shared out the work
         self._waiting_since: float | None = None  # work waits for a worker to join
+        self._keep_socket = keep_socket
         self._stop = threading.Event()
         self._next_health = 0.0
         self._thread = threading.Thread(target=self._run, name="h5feed-loop", daemon=True)
@@ -110,9 +113,10 @@ class FeedLoop:
             self.out.put(FAILED)
         finally:
             self.session.say_bye()
-            self._router.close()
             self.scheduler.close()  # batches already handed out keep their memory
-            self._waker.close()  # a credit returned later wakes nothing (Waker allows it)
+            if not self._keep_socket:
+                self._router.close()
+                self._waker.close()  # a credit returned later wakes nothing (Waker allows it)
 
     def _handshake(self) -> bool:
         """Wait for the workers, share out the work, wait for the scheduler to be ready;

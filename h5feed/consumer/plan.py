@@ -21,6 +21,7 @@ a file. Guarantees (all independent of the number of workers, which never see th
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Iterator, Sequence
 
 import numpy as np
@@ -29,6 +30,15 @@ from h5feed.common.config import ClipSpec, clip_start
 
 _PERMUTATION_STREAM = 0
 _AUGMENTATION_STREAM = 1
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class FileColumns:
+    """One file's videos as columns: names (UTF-8 bytes), frame counts, labels (int64)."""
+
+    names: Sequence[bytes]
+    frames: np.ndarray
+    labels: np.ndarray
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,23 +56,38 @@ class Index:
     @classmethod
     def build(cls, files: Sequence[str], videos: Sequence[Sequence[Sequence[object]]]) -> Index:
         """From each file's list of (name, frame count, label), files in plan order."""
-        file_of_video, video_in_file, frames, labels, names, file_names = [], [], [], [], [], []
-        for file_index, (path, entries) in enumerate(zip(files, videos, strict=True)):
-            for position, (name, n_frames, label) in enumerate(entries):
-                file_of_video.append(file_index)
-                video_in_file.append(position)
-                frames.append(n_frames)
-                labels.append(label)
-                names.append(str(name).encode())
-                file_names.append(path.encode())
+        columns = [
+            FileColumns(
+                tuple(str(v[0]).encode() for v in entries),
+                np.fromiter((int(v[1]) for v in entries), np.int64, len(entries)),  # type: ignore[call-overload]
+                np.fromiter((int(v[2]) for v in entries), np.int64, len(entries)),  # type: ignore[call-overload]
+            )
+            for entries in videos
+        ]
+        return cls.from_columns(files, columns)
+
+    @classmethod
+    def from_columns(cls, files: Sequence[str], columns: Sequence[FileColumns]) -> Index:
+        """From each file's columns, files in plan order: array operations only; the names
+        are kept as they came (the 10,000-file handshake's last step)."""
+        if len(files) != len(columns):
+            raise ValueError(f"{len(files)} files but {len(columns)} indexes")
+        counts = np.fromiter((len(c.frames) for c in columns), np.int64, len(columns))
+        total = int(counts.sum())
+        starts = np.cumsum(counts) - counts
+        names = np.empty(total, dtype=object)
+        names[:] = list(itertools.chain.from_iterable(c.names for c in columns))
+        paths = np.empty(len(files), dtype=object)
+        paths[:] = [path.encode() for path in files]
+        empty = np.zeros(0, np.int64)
         return cls(
             files=tuple(files),
-            file_of_video=np.asarray(file_of_video, np.int64),
-            video_in_file=np.asarray(video_in_file, np.int64),
-            frames=np.asarray(frames, np.int64),
-            labels=np.asarray(labels, np.int64),
-            names=np.asarray(names, dtype=object),
-            file_names=np.asarray(file_names, dtype=object),
+            file_of_video=np.repeat(np.arange(len(files), dtype=np.int64), counts),
+            video_in_file=np.arange(total, dtype=np.int64) - np.repeat(starts, counts),
+            frames=np.concatenate([c.frames for c in columns] or [empty]).astype(np.int64),
+            labels=np.concatenate([c.labels for c in columns] or [empty]).astype(np.int64),
+            names=names,
+            file_names=np.repeat(paths, counts),  # one bytes object per file, shared
         )
 
     @property

@@ -137,6 +137,12 @@ class PeerSession:
             case _ if peer is None and identity in self._gone:
                 if isinstance(message, messages.Data):  # its units went to others
                     self.counters["dropped_parts"] += 1
+            case _ if (
+                peer is None
+                and identity.decode(errors="replace") in self._local_names
+                and getattr(message, "job", self.job_id) != self.job_id
+            ):  # a kept local worker finishing the last iteration's units before its hello
+                self.counters["dropped_parts"] += 1
             case _ if peer is None:
                 self.drop(
                     identity, f"{message.KIND} message from an identity that never said hello"

@@ -8,6 +8,9 @@ Guarantees of a :class:`BatchStream`:
    worker's traceback, worker death with its exit code, timeout); it never blocks forever.
 3. Its workers stop when it is exhausted, closed, garbage collected, or at interpreter exit —
    also while another thread is blocked in ``next()``, which then ends (StopIteration) at once.
+   With a ``pool`` (:mod:`h5feed.consumer.worker_pool`: the feed's persistent workers), its
+   job ends instead and the workers are given back for the next iteration; they are stopped
+   instead when the iteration failed or its loop did not stop.
 4. It is safe to call ``next()`` from different threads one after another (as tf.data does),
    not from several at the same time.
 """
@@ -49,6 +52,7 @@ from h5feed.consumer.source_options import Learnt, SourceConfig
 from h5feed.consumer.source_scheduler import SourceScheduler
 from h5feed.consumer.stats import RateMeter, WaitMeter, verdict
 from h5feed.consumer.waker import Waker
+from h5feed.consumer.worker_pool import PoolSlot, WorkerPool, close_all_slots
 
 #: Keys of every tf.data element by default (NumPy batches also carry ``sample``, ``epoch``
 #: and ``batch``: see ``keys=`` of ``h5feed.dataset``).
@@ -85,9 +89,14 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
         skip: frozenset[tuple[int, int]] = frozenset(),
         fingerprint: Mapping[str, Any] | None = None,
         on_index: Callable[[str, int], None] | None = None,
+        pool: tuple[WorkerPool, PoolSlot] | None = None,
     ) -> None:
+        """``pool``: persistent workers and their socket to run on, and the slot to give them
+        back to (None: start this iteration's own workers)."""
         self.config = config
-        self._on_close = on_close
+        # Weakly: a stream must not keep its feed alive (a feed that is gone stops its kept
+        # workers when this stream ends, as `feed.stream()` on a temporary feed expects).
+        self._on_close = _weakly(on_close)
         self.job_id = uuid.uuid4().hex
         self.cursor = start  # the next batch the trainer takes (deterministic order)
         self._skip = set(skip)
@@ -96,7 +105,7 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
             resume.ResumePoint(start, frozenset(skip)), config.options.deterministic
         )
         self._index_checked = False
-        self._on_index = on_index
+        self._on_index = _weakly(on_index)  # the feed's: held weakly, as on_close
         self._closed = threading.Event()
         self._waited = WaitMeter()
         self._taken = RateMeter()
@@ -118,27 +127,33 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
             )
         # One direction of wiring: socket and keys, then the local workers that use them,
         # then the parts of the loop, then the loop.
-        self._tmpdir = tempfile.mkdtemp(prefix="h5feed-")
-        self.address = address = f"ipc://{self._tmpdir}/feed.sock"
         with contextlib.ExitStack() as undo:  # what is made so far goes if a step fails
-            undo.callback(shutil.rmtree, self._tmpdir, ignore_errors=True)
-            waker = Waker()
-            undo.callback(waker.close)
-            listen = [options.listen] if options.listen else []
-            router = Router(options, [address, *listen], waker.fileno)
-            undo.callback(router.close)
-            self._workers = LocalWorkers(
-                options.workers,
-                address,
-                prefix=f"w{self.job_id[:6]}",
-                keys=router.local_keys,
-                server_public=router.server_public,
-                data_root=options.data_root,
-                max_message_bytes=options.max_message_bytes,
-                max_open_files=options.max_open_files,
-                max_restarts=options.max_restarts,
-            )
-            undo.callback(self._workers.stop, grace_s=0)
+            if pool is not None:  # all made already, and kept across iterations
+                self._tmpdir = pool[0].tmpdir
+                self.address = pool[0].address
+                waker, router, self._workers = pool[0].waker, pool[0].router, pool[0].workers
+                undo.callback(pool[1].give_back, pool[0], reusable=False)
+            else:
+                self._tmpdir = tempfile.mkdtemp(prefix="h5feed-")
+                self.address = f"ipc://{self._tmpdir}/feed.sock"
+                undo.callback(shutil.rmtree, self._tmpdir, ignore_errors=True)
+                waker = Waker()
+                undo.callback(waker.close)
+                listen = [options.listen] if options.listen else []
+                router = Router(options, [self.address, *listen], waker.fileno)
+                undo.callback(router.close)
+                self._workers = LocalWorkers(
+                    options.workers,
+                    self.address,
+                    prefix=f"w{self.job_id[:6]}",
+                    keys=router.local_keys,
+                    server_public=router.server_public,
+                    data_root=options.data_root,
+                    max_message_bytes=options.max_message_bytes,
+                    max_open_files=options.max_open_files,
+                    max_restarts=options.max_restarts,
+                )
+                undo.callback(self._workers.stop, grace_s=0)
             self.counters: collections.Counter[str] = collections.Counter()
             self._gate = CreditGate(options.inflight_batches, waker.wake)
             session = PeerSession(
@@ -167,10 +182,15 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
             options.workers,
             self.counters,
             self._workers,
+            keep_socket=pool is not None,  # the pool's: it outlives this iteration
         )
         self._loop.start()
-        self._finalizer = weakref.finalize(
-            self, _shutdown, self._loop, self._workers, self._tmpdir, self._closed
+        self._finalizer: weakref.finalize[Any, Any] = (
+            weakref.finalize(self, _give_back, self._loop, pool[0], pool[1], self._closed)
+            if pool is not None
+            else weakref.finalize(
+                self, _shutdown, self._loop, self._workers, self._tmpdir, self._closed
+            )
         )
         _live_streams.add(self)
 
@@ -242,8 +262,9 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
         self._progress.set_length(resume.epoch_batches(samples, config))
         if saved is None:
             known_index.store(config, index)
-        if self._on_index is not None:
-            self._on_index(digest, index.num_videos)
+        on_index = self._on_index()
+        if on_index is not None:
+            on_index(digest, index.num_videos)
 
     def state(self) -> dict[str, Any]:
         """A small JSON-able dict of exactly what ``next()`` has returned (see
@@ -256,8 +277,9 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
         """Stop the workers and release everything; idempotent, safe from any thread."""
         if self._finalizer.alive:
             self._finalizer()
-            if self._on_close is not None:
-                self._on_close(self.stats())  # the final figures outlive the stream
+            on_close = self._on_close()
+            if on_close is not None:
+                on_close(self.stats())  # the final figures outlive the stream
 
     def __enter__(self) -> BatchStream:
         return self
@@ -342,11 +364,30 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
         }
 
 
+def _weakly(callback: Callable[..., None] | None) -> Callable[[], Callable[..., None] | None]:
+    """A weak reference to ``callback`` (a bound method is held by its object only)."""
+    if callback is None:
+        return lambda: None
+    if hasattr(callback, "__self__"):
+        return weakref.WeakMethod(callback)  # type: ignore[arg-type]
+    return lambda: callback
+
+
 def _shutdown(loop: FeedLoop, workers: LocalWorkers, tmpdir: str, closed: threading.Event) -> None:
     closed.set()
     loop.stop()
     workers.stop()
     shutil.rmtree(tmpdir, ignore_errors=True)
+
+
+def _give_back(loop: FeedLoop, pool: WorkerPool, slot: PoolSlot, closed: threading.Event) -> None:
+    """End this iteration's job on the pool's workers (the loop says BYE) and give the pool
+    back: reusable when the loop ended without an error and every worker still runs."""
+    closed.set()
+    loop.stop()
+    stopped = loop.stopped
+    reusable = stopped and loop.error is None and not pool.workers.exited()
+    slot.give_back(pool, reusable, socket_in_use=not stopped)
 
 
 def _close_all_streams() -> None:
@@ -355,6 +396,7 @@ def _close_all_streams() -> None:
     for stream in list(_live_streams):
         with contextlib.suppress(Exception):  # exit must go on whatever one stream does
             stream.close()
+    close_all_slots()  # then the workers kept across iterations
 
 
 # threading's exit hooks run before non-daemon threads are joined and before atexit handlers,

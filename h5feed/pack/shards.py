@@ -4,7 +4,9 @@ A shard is written as ``<name>.tmp`` and renamed to its final name once complete
 to disk, so a file under a final name is always whole. Each shard holds whole videos only,
 copied group by group from the per-video files of :mod:`h5feed.pack.encode`, and the file
 attributes ``h5feed_layout = "group_per_video"`` and ``classes`` (the class names, UTF-8
-strings, in label order; empty without classes).
+strings, in label order; empty without classes), and the pack index: a root group
+``h5feed_index`` (names, frames, labels) with ``h5feed_pack_version = 2``
+(:mod:`h5feed.producer.layouts.pack_index`), so a reader takes one read, not a walk.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 import h5py
 import numpy as np
 
+from h5feed.producer.layouts import pack_index
 from h5feed.producer.sample_data import LAYOUT, LAYOUT_ATTR
 
 __all__ = ["CLASSES_ATTR", "ShardWriter", "file_sha256", "shard_name"]
@@ -61,7 +64,9 @@ class ShardWriter:
         self.payload_bytes += payload
 
     def finish(self) -> dict[str, Any]:
-        """Close, flush and rename the shard; return its manifest entry."""
+        """Write the pack index (:mod:`h5feed.producer.layouts.pack_index`), close, flush and
+        rename the shard; return its manifest entry."""
+        pack_index.write(self._h5, [(v["name"], v["frames"], v["label"]) for v in self.videos])
         self._h5.close()
         with open(self.tmp, "rb+") as handle:
             os.fsync(handle.fileno())

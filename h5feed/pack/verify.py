@@ -19,8 +19,10 @@ import cv2
 import h5py
 import numpy as np
 
+from h5feed.common.errors import DataError
 from h5feed.pack import manifest as manifest_io
 from h5feed.pack.shards import CLASSES_ATTR, file_sha256
+from h5feed.producer.layouts import pack_index
 
 __all__ = ["verify_manifest", "verify_out"]
 
@@ -44,14 +46,27 @@ def _check_shard(out_dir: str, shard: dict[str, Any], classes: list[str]) -> lis
             if stored != classes:
                 problems.append(f"{path}: classes {stored} differ from the manifest's {classes}")
             expected = {v["name"]: v["frames"] for v in shard["videos"]}
-            extra = sorted(set(h5.keys()) - set(expected))
+            extra = sorted(set(h5.keys()) - set(expected) - {pack_index.INDEX_GROUP})
             if extra:
                 problems.append(f"{path}: groups not in the manifest: {extra[:5]}")
+            problems.extend(_check_pack_index(h5, path, shard["videos"]))
             for name, frames in expected.items():
                 problems.extend(_check_video(h5, path, name, frames, labels[name]))
     except OSError as exc:
         problems.append(f"{path}: cannot be read: {exc}")
     return problems
+
+
+def _check_pack_index(h5: h5py.File, path: str, videos: list[dict[str, Any]]) -> list[str]:
+    """Problems of the shard's pack index (none for a shard written before it existed)."""
+    try:
+        packed = pack_index.read(h5, path, "frames", "label")
+    except DataError as exc:
+        return [f"{path}: {exc}"]
+    expected = sorted((v["name"], int(v["frames"]), int(v["label"])) for v in videos)
+    if packed is not None and packed != expected:
+        return [f"{path}: the pack index differs from the manifest"]
+    return []
 
 
 def _check_video(h5: h5py.File, path: str, name: str, frames: int, label: int) -> list[str]:

@@ -44,7 +44,12 @@ class ClipMaker:
         policy: CodePolicy,
         root: str | None = None,
         max_open_files: int = DEFAULT_MAX_OPEN_FILES,
+        memory: index_cache.MemoryIndex | None = None,
+        files: OpenFiles | None = None,
     ) -> None:
+        """``memory`` and ``files``: the indexes and open files a persistent worker keeps
+        across its jobs, if any (then :meth:`close` leaves ``files`` open)."""
+        self.memory = memory
         self.spec = spec
         self.layout = layout
         self.root = root
@@ -54,22 +59,47 @@ class ClipMaker:
             if spec.transform is not None
             else None
         )
-        self.files = OpenFiles(max_open_files, root)
+        self._own_files = files is None
+        self.files = files if files is not None else OpenFiles(max_open_files, root)
         self.videos: dict[int, list[VideoEntry]] = {}
+        self.columns: dict[int, index_cache.Columns] = {}  # the same, as INDEX_BATCH columns
 
     def close(self) -> None:
-        self.files.close()
+        if self._own_files:
+            self.files.close()
 
     def open_and_index(self, file_index: int, path: str, cache_dir: str | None) -> list[VideoEntry]:
-        handle = self.files.open(file_index, path, self.layout)
-        videos = None
-        if cache_dir is not None:
-            videos = index_cache.load(cache_dir, path, handle.spec)
-        if videos is None:
-            videos = handle.index()
+        """The videos of file ``file_index`` at ``path``: from this worker's memory (a
+        persistent worker's earlier jobs) or the on-disk cache without opening the file (it is
+        opened on its first read), else opened and read (the pack index, or a walk) and
+        stored in both."""
+        try:
+            key: str | None = index_cache.file_key(path, self.layout)  # one stat, used thrice
+        except OSError:
+            key = None  # opening it below names the file in the error
+        remembered = None
+        if key is not None and self.memory is not None:
+            remembered = self.memory.load(path, self.layout, key)
+        if remembered is not None:  # a persistent worker's earlier job: columns made already
+            resolved, videos, columns = remembered
+            self.files.know(file_index, path, resolved)
+            self.videos[file_index], self.columns[file_index] = videos, columns
+            return videos
+        known = None
+        if key is not None and cache_dir is not None:
+            known = index_cache.load(cache_dir, path, self.layout, key)
+        if known is not None:
+            resolved, videos = known
+            self.files.know(file_index, path, resolved)
+        else:
+            handle = self.files.open(file_index, path, self.layout)
+            resolved, videos = handle.spec, handle.index()
             if cache_dir is not None:
-                index_cache.store(cache_dir, path, handle.spec, videos)
-        self.videos[file_index] = videos
+                index_cache.store(cache_dir, path, self.layout, resolved, videos, key)
+        columns = index_cache.columns_of(videos)
+        if self.memory is not None:
+            self.memory.store(path, self.layout, resolved, videos, key, columns)
+        self.videos[file_index], self.columns[file_index] = videos, columns
         return videos
 
     def produce(

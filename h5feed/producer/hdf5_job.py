@@ -1,9 +1,11 @@
 """One HDF5 job in a worker: its files, their INDEX answers, and the clips of its UNITs.
 
 A JOB names the files this worker owns (number and path), the clip spec and the layout.
-:class:`Hdf5Job` opens each file once (:class:`~h5feed.producer.clips.ClipMaker`) and answers
-one INDEX per file; a UNIT's rows become one array of clips, sent with DATA, or written into
-the unit's shared-memory slot (then DATA carries no array). It only makes messages: the
+:class:`Hdf5Job` indexes each file (:class:`~h5feed.producer.clips.ClipMaker`: from memory or
+the cache without opening it, else opened once) and answers the indexes of many files in one
+INDEX_BATCH (bounded: :data:`BATCH_FILES`, :data:`BATCH_VIDEOS`, :data:`BATCH_NAME_BYTES`);
+a UNIT's rows become one array of clips, sent with DATA, or written into the unit's
+shared-memory slot (then DATA carries no array). It only makes messages: the
 worker's event loop (:mod:`h5feed.producer.worker_loop`) sends them and counts them.
 """
 
@@ -18,8 +20,15 @@ from h5feed.common.config import ClipSpec
 from h5feed.producer import confine
 from h5feed.producer.clips import ClipMaker
 from h5feed.producer.code_policy import CodePolicy
-from h5feed.producer.open_files import DEFAULT_MAX_OPEN_FILES
+from h5feed.producer.index_cache import MemoryIndex
+from h5feed.producer.open_files import DEFAULT_MAX_OPEN_FILES, OpenFiles
 from h5feed.producer.shm import SlotMaps
+
+#: An INDEX_BATCH holds at most this many files, videos, and bytes of names (its header stays
+#: well under the wire's 2 MiB limit; a file larger than that is sent alone).
+BATCH_FILES = 1024
+BATCH_VIDEOS = 65_536
+BATCH_NAME_BYTES = 1 << 20
 
 #: The whole batch's array in a shared-memory slot, and a unit's row positions in it.
 SlotTarget = tuple[np.ndarray, Sequence[int]]
@@ -42,7 +51,8 @@ class Hdf5Job:
        fork); at most ``max_open_files`` are open at once (least recently used closed
        first, reopened on demand), all closed by :meth:`close`.
     3. A file that cannot be opened or indexed is answered with an ERROR naming it; the
-       job's other files still open and answer their INDEX.
+       job's other files are still indexed and answered (INDEX_BATCH). A file whose index
+       comes from memory or the cache is not opened until a unit reads it.
     4. A slot that cannot be mapped (:class:`~h5feed.producer.shm.SlotError`) turns slots off
        for this job only (:attr:`slots_failed`): its units' rows go over the socket; the
        next job tries slots again.
@@ -60,12 +70,16 @@ class Hdf5Job:
         policy: CodePolicy,
         data_root: str | None = None,
         max_open_files: int = DEFAULT_MAX_OPEN_FILES,
+        memory: MemoryIndex | None = None,
+        files: OpenFiles | None = None,
     ) -> None:
+        """``memory``, ``files``: a persistent worker's indexes and open files, kept across
+        its jobs, if any."""
         self.id = job_id
         self.spec = spec
         self.data_root = data_root
         # Imports the transform: a bad or refused path fails here.
-        self.maker = ClipMaker(spec, layout, policy, data_root, max_open_files)
+        self.maker = ClipMaker(spec, layout, policy, data_root, max_open_files, memory, files)
         self.slots = SlotMaps()
         self.slots_failed = False  # a slot of this job could not be mapped: stop trying
 
@@ -80,10 +94,12 @@ class Hdf5Job:
 
     def open_files(
         self, files: Sequence[messages.FileRef], cache_dir: str | None
-    ) -> Iterator[messages.Index | messages.Error]:
-        """Open and index each file, yielding its INDEX, or an ERROR naming its path (as the
-        JOB gave it). Paths are confined to the data root, if any; ``cache_dir`` None means
-        no index cache."""
+    ) -> Iterator[messages.IndexBatch | messages.Error]:
+        """Index each file, yielding INDEX_BATCHes of the indexed ones and an ERROR naming
+        the path (as the JOB gave it) of each that fails. Paths are confined to the data
+        root, if any; ``cache_dir`` None means no index cache."""
+        pending: list[tuple[int, list[bytes], np.ndarray, np.ndarray]] = []
+        videos_in, name_bytes = 0, 0
         for number, path in files:
             try:
                 resolved = confine.job_path(path, self.data_root)  # before any file access
@@ -91,8 +107,20 @@ class Hdf5Job:
             except Exception as exc:  # any failure must reach the trainer, with the file named
                 yield messages.Error.of(self.id, None, exc, file=path)
                 continue
-            entries = tuple(messages.VideoEntry(*video) for video in videos)
-            yield messages.Index(self.id, number, entries)
+            names, frames, labels = self.maker.columns[number]
+            size = sum(map(len, names))
+            full = (
+                len(pending) >= BATCH_FILES
+                or videos_in + len(videos) > BATCH_VIDEOS
+                or name_bytes + size > BATCH_NAME_BYTES
+            )
+            if pending and full:
+                yield messages.IndexBatch.of_columns(self.id, pending)
+                pending, videos_in, name_bytes = [], 0, 0
+            pending.append((number, names, frames, labels))
+            videos_in, name_bytes = videos_in + len(videos), name_bytes + size
+        if pending:
+            yield messages.IndexBatch.of_columns(self.id, pending)
 
     def slot_target(self, slot: messages.SlotRef | None) -> SlotTarget | None:
         """Where ``slot``'s rows go: None when there is no slot or when the frame size is not

@@ -12,11 +12,17 @@ Guarantees of :class:`OpenFiles`:
 
 1. At most ``max_open`` readers are open at any time; opening one more first closes the least
    recently used.
-2. A closed file is reopened on demand with the layout recognised when it was first opened
+2. A file may be made known without opening it (:meth:`know`: its index came from a cache):
+   it is opened on its first :meth:`get` (not counted as a reopening). A closed file is
+   reopened on demand with the layout recognised when it was first opened
    (no second detection), so it reads exactly as before; its index is not read again (the
    caller keeps it).
-3. :attr:`reopened` counts reopenings (a figure for the worker's log and benchmarks).
-4. Not thread-safe: the worker's single event-loop thread uses it.
+3. Making a file known (:meth:`know`) under a number already held for the same path and
+   layout keeps its reader: a persistent worker's next job of the same dataset finds its
+   files open (``h5feed.producer.worker_loop``). :meth:`open` always opens afresh (its
+   caller reads the index of a file that may have changed).
+4. :attr:`reopened` counts reopenings (a figure for the worker's log and benchmarks).
+5. Not thread-safe: the worker's single event-loop thread uses it.
 """
 
 from __future__ import annotations
@@ -41,24 +47,38 @@ class OpenFiles:
         self.max_open = max_open
         self.root = root
         self.reopened = 0
+        self.opened = 0  # files opened so far, reopenings included
         self._known: dict[int, tuple[str, LayoutSpec]] = {}  # path, resolved layout
         self._open: collections.OrderedDict[int, LayoutReader] = collections.OrderedDict()
+        self._seen: set[int] = set()  # files opened at least once (a later open is a reopening)
 
     def open(self, number: int, path: str, layout: LayoutSpec) -> LayoutReader:
         """Open file ``number`` at ``path`` with ``layout`` (``Auto``: recognised here) and
         keep it as the most recently used. DataError when it cannot be opened."""
         previous = self._open.pop(number, None)
-        if previous is not None:  # opened again (a JOB that repeats it): one reader only
+        if previous is not None:  # opened afresh (the file may have changed): one reader only
             previous.close()
         self._make_room()
         reader = open_reader(path, layout, self.root)
+        self.opened += 1
         self._known[number] = (path, reader.spec)
         self._open[number] = reader
+        self._seen.add(number)
         return reader
 
+    def know(self, number: int, path: str, layout: LayoutSpec) -> None:
+        """Make file ``number`` known without opening it (``layout``: the one recognised for
+        it before, never ``Auto``); :meth:`get` opens it when a row first needs it."""
+        if self._known.get(number) == (path, layout):
+            return  # known already (a persistent worker's next job): kept open if it is
+        previous = self._open.pop(number, None)
+        if previous is not None:
+            previous.close()
+        self._known[number] = (path, layout)
+
     def get(self, number: int) -> LayoutReader:
-        """The reader of file ``number`` (opened before with :meth:`open`), reopened if it was
-        closed to make room; KeyError for a file never opened."""
+        """The reader of file ``number`` (opened with :meth:`open` or made known with
+        :meth:`know`), opened now if it is not open; KeyError for a file never named."""
         reader = self._open.get(number)
         if reader is not None:
             self._open.move_to_end(number)
@@ -66,8 +86,11 @@ class OpenFiles:
         path, layout = self._known[number]
         self._make_room()
         reader = open_reader(path, layout, self.root)
+        self.opened += 1
         self._open[number] = reader
-        self.reopened += 1
+        if number in self._seen:
+            self.reopened += 1
+        self._seen.add(number)
         return reader
 
     def path(self, number: int) -> str:

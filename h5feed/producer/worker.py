@@ -4,9 +4,12 @@ Run as ``python -m h5feed.producer.worker --connect ADDR --worker-id ID`` (the c
 local workers this way, so the trainer's ``__main__`` is never re-imported). The worker:
 
 1. connects a DEALER socket to the consumer's ROUTER and says HELLO;
-2. on JOB, opens each of its files and answers one INDEX per file (from the on-disk index
-   cache when valid); it keeps at most ``--max-open-files`` of them open (the least recently
-   used is closed, and reopened when a unit needs it again);
+2. on JOB, indexes each of its files and answers their videos in INDEX_BATCH messages (from
+   memory when persistent, else from the on-disk index cache without opening the file, else
+   from the file's pack index or a walk); it opens a file when a unit first needs it and
+   keeps at most ``--max-open-files`` open (the least recently used is closed, and reopened
+   when a unit needs it again); a persistent worker keeps its indexes and open files across
+   jobs;
 3. on UNIT, reads only the frames of each planned clip, decodes and preprocesses them into one
    preallocated array and sends it as DATA (zero-copy); on SOURCE, ITEMS and PULL it runs the
    user's source instead; any failure is sent back as ERROR with the file, video, frame and

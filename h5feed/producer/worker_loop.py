@@ -1,10 +1,11 @@
 """The worker's event loop: one DEALER socket, typed messages in, typed messages out.
 
 :class:`Worker` says HELLO, then answers what the consumer sends, in the order received:
-JOB (an :class:`~h5feed.producer.hdf5_job.Hdf5Job`: one INDEX per file), UNIT (its clips as
-DATA), SOURCE (a :class:`~h5feed.producer.sources.SourceJob`: SOURCE_INFO), ITEMS and PULL
-(its elements as DATA), BYE. Any failure of a job or unit is sent back as ERROR and the worker
-carries on: the consumer decides. The command line is in :mod:`h5feed.producer.worker`.
+JOB (an :class:`~h5feed.producer.hdf5_job.Hdf5Job`: INDEX_BATCHes of its files' videos),
+UNIT (its clips as DATA), SOURCE (a :class:`~h5feed.producer.sources.SourceJob`:
+SOURCE_INFO), ITEMS and PULL (its elements as DATA), BYE. Any failure of a job or unit is
+sent back as ERROR and the worker carries on: the consumer decides. The command line is in
+:mod:`h5feed.producer.worker`.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ from h5feed.common.liveness import WORKER_TIMEOUT_S, enable_heartbeats
 from h5feed.common.wire import DEFAULT_MAX_MESSAGE_BYTES
 from h5feed.producer.code_policy import NOTHING, CodePolicy
 from h5feed.producer.hdf5_job import Hdf5Job, SlotTarget, job_spec
-from h5feed.producer.open_files import DEFAULT_MAX_OPEN_FILES
+from h5feed.producer.index_cache import MemoryIndex
+from h5feed.producer.open_files import DEFAULT_MAX_OPEN_FILES, OpenFiles
 from h5feed.producer.shm import SlotError
 from h5feed.producer.sources import SourceJob
 from h5feed.producer.worker_stats import WorkerCounters
@@ -107,6 +109,10 @@ class Worker:
         self.socket.connect(connect)
         self.job: Hdf5Job | SourceJob | None = None
         self.stopping = False
+        # A persistent worker keeps the indexes it read across jobs: the next iteration of the
+        # same dataset is answered from memory (see index_cache.MemoryIndex).
+        self.memory = MemoryIndex() if persistent else None
+        self.files = OpenFiles(max_open_files, data_root) if persistent else None  # and files
 
     # -- sending -----------------------------------------------------------------------------
 
@@ -206,6 +212,8 @@ class Worker:
             self.say_bye()
         finally:
             self.end_job()
+            if self.files is not None:
+                self.files.close()
             self.counters.write()
             self.socket.close(linger=_CLOSE_LINGER_MS)  # flush the last DATA and the BYE
             self.context.term()
@@ -234,11 +242,13 @@ class Worker:
             self.exit_code = 2
         if bye.refused or not self.persistent:
             self.stopping = True
-        else:  # the iteration is over (or this worker was declared lost): wait for the next job
-            self.end_job()
-            # ... as a new process would: a consumer that declared this one lost (and gave its
-            # work to others) takes its hello only with a new nonce.
+        else:  # the iteration is over (or this worker was declared lost): wait for the next
+            self.end_job()  # job, and say so at once (a consumer that keeps its workers
+            # across iterations starts the next one) as a new process would: a consumer that
+            # declared this one lost (and gave its work to others) takes its hello only with
+            # a new nonce.
             self.nonce = secrets.token_hex(16)
+            self.hello()
 
     def end_job(self) -> None:
         if self.job is not None:
@@ -269,8 +279,9 @@ class Worker:
             try:
                 clip, layout = job_spec(job)
                 self.job = Hdf5Job(
-                    job.job, clip, layout, self.code_policy, self.data_root, self.max_open_files
-                )
+                    job.job, clip, layout, self.code_policy, self.data_root,
+                    self.max_open_files, self.memory, self.files,
+                )  # fmt: skip
             except Exception as exc:  # a bad spec or transform import path: tell the trainer
                 self.send_error(job.job, None, exc)
                 return

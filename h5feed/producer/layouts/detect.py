@@ -9,6 +9,7 @@ import numpy as np
 
 from h5feed.common.errors import DataError
 from h5feed.common.layouts import Auto, Flat, FrameDatasets, Groups, LayoutSpec, Raw
+from h5feed.producer.layouts import pack_index
 
 #: How many top-level entries the no-match message lists before "... and N more".
 _LISTED_ENTRIES = 20
@@ -33,6 +34,8 @@ def detect(h5: h5py.File, path: str, auto: Auto) -> LayoutSpec:
     images = h5.get(raw.images)
     if isinstance(images, h5py.Dataset) and images.dtype == np.uint8 and images.ndim in (3, 4):
         return raw
+    if pack_index.present(h5):  # written by `h5feed pack`: groups, no walk needed
+        return Groups(frames=auto.frames, label=auto.label)
     groups = [h5[name] for name in sorted(h5.keys()) if isinstance(h5[name], h5py.Group)]
     for group in groups:
         if isinstance(group.get(auto.frames), h5py.Dataset):

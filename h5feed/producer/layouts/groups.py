@@ -8,6 +8,7 @@ import numpy as np
 from h5feed.common.errors import DataError
 from h5feed.common.layouts import Groups
 from h5feed.producer.index_cache import VideoEntry
+from h5feed.producer.layouts import pack_index
 from h5feed.producer.layouts._common import group_label, read_rows
 from h5feed.producer.layouts.base import LayoutReader
 
@@ -26,10 +27,17 @@ class GroupsReader(LayoutReader):
         self._datasets: dict[str, h5py.Dataset] = {}
 
     def index(self) -> list[VideoEntry]:
+        """From the pack index when the file has one (one read, checked: see
+        :mod:`~h5feed.producer.layouts.pack_index`), else by walking the groups."""
         frames_key = self.spec.frames
+        packed = pack_index.read(self.h5, self.path, frames_key, self.spec.label)
+        if packed is not None:
+            return packed
         videos: list[VideoEntry] = []
         for name in sorted(self.h5.keys()):
             group = self.h5[name]
+            if name == pack_index.INDEX_GROUP:  # the pack index, when not used (other names)
+                continue
             if not isinstance(group, h5py.Group) or frames_key not in group:
                 continue
             frames = group[frames_key]

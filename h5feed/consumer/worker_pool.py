@@ -1,0 +1,163 @@
+"""Local workers kept across the iterations of one dataset, with the socket they connect to.
+
+Why: every ``model.fit`` epoch of an ``epochs=1`` dataset and every validation pass is a new
+iteration; starting workers for each one costs their start-up and their index (seconds at
+10,000 files). A :class:`WorkerPool` belongs to one :class:`~h5feed.consumer.api.Feed`; each
+iteration borrows it (:meth:`PoolSlot.take`), runs its own job on it (a new JOB, a new session,
+plan and loop), and gives it back (:meth:`PoolSlot.give_back`). The workers run with
+``--persistent``: a BYE ends their job, not their process, and they keep their files' indexes
+in memory (``h5feed.producer.index_cache.MemoryIndex``), so the next JOB is answered without a
+disk read.
+
+Guarantees:
+
+1. One iteration at a time uses a pool (the ROUTER socket is used by one thread at a time);
+   an iteration that starts while another holds it gets its own workers, as before.
+2. A pool is reused only after an iteration that ended cleanly (exhausted, or closed without
+   an error) and whose loop thread has ended; after a failure its workers are stopped and the
+   next iteration starts fresh ones.
+3. A worker that exited between iterations is replaced when the next iteration takes the
+   pool (``LocalWorkers.replace``: past ``max_restarts`` a minute, :class:`WorkerDiedError`
+   naming it, and the pool is closed); one that exits just after is replaced by that
+   iteration's recovery, like any local worker (README "Guarantees").
+4. The workers keep every guarantee of :mod:`h5feed.consumer.local_workers` (they die with the
+   trainer, ignore Ctrl-C); :meth:`WorkerPool.close` stops them within about 2 s. It runs when
+   the feed is closed or garbage collected, and at interpreter exit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import shutil
+import tempfile
+import threading
+import uuid
+import weakref
+
+from h5feed.common.errors import WorkerDiedError
+from h5feed.common.logs import with_ids
+from h5feed.consumer.local_workers import LocalWorkers
+from h5feed.consumer.options import FeedOptions
+from h5feed.consumer.router import Router
+from h5feed.consumer.session import describe_exit
+from h5feed.consumer.waker import Waker
+
+_log = with_ids(logging.getLogger("h5feed.consumer"), "consumer")
+
+
+class WorkerPool:
+    """A bound ROUTER socket, its waker, and local workers started with ``--persistent``."""
+
+    def __init__(self, options: FeedOptions) -> None:
+        self.tmpdir = tempfile.mkdtemp(prefix="h5feed-")
+        self.address = f"ipc://{self.tmpdir}/feed.sock"
+        with contextlib.ExitStack() as undo:  # what is made so far goes if a step fails
+            undo.callback(shutil.rmtree, self.tmpdir, ignore_errors=True)
+            self.waker = Waker()
+            undo.callback(self.waker.close)
+            listen = [options.listen] if options.listen else []
+            self.router = Router(options, [self.address, *listen], self.waker.fileno)
+            undo.callback(self.router.close)
+            self.workers = LocalWorkers(
+                options.workers,
+                self.address,
+                prefix=f"p{uuid.uuid4().hex[:6]}",
+                keys=self.router.local_keys,
+                server_public=self.router.server_public,
+                data_root=options.data_root,
+                max_message_bytes=options.max_message_bytes,
+                max_open_files=options.max_open_files,
+                max_restarts=options.max_restarts,
+                persistent=True,
+            )
+            undo.pop_all()
+        self._closed = False
+
+    def check_alive(self) -> None:
+        """Replace each worker that exited since the last iteration (WorkerDiedError past
+        ``max_restarts``)."""
+        for name, pid, code in self.workers.exited():
+            new = self.workers.replace(name)
+            _log.warning(
+                "kept worker %s (pid %d) %s between iterations: replaced by pid %d",
+                name, pid, describe_exit(code), new,
+            )  # fmt: skip
+
+    def close(self, socket_in_use: bool = False) -> None:
+        """Stop the workers, close the socket and remove the socket's directory; idempotent.
+        ``socket_in_use``: a loop thread that did not stop may still use the socket: it is
+        left to the garbage collector rather than closed under that thread."""
+        if self._closed:
+            return
+        self._closed = True
+        self.workers.stop(grace_s=0)  # persistent workers leave on SIGTERM, not on BYE
+        if not socket_in_use:
+            self.router.close()
+            self.waker.close()
+        shutil.rmtree(self.tmpdir, ignore_errors=True)
+
+
+class PoolSlot:
+    """The one pool of a feed, lent to one iteration at a time (thread-safe)."""
+
+    def __init__(self, options: FeedOptions) -> None:
+        self._options = options
+        self._lock = threading.Lock()
+        self._pool: WorkerPool | None = None
+        self._lent = False
+        self._closed = False
+        _live_slots.add(self)
+
+    def take(self) -> WorkerPool | None:
+        """The pool for a new iteration (started now if there is none); None when another
+        iteration holds it or the slot is closed. WorkerDiedError when a worker of the pool
+        exited since the last iteration (the pool is closed then)."""
+        with self._lock:
+            if self._lent or self._closed:
+                return None
+            pool = self._pool
+            if pool is not None:
+                try:
+                    pool.check_alive()
+                except WorkerDiedError:
+                    self._pool = None
+                    pool.close()
+                    raise
+            else:
+                pool = self._pool = WorkerPool(self._options)
+            self._lent = True
+            return pool
+
+    def give_back(self, pool: WorkerPool, reusable: bool, socket_in_use: bool = False) -> None:
+        """The iteration that took ``pool`` is over: keep it for the next one if
+        ``reusable``, else close it."""
+        with self._lock:
+            keep = reusable and not self._closed and pool is self._pool
+            if pool is self._pool:
+                self._lent = False
+                if not keep:
+                    self._pool = None
+        if not keep:
+            pool.close(socket_in_use)
+
+    def close(self) -> None:
+        """Close the pool, unless an iteration holds it (that one closes it when it ends)."""
+        with self._lock:
+            self._closed = True
+            pool, lent = self._pool, self._lent
+            if not lent:
+                self._pool = None
+        if pool is not None and not lent:
+            pool.close()
+
+
+# Every slot still open, so the exit hook closes their pools (see h5feed.consumer.stream).
+_live_slots: weakref.WeakSet[PoolSlot] = weakref.WeakSet()
+
+
+def close_all_slots() -> None:
+    """At interpreter exit: stop every kept worker."""
+    for slot in list(_live_slots):
+        with contextlib.suppress(Exception):  # exit must go on whatever one pool does
+            slot.close()

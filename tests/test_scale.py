@@ -1,0 +1,286 @@
+"""At scale: the pack index, lazy opening, INDEX_BATCH answers, persistent local workers, and
+the scale benchmark kept working at a tiny N."""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import pathlib
+import signal
+import time
+from typing import Any
+
+import cv2
+import h5py
+import numpy as np
+import pytest
+from fake_peers import planned_batches
+
+import h5feed
+from h5feed.common import messages
+from h5feed.common.config import ClipSpec
+from h5feed.common.errors import DataError
+from h5feed.common.layouts import Auto, Groups
+from h5feed.consumer.options import hdf_config
+from h5feed.consumer.plan import Index
+from h5feed.producer import hdf5_job
+from h5feed.producer.clips import ClipMaker
+from h5feed.producer.code_policy import NOTHING
+from h5feed.producer.layouts import open_reader, pack_index
+from h5feed.producer.sample_data import write_video_file
+
+_WAIT_S = 30.0
+
+
+def jpeg() -> bytes:
+    return cv2.imencode(".jpg", np.zeros((8, 8, 3), np.uint8))[1].tobytes()
+
+
+def packed_file(path: pathlib.Path, videos: int = 3, index_label: int | None = None) -> None:
+    """A file of the default layout with the pack index; ``index_label`` puts another label
+    in the index than in the groups (to see which one is read)."""
+    write_video_file(path, {f"v{i}": ([jpeg()] * (i + 2), 0) for i in range(videos)})
+    with h5py.File(path, "a") as h5:
+        label = 0 if index_label is None else index_label
+        pack_index.write(h5, [(f"v{i}", i + 2, label) for i in range(videos)])
+
+
+# -- the pack index --------------------------------------------------------------------------
+
+
+def test_the_pack_index_is_read_instead_of_walking_the_groups(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "a.h5"
+    packed_file(path, index_label=9)  # the groups say 0: 9 can only come from the index
+    reader = open_reader(str(path), Auto())
+    try:
+        assert reader.spec == Groups()  # recognised from the pack version, not by a walk
+        assert reader.index() == [("v0", 2, 9), ("v1", 3, 9), ("v2", 4, 9)]
+    finally:
+        reader.close()
+
+
+def test_a_file_without_the_pack_index_is_walked(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "a.h5"
+    packed_file(path, index_label=9)
+    with h5py.File(path, "a") as h5:
+        del h5.attrs[pack_index.PACK_VERSION_ATTR]  # an index without the version is ignored
+    reader = open_reader(str(path), Auto())
+    try:
+        assert reader.index() == [("v0", 2, 0), ("v1", 3, 0), ("v2", 4, 0)]
+    finally:
+        reader.close()
+
+
+def _rewrite(h5: h5py.File, field: str, data: Any) -> None:
+    del h5[pack_index.INDEX_GROUP][field]
+    h5[pack_index.INDEX_GROUP].create_dataset(field, data=data)
+
+
+COUNTS = "frame_counts"
+BAD_INDEXES = {
+    "names-miss-a-group": (
+        lambda h5: _rewrite(h5, "names", np.array(["v0", "v1", "zz"], dtype=h5py.string_dtype())),
+        "does not match the file's groups",
+    ),
+    "lengths-differ": (
+        lambda h5: _rewrite(h5, "frame_counts", np.int64([2, 3])),
+        "differ in length",
+    ),
+    "zero-frames": (lambda h5: _rewrite(h5, "frame_counts", np.int64([2, 0, 4])), "fewer than 1"),
+    "names-unsorted": (
+        lambda h5: _rewrite(h5, "names", np.array(["v1", "v0", "v2"], dtype=h5py.string_dtype())),
+        "sorted",
+    ),
+    "frames-float": (
+        lambda h5: _rewrite(h5, "frame_counts", np.float64([2, 3, 4])),
+        "not integers",
+    ),
+    "field-missing": (lambda h5: h5[pack_index.INDEX_GROUP].__delitem__("labels"), "missing"),
+    "names-not-strings": (lambda h5: _rewrite(h5, "names", np.int64([1, 2, 3])), "string"),
+}
+
+
+@pytest.mark.parametrize(("damage", "match"), BAD_INDEXES.values(), ids=list(BAD_INDEXES))
+def test_an_inconsistent_pack_index_is_refused_naming_the_file(
+    tmp_path: pathlib.Path, damage: Any, match: str
+) -> None:
+    path = tmp_path / "a.h5"
+    packed_file(path)
+    with h5py.File(path, "a") as h5:
+        damage(h5)
+    reader = open_reader(str(path), Auto())
+    try:
+        with pytest.raises(DataError, match=match) as info:
+            reader.index()
+    finally:
+        reader.close()
+    assert info.value.file == str(path) and "pack index" in str(info.value)
+
+
+# -- lazy opening and INDEX_BATCH --------------------------------------------------------------
+
+
+def test_a_cached_index_opens_no_file_until_a_row_needs_it(tmp_path: pathlib.Path) -> None:
+    path, cache = tmp_path / "a.h5", str(tmp_path / "cache")
+    packed_file(path)
+    spec = ClipSpec(clip_len=2)
+    cold = ClipMaker(spec, Auto(), NOTHING)
+    assert cold.open_and_index(0, str(path), cache)[0] == ("v0", 2, 0)
+    assert cold.files.opened == 1
+    cold.close()
+    warm = ClipMaker(spec, Auto(), NOTHING)
+    try:
+        assert warm.open_and_index(0, str(path), cache) == cold.videos[0]
+        assert (warm.files.opened, warm.files.open_count) == (0, 0)  # nothing opened yet
+        clips = warm.produce([messages.Row(0, 0, 1, 0, 0.0, 0.0, False, 0)])
+        assert clips.shape == (1, 2, 8, 8, 3)
+        assert (warm.files.opened, warm.files.reopened) == (1, 0)  # opened on the first read
+    finally:
+        warm.close()
+
+
+def test_index_answers_are_batched_and_bounded(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(hdf5_job, "BATCH_FILES", 2)
+    paths = []
+    for i in range(5):
+        paths.append(tmp_path / f"f{i}.h5")
+        packed_file(paths[-1])
+    paths[2] = tmp_path / "missing.h5"
+    job = hdf5_job.Hdf5Job("j", ClipSpec(clip_len=2), Auto(), NOTHING)
+    try:
+        refs = [messages.FileRef(i, str(p)) for i, p in enumerate(paths)]
+        answers = list(job.open_files(refs, None))
+    finally:
+        job.close()
+    kinds = [type(a).__name__ for a in answers]
+    assert kinds == ["Error", "IndexBatch", "IndexBatch"], kinds
+    error, first, second = answers
+    assert isinstance(error, messages.Error) and error.file == str(paths[2])
+    assert isinstance(first, messages.IndexBatch) and isinstance(second, messages.IndexBatch)
+    assert (first.files, second.files) == ((0, 1), (3, 4))
+    assert first.counts == (3, 3) and first.frames.tolist() == [2, 3, 4, 2, 3, 4]
+
+
+# -- persistent local workers ------------------------------------------------------------------
+
+
+@pytest.fixture
+def dataset(tmp_path: pathlib.Path) -> list[str]:
+    paths = []
+    for i in range(3):
+        paths.append(str(tmp_path / f"f{i}.h5"))
+        packed_file(pathlib.Path(paths[-1]), videos=4)
+    return paths
+
+
+FEED: dict[str, Any] = {"clip_len": 2, "batch_size": 5, "workers": 2, "seed": 4}
+
+
+def _samples(batches: list[dict[str, np.ndarray]]) -> list[list[int]]:
+    return [b["sample"].tolist() for b in batches]
+
+
+def _wait_gone(pid: int) -> bool:
+    deadline = time.monotonic() + _WAIT_S
+    while os.path.exists(f"/proc/{pid}"):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def test_the_second_iteration_runs_on_the_same_workers_and_follows_the_plan(
+    dataset: list[str], tmp_path: pathlib.Path
+) -> None:
+    cache = str(tmp_path / "cache")
+    feed = h5feed.batches(dataset, index_cache=cache, **FEED)
+    first = iter(feed)
+    first_batches = list(first)
+    second = iter(feed)
+    second_batches = list(second)
+    assert first.worker_pids == second.worker_pids
+    assert second.stats()["dropped_parts"] == 0 and second.stats()["malformed_messages"] == 0
+    config = hdf_config(dataset, {**FEED, "index_cache": cache})
+    videos = [[(f"v{i}", i + 2, 0) for i in range(4)] for _ in dataset]
+    index = Index.build(dataset, videos)
+    assert _samples(first_batches) == planned_batches(config, index, [0])
+    assert _samples(second_batches) == planned_batches(config, index, [1])
+    assert [b["epoch"][0] for b in second_batches] == [1] * len(second_batches)
+    pids = first.worker_pids
+    del first, second, feed
+    gc.collect()  # the feed is gone: its kept workers stop
+    assert all(_wait_gone(pid) for pid in pids)
+
+
+def test_an_iteration_abandoned_midway_leaves_the_workers_for_the_next(
+    dataset: list[str],
+) -> None:
+    feed = h5feed.batches(dataset, index_cache=False, epochs=None, **FEED)
+    stream = iter(feed)
+    next(stream)
+    next(stream)  # units of later batches are in flight when it is closed
+    stream.close()
+    again = iter(feed)
+    batches = [next(again) for _ in range(3)]
+    assert again.worker_pids == stream.worker_pids
+    assert [b["epoch"][0] for b in batches] == [0, 0, 0]  # epochs=None: one endless iteration
+    assert again.stats()["malformed_messages"] == 0
+    again.close()
+    feed.close()
+    assert all(_wait_gone(pid) for pid in stream.worker_pids)
+
+
+def test_a_worker_killed_between_iterations_is_replaced_and_the_other_kept(
+    dataset: list[str],
+) -> None:
+    feed = h5feed.batches(dataset, index_cache=False, **FEED)
+    first = iter(feed)
+    list(first)
+    victim, kept = first.worker_pids
+    os.kill(victim, signal.SIGKILL)
+    second = iter(feed)  # replaced when the pool is taken, or by the iteration's recovery
+    samples = [s for b in second for s in b["sample"].tolist()]
+    assert sorted(samples) == list(range(12))  # 12 videos, each once
+    assert victim not in second.worker_pids and kept in second.worker_pids
+    feed.close()
+
+
+def test_an_iteration_beside_a_running_one_gets_its_own_workers(dataset: list[str]) -> None:
+    feed = h5feed.batches(dataset, index_cache=False, **FEED)
+    running = iter(feed)
+    next(running)
+    beside = iter(feed)
+    assert len(list(beside)) == 3
+    assert set(beside.worker_pids).isdisjoint(running.worker_pids)
+    assert all(_wait_gone(pid) for pid in beside.worker_pids)  # not kept: stopped at its end
+    list(running)
+    after = iter(feed)
+    next(after)
+    assert after.worker_pids == running.worker_pids  # the kept ones
+    after.close()
+    feed.close()
+
+
+# -- the benchmark -----------------------------------------------------------------------------
+
+
+def test_the_scale_benchmark_runs_at_a_tiny_n(tmp_path: pathlib.Path) -> None:
+    from benchmarks import scale
+
+    out = tmp_path / "scale.json"
+    report = scale.main(
+        ["--files", "20", "--videos", "10", "--workers", "1", "--steady-batches", "3", "--no-drop",
+         "--data", str(tmp_path / "data"), "--json", str(out)]
+    )  # fmt: skip
+    assert json.loads(out.read_text()) == json.loads(json.dumps(report))
+    (row,) = report["rows"]
+    assert (row["files"], row["videos"]) == (20, 200)
+    assert row["second_same_workers"] is True
+    assert 0 < row["index_bytes_per_video"] < 1000
+    assert len(row["open_files_per_worker"]) == 1 and 1 <= row["open_files_per_worker"][0] <= 20
+    for key in ("cold_s", "warm_s", "second_s", "clips_per_s"):
+        assert row[key] > 0, key
+    assert row["dropped_s"] is None and "skipped" in row["dropped_note"]  # a test drops nothing

@@ -13,11 +13,14 @@ from typing import TYPE_CHECKING, Any
 from h5feed import layouts  # plain descriptions (no h5py): h5feed.layouts.Flat(...)
 from h5feed.common.errors import (
     DataError,
+    FileReadError,
+    FrameError,
     H5FeedError,
     InsecureWarning,
     NoWorkersError,
     ProtocolError,
     SourceError,
+    TooManySkippedError,
     VersionMismatchError,
     WorkerDiedError,
     WorkerError,
@@ -36,11 +39,14 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DataError",
+    "FileReadError",
+    "FrameError",
     "H5FeedError",
     "InsecureWarning",
     "NoWorkersError",
     "ProtocolError",
     "SourceError",
+    "TooManySkippedError",
     "VersionMismatchError",
     "WorkerDiedError",
     "WorkerError",

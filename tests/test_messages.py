@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from h5feed.common import messages, wire
 from h5feed.common.errors import DataError, ProtocolError, VersionMismatchError
-from h5feed.common.messages import FileRef, Row, SlotRef, VideoEntry
+from h5feed.common.messages import FileRef, Row, SkippedRow, SlotRef, VideoEntry
 
 PROPERTY = settings(max_examples=200, deadline=None)
 
@@ -26,6 +26,7 @@ SAMPLES: list[messages.Message] = [
         {"clip_len": 8, "resize": [112, 112], "flip": True},
         {"kind": "flat", "jpeg": "jpeg", "offsets": "video_offsets", "labels": None},
         "/tmp/cache",
+        "skip",
     ),
     messages.Index("job-1", 3, (VideoEntry("v0", 120, 3), VideoEntry("v1", 1, -1))),
     messages.Unit(
@@ -38,7 +39,14 @@ SAMPLES: list[messages.Message] = [
     ),
     messages.Items("job-1", 8, 2, 1, (4, 0, 9)),
     messages.Pull("job-1", 9, 3, 1, 16, 1),
-    messages.Data("job-1", 7, 2, (0, 1), {"frames": np.arange(6, dtype=np.uint8).reshape(2, 3)}),
+    messages.Data(
+        "job-1",
+        7,
+        2,
+        (0, 1),
+        {"frames": np.arange(6, dtype=np.uint8).reshape(2, 3)},
+        (SkippedRow(1, 4, "frame fails its CRC32 check"),),
+    ),
     messages.Error("job-1", 7, "DataError", "cannot decode", "Traceback...", "a.h5", "v0", 3),
     messages.Bye("iteration over"),
     messages.Source(
@@ -167,6 +175,7 @@ any_message = st.one_of(
         maps,
         maps,
         st.none() | texts,
+        st.sampled_from(messages.ON_ERROR_CHOICES),
     ),
     st.builds(
         messages.Index,
@@ -180,6 +189,17 @@ any_message = st.one_of(
     st.builds(messages.Items, *head, st.lists(ints, max_size=5).map(tuple)),
     st.builds(messages.Pull, *head, st.integers(1, 2**64 - 1), naturals),
     st.builds(messages.Data, texts, ints, ints, st.lists(ints | texts, max_size=4).map(tuple)),
+    st.builds(
+        messages.Data,
+        texts,
+        ints,
+        ints,
+        st.just((5, 6, 7)),
+        st.just({}),
+        st.permutations(range(3)).map(
+            lambda order: tuple(SkippedRow(p, 2 * p, f"r{p}") for p in order[:2])
+        ),
+    ),
     st.builds(
         messages.Error,
         texts,
@@ -272,6 +292,51 @@ MALFORMED: dict[str, tuple[str, dict[str, Any], str]] = {
         wire.JOB,
         {**fields_of(SAMPLES[1]), "files": [["0", "a.h5"]]},
         "bad JOB file",
+    ),
+    "job-on-error-unknown": (
+        wire.JOB,
+        {**fields_of(SAMPLES[1]), "on_error": "ignore"},
+        "JOB on_error 'ignore'",
+    ),
+    "data-skipped-position-out-of-range": (
+        wire.DATA,
+        {**fields_of(SAMPLES[6]), "skipped": [[2, 0, "x"]]},
+        "do not fit 2 samples",
+    ),
+    "data-skipped-position-negative": (
+        wire.DATA,
+        {**fields_of(SAMPLES[6]), "skipped": [[-1, 0, "x"]]},
+        "do not fit 2 samples",
+    ),
+    "data-skipped-position-repeated": (
+        wire.DATA,
+        {**fields_of(SAMPLES[6]), "skipped": [[0, 0, "x"], [0, 1, "y"]]},
+        "do not fit 2 samples",
+    ),
+    "data-skipped-more-than-samples": (
+        wire.DATA,
+        {**fields_of(SAMPLES[6]), "skipped": [[0, 0, "x"], [1, 0, "y"], [2, 0, "z"]]},
+        "do not fit 2 samples",
+    ),
+    "data-skipped-frame-negative": (
+        wire.DATA,
+        {**fields_of(SAMPLES[6]), "skipped": [[0, -3, "x"]]},
+        "bad DATA skipped row",
+    ),
+    "data-skipped-reason-too-long": (
+        wire.DATA,
+        {**fields_of(SAMPLES[6]), "skipped": [[0, 0, "x" * (messages.MAX_SKIP_REASON + 1)]]},
+        "bad DATA skipped row",
+    ),
+    "data-skipped-of-2": (
+        wire.DATA,
+        {**fields_of(SAMPLES[6]), "skipped": [[0, 0]]},
+        "DATA skipped row must be a list of 3",
+    ),
+    "data-skipped-reason-bytes": (
+        wire.DATA,
+        {**fields_of(SAMPLES[6]), "skipped": [[0, 0, b"x"]]},
+        "bad DATA skipped row",
     ),
     "source-sys-path-non-str": (
         wire.SOURCE,

@@ -18,14 +18,14 @@ The kinds (worker = a producer process; consumer = the trainer's side):
 kind           direction           what
 =============  ==================  ======================================================
 HELLO          worker -> consumer  who I am (name, pid, host, package version)
-JOB            consumer -> worker  HDF5 files to open (number, path), clip spec, layout
+JOB            consumer -> worker  HDF5 files to open (number, path), clip spec, layout, on_error
 INDEX          worker -> consumer  the videos of one file (name, frames, label)
 UNIT           consumer -> worker  HDF5: make these :class:`Row`\\ s of one batch
 SOURCE         consumer -> worker  load the user's code (import path, args, shard, spec)
 SOURCE_INFO    worker -> consumer  what that code is (kind, length, element spec)
 ITEMS          consumer -> worker  map/keras source: make these items of one batch
 PULL           consumer -> worker  generator source: the next ``count`` elements of a pass
-DATA           worker -> consumer  a unit's rows, as arrays (or written to its slot)
+DATA           worker -> consumer  a unit's rows, as arrays (or written to its slot); skipped rows
 ERROR          worker -> consumer  a unit or the job failed: type, message, traceback, where
 BYE            either way          stop / I am leaving (``refused:`` reasons: do not retry)
 =============  ==================  ======================================================
@@ -72,6 +72,22 @@ class Row(NamedTuple):
     seed: int  # per-sample seed of the user's transform
 
 
+class SkippedRow(NamedTuple):
+    """A row of a DATA skipped under ``on_error="skip"`` (its clip is all zeros): its position
+    in the DATA's ``samples``, the frame that failed, and why (the worker's message, at most
+    :data:`MAX_SKIP_REASON` characters)."""
+
+    position: int
+    frame: int
+    reason: str
+
+
+#: The longest ``reason`` of a :class:`SkippedRow` (the worker cuts a longer message).
+MAX_SKIP_REASON = 1000
+#: What a JOB's ``on_error`` may say.
+ON_ERROR_CHOICES = ("raise", "skip")
+
+
 class SlotRef(NamedTuple):
     """Where a UNIT's rows go in shared memory: the consumer's pid and the slot's fd (the
     worker opens ``/proc/PID/fd/FD``), the batch's row count, the rows' positions in it."""
@@ -102,6 +118,9 @@ class Job:
     clip: Mapping[str, Any]  # ClipSpec.to_wire(); ClipSpec.from_wire validates it
     layout: Mapping[str, Any]  # LayoutSpec.to_wire(): how the files store videos
     cache_dir: str | None
+    #: "raise": a bad frame (FrameError) is an ERROR; "skip": its row is zero-filled and
+    #: listed in the DATA's ``skipped``. Errors of whole files are ERRORs either way.
+    on_error: str = "raise"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -151,7 +170,9 @@ class Pull:
 @dataclasses.dataclass(frozen=True, slots=True)
 class Data:
     """A unit's answer: ``samples`` (HDF5: sample ids; map: items; keras: the batch index;
-    generator: element ordinals) and the arrays (none when written to a shared slot)."""
+    generator: element ordinals) and the arrays (none when written to a shared slot).
+    ``skipped``: the rows whose clip is zeros because a frame was bad (HDF5, ``on_error=
+    "skip"``), at distinct positions of ``samples`` (checked on decode)."""
 
     KIND: ClassVar[str] = wire.DATA
     job: str
@@ -159,6 +180,7 @@ class Data:
     batch: int
     samples: tuple[Any, ...]
     arrays: Mapping[str, np.ndarray] = dataclasses.field(default_factory=dict)
+    skipped: tuple[SkippedRow, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -266,7 +288,9 @@ def parse(raw: wire.Message) -> Message:
             return Hello(f["worker"], f["pid"], f["host"], f["package"], f["nonce"])
         case wire.JOB:
             files = tuple(FileRef(*_record(e, (int, str), "JOB file")) for e in f["files"])
-            return Job(f["job"], files, f["clip"], f["layout"], f["cache_dir"])
+            if f["on_error"] not in ON_ERROR_CHOICES:
+                raise ProtocolError(f"JOB on_error {f['on_error']!r:.50}")
+            return Job(f["job"], files, f["clip"], f["layout"], f["cache_dir"], f["on_error"])
         case wire.INDEX:
             videos = tuple(_video(entry) for entry in f["videos"])
             return Index(f["job"], f["file"], videos)
@@ -281,7 +305,9 @@ def parse(raw: wire.Message) -> Message:
                 raise ProtocolError(f"PULL of {f['count']} elements of pass {f['pass']}")
             return Pull(f["job"], f["unit"], f["batch"], f["epoch"], f["count"], f["pass"])
         case wire.DATA:
-            return Data(f["job"], f["unit"], f["batch"], tuple(f["samples"]), raw.arrays)
+            samples = tuple(f["samples"])
+            skipped = _skipped(f["skipped"], len(samples))
+            return Data(f["job"], f["unit"], f["batch"], samples, raw.arrays, skipped)
         case wire.ERROR:
             return Error(**f)
         case wire.BYE:
@@ -324,6 +350,17 @@ def _ints(values: list[Any], what: str) -> tuple[int, ...]:
     if not all(type(v) is int for v in values):
         raise ProtocolError(f"{what} must be a list of ints: {values!r:.200}")
     return tuple(values)
+
+
+def _skipped(entries: list[Any], rows: int) -> tuple[SkippedRow, ...]:
+    """A DATA's skipped rows: at most one per sample, each at a position of the samples."""
+    skipped = tuple(SkippedRow(*_record(e, (int, int, str), "DATA skipped row")) for e in entries)
+    positions = {row.position for row in skipped}
+    if len(positions) != len(skipped) or not all(0 <= p < rows for p in positions):
+        raise ProtocolError(f"DATA skipped rows {entries!r:.200} do not fit {rows} samples")
+    if any(row.frame < 0 or len(row.reason) > MAX_SKIP_REASON for row in skipped):
+        raise ProtocolError(f"bad DATA skipped row in {entries!r:.200}")
+    return skipped
 
 
 def _slot(entry: Any, rows: int) -> SlotRef:

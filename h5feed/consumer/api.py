@@ -15,7 +15,7 @@ from h5feed.consumer.metrics import start_feed_metrics
 from h5feed.consumer.options import FeedConfig, FeedKwargs, hdf_config
 from h5feed.consumer.plan import Cursor
 from h5feed.consumer.source_options import Learnt
-from h5feed.consumer.stream import BATCH_KEYS, POSITION_KEYS, BatchStream
+from h5feed.consumer.stream import BATCH_KEYS, POSITION_KEYS, VALID_KEY, BatchStream
 
 if TYPE_CHECKING:
     import tensorflow as tf
@@ -140,7 +140,8 @@ def dataset(
       start_timeout_s=60, unit_timeout_s=120, index_cache=True, tune_malloc=True,
       listen=None, data_root=None, join_grace_s=1.5, curve_key=None,
       curve_authorized=None, shared_memory=True, metrics_port=None,
-      max_message_bytes=1073741824, insecure=False, max_open_files=128``;
+      max_message_bytes=1073741824, insecure=False, max_open_files=128,
+      on_error="raise", max_skipped=None``;
     * your own code instead of files (``SourceConfig``): ``source=None, source_args=None,
       output_signature=None, ragged=False, steps_per_epoch=None``.
 
@@ -191,7 +192,15 @@ def dataset(
     any of ``sample``, ``epoch``, ``batch`` (int64 [B]: the global sample id, the epoch, the
     batch's index in its epoch) to see where each row comes from in the plan. They are opt-in
     because an extra key breaks a Keras model whose inputs are named by the dict's keys.
-    (Not for ``source=``: a source's elements are the user's own trees.)
+    (Not for ``source=``: a source's elements are the user's own trees.) ``valid`` (bool [B],
+    False where a bad frame was skipped) is added by ``on_error="skip"``, or when asked.
+
+    Bad data (README "Bad data"): ``on_error="raise"`` ends the iteration at a bad frame
+    (undecodable, or failing the CRC32 ``h5feed pack`` stores), naming file, video and
+    frame; ``"skip"`` zero-fills that sample, marks it ``valid=False`` (usable as
+    ``sample_weight``), counts it in ``stats()`` and ends the iteration only when an epoch
+    skips more than ``max_skipped`` (None: 0.1% of its samples, rounded up). A file that
+    cannot be read ends the iteration either way, naming host and file.
 
     ``prefetch``: batches tf.data prefetches after the generator (-1: ``tf.data.AUTOTUNE``,
     0/None: no prefetch). End the pipeline with
@@ -201,14 +210,14 @@ def dataset(
     from h5feed.consumer import signature  # lazy: it imports TensorFlow when called
 
     keys = tuple(keys)
-    unknown = set(keys) - set(BATCH_KEYS) - set(POSITION_KEYS)
+    optional = (*BATCH_KEYS[1:], *POSITION_KEYS, VALID_KEY)
+    unknown = set(keys) - set(BATCH_KEYS) - set(optional)
     if unknown or len(set(keys)) != len(keys) or "frames" not in keys:
-        raise ValueError(
-            f"keys must name 'frames' and any of {BATCH_KEYS[1:] + POSITION_KEYS}, once each; "
-            f"got {keys}"
-        )
+        raise ValueError(f"keys must name 'frames' and any of {optional}, once each; got {keys}")
     if kwargs.get("source") is not None and keys != BATCH_KEYS:
         raise TypeError("h5feed: keys= does not apply to source= (elements are your own)")
+    if kwargs.get("on_error") == "skip" and VALID_KEY not in keys:
+        keys = (*keys, VALID_KEY)  # skipped rows must be told apart (sample_weight)
     feed = batches(files, **kwargs)
     spec, first = signature.feed_signature(feed, keys)  # may start the first iteration
     element = signature.element_maker(feed.config, spec, keys)

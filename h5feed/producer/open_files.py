@@ -17,17 +17,44 @@ Guarantees of :class:`OpenFiles`:
    caller keeps it).
 3. :attr:`reopened` counts reopenings (a figure for the worker's log and benchmarks).
 4. Not thread-safe: the worker's single event-loop thread uses it.
+5. A file that cannot be opened (or reopened) raises :class:`FileReadError` carrying its
+   number; :func:`check_readable` checks a file without opening it (``stat`` and access).
 """
 
 from __future__ import annotations
 
 import collections
+import os
+import socket
+import stat
 
 from h5feed.common.config import DEFAULT_MAX_OPEN_FILES
+from h5feed.common.errors import FileReadError
 from h5feed.common.layouts import LayoutSpec
 from h5feed.producer.layouts import LayoutReader, open_reader
 
-__all__ = ["DEFAULT_MAX_OPEN_FILES", "OpenFiles"]
+__all__ = ["DEFAULT_MAX_OPEN_FILES", "OpenFiles", "check_readable"]
+
+
+def check_readable(number: int, path: str) -> None:
+    """Raise :class:`FileReadError` naming ``path`` and this host unless it is a regular file
+    this process may read (``stat`` and ``access``, no open): run for every file a worker owns
+    when its JOB arrives, so a missing or unreadable file is reported when the iteration
+    starts, even where files are opened lazily."""
+    host = socket.gethostname()
+    try:
+        info = os.stat(path)
+    except OSError as exc:
+        raise FileReadError(
+            f"cannot stat the file: {exc.strerror or exc}", file=path, host=host, number=number
+        ) from exc
+    if not stat.S_ISREG(info.st_mode):
+        kind = "a directory" if stat.S_ISDIR(info.st_mode) else "not a regular file"
+        raise FileReadError(f"the path is {kind}", file=path, host=host, number=number)
+    if not os.access(path, os.R_OK):
+        raise FileReadError(
+            "the file is not readable by this process", file=path, host=host, number=number
+        )
 
 
 class OpenFiles:
@@ -51,7 +78,7 @@ class OpenFiles:
         if previous is not None:  # opened again (a JOB that repeats it): one reader only
             previous.close()
         self._make_room()
-        reader = open_reader(path, layout, self.root)
+        reader = _open(number, path, layout, self.root)
         self._known[number] = (path, reader.spec)
         self._open[number] = reader
         return reader
@@ -65,7 +92,7 @@ class OpenFiles:
             return reader
         path, layout = self._known[number]
         self._make_room()
-        reader = open_reader(path, layout, self.root)
+        reader = _open(number, path, layout, self.root)
         self._open[number] = reader
         self.reopened += 1
         return reader
@@ -86,3 +113,12 @@ class OpenFiles:
         while len(self._open) >= self.max_open:
             _number, oldest = self._open.popitem(last=False)
             oldest.close()
+
+
+def _open(number: int, path: str, layout: LayoutSpec, root: str | None) -> LayoutReader:
+    """``open_reader``, with the file's number on a FileReadError."""
+    try:
+        return open_reader(path, layout, root)
+    except FileReadError as exc:
+        exc.number = number
+        raise

@@ -67,7 +67,7 @@ class FileReadError(DataError):
         video: str | None = None,
         frame: int | None = None,
     ) -> None:
-        super().__init__(f"{message} on host {host!r}", file=file, video=video, frame=frame)
+        super().__init__(f"on host {host!r}: {message}", file=file, video=video, frame=frame)
         self.host = host
         self.number = number
 

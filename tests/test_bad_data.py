@@ -30,7 +30,7 @@ from h5feed.common.layouts import CRC_DATASET, Groups
 from h5feed.common.messages import Row
 from h5feed.consumer.bad_data import default_max_skipped
 from h5feed.producer.clips import ClipMaker
-from h5feed.producer.code_policy import NOTHING
+from h5feed.producer.code_policy import NOTHING, CodePolicy
 from h5feed.producer.decode import decode_frame
 from h5feed.producer.layouts import open_reader
 from h5feed.producer.open_files import check_readable
@@ -173,6 +173,27 @@ def test_skip_zero_fills_the_bad_rows_in_process_and_lists_them(
     finally:
         for maker in makers:
             maker.close()
+
+
+def test_skip_with_a_transform_gives_zeros_of_its_shape_and_dtype(
+    files: tuple[pathlib.Path, pathlib.Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _clean, bad = files
+    monkeypatch.syspath_prepend(str(pathlib.Path(__file__).parent))
+    spec = ClipSpec(clip_len=FRAMES, resize=(24, 32), transform="sample_transforms:mean_pool")
+    maker = ClipMaker(spec, Groups(), CodePolicy(("sample_transforms:*",)))
+    try:
+        maker.open_and_index(0, str(bad), None)
+        good, none = maker.produce([row(0)])
+        out, skipped = maker.produce([row(1), row(0)], skip=True)  # the first row is bad
+        assert none == [] and [r for r, _exc in skipped] == [0]
+        assert out.dtype == good.dtype and out.shape[1:] == good.shape[1:]
+        assert not out[0].any() and np.array_equal(out[1], good[0])
+        only_bad, _skipped = maker.produce([row(2)], skip=True)  # shape from a clip of zeros
+        assert only_bad.dtype == good.dtype and only_bad.shape == good.shape
+        assert not only_bad.any()
+    finally:
+        maker.close()
 
 
 def test_a_wrong_crc_dataset_is_an_error_naming_file_and_video(tmp_path: pathlib.Path) -> None:

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from h5feed.common import messages, wire
-from h5feed.common.errors import DataError, ProtocolError, VersionMismatchError
+from h5feed.common.errors import DataError, FileReadError, ProtocolError, VersionMismatchError
 from h5feed.common.messages import FileRef, Row, SkippedRow, SlotRef, VideoEntry
 
 PROPERTY = settings(max_examples=200, deadline=None)
@@ -123,6 +123,14 @@ def test_error_of_names_the_file_video_and_frame_of_a_data_error() -> None:
     assert "Traceback" in error.traceback and "bad JPEG" in error.traceback
     other = messages.Error.of("j", None, ValueError("x"), file="b.h5")
     assert (other.file, other.video, other.frame, other.unit) == ("b.h5", None, None, None)
+    assert round_trip(error) == error and error.file_number is None
+
+
+def test_error_of_a_file_read_error_carries_the_file_number() -> None:
+    exc = FileReadError("cannot stat the file", file="/data/b.h5", host="node-a", number=5)
+    error = messages.Error.of("j", None, exc, file="b.h5")
+    assert (error.type, error.file, error.file_number) == ("FileReadError", "/data/b.h5", 5)
+    assert "on host 'node-a'" in error.message
     assert round_trip(error) == error
 
 
@@ -209,6 +217,7 @@ any_message = st.one_of(
         texts,
         st.none() | texts,
         st.none() | texts,
+        st.none() | ints,
         st.none() | ints,
     ),
     st.builds(messages.Bye, texts),

@@ -61,6 +61,7 @@ VALID_FIELDS: dict[str, dict[str, Any]] = {
         "file": "/data/a.h5",
         "video": "v0",
         "frame": 3,
+        "file_number": None,
     },
     wire.BYE: {"reason": "done"},
     wire.SOURCE: {
@@ -104,6 +105,7 @@ MORE_VALID_FIELDS: list[tuple[str, dict[str, Any]]] = [
             "file": None,
             "video": None,
             "frame": None,
+            "file_number": 12,
         },
     ),
     (wire.UNIT, {**VALID_FIELDS[wire.UNIT], "unit": -(2**63), "batch": 2**64 - 1, "rows": []}),

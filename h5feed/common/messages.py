@@ -41,7 +41,7 @@ from typing import Any, ClassVar, NamedTuple
 import numpy as np
 
 from h5feed.common import wire
-from h5feed.common.errors import DataError, ProtocolError
+from h5feed.common.errors import DataError, FileReadError, ProtocolError
 
 
 class FileRef(NamedTuple):
@@ -194,11 +194,16 @@ class Error:
     file: str | None = None
     video: str | None = None
     frame: int | None = None
+    #: A file that cannot be read (``FileReadError``): its number in the JOB, so the trainer
+    #: knows which file, whatever path the worker resolved it to.
+    file_number: int | None = None
 
     @classmethod
     def of(cls, job: str, unit: int | None, exc: BaseException, file: str | None = None) -> Error:
-        """The ERROR reporting ``exc``; a :class:`DataError` names its file, video, frame."""
+        """The ERROR reporting ``exc``; a :class:`DataError` names its file, video, frame,
+        a :class:`FileReadError` also the file's number."""
         data_error = exc if isinstance(exc, DataError) else None
+        number = exc.number if isinstance(exc, FileReadError) else None
         return cls(
             job=job,
             unit=unit,
@@ -208,6 +213,7 @@ class Error:
             file=data_error.file if data_error else file,
             video=data_error.video if data_error else None,
             frame=data_error.frame if data_error else None,
+            file_number=number,
         )
 
 

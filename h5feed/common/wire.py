@@ -100,6 +100,7 @@ SCHEMAS: Final[Mapping[str, Mapping[str, tuple[type, ...]]]] = {
         "file": _OPT_STR,
         "video": _OPT_STR,
         "frame": _OPT_INT,
+        "file_number": _OPT_INT,  # a FileReadError's file, by its number in the JOB
     },
     BYE: {"reason": _STR},
     # A source job (``h5feed.producer.sources``): sent twice; first the worker loads the source

@@ -26,9 +26,11 @@ from h5feed.common.errors import (
     TooManySkippedError,
     WorkerError,
 )
-from h5feed.common.layouts import CRC_DATASET, Groups
+from h5feed.common.layouts import CRC_DATASET, PACK_VERSION_ATTR, Groups
 from h5feed.common.messages import Row
 from h5feed.consumer.bad_data import default_max_skipped
+from h5feed.pack.run import pack
+from h5feed.pack.verify import _check_video as check_video
 from h5feed.producer.clips import ClipMaker
 from h5feed.producer.code_policy import NOTHING, CodePolicy
 from h5feed.producer.decode import decode_frame
@@ -254,6 +256,35 @@ def test_an_io_error_reading_frames_is_a_file_error_not_a_bad_frame(
         with pytest.raises(FileReadError) as caught:
             maker.produce([row(0, file=3)], skip=True)  # skip does not apply to a file's I/O
         assert caught.value.number == 3 and str(path) in str(caught.value)
+    finally:
+        maker.close()
+
+
+def test_pack_writes_version_2_and_a_crc32_per_frame_that_readers_verify(
+    tmp_path: pathlib.Path,
+) -> None:
+    src = tmp_path / "src" / "clip"
+    src.mkdir(parents=True)
+    for f in range(3):
+        (src / f"{f}.jpg").write_bytes(jpeg(1, f))
+    out = tmp_path / "out"
+    pack(tmp_path / "src", out, jobs=1)
+    shard = out / "shard-00000.h5"
+    with h5py.File(shard, "r+") as h5:
+        assert int(h5.attrs[PACK_VERSION_ATTR]) == 2
+        stored = [bytes(b) for b in h5["clip"]["frames"][:]]
+        assert stored == [jpeg(1, f) for f in range(3)]
+        crcs = h5["clip"][CRC_DATASET]
+        assert crcs.dtype == np.uint32 and crcs[:].tolist() == [zlib.crc32(b) for b in stored]
+        h5["clip"]["frames"][2] = np.frombuffer(spoil(stored[2], "flipped"), np.uint8)
+        assert check_video(h5, str(shard), "clip", 3, 0) == [
+            f"{shard}, video 'clip', frame 2: fails its CRC32 (corrupt)"
+        ]  # h5feed pack --verify-only
+    maker = ClipMaker(ClipSpec(clip_len=3), Groups(), NOTHING)
+    try:
+        maker.open_and_index(0, str(shard), None)
+        with pytest.raises(FrameError, match=r"fails its CRC32 check.*'clip', frame 2"):
+            maker.produce([row(0)])
     finally:
         maker.close()
 

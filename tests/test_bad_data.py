@@ -401,3 +401,17 @@ def test_a_group_without_frames_is_left_out_of_the_plan(tmp_path: pathlib.Path) 
     got = collect(h5feed.batches(path, **CLIP, workers=1))
     assert got["video"].tolist() == [b"video_000", b"video_001"]
     assert got["valid"].all()
+
+
+def test_on_error_and_max_skipped_are_checked_before_anything_starts(
+    tmp_path: pathlib.Path,
+) -> None:
+    path = tmp_path / "a.h5"
+    write_groups(path, {"video_000": [jpeg(0, 0)]})
+    with pytest.raises(ValueError, match=r"on_error must be one of \('raise', 'skip'\)"):
+        h5feed.batches(path, on_error="ignore")
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ValueError, match="max_skipped must be an int >= 0 or None"):
+            h5feed.batches(path, max_skipped=bad)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"\['on_error'\] do not apply to source="):
+        h5feed.batches(source="user_sources:squares", on_error="skip")

@@ -16,6 +16,7 @@ import h5py
 import numpy as np
 import pytest
 from conftest import own_worker_pids, wait_until_gone
+from metrics_helpers import scrape, value
 
 import h5feed
 from h5feed.common.config import ClipSpec
@@ -316,8 +317,9 @@ def test_skip_marks_exactly_the_bad_rows_and_keeps_the_rest_of_a_clean_run(
     clean, bad = files
     want = collect(h5feed.batches(clean, **CLIP, workers=1, shared_memory=shared_memory))
     feed = h5feed.batches(
-        bad, **CLIP, workers=2, on_error="skip", max_skipped=3, shared_memory=shared_memory
-    )
+        bad, **CLIP, workers=2, on_error="skip", max_skipped=3, shared_memory=shared_memory,
+        metrics_port=0,
+    )  # fmt: skip
     got = collect(feed)
     assert sorted(got["sample"].tolist()) == list(range(5))  # every sample, exactly once
     assert got["valid"].tolist() == [True, False, False, False, True]
@@ -332,6 +334,8 @@ def test_skip_marks_exactly_the_bad_rows_and_keeps_the_rest_of_a_clean_run(
     assert listed == {(f"video_{v:03d}", frame) for v, (frame, _how) in BAD.items()}
     assert all(s["file"] == str(bad) for s in stats["skipped_samples"])
     assert (stats["shared_memory_slots"] > 0) == shared_memory
+    assert feed.metrics_port is not None
+    assert value(scrape(feed.metrics_port), "h5feed_skipped_samples_total") == 3
 
 
 def test_tf_elements_carry_valid_under_skip_usable_as_sample_weight(

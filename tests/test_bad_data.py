@@ -28,8 +28,9 @@ from h5feed.common.errors import (
     WorkerError,
 )
 from h5feed.common.layouts import CRC_DATASET, PACK_VERSION_ATTR, Groups
-from h5feed.common.messages import Row
-from h5feed.consumer.bad_data import default_max_skipped
+from h5feed.common.messages import Row, SkippedRow
+from h5feed.consumer.bad_data import LISTED, SkipLog, default_max_skipped
+from h5feed.consumer.plan import Index, PlannedBatch
 from h5feed.pack.run import pack
 from h5feed.pack.verify import _check_video as check_video
 from h5feed.producer.clips import ClipMaker
@@ -419,3 +420,49 @@ def test_on_error_and_max_skipped_are_checked_before_anything_starts(
             h5feed.batches(path, max_skipped=bad)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"\['on_error'\] do not apply to source="):
         h5feed.batches(source="user_sources:squares", on_error="skip")
+
+
+def _planned(index: Index, samples: list[int], epoch: int = 0) -> PlannedBatch:
+    n = len(samples)
+    array = np.asarray(samples, np.int64)
+    return PlannedBatch(
+        epoch, 0, array, array, np.zeros(n, np.int64), np.zeros((n, 2)), np.zeros(n, bool),
+        np.zeros(n, np.uint64),
+    )  # fmt: skip
+
+
+def test_the_skip_log_counts_lists_a_bounded_few_and_logs_once_per_file(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    videos = [[(f"v{v}", 4, 0) for v in range(300)], [("w0", 4, 0)]]
+    index = Index.build(["a.h5", "b.h5"], videos)
+    log = logging.getLogger("h5feed.test_bad_data")
+    skips = SkipLog("skip", 250, (0, 1), 1, log)
+    planned = _planned(index, list(range(301)))
+    every = tuple(SkippedRow(p, 1, f"bad {p}") for p in range(201))
+    with caplog.at_level(logging.WARNING, logger=log.name):
+        where = skips.record(index, planned, np.arange(301), every, "w1")
+        skips.record(index, planned, np.arange(301), (SkippedRow(300, 2, "bad w0"),), "w1")
+    assert where.tolist() == list(range(201))
+    figures = skips.snapshot()
+    assert figures["skipped"] == 202 and figures["skipped_per_epoch"] == {"0": 202}
+    assert len(figures["skipped_samples"]) == LISTED  # bounded, the first ones
+    assert figures["skipped_samples"][0] == {
+        "file": "a.h5", "video": "v0", "frame": 1, "epoch": 0, "sample": 0, "worker": "w1",
+        "reason": "bad 0",
+    }  # fmt: skip
+    logged = [r.getMessage() for r in caplog.records]
+    assert len(logged) == 2 and "bad 0" in logged[0] and "bad w0" in logged[1]
+    with pytest.raises(TooManySkippedError, match=r"251 samples of epoch 0.*max_skipped=250"):
+        skips.record(index, planned, np.arange(301), every[201 - 49 :], "w1")
+
+
+def test_skipped_rows_under_raise_end_the_run_naming_file_video_and_frame() -> None:
+    """A worker of other code that skips although the trainer said raise: the trainer's policy
+    wins."""
+    index = Index.build(["a.h5"], [[("v0", 4, 0), ("v1", 4, 0)]])
+    skips = SkipLog("raise", None, (0, 1), 1, logging.getLogger("h5feed.test_bad_data"))
+    planned = _planned(index, [0, 1])
+    with pytest.raises(DataError, match=r"on_error='raise': bad.*'a\.h5', video 'v1', frame 2"):
+        skips.record(index, planned, np.array([0, 1]), (SkippedRow(1, 2, "bad"),), "w1")
+    assert skips.snapshot()["skipped"] == 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import threading
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Unpack
 
 import numpy as np
@@ -214,10 +214,9 @@ def dataset(
     unknown = set(keys) - set(BATCH_KEYS) - set(optional)
     if unknown or len(set(keys)) != len(keys) or "frames" not in keys:
         raise ValueError(f"keys must name 'frames' and any of {optional}, once each; got {keys}")
+    keys = keys if kwargs.get("source") is not None else with_valid(keys, kwargs)
     if kwargs.get("source") is not None and keys != BATCH_KEYS:
         raise TypeError("h5feed: keys= does not apply to source= (elements are your own)")
-    if kwargs.get("on_error") == "skip" and VALID_KEY not in keys:
-        keys = (*keys, VALID_KEY)  # skipped rows must be told apart (sample_weight)
     feed = batches(files, **kwargs)
     spec, first = signature.feed_signature(feed, keys)  # may start the first iteration
     element = signature.element_maker(feed.config, spec, keys)
@@ -237,6 +236,14 @@ def dataset(
             stream.close()
 
     return feed_dataset(feed, generate, spec, prefetch)
+
+
+def with_valid(keys: tuple[str, ...], kwargs: Mapping[str, Any]) -> tuple[str, ...]:
+    """``keys`` with ``valid`` added under ``on_error="skip"``: the rows it skipped must be
+    told apart (``sample_weight``)."""
+    if kwargs.get("on_error") == "skip" and VALID_KEY not in keys:
+        return (*keys, VALID_KEY)
+    return keys
 
 
 def feed_dataset(

@@ -6,9 +6,9 @@ Names and meaning (all start with ``h5feed_``):
 * counters over the feed's whole life, every iteration (``model.fit`` epoch) added:
   ``batches_total``, ``clips_total``, ``bytes_total`` (taken by the trainer),
   ``input_wait_seconds_total`` (time tf.data waited for a batch not yet ready, from each
-  iteration's first batch), ``malformed_messages_total``, ``dropped_parts_total``,
-  ``reassigned_units_total``, ``skipped_samples_total`` (bad frames, ``on_error="skip"``),
-  ``iterations_total``;
+  iteration's first batch), ``skipped_samples_total`` (bad frames zero-filled under
+  ``on_error="skip"``), ``malformed_messages_total``, ``dropped_parts_total``,
+  ``reassigned_units_total``, ``iterations_total``;
 * gauges of now: ``input_wait_ratio`` (recent 10 s share), ``input_bound`` (0/1),
   ``suggested_extra_workers``, ``inflight_batches``, ``credit_budget_batches``,
   ``queue_depth_batches``, ``startup_seconds``, ``running``;
@@ -42,10 +42,10 @@ _TOTALS = (
     ("clips", "h5feed_clips", "Clips taken by the trainer"),
     ("bytes", "h5feed_bytes", "Bytes of frames taken by the trainer"),
     ("wait_s", "h5feed_input_wait_seconds", "Time tf.data waited for a batch not yet ready"),
+    ("skipped", "h5feed_skipped_samples", "Samples zero-filled for a bad frame (on_error)"),
     ("malformed_messages", "h5feed_malformed_messages", "Malformed messages dropped"),
     ("dropped_parts", "h5feed_dropped_parts", "Unexpected or duplicate parts dropped"),
     ("reassigned_units", "h5feed_reassigned_units", "Units re-sent after a producer left"),
-    ("skipped", "h5feed_skipped_samples", "Samples zero-filled for a bad frame (on_error)"),
 )
 
 #: stats() keys shown as gauges: (key, metric name, help).

@@ -216,10 +216,12 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
         ``credit_budget``; ``queue_depth``: complete batches not yet taken; ``workers`` and
         ``hosts``: what each delivered; ``malformed_messages``, ``dropped_parts``,
         ``reassigned_units`` (handed over from a producer that left); ``cursor``: the next
-        batch (epoch, batch); ``skipped``, ``skipped_per_epoch`` and ``skipped_samples``
-        (samples skipped for bad frames under ``on_error="skip"``, the first 100 listed with
-        file, video, frame: see ``h5feed/consumer/bad_data.py``); and the verdict:
-        ``input_bound``, ``suggested_extra_workers``, ``verdict`` (one line).
+        batch (epoch, batch); and the verdict: ``input_bound``, ``suggested_extra_workers``,
+        ``verdict`` (one line).
+
+        Bad data: ``skipped``, ``skipped_per_epoch`` and ``skipped_samples`` (samples skipped
+        for bad frames under ``on_error="skip"``, the first 100 listed with file, video,
+        frame: see ``h5feed/consumer/bad_data.py``).
         """
         taken = self._taken.snapshot()
         waited = self._waited.snapshot()

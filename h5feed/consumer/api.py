@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import threading
 import weakref
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Unpack
 
 import numpy as np
@@ -214,7 +214,7 @@ def dataset(
     unknown = set(keys) - set(BATCH_KEYS) - set(optional)
     if unknown or len(set(keys)) != len(keys) or "frames" not in keys:
         raise ValueError(f"keys must name 'frames' and any of {optional}, once each; got {keys}")
-    keys = keys if kwargs.get("source") is not None else with_valid(keys, kwargs)
+    keys = keys if kwargs.get("source") is not None else with_valid(keys, kwargs.get("on_error"))
     if kwargs.get("source") is not None and keys != BATCH_KEYS:
         raise TypeError("h5feed: keys= does not apply to source= (elements are your own)")
     feed = batches(files, **kwargs)
@@ -238,10 +238,10 @@ def dataset(
     return feed_dataset(feed, generate, spec, prefetch)
 
 
-def with_valid(keys: tuple[str, ...], kwargs: Mapping[str, Any]) -> tuple[str, ...]:
+def with_valid(keys: tuple[str, ...], on_error: object) -> tuple[str, ...]:
     """``keys`` with ``valid`` added under ``on_error="skip"``: the rows it skipped must be
     told apart (``sample_weight``)."""
-    if kwargs.get("on_error") == "skip" and VALID_KEY not in keys:
+    if on_error == "skip" and VALID_KEY not in keys:
         return (*keys, VALID_KEY)
     return keys
 

@@ -6,8 +6,7 @@ Names and meaning (all start with ``h5feed_``):
 * counters over the feed's whole life, every iteration (``model.fit`` epoch) added:
   ``batches_total``, ``clips_total``, ``bytes_total`` (taken by the trainer),
   ``input_wait_seconds_total`` (time tf.data waited for a batch not yet ready, from each
-  iteration's first batch), ``skipped_samples_total`` (bad frames zero-filled under
-  ``on_error="skip"``), ``malformed_messages_total``, ``dropped_parts_total``,
+  iteration's first batch), ``malformed_messages_total``, ``dropped_parts_total``,
   ``reassigned_units_total``, ``iterations_total``;
 * gauges of now: ``input_wait_ratio`` (recent 10 s share), ``input_bound`` (0/1),
   ``suggested_extra_workers``, ``inflight_batches``, ``credit_budget_batches``,
@@ -17,6 +16,9 @@ Names and meaning (all start with ``h5feed_``):
   ``worker_parts_total``, ``worker_clips_total``, ``worker_bytes_total``,
   ``worker_unit_latency_seconds``, ``worker_last_part_age_seconds``,
   ``worker_outstanding_units``, ``worker_files``.
+
+Bad data adds the counter ``skipped_samples_total``: samples zero-filled for a bad frame under
+``on_error="skip"`` (README "Bad data").
 """
 
 from __future__ import annotations

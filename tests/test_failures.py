@@ -58,7 +58,7 @@ def test_bad_frame_names_file_video_and_frame_with_the_worker_traceback(
     assert str(corrupt_file) in message
     assert "'video_001'" in message and "frame 3" in message
     assert "Traceback" in message and "decode" in message  # the worker's own traceback
-    assert caught.value.error_type == "DataError"
+    assert caught.value.error_type == "FrameError"  # a DataError: on_error="skip" would skip it
     assert wait_until_gone(own_worker_pids()) == []
 
 

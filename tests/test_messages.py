@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from h5feed.common import messages, wire
-from h5feed.common.errors import DataError, ProtocolError, VersionMismatchError
-from h5feed.common.messages import FileRef, Row, SlotRef, VideoEntry
+from h5feed.common.errors import DataError, FileReadError, ProtocolError, VersionMismatchError
+from h5feed.common.messages import FileRef, Row, SkippedRow, SlotRef, VideoEntry
 
 PROPERTY = settings(max_examples=200, deadline=None)
 
@@ -26,6 +26,7 @@ SAMPLES: list[messages.Message] = [
         {"clip_len": 8, "resize": [112, 112], "flip": True},
         {"kind": "flat", "jpeg": "jpeg", "offsets": "video_offsets", "labels": None},
         "/tmp/cache",
+        "skip",
     ),
     messages.Index("job-1", 3, (VideoEntry("v0", 120, 3), VideoEntry("v1", 1, -1))),
     messages.Unit(
@@ -38,7 +39,14 @@ SAMPLES: list[messages.Message] = [
     ),
     messages.Items("job-1", 8, 2, 1, (4, 0, 9)),
     messages.Pull("job-1", 9, 3, 1, 16, 1),
-    messages.Data("job-1", 7, 2, (0, 1), {"frames": np.arange(6, dtype=np.uint8).reshape(2, 3)}),
+    messages.Data(
+        "job-1",
+        7,
+        2,
+        (0, 1),
+        {"frames": np.arange(6, dtype=np.uint8).reshape(2, 3)},
+        (SkippedRow(1, 4, "frame fails its CRC32 check"),),
+    ),
     messages.Error("job-1", 7, "DataError", "cannot decode", "Traceback...", "a.h5", "v0", 3),
     messages.Bye("iteration over"),
     messages.Source(
@@ -131,6 +139,14 @@ def test_error_of_names_the_file_video_and_frame_of_a_data_error() -> None:
     assert "Traceback" in error.traceback and "bad JPEG" in error.traceback
     other = messages.Error.of("j", None, ValueError("x"), file="b.h5")
     assert (other.file, other.video, other.frame, other.unit) == ("b.h5", None, None, None)
+    assert round_trip(error) == error and error.file_number is None
+
+
+def test_error_of_a_file_read_error_carries_the_file_number() -> None:
+    exc = FileReadError("cannot stat the file", file="/data/b.h5", host="node-a", number=5)
+    error = messages.Error.of("j", None, exc, file="b.h5")
+    assert (error.type, error.file, error.file_number) == ("FileReadError", "/data/b.h5", 5)
+    assert "on host 'node-a'" in error.message
     assert round_trip(error) == error
 
 
@@ -183,6 +199,7 @@ any_message = st.one_of(
         maps,
         maps,
         st.none() | texts,
+        st.sampled_from(messages.ON_ERROR_CHOICES),
     ),
     st.builds(
         messages.Index,
@@ -197,6 +214,17 @@ any_message = st.one_of(
     st.builds(messages.Pull, *head, st.integers(1, 2**64 - 1), naturals),
     st.builds(messages.Data, texts, ints, ints, st.lists(ints | texts, max_size=4).map(tuple)),
     st.builds(
+        messages.Data,
+        texts,
+        ints,
+        ints,
+        st.just((5, 6, 7)),
+        st.just({}),
+        st.permutations(range(3)).map(
+            lambda order: tuple(SkippedRow(p, 2 * p, f"r{p}") for p in order[:2])
+        ),
+    ),
+    st.builds(
         messages.Error,
         texts,
         st.none() | ints,
@@ -205,6 +233,7 @@ any_message = st.one_of(
         texts,
         st.none() | texts,
         st.none() | texts,
+        st.none() | ints,
         st.none() | ints,
     ),
     st.builds(messages.Bye, texts),
@@ -289,6 +318,51 @@ MALFORMED: dict[str, tuple[str, dict[str, Any], str]] = {
         wire.JOB,
         {**fields_of(SAMPLES[1]), "files": [["0", "a.h5"]]},
         "bad JOB file",
+    ),
+    "job-on-error-unknown": (
+        wire.JOB,
+        {**fields_of(SAMPLES[1]), "on_error": "ignore"},
+        "JOB on_error 'ignore'",
+    ),
+    "data-skipped-position-out-of-range": (
+        wire.DATA,
+        {**fields_of(SAMPLES[6]), "skipped": [[2, 0, "x"]]},
+        "do not fit 2 samples",
+    ),
+    "data-skipped-position-negative": (
+        wire.DATA,
+        {**fields_of(SAMPLES[6]), "skipped": [[-1, 0, "x"]]},
+        "do not fit 2 samples",
+    ),
+    "data-skipped-position-repeated": (
+        wire.DATA,
+        {**fields_of(SAMPLES[6]), "skipped": [[0, 0, "x"], [0, 1, "y"]]},
+        "do not fit 2 samples",
+    ),
+    "data-skipped-more-than-samples": (
+        wire.DATA,
+        {**fields_of(SAMPLES[6]), "skipped": [[0, 0, "x"], [1, 0, "y"], [2, 0, "z"]]},
+        "do not fit 2 samples",
+    ),
+    "data-skipped-frame-negative": (
+        wire.DATA,
+        {**fields_of(SAMPLES[6]), "skipped": [[0, -3, "x"]]},
+        "bad DATA skipped row",
+    ),
+    "data-skipped-reason-too-long": (
+        wire.DATA,
+        {**fields_of(SAMPLES[6]), "skipped": [[0, 0, "x" * (messages.MAX_SKIP_REASON + 1)]]},
+        "bad DATA skipped row",
+    ),
+    "data-skipped-of-2": (
+        wire.DATA,
+        {**fields_of(SAMPLES[6]), "skipped": [[0, 0]]},
+        "DATA skipped row must be a list of 3",
+    ),
+    "data-skipped-reason-bytes": (
+        wire.DATA,
+        {**fields_of(SAMPLES[6]), "skipped": [[0, 0, b"x"]]},
+        "bad DATA skipped row",
     ),
     "source-sys-path-non-str": (
         wire.SOURCE,

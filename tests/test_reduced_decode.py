@@ -136,7 +136,7 @@ def test_a_bad_frame_is_named_with_reduced_decode_too(tmp_path: pathlib.Path) ->
         list(feed)
     message = str(caught.value)
     assert str(path) in message and "'video_000'" in message and "frame 2" in message
-    assert caught.value.error_type == "DataError"
+    assert caught.value.error_type == "FrameError"  # a DataError of one frame
 
 
 def test_reduced_decode_must_be_a_bool() -> None:

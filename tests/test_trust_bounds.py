@@ -240,7 +240,15 @@ def test_a_header_over_the_cap_is_refused_at_the_sender() -> None:
     files = [[i, "x" * 200] for i in range(20_000)]  # 4 MB of paths
     with pytest.raises(ProtocolError, match="exceeds the limit"):
         wire.encode(
-            "job", {"job": "j", "files": files, "clip": {}, "layout": {}, "cache_dir": None}
+            "job",
+            {
+                "job": "j",
+                "files": files,
+                "clip": {},
+                "layout": {},
+                "cache_dir": None,
+                "on_error": "raise",
+            },
         )
 
 
@@ -285,7 +293,7 @@ def test_a_forged_jpeg_in_a_dataset_is_an_error_naming_file_video_and_frame(
     feed = h5feed.batches(path, **CLIP, batch_size=1, workers=1, shuffle=False)
     with pytest.raises(WorkerError) as caught:
         list(feed)
-    assert caught.value.error_type == "DataError"
+    assert caught.value.error_type == "FrameError"  # a DataError of one frame
     message = str(caught.value)
     assert str(path) in message and "'video_000'" in message and "frame 2" in message
     assert "16000x16000" in message and "max_frame_pixels" in message

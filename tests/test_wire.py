@@ -40,6 +40,7 @@ VALID_FIELDS: dict[str, dict[str, Any]] = {
         "clip": {"length": 8, "stride": 2, "size": [112, 112], "scale": 0.5, "flip": True},
         "layout": {"kind": "flat", "jpeg": "jpeg", "offsets": "video_offsets", "labels": None},
         "cache_dir": None,
+        "on_error": "raise",
     },
     wire.INDEX: {"job": "job-1", "file": 0, "videos": [["v0", 120, 3], ["v1", 64, None]]},
     wire.INDEX_BATCH: {"job": "job-1", "files": [0, 2], "counts": [1, 1], "names": ["a", "b"]},
@@ -51,7 +52,7 @@ VALID_FIELDS: dict[str, dict[str, Any]] = {
         "rows": [[0, "v0", 16]],
         "slot": None,
     },
-    wire.DATA: {"job": "job-1", "unit": 7, "batch": 2, "samples": [[0, "v0", 16]]},
+    wire.DATA: {"job": "job-1", "unit": 7, "batch": 2, "samples": [[0, "v0", 16]], "skipped": []},
     wire.ERROR: {
         "job": "job-1",
         "unit": 7,
@@ -61,6 +62,7 @@ VALID_FIELDS: dict[str, dict[str, Any]] = {
         "file": "/data/a.h5",
         "video": "v0",
         "frame": 3,
+        "file_number": None,
     },
     wire.BYE: {"reason": "done"},
     wire.PING: {},
@@ -105,6 +107,7 @@ MORE_VALID_FIELDS: list[tuple[str, dict[str, Any]]] = [
             "file": None,
             "video": None,
             "frame": None,
+            "file_number": 12,
         },
     ),
     (wire.UNIT, {**VALID_FIELDS[wire.UNIT], "unit": -(2**63), "batch": 2**64 - 1, "rows": []}),
@@ -222,16 +225,23 @@ GOLDEN_UNIT = bytes.fromhex(
     + "90"
 )
 
-GOLDEN_DATA_FIELDS = {"job": "j1", "unit": 7, "batch": 2, "samples": [[0, "v0", 16], [1, "v1", 0]]}
+GOLDEN_DATA_FIELDS = {
+    "job": "j1",
+    "unit": 7,
+    "batch": 2,
+    "samples": [[0, "v0", 16], [1, "v1", 0]],
+    "skipped": [[1, 3, "bad"]],
+}
 GOLDEN_DATA_FRAMES = np.arange(12, dtype=np.uint8).reshape(2, 2, 3)
 GOLDEN_DATA_LABELS = np.array([7, -1], dtype=np.int64)
 GOLDEN_DATA = bytes.fromhex(
     MAGIC_AND_VERSION
     + "a4 64617461"  # "data"
-    + "84"  # fixmap(4), keys sorted: batch, job, samples, unit
+    + "85"  # fixmap(5), keys sorted: batch, job, samples, skipped, unit
     + "a5 6261746368 02"  # "batch": 2
     + "a3 6a6f62 a2 6a31"  # "job": "j1"
     + "a7 73616d706c6573 92 93 00 a2 7630 10 93 01 a2 7631 00"  # "samples": [...]
+    + "a7 736b6970706564 91 93 01 03 a3 626164"  # "skipped": [[1, 3, "bad"]]
     + "a4 756e6974 07"  # "unit": 7
     + "92"  # fixarray(2): two array descriptions
     + "93 a6 6672616d6573 a3 7c7531 93 02 02 03"  # ["frames", "|u1", [2, 2, 3]]

@@ -44,6 +44,39 @@ class DataError(H5FeedError):
         self.frame = frame
 
 
+class FrameError(DataError):
+    """One stored frame is bad: it does not decode, its CRC32 differs from the one stored
+    beside it (silent corruption, a truncated write), or its header is refused
+    (``max_frame_pixels``). The only errors ``on_error="skip"`` skips: the sample is then
+    zero-filled and marked ``valid=False`` instead of ending the run. Names file, video, frame."""
+
+
+class FileReadError(DataError):
+    """A whole file cannot be read on a host: missing, not a regular file, not readable,
+    not HDF5, or an I/O error while reading it. Never skipped (``on_error`` does not apply):
+    the file, not a frame, is at fault. Carries the file's number in the dataset (``number``,
+    None when unknown) and the ``host``, both named in the message."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        file: str,
+        host: str,
+        number: int | None = None,
+        video: str | None = None,
+        frame: int | None = None,
+    ) -> None:
+        super().__init__(f"on host {host!r}: {message}", file=file, video=video, frame=frame)
+        self.host = host
+        self.number = number
+
+
+class TooManySkippedError(H5FeedError):
+    """``on_error="skip"`` skipped more samples in one epoch than ``max_skipped``: the data
+    is worse than a few bad frames. The message lists the first skipped ones."""
+
+
 class WorkerError(H5FeedError):
     """A worker raised while producing a unit; carries the worker's formatted traceback."""
 

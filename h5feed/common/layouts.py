@@ -77,6 +77,15 @@ class Groups(LayoutSpec):
     label: str | None = "label"
 
 
+#: The root attribute giving the version of the format ``h5feed pack`` writes (README "From
+#: video files: h5feed pack"). Version 2 adds :data:`CRC_DATASET` beside every video's frames.
+PACK_VERSION_ATTR = "h5feed_pack_version"
+PACK_VERSION = 2
+#: A dataset beside a video's ``frames`` in the groups layout: uint32 [frames], the
+#: ``zlib.crc32`` of each frame's stored (encoded) bytes. Readers verify it when present.
+CRC_DATASET = "crc32"
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class FrameDatasets(LayoutSpec):
     """One group per video, one 1-D uint8 JPEG dataset per frame (natural name order)."""

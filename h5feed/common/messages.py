@@ -18,7 +18,7 @@ The kinds (worker = a producer process; consumer = the trainer's side):
 kind           direction           what
 =============  ==================  ======================================================
 HELLO          worker -> consumer  who I am (name, pid, host, package version)
-JOB            consumer -> worker  HDF5 files to open (number, path), clip spec, layout
+JOB            consumer -> worker  HDF5 files to open (number, path), clip spec, layout, on_error
 INDEX          worker -> consumer  the videos of one file (name, frames, label)
 INDEX_BATCH    worker -> consumer  the videos of several files, as columns (UTF-8 names; frames and
                                    labels as int64 arrays): one message, not one per file
@@ -27,7 +27,7 @@ SOURCE         consumer -> worker  load the user's code (import path, args, shar
 SOURCE_INFO    worker -> consumer  what that code is (kind, length, element spec)
 ITEMS          consumer -> worker  map/keras source: make these items of one batch
 PULL           consumer -> worker  generator source: the next ``count`` elements of a pass
-DATA           worker -> consumer  a unit's rows, as arrays (or written to its slot)
+DATA           worker -> consumer  a unit's rows, as arrays (or written to its slot); skipped rows
 ERROR          worker -> consumer  a unit or the job failed: type, message, traceback, where
 BYE            either way          stop / I am leaving (``refused:`` reasons: do not retry)
 =============  ==================  ======================================================
@@ -44,7 +44,7 @@ from typing import Any, ClassVar, NamedTuple
 import numpy as np
 
 from h5feed.common import wire
-from h5feed.common.errors import DataError, ProtocolError
+from h5feed.common.errors import DataError, FileReadError, ProtocolError
 
 
 class FileRef(NamedTuple):
@@ -73,6 +73,22 @@ class Row(NamedTuple):
     crop_left: float
     flip: bool
     seed: int  # per-sample seed of the user's transform
+
+
+class SkippedRow(NamedTuple):
+    """A row of a DATA skipped under ``on_error="skip"`` (its clip is all zeros): its position
+    in the DATA's ``samples``, the frame that failed, and why (the worker's message, at most
+    :data:`MAX_SKIP_REASON` characters)."""
+
+    position: int
+    frame: int
+    reason: str
+
+
+#: The longest ``reason`` of a :class:`SkippedRow` (the worker cuts a longer message).
+MAX_SKIP_REASON = 1000
+#: What a JOB's ``on_error`` may say.
+ON_ERROR_CHOICES = ("raise", "skip")
 
 
 class SlotRef(NamedTuple):
@@ -105,6 +121,9 @@ class Job:
     clip: Mapping[str, Any]  # ClipSpec.to_wire(); ClipSpec.from_wire validates it
     layout: Mapping[str, Any]  # LayoutSpec.to_wire(): how the files store videos
     cache_dir: str | None
+    #: "raise": a bad frame (FrameError) is an ERROR; "skip": its row is zero-filled and
+    #: listed in the DATA's ``skipped``. Errors of whole files are ERRORs either way.
+    on_error: str = "raise"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -206,7 +225,9 @@ class Pull:
 @dataclasses.dataclass(frozen=True, slots=True)
 class Data:
     """A unit's answer: ``samples`` (HDF5: sample ids; map: items; keras: the batch index;
-    generator: element ordinals) and the arrays (none when written to a shared slot)."""
+    generator: element ordinals) and the arrays (none when written to a shared slot).
+    ``skipped``: the rows whose clip is zeros because a frame was bad (HDF5, ``on_error=
+    "skip"``), at distinct positions of ``samples`` (checked on decode)."""
 
     KIND: ClassVar[str] = wire.DATA
     job: str
@@ -214,6 +235,7 @@ class Data:
     batch: int
     samples: tuple[Any, ...]
     arrays: Mapping[str, np.ndarray] = dataclasses.field(default_factory=dict)
+    skipped: tuple[SkippedRow, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -227,11 +249,16 @@ class Error:
     file: str | None = None
     video: str | None = None
     frame: int | None = None
+    #: A file that cannot be read (``FileReadError``): its number in the JOB, so the trainer
+    #: knows which file, whatever path the worker resolved it to.
+    file_number: int | None = None
 
     @classmethod
     def of(cls, job: str, unit: int | None, exc: BaseException, file: str | None = None) -> Error:
-        """The ERROR reporting ``exc``; a :class:`DataError` names its file, video, frame."""
+        """The ERROR reporting ``exc``; a :class:`DataError` names its file, video, frame,
+        a :class:`FileReadError` also the file's number."""
         data_error = exc if isinstance(exc, DataError) else None
+        number = exc.number if isinstance(exc, FileReadError) else None
         return cls(
             job=job,
             unit=unit,
@@ -241,6 +268,7 @@ class Error:
             file=data_error.file if data_error else file,
             video=data_error.video if data_error else None,
             frame=data_error.frame if data_error else None,
+            file_number=number,
         )
 
 
@@ -351,7 +379,9 @@ def parse(raw: wire.Message) -> Message:
             return Hello(f["worker"], f["pid"], f["host"], f["package"], f["nonce"])
         case wire.JOB:
             files = tuple(FileRef(*_record(e, (int, str), "JOB file")) for e in f["files"])
-            return Job(f["job"], files, f["clip"], f["layout"], f["cache_dir"])
+            if f["on_error"] not in ON_ERROR_CHOICES:
+                raise ProtocolError(f"JOB on_error {f['on_error']!r:.50}")
+            return Job(f["job"], files, f["clip"], f["layout"], f["cache_dir"], f["on_error"])
         case wire.INDEX:
             videos = tuple(_video(entry) for entry in f["videos"])
             return Index(f["job"], f["file"], videos)
@@ -368,7 +398,9 @@ def parse(raw: wire.Message) -> Message:
                 raise ProtocolError(f"PULL of {f['count']} elements of pass {f['pass']}")
             return Pull(f["job"], f["unit"], f["batch"], f["epoch"], f["count"], f["pass"])
         case wire.DATA:
-            return Data(f["job"], f["unit"], f["batch"], tuple(f["samples"]), raw.arrays)
+            samples = tuple(f["samples"])
+            skipped = _skipped(f["skipped"], len(samples))
+            return Data(f["job"], f["unit"], f["batch"], samples, raw.arrays, skipped)
         case wire.ERROR:
             return Error(**f)
         case wire.BYE:
@@ -435,6 +467,17 @@ def _ints(values: list[Any], what: str) -> tuple[int, ...]:
     if not all(type(v) is int for v in values):
         raise ProtocolError(f"{what} must be a list of ints: {values!r:.200}")
     return tuple(values)
+
+
+def _skipped(entries: list[Any], rows: int) -> tuple[SkippedRow, ...]:
+    """A DATA's skipped rows: at most one per sample, each at a position of the samples."""
+    skipped = tuple(SkippedRow(*_record(e, (int, int, str), "DATA skipped row")) for e in entries)
+    positions = {row.position for row in skipped}
+    if len(positions) != len(skipped) or not all(0 <= p < rows for p in positions):
+        raise ProtocolError(f"DATA skipped rows {entries!r:.200} do not fit {rows} samples")
+    if any(row.frame < 0 or len(row.reason) > MAX_SKIP_REASON for row in skipped):
+        raise ProtocolError(f"bad DATA skipped row in {entries!r:.200}")
+    return skipped
 
 
 def _slot(entry: Any, rows: int) -> SlotRef:

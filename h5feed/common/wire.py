@@ -42,7 +42,8 @@ from h5feed.common.errors import ProtocolError, VersionMismatchError
 MAGIC: Final = "h5feed"
 # 2: UNIT slot field; clip layout, transform. 3: ITEMS and PULL (source units, which were
 # UNITs whose rows meant items or [count, pass]); JOB layout apart from the clip; nested
-# values checked by h5feed.common.messages.
+# values checked by h5feed.common.messages. 4: HELLO nonce; JOB on_error and DATA skipped
+# (bad data, added in the same round).
 PROTOCOL_VERSION: Final = 4
 
 HELLO: Final = "hello"  # worker -> consumer: who I am
@@ -73,7 +74,14 @@ _OPT_LIST = (list, type(None))
 #: Field names and accepted Python types of each message kind (after msgpack decoding).
 SCHEMAS: Final[Mapping[str, Mapping[str, tuple[type, ...]]]] = {
     HELLO: {"worker": _STR, "pid": _INT, "host": _STR, "package": _STR, "nonce": _STR},
-    JOB: {"job": _STR, "files": _LIST, "clip": (dict,), "layout": (dict,), "cache_dir": _OPT_STR},
+    JOB: {
+        "job": _STR,
+        "files": _LIST,
+        "clip": (dict,),
+        "layout": (dict,),
+        "cache_dir": _OPT_STR,
+        "on_error": _STR,  # "raise" or "skip": what a bad frame does (see messages.Job)
+    },
     INDEX: {"job": _STR, "file": _INT, "videos": _LIST},
     # files[i] has counts[i] videos; names (UTF-8 bin), the arrays ``frames``/``labels`` (int64
     # [sum(counts)]), list them file after file: see h5feed.common.messages.IndexBatch.
@@ -86,7 +94,9 @@ SCHEMAS: Final[Mapping[str, Mapping[str, tuple[type, ...]]]] = {
         "rows": _LIST,
         "slot": _OPT_LIST,  # [pid, fd, batch rows, positions]: see h5feed.producer.shm
     },
-    DATA: {"job": _STR, "unit": _INT, "batch": _INT, "samples": _LIST},
+    # skipped: [[position in samples, frame, reason], ...], rows zero-filled under
+    # on_error="skip" (see messages.Data)
+    DATA: {"job": _STR, "unit": _INT, "batch": _INT, "samples": _LIST, "skipped": _LIST},
     ERROR: {
         "job": _STR,
         "unit": _OPT_INT,
@@ -96,6 +106,7 @@ SCHEMAS: Final[Mapping[str, Mapping[str, tuple[type, ...]]]] = {
         "file": _OPT_STR,
         "video": _OPT_STR,
         "frame": _OPT_INT,
+        "file_number": _OPT_INT,  # a FileReadError's file, by its number in the JOB
     },
     BYE: {"reason": _STR},
     # A source job (``h5feed.producer.sources``): sent twice; first the worker loads the source

@@ -17,7 +17,7 @@ from h5feed.consumer.metrics import start_feed_metrics
 from h5feed.consumer.options import FeedConfig, FeedKwargs, HdfConfig, hdf_config
 from h5feed.consumer.plan import Cursor
 from h5feed.consumer.source_options import Learnt
-from h5feed.consumer.stream import BATCH_KEYS, POSITION_KEYS, BatchStream
+from h5feed.consumer.stream import BATCH_KEYS, POSITION_KEYS, VALID_KEY, BatchStream
 from h5feed.consumer.worker_pool import PoolSlot
 
 if TYPE_CHECKING:
@@ -223,7 +223,8 @@ def dataset(
       index_cache=True, tune_malloc=True,
       listen=None, data_root=None, join_grace_s=1.5, curve_key=None,
       curve_authorized=None, shared_memory=True, metrics_port=None,
-      max_message_bytes=1073741824, insecure=False, max_open_files=128``;
+      max_message_bytes=1073741824, insecure=False, max_open_files=128,
+      on_error="raise", max_skipped=None``;
     * your own code instead of files (``SourceConfig``): ``source=None, source_args=None,
       output_signature=None, ragged=False, steps_per_epoch=None``.
 
@@ -279,7 +280,15 @@ def dataset(
     any of ``sample``, ``epoch``, ``batch`` (int64 [B]: the global sample id, the epoch, the
     batch's index in its epoch) to see where each row comes from in the plan. They are opt-in
     because an extra key breaks a Keras model whose inputs are named by the dict's keys.
-    (Not for ``source=``: a source's elements are the user's own trees.)
+    (Not for ``source=``: a source's elements are the user's own trees.) ``valid`` (bool [B],
+    False where a bad frame was skipped) is added by ``on_error="skip"``, or when asked.
+
+    Bad data (README "Bad data"): ``on_error="raise"`` ends the iteration at a bad frame
+    (undecodable, or failing the CRC32 ``h5feed pack`` stores), naming file, video and
+    frame; ``"skip"`` zero-fills that sample, marks it ``valid=False`` (usable as
+    ``sample_weight``), counts it in ``stats()`` and ends the iteration only when an epoch
+    skips more than ``max_skipped`` (None: 0.1% of its samples, rounded up). A file that
+    cannot be read ends the iteration either way, naming host and file.
 
     ``prefetch``: batches tf.data prefetches after the generator (-1: ``tf.data.AUTOTUNE``,
     0/None: no prefetch). ``resume``: where to continue (a state, ``{"epoch": e, "batch":
@@ -301,12 +310,11 @@ def dataset(
     from h5feed.consumer import signature  # lazy: it imports TensorFlow when called
 
     keys = tuple(keys)
-    unknown = set(keys) - set(BATCH_KEYS) - set(POSITION_KEYS)
+    optional = (*BATCH_KEYS[1:], *POSITION_KEYS, VALID_KEY)
+    unknown = set(keys) - set(BATCH_KEYS) - set(optional)
     if unknown or len(set(keys)) != len(keys) or "frames" not in keys:
-        raise ValueError(
-            f"keys must name 'frames' and any of {BATCH_KEYS[1:] + POSITION_KEYS}, once each; "
-            f"got {keys}"
-        )
+        raise ValueError(f"keys must name 'frames' and any of {optional}, once each; got {keys}")
+    keys = keys if kwargs.get("source") is not None else with_valid(keys, kwargs.get("on_error"))
     if kwargs.get("source") is not None and keys != BATCH_KEYS:
         raise TypeError("h5feed: keys= does not apply to source= (elements are your own)")
     # Under a multi-worker TF_CONFIG: that worker's shard (a contradicting shard= raises).
@@ -330,6 +338,14 @@ def dataset(
             stream.close()
 
     return feed_dataset(feed, generate, spec, prefetch)
+
+
+def with_valid(keys: tuple[str, ...], on_error: object) -> tuple[str, ...]:
+    """``keys`` with ``valid`` added under ``on_error="skip"``: the rows it skipped must be
+    told apart (``sample_weight``)."""
+    if on_error == "skip" and VALID_KEY not in keys:
+        return (*keys, VALID_KEY)
+    return keys
 
 
 def feed_dataset(

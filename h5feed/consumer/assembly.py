@@ -7,7 +7,9 @@ Guarantees of a :class:`BatchAssembler` (the order of release is :mod:`h5feed.co
    over the slot: parts written there by local workers are not copied at all, parts that came
    over the socket are copied in once. Without a slot, a batch made by one part, rows in
    order, is released without a copy; otherwise each part is copied once into the batch.
-3. All parts of all batches have one frame size (and, with a transform, one sample shape and
+3. Every batch has ``valid``, bool [B]: False exactly at the rows a worker skipped (a bad
+   frame under ``on_error="skip"``; their frames are zeros), True elsewhere.
+4. All parts of all batches have one frame size (and, with a transform, one sample shape and
    dtype); a part that differs raises :class:`DataError` naming one of its videos (videos of
    different sizes need ``resize``; a transform must return one shape and dtype).
 """
@@ -44,6 +46,7 @@ class _Pending:
     parts_left: int
     slot: Slot | None = None
     parts: list[tuple[np.ndarray, np.ndarray | None]] = dataclasses.field(default_factory=list)
+    invalid: list[np.ndarray] = dataclasses.field(default_factory=list)  # skipped rows
 
 
 class BatchAssembler:
@@ -107,13 +110,22 @@ class BatchAssembler:
     def slot(self, seq: int) -> Slot | None:
         return self._pending[seq].slot
 
-    def add(self, seq: int, positions: np.ndarray, frames: np.ndarray | None) -> Batch | None:
+    def add(
+        self,
+        seq: int,
+        positions: np.ndarray,
+        frames: np.ndarray | None,
+        invalid: np.ndarray | None = None,
+    ) -> Batch | None:
         """One part of batch ``seq``: ``frames`` are the batch rows at ``positions``, or None
-        when the worker wrote them into the batch's slot. Returns the batch once complete."""
+        when the worker wrote them into the batch's slot; ``invalid``: the batch rows of this
+        part the worker skipped (zeros). Returns the batch once complete."""
         if frames is not None:
             self._check_frame_size(seq, positions, frames)
         pending = self._pending[seq]
         pending.parts.append((positions, frames))
+        if invalid is not None and len(invalid):
+            pending.invalid.append(invalid)
         pending.parts_left -= 1
         if pending.parts_left:
             return None
@@ -139,6 +151,9 @@ class BatchAssembler:
             frames = aligned_empty((rows, *first_frames.shape[1:]), first_frames.dtype)
             for positions, part in pending.parts:
                 frames[positions] = part
+        valid = np.ones(rows, bool)
+        for skipped in pending.invalid:
+            valid[skipped] = False
         return Batch(
             planned.epoch,
             planned.index,
@@ -151,5 +166,6 @@ class BatchAssembler:
                 "sample": planned.samples,
                 "epoch": np.full(rows, planned.epoch, np.int64),
                 "batch": np.full(rows, planned.index, np.int64),
+                "valid": valid,
             },
         )

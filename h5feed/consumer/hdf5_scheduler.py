@@ -43,6 +43,7 @@ from h5feed.common import messages
 from h5feed.common.errors import DataError, H5FeedError
 from h5feed.common.logs import consumer_log
 from h5feed.consumer.assembly import Batch, BatchAssembler
+from h5feed.consumer.bad_data import SkipLog
 from h5feed.consumer.credits import CreditGate
 from h5feed.consumer.options import HdfConfig
 from h5feed.consumer.ordering import PlannedRelease
@@ -87,6 +88,11 @@ class HdfScheduler:
         self._assembler: BatchAssembler | None = None
         self._planned: PlannedRelease[PlannedBatch, Batch] | None = None  # once indexed
         self._pool = self._make_pool()
+        options = config.options
+        self.skips = SkipLog(  # on_error: samples skipped for bad frames
+            options.on_error, options.max_skipped, options.shard, options.clips_per_video,
+            self._log,
+        )  # fmt: skip
 
     # -- handshake -------------------------------------------------------------------------
 
@@ -109,7 +115,7 @@ class HdfScheduler:
             peer,
             messages.Job(
                 self.job_id, refs, clip.to_wire(), self.config.layout.to_wire(),
-                self.config.options.index_cache,
+                self.config.options.index_cache, self.config.options.on_error,
             ),
         )  # fmt: skip
 
@@ -299,9 +305,15 @@ class HdfScheduler:
             return []
         else:
             nbytes = frames.nbytes if frames is not None else 0
+        invalid = None
+        if data.skipped:  # bad frames, zero-filled (on_error): counted, bounded, may raise
+            planned = self._require_assembler().planned(unit.seq)
+            invalid = self.skips.record(
+                self._require_index(), planned, positions, data.skipped, str(peer)
+            )
         self._ledger.complete(peer, unit.id)
         peer.received.record(len(positions), nbytes)
-        batch = self._require_assembler().add(unit.seq, positions, frames)
+        batch = self._require_assembler().add(unit.seq, positions, frames, invalid)
         return [] if batch is None else self._require_planned().release(unit.seq, batch)
 
     def _samples(self, seq: int, positions: np.ndarray) -> list[int]:

@@ -18,6 +18,9 @@ Names and meaning (all start with ``h5feed_``):
   ``worker_parts_total``, ``worker_clips_total``, ``worker_bytes_total``,
   ``worker_unit_latency_seconds``, ``worker_last_part_age_seconds``,
   ``worker_outstanding_units``, ``worker_files``.
+
+Bad data adds the counter ``skipped_samples_total``: samples zero-filled for a bad frame under
+``on_error="skip"`` (README "Bad data").
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ _TOTALS = (
     ("clips", "h5feed_clips", "Clips taken by the trainer"),
     ("bytes", "h5feed_bytes", "Bytes of frames taken by the trainer"),
     ("wait_s", "h5feed_input_wait_seconds", "Time tf.data waited for a batch not yet ready"),
+    ("skipped", "h5feed_skipped_samples", "Samples zero-filled for a bad frame (on_error)"),
     ("malformed_messages", "h5feed_malformed_messages", "Malformed messages dropped"),
     ("dropped_parts", "h5feed_dropped_parts", "Unexpected or duplicate parts dropped"),
     ("reassigned_units", "h5feed_reassigned_units", "Units re-sent after their worker was lost"),

@@ -31,6 +31,7 @@ from h5feed.common.config import (
 )
 from h5feed.common.exposure import check_listen
 from h5feed.common.layouts import LayoutSpec
+from h5feed.common.messages import ON_ERROR_CHOICES
 from h5feed.common.metrics_http import metrics_address
 from h5feed.common.wire import DEFAULT_LIMITS, DEFAULT_MAX_MESSAGE_BYTES
 from h5feed.consumer.plan import PlanOptions
@@ -136,6 +137,13 @@ class FeedOptions:
     #: HDF5 files each local worker keeps open at once, least recently used closed first
     #: (``h5feed/producer/open_files.py`` says why 128); producers have their own flag.
     max_open_files: int = DEFAULT_MAX_OPEN_FILES
+    #: A bad frame (undecodable, failing its CRC32): "raise" ends the iteration naming file,
+    #: video and frame; "skip" zero-fills that sample, marks it ``valid=False`` and counts it
+    #: (see h5feed/consumer/bad_data.py). Errors of whole files end it either way.
+    on_error: str = "raise"
+    #: With on_error="skip": the most samples one epoch may skip before the iteration ends
+    #: (TooManySkippedError); None: 0.1% of the epoch's samples, rounded up.
+    max_skipped: int | None = None
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:
@@ -170,6 +178,14 @@ class FeedOptions:
             raise ValueError(f"max_restarts must be >= 0, got {self.max_restarts!r}")
         if isinstance(self.max_open_files, bool) or self.max_open_files < 1:
             raise ValueError(f"max_open_files must be >= 1, got {self.max_open_files!r}")
+        if self.on_error not in ON_ERROR_CHOICES:
+            raise ValueError(f"on_error must be one of {ON_ERROR_CHOICES}, got {self.on_error!r}")
+        if self.max_skipped is not None and (
+            isinstance(self.max_skipped, bool)
+            or not isinstance(self.max_skipped, int)
+            or self.max_skipped < 0
+        ):
+            raise ValueError(f"max_skipped must be an int >= 0 or None, got {self.max_skipped!r}")
         if self.metrics_port is not None:
             metrics_address(self.metrics_port, "metrics_port")
         if self.max_message_bytes < DEFAULT_LIMITS.max_header_bytes:
@@ -322,7 +338,9 @@ class FeedKwargs(TypedDict, total=False):
     ``insecure`` (default False): ``listen`` on an address other hosts reach, without CURVE
     keys, raises ValueError unless this is True; then it warns (``h5feed.InsecureWarning``).
     ``max_open_files`` (default 128): HDF5 files each local worker keeps open at once (see
-    ``h5feed/producer/open_files.py``).
+    ``h5feed/producer/open_files.py``). ``on_error`` (default "raise") and ``max_skipped``
+    (default None: 0.1% of an epoch's samples, rounded up): what a bad frame does (see
+    ``h5feed/consumer/bad_data.py``).
     """
 
     clip_len: int
@@ -366,6 +384,8 @@ class FeedKwargs(TypedDict, total=False):
     max_frame_pixels: int | None
     insecure: bool
     max_open_files: int
+    on_error: str
+    max_skipped: int | None
     # User sources (see h5feed/consumer/source_api.py).
     source: str | None
     source_args: dict[str, Any] | None

@@ -100,7 +100,8 @@ def hdf5_signature(
     config: HdfConfig, first: Mapping[str, np.ndarray] | None, keys: Sequence[str] = BATCH_KEYS
 ) -> dict[str, Any]:
     """The signature of an HDF5 feed's elements with ``keys``; ``frames`` from the clip
-    spec, or from ``first`` (a batch) when given; ``file``/``video`` strings, the rest int64."""
+    spec, or from ``first`` (a batch) when given; ``file``/``video`` strings, ``valid`` bool,
+    the rest int64."""
     import tensorflow as tf
 
     clip, options = config.clip, config.options
@@ -111,11 +112,9 @@ def hdf5_signature(
     else:
         sample = first["frames"]
         frames = tf.TensorSpec((rows, *sample.shape[1:]), tf.as_dtype(sample.dtype))
-    strings = ("file", "video")
+    dtypes = {"file": tf.string, "video": tf.string, "valid": tf.bool}
     return {
-        key: frames
-        if key == "frames"
-        else tf.TensorSpec((rows,), tf.string if key in strings else tf.int64)
+        key: frames if key == "frames" else tf.TensorSpec((rows,), dtypes.get(key, tf.int64))
         for key in keys
     }
 

@@ -29,7 +29,9 @@ def make_source_config(files: Any, kwargs: Mapping[str, Any]) -> SourceConfig:
     if files is not None:
         raise TypeError("h5feed: give either files or source=, not both")
     option_names = {f.name for f in dataclasses.fields(FeedOptions)}
-    not_here = {"clips_per_video", "clip_start", "index_cache", "data_root"}
+    # on_error/max_skipped: bad frames of HDF5 files; a source handles its own data
+    not_here = {"clips_per_video", "clip_start", "index_cache", "data_root", "on_error"}
+    not_here |= {"max_skipped"}
     unknown = set(kwargs) - set(SOURCE_KEYS) - option_names
     unknown |= set(kwargs) & not_here
     if unknown:

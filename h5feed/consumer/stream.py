@@ -60,6 +60,9 @@ BATCH_KEYS = ("frames", "label", "file", "video", "start")
 #: Keys a tf.data element may carry when asked (``keys=``): the defaults, and each row's
 #: place in the plan (global sample id, epoch, batch index in the epoch), int64 [B].
 POSITION_KEYS = ("sample", "epoch", "batch")
+#: bool [B]: False where a bad frame was skipped (``on_error="skip"``; the row is zeros).
+#: In every NumPy batch; in tf.data elements with ``on_error="skip"`` or when asked.
+VALID_KEY = "valid"
 
 _GET_POLL_S = 0.1
 _log = with_ids(logging.getLogger("h5feed.consumer"), "consumer")  # ids in every line
@@ -303,6 +306,10 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
         refused for a file whose copy differs); ``cursor``: the next
         batch (epoch, batch); and the verdict: ``input_bound``, ``suggested_extra_workers``,
         ``verdict`` (one line).
+
+        Bad data: ``skipped``, ``skipped_per_epoch`` and ``skipped_samples`` (samples skipped
+        for bad frames under ``on_error="skip"``, the first 100 listed with file, video,
+        frame: see ``h5feed/consumer/bad_data.py``).
         """
         taken = self._taken.snapshot()
         waited = self._waited.snapshot()
@@ -331,6 +338,11 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
         slots = (
             self.scheduler.shared_memory_slots if isinstance(self.scheduler, HdfScheduler) else 0
         )
+        skipped = (  # bad data (on_error): the same keys for every feed
+            self.scheduler.skips.snapshot()
+            if isinstance(self.scheduler, HdfScheduler)
+            else {"skipped": 0, "skipped_per_epoch": {}, "skipped_samples": []}
+        )
         return {
             "job": self.job_id,
             "running": not self._closed.is_set(),
@@ -358,6 +370,7 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
             "batches_dispatched": gate.dispatched,
             "max_inflight_batches": gate.most_inflight,
             "cursor": [self.cursor.epoch, self.cursor.batch],
+            **skipped,
             "input_bound": bound,
             "suggested_extra_workers": extra,
             "verdict": line,

@@ -3,7 +3,8 @@
 :func:`encode_video` reads a video file with OpenCV (``cv2.VideoCapture``, frames read until
 ``read()`` returns False: the container's frame count is not trusted) or an image folder, and
 writes the group of the default layout into a small HDF5 file of its own: a 1-D dataset
-``frames`` of ``vlen uint8`` JPEG bytes, the ``label`` and ``source`` attributes. The main
+``frames`` of ``vlen uint8`` JPEG bytes, beside it ``crc32`` (uint32 [frames]: ``zlib.crc32``
+of each frame's bytes, which readers verify), the ``label`` and ``source`` attributes. The main
 process copies that group into its shard (``h5py`` object copy, no frame passes through
 Python there), so memory stays bounded by one video's batch of frames per process, whatever
 the video's length.
@@ -24,6 +25,7 @@ import os
 import signal
 import threading
 import time
+import zlib
 from collections.abc import Iterator
 
 import cv2
@@ -31,6 +33,7 @@ import h5py
 import numpy as np
 from numpy.typing import NDArray
 
+from h5feed.common.layouts import CRC_DATASET
 from h5feed.pack.sources import JPEG_EXTENSIONS
 
 __all__ = ["EncodeTask", "Encoded", "encode_video", "init_worker"]
@@ -171,8 +174,10 @@ def encode_video(task: EncodeTask) -> Encoded:
             group.attrs["label"] = np.int64(task.label)
             group.attrs["source"] = task.source
             batch: list[NDArray[np.uint8]] = []
+            crcs: list[int] = []  # 4 bytes a frame: a 10^6-frame video holds 4 MB here
             for frame in frames:
                 batch.append(frame)
+                crcs.append(zlib.crc32(frame.data))
                 count += 1
                 payload += frame.size
                 if len(batch) == _WRITE_BATCH_FRAMES:
@@ -180,6 +185,7 @@ def encode_video(task: EncodeTask) -> Encoded:
                     batch = []
             if batch:
                 _append(dataset, batch)
+            group.create_dataset(CRC_DATASET, data=np.asarray(crcs, np.uint32), dtype=np.uint32)
     except (_BadSource, cv2.error, OSError) as exc:
         where = f" after {count} frames" if count and not task.is_images else ""
         return Encoded(task.index, count, payload, header, f"{exc}{where}")

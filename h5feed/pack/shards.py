@@ -2,11 +2,13 @@
 
 A shard is written as ``<name>.tmp`` and renamed to its final name once complete and flushed
 to disk, so a file under a final name is always whole. Each shard holds whole videos only,
-copied group by group from the per-video files of :mod:`h5feed.pack.encode`, and the file
-attributes ``h5feed_layout = "group_per_video"`` and ``classes`` (the class names, UTF-8
-strings, in label order; empty without classes), and the pack index: a root group
-``h5feed_index`` (names, frames, labels) with ``h5feed_pack_version = 2``
-(:mod:`h5feed.producer.layouts.pack_index`), so a reader takes one read, not a walk.
+copied group by group from the per-video files of :mod:`h5feed.pack.encode` (``frames``
+and ``crc32`` datasets, ``label`` and ``source`` attributes), and the file attributes
+``h5feed_pack_version = 2`` (the pack format; README "From video files: h5feed pack"),
+``h5feed_layout = "group_per_video"`` and ``classes`` (the class names, UTF-8 strings, in
+label order; empty without classes), and the pack index: a root group ``h5feed_index``
+(names, frame counts, labels; :mod:`h5feed.producer.layouts.pack_index`), so a reader takes
+one read, not a walk.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 import h5py
 import numpy as np
 
+from h5feed.common.layouts import PACK_VERSION, PACK_VERSION_ATTR
 from h5feed.producer.layouts import pack_index
 from h5feed.producer.sample_data import LAYOUT, LAYOUT_ATTR
 
@@ -51,6 +54,7 @@ class ShardWriter:
         self.videos: list[dict[str, Any]] = []
         self.payload_bytes = 0
         self._h5 = h5py.File(self.tmp, "w")  # truncates a stale .tmp of an interrupted run
+        self._h5.attrs[PACK_VERSION_ATTR] = np.int64(PACK_VERSION)
         self._h5.attrs[LAYOUT_ATTR] = LAYOUT
         self._h5.attrs[CLASSES_ATTR] = np.array(list(classes), dtype=h5py.string_dtype())
 

@@ -3,15 +3,18 @@
 For every finished shard of the manifest: the file exists with the recorded size and SHA-256;
 it opens with h5py; its ``classes`` attribute equals the manifest's; its groups are exactly the
 manifest's videos, each with a ``frames`` dataset of the recorded length and the recorded
-``label``; the last frame of each video decodes with OpenCV (the last, because a truncated
-write loses the tail first). Shards are checked in parallel threads (hashing, HDF5 reads and
-JPEG decoding release the GIL for their heavy parts).
+``label``; the file's ``h5feed_pack_version`` is the one this h5feed writes, each video's
+``crc32`` holds one CRC32 per frame, and its last frame matches its CRC32 and decodes with
+OpenCV (the last, because a truncated write loses the tail first). Shards are checked in
+parallel threads (hashing, HDF5 reads and JPEG decoding release the GIL for their heavy
+parts).
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import os
+import zlib
 from collections.abc import Callable
 from typing import Any
 
@@ -20,6 +23,7 @@ import h5py
 import numpy as np
 
 from h5feed.common.errors import DataError
+from h5feed.common.layouts import CRC_DATASET, PACK_VERSION, PACK_VERSION_ATTR
 from h5feed.pack import manifest as manifest_io
 from h5feed.pack.shards import CLASSES_ATTR, file_sha256
 from h5feed.producer.layouts import pack_index
@@ -43,6 +47,11 @@ def _check_shard(out_dir: str, shard: dict[str, Any], classes: list[str]) -> lis
         with h5py.File(path, "r") as h5:
             stored = [str(c) for c in h5.attrs.get(CLASSES_ATTR, np.array([], dtype=object))]
             stored = [c.decode() if isinstance(c, bytes) else c for c in stored]
+            version = h5.attrs.get(PACK_VERSION_ATTR)
+            if version != PACK_VERSION:
+                problems.append(
+                    f"{path}: {PACK_VERSION_ATTR} is {version!r}, this h5feed writes {PACK_VERSION}"
+                )
             if stored != classes:
                 problems.append(f"{path}: classes {stored} differ from the manifest's {classes}")
             expected = {v["name"]: v["frames"] for v in shard["videos"]}
@@ -78,7 +87,13 @@ def _check_video(h5: h5py.File, path: str, name: str, frames: int, label: int) -
         return [f"{where}: {dataset.shape[0]} frames, the manifest says {frames}"]
     if int(h5[name].attrs.get("label", -2)) != label:
         return [f"{where}: label {h5[name].attrs.get('label')!r}, the manifest says {label}"]
-    image = cv2.imdecode(np.asarray(dataset[frames - 1], dtype=np.uint8), cv2.IMREAD_COLOR)
+    crcs = h5[name].get(CRC_DATASET)
+    if not isinstance(crcs, h5py.Dataset) or crcs.shape != (frames,):
+        return [f"{where}: no {CRC_DATASET!r} dataset of {frames} CRC32s"]
+    last = np.asarray(dataset[frames - 1], dtype=np.uint8)
+    if zlib.crc32(last.data) != int(crcs[frames - 1]):
+        return [f"{where}, frame {frames - 1}: fails its CRC32 (corrupt)"]
+    image = cv2.imdecode(last, cv2.IMREAD_COLOR)
     if image is None:
         return [f"{where}, frame {frames - 1}: does not decode as an image"]
     return []

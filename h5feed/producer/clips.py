@@ -10,20 +10,25 @@ one array of clips: read only the clip's frames, decode (encoded layouts) or tak
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Sequence
 
 import numpy as np
 
 from h5feed.common.config import ClipSpec, clip_frame_indices
-from h5feed.common.errors import DataError
+from h5feed.common.errors import DataError, FileReadError, FrameError
 from h5feed.common.layouts import LayoutSpec
 from h5feed.common.messages import Row
 from h5feed.producer import index_cache
 from h5feed.producer.code_policy import CodePolicy
-from h5feed.producer.decode import ClipWriter, check_frame_pixels, decode_frame
+from h5feed.producer.decode import ClipWriter, check_crc, check_frame_pixels, decode_frame
 from h5feed.producer.index_cache import VideoEntry
 from h5feed.producer.open_files import DEFAULT_MAX_OPEN_FILES, OpenFiles
 from h5feed.producer.transform import Transform
+
+_HOST = socket.gethostname()
+#: A row skipped under ``on_error="skip"``: its index in the unit's rows, and why.
+Skipped = tuple[int, FrameError]
 
 
 class ClipMaker:
@@ -107,32 +112,75 @@ class ClipMaker:
         rows: Sequence[Row],
         out: np.ndarray | None = None,
         positions: Sequence[int] | None = None,
-    ) -> np.ndarray:
+        skip: bool = False,
+    ) -> tuple[np.ndarray, list[Skipped]]:
         """The clips of ``rows``: uint8 [rows, clip_len, H, W, 3] RGB, or with a transform
         [rows, *shape] of the transform's dtype. Without a transform, ``out`` (a whole batch
-        in a shared-memory slot) may be given: row ``i`` is then written at ``positions[i]``."""
+        in a shared-memory slot) may be given: row ``i`` is then written at ``positions[i]``.
+
+        A bad frame (:class:`FrameError`: undecodable, failing its CRC32) raises, unless
+        ``skip``: then its row is all zeros (also in ``out``, whatever the slot held) and
+        listed in the second value, with the error; the other rows are as without ``skip``.
+        When every row is bad and the output shape cannot be known without a good one (no
+        ``resize`` or ``crop``), the first error is raised after all."""
         if not rows:
             raise ValueError("a unit must have at least one row")
         if out is not None and (self.transform is not None or positions is None):
             raise ValueError("a batch array needs positions, and no transform")
         scratch: np.ndarray | None = None  # [1, T, H, W, 3]: one clip, the transform's input
+        skipped: list[Skipped] = []
         for r, row in enumerate(rows):
-            if self.transform is None:
-                place = positions[r] if positions is not None else r
-                out = self._clip(row, out, place, len(rows))
-                continue
-            scratch = self._clip(row, scratch, 0, 1)
-            file_index, video_index, seed = row.file, row.video, row.seed
-            path, name = self.files.path(file_index), self.videos[file_index][video_index][0]
-            result = self.transform(scratch[0], seed, path, name)
-            if out is None:
-                out = np.empty((len(rows), *result.shape), result.dtype)
-            else:
-                self.transform.check_like(result, out[0], path, name)
-            out[r] = result
+            try:
+                if self.transform is None:
+                    place = positions[r] if positions is not None else r
+                    out = self._clip(row, out, place, len(rows))
+                    continue
+                scratch = self._clip(row, scratch, 0, 1)
+                out = self._transformed(row, scratch[0], out, r, len(rows))
+            except FrameError as exc:
+                if not skip:
+                    raise
+                skipped.append((r, exc))
+        if skipped:
+            if out is None:  # every row was bad
+                out = self._zeros(rows, skipped[0][1])
+            for r, _exc in skipped:  # after the loop: a clip half written is wiped too
+                out[positions[r] if positions is not None else r] = 0
         if out is None:  # unreachable: rows is not empty
             raise ValueError("no clip was produced")
+        return out, skipped
+
+    def _transformed(
+        self, row: Row, clip: np.ndarray, out: np.ndarray | None, r: int, rows: int
+    ) -> np.ndarray:
+        """Run the transform on ``clip`` and write its result into ``out[r]`` (allocated as
+        [rows, *shape] of its dtype when None). Returns ``out``."""
+        if self.transform is None:  # unreachable: only called with a transform
+            raise ValueError("no transform")
+        file_index, video_index, seed = row.file, row.video, row.seed
+        path, name = self.files.path(file_index), self.videos[file_index][video_index][0]
+        result = self.transform(clip, seed, path, name)
+        if out is None:
+            out = np.empty((rows, *result.shape), result.dtype)
+        else:
+            self.transform.check_like(result, out[0], path, name)
+        out[r] = result
         return out
+
+    def _zeros(self, rows: Sequence[Row], first: FrameError) -> np.ndarray:
+        """The output of a unit whose every row is bad, all zeros: its shape comes from the
+        clip spec (with a transform: from the transform's result on a clip of zeros, so the
+        shape and dtype are the transform's own). Raises ``first`` when the spec does not
+        tell the frame size."""
+        height, width = self.spec.frame_shape
+        if height is None or width is None:
+            raise first
+        clip = np.zeros((self.spec.clip_len, height, width, 3), np.uint8)
+        if self.transform is None:
+            return np.zeros((len(rows), *clip.shape), np.uint8)
+        made = self._transformed(rows[0], clip, None, 0, len(rows))
+        made[:] = 0
+        return made
 
     def _clip(self, row: Row, out: np.ndarray | None, r: int, rows: int) -> np.ndarray:
         """Write the clip of ``row`` into ``out[r]``; when ``out`` is None, first allocate it,
@@ -149,7 +197,17 @@ class ClipMaker:
             )
         try:
             stored = handle.read_frames(name, indices)
-        except (OSError, KeyError, ValueError) as exc:
+            crcs = None if rgb else handle.frame_crcs(name, indices)
+        except OSError as exc:  # the file, not a frame: never skipped
+            raise FileReadError(
+                f"cannot read frames {indices[0]}..{indices[-1]}: {exc}",
+                file=handle.path,
+                host=_HOST,
+                number=file_index,
+                video=name,
+                frame=indices[0],
+            ) from exc
+        except (KeyError, ValueError) as exc:
             raise DataError(
                 f"cannot read frames {indices[0]}..{indices[-1]}: {exc}",
                 file=handle.path,
@@ -160,6 +218,8 @@ class ClipMaker:
             if rgb:
                 image = data
             else:
+                if crcs is not None:  # before decoding: a flipped bit may still decode
+                    check_crc(data, crcs[t], handle.path, name, frame)
                 image = decode_frame(
                     data, handle.path, name, frame, self.writer.reduce_to, self.writer.max_pixels
                 )

@@ -12,11 +12,13 @@ same cores.
 
 from __future__ import annotations
 
+import zlib
+
 import cv2
 import numpy as np
 
 from h5feed.common.config import ClipSpec
-from h5feed.common.errors import DataError
+from h5feed.common.errors import DataError, FrameError
 
 cv2.setNumThreads(1)
 
@@ -95,11 +97,11 @@ def png_size(encoded: np.ndarray | bytes) -> tuple[int, int] | None:
 def check_frame_pixels(
     size: tuple[int, int] | None, max_pixels: int, file: str, video: str, frame: int
 ) -> None:
-    """Raise DataError unless ``size`` (height, width, as the frame's header or dataset says)
+    """Raise FrameError unless ``size`` (height, width, as the frame's header or dataset says)
     is known and at most ``max_pixels`` pixels (``max_frame_pixels``); called before the
     frame is decoded or read, so a forged header never costs its claimed memory."""
     if size is None:
-        raise DataError(
+        raise FrameError(
             "frame is neither a JPEG nor a PNG with a whole header, so its size cannot be "
             f"checked against max_frame_pixels={max_pixels} before decoding it (set "
             "max_frame_pixels=None to decode any format OpenCV reads)",
@@ -108,7 +110,7 @@ def check_frame_pixels(
             frame=frame,
         )
     if size[0] * size[1] > max_pixels:
-        raise DataError(
+        raise FrameError(
             f"frame of {size[1]}x{size[0]} ({size[0] * size[1]} pixels) exceeds "
             f"max_frame_pixels={max_pixels}",
             file=file,
@@ -135,7 +137,7 @@ def decode_frame(
     reduce_to: tuple[int, int] | None = None,
     max_pixels: int | None = None,
 ) -> np.ndarray:
-    """Decode one JPEG (or any format OpenCV reads) to a BGR uint8 image, or raise DataError.
+    """Decode one JPEG (or any format OpenCV reads) to a BGR uint8 image, or raise FrameError.
 
     With ``reduce_to`` (height, width), a JPEG at least twice that size is decoded straight
     to a reduced size no smaller than it (see :func:`reduced_flag`); other data in full.
@@ -149,13 +151,28 @@ def decode_frame(
         flag = reduced_flag(stored, reduce_to)
     image = cv2.imdecode(np.asarray(encoded, dtype=np.uint8), flag)
     if image is None:
-        raise DataError(
+        raise FrameError(
             f"frame is not a decodable image ({len(encoded)} bytes)",
             file=file,
             video=video,
             frame=frame,
         )
     return image
+
+
+def check_crc(encoded: np.ndarray, expected: int, file: str, video: str, frame: int) -> None:
+    """Raise FrameError unless ``zlib.crc32`` of the stored bytes is ``expected`` (the CRC32
+    ``h5feed pack`` stores beside each frame): a flipped bit or a truncated write that would
+    still decode, to garbage, is caught here, before decoding."""
+    actual = zlib.crc32(_bytes_view(encoded))
+    if actual != expected:
+        raise FrameError(
+            f"frame fails its CRC32 check ({len(encoded)} bytes, CRC32 {actual:08x}, stored "
+            f"{expected:08x}): the stored bytes are corrupt",
+            file=file,
+            video=video,
+            frame=frame,
+        )
 
 
 class ClipWriter:

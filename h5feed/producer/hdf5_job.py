@@ -21,7 +21,7 @@ from h5feed.producer import confine
 from h5feed.producer.clips import ClipMaker
 from h5feed.producer.code_policy import CodePolicy
 from h5feed.producer.index_cache import MemoryIndex
-from h5feed.producer.open_files import DEFAULT_MAX_OPEN_FILES, OpenFiles
+from h5feed.producer.open_files import DEFAULT_MAX_OPEN_FILES, OpenFiles, check_readable
 from h5feed.producer.shm import SlotMaps
 
 #: An INDEX_BATCH holds at most this many files, videos, and bytes of names (its header stays
@@ -59,7 +59,14 @@ class Hdf5Job:
     5. With a ``data_root`` every path is confined to it (:mod:`h5feed.producer.confine`): a
        path that leaves it is answered with a PathRefused ERROR naming it, unopened. Without
        one (local workers of a trainer), paths are opened as given.
-    5. Not thread-safe: the worker's single event-loop thread uses it.
+    6. Every file is checked (``stat`` and access, :func:`check_readable`) before it is
+       opened: a missing file, a directory or an unreadable one is an ERROR of type
+       ``FileReadError`` naming the file and this host, as is any I/O error reading a file
+       later (never skipped).
+    7. ``on_error="skip"``: a bad frame (``FrameError``) zero-fills its row (in the slot
+       too) and is listed in the DATA's ``skipped``, with its frame and the reason; with
+       ``"raise"`` it is an ERROR naming file, video and frame.
+    8. Not thread-safe: the worker's single event-loop thread uses it.
     """
 
     def __init__(
@@ -72,11 +79,13 @@ class Hdf5Job:
         max_open_files: int = DEFAULT_MAX_OPEN_FILES,
         memory: MemoryIndex | None = None,
         files: OpenFiles | None = None,
+        on_error: str = "raise",
     ) -> None:
         """``memory``, ``files``: a persistent worker's indexes and open files, kept across
         its jobs, if any."""
         self.id = job_id
         self.spec = spec
+        self.skip = on_error == "skip"
         self.data_root = data_root
         # Imports the transform: a bad or refused path fails here.
         self.maker = ClipMaker(spec, layout, policy, data_root, max_open_files, memory, files)
@@ -103,6 +112,7 @@ class Hdf5Job:
         for number, path in files:
             try:
                 resolved = confine.job_path(path, self.data_root)  # before any file access
+                check_readable(number, resolved)  # also where a file would be opened lazily
                 videos = self.maker.open_and_index(number, resolved, cache_dir)
             except Exception as exc:  # any failure must reach the trainer, with the file named
                 yield messages.Error.of(self.id, None, exc, file=path)
@@ -138,10 +148,15 @@ class Hdf5Job:
         arrays: dict[str, np.ndarray] = {}
         if target is not None:
             batch, positions = target
-            self.maker.produce(unit.rows, batch, positions)
+            _out, bad = self.maker.produce(unit.rows, batch, positions, self.skip)
             nbytes = len(unit.rows) * batch[0].nbytes  # one row of the batch per clip
         else:
-            arrays["frames"] = self.maker.produce(unit.rows)
+            arrays["frames"], bad = self.maker.produce(unit.rows, skip=self.skip)
             nbytes = arrays["frames"].nbytes
         samples = tuple(row.sample for row in unit.rows)
-        return messages.Data(self.id, unit.unit, unit.batch, samples, arrays), nbytes
+        skipped = tuple(
+            messages.SkippedRow(r, exc.frame or 0, str(exc)[: messages.MAX_SKIP_REASON])
+            for r, exc in bad
+        )
+        data = messages.Data(self.id, unit.unit, unit.batch, samples, arrays, skipped)
+        return data, nbytes

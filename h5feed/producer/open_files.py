@@ -23,17 +23,44 @@ Guarantees of :class:`OpenFiles`:
    caller reads the index of a file that may have changed).
 4. :attr:`reopened` counts reopenings (a figure for the worker's log and benchmarks).
 5. Not thread-safe: the worker's single event-loop thread uses it.
+6. A file that cannot be opened (or reopened) raises :class:`FileReadError` carrying its
+   number; :func:`check_readable` checks a file without opening it (``stat`` and access).
 """
 
 from __future__ import annotations
 
 import collections
+import os
+import socket
+import stat
 
 from h5feed.common.config import DEFAULT_MAX_OPEN_FILES
+from h5feed.common.errors import FileReadError
 from h5feed.common.layouts import LayoutSpec
 from h5feed.producer.layouts import LayoutReader, open_reader
 
-__all__ = ["DEFAULT_MAX_OPEN_FILES", "OpenFiles"]
+__all__ = ["DEFAULT_MAX_OPEN_FILES", "OpenFiles", "check_readable"]
+
+
+def check_readable(number: int, path: str) -> None:
+    """Raise :class:`FileReadError` naming ``path`` and this host unless it is a regular file
+    this process may read (``stat`` and ``access``, no open): run for every file a worker owns
+    when its JOB arrives, so a missing or unreadable file is reported when the iteration
+    starts, even where files are opened lazily."""
+    host = socket.gethostname()
+    try:
+        info = os.stat(path)
+    except OSError as exc:
+        raise FileReadError(
+            f"cannot stat the file: {exc.strerror or exc}", file=path, host=host, number=number
+        ) from exc
+    if not stat.S_ISREG(info.st_mode):
+        kind = "a directory" if stat.S_ISDIR(info.st_mode) else "not a regular file"
+        raise FileReadError(f"the path is {kind}", file=path, host=host, number=number)
+    if not os.access(path, os.R_OK):
+        raise FileReadError(
+            "the file is not readable by this process", file=path, host=host, number=number
+        )
 
 
 class OpenFiles:
@@ -59,7 +86,7 @@ class OpenFiles:
         if previous is not None:  # opened afresh (the file may have changed): one reader only
             previous.close()
         self._make_room()
-        reader = open_reader(path, layout, self.root)
+        reader = _open(number, path, layout, self.root)
         self.opened += 1
         self._known[number] = (path, reader.spec)
         self._open[number] = reader
@@ -85,7 +112,7 @@ class OpenFiles:
             return reader
         path, layout = self._known[number]
         self._make_room()
-        reader = open_reader(path, layout, self.root)
+        reader = _open(number, path, layout, self.root)
         self.opened += 1
         self._open[number] = reader
         if number in self._seen:
@@ -109,3 +136,12 @@ class OpenFiles:
         while len(self._open) >= self.max_open:
             _number, oldest = self._open.popitem(last=False)
             oldest.close()
+
+
+def _open(number: int, path: str, layout: LayoutSpec, root: str | None) -> LayoutReader:
+    """``open_reader``, with the file's number on a FileReadError."""
+    try:
+        return open_reader(path, layout, root)
+    except FileReadError as exc:
+        exc.number = number
+        raise

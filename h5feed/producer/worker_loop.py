@@ -280,7 +280,7 @@ class Worker:
                 clip, layout = job_spec(job)
                 self.job = Hdf5Job(
                     job.job, clip, layout, self.code_policy, self.data_root,
-                    self.max_open_files, self.memory, self.files,
+                    self.max_open_files, self.memory, self.files, job.on_error,
                 )  # fmt: skip
             except Exception as exc:  # a bad spec or transform import path: tell the trainer
                 self.send_error(job.job, None, exc)

@@ -7,9 +7,11 @@ layout descriptions (names, wire form) are in :mod:`h5feed.common.layouts`.
 
 from __future__ import annotations
 
+import socket
+
 import h5py
 
-from h5feed.common.errors import DataError
+from h5feed.common.errors import FileReadError
 from h5feed.common.layouts import Auto, Flat, FrameDatasets, Groups, LayoutSpec, Raw
 from h5feed.producer import confine
 from h5feed.producer.layouts.base import LayoutReader
@@ -34,7 +36,8 @@ def open_reader(path: str, spec: LayoutSpec, root: str | None = None) -> LayoutR
     """Open ``path`` read-only and return the reader of its layout (``spec``, or the one
     recognised when ``spec`` is :class:`Auto`). Close it with ``reader.close()``.
 
-    Raises DataError naming the file when it cannot be opened or its layout is not known.
+    Raises FileReadError naming the file and host when it cannot be opened (missing, not
+    HDF5, an I/O error), DataError naming the file when its layout is not known.
     With a data ``root`` (``path`` already confined to it), the file's external links are
     checked before anything else touches the file, and the reader checks each dataset
     before reading it (:mod:`h5feed.producer.confine`): PathRefused names what leaves it.
@@ -42,7 +45,9 @@ def open_reader(path: str, spec: LayoutSpec, root: str | None = None) -> LayoutR
     try:
         h5 = h5py.File(path, "r")
     except OSError as exc:
-        raise DataError(f"cannot open HDF5 file: {exc}", file=path) from exc
+        raise FileReadError(
+            f"cannot open HDF5 file: {exc}", file=path, host=socket.gethostname()
+        ) from exc
     try:
         if root is not None:  # before detect(), which follows the top-level links
             confine.check_links(h5, root)

@@ -53,6 +53,11 @@ class LayoutReader(abc.ABC):
     def read_frames(self, video: str, indices: list[int]) -> list[np.ndarray]:
         """The frames of ``video`` at ``indices`` (any order, repeats allowed), one each."""
 
+    def frame_crcs(self, video: str, indices: list[int]) -> list[int] | None:
+        """The stored CRC32 of each frame of ``video`` at ``indices``, or None when the file
+        stores none (only the groups layout written by ``h5feed pack`` does)."""
+        return None
+
     def pixel_size(self) -> tuple[int, int]:
         """(height, width) of every frame of a layout that stores pixels (``encoded`` False),
         from the dataset's shape, so it can be checked before a frame is read."""

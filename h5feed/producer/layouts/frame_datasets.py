@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import h5py
 import numpy as np
 
@@ -11,6 +13,8 @@ from h5feed.producer.index_cache import VideoEntry
 from h5feed.producer.layouts._common import group_label, natural_key
 from h5feed.producer.layouts.base import LayoutReader
 
+_log = logging.getLogger("h5feed.worker")
+
 
 class FrameDatasetsReader(LayoutReader):
     """Every top-level group is a video (sorted names); top-level datasets are ignored.
@@ -18,8 +22,9 @@ class FrameDatasetsReader(LayoutReader):
     A video's frames are its member datasets in *natural* order of their names (digit runs
     compare by value: ``frame_9`` before ``frame_10``; see ``_common.natural_key``); member
     groups are ignored. Each frame dataset must be 1-D uint8 (encoded bytes). A group with no
-    frame dataset, a frame of another shape or dtype, or a missing label raises DataError
-    naming the video (and the frame's dataset).
+    frame dataset is no video: it is left out, with one warning per file naming such groups
+    (an error only when the file has no video at all). A frame of another shape or dtype, or
+    a missing label raises DataError naming the video (and the frame's dataset).
     """
 
     spec: FrameDatasets
@@ -54,15 +59,23 @@ class FrameDatasetsReader(LayoutReader):
 
     def index(self) -> list[VideoEntry]:
         videos: list[VideoEntry] = []
+        frameless: list[str] = []
         for name in sorted(self.h5.keys()):
             group = self.h5[name]
             if not isinstance(group, h5py.Group):
                 continue
             frames = self.frame_names(name)
             if not frames:
-                raise DataError("video has no frame datasets", file=self.path, video=name)
+                frameless.append(name)
+                continue
             label = group_label(group, self.spec.label, self.path, name)
             videos.append((name, len(frames), label))
+        if frameless and videos:  # once per file
+            _log.warning(
+                "%s: %d top-level groups without frame datasets are not videos and are left "
+                "out: %s",
+                self.path, len(frameless), frameless[:5],
+            )  # fmt: skip
         if not videos:
             raise DataError(
                 "no videos found: expected top-level groups of frame datasets", file=self.path

@@ -1,23 +1,30 @@
-"""The default layout: one group per video, a vlen-uint8 ``frames`` dataset, a ``label``."""
+"""The default layout: one group per video, a vlen-uint8 ``frames`` dataset, a ``label``,
+and (written by ``h5feed pack``) a ``crc32`` uint32 dataset of one CRC32 per frame."""
 
 from __future__ import annotations
+
+import logging
 
 import h5py
 import numpy as np
 
 from h5feed.common.errors import DataError
-from h5feed.common.layouts import Groups
+from h5feed.common.layouts import CRC_DATASET, Groups
 from h5feed.producer.index_cache import VideoEntry
 from h5feed.producer.layouts import pack_index
 from h5feed.producer.layouts._common import group_label, read_rows
 from h5feed.producer.layouts.base import LayoutReader
 
+_log = logging.getLogger("h5feed.worker")
+
 
 class GroupsReader(LayoutReader):
     """Videos are the top-level groups holding a ``frames`` dataset, in sorted name order.
 
-    Top-level groups without it are not videos and are left out; a video with no frames, a
-    missing label or a file with no video at all raises DataError.
+    Top-level groups without it are not videos: they are left out, with one warning per file
+    naming them (the first few); a video with no frames, a missing label or a file with no
+    video at all raises DataError. A video's ``crc32`` dataset, when present, must hold one
+    unsigned integer per frame (else DataError when indexing); :meth:`frame_crcs` gives them.
     """
 
     spec: Groups
@@ -25,6 +32,7 @@ class GroupsReader(LayoutReader):
     def __init__(self, h5: h5py.File, path: str, spec: Groups, root: str | None = None) -> None:
         super().__init__(h5, path, spec, root)
         self._datasets: dict[str, h5py.Dataset] = {}
+        self._crcs: dict[str, h5py.Dataset | None] = {}
 
     def index(self) -> list[VideoEntry]:
         """From the pack index when the file has one (one read, checked: see
@@ -34,11 +42,15 @@ class GroupsReader(LayoutReader):
         if packed is not None:
             return packed
         videos: list[VideoEntry] = []
+        frameless: list[str] = []
         for name in sorted(self.h5.keys()):
             group = self.h5[name]
             if name == pack_index.INDEX_GROUP:  # the pack index, when not used (other names)
                 continue
-            if not isinstance(group, h5py.Group) or frames_key not in group:
+            if not isinstance(group, h5py.Group):
+                continue
+            if frames_key not in group:
+                frameless.append(name)
                 continue
             frames = group[frames_key]
             if isinstance(frames, h5py.Dataset):
@@ -52,7 +64,14 @@ class GroupsReader(LayoutReader):
             if frames.shape[0] == 0:
                 raise DataError("video has no frames", file=self.path, video=name)
             label = group_label(group, self.spec.label, self.path, name)
+            self._check_crcs(group, name, int(frames.shape[0]))
             videos.append((name, int(frames.shape[0]), label))
+        if frameless and videos:  # once per file: the groups may be something else entirely
+            _log.warning(
+                "%s: %d top-level groups without a %r dataset are not videos and are left "
+                "out: %s",
+                self.path, len(frameless), frames_key, frameless[:5],
+            )  # fmt: skip
         if not videos:
             raise DataError(
                 f"no videos found: expected top-level groups holding a {frames_key!r} "
@@ -60,6 +79,37 @@ class GroupsReader(LayoutReader):
                 file=self.path,
             )
         return videos
+
+    def _check_crcs(self, group: h5py.Group, video: str, frames: int) -> None:
+        """Check the video's ``crc32`` dataset, if any: unsigned integers [frames]."""
+        crcs = group.get(CRC_DATASET)
+        if crcs is None:
+            return
+        if (
+            not isinstance(crcs, h5py.Dataset)
+            or crcs.shape != (frames,)
+            or not np.issubdtype(crcs.dtype, np.unsignedinteger)
+        ):
+            what = f"{crcs.dtype} {crcs.shape}" if isinstance(crcs, h5py.Dataset) else "a group"
+            raise DataError(
+                f"{CRC_DATASET!r} must be unsigned integers [{frames}] (one CRC32 per frame), "
+                f"got {what}",
+                file=self.path,
+                video=video,
+            )
+        self.readable(crcs)
+
+    def frame_crcs(self, video: str, indices: list[int]) -> list[int] | None:
+        if video not in self._crcs:  # checked again: the index may come from the cache
+            group = self.h5[video]
+            frames = group[self.spec.frames]
+            self._check_crcs(group, video, int(frames.shape[0]))
+            crcs = group.get(CRC_DATASET)
+            self._crcs[video] = crcs if isinstance(crcs, h5py.Dataset) else None
+        dataset = self._crcs[video]
+        if dataset is None:
+            return None
+        return [int(value) for value in read_rows(dataset, indices)]
 
     def read_frames(self, video: str, indices: list[int]) -> list[np.ndarray]:
         dataset = self._datasets.get(video)

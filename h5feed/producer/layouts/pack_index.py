@@ -31,11 +31,10 @@ import h5py
 import numpy as np
 
 from h5feed.common.errors import DataError
+from h5feed.common.layouts import PACK_VERSION, PACK_VERSION_ATTR
 
 __all__ = ["INDEX_GROUP", "MAX_VIDEOS", "PACK_VERSION", "PACK_VERSION_ATTR", "read", "write"]
 
-PACK_VERSION_ATTR = "h5feed_pack_version"
-PACK_VERSION = 2
 INDEX_GROUP = "h5feed_index"
 #: Videos one file's index may list: far above any real shard (a 1 GiB shard of 1-frame
 #: videos holds ~100,000), low enough that a forged length costs at most ~100 MB.

@@ -133,7 +133,7 @@ def test_a_cached_index_opens_no_file_until_a_row_needs_it(tmp_path: pathlib.Pat
     try:
         assert warm.open_and_index(0, str(path), cache) == cold.videos[0]
         assert (warm.files.opened, warm.files.open_count) == (0, 0)  # nothing opened yet
-        clips = warm.produce([messages.Row(0, 0, 1, 0, 0.0, 0.0, False, 0)])
+        clips, _skipped = warm.produce([messages.Row(0, 0, 1, 0, 0.0, 0.0, False, 0)])
         assert clips.shape == (1, 2, 8, 8, 3)
         assert (warm.files.opened, warm.files.reopened) == (1, 0)  # opened on the first read
     finally:

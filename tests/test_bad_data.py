@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from conftest import own_worker_pids, wait_until_gone
 from metrics_helpers import scrape, value
+from test_producers import free_port, remote_feed, start_producer
 
 import h5feed
 from h5feed.common.config import ClipSpec
@@ -370,7 +371,8 @@ def test_a_missing_file_is_reported_when_the_iteration_starts(
     sound, gone = tmp_path / "a.h5", tmp_path / "b.h5"
     for path in (sound, gone):
         write_groups(path, {"video_000": [jpeg(0, f) for f in range(FRAMES)]})
-    stream = h5feed.batches([sound, gone], **CLIP, workers=1, on_error=on_error).stream()
+    # Two workers on one host: the file moves to the second, which cannot read it either.
+    stream = h5feed.batches([sound, gone], **CLIP, workers=2, on_error=on_error).stream()
     gone.unlink()  # after the file list was resolved, before the workers start
     with pytest.raises(WorkerError) as caught:
         next(stream)  # the first batch: the check runs when the JOB arrives
@@ -466,3 +468,30 @@ def test_skipped_rows_under_raise_end_the_run_naming_file_video_and_frame() -> N
     with pytest.raises(DataError, match=r"on_error='raise': bad.*'a\.h5', video 'v1', frame 2"):
         skips.record(index, planned, np.array([0, 1]), (SkippedRow(1, 2, "bad"),), "w1")
     assert skips.snapshot()["skipped"] == 0
+
+
+def test_a_file_one_producer_cannot_read_moves_to_one_that_can(
+    tmp_path: pathlib.Path, small_dataset: list[pathlib.Path]
+) -> None:
+    # "blind" runs where the data root holds none of the files (another host whose mount
+    # is missing): each file given to it moves to "sighted"; the epoch arrives whole.
+    blind_root = tmp_path / "empty-mount"
+    blind_root.mkdir()
+    port = free_port()
+    producers = [
+        start_producer(port, small_dataset[0].parent, "sighted"),
+        start_producer(port, blind_root, "blind"),
+    ]
+    try:
+        feed = remote_feed(port, small_dataset, batch_size=5, start_timeout_s=30)
+        samples = [s for batch in feed for s in batch["sample"].tolist()]
+        stats = feed.stats()
+        assert sorted(samples) == list(range(24))
+        clips = {w["name"].split("-")[0]: (w["clips"], w["files"]) for w in stats["workers"]}
+        assert clips["blind"] == (0, 0) and clips["sighted"][1] == len(small_dataset)
+        assert 1 <= stats["unreadable_files"] <= len(small_dataset) - 1
+    finally:
+        for process in producers:
+            if process.poll() is None:
+                process.kill()
+            process.communicate(timeout=10)

@@ -821,3 +821,34 @@ def test_schedulers_describe_their_units() -> None:
     assert gen_scheduler.describe(send.message.unit) == (
         f"unit {send.message.unit} (the next 2 elements of pass 0, epoch 0)"
     )
+
+
+def test_hdf_a_file_a_worker_cannot_read_moves_and_its_unit_is_made_again() -> None:
+    fleet, scheduler, config = hdf_fleet(2, epochs=1, budget=2)
+    fleet.handshake()
+    fleet.dispatch()
+    blind = next(p for p in fleet.live if fleet.inbox[p])
+    unit = fleet.inbox[blind].popleft()  # it fails on this unit's first file
+    assert isinstance(unit, messages.Unit)
+    file_index = unit.rows[0].file
+    sends = scheduler.unreadable(blind, file_index, unit.unit)
+    assert sends is not None
+    fleet.post(sends)
+    [heir] = {s.peer for s in sends if isinstance(s.message, messages.Job)}
+    assert heir is not blind and job_files(sends) == [file_index]
+    assert file_index not in blind.files and unit.unit not in blind.outstanding
+    # None of its rows goes anywhere before the heir's INDEX matched the plan.
+    resent = [s.message for s in sends if isinstance(s.message, messages.Unit)]
+    assert not {r.file for u in resent for r in u.rows} & {file_index}
+    taken = fleet.run(random.Random(5))
+    assert [check_hdf_batch(b) for b in taken] == planned_batches(config, INDEX, [0])
+    assert file_index in heir.files and fleet.counters["unreadable_files"] == 1
+    # The heir cannot read it either, and nobody else is left: the caller ends the run.
+    assert scheduler.unreadable(heir, file_index, None) is None
+
+
+def test_hdf_an_error_about_a_file_the_job_does_not_have_moves_nothing() -> None:
+    fleet, scheduler, _config = hdf_fleet(2, epochs=1)
+    fleet.handshake()
+    assert scheduler.unreadable(fleet.live[0], len(FILES), None) is None
+    assert fleet.counters["malformed_messages"] == 1 and fleet.counters["unreadable_files"] == 0

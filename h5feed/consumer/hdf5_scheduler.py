@@ -392,6 +392,38 @@ class HdfScheduler:
                 mine += 1
         return _merge_jobs(sends)
 
+    def unreadable(self, peer: Peer, file_index: int, unit_id: int | None) -> list[Send] | None:
+        """``peer`` is refused for a file it cannot read, which moves to the live worker with
+        the fewest files not refused for it (checked by its INDEX like any move); the failed
+        unit is sent again (rows of that file wait for the new owner). None when no live
+        worker is left to try: the run ends with the worker's error, naming host and file."""
+        if not 0 <= file_index < len(self.config.files):
+            self._unexpected(peer, f"{messages.Error.KIND} of file {file_index}")
+            return None
+        self._refused.setdefault(peer.identity, set()).add(file_index)
+        self._counters["unreadable_files"] += 1
+        self._log.error(
+            "worker %s on host %s cannot read %r: refused for that file, which moves",
+            peer.name, peer.host, self.config.files[file_index],
+        )  # fmt: skip
+        if self._moving.get(file_index) is peer:
+            del self._moving[file_index]
+        if self._owners.get(file_index) is peer:
+            peer.files.remove(file_index)
+            self._owners[file_index] = None
+        sends: list[Send] = []
+        if self._owners.get(file_index) is None and file_index not in self._moving:
+            moved = self._move(file_index, exclude=peer)
+            if moved is None:
+                return None
+            sends += moved
+        unit = self._ledger.take_one(peer, unit_id) if unit_id is not None else None
+        if unit is not None:
+            positions, _in_slot = unit.work  # it answered: it writes no more into the slot
+            planned = self._require_assembler().planned(unit.seq)
+            sends += self._units(unit.seq, planned, positions)
+        return _merge_jobs(sends)
+
     def unowned_files(self) -> list[int]:
         """Files with neither an owner nor a worker taking them over."""
         return [f for f, p in self._owners.items() if p is None and f not in self._moving]

@@ -201,7 +201,7 @@ class FeedLoop:
                     for batch in self.scheduler.on_data(peer, data):
                         self._release(batch)
                 case Arrived(peer, messages.Error() as error):
-                    raise recovery.worker_error(peer, error, self.scheduler)
+                    self._send(recovery.on_error(peer, error, self.scheduler))
                 case Arrived(peer, message):
                     self._send(self.scheduler.on_control(peer, message))
                 case PeerLost() as lost:

@@ -25,9 +25,9 @@ from __future__ import annotations
 from typing import Protocol
 
 from h5feed.common import messages
-from h5feed.common.errors import WorkerDiedError, WorkerError
+from h5feed.common.errors import FileReadError, WorkerDiedError, WorkerError
 from h5feed.consumer.events import PeerLost
-from h5feed.consumer.scheduler import Reassignment, Scheduler
+from h5feed.consumer.scheduler import Reassignment, Scheduler, Send
 from h5feed.consumer.session import PeerSession, describe_exit
 from h5feed.consumer.work import Peer
 
@@ -72,6 +72,17 @@ def recover(
             peer, reason, moved.moved_units, len(heirs),
         )  # fmt: skip
     return moved
+
+
+def on_error(peer: Peer, error: messages.Error, scheduler: Scheduler) -> list[Send]:
+    """What to send after a worker's ERROR: a file it cannot read (``FileReadError``) moves
+    to another worker and its unit is made again; any other error, or a file no live worker
+    is left to try, ends the run (raises the worker's error)."""
+    if error.type == FileReadError.__name__ and error.file_number is not None:
+        sends = scheduler.unreadable(peer, error.file_number, error.unit)
+        if sends is not None:
+            return sends
+    raise worker_error(peer, error, scheduler)
 
 
 def worker_error(peer: Peer, error: messages.Error, scheduler: Scheduler) -> WorkerError:

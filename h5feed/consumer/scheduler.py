@@ -102,6 +102,13 @@ class Scheduler(Protocol):
         of the work (nothing, where this kind takes no joiners)."""
         ...
 
+    def unreadable(self, peer: Peer, file_index: int, unit_id: int | None) -> list[Send] | None:
+        """``peer`` cannot read file ``file_index`` (its ERROR of a ``FileReadError``): what
+        to send so that another worker takes the file and the failed unit is made again, or
+        None where that cannot be (no other live worker may take it, or this kind has no
+        files): the caller then ends the run with the worker's error."""
+        ...
+
     @property
     def waiting_for_workers(self) -> bool:
         """Whether work is parked because no live peer could take it (the loop bounds the

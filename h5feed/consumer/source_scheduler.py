@@ -203,6 +203,9 @@ class SourceScheduler:
             self._vacant.append(self._peers.index(lost))
         return self._kind.reassign(lost, heirs, confirmed_dead)
 
+    def unreadable(self, peer: Peer, file_index: int, unit_id: int | None) -> list[Send] | None:
+        return None  # a source has no files to move: its worker's error ends the run
+
     def join(self, peer: Peer) -> list[Send]:
         """A joiner loads the source (SOURCE with the agreed spec) and serves once its
         SOURCE_INFO agrees. A generator takes a joiner only into a lost worker's place (its

@@ -303,7 +303,8 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
         ``workers_replaced`` (local processes started in place of dead ones),
         ``peers_joined`` (during the iteration), ``refused_reconnects`` (a lost process back
         without a new nonce, or under another CURVE key), ``index_mismatches`` (a worker
-        refused for a file whose copy differs); ``cursor``: the next
+        refused for a file whose copy differs), ``unreadable_files`` (a file moved from a worker
+        that cannot read it); ``cursor``: the next
         batch (epoch, batch); and the verdict: ``input_bound``, ``suggested_extra_workers``,
         ``verdict`` (one line).
 
@@ -367,6 +368,7 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
             "peers_joined": counters["peers_joined"],
             "refused_reconnects": counters["refused_reconnects"],
             "index_mismatches": counters["index_mismatches"],
+            "unreadable_files": counters["unreadable_files"],
             "batches_dispatched": gate.dispatched,
             "max_inflight_batches": gate.most_inflight,
             "cursor": [self.cursor.epoch, self.cursor.batch],

@@ -92,6 +92,16 @@ class Ledger(Generic[W]):
         peer.outstanding.clear()
         return units
 
+    def take_one(self, peer: Peer, unit_id: int) -> Unit[W] | None:
+        """Unit ``unit_id``, no longer held by ``peer`` (to send again), or None if ``peer``
+        does not hold it (it was completed, or taken back already)."""
+        unit = self._units.get(unit_id)
+        if unit is None or unit.peer is not peer:
+            return None
+        del self._units[unit_id]
+        peer.outstanding.pop(unit_id, None)
+        return unit
+
     def get(self, unit_id: int) -> Unit[W] | None:
         return self._units.get(unit_id)
 

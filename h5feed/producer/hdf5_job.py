@@ -17,6 +17,7 @@ import numpy as np
 
 from h5feed.common import layouts, messages
 from h5feed.common.config import ClipSpec
+from h5feed.common.errors import FileReadError
 from h5feed.producer import confine
 from h5feed.producer.clips import ClipMaker
 from h5feed.producer.code_policy import CodePolicy
@@ -115,6 +116,8 @@ class Hdf5Job:
                 check_readable(number, resolved)  # also where a file would be opened lazily
                 videos = self.maker.open_and_index(number, resolved, cache_dir)
             except Exception as exc:  # any failure must reach the trainer, with the file named
+                if isinstance(exc, FileReadError) and exc.number is None:
+                    exc.number = number  # so that the trainer can move the file
                 yield messages.Error.of(self.id, None, exc, file=path)
                 continue
             names, frames, labels = self.maker.columns[number]

@@ -22,6 +22,16 @@ def small_dataset(tmp_path_factory: pytest.TempPathFactory) -> list[pathlib.Path
     return make_sample_dataset(tmp_path_factory.mktemp("small"), SMALL)
 
 
+def one_file_of_tiny_videos(directory: pathlib.Path, videos: int) -> pathlib.Path:
+    """``directory`` with one HDF5 file of ``videos`` videos of 3..5 frames of 24x32 pixels:
+    a dataset for tests about counts (shards, steps), not pixels."""
+    spec = SampleSpec(
+        files=1, videos_per_file=videos, min_frames=3, max_frames=5, height=24, width=32, seed=1
+    )
+    make_sample_dataset(directory, spec)
+    return directory
+
+
 @pytest.fixture(autouse=True)
 def isolated_cache(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Every test gets its own index cache, so none depends on another's leftovers."""

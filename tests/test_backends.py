@@ -10,9 +10,9 @@ import pathlib
 import subprocess
 
 import pytest
+from conftest import one_file_of_tiny_videos
 
 import h5feed
-from h5feed.producer.sample_data import SampleSpec, make_sample_dataset
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PYTHON = ROOT / ".venv-backends" / "bin" / "python"
@@ -23,12 +23,7 @@ _RUN_TIMEOUT_S = 240
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
-    spec = SampleSpec(
-        files=1, videos_per_file=VIDEOS, min_frames=3, max_frames=5, height=24, width=32, seed=1
-    )
-    directory = tmp_path_factory.mktemp("backends")
-    make_sample_dataset(directory, spec)
-    return directory
+    return one_file_of_tiny_videos(tmp_path_factory.mktemp("backends"), VIDEOS)
 
 
 def run(mode: str, data: pathlib.Path, out: pathlib.Path, **env: str) -> dict:

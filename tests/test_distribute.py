@@ -13,12 +13,12 @@ import subprocess
 import sys
 
 import pytest
+from conftest import one_file_of_tiny_videos
 
 import h5feed
 from h5feed.common.config import ClipSpec
 from h5feed.consumer.distribute import cluster_kwargs, cluster_shard
 from h5feed.consumer.plan import EpochPlan, Index, PlanOptions
-from h5feed.producer.sample_data import SampleSpec, make_sample_dataset
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 TRAINER = ROOT / "tests" / "distribute_trainer.py"
@@ -28,12 +28,7 @@ _TRAINER_TIMEOUT_S = 300  # a hung all-reduce fails the test instead of hanging 
 
 @pytest.fixture(scope="module")
 def odd_dataset(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
-    spec = SampleSpec(
-        files=1, videos_per_file=VIDEOS, min_frames=3, max_frames=5, height=24, width=32, seed=1
-    )
-    directory = tmp_path_factory.mktemp("odd")
-    make_sample_dataset(directory, spec)
-    return directory
+    return one_file_of_tiny_videos(tmp_path_factory.mktemp("odd"), VIDEOS)
 
 
 def tf_config(ports: list[int], kind: str, index: int, chief: bool = False) -> str:

@@ -8,6 +8,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from docker_helpers import docker_engine, readable_copy
 
 from h5feed.producer.sample_data import SampleSpec, make_sample_dataset
 
@@ -30,6 +31,19 @@ def one_file_of_tiny_videos(directory: pathlib.Path, videos: int) -> pathlib.Pat
     )
     make_sample_dataset(directory, spec)
     return directory
+
+
+@pytest.fixture(scope="session")
+def docker_env() -> Iterator[dict[str, str]]:
+    """A running Docker engine, one per session (tests/docker_helpers.py): tests that use it
+    are in xdist_group "machine", so they share one pytest worker and run one at a time."""
+    yield from docker_engine()
+
+
+@pytest.fixture(scope="session")
+def readable_data(small_dataset: list[pathlib.Path]) -> Iterator[pathlib.Path]:
+    """small_dataset where the containers' non-root user (uid 10001) can read it."""
+    yield from readable_copy(small_dataset)
 
 
 @pytest.fixture(autouse=True)

@@ -1,0 +1,108 @@
+"""The Kubernetes manifests (deploy/kubernetes/): valid against the JSON schemas of a pinned
+Kubernetes version (kubernetes-validate, from PyPI, bundles them; no cluster needed), and the
+producer's container the same as the compose service's, so that the two cannot drift."""
+
+from __future__ import annotations
+
+import copy
+import pathlib
+import re
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+from docker_helpers import ROOT
+from test_swarm import dockerfile_healthcheck
+
+KUBERNETES_VERSION = "1.33.0"  # the schemas checked against (kubernetes-validate, pinned)
+MANIFESTS = sorted((ROOT / "deploy" / "kubernetes").glob("*.yaml"))
+DEPLOYMENT = ROOT / "deploy" / "kubernetes" / "producer-deployment.yaml"
+# Compose passes the keys' paths through; the manifest fixes them (the Secret's mount).
+_ENV_FIXED = {
+    "H5FEED_KEY": "/keys/producer.key_secret",
+    "H5FEED_SERVER_KEY": "/keys/trainer.key",
+    "H5FEED_INSECURE": "",
+    "H5FEED_CONNECT": "tcp://h5feed-trainer:5555",
+}
+
+
+def documents(path: pathlib.Path) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(path.read_text()) if d]
+
+
+@pytest.mark.parametrize("path", MANIFESTS, ids=lambda p: p.name)
+def test_each_manifest_is_valid_against_the_pinned_schemas(path: pathlib.Path) -> None:
+    for document in documents(path):
+        kubernetes_validate.validate(document, KUBERNETES_VERSION, strict=True)
+
+
+def test_the_validator_refuses_what_is_wrong() -> None:
+    (deployment,) = documents(DEPLOYMENT)
+    unknown = copy.deepcopy(deployment)
+    unknown["spec"]["template"]["spec"]["containers"][0]["probe"] = {}  # no such field
+    wrong_type = copy.deepcopy(deployment)
+    wrong_type["spec"]["replicas"] = "two"
+    for broken in (unknown, wrong_type):
+        with pytest.raises(kubernetes_validate.ValidationError):
+            kubernetes_validate.validate(broken, KUBERNETES_VERSION, strict=True)
+
+
+def compose_default(value: str) -> str:
+    """A compose value with each ``${VAR:-default}`` as its default (what runs when unset)."""
+    return re.sub(r"\$\{\w+(?::-([^}]*))?\}", lambda m: m.group(1) or "", value)
+
+
+def _container(deployment: dict[str, Any]) -> dict[str, Any]:
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    return container  # type: ignore[no-any-return]
+
+
+def _dockerfile_cmd() -> list[str]:
+    line = next(x for x in (ROOT / "Dockerfile").read_text().splitlines() if x.startswith("CMD"))
+    command: list[str] = yaml.safe_load(line.removeprefix("CMD "))
+    return command
+
+
+def test_the_deployment_runs_what_the_compose_service_runs() -> None:
+    (deployment,) = documents(DEPLOYMENT)
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]["producer"]
+    container = _container(deployment)
+    pod = deployment["spec"]["template"]["spec"]
+    # The command: the image's (dumb-init stays PID 1); compose states none either.
+    assert "command" not in container and "command" not in compose
+    assert container["args"] == _dockerfile_cmd() == ["h5feed", "produce"]
+    # The environment: the same variables; the same values but for the keys' paths.
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert set(env) == set(compose["environment"])
+    for key, value in compose["environment"].items():
+        assert env[key] == _ENV_FIXED.get(key, compose_default(value)), key
+    # Probes: the image's HEALTHCHECK, with its timings.
+    health = dockerfile_healthcheck()
+    for probe in (container["livenessProbe"], container["readinessProbe"]):
+        assert probe["exec"]["command"] == health
+        assert (probe["periodSeconds"], probe["timeoutSeconds"], probe["failureThreshold"]) == (
+            10, 5, 3,
+        )  # fmt: skip
+    assert container["livenessProbe"]["initialDelaySeconds"] == 20  # start-period
+    assert pod["terminationGracePeriodSeconds"] == int(compose["stop_grace_period"][:-1])
+    # The data read-only at the compose service's target; the keys from a Secret, 0400.
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    target = compose["volumes"][0].rsplit(":", 2)[1]
+    assert mounts["data"]["mountPath"] == target and mounts["data"]["readOnly"] is True
+    assert volumes["data"]["persistentVolumeClaim"]["readOnly"] is True
+    assert volumes["keys"]["secret"]["defaultMode"] == 0o400 == 256
+    assert mounts["keys"]["readOnly"] is True
+    assert {env["H5FEED_KEY"], env["H5FEED_SERVER_KEY"]} <= {
+        f"{mounts['keys']['mountPath']}/{name}" for name in ("producer.key_secret", "trainer.key")
+    }
+    assert pod["securityContext"]["runAsUser"] == pod["securityContext"]["fsGroup"] == 10001
+    # Resource requests, and the metrics port where Prometheus's annotations say.
+    assert {"cpu", "memory"} <= set(container["resources"]["requests"])
+    annotations = deployment["spec"]["template"]["metadata"]["annotations"]
+    (port,) = container["ports"]
+    assert annotations["prometheus.io/scrape"] == "true"
+    assert annotations["prometheus.io/port"] == str(port["containerPort"])
+    assert env["H5FEED_METRICS_PORT"] == f"0.0.0.0:{port['containerPort']}"
+    assert annotations["prometheus.io/path"] == "/metrics"

@@ -1,0 +1,296 @@
+"""The Swarm stack (deploy/swarm.yml), for real: a single-node swarm on the CI Docker engine,
+two replicas with CURVE keys from Docker secrets serving a consumer in this test; one replica's
+container is killed mid-epoch (Swarm starts its task again, h5feed hands its work over and the
+new task joins), the service is scaled to 3 mid-epoch (the third replica delivers in that
+epoch), and the epoch arrives exactly once. Also: the stack file cannot drift from the compose
+service."""
+
+from __future__ import annotations
+
+import collections
+import pathlib
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import yaml
+from docker_helpers import ROOT, free_port
+
+import h5feed
+from h5feed.common import curve
+
+STACK = "h5feedswarm"
+SERVICE = f"{STACK}_producer"
+STACK_FILE = ROOT / "deploy" / "swarm.yml"
+# Apart from the CI engine's container addresses (198.18.0.0/15's first half), on loopback.
+_SWARM_INIT = ["--advertise-addr", "127.0.0.1", "--listen-addr", "127.0.0.1:2377",
+               "--default-addr-pool", "198.19.0.0/16"]  # fmt: skip
+_EVENT_TIMEOUT_S = 120  # the longest the epoch is held open for one awaited event
+
+# The environment only the compose file has, or only the stack file, and why.
+_ENV_ONLY_IN_STACK: set[str] = set()
+_ENV_FIXED_IN_STACK = {  # compose passes these through; the stack fixes them (secrets)
+    "H5FEED_KEY": "/run/secrets/producer.key_secret",
+    "H5FEED_SERVER_KEY": "/run/secrets/trainer.key",
+    "H5FEED_INSECURE": "",
+}
+
+
+def load_yaml(path: pathlib.Path) -> dict[str, Any]:
+    loaded: dict[str, Any] = yaml.safe_load(path.read_text())
+    return loaded
+
+
+def dockerfile_healthcheck() -> list[str]:
+    """The image's HEALTHCHECK command, as an exec list."""
+    text = (ROOT / "Dockerfile").read_text().replace("\\\n", " ")
+    line = next(x for x in text.splitlines() if x.startswith("HEALTHCHECK"))
+    command: list[str] = yaml.safe_load(line.split(" CMD ", 1)[1])
+    return command
+
+
+def test_the_stack_file_matches_the_compose_service() -> None:
+    stack = load_yaml(STACK_FILE)
+    compose = load_yaml(ROOT / "docker-compose.yml")["services"]["producer"]
+    producer = stack["services"]["producer"]
+    assert stack["version"] == "3.8"  # Debian's docker CLI 20.10 reads no version as 1.0
+    assert producer["image"] == "${H5FEED_IMAGE:-" + compose["image"] + "}"
+    assert producer["init"] is compose["init"] is True
+    assert producer["stop_grace_period"] == compose["stop_grace_period"]
+    assert producer["extra_hosts"] == compose["extra_hosts"]
+    assert "command" not in producer and "command" not in compose  # the image's CMD, both
+    env, compose_env = producer["environment"], compose["environment"]
+    assert set(env) == set(compose_env) | _ENV_ONLY_IN_STACK
+    for key, value in compose_env.items():
+        assert env[key] == _ENV_FIXED_IN_STACK.get(key, value), key
+    # The data: the same target, read-only.
+    (volume,) = producer["volumes"]
+    target, mode = compose["volumes"][0].rsplit(":", 2)[1:]
+    assert (volume["target"], volume["read_only"], mode) == (target, True, "ro")
+    assert volume["type"] == "bind" and volume["source"].startswith("${H5FEED_DATA:?")
+    # Health: the image's, stated again (Swarm starts a task again when it turns unhealthy).
+    assert producer["healthcheck"]["test"] == ["CMD", *dockerfile_healthcheck()]
+    # Keys: Docker secrets, owned by the image's user, the secret one 0400.
+    secrets = {s["target"]: s for s in producer["secrets"]}
+    for name in ("producer.key_secret", "trainer.key"):
+        assert env[next(k for k, v in env.items() if v == f"/run/secrets/{name}")]
+        assert (secrets[name]["uid"], secrets[name]["gid"]) == ("10001", "10001")
+    assert secrets["producer.key_secret"]["mode"] == 0o400
+    assert set(stack["secrets"]) == {s["source"] for s in producer["secrets"]}
+    policy = producer["deploy"]["restart_policy"]
+    assert producer["deploy"]["mode"] == "replicated" and policy["condition"] == "any"
+    for port in producer.get("ports", []):  # long syntax only
+        assert isinstance(port, dict), port
+
+
+# -- the swarm, for real -------------------------------------------------------------------
+
+
+def docker(env: dict[str, str], *args: str, timeout: float = 120, check: bool = True) -> str:
+    result = subprocess.run(
+        ["docker", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout
+    )
+    if check:
+        assert result.returncode == 0, f"docker {' '.join(args)}:\n{result.stderr[-4000:]}"
+    return result.stdout
+
+
+def wait_for(what: str, done: Callable[[], bool], timeout_s: float, every_s: float = 0.2) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        assert time.monotonic() < deadline, f"waited {timeout_s:g} s for {what}"
+        time.sleep(every_s)
+
+
+@pytest.fixture
+def swarm(docker_env: dict[str, str]) -> Iterator[dict[str, str]]:
+    """A single-node swarm on the engine (its addresses apart from the engine's 198.18.0.0/16),
+    left again afterwards with everything deployed on it."""
+    state = docker(docker_env, "info", "--format", "{{.Swarm.LocalNodeState}}").strip()
+    ours = state != "active"
+    if ours:
+        docker(docker_env, "swarm", "init", *_SWARM_INIT)
+    try:
+        yield docker_env
+    finally:
+        docker(docker_env, "stack", "rm", STACK, check=False)
+        try:  # the stack goes asynchronously: its network last
+            label = f"label=com.docker.stack.namespace={STACK}"
+            wait_for(
+                "the stack's network to go",
+                lambda: not docker(docker_env, "network", "ls", "-q", "--filter", label).strip(),
+                timeout_s=60,
+                every_s=1,
+            )
+        finally:
+            if ours:
+                docker(docker_env, "swarm", "leave", "--force", check=False)
+
+
+def containers(env: dict[str, str]) -> dict[str, str]:
+    """The service's running containers: hostname (what h5feed reports as host) -> task name."""
+    lines = docker(
+        env, "ps", "-q", "--filter", f"label=com.docker.swarm.service.name={SERVICE}"
+    ).split()
+    if not lines:
+        return {}
+    found = {}
+    for line in docker(
+        env, "inspect", "--format",
+        '{{.Config.Hostname}} {{index .Config.Labels "com.docker.swarm.task.name"}}', *lines,
+        check=False,  # one may have gone meanwhile
+    ).splitlines():  # fmt: skip
+        host, _, task = line.partition(" ")
+        found[host] = task
+    return found
+
+
+def keys(directory: pathlib.Path) -> dict[str, str]:
+    """Key pairs of a trainer and a producer; the producer's public key authorized."""
+    curve.write_key_pair(str(directory), "trainer")
+    curve.write_key_pair(str(directory), "producer")
+    (directory / "authorized").mkdir()
+    (directory / "authorized" / "producer.key").write_text((directory / "producer.key").read_text())
+    return {
+        "curve_key": str(directory / "trainer.key_secret"),
+        "curve_authorized": str(directory / "authorized"),
+    }
+
+
+class Epoch:
+    """One epoch taken by this test, at the pace it decides, recording which host delivered."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+        self.batches = iter(stream)
+        self.samples: collections.Counter[int] = collections.Counter()
+        self.clips: dict[str, int] = {}  # host -> the most clips seen from it
+        self.ended = False
+
+    def take(self) -> None:
+        try:
+            batch = next(self.batches)
+        except StopIteration:
+            self.ended = True
+            return
+        self.samples.update(batch["sample"].tolist())
+        self.look()
+
+    def look(self) -> dict[str, Any]:
+        stats: dict[str, Any] = self.stream.stats()
+        for worker in stats["workers"]:
+            self.clips[worker["host"]] = max(self.clips.get(worker["host"], 0), worker["clips"])
+        return stats
+
+    def hold_until(self, what: str, done: Callable[[], bool]) -> None:
+        """Take nothing until ``done()``: the epoch stays open (credits are not given back)."""
+        wait_for(what, lambda: (self.look(), done())[1], _EVENT_TIMEOUT_S)
+
+    def slowly_until(self, what: str, done: Callable[[], bool]) -> None:
+        """Take a batch every 0.1 s until ``done()``; failing if the epoch ends first."""
+        deadline = time.monotonic() + _EVENT_TIMEOUT_S
+        while not done():
+            assert not self.ended, f"the epoch ended before {what}: {self.clips}"
+            assert time.monotonic() < deadline, f"waited {_EVENT_TIMEOUT_S} s for {what}"
+            self.take()
+            time.sleep(0.1)
+
+    def rest(self) -> None:
+        while not self.ended:
+            self.take()
+
+
+@pytest.mark.compose
+@pytest.mark.xdist_group("machine")  # one Docker engine per machine (as tests/test_compose.py)
+@pytest.mark.timeout(420)
+def test_swarm_producers_survive_a_kill_and_a_scale_up_mid_epoch_exactly_once(
+    swarm: dict[str, str], readable_data: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
+    port = free_port()
+    consumer_keys = keys(tmp_path)
+    env = {
+        **swarm,
+        "H5FEED_DATA": str(readable_data),
+        "H5FEED_CONNECT": f"tcp://host.docker.internal:{port}",
+        "H5FEED_WORKERS": "1",
+        "H5FEED_KEY_FILE": str(tmp_path / "producer.key_secret"),
+        "H5FEED_SERVER_KEY_FILE": str(tmp_path / "trainer.key"),
+        "H5FEED_CPUS": "0.1",  # three replicas fit on a 2-core CI machine
+        "H5FEED_MEMORY": "128M",
+        "H5FEED_REPLICAS": "2",
+    }
+    subprocess.run(
+        ["docker", "compose", "build", "producer"],  # Swarm ignores build:
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=True,
+    )  # fmt: skip
+    docker(env, "stack", "deploy", "-c", str(STACK_FILE), "--resolve-image", "never", STACK)
+    feed = h5feed.batches(
+        sorted(p.name for p in readable_data.iterdir()),
+        data_root=str(readable_data),
+        workers=0,
+        listen=f"tcp://0.0.0.0:{port}",
+        **consumer_keys,
+        start_timeout_s=120,
+        join_grace_s=3.0,
+        clip_len=4,
+        resize=(48, 64),
+        clips_per_video=3,  # 72 samples
+        batch_size=1,
+        max_inflight_batches=2,
+        seed=14,
+    )
+    try:
+        with feed.stream() as stream:
+            epoch = Epoch(stream)
+            epoch.take()
+            epoch.hold_until("both replicas", lambda: len(epoch.look()["workers"]) == 2)
+            first = containers(env)
+            assert set(first) <= set(epoch.clips), (first, epoch.clips)
+            epoch.take()
+
+            # Kill one replica's container: Swarm starts its task again in a new container
+            # (a new host name), which joins the epoch; h5feed hands the lost one's work over.
+            victim = max(first, key=lambda host: epoch.clips[host])
+            docker(env, "kill", victim)
+            epoch.hold_until(
+                "the killed replica to be lost",
+                lambda: epoch.look()["peers_lost"] >= 1,
+            )
+            restarted: list[str] = []
+
+            def task_restarted() -> bool:
+                now = containers(env)
+                restarted[:] = [h for h in now if h not in first]
+                return len(restarted) == 1 and restarted[0] in epoch.clips
+
+            epoch.hold_until("Swarm to restart the killed task and it to join", task_restarted)
+            assert containers(env)[restarted[0]].split(".")[1] == first[victim].split(".")[1]
+            epoch.slowly_until(
+                "the restarted task's first part", lambda: epoch.clips[restarted[0]] > 0
+            )
+
+            # Scale up mid-epoch: the third replica joins and delivers in this epoch.
+            docker(env, "service", "scale", "--detach", f"{SERVICE}=3")
+            third: list[str] = []
+
+            def scaled() -> bool:
+                third[:] = [h for h in containers(env) if h not in first and h not in restarted]
+                return len(third) == 1 and third[0] in epoch.clips
+
+            epoch.hold_until("the third replica to join", scaled)
+            epoch.slowly_until("the third replica's first part", lambda: epoch.clips[third[0]] > 0)
+            epoch.rest()
+            stats = stream.stats()
+        assert epoch.samples == collections.Counter(range(72)), epoch.samples
+        assert stats["peers_lost"] >= 1 and stats["peers_joined"] >= 2, stats
+        print(
+            f"hosts {epoch.clips}; reassigned_units {stats['reassigned_units']}, "
+            f"peers_lost {stats['peers_lost']}, peers_joined {stats['peers_joined']}"
+        )
+    finally:
+        feed.close()
+        tasks = docker(env, "service", "ps", "--no-trunc", SERVICE, check=False)
+        logs = docker(env, "service", "logs", "--no-task-ids", SERVICE, timeout=60, check=False)
+        print(tasks, logs[-3000:])

@@ -54,18 +54,20 @@ def test_21_sigkills_of_local_workers_over_3_epochs_lose_and_repeat_nothing(
         for i, batch in enumerate(stream):
             per_epoch[int(batch["epoch"][0])] += batch["sample"].tolist()
             seen |= set(stream.worker_pids)
-            if schedule and i == schedule[0]:
-                schedule.pop(0)
+            if schedule and i >= schedule[0]:  # a kill put off stays due (see below)
                 for pid in rng.sample(stream.worker_pids, 2):  # one not killed yet
                     if pid in killed or not _alive(pid):
                         continue  # its replacement is starting
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(pid, signal.SIGKILL)
                         killed.add(pid)
+                        schedule.pop(0)
                     break
+                # With both gone already (replacements starting), the kill waits for the
+                # next batch: the count does not depend on how fast replacements start.
         stats = stream.stats()
     kills = len(killed)
-    assert not schedule and kills >= 20
+    assert not schedule and kills == KILLS, f"{len(schedule)} kills not made"
     for epoch, samples in per_epoch.items():
         assert sorted(samples) == list(range(24)), f"epoch {epoch}"
     assert stats["workers_replaced"] == kills

@@ -250,9 +250,18 @@ def test_swarm_producers_survive_a_kill_and_a_scale_up_mid_epoch_exactly_once(
             assert set(first) <= set(epoch.clips), (first, epoch.clips)
             epoch.take()
 
-            # Kill one replica's container: Swarm starts its task again in a new container
-            # (a new host name), which joins the epoch; h5feed hands the lost one's work over.
+            # Kill one replica's container while it holds a unit: Swarm starts its task again
+            # in a new container (a new host name), which joins the epoch; h5feed hands the
+            # lost one's files and unanswered units over. Its processes are stopped first
+            # (kill -STOP -1 spares PID 1, dumb-init), so a unit sent to it stays unanswered.
             victim = max(first, key=lambda host: epoch.clips[host])
+            docker(env, "exec", victim, "sh", "-c", "kill -STOP -1")
+
+            def victim_holds_a_unit() -> bool:
+                workers = epoch.look()["workers"]
+                return any(w["host"] == victim and w["outstanding_units"] for w in workers)
+
+            epoch.slowly_until("a unit held by the stopped replica", victim_holds_a_unit)
             docker(env, "kill", victim)
             epoch.hold_until(
                 "the killed replica to be lost",
@@ -285,6 +294,7 @@ def test_swarm_producers_survive_a_kill_and_a_scale_up_mid_epoch_exactly_once(
             stats = stream.stats()
         assert epoch.samples == collections.Counter(range(72)), epoch.samples
         assert stats["peers_lost"] >= 1 and stats["peers_joined"] >= 2, stats
+        assert stats["reassigned_units"] >= 1, stats  # the unit the killed replica held
         print(
             f"hosts {epoch.clips}; reassigned_units {stats['reassigned_units']}, "
             f"peers_lost {stats['peers_lost']}, peers_joined {stats['peers_joined']}"

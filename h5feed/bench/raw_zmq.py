@@ -26,7 +26,7 @@ import os
 import signal
 import sys
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import Any
 
 import msgpack
 import numpy as np
@@ -97,7 +97,8 @@ def send_forever(address: str, curve: tuple[KeyPair, bytes] | None, parent_pid: 
                 {"seq": seq, "dtype": batch.dtype.str, "shape": list(batch.shape)}
             )
             try:
-                socket.send_multipart(cast(list[Any], [header, batch]), copy=False)
+                frames: list[Any] = [header, batch]
+                socket.send_multipart(frames, copy=False)
             except zmq.Again:
                 continue
             seq += 1

@@ -20,14 +20,8 @@ import numpy as np
 from h5feed.common.logs import with_ids
 
 _ALIGN_BYTES = 64  # EIGEN_MAX_ALIGN_BYTES on AVX-512 builds; what TF needs to share a buffer
-_M_TOP_PAD = -2  # glibc's mallopt parameter numbers
-_M_MMAP_THRESHOLD = -3
+_M_TOP_PAD = -2  # glibc's mallopt parameter number
 _TOP_PAD_BYTES = 16 << 20
-# glibc's largest (HEAP_MAX_SIZE / 2 on 64-bit). Setting M_TOP_PAD turns off glibc's dynamic
-# mmap threshold, which would otherwise have risen to the batch size on the first free: left
-# at 128 KiB, every batch-sized block (a received ZeroMQ frame, an aligned copy for TF) is a
-# fresh mmap, faulted in and zeroed page by page, and unmapped on free.
-_MMAP_THRESHOLD_BYTES = 32 << 20
 
 _log = with_ids(logging.getLogger("h5feed.consumer"), "consumer")  # ids in every line
 _tuned = False
@@ -71,10 +65,8 @@ def for_tensorflow(array: np.ndarray) -> np.ndarray:
 
 
 def keep_freed_memory_mapped() -> bool:
-    """Ask glibc to keep 16 MiB of slack at the top of each heap (``M_TOP_PAD``) and to take
-    blocks under 32 MiB from its heaps rather than from fresh mmaps (``M_MMAP_THRESHOLD``),
-    once per process, so that batch-sized blocks are reused instead of unmapped and faulted
-    in again.
+    """Ask glibc to keep 16 MiB of slack at the top of each heap (``M_TOP_PAD``), once per
+    process, so that batch-sized blocks are reused instead of unmapped and faulted in again.
 
     Process-wide, costs at most 16 MiB per malloc arena, and is skipped where the C library is
     not glibc. Returns whether the setting is in force.
@@ -91,6 +83,5 @@ def keep_freed_memory_mapped() -> bool:
         except (OSError, AttributeError):
             return False  # not glibc (musl has no mallopt): nothing to tune
         _tuned = bool(mallopt(_M_TOP_PAD, _TOP_PAD_BYTES))
-        _tuned = bool(mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_BYTES)) and _tuned
-        _log.debug("mallopt(M_TOP_PAD, M_MMAP_THRESHOLD): %s", _tuned)
+        _log.debug("mallopt(M_TOP_PAD, %d): %s", _TOP_PAD_BYTES, _tuned)
         return _tuned

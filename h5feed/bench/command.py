@@ -32,6 +32,7 @@ examples:
   h5feed bench --workers 1,2,4,8,16 --out docs/bench/gpu-16cores
   h5feed bench --contenders h5feed,torch --repeats 5
   h5feed bench --ceiling                     # the consumer ceiling only
+  h5feed bench --ceiling --transports tcp,curve   # over TCP between network namespaces (root)
   h5feed bench --quick --out /tmp/smoke      # CI smoke run: 1 s windows, tiny dataset"""
 
 
@@ -43,6 +44,17 @@ def _int_list(text: str) -> list[int]:
     if not values or min(values) < 1:
         raise argparse.ArgumentTypeError(f"need integers >= 1, got {text!r}")
     return sorted(set(values))
+
+
+TRANSPORTS = ("ipc", "tcp", "curve")
+
+
+def _transports(text: str) -> list[str]:
+    values = [part.strip() for part in text.split(",") if part.strip()]
+    unknown = [v for v in values if v not in TRANSPORTS]
+    if not values or unknown:
+        raise argparse.ArgumentTypeError(f"transports are {', '.join(TRANSPORTS)}; got {text!r}")
+    return list(dict.fromkeys(values))
 
 
 def _own_arguments() -> list[str]:
@@ -101,6 +113,15 @@ def register(subcommand: Subcommand) -> None:
         "(default: the CPUs left after the trainer's, at most 4)",
     )
     add(
+        "--transports",
+        type=_transports,
+        default=["ipc"],
+        metavar="T,...",
+        help="paths of the consumer ceiling: ipc (local producers, shared-memory batches), "
+        "tcp and curve (producers in a network namespace over TCP, plain and CURVE "
+        "encrypted, next to raw ZeroMQ; needs root and `ip`) (default ipc)",
+    )
+    add(
         "--quick",
         action="store_true",
         help="CI smoke run: 1 s windows, 1 repeat, 0.5 s warm-up, a 2 x 4 video dataset; "
@@ -128,6 +149,7 @@ def run(args: argparse.Namespace) -> int:
         loaders=not args.ceiling,
         ceiling=not args.no_ceiling,
         producers=args.producers,
+        transports=args.transports,
         quick=quick,
         command=" ".join(["h5feed bench", *(shlex.quote(a) for a in _own_arguments())]),
         date=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),

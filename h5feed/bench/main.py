@@ -57,6 +57,7 @@ class Options:
     quick: bool
     command: str
     date: str
+    transports: list[str] = dataclasses.field(default_factory=lambda: ["ipc"])
 
     def __post_init__(self) -> None:
         if self.window_s <= 0 or self.warmup_s < 0 or self.repeats < 1:
@@ -65,6 +66,8 @@ class Options:
             raise ValueError("--producers must be >= 1")
         if not (self.loaders or self.ceiling):
             raise ValueError("--ceiling and --no-ceiling together leave nothing to run")
+        if not self.transports or set(self.transports) - {"ipc", "tcp", "curve"}:
+            raise ValueError("--transports takes ipc, tcp and curve")
 
 
 def log(message: str) -> None:
@@ -125,6 +128,41 @@ def run_ceiling(plan: Plan, producers: int) -> dict[str, Any]:
         process.stop()
 
 
+def run_socket_ceiling(plan: Plan, producers: int, transports: list[str]) -> dict[str, Any]:
+    """The consumer ceiling over TCP between network namespaces, in a process of its own
+    (see :mod:`h5feed.bench.socket_ceiling`); the namespace is made here and removed before
+    this returns."""
+    from h5feed.bench.netns import NetnsUnavailable, network_namespace
+
+    try:
+        with network_namespace() as net:
+            spec = {
+                "kind": "socket_ceiling",
+                "transports": transports,
+                "netns": dataclasses.asdict(net),
+                "producers": producers,
+                "repeats": plan.repeats,
+                "window_s": plan.window_s,
+                "warmup_s": plan.warmup_s,
+                "setup": {
+                    "paths": list(plan.paths),
+                    "videos": [[v.file_index, v.name, v.frames] for v in plan.videos],
+                    "workers": 0,
+                    "seed": plan.seed,
+                    "cache_dir": plan.cache_dir,
+                },
+            }
+            process = ContenderProcess("socket ceiling", spec)
+            try:
+                return process.receive("socket_ceiling", _CEILING_TIMEOUT_S)
+            except ContenderFailed as exc:
+                return {"error": str(exc)}
+            finally:
+                process.stop()
+    except NetnsUnavailable as exc:
+        return {"error": str(exc)}
+
+
 def run_bench(options: Options) -> int:
     """The whole benchmark; returns the exit status (0 even when contenders failed: their
     failure is a result, written in the report)."""
@@ -157,11 +195,18 @@ def run_bench(options: Options) -> int:
         except ContenderFailed as exc:  # without the limit no figure can be judged
             log(f"h5feed bench: error: the per-core limit failed: {exc}")
             return 1
-    ceiling = None
+    ceiling = socket_ceiling = None
+    sockets = [t for t in options.transports if t != "ipc"]
     if options.ceiling:
         producers = options.producers or default_producers()
-        log(f"consumer ceiling: {producers} synthetic producer(s) ...")
-        ceiling = run_ceiling(plan, producers)
+        if "ipc" in options.transports:
+            log(f"consumer ceiling: {producers} synthetic producer(s) ...")
+            ceiling = run_ceiling(plan, producers)
+        if sockets:
+            log(f"socket ceiling ({', '.join(sockets)}): {producers} sender(s) in a netns ...")
+            socket_ceiling = run_socket_ceiling(plan, producers, sockets)
+            if "error" in socket_ceiling:
+                log(f"h5feed bench: socket ceiling failed: {socket_ceiling['error']}")
     settings = {
         "command": options.command,
         "date": options.date,
@@ -190,7 +235,7 @@ def run_bench(options: Options) -> int:
             "other load = cores busy with anything else."
         ),
     }
-    document = report.build_document(settings, limit_row, rows, ceiling)
+    document = report.build_document(settings, limit_row, rows, ceiling, socket_ceiling)
     out = options.out or pathlib.Path("docs/bench") / f"bench-{cores}cores"
     notes = report.write_all(document, out)
     print(report.markdown(document))

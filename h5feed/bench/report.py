@@ -28,6 +28,10 @@ TARGETS = {
     "ceiling_gb_per_s": 2.0,
 }
 
+#: The socket path's targets (issue 16): h5feed.dataset over TCP (and CURVE) against raw
+#: ZeroMQ on the same path, and the trainer's CPU per clip there.
+SOCKET_TARGETS = {"dataset_vs_raw": 0.8, "trainer_cpu_ms_per_clip": 0.2}
+
 
 def medians(windows: Sequence[Window]) -> dict[str, float]:
     """The median of every metric over ``windows`` (empty: {})."""
@@ -88,6 +92,57 @@ def ceiling_summary(ceiling: dict[str, Any] | None) -> dict[str, Any] | None:
         result[api] = entry
     result["windows"] = ceiling["windows"]
     return result
+
+
+def socket_ceiling_summary(result: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Per transport: median GB/s, batches/s and trainer CPU ms/clip of each path (raw,
+    batches, dataset), the ratios to raw, where the trainer's CPU goes (receive = raw's;
+    h5feed = batches - raw; TF hand-off = dataset - batches) and the targets met."""
+    if not result or "windows" not in result:
+        return result
+    out: dict[str, Any] = {k: v for k, v in result.items() if k != "windows"}
+    out["targets"] = SOCKET_TARGETS
+    per: dict[str, Any] = {}
+    for transport in result["transports"]:
+        entry: dict[str, Any] = {}
+        for path in ("raw", "batches", "dataset"):
+            ws = [w for w in result["windows"] if w["transport"] == transport and w["path"] == path]
+            if ws:
+                entry[path] = {
+                    "gb_per_s": statistics.median(w["gb_per_s"] for w in ws),
+                    "batches_per_s": statistics.median(w["clips_per_s"] for w in ws) / 8,
+                    "trainer_cpu_ms_per_clip": statistics.median(
+                        w["trainer_cpu_ms_per_clip"] for w in ws
+                    ),
+                    "worker_cpu_ms_per_clip": statistics.median(
+                        w["worker_cpu_ms_per_clip"] for w in ws
+                    ),
+                    "other_load_cores": statistics.median(w["other_load_cores"] for w in ws),
+                }
+        raw = entry.get("raw", {}).get("gb_per_s")
+        for path in ("batches", "dataset"):
+            if path in entry and raw:
+                entry[f"{path}_vs_raw"] = entry[path]["gb_per_s"] / raw
+        cpu = {p: entry[p]["trainer_cpu_ms_per_clip"] for p in entry if isinstance(entry[p], dict)}
+        if len(cpu) == 3:
+            entry["cpu_ms_per_clip_by_stage"] = {
+                "receive (raw ZeroMQ)": cpu["raw"],
+                "h5feed: protocol, assembly, copy into the batch (batches - raw)": cpu["batches"]
+                - cpu["raw"],
+                "TF hand-off (dataset - batches)": cpu["dataset"] - cpu["batches"],
+            }
+        meets = {}
+        if "dataset_vs_raw" in entry:
+            meets["dataset_vs_raw"] = entry["dataset_vs_raw"] >= SOCKET_TARGETS["dataset_vs_raw"]
+        if "dataset" in entry:
+            meets["trainer_cpu_ms_per_clip"] = (
+                cpu["dataset"] <= SOCKET_TARGETS["trainer_cpu_ms_per_clip"]
+            )
+        entry["meets"] = meets
+        per[transport] = entry
+    out["transports"] = per
+    out["windows"] = result["windows"]
+    return out
 
 
 def targets(rows: Sequence[Row], limit: float, ceiling: dict[str, Any] | None) -> dict[str, Any]:
@@ -178,6 +233,7 @@ def build_document(
     limit_row: Row | None,
     rows: Sequence[Row],
     ceiling: dict[str, Any] | None,
+    socket_ceiling: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Everything, as one JSON-able dict."""
     limit = medians(limit_row.windows).get("clips_per_s", 0.0) if limit_row else 0.0
@@ -189,6 +245,7 @@ def build_document(
         "contenders": [row_summary(r) for r in rows],
         "cannot_run": CANNOT_RUN,
         "ceiling": ceiling_doc,
+        "socket_ceiling": socket_ceiling_summary(socket_ceiling),
         "summary": targets(rows, limit, ceiling_doc) if limit_row else None,
     }
 
@@ -236,6 +293,8 @@ def markdown(document: dict[str, Any]) -> str:
     ceiling = document["ceiling"]
     if ceiling:
         lines += _ceiling_lines(ceiling)
+    if document.get("socket_ceiling"):
+        lines += _socket_lines(document["socket_ceiling"])
     summary = document["summary"]
     if summary:
         lines += _summary_lines(summary)
@@ -281,6 +340,55 @@ def _ceiling_lines(ceiling: dict[str, Any]) -> list[str]:
             )
     if "memcpy" in ceiling:
         lines.append(f"| memcpy (np.copyto, one batch) | {ceiling['memcpy']['gb_per_s']:.2f} | | |")
+    return [*lines, ""]
+
+
+def _socket_lines(result: dict[str, Any]) -> list[str]:
+    if "error" in result:
+        return ["## Socket ceiling", "", f"failed: {result['error']}", ""]
+    goal_ratio = result["targets"]["dataset_vs_raw"]
+    goal_cpu = result["targets"]["trainer_cpu_ms_per_clip"]
+    lines = [
+        "## Socket ceiling (TCP between network namespaces)",
+        "",
+        f"{result['producers']} sender(s) in network namespace {result['netns']} "
+        f"({result['link']}) "
+        f"on CPUs {result['producer_cpus']}, trainer on CPUs {result['trainer_cpus']}; "
+        "batches of 8 x 16 x 112 x 112 x 3 uint8 (2.4 MB); raw = plain pyzmq, a msgpack header "
+        "frame + the batch frame. Targets: h5feed.dataset >= "
+        f"{goal_ratio} x raw, trainer CPU <= {goal_cpu} ms/clip.",
+        "",
+        "| transport | path | GB/s | batches/s | x raw | trainer CPU ms/clip | sender CPU "
+        "ms/clip | other load (cores) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    labels = {"raw": "raw ZeroMQ", "batches": "h5feed.batches", "dataset": "h5feed.dataset"}
+    for transport, entry in result["transports"].items():
+        for path, label in labels.items():
+            if path not in entry:
+                continue
+            c = entry[path]
+            ratio = entry.get(f"{path}_vs_raw", 1.0 if path == "raw" else None)
+            lines.append(
+                f"| {transport} | {label} | {c['gb_per_s']:.2f} | {c['batches_per_s']:.0f} "
+                f"| {_fmt(ratio, '.2f')} | {c['trainer_cpu_ms_per_clip']:.3f} "
+                f"| {c['worker_cpu_ms_per_clip']:.3f} | {c['other_load_cores']:.2f} |"
+            )
+    lines += ["", "Where the trainer's CPU goes, ms per clip:", ""]
+    for transport, entry in result["transports"].items():
+        stages = entry.get("cpu_ms_per_clip_by_stage")
+        if stages:
+            parts = "; ".join(f"{name}: {value:.3f}" for name, value in stages.items())
+            lines.append(f"- {transport}: {parts}")
+    lines += ["", "Targets:", ""]
+    for transport, entry in result["transports"].items():
+        for name, met in entry["meets"].items():
+            value = (
+                entry["dataset_vs_raw"]
+                if name == "dataset_vs_raw"
+                else entry["dataset"]["trainer_cpu_ms_per_clip"]
+            )
+            lines.append(f"- {transport}: {name} {value:.3f}: {'MEETS' if met else 'MISSES'}")
     return [*lines, ""]
 
 

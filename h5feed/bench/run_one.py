@@ -93,6 +93,10 @@ def main(argv: list[str] | None = None) -> int:
             from h5feed.bench.ceiling import serve_ceiling
 
             return serve_ceiling(spec, send)
+        if spec.get("kind") == "socket_ceiling":
+            from h5feed.bench.socket_ceiling import serve_socket_ceiling
+
+            return serve_socket_ceiling(spec, send)
         return serve(spec)
     except Exception as exc:  # reported to the runner, which marks the contender failed
         trace = traceback.format_exc()

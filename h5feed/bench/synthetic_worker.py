@@ -8,6 +8,11 @@ clip's shape [n, clip_len, H, W, 3] uint8, sent without a copy — or, when the 
 shared-memory slot this process can map (it runs on the trainer's host), with the slot's rows
 as they are (nothing to write: the batch is "ready-made") and a DATA header alone. What is left
 is the cost of moving batches: the consumer ceiling of :mod:`h5feed.bench.ceiling`.
+
+``--host NAME`` makes it say it runs on host NAME (a producer in a network namespace is
+another host to the trainer: it is offered no shared-memory slot, every batch crosses the
+socket: :mod:`h5feed.bench.socket_ceiling`); ``--key``/``--server-key`` make it a CURVE
+client, as ``h5feed produce`` is.
 """
 
 from __future__ import annotations
@@ -16,13 +21,17 @@ import argparse
 import logging
 import os
 import signal
+import socket
 import sys
+import time
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from h5feed import __version__
 from h5feed.common import messages
+from h5feed.common.curve import KeyPair, load_public
 from h5feed.common.wire import DEFAULT_MAX_MESSAGE_BYTES
 from h5feed.producer.hdf5_job import Hdf5Job
 from h5feed.producer.worker import Worker, run_until_stopped
@@ -32,9 +41,15 @@ class SyntheticWorker(Worker):
     """See the module docstring. The arrays are never written after creation, so sending
     the same one again while ZeroMQ still holds it is safe."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, host: str | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._zeros: dict[tuple[int, ...], np.ndarray] = {}
+        self.host = host or socket.gethostname()
+
+    def hello(self) -> None:
+        """HELLO naming :attr:`host` (the real worker names this host)."""
+        self._last_hello = time.monotonic()
+        self.send(messages.Hello(self.worker_id, os.getpid(), self.host, __version__, self.nonce))
 
     def run_unit(self, job: Hdf5Job, unit: messages.Unit) -> None:
         height, width = job.spec.frame_shape
@@ -53,13 +68,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--parent-pid", type=int, default=None)
     parser.add_argument("--cpus", default="", help="run on these CPUs only, e.g. 1,2")
     parser.add_argument("--max-message-bytes", type=int, default=DEFAULT_MAX_MESSAGE_BYTES)
+    parser.add_argument("--host", default=None, help="the host name said in HELLO")
+    parser.add_argument("--key", default=None, help="CURVE: this worker's .key_secret file")
+    parser.add_argument("--server-key", default=None, help="CURVE: the consumer's .key file")
     args = parser.parse_args(argv)
+    if (args.key is None) != (args.server_key is None):
+        parser.error("CURVE needs both --key and --server-key")
     logging.basicConfig(level=os.environ.get("H5FEED_LOG_LEVEL", "WARNING"))
     if args.cpus:
         os.sched_setaffinity(0, {int(c) for c in args.cpus.split(",")})
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    curve = None
+    if args.key is not None:
+        curve = (KeyPair.load(args.key), load_public(args.server_key))
     worker = SyntheticWorker(
-        args.connect, args.worker_id, args.parent_pid, max_message_bytes=args.max_message_bytes
+        args.connect,
+        args.worker_id,
+        args.parent_pid,
+        curve=curve,
+        max_message_bytes=args.max_message_bytes,
+        host=args.host,
     )
     return run_until_stopped(worker)
 

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from h5feed.common.errors import H5FeedError, SourceError
+from h5feed.consumer.memory import for_tensorflow
 from h5feed.consumer.options import FeedConfig, HdfConfig
 from h5feed.consumer.source_api import SourceFeed
 from h5feed.consumer.source_options import Learnt, SourceConfig
@@ -129,7 +130,9 @@ def element_maker(
 ) -> Callable[[Any], Any]:
     """What turns a batch of the stream into a tf.data element of ``signature``: an HDF5
     batch keeps ``keys``; a source batch gives its RaggedArrays as ``tf.RaggedTensor`` and
-    its lists (a keras item's ``[y_a, y_b]``) as tuples, as the signature has them."""
+    its lists (a keras item's ``[y_a, y_b]``) as tuples, as the signature has them. Large
+    unaligned arrays (frames that came over the socket) are copied once to an aligned buffer
+    here, which TensorFlow then shares (:func:`h5feed.consumer.memory.for_tensorflow`)."""
     if isinstance(config, HdfConfig):
-        return lambda batch: {key: batch[key] for key in keys}
+        return lambda batch: {key: for_tensorflow(batch[key]) for key in keys}
     return to_tf

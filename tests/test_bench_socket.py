@@ -1,0 +1,118 @@
+"""``h5feed bench --ceiling --transports tcp,curve``: the consumer ceiling over real TCP between
+network namespaces, next to raw ZeroMQ, and the namespace removed afterwards.
+
+Behaviour only: rows and positive figures, never a speed threshold. The end-to-end run needs
+root and ``ip`` (CI runs as root); elsewhere it is skipped with the reason.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from h5feed.bench import netns, report
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+
+
+def _leftovers() -> set[str]:
+    """Namespaces and links of the socket benchmark that exist now."""
+    names = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=10)
+    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True, timeout=10)
+    found = {ln.split()[0] for ln in names.stdout.splitlines() if ln.startswith(netns.NAME_PREFIX)}
+    found |= {
+        ln.split(":")[1].strip().split("@")[0]
+        for ln in links.stdout.splitlines()
+        if ln.split(":")[1].strip().startswith("h5fb")
+    }
+    return found
+
+
+@pytest.mark.xdist_group("machine")  # network namespaces and links: one user at a time
+@pytest.mark.skipif(netns.missing() is not None, reason=str(netns.missing()))
+@pytest.mark.timeout(120)
+def test_socket_ceiling_reports_every_transport_and_removes_its_namespace(
+    tmp_path: pathlib.Path,
+) -> None:
+    before = _leftovers()
+    result = subprocess.run(
+        [
+            sys.executable, "-m", "h5feed", "bench", "--ceiling", "--quick",
+            "--transports", "tcp,curve", "--window-s", "0.3", "--warmup-s", "0.1",
+            "--producers", "1", "--data-dir", str(tmp_path / "data"),
+            "--out", str(tmp_path / "out" / "socket"),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=100,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "## Socket ceiling" in result.stdout
+    socket = json.loads((tmp_path / "out" / "socket.json").read_text())["socket_ceiling"]
+    assert "error" not in socket, socket
+    assert set(socket["transports"]) == {"tcp", "curve"}
+    for transport, entry in socket["transports"].items():
+        for path in ("raw", "batches", "dataset"):
+            figures = entry[path]
+            assert figures["gb_per_s"] > 0, (transport, path)
+            assert figures["trainer_cpu_ms_per_clip"] > 0, (transport, path)
+        assert entry["dataset_vs_raw"] > 0 and entry["batches_vs_raw"] > 0
+        assert len(entry["cpu_ms_per_clip_by_stage"]) == 3
+    assert _leftovers() <= before, "the benchmark left its network namespace or link behind"
+
+
+def test_without_root_or_ip_the_namespace_is_refused_naming_what_is_missing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(netns.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(netns.shutil, "which", lambda name: None)
+    refused = pytest.raises(netns.NetnsUnavailable, match=r"root .*uid 1000.* and the `ip` command")
+    with refused, netns.network_namespace():
+        pass
+
+
+def _window(transport: str, path: str, gb: float, cpu_ms: float) -> dict[str, object]:
+    return {
+        "transport": transport,
+        "path": path,
+        "gb_per_s": gb,
+        "clips_per_s": gb * 1e9 / (8 * 16 * 112 * 112 * 3) * 8,
+        "trainer_cpu_ms_per_clip": cpu_ms,
+        "worker_cpu_ms_per_clip": 0.1,
+        "other_load_cores": 0.0,
+    }
+
+
+def test_the_report_gives_ratios_to_raw_and_where_the_cpu_goes() -> None:
+    windows = [
+        _window("tcp", "raw", 3.0, 0.10),
+        _window("tcp", "batches", 2.7, 0.13),
+        _window("tcp", "dataset", 2.1, 0.25),
+    ]
+    summary = report.socket_ceiling_summary(
+        {
+            "windows": windows,
+            "transports": ["tcp"],
+            "producers": 1,
+            "netns": "x",
+            "link": "veth",
+            "trainer_cpus": [0],
+            "producer_cpus": [1],
+        }
+    )
+    assert summary is not None
+    tcp = summary["transports"]["tcp"]
+    assert tcp["batches_vs_raw"] == pytest.approx(0.9)
+    assert tcp["dataset_vs_raw"] == pytest.approx(0.7)
+    stages = list(tcp["cpu_ms_per_clip_by_stage"].values())
+    assert stages == pytest.approx([0.10, 0.03, 0.12])
+    assert tcp["meets"] == {"dataset_vs_raw": False, "trainer_cpu_ms_per_clip": False}
+    text = "\n".join(report._socket_lines(summary))
+    assert "| tcp | h5feed.dataset | 2.10 |" in text and "MISSES" in text

@@ -91,6 +91,13 @@ def test_missing_path_fails_at_once(tmp_path: pathlib.Path) -> None:
         h5feed.batches(tmp_path / "nowhere.h5")
 
 
+def test_an_empty_directory_or_list_fails_at_once(tmp_path: pathlib.Path) -> None:
+    with pytest.raises(FileNotFoundError, match="matches no HDF5 file"):
+        h5feed.batches(tmp_path, clip_len=2)
+    with pytest.raises(ValueError, match="the list of files is empty"):
+        h5feed.batches([], clip_len=2)  # was accepted, then waited unit_timeout_s for no index
+
+
 @pytest.mark.parametrize(
     ("batch_size", "error"),
     [(2, WorkerError), (1, DataError)],

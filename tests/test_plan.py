@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import numpy as np
 import pytest
 
@@ -35,6 +37,21 @@ def test_assign_files_balances_by_size_deterministically() -> None:
     assert sorted(loads) == [105, 110]
     assert owner.tolist() == assign_files([100, 10, 10, 90, 5], workers=2).tolist()
     assert sorted(assign_files([1, 1], workers=4).tolist()) == [0, 1]  # extra workers own nothing
+
+
+def test_assign_files_is_greedy_largest_first_to_the_least_loaded() -> None:
+    def reference(sizes: list[int], workers: int) -> list[int]:  # the rule, one file at a time
+        load, owner = [0] * workers, [0] * len(sizes)
+        for i in sorted(range(len(sizes)), key=lambda i: (-sizes[i], i)):
+            slot = min(range(workers), key=lambda s: (load[s], s))
+            owner[i], load[slot] = slot, load[slot] + max(sizes[i], 1)
+        return owner
+
+    rng = random.Random(4)
+    for _ in range(200):
+        sizes = [rng.choice([0, 1, rng.randrange(1, 1000)]) for _ in range(rng.randrange(0, 40))]
+        workers = rng.randrange(1, 6)
+        assert assign_files(sizes, workers).tolist() == reference(sizes, workers), sizes
 
 
 def _index(frames: list[int]) -> Index:

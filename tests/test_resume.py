@@ -125,3 +125,21 @@ def test_the_index_is_remembered_so_the_next_feed_knows_its_length(tiny: list[st
     again = h5feed.batches(tiny, **ARGS)
     assert again.length == 4 and again.fingerprint["index"] == feed.fingerprint["index"]
     assert h5feed.batches(tiny, **{**ARGS, "drop_remainder": True}).length == 3
+
+
+def test_the_index_digest_tells_indexes_apart_and_is_reused_while_the_same() -> None:
+    from h5feed.consumer.plan import Index
+    from h5feed.consumer.resume import IndexDigests, index_digest
+
+    def index(label: int = 1, name: str = "v1", files: tuple[str, ...] = ("a.h5", "b.h5")) -> Index:
+        return Index.build(files, [[("v0", 5, 0), (name, 6, label)], [("w0", 7, 2)]])
+
+    plain = index_digest(index())
+    others = {
+        index_digest(i) for i in (index(label=3), index(name="v9"), index(files=("a.h5", "c.h5")))
+    }
+    assert plain not in others and len(others) == 3
+    assert index_digest(index(files=("/elsewhere/a.h5", "b.h5"))) == plain  # base names only
+    digests = IndexDigests()
+    assert digests(index()) == plain and digests(index()) == plain  # an equal index: reused
+    assert digests(index(label=3)) == index_digest(index(label=3))  # a changed one: hashed

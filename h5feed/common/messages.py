@@ -456,7 +456,7 @@ def _index_batch(f: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> Inde
             raise ProtocolError(
                 f"INDEX_BATCH {name} must be int64 [{total}], got {array.dtype} {array.shape}"
             )
-    if len(names) != total or not all(type(n) is bytes for n in names):
+    if len(names) != total or (names and set(map(type, names)) != {bytes}):  # C speed
         raise ProtocolError(f"INDEX_BATCH names must be {total} byte strings")
     if total and int(frames.min()) < 1:
         raise ProtocolError("INDEX_BATCH lists a video with fewer than 1 frame")

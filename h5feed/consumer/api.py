@@ -48,10 +48,11 @@ class Feed:
         self.config = config
         self.fingerprint = resume.fingerprint(config)
         self.length: int | None = None
+        self._index_digests = resume.IndexDigests()
         if isinstance(config, HdfConfig):
             known = known_index.load(config)
             if known is not None:
-                self._learn_index(resume.index_digest(known), known.num_videos)
+                self._learn_index(self._index_digests(known), known.num_videos)
         point = resume.resume_point(resume_from) if resume_from is not None else None
         if point is not None and point.fingerprint:
             resume.check(point.fingerprint, self.fingerprint)
@@ -127,6 +128,7 @@ class Feed:
             skip=skip,
             fingerprint=fingerprint,
             on_index=self._learn_index,
+            index_digest=self._index_digests,
             pool=(pool, self._slot) if pool is not None and self._slot is not None else None,
         )
         self._started(stream)

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import heapq
 import itertools
 import os
 import socket
@@ -563,12 +564,17 @@ def assign_files(sizes: Sequence[int], workers: int) -> np.ndarray:
     Deterministic (ties go to the lower index). Every file has exactly one owner; with more
     workers than files, some workers own nothing.
     """
-    load = [0] * workers
     owner = np.zeros(len(sizes), np.int64)
-    for file_index in sorted(range(len(sizes)), key=lambda i: (-sizes[i], i)):
-        slot = min(range(workers), key=lambda s: (load[s], s))
+    if not workers:
+        return owner
+    raw = np.asarray(sizes, np.int64).reshape(-1)
+    weights = np.maximum(raw, 1)  # an empty (or unreadable) file still counts as one
+    largest_first = np.lexsort((np.arange(len(raw)), -raw)).tolist()
+    loads = [(0, slot) for slot in range(workers)]  # a heap: least loaded, then lowest slot
+    for file_index, weight in zip(largest_first, weights[largest_first].tolist(), strict=True):
+        load, slot = heapq.heappop(loads)
         owner[file_index] = slot
-        load[slot] += max(sizes[file_index], 1)
+        heapq.heappush(loads, (load + weight, slot))
     return owner
 
 

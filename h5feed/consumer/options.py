@@ -48,12 +48,15 @@ def resolve_files(
     A directory gives its ``*.h5``/``*.hdf5``/``*.he5`` files, sorted; a glob gives its matches,
     sorted; a list keeps its order (each entry may itself be a file, directory or glob). Paths
     are kept as given (not made absolute), so a batch's ``file`` is what the user wrote or the
-    glob matched. Raises FileNotFoundError naming what matched nothing.
+    glob matched. Raises FileNotFoundError naming what matched nothing, ValueError for an
+    empty list (the iteration would otherwise wait for an index of no file).
     """
     if isinstance(files, (str, os.PathLike)):
         entries: Sequence[str | os.PathLike[str]] = [files]
     else:
         entries = list(files)
+    if not entries:
+        raise ValueError("h5feed: the list of files is empty")
     if root is not None:
         return _resolve_under(entries, root)
     resolved: list[str] = []

@@ -43,6 +43,8 @@ import pathlib
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
+
 from h5feed.common.atomic import atomic_file
 from h5feed.common.errors import ResumeError
 from h5feed.consumer.options import FeedConfig, HdfConfig
@@ -92,18 +94,54 @@ def fingerprint(config: FeedConfig) -> dict[str, Any]:
 
 
 def index_digest(index: Index) -> str:
-    """A hash of the index: per video, its file's name, its name, frame count and label."""
+    """A hash of the index: per video, its file's name, its name, frame count and label.
+
+    Array operations only (a Python loop over a million videos took seconds, on every
+    iteration's first batch): the base name of each file that has videos, then per video
+    its file's rank among those, the names joined by NUL (which no HDF5 name holds), frame
+    counts and labels."""
     digest = hashlib.sha256()
-    for name, path, frames, label in zip(
-        index.names.tolist(),
-        index.file_names.tolist(),
-        index.frames.tolist(),
-        index.labels.tolist(),
-        strict=True,
-    ):
+    files, first = np.unique(index.file_of_video, return_index=True)
+    for path in index.file_names[first].tolist():
         digest.update(os.path.basename(path.decode(errors="replace")).encode() + b"\0")
-        digest.update(name + b"\0" + f"{frames}\0{label}\n".encode())
+    digest.update(np.searchsorted(files, index.file_of_video).astype("<i8").tobytes())
+    digest.update(b"\0".join(index.names.tolist()))
+    for column in (index.frames, index.labels):
+        digest.update(np.asarray(column).astype("<i8").tobytes())
     return digest.hexdigest()[:16]
+
+
+class IndexDigests:
+    """:func:`index_digest`, reused while the index stays the same: every iteration of a
+    dataset indexes its files again, and comparing the arrays with the last index costs a
+    fraction of hashing them (0.05 against 0.2 s at a million videos). Holds the last index
+    between iterations (the current one's arrays during an iteration: no copy)."""
+
+    def __init__(self) -> None:
+        self._last: tuple[Index, str] | None = None
+
+    def __call__(self, index: Index) -> str:
+        last = self._last
+        if last is not None and (last[0] is index or _same_index(last[0], index)):
+            digest = last[1]
+        else:
+            digest = index_digest(index)
+        self._last = (index, digest)
+        return digest
+
+
+def _same_index(a: Index, b: Index) -> bool:
+    """Whether two indexes hash the same (``file_names`` follow from ``files`` and
+    ``file_of_video``); about 0.05 s at a million videos."""
+    return a.files == b.files and all(
+        np.array_equal(x, y)
+        for x, y in (
+            (a.file_of_video, b.file_of_video),
+            (a.frames, b.frames),
+            (a.labels, b.labels),
+            (a.names, b.names),
+        )
+    )
 
 
 def differences(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:

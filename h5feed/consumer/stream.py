@@ -44,7 +44,7 @@ from h5feed.consumer.local_workers import LocalWorkers
 from h5feed.consumer.loop import END, FAILED, FeedLoop
 from h5feed.consumer.memory import keep_freed_memory_mapped
 from h5feed.consumer.options import FeedConfig, HdfConfig
-from h5feed.consumer.plan import Cursor
+from h5feed.consumer.plan import Cursor, Index
 from h5feed.consumer.router import Router
 from h5feed.consumer.scheduler import Scheduler
 from h5feed.consumer.session import PeerSession
@@ -93,6 +93,7 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
         fingerprint: Mapping[str, Any] | None = None,
         on_index: Callable[[str, int], None] | None = None,
         pool: tuple[WorkerPool, PoolSlot] | None = None,
+        index_digest: Callable[[Index], str] = resume.index_digest,
     ) -> None:
         """``pool``: persistent workers and their socket to run on, and the slot to give them
         back to (None: start this iteration's own workers)."""
@@ -109,6 +110,7 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
         )
         self._index_checked = False
         self._on_index = _weakly(on_index)  # the feed's: held weakly, as on_close
+        self._index_digest = index_digest  # the feed's IndexDigests: one hash per dataset
         self._closed = threading.Event()
         self._waited = WaitMeter()
         self._taken = RateMeter()
@@ -251,7 +253,7 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
         index = self.scheduler.index if isinstance(self.scheduler, HdfScheduler) else None
         if index is None or not isinstance(config, HdfConfig):
             return
-        digest = resume.index_digest(index)
+        digest = self._index_digest(index)
         saved = self._fingerprint.get("index")
         if saved is not None and saved != digest:
             self.close()

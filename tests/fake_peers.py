@@ -265,7 +265,8 @@ class FakeWorker:
         answers: list[messages.Message] = []
         for number, path in job.files:
             self.files.add(number)
-            answers.append(messages.Index(job.job, number, tuple(self.videos[path])))
+            if job.send_index:
+                answers.append(messages.Index(job.job, number, tuple(self.videos[path])))
         return answers
 
     def _on_unit(self, unit: messages.Unit) -> messages.Data:

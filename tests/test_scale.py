@@ -202,6 +202,8 @@ def test_the_second_iteration_runs_on_the_same_workers_and_follows_the_plan(
     second = iter(feed)
     second_batches = list(second)
     assert first.worker_pids == second.worker_pids
+    # The second plan starts from the first's index: the files did not change.
+    assert not first.scheduler.planned_from_known and second.scheduler.planned_from_known
     assert second.stats()["dropped_parts"] == 0 and second.stats()["malformed_messages"] == 0
     config = hdf_config(dataset, {**FEED, "index_cache": cache})
     videos = [[(f"v{i}", i + 2, 0) for i in range(4)] for _ in dataset]
@@ -213,6 +215,19 @@ def test_the_second_iteration_runs_on_the_same_workers_and_follows_the_plan(
     del first, second, feed
     gc.collect()  # the feed is gone: its kept workers stop
     assert all(_wait_gone(pid) for pid in pids)
+
+
+def test_a_file_changed_between_iterations_is_indexed_again(dataset: list[str]) -> None:
+    feed = h5feed.batches(dataset, index_cache=False, **FEED)
+    first = iter(feed)
+    assert sorted(s for b in first for s in b["sample"].tolist()) == list(range(12))
+    packed_file(pathlib.Path(dataset[0]), videos=2)  # rewritten: 2 videos instead of 4
+    second = iter(feed)
+    samples = sorted(s for b in second for s in b["sample"].tolist())
+    assert not second.scheduler.planned_from_known
+    assert samples == list(range(10))  # the workers read the new file, not their memory
+    assert second.worker_pids == first.worker_pids
+    feed.close()
 
 
 def test_an_iteration_abandoned_midway_leaves_the_workers_for_the_next(

@@ -34,7 +34,7 @@ from h5feed.consumer.assembly import Batch
 from h5feed.consumer.credits import CreditGate
 from h5feed.consumer.hdf5_scheduler import HdfScheduler
 from h5feed.consumer.options import FeedConfig
-from h5feed.consumer.plan import Cursor, epoch_order
+from h5feed.consumer.plan import Cursor, Index, epoch_order
 from h5feed.consumer.scheduler import Send
 from h5feed.consumer.source_scheduler import SourceScheduler
 from h5feed.consumer.work import Peer
@@ -68,11 +68,12 @@ def hdf_fleet(
     start: Cursor = START,
     budget: int = 4,
     slots: bool = False,
+    known: Index | None = None,
     **options: Any,
 ) -> tuple[Fleet, HdfScheduler, FeedConfig]:
     config = hdf_config(FILES, **{**HDF_OPTIONS, **options})
     counters: collections.Counter[str] = collections.Counter()
-    scheduler = HdfScheduler(config, JOB, iter(epochs_from(start, epochs)), start, counters)
+    scheduler = HdfScheduler(config, JOB, iter(epochs_from(start, epochs)), start, counters, known)
     gate = CreditGate(budget, lambda: None)
     if isinstance(peers, int):
         peers = [make_peer(f"p{i}") for i in range(peers)]
@@ -852,3 +853,40 @@ def test_hdf_an_error_about_a_file_the_job_does_not_have_moves_nothing() -> None
     fleet.handshake()
     assert scheduler.unreadable(fleet.live[0], len(FILES), None) is None
     assert fleet.counters["malformed_messages"] == 1 and fleet.counters["unreadable_files"] == 0
+
+
+def test_hdf_local_workers_start_from_a_known_index_and_send_none() -> None:
+    peers = [make_peer(f"p{i}", local=True) for i in range(2)]
+    fleet, scheduler, config = hdf_fleet(peers, budget=3, known=INDEX)
+    sends = scheduler.start(fleet.live)
+    assert scheduler.ready and scheduler.planned_from_known  # before any worker answered
+    jobs = [s.message for s in sends]
+    assert all(isinstance(j, messages.Job) and not j.send_index for j in jobs)
+    fleet.post(sends)
+    for peer in fleet.live:
+        assert fleet.answer_all(peer) == [] and not fleet.inbox[peer]  # no INDEX came back
+    fleet.dispatch()
+    fleet.answer_one(fleet.pending()[0])
+    # A loss: the heir is asked for the INDEX of what it takes over, compared with the plan.
+    lost = next(p for p in fleet.live if p.files)
+    files = sorted(lost.files)
+    moved = fleet.lose(lost)
+    heir_jobs = [s.message for s in moved.sends if isinstance(s.message, messages.Job)]
+    assert heir_jobs and all(j.send_index for j in heir_jobs)
+    assert sorted(job_files(moved.sends)) == files
+    taken = fleet.run(random.Random(6))
+    assert [check_hdf_batch(b) for b in taken] == planned_batches(config, INDEX, [0, 1])
+    assert fleet.counters["index_mismatches"] == 0
+
+
+def test_hdf_a_known_index_is_not_used_with_a_remote_worker_or_other_files() -> None:
+    mixed = [make_peer("local", local=True), make_peer("remote")]
+    fleet, scheduler, _config = hdf_fleet(mixed, known=INDEX)
+    sends = scheduler.start(fleet.live)
+    assert not scheduler.ready and not scheduler.planned_from_known
+    assert all(isinstance(s.message, messages.Job) and s.message.send_index for s in sends)
+    other = fake_index(fake_videos([4, 5]))  # another dataset's index
+    peers = [make_peer(f"p{i}", local=True) for i in range(2)]
+    _fleet, scheduler, _config = hdf_fleet(peers, known=other)
+    scheduler.start(peers)
+    assert not scheduler.ready and not scheduler.planned_from_known

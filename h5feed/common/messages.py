@@ -124,6 +124,10 @@ class Job:
     #: "raise": a bad frame (FrameError) is an ERROR; "skip": its row is zero-filled and
     #: listed in the DATA's ``skipped``. Errors of whole files are ERRORs either way.
     on_error: str = "raise"
+    #: False when the trainer already knows these files' index (the same files, unchanged,
+    #: indexed before by local workers): the worker opens and checks them as usual but
+    #: sends no INDEX for them, only an ERROR for a file it cannot read.
+    send_index: bool = True
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -381,7 +385,10 @@ def parse(raw: wire.Message) -> Message:
             files = tuple(FileRef(*_record(e, (int, str), "JOB file")) for e in f["files"])
             if f["on_error"] not in ON_ERROR_CHOICES:
                 raise ProtocolError(f"JOB on_error {f['on_error']!r:.50}")
-            return Job(f["job"], files, f["clip"], f["layout"], f["cache_dir"], f["on_error"])
+            return Job(
+                f["job"], files, f["clip"], f["layout"], f["cache_dir"], f["on_error"],
+                f["send_index"],
+            )  # fmt: skip
         case wire.INDEX:
             videos = tuple(_video(entry) for entry in f["videos"])
             return Index(f["job"], f["file"], videos)

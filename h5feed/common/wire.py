@@ -42,8 +42,8 @@ from h5feed.common.errors import ProtocolError, VersionMismatchError
 MAGIC: Final = "h5feed"
 # 2: UNIT slot field; clip layout, transform. 3: ITEMS and PULL (source units, which were
 # UNITs whose rows meant items or [count, pass]); JOB layout apart from the clip; nested
-# values checked by h5feed.common.messages. 4: HELLO nonce; JOB on_error and DATA skipped
-# (bad data, added in the same round).
+# values checked by h5feed.common.messages. 4: HELLO nonce; JOB on_error, send_index and
+# DATA skipped (bad data, a known index: added in the same round).
 PROTOCOL_VERSION: Final = 4
 
 HELLO: Final = "hello"  # worker -> consumer: who I am
@@ -81,6 +81,7 @@ SCHEMAS: Final[Mapping[str, Mapping[str, tuple[type, ...]]]] = {
         "layout": (dict,),
         "cache_dir": _OPT_STR,
         "on_error": _STR,  # "raise" or "skip": what a bad frame does (see messages.Job)
+        "send_index": (bool,),  # False: the trainer knows the files' index (see messages.Job)
     },
     INDEX: {"job": _STR, "file": _INT, "videos": _LIST},
     # files[i] has counts[i] videos; names (UTF-8 bin), the arrays ``frames``/``labels`` (int64

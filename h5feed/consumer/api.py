@@ -15,7 +15,7 @@ from h5feed.consumer import known_index, resume
 from h5feed.consumer.distribute import cluster_kwargs, without_auto_shard
 from h5feed.consumer.metrics import start_feed_metrics
 from h5feed.consumer.options import FeedConfig, FeedKwargs, HdfConfig, hdf_config
-from h5feed.consumer.plan import Cursor
+from h5feed.consumer.plan import Cursor, Index
 from h5feed.consumer.source_options import Learnt
 from h5feed.consumer.stream import BATCH_KEYS, POSITION_KEYS, VALID_KEY, BatchStream
 from h5feed.consumer.worker_pool import PoolSlot
@@ -49,10 +49,15 @@ class Feed:
         self.fingerprint = resume.fingerprint(config)
         self.length: int | None = None
         self._index_digests = resume.IndexDigests()
+        # What identified the files when the last index was learnt (known_index.key): an
+        # iteration whose files still match it starts from that index (HdfScheduler.start).
+        self._index_key: str | None = None
+        self._stream_key: str | None = None  # the files' key when the current stream began
         if isinstance(config, HdfConfig):
             known = known_index.load(config)
             if known is not None:
                 self._learn_index(self._index_digests(known), known.num_videos)
+                self._index_key = known_index.key(config)
         point = resume.resume_point(resume_from) if resume_from is not None else None
         if point is not None and point.fingerprint:
             resume.check(point.fingerprint, self.fingerprint)
@@ -114,11 +119,11 @@ class Feed:
         pool = self._slot.take() if self._slot is not None else None  # None: it is lent
         start, skip = Cursor(first, 0), frozenset[tuple[int, int]]()
         fingerprint = dict(self.fingerprint)
+        known = self._known_index()
+        saved_index = None
         if point is not None:  # the first iteration of a resumed feed
             start, skip = self.start, point.taken
-            saved = (point.fingerprint or {}).get("index")
-            if saved is not None:
-                fingerprint.setdefault("index", saved)  # checked once the index is built
+            saved_index = (point.fingerprint or {}).get("index")  # checked once it is built
         stream = BatchStream(
             self.config,
             start,
@@ -127,17 +132,32 @@ class Feed:
             learnt=self._known(),
             skip=skip,
             fingerprint=fingerprint,
+            resume_index=saved_index,
             on_index=self._learn_index,
             index_digest=self._index_digests,
+            known=known,
             pool=(pool, self._slot) if pool is not None and self._slot is not None else None,
         )
         self._started(stream)
         self._current = weakref.ref(stream)
         return stream
 
+    def _known_index(self) -> Index | None:
+        """The last index learnt, if the files are still what they were then (same real
+        paths, sizes, modification times): one stat per file."""
+        if not isinstance(self.config, HdfConfig):
+            return None
+        self._stream_key = known_index.key(self.config)
+        last = self._index_digests.last
+        if last is None or self._stream_key is None or self._stream_key != self._index_key:
+            return None
+        return last
+
     def _learn_index(self, digest: str, videos: int) -> None:
         """The index of the files is known: its hash joins the fingerprint, and the epoch's
         length is known from now on."""
+        if self._stream_key is not None:
+            self._index_key = self._stream_key  # the files as they were when it was read
         self.fingerprint["index"] = digest
         samples = videos * self.config.options.clips_per_video
         self.length = resume.epoch_batches(samples, self.config)

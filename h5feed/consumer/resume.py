@@ -120,6 +120,11 @@ class IndexDigests:
     def __init__(self) -> None:
         self._last: tuple[Index, str] | None = None
 
+    @property
+    def last(self) -> Index | None:
+        """The last index hashed."""
+        return None if self._last is None else self._last[0]
+
     def __call__(self, index: Index) -> str:
         last = self._last
         if last is not None and (last[0] is index or _same_index(last[0], index)):

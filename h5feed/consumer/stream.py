@@ -78,9 +78,11 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
 
     ``skip``: batches (epoch, index) above ``start`` the trainer took already (a resumed
     ``deterministic=False`` run): made, but not yielded. ``fingerprint``: the feed's
-    (:mod:`h5feed.consumer.resume`); its ``index`` part, when given, is checked against the
-    index the workers build (ResumeError from ``next()`` when they differ). :meth:`state`
-    says exactly what ``next()`` has returned."""
+    (:mod:`h5feed.consumer.resume`), its ``index`` part replaced by the index the workers
+    build. ``resume_index``: the index part of the state this iteration resumes, checked
+    against that index (ResumeError from ``next()`` when they differ; files that change
+    between two iterations of one dataset are no error). :meth:`state` says exactly what
+    ``next()`` has returned."""
 
     def __init__(
         self,
@@ -91,12 +93,15 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
         learnt: Learnt | None = None,
         skip: frozenset[tuple[int, int]] = frozenset(),
         fingerprint: Mapping[str, Any] | None = None,
+        resume_index: str | None = None,
         on_index: Callable[[str, int], None] | None = None,
         pool: tuple[WorkerPool, PoolSlot] | None = None,
         index_digest: Callable[[Index], str] = resume.index_digest,
+        known: Index | None = None,
     ) -> None:
         """``pool``: persistent workers and their socket to run on, and the slot to give them
-        back to (None: start this iteration's own workers)."""
+        back to (None: start this iteration's own workers). ``known``: the index of the
+        files, unchanged since local workers read it (see ``HdfScheduler.start``)."""
         self.config = config
         # Weakly: a stream must not keep its feed alive (a feed that is gone stops its kept
         # workers when this stream ends, as `feed.stream()` on a temporary feed expects).
@@ -105,6 +110,7 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
         self.cursor = start  # the next batch the trainer takes (deterministic order)
         self._skip = set(skip)
         self._fingerprint = dict(fingerprint or resume.fingerprint(config))
+        self._resume_index = resume_index
         self._progress = resume.Progress(
             resume.ResumePoint(start, frozenset(skip)), config.options.deterministic
         )
@@ -174,7 +180,7 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
                     config, self.job_id, epoch_range, start, self.counters, self._gate, learnt
                 )
                 if isinstance(config, SourceConfig)
-                else HdfScheduler(config, self.job_id, epoch_range, start, self.counters)
+                else HdfScheduler(config, self.job_id, epoch_range, start, self.counters, known)
             )
             undo.pop_all()  # from here the loop owns socket and waker, the finalizer the rest
         self._loop = FeedLoop(
@@ -254,7 +260,7 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
         if index is None or not isinstance(config, HdfConfig):
             return
         digest = self._index_digest(index)
-        saved = self._fingerprint.get("index")
+        saved, previous = self._resume_index, self._fingerprint.get("index")
         if saved is not None and saved != digest:
             self.close()
             raise ResumeError(
@@ -265,7 +271,7 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
         self._fingerprint["index"] = digest
         samples = index.num_videos * config.options.clips_per_video
         self._progress.set_length(resume.epoch_batches(samples, config))
-        if saved is None:
+        if digest != previous:  # new to this dataset: remembered for the next one
             known_index.store(config, index)
         on_index = self._on_index()
         if on_index is not None:

@@ -103,11 +103,12 @@ class Hdf5Job:
         return self.maker.files.reopened
 
     def open_files(
-        self, files: Sequence[messages.FileRef], cache_dir: str | None
+        self, files: Sequence[messages.FileRef], cache_dir: str | None, send_index: bool = True
     ) -> Iterator[messages.IndexBatch | messages.Error]:
-        """Index each file, yielding INDEX_BATCHes of the indexed ones and an ERROR naming
-        the path (as the JOB gave it) of each that fails. Paths are confined to the data
-        root, if any; ``cache_dir`` None means no index cache."""
+        """Index each file, yielding INDEX_BATCHes of the indexed ones (unless not
+        ``send_index``: the trainer knows them) and an ERROR naming the path (as the JOB gave
+        it) of each that fails. Paths are confined to the data root, if any; ``cache_dir``
+        None means no index cache."""
         pending: list[tuple[int, list[bytes], np.ndarray, np.ndarray]] = []
         videos_in, name_bytes = 0, 0
         for number, path in files:
@@ -119,6 +120,8 @@ class Hdf5Job:
                 if isinstance(exc, FileReadError) and exc.number is None:
                     exc.number = number  # so that the trainer can move the file
                 yield messages.Error.of(self.id, None, exc, file=path)
+                continue
+            if not send_index:
                 continue
             names, frames, labels = self.maker.columns[number]
             size = sum(map(len, names))

@@ -288,7 +288,7 @@ class Worker:
         # The consumer names a cache directory when the index cache is on; a service worker
         # uses its host's own directory instead (the consumer's path is on another host).
         cache_dir = (self.cache_dir or job.cache_dir) if job.cache_dir else None
-        for answer in self.job.open_files(job.files, cache_dir):
+        for answer in self.job.open_files(job.files, cache_dir, job.send_index):
             self.send(answer)
 
     def run_unit(self, job: Hdf5Job, unit: messages.Unit) -> None:

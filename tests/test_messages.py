@@ -552,6 +552,7 @@ scalars = st.none() | st.booleans() | ints | st.floats(allow_nan=False) | texts
 records = st.lists(scalars | st.lists(ints, max_size=3), min_size=2, max_size=9)
 FIELD_VALUES: dict[type, st.SearchStrategy[Any]] = {
     int: ints,
+    bool: st.booleans(),
     str: texts,
     type(None): st.none(),
     dict: maps,

@@ -41,6 +41,7 @@ VALID_FIELDS: dict[str, dict[str, Any]] = {
         "layout": {"kind": "flat", "jpeg": "jpeg", "offsets": "video_offsets", "labels": None},
         "cache_dir": None,
         "on_error": "raise",
+        "send_index": True,
     },
     wire.INDEX: {"job": "job-1", "file": 0, "videos": [["v0", 120, 3], ["v1", 64, None]]},
     wire.INDEX_BATCH: {"job": "job-1", "files": [0, 2], "counts": [1, 1], "names": ["a", "b"]},

@@ -248,6 +248,7 @@ def test_a_header_over_the_cap_is_refused_at_the_sender() -> None:
                 "layout": {},
                 "cache_dir": None,
                 "on_error": "raise",
+                "send_index": True,
             },
         )
 

@@ -12,8 +12,10 @@ import ctypes
 import ctypes.util
 import logging
 import math
+import mmap
 import sys
 import threading
+import weakref
 
 import numpy as np
 
@@ -40,7 +42,7 @@ def aligned_empty(
 
 
 #: Arrays at least this large are copied to an aligned buffer before TensorFlow takes them
-#: (:func:`for_tensorflow`); smaller ones are left to TensorFlow, whose copy costs little.
+#: (:class:`TensorFlowBuffers`); smaller ones are left to TensorFlow, whose copy costs little.
 _ALIGN_FOR_TF_MIN_BYTES = 64 << 10
 
 
@@ -49,19 +51,53 @@ def is_aligned(array: np.ndarray) -> bool:
     return array.ctypes.data % _ALIGN_BYTES == 0
 
 
-def for_tensorflow(array: np.ndarray) -> np.ndarray:
-    """``array`` itself when TensorFlow can share it (64-byte aligned, or small), else one
-    aligned copy of it.
+#: Free buffers kept per size by :class:`TensorFlowBuffers` (more are unmapped when dropped).
+_MAX_FREE_BUFFERS = 16
 
-    Why: an array over a received ZeroMQ frame (a batch that came over the socket in one
-    part) never starts on a 64-byte boundary (libzmq puts the data after a 40-byte header in
-    one ``malloc``), so TensorFlow would copy it itself, at about half the speed of
-    ``np.copyto`` into a buffer reused from the heap (``keep_freed_memory_mapped``)."""
-    if array.nbytes < _ALIGN_FOR_TF_MIN_BYTES or is_aligned(array) or array.dtype.hasobject:
-        return array
-    out = aligned_empty(array.shape, array.dtype)
-    np.copyto(out, array)
-    return out
+
+class TensorFlowBuffers:
+    """Aligned copies of the arrays ``h5feed.dataset`` hands to TensorFlow, in buffers that
+    are reused once TensorFlow lets go of them.
+
+    Why: a batch that crossed the socket in one part is a view over the ZeroMQ frame, never
+    64-byte aligned, so TensorFlow would copy it itself. One ``np.copyto`` into an aligned
+    buffer is cheaper, and cheaper still into one whose pages are already mapped: a fresh
+    buffer per batch costs a page fault per 4 KiB touched (thousands per batch).
+
+    Guarantees: a buffer is reused only when the array given out over it, and every view of
+    it, is gone (TensorFlow's tensors keep the array they share alive, as with shared-memory
+    slots: see :mod:`h5feed.consumer.slots`); buffers are anonymous page-aligned mappings;
+    at most ``_MAX_FREE_BUFFERS`` free ones are kept per size. Thread-safe (buffers return
+    from whatever thread drops the last view)."""
+
+    def __init__(self) -> None:
+        self._free: dict[int, list[mmap.mmap]] = {}
+        self._lock = threading.Lock()
+
+    def copy(self, array: np.ndarray) -> np.ndarray:
+        """``array`` itself when TensorFlow can share it (aligned, small, or of objects),
+        else its copy in a reused aligned buffer."""
+        if array.nbytes < _ALIGN_FOR_TF_MIN_BYTES or is_aligned(array) or array.dtype.hasobject:
+            return array
+        nbytes = array.nbytes
+        with self._lock:
+            free = self._free.get(nbytes)
+            block = free.pop() if free else None
+        if block is None:
+            block = mmap.mmap(-1, nbytes)  # page-aligned, private, zero-filled
+        # The owner is a new array over the mapping each time (its base is the mapping, not
+        # an array, so every view of it keeps it alive): its end means the buffer is free.
+        owner = np.frombuffer(block, np.uint8, nbytes)
+        weakref.finalize(owner, self._give_back, nbytes, block)
+        out = owner.view(array.dtype).reshape(array.shape)
+        np.copyto(out, array)
+        return out
+
+    def _give_back(self, nbytes: int, block: mmap.mmap) -> None:
+        with self._lock:
+            free = self._free.setdefault(nbytes, [])
+            if len(free) < _MAX_FREE_BUFFERS:
+                free.append(block)
 
 
 def keep_freed_memory_mapped() -> bool:

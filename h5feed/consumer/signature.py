@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from h5feed.common.errors import H5FeedError, SourceError
-from h5feed.consumer.memory import for_tensorflow
+from h5feed.consumer.memory import TensorFlowBuffers
 from h5feed.consumer.options import FeedConfig, HdfConfig
 from h5feed.consumer.source_api import SourceFeed
 from h5feed.consumer.source_options import Learnt, SourceConfig
@@ -132,7 +132,8 @@ def element_maker(
     batch keeps ``keys``; a source batch gives its RaggedArrays as ``tf.RaggedTensor`` and
     its lists (a keras item's ``[y_a, y_b]``) as tuples, as the signature has them. Large
     unaligned arrays (frames that came over the socket) are copied once to an aligned buffer
-    here, which TensorFlow then shares (:func:`h5feed.consumer.memory.for_tensorflow`)."""
+    here, reused once TensorFlow lets go (:class:`h5feed.consumer.memory.TensorFlowBuffers`)."""
     if isinstance(config, HdfConfig):
-        return lambda batch: {key: for_tensorflow(batch[key]) for key in keys}
+        buffers = TensorFlowBuffers()  # this dataset's: reused across its batches
+        return lambda batch: {key: buffers.copy(batch[key]) for key in keys}
     return to_tf

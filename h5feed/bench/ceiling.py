@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -55,12 +56,13 @@ def memcpy_gb_per_s(seconds: float) -> float:
     return copies * BATCH_BYTES / (time.perf_counter() - began) / 1e9
 
 
-class _Feed(DictIterator):
-    """``h5feed.dataset`` or ``h5feed.batches`` fed by the synthetic producers."""
+class ListeningFeed(DictIterator):
+    """``h5feed.dataset`` or ``h5feed.batches`` listening at ``address`` for the synthetic
+    producers; ``options``: more keyword arguments (CURVE keys, ``insecure``)."""
 
-    def __init__(self, setup: Any, api: str, address: str) -> None:
+    def __init__(self, setup: Any, api: str, address: str, **options: Any) -> None:
         super().__init__(setup)
-        self.api, self.address = api, address
+        self.api, self.address, self.options = api, address, options
 
     def start(self) -> None:
         import h5feed
@@ -75,9 +77,12 @@ class _Feed(DictIterator):
             "workers": 0,
             "listen": self.address,
             "index_cache": self.setup.cache_dir,
+            **self.options,
         }
         make = h5feed.dataset if self.api == "dataset" else h5feed.batches
-        self._iterator = iter(make(list(self.setup.paths), **kwargs))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # InsecureWarning on a private link: wanted
+            self._iterator = iter(make(list(self.setup.paths), **kwargs))
 
 
 def start_producers(count: int, address: str, cpus: list[int]) -> list[subprocess.Popen[bytes]]:
@@ -139,7 +144,7 @@ def serve_ceiling(spec: dict[str, Any], send: Callable[[str, dict[str, Any]], No
     try:
         for api in ("dataset", "batches"):
             address = f"ipc://{tmpdir}/{api}.sock"
-            feed = _Feed(setup, api, address)
+            feed = ListeningFeed(setup, api, address)
             producers = start_producers(spec["producers"], address, producer_cpus)
             try:
                 feed.start()

@@ -103,10 +103,10 @@ def progress(total: int) -> Iterator[Callable[[str], None]]:
     yield say
 
 
-def run_ceiling(plan: Plan, producers: int) -> dict[str, Any]:
-    """The consumer ceiling in a process of its own (see :mod:`h5feed.bench.ceiling`)."""
-    spec = {
-        "kind": "ceiling",
+def _ceiling_spec(plan: Plan, producers: int, kind: str) -> dict[str, Any]:
+    """What a ceiling contender process is told: its kind, the windows, the dataset."""
+    return {
+        "kind": kind,
         "producers": producers,
         "repeats": plan.repeats,
         "window_s": plan.window_s,
@@ -119,13 +119,22 @@ def run_ceiling(plan: Plan, producers: int) -> dict[str, Any]:
             "cache_dir": plan.cache_dir,
         },
     }
-    process = ContenderProcess("ceiling", spec)
+
+
+def _run_contender(name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """Run ``spec`` in a process of its own; its result, or ``{"error": ...}``."""
+    process = ContenderProcess(name, spec)
     try:
-        return process.receive("ceiling", _CEILING_TIMEOUT_S)
+        return process.receive(spec["kind"], _CEILING_TIMEOUT_S)
     except ContenderFailed as exc:
         return {"error": str(exc)}
     finally:
         process.stop()
+
+
+def run_ceiling(plan: Plan, producers: int) -> dict[str, Any]:
+    """The consumer ceiling in a process of its own (see :mod:`h5feed.bench.ceiling`)."""
+    return _run_contender("ceiling", _ceiling_spec(plan, producers, "ceiling"))
 
 
 def run_socket_ceiling(plan: Plan, producers: int, transports: list[str]) -> dict[str, Any]:
@@ -136,29 +145,9 @@ def run_socket_ceiling(plan: Plan, producers: int, transports: list[str]) -> dic
 
     try:
         with network_namespace() as net:
-            spec = {
-                "kind": "socket_ceiling",
-                "transports": transports,
-                "netns": dataclasses.asdict(net),
-                "producers": producers,
-                "repeats": plan.repeats,
-                "window_s": plan.window_s,
-                "warmup_s": plan.warmup_s,
-                "setup": {
-                    "paths": list(plan.paths),
-                    "videos": [[v.file_index, v.name, v.frames] for v in plan.videos],
-                    "workers": 0,
-                    "seed": plan.seed,
-                    "cache_dir": plan.cache_dir,
-                },
-            }
-            process = ContenderProcess("socket ceiling", spec)
-            try:
-                return process.receive("socket_ceiling", _CEILING_TIMEOUT_S)
-            except ContenderFailed as exc:
-                return {"error": str(exc)}
-            finally:
-                process.stop()
+            spec = _ceiling_spec(plan, producers, "socket_ceiling")
+            spec.update(transports=transports, netns=dataclasses.asdict(net))
+            return _run_contender("socket ceiling", spec)
     except NetnsUnavailable as exc:
         return {"error": str(exc)}
 

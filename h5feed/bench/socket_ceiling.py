@@ -29,14 +29,13 @@ import shutil
 import socket
 import sys
 import tempfile
-import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from h5feed.bench.ceiling import pinning, stop_producers
-from h5feed.bench.contender import Contender, DictIterator, Setup
+from h5feed.bench.ceiling import ListeningFeed, pinning, stop_producers
+from h5feed.bench.contender import Contender, Setup
 from h5feed.bench.measure import drive_for, measure_window
-from h5feed.bench.workload import BATCH_BYTES, BATCH_SIZE, CLIP_LEN, CROP, RESIZE
+from h5feed.bench.workload import BATCH_BYTES, BATCH_SIZE
 
 TRANSPORTS = ("tcp", "curve")
 PATHS = ("raw", "batches", "dataset")
@@ -65,38 +64,6 @@ class _Keys:
 
     def producer_args(self) -> list[str]:
         return ["--key", self.producer_secret, "--server-key", self.trainer_public]
-
-
-class _Feed(DictIterator):
-    """``h5feed.dataset`` or ``h5feed.batches`` listening on TCP for the synthetic workers."""
-
-    def __init__(self, setup: Setup, api: str, address: str, keys: _Keys | None) -> None:
-        super().__init__(setup)
-        self.api, self.address, self.keys = api, address, keys
-
-    def start(self) -> None:
-        import h5feed
-
-        kwargs: dict[str, Any] = {
-            "clip_len": CLIP_LEN,
-            "resize": RESIZE,
-            "crop": CROP,
-            "flip": True,
-            "batch_size": BATCH_SIZE,
-            "epochs": None,
-            "workers": 0,
-            "listen": self.address,
-            "index_cache": self.setup.cache_dir,
-        }
-        if self.keys is None:
-            kwargs["insecure"] = True  # a private veth link: no CURVE is the point here
-        else:
-            kwargs["curve_key"] = self.keys.trainer_secret
-            kwargs["curve_authorized"] = self.keys.authorized
-        make = h5feed.dataset if self.api == "dataset" else h5feed.batches
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # InsecureWarning: known and wanted
-            self._iterator = iter(make(list(self.setup.paths), **kwargs))
 
 
 @contextlib.contextmanager
@@ -137,7 +104,11 @@ def _contender(setup: Setup, path: str, address: str, keys: _Keys | None) -> Con
         from h5feed.bench.raw_zmq import RawReceiver
 
         return RawReceiver(setup, address, keys.trainer_secret_z85 if keys else None)
-    return _Feed(setup, path, address, keys)
+    if keys is None:  # a private veth link: no CURVE is the point of the "tcp" path
+        return ListeningFeed(setup, path, address, insecure=True)
+    return ListeningFeed(
+        setup, path, address, curve_key=keys.trainer_secret, curve_authorized=keys.authorized
+    )
 
 
 def serve_socket_ceiling(spec: dict[str, Any], send: Callable[[str, dict[str, Any]], None]) -> int:

@@ -54,10 +54,11 @@ class Feed:
         self._index_key: str | None = None
         self._stream_key: str | None = None  # the files' key when the current stream began
         if isinstance(config, HdfConfig):
-            known = known_index.load(config)
+            key = known_index.key(config)
+            known = known_index.load(config, key) if key is not None else None
             if known is not None:
                 self._learn_index(self._index_digests(known), known.num_videos)
-                self._index_key = known_index.key(config)
+                self._index_key = key
         point = resume.resume_point(resume_from) if resume_from is not None else None
         if point is not None and point.fingerprint:
             resume.check(point.fingerprint, self.fingerprint)

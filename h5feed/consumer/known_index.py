@@ -55,15 +55,17 @@ def _key(config: HdfConfig) -> str | None:
     return hashlib.sha256("\n".join(ident).encode()).hexdigest()
 
 
-def _path(config: HdfConfig) -> pathlib.Path | None:
+def _path(config: HdfConfig, key: str | None = None) -> pathlib.Path | None:
     cache = config.options.index_cache
-    key = _key(config) if cache else None
+    if cache and key is None:
+        key = _key(config)
     return None if cache is None or key is None else pathlib.Path(cache) / _SUBDIR / key
 
 
-def load(config: HdfConfig) -> Index | None:
-    """The remembered index of ``config``'s files, or None (a miss)."""
-    path = _path(config)
+def load(config: HdfConfig, key: str | None = None) -> Index | None:
+    """The remembered index of ``config``'s files, or None (a miss); ``key``: theirs, if
+    already taken (:func:`key`), so that the index is the one of exactly those files."""
+    path = _path(config, key)
     if path is None:
         return None
     try:

@@ -2,11 +2,13 @@
 
 Handshake: every file goes to one worker (largest first, each to the least loaded: see
 :func:`assign_files`), which indexes it and answers its videos (INDEX, or many files in one
-INDEX_BATCH); once every file is indexed
-the plan starts. Each batch of the plan (:class:`~h5feed.consumer.plan.EpochPlan`, from the
-iteration's start cursor) is one UNIT per worker that owns some of its rows' files; the parts
-are assembled (:class:`~h5feed.consumer.assembly.BatchAssembler`, in a shared-memory slot when
-a local worker makes part of the batch) and released in plan order (``deterministic``) or as
+INDEX_BATCH); once every file is indexed the plan starts. When the index of these very files
+is known already (``known``: an earlier iteration, files unchanged) and every worker is
+local, the plan starts at once and the JOBs ask for no index (``send_index=False``). Each
+batch of the plan (:class:`~h5feed.consumer.plan.EpochPlan`, from the iteration's start
+cursor) is one UNIT per worker that owns some of its rows' files; the parts are assembled
+(:class:`~h5feed.consumer.assembly.BatchAssembler`, in a shared-memory slot when a local
+worker makes part of the batch) and released in plan order (``deterministic``) or as
 completed.
 
 Hand-over: a lost worker's files go to the live workers (fewest files first) with a JOB
@@ -21,6 +23,10 @@ index before that worker gets any row of the file: until then the file stays wit
 owner (a join) or its rows wait (a lost owner's file). A mismatch (another copy of the file
 on that host) refuses that worker for that file, naming host, file and video, and the file
 goes to another worker; with none left, the iteration ends with that error.
+
+A worker that cannot read a file (its ERROR of a ``FileReadError``, at its JOB or in a unit)
+is refused for that file, which moves the same way (:meth:`HdfScheduler.unreadable`); the
+failed unit is sent again. With nobody left to try, the worker's error ends the iteration.
 
 With no live worker left, the lost worker's files and rows wait for one to join
 (``waiting_for_workers``; the loop bounds the wait). A slot whose rows were taken back from a

@@ -120,7 +120,7 @@ class Feed:
         pool = self._slot.take() if self._slot is not None else None  # None: it is lent
         start, skip = Cursor(first, 0), frozenset[tuple[int, int]]()
         fingerprint = dict(self.fingerprint)
-        known = self._known_index()
+        known, sizes = self._known_index()
         saved_index = None
         if point is not None:  # the first iteration of a resumed feed
             start, skip = self.start, point.taken
@@ -137,22 +137,28 @@ class Feed:
             on_index=self._learn_index,
             index_digest=self._index_digests,
             known=known,
+            file_sizes=sizes,
             pool=(pool, self._slot) if pool is not None and self._slot is not None else None,
         )
         self._started(stream)
         self._current = weakref.ref(stream)
         return stream
 
-    def _known_index(self) -> Index | None:
-        """The last index learnt, if the files are still what they were then (same real
-        paths, sizes, modification times): one stat per file."""
+    def _known_index(self) -> tuple[Index | None, list[int] | None]:
+        """The last index learnt, if the files are still what they were then (same devices
+        and inodes, sizes, modification times), and the files' sizes: one stat per file."""
         if not isinstance(self.config, HdfConfig):
-            return None
-        self._stream_key = known_index.key(self.config)
+            return None, None
+        stats = known_index.file_stats(self.config)
+        if stats is None:
+            self._stream_key = None
+            return None, None
+        self._stream_key = known_index.key_of(self.config, stats)
+        sizes = [st.st_size for st in stats]
         last = self._index_digests.last
-        if last is None or self._stream_key is None or self._stream_key != self._index_key:
-            return None
-        return last
+        if last is None or self._stream_key != self._index_key:
+            return None, sizes
+        return last, sizes
 
     def _learn_index(self, digest: str, videos: int) -> None:
         """The index of the files is known: its hash joins the fingerprint, and the epoch's

@@ -78,9 +78,11 @@ class HdfScheduler:
         start: Cursor,
         counters: collections.Counter[str],
         known: Index | None = None,
+        file_sizes: Sequence[int] | None = None,
     ) -> None:
         """``known``: the index of these files as local workers last read them, unchanged
-        since (see :meth:`start`)."""
+        since (see :meth:`start`); ``file_sizes``: their sizes, if just stat'ed (the files
+        are shared out by size)."""
         self.config = config
         self.job_id = job_id
         self._log = consumer_log(job_id)
@@ -96,6 +98,7 @@ class HdfScheduler:
         self._parked: list[tuple[int, np.ndarray]] = []  # (seq, positions) of unowned files
         self._videos: dict[int, FileColumns] = {}  # each indexed file's videos
         self._known = known
+        self._file_sizes = file_sizes
         #: Whether the plan started from the known index (no INDEX asked of the owners).
         self.planned_from_known = False
         self._assembler: BatchAssembler | None = None
@@ -112,7 +115,9 @@ class HdfScheduler:
     def start(self, peers: Sequence[Peer]) -> list[Send]:
         root = self.config.options.data_root
         files = self.config.files
-        sizes = [_file_size(os.path.join(root, p) if root else p) for p in files]
+        sizes = self._file_sizes
+        if sizes is None or len(sizes) != len(files):
+            sizes = [_file_size(os.path.join(root, p) if root else p) for p in files]
         order = sorted(peers, key=lambda p: p.identity)
         self._peers = {peer.identity: peer for peer in order}
         for file_index, slot in enumerate(assign_files(sizes, len(order)).tolist()):

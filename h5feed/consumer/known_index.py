@@ -35,37 +35,43 @@ _SUBDIR = "feeds"
 
 
 def key(config: HdfConfig) -> str | None:
-    """What identifies ``config``'s files as they are now (each one's real path, size and
-    modification time, and the layout as given); None if one cannot be stat'ed here."""
-    return _key(config)
+    """What identifies ``config``'s files as they are now (each one's device and inode, size
+    and modification time, and the layout as given); None if one cannot be stat'ed here."""
+    stats = file_stats(config)
+    return None if stats is None else key_of(config, stats)
 
 
-def _key(config: HdfConfig) -> str | None:
+def file_stats(config: HdfConfig) -> list[os.stat_result] | None:
+    """One ``stat`` of each of ``config``'s files, or None if one cannot be stat'ed here."""
     root = config.options.data_root
+    try:
+        return [os.stat(os.path.join(root, path) if root else path) for path in config.files]
+    except OSError:
+        return None
+
+
+def key_of(config: HdfConfig, stats: list[os.stat_result]) -> str:
+    """:func:`key` from stats already taken (:func:`file_stats`)."""
     ident = [json.dumps(config.layout.to_wire(), sort_keys=True)]
-    for path in config.files:
-        full = os.path.join(root, path) if root else path
-        try:
-            st = os.stat(full)
-        except OSError:
-            return None
-        # Device and inode name the file whatever path or link leads to it (a realpath per
-        # file took 0.25 s at 10,000 files, on every iteration's start).
-        ident.append(f"{st.st_dev}:{st.st_ino}\0{st.st_size}\0{st.st_mtime_ns}")
+    # Device and inode name the file whatever path or link leads to it (a realpath per file
+    # took 0.25 s at 10,000 files, on every iteration's start).
+    ident += [f"{st.st_dev}:{st.st_ino}\0{st.st_size}\0{st.st_mtime_ns}" for st in stats]
     return hashlib.sha256("\n".join(ident).encode()).hexdigest()
 
 
-def _path(config: HdfConfig, key: str | None = None) -> pathlib.Path | None:
+def _path(config: HdfConfig, files_key: str | None = None) -> pathlib.Path | None:
     cache = config.options.index_cache
-    if cache and key is None:
-        key = _key(config)
-    return None if cache is None or key is None else pathlib.Path(cache) / _SUBDIR / key
+    if not cache:
+        return None
+    if files_key is None:
+        files_key = key(config)
+    return None if files_key is None else pathlib.Path(cache) / _SUBDIR / files_key
 
 
-def load(config: HdfConfig, key: str | None = None) -> Index | None:
-    """The remembered index of ``config``'s files, or None (a miss); ``key``: theirs, if
-    already taken (:func:`key`), so that the index is the one of exactly those files."""
-    path = _path(config, key)
+def load(config: HdfConfig, files_key: str | None = None) -> Index | None:
+    """The remembered index of ``config``'s files, or None (a miss); ``files_key``: theirs,
+    if already taken (:func:`key`), so that the index is the one of exactly those files."""
+    path = _path(config, files_key)
     if path is None:
         return None
     try:

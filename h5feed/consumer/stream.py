@@ -98,10 +98,12 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
         pool: tuple[WorkerPool, PoolSlot] | None = None,
         index_digest: Callable[[Index], str] = resume.index_digest,
         known: Index | None = None,
+        file_sizes: list[int] | None = None,
     ) -> None:
         """``pool``: persistent workers and their socket to run on, and the slot to give them
         back to (None: start this iteration's own workers). ``known``: the index of the
-        files, unchanged since local workers read it (see ``HdfScheduler.start``)."""
+        files, unchanged since local workers read it (see ``HdfScheduler.start``); ``file_sizes``:
+        the files' sizes as just stat'ed (else the scheduler takes them)."""
         self.config = config
         # Weakly: a stream must not keep its feed alive (a feed that is gone stops its kept
         # workers when this stream ends, as `feed.stream()` on a temporary feed expects).
@@ -180,7 +182,9 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
                     config, self.job_id, epoch_range, start, self.counters, self._gate, learnt
                 )
                 if isinstance(config, SourceConfig)
-                else HdfScheduler(config, self.job_id, epoch_range, start, self.counters, known)
+                else HdfScheduler(
+                    config, self.job_id, epoch_range, start, self.counters, known, file_sizes
+                )
             )
             undo.pop_all()  # from here the loop owns socket and waker, the finalizer the rest
         self._loop = FeedLoop(

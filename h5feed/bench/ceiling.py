@@ -122,14 +122,14 @@ def stop_producers(processes: list[subprocess.Popen[bytes]]) -> None:
                 process.wait()
 
 
-def serve_ceiling(spec: dict[str, Any], send: Callable[[str, dict[str, Any]], None]) -> int:
-    """The ceiling process (run by ``run_one`` for ``"kind": "ceiling"``): sends one
-    ``ceiling`` message with every window."""
+def pinned_setup(spec: dict[str, Any]) -> tuple[Any, list[int], list[int]]:
+    """Pin this ceiling process to the trainer's CPUs (before TensorFlow sizes its thread
+    pools); the dataset of ``spec``, the trainer's CPUs and those left for the producers."""
     from h5feed.bench.contender import Setup
     from h5feed.bench.workload import VideoRef
 
     trainer_cpus, producer_cpus = pinning(sorted(os.sched_getaffinity(0)))
-    os.sched_setaffinity(0, set(trainer_cpus))  # before TensorFlow sizes its thread pools
+    os.sched_setaffinity(0, set(trainer_cpus))
     raw = spec["setup"]
     setup = Setup(
         paths=tuple(raw["paths"]),
@@ -139,6 +139,13 @@ def serve_ceiling(spec: dict[str, Any], send: Callable[[str, dict[str, Any]], No
         seed=int(raw["seed"]),
         cache_dir=str(raw["cache_dir"]),
     )
+    return setup, trainer_cpus, producer_cpus
+
+
+def serve_ceiling(spec: dict[str, Any], send: Callable[[str, dict[str, Any]], None]) -> int:
+    """The ceiling process (run by ``run_one`` for ``"kind": "ceiling"``): sends one
+    ``ceiling`` message with every window."""
+    setup, trainer_cpus, producer_cpus = pinned_setup(spec)
     windows: list[dict[str, Any]] = []
     tmpdir = tempfile.mkdtemp(prefix="h5feed-ceiling-")
     try:

@@ -34,7 +34,7 @@ import zmq
 
 from h5feed.bench.contender import Contender, Setup
 from h5feed.bench.workload import BATCH_SIZE, CLIP_SHAPE
-from h5feed.common.curve import KeyPair, load_public, make_client
+from h5feed.common.curve import KeyPair, client_key_files, make_client
 
 BATCH_SHAPE = (BATCH_SIZE, *CLIP_SHAPE)
 RECEIVE_TIMEOUT_S = 30.0
@@ -119,11 +119,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.cpus:
         os.sched_setaffinity(0, {int(c) for c in args.cpus.split(",")})
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    if (args.key is None) != (args.server_key is None):
-        parser.error("CURVE needs both --key and --server-key")
-    curve = None
-    if args.key is not None:
-        curve = (KeyPair.load(args.key), load_public(args.server_key))
+    try:
+        curve = client_key_files(args.key, args.server_key)
+    except ValueError as exc:
+        parser.error(str(exc))
     return send_forever(args.connect, curve, args.parent_pid)
 
 

@@ -20,6 +20,7 @@ from h5feed.bench.contender import CANNOT_RUN, PARALLEL_PER_CORE
 from h5feed.bench.measure import METRICS, Window
 from h5feed.bench.procstat import available_cores
 from h5feed.bench.runner import Row
+from h5feed.bench.workload import BATCH_BYTES, BATCH_SIZE, CLIP_SHAPE
 
 TARGETS = {
     "h5feed_vs_twice_limit": 0.95,
@@ -110,7 +111,7 @@ def socket_ceiling_summary(result: dict[str, Any] | None) -> dict[str, Any] | No
             if ws:
                 entry[path] = {
                     "gb_per_s": statistics.median(w["gb_per_s"] for w in ws),
-                    "batches_per_s": statistics.median(w["clips_per_s"] for w in ws) / 8,
+                    "batches_per_s": statistics.median(w["clips_per_s"] for w in ws) / BATCH_SIZE,
                     "trainer_cpu_ms_per_clip": statistics.median(
                         w["trainer_cpu_ms_per_clip"] for w in ws
                     ),
@@ -354,7 +355,8 @@ def _socket_lines(result: dict[str, Any]) -> list[str]:
         f"{result['producers']} sender(s) in network namespace {result['netns']} "
         f"({result['link']}) "
         f"on CPUs {result['producer_cpus']}, trainer on CPUs {result['trainer_cpus']}; "
-        "batches of 8 x 16 x 112 x 112 x 3 uint8 (2.4 MB); raw = plain pyzmq, a msgpack header "
+        f"batches of {' x '.join(map(str, (BATCH_SIZE, *CLIP_SHAPE)))} uint8 "
+        f"({BATCH_BYTES / 1e6:.1f} MB); raw = plain pyzmq, a msgpack header "
         "frame + the batch frame. Targets: h5feed.dataset >= "
         f"{goal_ratio} x raw, trainer CPU <= {goal_cpu} ms/clip.",
         "",

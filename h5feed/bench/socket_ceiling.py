@@ -32,7 +32,7 @@ import tempfile
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from h5feed.bench.ceiling import ListeningFeed, pinning, stop_producers
+from h5feed.bench.ceiling import ListeningFeed, pinned_setup, stop_producers
 from h5feed.bench.contender import Contender, Setup
 from h5feed.bench.measure import drive_for, measure_window
 from h5feed.bench.workload import BATCH_BYTES, BATCH_SIZE
@@ -114,20 +114,7 @@ def _contender(setup: Setup, path: str, address: str, keys: _Keys | None) -> Con
 def serve_socket_ceiling(spec: dict[str, Any], send: Callable[[str, dict[str, Any]], None]) -> int:
     """The socket ceiling process (see the module docstring): sends one ``socket_ceiling``
     message with every window."""
-    from h5feed.bench.contender import Setup
-    from h5feed.bench.workload import VideoRef
-
-    trainer_cpus, producer_cpus = pinning(sorted(os.sched_getaffinity(0)))
-    os.sched_setaffinity(0, set(trainer_cpus))  # before TensorFlow sizes its thread pools
-    raw = spec["setup"]
-    setup = Setup(
-        paths=tuple(raw["paths"]),
-        videos=tuple(VideoRef(*v) for v in raw["videos"]),
-        workers=0,
-        epochs=None,
-        seed=int(raw["seed"]),
-        cache_dir=str(raw["cache_dir"]),
-    )
+    setup, trainer_cpus, producer_cpus = pinned_setup(spec)
     host = spec["netns"]["host_address"]
     windows: list[dict[str, Any]] = []
     tmpdir = tempfile.mkdtemp(prefix="h5feed-socket-ceiling-")

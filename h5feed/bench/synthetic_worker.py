@@ -21,17 +21,14 @@ import argparse
 import logging
 import os
 import signal
-import socket
 import sys
-import time
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from h5feed import __version__
 from h5feed.common import messages
-from h5feed.common.curve import KeyPair, load_public
+from h5feed.common.curve import client_key_files
 from h5feed.common.wire import DEFAULT_MAX_MESSAGE_BYTES
 from h5feed.producer.hdf5_job import Hdf5Job
 from h5feed.producer.worker import Worker, run_until_stopped
@@ -44,12 +41,8 @@ class SyntheticWorker(Worker):
     def __init__(self, *args: Any, host: str | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._zeros: dict[tuple[int, ...], np.ndarray] = {}
-        self.host = host or socket.gethostname()
-
-    def hello(self) -> None:
-        """HELLO naming :attr:`host` (the real worker names this host)."""
-        self._last_hello = time.monotonic()
-        self.send(messages.Hello(self.worker_id, os.getpid(), self.host, __version__, self.nonce))
+        if host is not None:
+            self.host = host  # said in HELLO instead of this host's name
 
     def run_unit(self, job: Hdf5Job, unit: messages.Unit) -> None:
         height, width = job.spec.frame_shape
@@ -72,15 +65,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--key", default=None, help="CURVE: this worker's .key_secret file")
     parser.add_argument("--server-key", default=None, help="CURVE: the consumer's .key file")
     args = parser.parse_args(argv)
-    if (args.key is None) != (args.server_key is None):
-        parser.error("CURVE needs both --key and --server-key")
+    try:
+        curve = client_key_files(args.key, args.server_key)
+    except ValueError as exc:
+        parser.error(str(exc))
     logging.basicConfig(level=os.environ.get("H5FEED_LOG_LEVEL", "WARNING"))
     if args.cpus:
         os.sched_setaffinity(0, {int(c) for c in args.cpus.split(",")})
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    curve = None
-    if args.key is not None:
-        curve = (KeyPair.load(args.key), load_public(args.server_key))
     worker = SyntheticWorker(
         args.connect,
         args.worker_id,

@@ -114,6 +114,16 @@ def load_public_keys(directory: str) -> set[bytes]:
     return {load_public(str(path)) for path in files}
 
 
+def client_key_files(key: str | None, server_key: str | None) -> tuple[KeyPair, bytes] | None:
+    """A CURVE client's own key pair (its ``.key_secret`` file) and the server's public key
+    (its ``.key`` file); None when neither is given, ValueError when only one is."""
+    if key is None and server_key is None:
+        return None
+    if key is None or server_key is None:
+        raise ValueError("CURVE needs both --key and --server-key")
+    return KeyPair.load(key), load_public(server_key)
+
+
 def make_client(socket: zmq.Socket[bytes], own: KeyPair, server_public: bytes) -> None:
     """Set a socket up as a CURVE client of the server with ``server_public``."""
     socket.curve_secretkey = own.secret

@@ -37,9 +37,6 @@ worker that may still run stays out of the slot pool until that process is gone
 from __future__ import annotations
 
 import collections
-import dataclasses
-import heapq
-import itertools
 import os
 import socket
 from collections.abc import Iterator, Sequence
@@ -52,6 +49,13 @@ from h5feed.common.logs import consumer_log
 from h5feed.consumer.assembly import Batch, BatchAssembler
 from h5feed.consumer.bad_data import SkipLog
 from h5feed.consumer.credits import CreditGate
+from h5feed.consumer.hdf5_work import (
+    assign_files,
+    file_size,
+    first_difference,
+    merge_jobs,
+    unit_rows,
+)
 from h5feed.consumer.options import HdfConfig
 from h5feed.consumer.ordering import PlannedRelease
 from h5feed.consumer.plan import Cursor, EpochPlan, FileColumns, Index, PlannedBatch
@@ -98,7 +102,7 @@ class HdfScheduler:
         self._parked: list[tuple[int, np.ndarray]] = []  # (seq, positions) of unowned files
         self._videos: dict[int, FileColumns] = {}  # each indexed file's videos
         self._known = known
-        self._file_sizes = file_sizes
+        self.file_sizes = file_sizes
         #: Whether the plan started from the known index (no INDEX asked of the owners).
         self.planned_from_known = False
         self._assembler: BatchAssembler | None = None
@@ -115,9 +119,9 @@ class HdfScheduler:
     def start(self, peers: Sequence[Peer]) -> list[Send]:
         root = self.config.options.data_root
         files = self.config.files
-        sizes = self._file_sizes
+        sizes = self.file_sizes
         if sizes is None or len(sizes) != len(files):
-            sizes = [_file_size(os.path.join(root, p) if root else p) for p in files]
+            sizes = [file_size(os.path.join(root, p) if root else p) for p in files]
         order = sorted(peers, key=lambda p: p.identity)
         self._peers = {peer.identity: peer for peer in order}
         for file_index, slot in enumerate(assign_files(sizes, len(order)).tolist()):
@@ -202,7 +206,7 @@ class HdfScheduler:
         planned one, else it is refused for the file and another worker is asked."""
         del self._moving[file_index]
         planned = self._planned_columns(file_index)
-        what = _first_difference(planned, columns)
+        what = first_difference(planned, columns)
         if what is None:
             previous = self._owners.get(file_index)
             if previous is not None and file_index in previous.files:
@@ -401,7 +405,7 @@ class HdfScheduler:
                 if in_slot and slot is not None and not confirmed_dead and self._pool:
                     self._pool.hold_until_gone(slot, lost.pid)
                 sends += self._units(unit.seq, assembler.planned(unit.seq), positions)
-        return Reassignment(_merge_jobs(sends), len(units))
+        return Reassignment(merge_jobs(sends), len(units))
 
     def join(self, peer: Peer) -> list[Send]:
         self._peers[peer.identity] = peer
@@ -421,7 +425,7 @@ class HdfScheduler:
                 self._moving[movable[-1]] = peer
                 sends.append(self._job(peer, [movable[-1]]))
                 mine += 1
-        return _merge_jobs(sends)
+        return merge_jobs(sends)
 
     def unreadable(self, peer: Peer, file_index: int, unit_id: int | None) -> list[Send] | None:
         """``peer`` is refused for a file it cannot read, which moves to the live worker with
@@ -453,7 +457,7 @@ class HdfScheduler:
             positions, _in_slot = unit.work  # it answered: it writes no more into the slot
             planned = self._require_assembler().planned(unit.seq)
             sends += self._units(unit.seq, planned, positions)
-        return _merge_jobs(sends)
+        return merge_jobs(sends)
 
     def unowned_files(self) -> list[int]:
         """Files with neither an owner nor a worker taking them over."""
@@ -558,87 +562,8 @@ class HdfScheduler:
         return self._assembler
 
 
-def _merge_jobs(sends: list[Send]) -> list[Send]:
-    """One JOB per peer listing every file it was given (in order), ahead of its units."""
-    jobs: dict[Peer, messages.Job] = {}
-    rest: list[Send] = []
-    for send in sends:
-        message = send.message
-        if isinstance(message, messages.Job):
-            before = jobs.get(send.peer)
-            jobs[send.peer] = (
-                message
-                if before is None
-                else dataclasses.replace(before, files=before.files + message.files)
-            )
-        else:
-            rest.append(send)
-    return [Send(peer, job) for peer, job in jobs.items()] + rest
-
-
-def _first_difference(planned: FileColumns, found: FileColumns) -> str | None:
-    """Where two indexes of one file first differ, in words; None if they are the same."""
-    for position, name in enumerate(planned.names):
-        if position >= len(found.names):
-            break
-        want = (name, int(planned.frames[position]), int(planned.labels[position]))
-        got = (found.names[position], int(found.frames[position]), int(found.labels[position]))
-        if want != got:
-            found_name = got[0].decode(errors="replace")
-            return (
-                f"video {name.decode(errors='replace')!r}: planned (frames, label) {want[1:]}, "
-                f"found {found_name!r} {got[1:]}"
-            )
-    if len(planned.names) != len(found.names):
-        return f"{len(planned.names)} videos planned, {len(found.names)} found"
-    return None
-
-
 def _shares_memory(peer: Peer) -> bool:
     """Whether ``peer`` may map this process's slots: a local worker, or a producer that says
     it runs on this host (one that cannot map them, in a container say, sends its rows over
     the socket after all, so offering costs nothing)."""
     return peer.local or peer.host == _HOST
-
-
-def assign_files(sizes: Sequence[int], workers: int) -> np.ndarray:
-    """The worker slot owning each file: largest files first, each to the least loaded slot.
-
-    Deterministic (ties go to the lower index). Every file has exactly one owner; with more
-    workers than files, some workers own nothing.
-    """
-    owner = np.zeros(len(sizes), np.int64)
-    if not workers:
-        return owner
-    raw = np.asarray(sizes, np.int64).reshape(-1)
-    weights = np.maximum(raw, 1)  # an empty (or unreadable) file still counts as one
-    largest_first = np.lexsort((np.arange(len(raw)), -raw)).tolist()
-    loads = [(0, slot) for slot in range(workers)]  # a heap: least loaded, then lowest slot
-    for file_index, weight in zip(largest_first, weights[largest_first].tolist(), strict=True):
-        load, slot = heapq.heappop(loads)
-        owner[file_index] = slot
-        heapq.heappush(loads, (load + weight, slot))
-    return owner
-
-
-def unit_rows(index: Index, planned: PlannedBatch) -> list[messages.Row]:
-    """One UNIT row per sample of ``planned``, in batch order."""
-    rows = zip(
-        planned.samples.tolist(),
-        index.file_of_video[planned.videos].tolist(),
-        index.video_in_file[planned.videos].tolist(),
-        planned.starts.tolist(),
-        planned.crop_uniforms[:, 0].tolist(),
-        planned.crop_uniforms[:, 1].tolist(),
-        planned.flips.tolist(),
-        planned.seeds.tolist(),
-        strict=True,
-    )
-    return list(itertools.starmap(messages.Row, rows))
-
-
-def _file_size(path: str) -> int:
-    try:
-        return os.path.getsize(path)
-    except OSError:
-        return 0  # the owning worker reports the unreadable file with its name

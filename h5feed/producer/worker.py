@@ -44,7 +44,7 @@ from h5feed.common.curve import (
     CURVE_ENV_SECRET,
     CURVE_ENV_SERVER,
     KeyPair,
-    load_public,
+    client_key_files,
 )
 from h5feed.common.wire import DEFAULT_MAX_MESSAGE_BYTES
 from h5feed.producer.code_policy import policy_of
@@ -58,10 +58,12 @@ __all__ = ["Worker", "main", "run_until_stopped"]
 def _curve_keys(key: str | None, server_key: str | None) -> tuple[KeyPair, bytes] | None:
     """CURVE keys from files (a producer service) or from the environment (local workers of
     a consumer that uses CURVE); None without keys."""
-    if key is not None or server_key is not None:
-        if key is None or server_key is None:
-            raise SystemExit("CURVE needs both --key and --server-key")
-        return KeyPair.load(key), load_public(server_key)
+    try:
+        from_files = client_key_files(key, server_key)
+    except ValueError as exc:
+        raise SystemExit(str(exc)) from None
+    if from_files is not None:
+        return from_files
     public, secret = os.environ.get(CURVE_ENV_PUBLIC), os.environ.get(CURVE_ENV_SECRET)
     server = os.environ.get(CURVE_ENV_SERVER)
     if public and secret and server:

@@ -84,6 +84,7 @@ class Worker:
         code_policy: CodePolicy = NOTHING,
     ) -> None:
         self.worker_id = worker_id
+        self.host = socket.gethostname()  # said in every HELLO
         self.counters = WorkerCounters(stats_file, worker_id)  # read by `h5feed produce`
         self.parent_pid = parent_pid
         self.data_root = data_root
@@ -151,11 +152,7 @@ class Worker:
 
     def hello(self) -> None:
         self._last_hello = time.monotonic()
-        self.send(
-            messages.Hello(
-                self.worker_id, os.getpid(), socket.gethostname(), __version__, self.nonce
-            )
-        )
+        self.send(messages.Hello(self.worker_id, os.getpid(), self.host, __version__, self.nonce))
 
     def say_bye(self) -> None:
         """Tell the consumer this worker leaves: what it still held is given to others."""

@@ -1,0 +1,97 @@
+"""What the HDF5 scheduler sends, as plain functions: files shared out by size, UNIT rows of a
+planned batch, JOBs merged per worker, and two indexes of one file compared."""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import itertools
+import os
+from collections.abc import Sequence
+
+import numpy as np
+
+from h5feed.common import messages
+from h5feed.consumer.plan import FileColumns, Index, PlannedBatch
+from h5feed.consumer.scheduler import Send
+from h5feed.consumer.work import Peer
+
+
+def merge_jobs(sends: list[Send]) -> list[Send]:
+    """One JOB per peer listing every file it was given (in order), ahead of its units."""
+    jobs: dict[Peer, messages.Job] = {}
+    rest: list[Send] = []
+    for send in sends:
+        message = send.message
+        if isinstance(message, messages.Job):
+            before = jobs.get(send.peer)
+            jobs[send.peer] = (
+                message
+                if before is None
+                else dataclasses.replace(before, files=before.files + message.files)
+            )
+        else:
+            rest.append(send)
+    return [Send(peer, job) for peer, job in jobs.items()] + rest
+
+
+def first_difference(planned: FileColumns, found: FileColumns) -> str | None:
+    """Where two indexes of one file first differ, in words; None if they are the same."""
+    for position, name in enumerate(planned.names):
+        if position >= len(found.names):
+            break
+        want = (name, int(planned.frames[position]), int(planned.labels[position]))
+        got = (found.names[position], int(found.frames[position]), int(found.labels[position]))
+        if want != got:
+            found_name = got[0].decode(errors="replace")
+            return (
+                f"video {name.decode(errors='replace')!r}: planned (frames, label) {want[1:]}, "
+                f"found {found_name!r} {got[1:]}"
+            )
+    if len(planned.names) != len(found.names):
+        return f"{len(planned.names)} videos planned, {len(found.names)} found"
+    return None
+
+
+def assign_files(sizes: Sequence[int], workers: int) -> np.ndarray:
+    """The worker slot owning each file: largest files first, each to the least loaded slot.
+
+    Deterministic (ties go to the lower index). Every file has exactly one owner; with more
+    workers than files, some workers own nothing.
+    """
+    owner = np.zeros(len(sizes), np.int64)
+    if not workers:
+        return owner
+    raw = np.asarray(sizes, np.int64).reshape(-1)
+    weights = np.maximum(raw, 1)  # an empty (or unreadable) file still counts as one
+    largest_first = np.lexsort((np.arange(len(raw)), -raw)).tolist()
+    loads = [(0, slot) for slot in range(workers)]  # a heap: least loaded, then lowest slot
+    for file_index, weight in zip(largest_first, weights[largest_first].tolist(), strict=True):
+        load, slot = heapq.heappop(loads)
+        owner[file_index] = slot
+        heapq.heappush(loads, (load + weight, slot))
+    return owner
+
+
+def unit_rows(index: Index, planned: PlannedBatch) -> list[messages.Row]:
+    """One UNIT row per sample of ``planned``, in batch order."""
+    rows = zip(
+        planned.samples.tolist(),
+        index.file_of_video[planned.videos].tolist(),
+        index.video_in_file[planned.videos].tolist(),
+        planned.starts.tolist(),
+        planned.crop_uniforms[:, 0].tolist(),
+        planned.crop_uniforms[:, 1].tolist(),
+        planned.flips.tolist(),
+        planned.seeds.tolist(),
+        strict=True,
+    )
+    return list(itertools.starmap(messages.Row, rows))
+
+
+def file_size(path: str) -> int:
+    """``path``'s size in bytes, 0 if it cannot be stat'ed here."""
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0  # the owning worker reports the unreadable file with its name

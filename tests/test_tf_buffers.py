@@ -5,6 +5,7 @@ a buffer that is reused only when nothing, TensorFlow's tensors included, holds 
 from __future__ import annotations
 
 import gc
+import weakref
 from collections.abc import Iterator
 
 import numpy as np
@@ -71,3 +72,34 @@ def test_batches_tensorflow_still_holds_never_change() -> None:
     assert later == list(range(100, 106))
     assert [int(t.numpy().min()) for t in held] == [int(t.numpy().max()) for t in held]
     assert [int(t.numpy()[-1, -1, -1, -1, -1]) for t in held] == list(range(6))
+
+
+def test_the_generator_drops_each_received_batch_before_tensorflow_gets_its_element() -> None:
+    # A received batch is a view of ZeroMQ's buffer: held while the generator is suspended,
+    # that buffer cannot be reused for the next message (see signature.elements_of).
+    from h5feed.consumer.signature import elements_of
+
+    buffers = TensorFlowBuffers()
+    received: list[weakref.ref[np.ndarray]] = []
+
+    class Arriving:  # like the stream: hands each batch over and keeps no reference
+        def __init__(self) -> None:
+            self.fill = 0
+
+        def __iter__(self) -> Arriving:
+            return self
+
+        def __next__(self) -> dict[str, np.ndarray]:
+            if self.fill == 3:
+                raise StopIteration
+            frames = unaligned(self.fill)
+            self.fill += 1
+            received.append(weakref.ref(frames))
+            return {"frames": frames}
+
+    elements = elements_of(Arriving(), lambda batch: buffers.copy(batch["frames"]))
+    first = next(elements)  # the generator is now suspended after handing this one over
+    gc.collect()
+    assert received[0]() is None, "the received batch outlives the hand-off"
+    assert is_aligned(first) and (first == 0).all()  # the element keeps its own copy
+    assert [int(e[0, 0, 0, 0, 0]) for e in elements] == [1, 2]

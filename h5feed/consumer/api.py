@@ -361,8 +361,7 @@ def dataset(
             stream = feed.stream()
             taken = stream
         try:
-            for batch in taken:
-                yield element(batch)
+            yield from signature.elements_of(taken, element)
         finally:
             stream.close()
 

@@ -165,6 +165,7 @@ class FeedLoop:
             taken_at_dispatch = gate.taken
             self._send(scheduler.next_units(gate, list(self.session.peers.values())))
             if scheduler.finished:
+                self._account_for_exits()
                 self.out.put(END)
                 return
             # Whether a returned credit must wake this thread: only when a worker holds at
@@ -173,6 +174,14 @@ class FeedLoop:
             peers = self.session.peers.values()
             gate.want_wakeup(any(len(peer.outstanding) <= 1 for peer in peers))
             self._pump(0 if gate.changed_since(taken_at_dispatch) else _POLL_MS)
+
+    def _account_for_exits(self) -> None:
+        """One last health check before the end: a local worker that exited before its
+        hello (a replacement killed while starting) holds no work, so the iteration can end
+        before the periodic check sees it. Seen now, it is replaced and counted, and the
+        iteration's ``stats()`` count every exit that happened during it."""
+        self.session.check(time.monotonic())
+        self._handle_events()
 
     def _pump(self, timeout_ms: int) -> None:
         """Wait up to ``timeout_ms`` and queue what arrived; check health now and then."""

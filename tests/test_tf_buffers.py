@@ -82,22 +82,13 @@ def test_the_generator_drops_each_received_batch_before_tensorflow_gets_its_elem
     buffers = TensorFlowBuffers()
     received: list[weakref.ref[np.ndarray]] = []
 
-    class Arriving:  # like the stream: hands each batch over and keeps no reference
-        def __init__(self) -> None:
-            self.fill = 0
+    def arriving(fill: int) -> dict[str, np.ndarray]:
+        frames = unaligned(fill)
+        received.append(weakref.ref(frames))
+        return {"frames": frames}
 
-        def __iter__(self) -> Arriving:
-            return self
-
-        def __next__(self) -> dict[str, np.ndarray]:
-            if self.fill == 3:
-                raise StopIteration
-            frames = unaligned(self.fill)
-            self.fill += 1
-            received.append(weakref.ref(frames))
-            return {"frames": frames}
-
-    elements = elements_of(Arriving(), lambda batch: buffers.copy(batch["frames"]))
+    # map() keeps no reference to what it returned, as the stream keeps none to its batches.
+    elements = elements_of(map(arriving, range(3)), lambda batch: buffers.copy(batch["frames"]))
     first = next(elements)  # the generator is now suspended after handing this one over
     gc.collect()
     assert received[0]() is None, "the received batch outlives the hand-off"

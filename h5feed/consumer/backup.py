@@ -33,7 +33,7 @@ from typing import Any
 
 from h5feed.common.errors import ResumeError
 from h5feed.consumer import resume
-from h5feed.consumer.api import Feed
+from h5feed.consumer.feed import Feed
 from h5feed.consumer.plan import Cursor
 
 _WEIGHTS = ("h5feed-a.weights.h5", "h5feed-b.weights.h5")

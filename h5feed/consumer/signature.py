@@ -42,7 +42,7 @@ from h5feed.consumer.stream import BATCH_KEYS, BatchStream
 from h5feed.consumer.tf_elements import tf_signature, to_tf
 
 if TYPE_CHECKING:
-    from h5feed.consumer.api import Feed
+    from h5feed.consumer.feed import Feed
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

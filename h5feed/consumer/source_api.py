@@ -17,7 +17,7 @@ import weakref
 from collections.abc import Mapping
 from typing import Any
 
-from h5feed.consumer.api import Feed
+from h5feed.consumer.feed import Feed
 from h5feed.consumer.options import FeedOptions
 from h5feed.consumer.source_options import SOURCE_KEYS, Learnt, SourceConfig
 from h5feed.consumer.stream import BatchStream

@@ -30,7 +30,8 @@ from typing import Any
 
 import numpy as np
 
-from h5feed.consumer.api import Feed, PathsLike, batches
+from h5feed.consumer.api import PathsLike, batches
+from h5feed.consumer.feed import Feed
 
 _READ_ONLY_WARNING = "The given NumPy array is not writable"
 

@@ -2,7 +2,7 @@
 
 Why: every ``model.fit`` epoch of an ``epochs=1`` dataset and every validation pass is a new
 iteration; starting workers for each one costs their start-up and their index (seconds at
-10,000 files). A :class:`WorkerPool` belongs to one :class:`~h5feed.consumer.api.Feed`; each
+10,000 files). A :class:`WorkerPool` belongs to one :class:`~h5feed.consumer.feed.Feed`; each
 iteration borrows it (:meth:`PoolSlot.take`), runs its own job on it (a new JOB, a new session,
 plan and loop), and gives it back (:meth:`PoolSlot.give_back`). The workers run with
 ``--persistent``: a BYE ends their job, not their process, and they keep their files' indexes

@@ -10,7 +10,11 @@ import collections
 import math
 import threading
 import time
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from h5feed.consumer.work import Peer
 
 #: Seconds of history behind the "recent" rates.
 RECENT_WINDOW_S = 10.0
@@ -135,3 +139,31 @@ class WaitMeter:
             "wait_share_total": min(total / elapsed, 1.0),
             "wait_share_recent": min(recent / window, 1.0),
         }
+
+
+def worker_figures(peers: Sequence[Peer]) -> list[dict[str, Any]]:
+    """Per worker: name, pid, host, files owned, units outstanding, unit latency and what
+    it delivered (counts and rates)."""
+    return [
+        {
+            "name": p.name,
+            "pid": p.pid,
+            "host": p.host,
+            "files": len(p.files),
+            "outstanding_units": len(p.outstanding),
+            "unit_latency_s": p.unit_latency_s,
+            **p.received.snapshot(),
+        }
+        for p in peers
+    ]
+
+
+def host_figures(workers: Sequence[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Per host, the sums of :func:`worker_figures`: workers, clips, recent clips/s."""
+    hosts: dict[str, dict[str, float]] = {}
+    for worker in workers:
+        host = hosts.setdefault(worker["host"], {"workers": 0, "clips": 0, "clips_per_s": 0})
+        host["workers"] += 1
+        host["clips"] += worker["clips"]
+        host["clips_per_s"] += worker["per_s_recent"]["clips"]
+    return hosts

@@ -50,7 +50,7 @@ from h5feed.consumer.scheduler import Scheduler
 from h5feed.consumer.session import PeerSession
 from h5feed.consumer.source_options import Learnt, SourceConfig
 from h5feed.consumer.source_scheduler import SourceScheduler
-from h5feed.consumer.stats import RateMeter, WaitMeter, verdict
+from h5feed.consumer.stats import RateMeter, WaitMeter, host_figures, verdict, worker_figures
 from h5feed.consumer.waker import Waker
 from h5feed.consumer.worker_pool import PoolSlot, WorkerPool, close_all_slots
 
@@ -326,24 +326,8 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
         """
         taken = self._taken.snapshot()
         waited = self._waited.snapshot()
-        workers = [
-            {
-                "name": p.name,
-                "pid": p.pid,
-                "host": p.host,
-                "files": len(p.files),
-                "outstanding_units": len(p.outstanding),
-                "unit_latency_s": p.unit_latency_s,
-                **p.received.snapshot(),
-            }
-            for p in list(self._loop.session.peers.values())
-        ]
-        hosts: dict[str, dict[str, float]] = {}
-        for worker in workers:
-            host = hosts.setdefault(worker["host"], {"workers": 0, "clips": 0, "clips_per_s": 0})
-            host["workers"] += 1
-            host["clips"] += worker["clips"]
-            host["clips_per_s"] += worker["per_s_recent"]["clips"]
+        workers = worker_figures(list(self._loop.session.peers.values()))
+        hosts = host_figures(workers)
         counters, gate = self.counters, self._gate
         bound, extra, line = verdict(
             waited["wait_share_recent"], len(workers) or self.config.options.workers

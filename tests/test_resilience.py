@@ -6,6 +6,7 @@ batches received (a seeded schedule), and every wait is bounded."""
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import os
@@ -45,8 +46,9 @@ def test_21_sigkills_of_local_workers_over_3_epochs_lose_and_repeat_nothing(
     batches_per_epoch = 24  # 24 samples, batch_size 1
     schedule = sorted(rng.sample(range(1, 3 * batches_per_epoch - 12), KILLS))
     feed = h5feed.batches(
-        small_dataset, **CLIP, batch_size=1, workers=2, epochs=3, seed=9, max_restarts=KILLS
-    )
+        small_dataset, **CLIP, batch_size=1, workers=2, epochs=3, seed=9, max_restarts=KILLS,
+        max_unit_attempts=KILLS,  # kills this close may hit one unit's holders 3 times
+    )  # fmt: skip
     per_epoch: dict[int, list[int]] = {0: [], 1: [], 2: []}
     seen: set[int] = set()
     killed: set[int] = set()
@@ -72,6 +74,45 @@ def test_21_sigkills_of_local_workers_over_3_epochs_lose_and_repeat_nothing(
         assert sorted(samples) == list(range(24)), f"epoch {epoch}"
     assert stats["workers_replaced"] == kills
     feed.close()  # its workers are kept across iterations until then
+    assert wait_until_gone(sorted(seen)) == []
+
+
+def test_workers_killed_after_they_delivered_are_replaced_every_time_with_defaults(
+    small_dataset: list[pathlib.Path],
+) -> None:
+    """An OOM killer on a host under memory pressure: each kill waits for its victim (the
+    worker killed least so far) to have returned a part since its process started (the
+    event, read from ``stats()``); 9 kills over 3 epochs, 5 of one worker (past
+    max_restarts=3 within a minute, which the run takes on an idle machine), and the defaults
+    end nothing: these deaths are no crash loop, and no unit is held through 3 deaths."""
+    kills_wanted = 9
+    feed = h5feed.batches(small_dataset, **CLIP, batch_size=1, workers=2, epochs=3, seed=11)
+    per_epoch: dict[int, list[int]] = {0: [], 1: [], 2: []}
+    killed: list[int] = []
+    seen: set[int] = set()
+    names: set[str] = set()
+    per_name: collections.Counter[str] = collections.Counter()
+    with feed.stream() as stream:
+        for i, batch in enumerate(stream):
+            per_epoch[int(batch["epoch"][0])] += batch["sample"].tolist()
+            seen |= set(stream.worker_pids)
+            if len(killed) == kills_wanted or i < 3 + 7 * len(killed):
+                continue  # a kill every 7 batches at most: spread over the 3 epochs
+            workers = stream.stats()["workers"]  # one entry per live process that said hello
+            names |= {w["name"] for w in workers}
+            ready = [w for w in workers if w["count"] > 0 and w["pid"] not in killed]
+            if ready:  # else the kill is due at the next batch
+                victim = min(ready, key=lambda w: (per_name[w["name"]], w["name"]))
+                os.kill(victim["pid"], signal.SIGKILL)
+                killed.append(victim["pid"])
+                per_name[victim["name"]] += 1
+        stats = stream.stats()
+    assert len(killed) == kills_wanted, f"only {len(killed)} kills made"
+    assert sorted(per_name.values()) == [4, 5]  # each worker died again and again
+    for epoch, samples in per_epoch.items():
+        assert sorted(samples) == list(range(24)), f"epoch {epoch}"
+    assert stats["workers_replaced"] == kills_wanted
+    feed.close()
     assert wait_until_gone(sorted(seen)) == []
 
 

@@ -310,7 +310,7 @@ class FakeWorker:
         return self.source
 
     def _on_source(self, message: messages.Source) -> list[messages.Message]:
-        source = self._require_source()
+        self._require_source()
         if self._shard is not None:
             return []  # the second SOURCE: the spec to check elements against
         self._shard = (message.worker, message.workers)

@@ -68,7 +68,7 @@ SAMPLES: list[messages.Message] = [
         {"tree": "leaf", "leaves": [["", "<f4", [3]]]},
         2,
         (messages.ItemCheck(0, b"\x07" * 16, True), messages.ItemCheck(99, b"", False)),
-    ),  # fmt: skip
+    ),
     messages.Check("job-1", 2),
     messages.Ping(),
     messages.IndexBatch(

@@ -50,18 +50,20 @@ def check_agreement(
     for worker, checks in answers.items():
         for check in checks:
             by_item[check.item][worker] = check
-    for item, by_worker in sorted(by_item.items()):
-        unstable = sorted(w for w, c in by_worker.items() if not c.reproducible)
-        if unstable:
-            warnings.warn(
-                f"h5feed: {what} {item} of source {source!r} differs between two fetches in "
-                f"one worker although random, np.random and torch were seeded the same before "
-                "each: its randomness comes from elsewhere, so the same seed will not give the "
-                "same batches (and the workers' copies cannot be compared on it)",
-                NondeterministicItemWarning,
-                stacklevel=2,
-            )
+    stable = {}
+    for item, by_worker in sorted(by_item.items()):  # every unstable item is told first
+        if all(check.reproducible for check in by_worker.values()):
+            stable[item] = by_worker
             continue
+        warnings.warn(
+            f"h5feed: {what} {item} of source {source!r} differs between two fetches in "
+            f"one worker although random, np.random and torch were seeded the same before "
+            "each: its randomness comes from elsewhere, so the same seed will not give the "
+            "same batches (and the workers' copies cannot be compared on it)",
+            NondeterministicItemWarning,
+            stacklevel=2,
+        )
+    for item, by_worker in stable.items():
         versions: dict[bytes, list[str]] = collections.defaultdict(list)
         for worker, check in sorted(by_worker.items()):
             versions[check.digest].append(worker)

@@ -47,7 +47,7 @@ from h5feed.consumer.work import Peer
 
 CLIP = {"clip_len": 4, "resize": (48, 64), "crop": (40, 40)}
 #: Every wait of the end-to-end tests is bounded by this.
-WAIT_S = 60.0
+WAIT_S = 120.0
 
 
 def fleet_of(peers: list[Peer], budget: int = 4) -> tuple[Fleet, HdfScheduler]:
@@ -295,4 +295,4 @@ def test_a_curve_admitted_producer_silent_after_hello_is_lost_and_its_files_move
     assert sorted(samples) == list(range(24))
     # It was given files at the start, owed their INDEX, and was lost by its deadline.
     assert stats["peers_lost"] == 1 and silent[0].received()["Job"] == 1
-    assert took < unit_timeout_s + WAIT_S / 4, f"{took:.1f} s"
+    assert took < unit_timeout_s + 30, f"{took:.1f} s"

@@ -4,6 +4,10 @@ job as a worker runs it, without sockets (``tests/test_sources.py`` runs it in w
 from __future__ import annotations
 
 import pathlib
+import random
+import subprocess
+import sys
+import types
 from collections.abc import Mapping
 from typing import Any
 
@@ -12,6 +16,7 @@ import pytest
 
 from h5feed.common import messages
 from h5feed.common.errors import SourceError
+from h5feed.producer import seeding
 from h5feed.producer.code_policy import TRUSTED
 from h5feed.producer.sources import SourceJob
 
@@ -64,3 +69,36 @@ def test_a_map_item_is_the_same_whichever_worker_and_order_fetches_it() -> None:
 def test_a_batch_with_a_single_value_field_is_an_error_naming_it() -> None:
     with pytest.raises(SourceError, match=r"field '1' is a single value, not a batch"):
         job("user_sources:single_label_batches", {}, batched=True)
+
+
+def test_seeding_never_imports_torch() -> None:
+    code = (
+        "import sys; from h5feed.producer import seeding; seeding.seed_for(1, "
+        "seeding.Purpose.ITEM, 0, 3); print('torch' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert out.stdout.strip() == "False"
+
+
+def test_an_imported_torch_is_seeded_with_the_others(monkeypatch: pytest.MonkeyPatch) -> None:
+    """torch is not installed here: a module under its name in ``sys.modules`` stands for an
+    imported one (``seed_globals`` only looks it up there and calls ``manual_seed``)."""
+    seeds: list[int] = []
+    stand_in = types.ModuleType("torch")
+    stand_in.manual_seed = seeds.append  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "torch", stand_in)
+    seeding.seed_for(3, seeding.Purpose.ITEM, 0, 7)
+    first = (random.random(), np.random.random())
+    seeding.seed_for(3, seeding.Purpose.ITEM, 0, 7)
+    assert (random.random(), np.random.random()) == first
+    assert seeds == [seeding.derive(3, seeding.Purpose.ITEM, 0, 7)] * 2
+
+
+def test_a_real_torch_is_seeded() -> None:
+    torch = pytest.importorskip("torch")
+    seeding.seed_for(3, seeding.Purpose.ITEM, 0, 7)
+    first = torch.rand(3)
+    seeding.seed_for(3, seeding.Purpose.ITEM, 0, 7)
+    assert torch.equal(torch.rand(3), first)

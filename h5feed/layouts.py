@@ -4,6 +4,28 @@
 see :mod:`h5feed.common.layouts` for each layout and README "HDF5 layouts".
 """
 
-from h5feed.common.layouts import LAYOUT_NAMES, Auto, Flat, FrameDatasets, Groups, LayoutSpec, Raw
+from h5feed.common.layouts import (
+    LAYOUT_NAMES,
+    Auto,
+    Blobs,
+    Flat,
+    FrameDatasets,
+    Groups,
+    LayoutSpec,
+    Raw,
+    Video,
+    directory_classes,
+)
 
-__all__ = ["LAYOUT_NAMES", "Auto", "Flat", "FrameDatasets", "Groups", "LayoutSpec", "Raw"]
+__all__ = [
+    "LAYOUT_NAMES",
+    "Auto",
+    "Blobs",
+    "Flat",
+    "FrameDatasets",
+    "Groups",
+    "LayoutSpec",
+    "Raw",
+    "Video",
+    "directory_classes",
+]

@@ -37,6 +37,7 @@ worker that may still run stays out of the slot pool until that process is gone
 from __future__ import annotations
 
 import collections
+import dataclasses
 import os
 import socket
 from collections.abc import Iterator, Sequence
@@ -186,6 +187,12 @@ class HdfScheduler:
         if not all(self._moving.get(f) is peer or self._owners.get(f) is peer for f, _c in files):
             self._unexpected(peer, messages.IndexBatch.KIND)
             return []
+        labels = self.config.file_labels
+        if labels is not None:  # decided from the file list (one video per file): see options
+            files = [
+                (f, dataclasses.replace(c, labels=np.full(len(c.frames), labels[f], np.int64)))
+                for f, c in files
+            ]
         sends: list[Send] = []
         for file_index, columns in files:
             if self._moving.get(file_index) is peer:

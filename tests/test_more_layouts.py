@@ -101,7 +101,7 @@ def test_train_and_val_share_one_class_list(tmp_path: pathlib.Path) -> None:
     videos = make_videos(seed=0, count=5)  # labels 0..4: one video per class
     write_video_files(tmp_path / "train", videos, CLASSES)
     write_video_files(tmp_path / "val", [videos[1], videos[3]], CLASSES)  # two classes only
-    classes = h5feed.layouts.directory_classes(hdf_config(str(tmp_path / "train"), {}).files)
+    classes = h5feed.layouts.directory_classes(tmp_path / "train")
     assert classes == tuple(CLASSES)
     val = hdf_config(str(tmp_path / "val"), {"layout": h5feed.layouts.Video(classes=classes)})
     assert val.file_labels == (1, 3)  # numbered by the training classes, not renumbered

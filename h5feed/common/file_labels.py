@@ -5,7 +5,7 @@ directory (``h5feed.layouts.Video(label="directory")``), the UCF101/Kinetics for
 Guarantees: every file's label is decided before any worker starts; a file whose directory
 is not among ``classes`` (or a file with no directory to name its class) is a ValueError
 naming it. Without ``classes``, they are the sorted directory names of this dataset's files
-(:func:`h5feed.common.layouts.directory_classes`) and are kept in the layout, so the resume
+(:func:`h5feed.common.layouts.classes_of`) and are kept in the layout, so the resume
 fingerprint (its ``layout`` part) and every worker see the same numbering; a split whose
 directories differ (a class missing from validation) would number differently, which is
 why the README says to give the training set's classes to both.
@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from h5feed.common.layouts import DIRECTORY, LayoutSpec, Video, directory_classes
+from h5feed.common.layouts import DIRECTORY, LayoutSpec, Video, classes_of
 
 #: Files named in an error before "and N more".
 _NAMED = 3
@@ -36,7 +36,7 @@ def directory_labels(
             f"{DIRECTORY!r})), but {_listed(no_class)} is not in a directory: lay files out as "
             "<root>/<class>/<id>.hdf5, or give Video(label=None) or an attribute's name"
         )
-    classes = layout.classes if layout.classes is not None else directory_classes(files)
+    classes = layout.classes if layout.classes is not None else classes_of(files)
     number = {name: i for i, name in enumerate(classes)}
     unknown = [f for f in files if layout.class_of(f) not in number]
     if unknown:

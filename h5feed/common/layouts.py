@@ -23,7 +23,7 @@ Layouts (names are each class's fields, defaults shown):
   ``video``): variable-length uint8 [T] (one encoded JPEG per element), or pixels [T, H, W, C]
   (uint8, or float with ``scale``; ``channels`` as in :class:`Raw`). Its label: ``label=
   "directory"`` (default) the file's parent directory, numbered by its place in ``classes``
-  (given, or the sorted directory names of the dataset's files: :func:`directory_classes`),
+  (given, or the sorted directory names of the dataset's files: :func:`classes_of`),
   decided by the trainer from the file list before any worker starts; another name: an
   integer attribute of the dataset (or else of the file); None: -1.
 * :class:`Blobs` (``"blobs"``): fixed-length rows of encoded frames, ``frames`` [V, T] of
@@ -205,11 +205,10 @@ class Video(LayoutSpec):
         return os.path.basename(os.path.dirname(os.path.normpath(path)))
 
 
-def directory_classes(files: Iterable[str]) -> tuple[str, ...]:
+def classes_of(files: Iterable[str]) -> tuple[str, ...]:
     """The classes ``Video(label="directory")`` numbers when ``classes`` is not given: the
     sorted distinct parent-directory names of ``files`` (paths as ``h5feed.dataset`` lists
-    them). Pass the training set's to the validation set too (``classes=``), so that a class
-    missing from one split does not renumber the others."""
+    them; ``h5feed.layouts.directory_classes`` takes what ``dataset()`` takes)."""
     return tuple(sorted({Video().class_of(os.fspath(f)) for f in files}))
 
 

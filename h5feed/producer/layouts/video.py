@@ -20,8 +20,8 @@ def open_video(h5: h5py.File, path: str, spec: Video, root: str | None = None) -
     """The reader of a one-video file: encoded frames (a vlen dataset) or pixels."""
     dataset = dataset_at(h5, spec.frames, path, "name it with h5feed.layouts.Video(frames=...)")
     if h5py.check_vlen_dtype(dataset.dtype) is not None:
-        return EncodedVideoReader(h5, path, spec, root)
-    return PixelVideoReader(h5, path, spec, root)
+        return EncodedVideoReader(h5, path, spec, root, dataset)
+    return PixelVideoReader(h5, path, spec, root, dataset)
 
 
 class _VideoReader(LayoutReader):
@@ -37,9 +37,19 @@ class _VideoReader(LayoutReader):
 
     spec: Video
 
-    def __init__(self, h5: h5py.File, path: str, spec: Video, root: str | None = None) -> None:
+    def __init__(
+        self,
+        h5: h5py.File,
+        path: str,
+        spec: Video,
+        root: str | None = None,
+        dataset: h5py.Dataset | None = None,
+    ) -> None:
+        """``dataset``: ``spec.frames`` of ``h5``, if looked up already."""
         super().__init__(h5, path, spec, root)
-        self.frames = self.readable(dataset_at(h5, spec.frames, path, ""))
+        if dataset is None:
+            dataset = dataset_at(h5, spec.frames, path, "name it with Video(frames=...)")
+        self.frames = self.readable(dataset)
         self.name = os.path.splitext(os.path.basename(path))[0] or spec.frames
         if not self.frames.shape or self.frames.shape[0] == 0:
             raise DataError(
@@ -77,8 +87,15 @@ class EncodedVideoReader(_VideoReader):
 
     encoded = True
 
-    def __init__(self, h5: h5py.File, path: str, spec: Video, root: str | None = None) -> None:
-        super().__init__(h5, path, spec, root)
+    def __init__(
+        self,
+        h5: h5py.File,
+        path: str,
+        spec: Video,
+        root: str | None = None,
+        dataset: h5py.Dataset | None = None,
+    ) -> None:
+        super().__init__(h5, path, spec, root, dataset)
         if self.frames.ndim != 1 or h5py.check_vlen_dtype(self.frames.dtype) != np.uint8:
             raise DataError(
                 f"{spec.frames!r} must be 1-D variable-length uint8 (one encoded frame per "
@@ -103,8 +120,15 @@ class PixelVideoReader(_VideoReader):
 
     encoded = False
 
-    def __init__(self, h5: h5py.File, path: str, spec: Video, root: str | None = None) -> None:
-        super().__init__(h5, path, spec, root)
+    def __init__(
+        self,
+        h5: h5py.File,
+        path: str,
+        spec: Video,
+        root: str | None = None,
+        dataset: h5py.Dataset | None = None,
+    ) -> None:
+        super().__init__(h5, path, spec, root, dataset)
         pixels.check_dataset(self.frames, 1, spec.scale, "h5feed.layouts.Video", path)
 
     def read_frames(self, video: str, indices: list[int]) -> list[np.ndarray]:

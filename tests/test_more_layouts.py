@@ -337,3 +337,28 @@ def test_a_float_file_fails_through_workers_with_the_hint(tmp_path: pathlib.Path
     write_float_images(path, make_videos(seed=0, count=1, min_frames=2, max_frames=2))
     with pytest.raises(WorkerError, match=r"Raw\(images='images'.*scale=255\.0"):
         list(h5feed.batches(str(path), clip_len=1, workers=1))
+
+
+def test_labels_from_a_user_mapping_of_file_names(tmp_path: pathlib.Path) -> None:
+    expected = write_video_files(tmp_path, make_videos(seed=0, count=3), CLASSES)
+    names = [name for _path, name in expected]  # v_ApplyEyeMakeup_g01_c00, ...
+    annotations = {names[0]: "zebra", names[1]: "ant", names[2]: "zebra"}  # e.g. from a CSV
+    config = hdf_config(str(tmp_path), {"layout": layouts.Video(label=annotations)})
+    assert config.file_labels == (1, 0, 1)  # class names numbered in sorted order
+    assert config.layout == layouts.Video(label=None)  # the mapping is not sent to workers
+    given = layouts.Video(label=annotations, classes=("ant", "bee", "zebra"))
+    assert hdf_config(str(tmp_path), {"layout": given}).file_labels == (2, 0, 2)
+    numbers = hdf_config(str(tmp_path), {"layout": layouts.Video(label=dict.fromkeys(names, 4))})
+    assert numbers.file_labels == (4, 4, 4)
+    assert fingerprint(numbers)["labels"] != fingerprint(config)["labels"]  # they decide batches
+    with pytest.raises(ValueError, match=r"no label for .*v_Archery_g01_c01"):
+        hdf_config(str(tmp_path), {"layout": layouts.Video(label={names[0]: 1})})
+    with pytest.raises(ValueError, match=r"'zebra' are not among classes="):
+        hdf_config(str(tmp_path), {"layout": layouts.Video(label=annotations, classes=("ant",))})
+    twin = tmp_path / "other" / f"{names[0]}.h5"
+    twin.parent.mkdir()
+    twin.write_bytes(b"")
+    with pytest.raises(ValueError, match=r"v_ApplyEyeMakeup_g01_c00' names more than one file"):
+        hdf_config(str(tmp_path), {"layout": layouts.Video(label=annotations)})
+    with pytest.raises(ValueError, match="maps file names"):
+        layouts.Video(label={"a": 1.5})

@@ -24,8 +24,10 @@ Layouts (names are each class's fields, defaults shown):
   (uint8, or float with ``scale``; ``channels`` as in :class:`Raw`). Its label: ``label=
   "directory"`` (default) the file's parent directory, numbered by its place in ``classes``
   (given, or the sorted directory names of the dataset's files: :func:`classes_of`),
-  decided by the trainer from the file list before any worker starts; another name: an
-  integer attribute of the dataset (or else of the file); None: -1.
+  decided by the trainer from the file list before any worker starts; a mapping of file
+  names (without suffix) to labels (ints, or class names numbered by ``classes``), decided
+  the same way; another name: an integer attribute of the dataset (or else of the file);
+  None: -1.
 * :class:`Blobs` (``"blobs"``): fixed-length rows of encoded frames, ``frames`` [V, T] of
   opaque blobs (``|V<n>``: each a JPEG padded with zero bytes to n), ``labels`` [V]; a
   video's frame count is ``lengths[v]`` when the file has a ``lengths`` dataset, else its
@@ -166,19 +168,37 @@ class Raw(LayoutSpec):
 @dataclasses.dataclass(frozen=True, slots=True)
 class Video(LayoutSpec):
     """One video per file: the root dataset ``frames`` (encoded JPEGs or pixels), labelled
-    by its parent directory among ``classes``, by an attribute, or not at all (None)."""
+    by its parent directory among ``classes``, by an attribute, by a mapping of file names
+    to labels, or not at all (None)."""
 
     kind: ClassVar[str] = "video"
-    _optional: ClassVar[frozenset[str]] = frozenset({"label"})
-    _values: ClassVar[frozenset[str]] = frozenset({"classes", "scale", "channels"})
+    _values: ClassVar[frozenset[str]] = frozenset({"label", "classes", "scale", "channels"})
     frames: str = "video"
-    label: str | None = DIRECTORY
+    #: "directory", an attribute's name, a mapping {file name without suffix: label (an int,
+    #: or a class name among ``classes``)}, or None.
+    label: str | Mapping[str, int | str] | None = DIRECTORY
     classes: tuple[str, ...] | None = None
     scale: float | None = None
     channels: str = "rgb"
 
     def _check_values(self) -> None:
         _check_pixels(self.kind, self.scale, self.channels)
+        label = self.label
+        if isinstance(label, Mapping):
+            if not all(
+                isinstance(k, str)
+                and ((isinstance(v, int) and not isinstance(v, bool)) or isinstance(v, str))
+                for k, v in label.items()
+            ):
+                raise ValueError(
+                    "layout 'video': a label mapping maps file names (without suffix) to an "
+                    "int or a class name"
+                )
+        elif label is not None and (not isinstance(label, str) or not label):
+            raise ValueError(
+                f"layout 'video': label must be {DIRECTORY!r}, an attribute's name, a mapping "
+                f"of file names to labels, or None, got {label!r:.200}"
+            )
         if self.classes is None:
             return
         if isinstance(self.classes, list):  # from the wire (msgpack arrays are lists)
@@ -194,10 +214,11 @@ class Video(LayoutSpec):
                 f"layout 'video': classes must be distinct non-empty names (label i is "
                 f"classes[i]), got {classes!r:.200}"
             )
-        if self.label != DIRECTORY:
+        if label != DIRECTORY and not isinstance(label, Mapping):
             raise ValueError(
-                f"layout 'video': classes name the parent directories, for label="
-                f"{DIRECTORY!r}; with label={self.label!r} leave classes None"
+                f"layout 'video': classes number the parent directories (label="
+                f"{DIRECTORY!r}) or a mapping's class names; with label={label!r} leave "
+                "classes None"
             )
 
     def class_of(self, path: str) -> str:

@@ -60,8 +60,8 @@ class _VideoReader(LayoutReader):
 
     def label(self) -> int:
         name = self.spec.label
-        if name is None or name == DIRECTORY:
-            return -1
+        if name is None or name == DIRECTORY or not isinstance(name, str):
+            return -1  # none, or the trainer's to decide (the directory, the user's mapping)
         for owner in (self.frames, self.h5):
             if name in owner.attrs:
                 return integer_value(owner.attrs[name], f"label {name!r}", self.path, self.name)

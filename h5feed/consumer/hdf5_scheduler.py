@@ -58,6 +58,7 @@ from h5feed.consumer.hdf5_work import (
     split_job,
     unit_rows,
 )
+from h5feed.consumer.malformed import drop_malformed
 from h5feed.consumer.options import HdfConfig
 from h5feed.consumer.ordering import PlannedRelease
 from h5feed.consumer.plan import Cursor, EpochPlan, FileColumns, Index, PlannedBatch
@@ -340,10 +341,7 @@ class HdfScheduler:
             nbytes = 0 if pool is None else pool.nbytes // self.config.options.batch_size
             nbytes *= len(positions)
         elif self._is_bad_part(frames, len(positions)):
-            self._counters["malformed_messages"] += 1
-            self._log.warning(
-                "dropped part of unit %d from %s with a bad frames array", unit.id, peer
-            )
+            drop_malformed(peer, unit.id, "a bad frames array", self._counters, self._log)
             return []
         else:
             nbytes = frames.nbytes if frames is not None else 0

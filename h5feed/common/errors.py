@@ -124,6 +124,15 @@ class MalformedPartWarning(UserWarning):
     workers ends the iteration with a :class:`ProtocolError` instead.)"""
 
 
+class NondeterministicItemWarning(UserWarning):
+    """An item of a user source (``source=``) is not the same twice in one worker although
+    Python's ``random``, NumPy's and torch's global generators were seeded the same before
+    each fetch: its randomness comes from elsewhere (``np.random.default_rng()`` without a
+    seed, the time, a file that changes), so the same seed will not give the same batches and
+    the copies in the workers cannot be checked against each other on that item. A
+    ``UserWarning``, shown by default."""
+
+
 class ResumeError(H5FeedError):
     """A resume state (``resume=``) that cannot be used: saved by another dataset (the
     message names every fingerprint field that differs), of another format, or malformed."""

@@ -123,7 +123,7 @@ def register(subcommand: Subcommand) -> None:
     )
     add(
         "--dataset",
-        type=_dataset_shape,
+        type=parse_dataset_shape,
         metavar="FILESxVIDEOS",
         help="the generated dataset's files and videos per file (default 32x12: 384 videos). "
         "Each worker owns whole files, so N workers are balanced only when the files divide "
@@ -138,7 +138,7 @@ def register(subcommand: Subcommand) -> None:
     parser.set_defaults(handler=run)
 
 
-def _dataset_shape(text: str) -> tuple[int, int]:
+def parse_dataset_shape(text: str) -> tuple[int, int]:
     """``FILESxVIDEOS`` (e.g. ``120x4``) as two positive ints."""
     try:
         files, videos = (int(part) for part in text.lower().split("x"))

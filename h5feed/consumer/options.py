@@ -395,3 +395,4 @@ class FeedKwargs(TypedDict, total=False):
     output_signature: Any
     ragged: bool | Sequence[str]
     steps_per_epoch: int | None
+    source_batched: bool

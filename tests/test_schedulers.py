@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import collections
 import random
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -35,6 +36,7 @@ from h5feed.common.errors import (
     NondeterministicItemWarning,
     ProtocolError,
     SourceError,
+    WorkerTimeoutError,
 )
 from h5feed.consumer.assembly import Batch
 from h5feed.consumer.credits import CreditGate
@@ -631,6 +633,18 @@ def test_keras_copies_that_disagree_at_a_later_epoch_end_the_iteration_before_it
     assert not any(
         isinstance(s.message, messages.Items) and s.message.epoch == 1 for s in fleet.posted
     )
+
+
+def test_keras_a_check_not_answered_within_the_unit_timeout_ends_the_iteration() -> None:
+    fleet, scheduler, _config = keras_fleet(2, budget=20, unit_timeout_s=0.05)
+    fleet.handshake()
+    fleet.dispatch()
+    fleet.answer_all(fleet.live[0])  # p1 never answers its CHECK (its on_epoch_end hangs)
+    deadline = time.monotonic() + 30
+    with pytest.raises(WorkerTimeoutError, match=r"workers \['p1 \(pid.* check of epoch 1"):
+        while time.monotonic() < deadline:  # the loop's passes
+            scheduler.next_units(fleet.gate, fleet.live)
+    assert not epoch_1_units(fleet)
 
 
 def test_a_joiner_whose_copy_differs_is_refused_naming_the_item() -> None:

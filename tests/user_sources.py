@@ -192,3 +192,14 @@ class Unreproducible:
     def __getitem__(self, i: int) -> dict[str, float]:
         noise = float(np.random.default_rng().normal()) if i == 0 else 0.0
         return {"i": float(i), "noise": noise}
+
+
+def noisy(n: int, shard_index: int, shard_count: int) -> Iterator[dict[str, Any]]:
+    """A generator drawing from the global generators, unseeded."""
+    for i in range(shard_index, n, shard_count):
+        yield {"i": i, "v": np.random.random(), "r": random.random()}
+
+
+def single_label_batches() -> Iterator[tuple[np.ndarray, int]]:
+    """Batches whose label is one number, not one per sample."""
+    yield np.zeros((3, 2), np.float32), 1

@@ -96,8 +96,9 @@ class WorkerDiedError(H5FeedError):
 
 
 class WorkerTimeoutError(H5FeedError):
-    """The workers' handshake got no answer within the unit timeout (a stuck worker holding
-    units is not an error: it is replaced; see README Guarantees)."""
+    """The workers' handshake, or a keras source's check at an epoch's start, got no answer
+    within the unit timeout (a stuck worker holding units is not an error: it is replaced;
+    see README Guarantees)."""
 
 
 class NoWorkersError(H5FeedError):

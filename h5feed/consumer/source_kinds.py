@@ -21,12 +21,13 @@
 from __future__ import annotations
 
 import collections
+import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Final
 
 from h5feed.common import elements, messages
 from h5feed.common.elements import ElementSpec, Field, RaggedArray
-from h5feed.common.errors import H5FeedError
+from h5feed.common.errors import H5FeedError, WorkerTimeoutError
 from h5feed.common.logs import IdsLogger, consumer_log
 from h5feed.consumer.assembly import Batch
 from h5feed.consumer.credits import CreditGate
@@ -137,7 +138,7 @@ class ItemScheduler:
         self._orphans: list[Unit[tuple[int, int, tuple[int, ...]]]] = []  # nobody to take them
         self._agreed_epochs = {start.epoch}  # the handshake checked the first one
         self._checking: int | None = None  # keras: the epoch whose CHECK answers are awaited
-        self._check_waiting: set[Peer] = set()  # who has not answered it yet
+        self._check_waiting: dict[Peer, float] = {}  # who has not answered it yet: asked at
         self._check_answers: dict[Peer, tuple[messages.ItemCheck, ...]] = {}
 
     def _batches(
@@ -170,12 +171,13 @@ class ItemScheduler:
         orphans, self._orphans = self._orphans, []
         sends = [self._unit(unit.seq, unit.work, [peer]) for unit in orphans]
         if self._checking is not None:
-            self._check_waiting.add(peer)
+            self._check_waiting[peer] = time.monotonic()
             sends.append(Send(peer, messages.Check(self.job_id, self._checking)))
         return sends
 
     def next_units(self, gate: CreditGate, peers: Sequence[Peer]) -> list[Send]:
         serving = [peer for peer in peers if peer in self._serving]
+        self._check_overdue()
         if not serving:  # nobody to serve the next batch yet: dispatch nothing
             return []
         unchecked: list[int] = []
@@ -189,7 +191,8 @@ class ItemScheduler:
         sends = [self._unit(seq, item, serving) for seq, item in self._planned.dispatch(gate, hold)]
         if unchecked and self._checking is None:
             self._checking = unchecked[0]
-            self._check_waiting = set(serving)
+            now = time.monotonic()
+            self._check_waiting = {peer: now for peer in serving}
             self._check_answers = {}
             check = messages.Check(self.job_id, self._checking)
             sends += [Send(peer, check) for peer in sorted(serving, key=lambda p: p.identity)]
@@ -201,9 +204,22 @@ class ItemScheduler:
         if info.epoch != self._checking or peer not in self._check_waiting:
             self._built.malformed(peer, "a SOURCE_INFO that answers no CHECK")
             return
-        self._check_waiting.discard(peer)
+        del self._check_waiting[peer]
         self._check_answers[peer] = info.checks
         self._check_done()
+
+    def _check_overdue(self) -> None:
+        """WorkerTimeoutError when a worker has not answered its CHECK within the unit
+        timeout (its ``on_epoch_end`` or ``__getitem__`` hangs): nothing waits forever."""
+        limit = self.config.options.unit_timeout_s
+        now = time.monotonic()
+        late = sorted(str(p) for p, asked in self._check_waiting.items() if now - asked > limit)
+        if late:
+            raise WorkerTimeoutError(
+                f"workers {late} did not answer the check of epoch {self._checking} of source "
+                f"{self.config.source!r} within {limit:g} s (unit_timeout_s): its on_epoch_end "
+                "or __getitem__ hangs there"
+            )
 
     def _check_done(self) -> None:
         epoch = self._checking
@@ -236,7 +252,7 @@ class ItemScheduler:
     def reassign(self, lost: Peer, heirs: Sequence[Peer], confirmed_dead: bool) -> Reassignment:
         self._serving.discard(lost)
         if lost in self._check_waiting:  # the others' answers decide
-            self._check_waiting.discard(lost)
+            del self._check_waiting[lost]
             self._check_done()
         units = self._ledger.take_back(lost)
         serving = [peer for peer in heirs if peer in self._serving]

@@ -88,6 +88,7 @@ class LocalWorkers:
         self._commands: list[list[str]] = []
         self._restarted: dict[str, collections.deque[float]] = {}  # crash-loop deaths
         self._delivered: set[int] = set()  # pids that returned a DATA part
+        self.retired: set[int] = set()  # pids replaced: whatever they said is stale
         try:
             for name in self.names:
                 command = [
@@ -167,6 +168,7 @@ class LocalWorkers:
             )
         else:
             recent.append(now)
+        self.retired.add(old)
         self.restarts += 1
         self.processes[position] = spawn(self._commands[position], self._env)
         return self.processes[position].pid

@@ -35,6 +35,7 @@ from test_producers import (
 import h5feed
 from h5feed.common.errors import DataError
 from h5feed.producer.sample_data import make_sample_dataset
+from h5feed.producer.service import check_health
 
 KILLS = 21
 
@@ -121,10 +122,11 @@ def port() -> int:
     return free_port()
 
 
-def _stop(process: subprocess.Popen[str]) -> None:
+def _stop(process: subprocess.Popen[str]) -> str:
+    """Kill ``process`` if it runs; what it wrote on stderr."""
     if process.poll() is None:
         process.kill()
-    process.communicate(timeout=10)
+    return process.communicate(timeout=10)[1] or ""
 
 
 def test_a_remote_producer_killed_without_bye_is_reassigned_within_peer_timeout(
@@ -156,30 +158,43 @@ def test_a_remote_producer_killed_without_bye_is_reassigned_within_peer_timeout(
 
 
 def test_a_producer_worker_restarted_by_its_supervisor_rejoins(
-    port: int, small_dataset: list[pathlib.Path]
+    port: int, small_dataset: list[pathlib.Path], tmp_path: pathlib.Path
 ) -> None:
-    producers = [start_producer(port, small_dataset[0].parent, f"p{i}") for i in range(2)]
+    # p0's worker is killed once it delivered: restarted at once, and no crash loop even
+    # with --max-restarts 0 (its health check stays good).
+    health = tmp_path / "p0.health"
+    root = small_dataset[0].parent
+    extra = ["--max-restarts", "0", "--health-file", str(health)]
+    producers = [start_producer(port, root, "p0", extra), start_producer(port, root, "p1")]
+    errors: list[str] = []
     try:
         feed = remote_feed(port, small_dataset, batch_size=1, seed=6, peer_timeout_s=3.0)
         samples: list[int] = []
+        killed_at = None
         with feed.stream() as stream:
             for i, batch in enumerate(stream):
                 samples += batch["sample"].tolist()
-                if i == 2:
+                workers = stream.stats()["workers"]
+                if killed_at is None and any(
+                    w["name"].startswith("p0-") and w["count"] > 0 for w in workers
+                ):  # it returned a part: kill it now (else at a later batch)
                     for pid in worker_pids(producers[0].pid):  # the service restarts it
                         os.kill(pid, signal.SIGKILL)
-                if i == 3:  # hold the epoch open until the restarted worker is back
-                    deadline = time.monotonic() + 60
+                    killed_at = i
+                elif killed_at is not None and i == killed_at + 1:  # hold the epoch open
+                    deadline = time.monotonic() + 60  # until the restarted worker is back
                     while stream.stats()["peers_joined"] < 1:
                         assert time.monotonic() < deadline, "the restarted worker never rejoined"
                         time.sleep(0.1)
             stats = stream.stats()
+        assert killed_at is not None and killed_at < 20
         assert sorted(samples) == list(range(24))
         assert stats["peers_lost"] == 1 and stats["peers_joined"] == 1
         assert sorted(w["name"].split("-")[0] for w in stats["workers"]) == ["p0", "p1"]
+        assert check_health(str(health)) is None  # no crash loop reported
     finally:
-        for process in producers:
-            _stop(process)
+        errors = [_stop(process) for process in producers]
+    assert "after returning parts; restarting now" in errors[0]
 
 
 def test_a_producer_started_mid_epoch_delivers_units_in_that_epoch(

@@ -9,9 +9,10 @@ import logging
 import os
 import sys
 
-from h5feed.common.cli_args import Subcommand, positive_int
+from h5feed.common.cli_args import Subcommand, non_negative_int, positive_int
 from h5feed.common.config import DEFAULT_MAX_OPEN_FILES
 from h5feed.producer.code_policy import ALLOW_CODE_ENV as _ALLOW_CODE_ENV  # a cheap import
+from h5feed.producer.restarts import DEFAULT_MAX_RESTARTS  # a cheap import too
 
 #: (flag, environment variable, metavar, help) of `h5feed produce`.
 _PRODUCE_OPTIONS = (
@@ -41,6 +42,14 @@ _PRODUCE_OPTIONS = (
         "the largest frame the workers take from the trainer (ZMQ_MAXMSGSIZE; default 1 GiB)",
     ),
     (
+        "--max-restarts",
+        "H5FEED_MAX_RESTARTS",
+        "N",
+        "a worker that dies before returning any part is restarted after a backoff (1 s "
+        "doubling to 60 s); past N such deaths of one worker a minute, h5feed health reports "
+        "a crash loop (default 3)",
+    ),
+    (
         "--max-open-files",
         "H5FEED_MAX_OPEN_FILES",
         "N",
@@ -64,7 +73,8 @@ is trusted; otherwise the command refuses to start (exit status 2).
 
 Guarantees: the workers may start before the trainer and wait for it; they serve its jobs
 (file list, clip and preprocessing parameters come from the trainer) and outlive its
-iterations and restarts; a worker that dies is restarted; SIGTERM stops the service within
+iterations and restarts; a worker that dies is restarted (at once if it had returned a
+part, else after a backoff; a crash loop fails `h5feed health`); SIGTERM stops the service within
 10 s with exit status 0; a trainer of another protocol version is refused (exit status 2,
 both versions named)."""
 
@@ -93,6 +103,8 @@ def register(subcommand: Subcommand) -> None:
             required=flag == "--connect" and variable not in env,
             type=positive_int
             if flag in ("--workers", "--max-message-bytes", "--max-open-files")
+            else non_negative_int
+            if flag == "--max-restarts"
             else str,
             metavar=metavar,
             help=f"{text} (env {variable})",
@@ -197,6 +209,7 @@ def _cmd_produce(args: argparse.Namespace) -> int:
         int(args.max_message_bytes) if args.max_message_bytes is not None else None,
         max_open_files,
         allow_code,
+        int(args.max_restarts) if args.max_restarts is not None else DEFAULT_MAX_RESTARTS,
     )
 
 

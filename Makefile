@@ -34,12 +34,16 @@ $(BACKENDS_STAMP): pyproject.toml
 ## backends: the virtual environment for Keras 3 on JAX and PyTorch, without TensorFlow
 backends: $(BACKENDS_STAMP)
 
-## test: lint, type-check and the whole test suite (what CI runs)
+## test: lint, type-check, the Docker engine and the whole test suite (what CI runs)
+# The Docker engine (../shared/ci/docker-engine.sh, shared with other checkouts on this machine)
+# is prepared and started in a step of its own before pytest, its progress on the terminal and
+# each part under its own limit (minutes on a fresh machine: packages, debootstrap); that step
+# holds it while pytest runs (the container tests only connect) and gives it back afterwards.
 test: $(STAMP) $(BACKENDS_STAMP)
 	$(BIN)/ruff check h5feed tests benchmarks
 	$(BIN)/ruff format --check h5feed tests benchmarks
 	$(BIN)/mypy
-	$(BIN)/python -m pytest -n 2 --dist loadgroup
+	$(BIN)/python tests/docker_helpers.py -- $(BIN)/python -m pytest -n 2 --dist loadgroup
 
 # A CPU-only torch wheel, where one lies on disk (PyPI serves only the large CUDA build):
 # installed before the bench extra, which then keeps it. Override: make bench TORCH_WHEEL=...

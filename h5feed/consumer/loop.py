@@ -123,11 +123,15 @@ class FeedLoop:
         False if stopped meanwhile."""
         options, session = self.options, self.session
         deadline = time.monotonic() + options.start_timeout_s
-        # Local workers must all connect; with `listen`, at least one worker of any kind.
+        # Local workers must all connect (a producer that said hello first does not stand in
+        # for one); with `listen`, at least one worker of any kind.
         needed = max(self._expected, 1 if options.listen else 0)
-        while len(session.peers) < needed:
+        while (
+            sum(peer.local for peer in session.peers.values()) < self._expected
+            or len(session.peers) < needed
+        ):
             if time.monotonic() > deadline:
-                raise NoWorkersError(self._no_workers(needed))
+                raise NoWorkersError(self._no_workers())
             if not self._pass():
                 return False
         grace_end = time.monotonic() + (options.join_grace_s if options.listen else 0)
@@ -247,13 +251,14 @@ class FeedLoop:
                 f"after its workers were lost; {len(self.session.peers)} connected"
             )
 
-    def _no_workers(self, needed: int) -> str:
+    def _no_workers(self) -> str:
         options = self.options
         if options.listen and not self._expected:
             text = f"no producer connected to {options.listen} within {options.start_timeout_s:g} s"
         else:
+            local = sum(peer.local for peer in self.session.peers.values())
             text = (
-                f"only {len(self.session.peers)} of {needed} workers connected within "
+                f"only {local} of {self._expected} local workers connected within "
                 f"{options.start_timeout_s:g} s"
             )
         if self.session.refused:

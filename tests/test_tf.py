@@ -153,7 +153,8 @@ def test_exit_is_prompt_while_tf_waits_inside_the_generator(
         import os, pathlib, signal, sys, time
         import h5feed
         ds = h5feed.dataset({[str(p) for p in small_dataset]!r}, clip_len=4, resize=(24, 32),
-                            epochs=None, unit_timeout_s=600)
+                            epochs=None, unit_timeout_s=600,
+                            prefetch=64)  # more than can arrive: it ends up waiting
         it = iter(ds)
         next(it)
         me = str(os.getpid())

@@ -28,6 +28,7 @@ import collections
 import queue
 import threading
 import time
+from collections.abc import Iterable
 from typing import Any
 
 from h5feed.common import messages
@@ -41,6 +42,7 @@ from h5feed.consumer.router import Router
 from h5feed.consumer.scheduler import Scheduler, Send
 from h5feed.consumer.session import PeerSession
 from h5feed.consumer.waker import Waker
+from h5feed.consumer.work import Peer
 
 _POLL_MS = 50
 _HEALTH_EVERY_S = 0.2
@@ -48,6 +50,16 @@ _MAX_MESSAGES_PER_PASS = 256
 
 END = object()  # queued after the last batch of the iteration
 FAILED = object()  # queued when the iteration failed; the error is ``FeedLoop.error``
+
+
+def all_connected(peers: Iterable[Peer], local_workers: int, listen: str | None) -> bool:
+    """Whether the iteration may start: every one of its ``local_workers`` said hello (a
+    producer that said hello first does not stand in for one, or it could take a whole short
+    epoch from a local worker still starting), and with ``listen`` at least one worker of any
+    kind."""
+    connected = list(peers)
+    local = sum(peer.local for peer in connected)
+    return local >= local_workers and len(connected) >= (1 if listen else 0)
 
 
 class FeedLoop:
@@ -123,13 +135,7 @@ class FeedLoop:
         False if stopped meanwhile."""
         options, session = self.options, self.session
         deadline = time.monotonic() + options.start_timeout_s
-        # Local workers must all connect (a producer that said hello first does not stand in
-        # for one); with `listen`, at least one worker of any kind.
-        needed = max(self._expected, 1 if options.listen else 0)
-        while (
-            sum(peer.local for peer in session.peers.values()) < self._expected
-            or len(session.peers) < needed
-        ):
+        while not all_connected(session.peers.values(), self._expected, options.listen):
             if time.monotonic() > deadline:
                 raise NoWorkersError(self._no_workers())
             if not self._pass():

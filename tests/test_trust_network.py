@@ -226,6 +226,40 @@ def test_a_secret_key_mounted_read_only_0400_loads(tmp_path: pathlib.Path) -> No
     assert pair.public == load_public(str(public))
 
 
+@pytest.mark.parametrize("bits", [0o644, 0o640, 0o604, 0o440, 0o660, 0o610])
+def test_a_secret_key_others_or_its_group_may_access_is_refused_naming_mode_and_chmod(
+    tmp_path: pathlib.Path, bits: int
+) -> None:
+    _, secret = run_keys(tmp_path, "open")
+    secret.chmod(bits)
+    with pytest.raises(ValueError) as refused:
+        KeyPair.load(str(secret))
+    text = str(refused.value)
+    assert f"mode {bits:04o}" in text and f"chmod 600 {secret}" in text, text
+
+
+def test_a_trainer_and_a_producer_refuse_a_world_readable_secret_key_before_starting(
+    small_dataset: list[pathlib.Path], tmp_path: pathlib.Path
+) -> None:
+    public, secret = run_keys(tmp_path, "trainer")
+    authorized = tmp_path / "authorized"
+    authorized.mkdir()
+    secret.chmod(0o644)
+    with pytest.raises(ValueError, match=r"mode 0644.*chmod 600"):
+        h5feed.batches(
+            small_dataset, **CLIP, listen=f"tcp://127.0.0.1:{free_port()}",
+            curve_key=str(secret), curve_authorized=str(authorized),
+        )  # fmt: skip
+    command = [sys.executable, "-m", "h5feed", "produce", "--connect", FAR]
+    command += ["--key", str(secret), "--server-key", str(public), "--workers", "1"]
+    result = subprocess.run(
+        command, capture_output=True, text=True, timeout=RUN_TIMEOUT_S,
+        env=env_without_insecure(),
+    )  # fmt: skip
+    assert result.returncode != 0, result.stderr
+    assert "mode 0644" in result.stderr and f"chmod 600 {secret}" in result.stderr, result.stderr
+
+
 # -- /metrics and /stats --------------------------------------------------------------------
 
 

@@ -213,6 +213,20 @@ def test_the_policy_object() -> None:
         policy.check_loaded("mypkg.data:system", os.system)
     with pytest.raises(ValueError):
         CodePolicy(("",))
+    # A '*' matches private modules and __main__ at any level: they are refused all the same.
+    wide = CodePolicy(("mypkg.*:*", "*"))
+    wide.check("mypkg.data:load")
+    for path, part in [
+        ("mypkg.__main__:main", "__main__"),
+        ("__main__:main", "__main__"),
+        ("mypkg._private:load", "_private"),
+        ("mypkg.sub._impl.deep:load", "_impl"),
+        ("_hidden.mod:load", "_hidden"),
+    ]:
+        with pytest.raises(CodeRefused, match=f"module part '{part}' starts with '_'"):
+            wide.check(path)
+    with pytest.raises(CodeRefused, match="not a dotted module name"):
+        wide.check("mypkg..data:load")
     # H5FEED_ALLOW_CODE: never split at the ':' of a pattern (that would allow '*')
     assert split_patterns("mypkg.data:*, other:fn,") == ["mypkg.data:*", "other:fn"]
     command = worker_command("ipc:///x", "w", "/data", allow_code=["a:*", "b:f"])

@@ -153,7 +153,10 @@ def register(subcommand: Subcommand) -> None:
 def _cmd_produce(args: argparse.Namespace) -> int:
     """Run :func:`h5feed.producer.service.run_producer` until SIGTERM/SIGINT."""
     from h5feed.producer.cpus import available_cpus
+    from h5feed.producer.lifetime import drop_working_directory
     from h5feed.producer.service import run_producer
+
+    drop_working_directory()  # nothing more is imported from where the command was run
 
     workers = int(args.workers) if args.workers is not None else available_cpus()
     if (args.key is None) != (args.server_key is None):

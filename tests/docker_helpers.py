@@ -45,6 +45,7 @@ PREPARE_TIMEOUT_S = 1500
 #: dockerd up and the stand-in base image imported (after ``prepare``).
 START_TIMEOUT_S = 300
 _STOP_TIMEOUT_S = 300
+_KILL_GRACE_S = 10
 _INFO_TIMEOUT_S = 60
 #: The longest a test waits for another run's swarm test to end.
 SWARM_LOCK_TIMEOUT_S = 900
@@ -98,18 +99,28 @@ def _engine(command: str, holder: int, timeout_s: float, progress: bool) -> str:
     engine = engine_script()
     if not engine.exists():
         pytest.fail(f"no Docker engine answers and {engine} is missing")
+    script = subprocess.Popen(
+        ["bash", str(engine), command],
+        env={**os.environ, "CI_DOCKER_HOLDER": str(holder)},
+        stdout=subprocess.PIPE, stderr=None if progress else subprocess.PIPE,
+        stdin=subprocess.DEVNULL, text=True,
+        start_new_session=True,  # its own group: apt-get or debootstrap end with it (below)
+    )  # fmt: skip
     try:
-        done = subprocess.run(
-            ["bash", str(engine), command],
-            env={**os.environ, "CI_DOCKER_HOLDER": str(holder)},
-            stdout=subprocess.PIPE, stderr=None if progress else subprocess.PIPE,
-            stdin=subprocess.DEVNULL, text=True, timeout=timeout_s,
-        )  # fmt: skip
-    except subprocess.TimeoutExpired as e:
-        pytest.fail(f"{engine} {command} took more than {timeout_s:g} s: {e.stderr or ''}")
-    if done.returncode != 0:
-        pytest.fail(f"{engine} {command} failed (exit {done.returncode}):\n{done.stderr or ''}")
-    return done.stdout
+        out, err = script.communicate(timeout=timeout_s)
+    except BaseException as exc:  # past its limit, or interrupted: nothing of it keeps running
+        for sig, grace_s in ((signal.SIGTERM, _KILL_GRACE_S), (signal.SIGKILL, None)):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(script.pid, sig)  # SIGTERM first: apt and dpkg clean up after it
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                script.wait(grace_s)
+                break
+        if isinstance(exc, subprocess.TimeoutExpired):
+            pytest.fail(f"{engine} {command} took more than {timeout_s:g} s")
+        raise
+    if script.returncode != 0:
+        pytest.fail(f"{engine} {command} failed (exit {script.returncode}):\n{err or ''}")
+    return out
 
 
 def start_engine(holder: int, progress: bool) -> dict[str, str]:

@@ -12,6 +12,7 @@ from h5feed.common.layouts import FrameDatasets
 from h5feed.producer.index_cache import VideoEntry
 from h5feed.producer.layouts._common import group_label, natural_key
 from h5feed.producer.layouts.base import LayoutReader
+from h5feed.producer.read_limits import DEFAULT_BOUNDS, DatasetBounds
 
 _log = logging.getLogger("h5feed.worker")
 
@@ -30,9 +31,14 @@ class FrameDatasetsReader(LayoutReader):
     spec: FrameDatasets
 
     def __init__(
-        self, h5: h5py.File, path: str, spec: FrameDatasets, root: str | None = None
+        self,
+        h5: h5py.File,
+        path: str,
+        spec: FrameDatasets,
+        root: str | None = None,
+        bounds: DatasetBounds = DEFAULT_BOUNDS,
     ) -> None:
-        super().__init__(h5, path, spec, root)
+        super().__init__(h5, path, spec, root, bounds)
         self._frames: dict[str, list[str]] = {}
 
     def frame_names(self, video: str) -> list[str]:
@@ -51,7 +57,7 @@ class FrameDatasetsReader(LayoutReader):
                         file=self.path,
                         video=video,
                     )
-                self.readable(obj)  # read_frames reads these very members
+                self.readable(obj, whole=True)  # read_frames reads these very members, whole
                 names.append(member)
             names.sort(key=natural_key)
             self._frames[video] = names

@@ -49,7 +49,15 @@ def check_dataset(
 ) -> h5py.Dataset:
     """Return ``dataset`` once it passes (module docstring); ``whole``: the reader reads all of
     it at once (else rows, whose frames the layout bounds itself)."""
-    _Walk(bounds, root).dataset(dataset, whole, 0)
+    try:
+        _Walk(bounds, root).dataset(dataset, whole, 0)
+    except DataError as exc:
+        file = os.path.realpath(dataset.file.filename)
+        if exc.file is None or exc.file == file:
+            raise
+        # in a source: name the file the reader opened too (the job names that one)
+        kind = confine.PathRefused if isinstance(exc, confine.PathRefused) else DataError
+        raise kind(f"{exc}, reached through virtual dataset {dataset.name!r}", file=file) from exc
     return dataset
 
 
@@ -84,12 +92,7 @@ class _Walk:
                     file=file,
                 )
             self.seen.add(source)
-            try:
-                self.source(dataset, source, depth + 1)
-            except confine.PathRefused as exc:
-                raise confine.PathRefused(
-                    f"{exc}, reached through virtual dataset {dataset.name!r}", file=file
-                ) from exc
+            self.source(dataset, source, depth + 1)
 
     def source(self, virtual: h5py.Dataset, source: tuple[str, str], depth: int) -> None:
         """Check one source of ``virtual``: its file's links (with a root), its dataset."""

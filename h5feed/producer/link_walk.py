@@ -30,7 +30,14 @@ import h5py
 
 from h5feed.common.errors import DataError
 
-__all__ = ["MAX_GROUP_DEPTH", "MAX_LINKS", "ExternalLink", "external_links", "member_names"]
+__all__ = [
+    "MAX_GROUP_DEPTH",
+    "MAX_LINKS",
+    "MAX_MEMBERS",
+    "ExternalLink",
+    "external_links",
+    "member_names",
+]
 
 #: Groups nested deeper than this below the root are refused: every h5feed layout uses 2
 #: levels, and HDF5 files of other tools rarely pass 10.
@@ -38,6 +45,8 @@ MAX_GROUP_DEPTH = 100
 #: Links (of any kind) one file may hold for a walk: 3 per video of the groups layout (the
 #: group and its ``frames`` and ``crc32``) for ~330,000 videos, a walk of about 2 s.
 MAX_LINKS = 1_000_000
+#: Members of one group a layout reader lists (videos of a file, frames of a video).
+MAX_MEMBERS = 1_000_000
 
 #: (link path in the file, target file name as stored, target object path as stored)
 ExternalLink = tuple[str, str, str]
@@ -112,10 +121,11 @@ def _path(prefix: bytes, name: bytes) -> str:
     return os.fsdecode(prefix + b"/" + name)
 
 
-def member_names(group: h5py.Group, file: str, limit: int, what: str) -> list[str]:
+def member_names(group: h5py.Group, file: str, what: str, limit: int | None = None) -> list[str]:
     """The names of ``group``'s members, sorted; DataError naming ``file``, the group and
-    ``limit`` when it holds more (counted from the group's header, before any is listed).
-    ``what``: what a member is, for the message (e.g. "videos")."""
+    ``limit`` (default :data:`MAX_MEMBERS`) when it holds more (counted from the group's
+    header, before any is listed). ``what``: what a member is, for the message ("videos")."""
+    limit = MAX_MEMBERS if limit is None else limit
     count = len(group)
     if count > limit:
         raise DataError(

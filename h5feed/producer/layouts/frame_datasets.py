@@ -12,6 +12,7 @@ from h5feed.common.layouts import FrameDatasets
 from h5feed.producer.index_cache import VideoEntry
 from h5feed.producer.layouts._common import group_label, natural_key
 from h5feed.producer.layouts.base import LayoutReader
+from h5feed.producer.link_walk import member_names
 from h5feed.producer.read_limits import DEFAULT_BOUNDS, DatasetBounds
 
 _log = logging.getLogger("h5feed.worker")
@@ -47,7 +48,8 @@ class FrameDatasetsReader(LayoutReader):
         if names is None:
             group = self.h5[video]
             names = []
-            for member, obj in group.items():
+            for member in member_names(group, self.path, "frames"):
+                obj = group[member]
                 if not isinstance(obj, h5py.Dataset):
                     continue
                 if obj.ndim != 1 or obj.dtype != np.uint8:
@@ -66,7 +68,7 @@ class FrameDatasetsReader(LayoutReader):
     def index(self) -> list[VideoEntry]:
         videos: list[VideoEntry] = []
         frameless: list[str] = []
-        for name in sorted(self.h5.keys()):
+        for name in member_names(self.h5, self.path, "videos"):
             group = self.h5[name]
             if not isinstance(group, h5py.Group):
                 continue

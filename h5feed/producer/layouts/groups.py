@@ -14,6 +14,7 @@ from h5feed.producer.index_cache import VideoEntry
 from h5feed.producer.layouts import pack_index
 from h5feed.producer.layouts._common import group_label, read_rows
 from h5feed.producer.layouts.base import LayoutReader
+from h5feed.producer.link_walk import member_names
 from h5feed.producer.read_limits import DEFAULT_BOUNDS, DatasetBounds
 
 _log = logging.getLogger("h5feed.worker")
@@ -53,7 +54,7 @@ class GroupsReader(LayoutReader):
             return packed
         videos: list[VideoEntry] = []
         frameless: list[str] = []
-        for name in sorted(self.h5.keys()):
+        for name in member_names(self.h5, self.path, "videos"):
             group = self.h5[name]
             if name == pack_index.INDEX_GROUP:  # the pack index, when not used (other names)
                 continue

@@ -33,6 +33,7 @@ import numpy as np
 
 from h5feed.common.errors import DataError
 from h5feed.common.layouts import PACK_VERSION, PACK_VERSION_ATTR
+from h5feed.producer.link_walk import member_names
 
 __all__ = ["INDEX_GROUP", "MAX_VIDEOS", "PACK_VERSION", "PACK_VERSION_ATTR", "read", "write"]
 
@@ -106,7 +107,8 @@ def read(
         raise _bad(path, "a video has fewer than 1 frame")
     if any(not n for n in names) or names != sorted(set(names)):
         raise _bad(path, "names are not unique, sorted and non-empty")
-    stored = sorted(k for k in h5 if k != INDEX_GROUP)  # one link listing, no opening
+    # one link listing (bounded), no opening
+    stored = [k for k in member_names(h5, path, "videos", MAX_VIDEOS + 1) if k != INDEX_GROUP]
     if stored != names:
         missing = sorted(set(names) - set(stored))[:3]
         extra = sorted(set(stored) - set(names))[:3]

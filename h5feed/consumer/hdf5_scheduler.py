@@ -54,8 +54,10 @@ from h5feed.consumer.hdf5_work import (
     file_size,
     first_difference,
     merge_jobs,
+    split_job,
     unit_rows,
 )
+from h5feed.consumer.malformed import drop_malformed
 from h5feed.consumer.options import HdfConfig
 from h5feed.consumer.ordering import PlannedRelease
 from h5feed.consumer.plan import Cursor, EpochPlan, FileColumns, Index, PlannedBatch
@@ -135,20 +137,19 @@ class HdfScheduler:
             # A worker that takes a file over later still sends its INDEX, compared.
             self._plan_from(known)
             self.planned_from_known = True
-            return [self._job(peer, sorted(peer.files), send_index=False) for peer in order]
-        return [self._job(peer, sorted(peer.files)) for peer in order]  # all get the clip spec
+            return [s for p in order for s in self._job(p, sorted(p.files), send_index=False)]
+        return [s for p in order for s in self._job(p, sorted(p.files))]  # all get the spec
 
-    def _job(self, peer: Peer, files: list[int], send_index: bool = True) -> Send:
-        """The job, with ``files`` to open; a worker that has the job already adds them."""
+    def _job(self, peer: Peer, files: list[int], send_index: bool = True) -> list[Send]:
+        """The job, with ``files`` to open, in parts (:func:`split_job`: a worker that has
+        the job already adds the files of the next part)."""
         refs = tuple(messages.FileRef(i, self.config.files[i]) for i in files)
         clip = self.config.clip
-        return Send(
-            peer,
-            messages.Job(
-                self.job_id, refs, clip.to_wire(), self.config.layout.to_wire(),
-                self.config.options.index_cache, self.config.options.on_error, send_index,
-            ),
+        job = messages.Job(
+            self.job_id, refs, clip.to_wire(), self.config.layout.to_wire(),
+            self.config.options.index_cache, self.config.options.on_error, send_index,
         )  # fmt: skip
+        return [Send(peer, part) for part in split_job(job)]
 
     def on_control(self, peer: Peer, message: messages.Message) -> list[Send]:
         if isinstance(message, messages.Index):
@@ -333,10 +334,7 @@ class HdfScheduler:
             nbytes = 0 if pool is None else pool.nbytes // self.config.options.batch_size
             nbytes *= len(positions)
         elif self._is_bad_part(frames, len(positions)):
-            self._counters["malformed_messages"] += 1
-            self._log.warning(
-                "dropped part of unit %d from %s with a bad frames array", unit.id, peer
-            )
+            drop_malformed(peer, unit.id, "a bad frames array", self._counters, self._log)
             return []
         else:
             nbytes = frames.nbytes if frames is not None else 0
@@ -423,7 +421,7 @@ class HdfScheduler:
                 if donor is peer or len(donor.files) <= share or not movable:
                     break
                 self._moving[movable[-1]] = peer
-                sends.append(self._job(peer, [movable[-1]]))
+                sends += self._job(peer, [movable[-1]])
                 mine += 1
         return merge_jobs(sends)
 
@@ -488,7 +486,7 @@ class HdfScheduler:
         else:
             self._owners[file_index] = heir
             heir.files.append(file_index)
-        return [self._job(heir, [file_index])]
+        return self._job(heir, [file_index])
 
     def _planned_columns(self, file_index: int) -> FileColumns:
         """The planned videos of ``file_index`` (taken from the index when the plan started

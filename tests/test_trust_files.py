@@ -418,3 +418,71 @@ def test_many_links_and_members_stop_at_their_bounds(
             reader.index()
     finally:
         reader.close()
+
+
+# -- item 6: a worker that dies on a file -------------------------------------------------------
+
+#: An HDF5 filter plugin whose decoder crashes the process (as a crafted file can crash HDF5):
+#: its id is set on a dataset's chunks, and HDF5 loads it from $HDF5_PLUGIN_PATH to read them.
+CRASH_FILTER = 32123
+_PLUGIN_C = r"""
+#include <signal.h>
+#include <stddef.h>
+typedef size_t (*filter_fn)(unsigned, size_t, const unsigned *, size_t, size_t *, void **);
+typedef struct {
+    int version; int id; unsigned encoder_present; unsigned decoder_present;
+    const char *name; void *can_apply; void *set_local; filter_fn filter;
+} filter_class;  /* H5Z_class2_t */
+static size_t crash(unsigned flags, size_t n, const unsigned *values, size_t nbytes,
+                    size_t *size, void **buffer) {
+    raise(SIGSEGV);
+    return 0;
+}
+static const filter_class CLASS = {1, FILTER_ID, 1, 1, "h5feed-test-crash", NULL, NULL, crash};
+int H5PLget_plugin_type(void) { return 0; /* H5PL_TYPE_FILTER */ }
+const void *H5PLget_plugin_info(void) { return &CLASS; }
+"""
+
+
+@pytest.fixture(scope="module")
+def crash_plugin(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    directory = tmp_path_factory.mktemp("plugin")
+    source = directory / "crash.c"
+    source.write_text(_PLUGIN_C)
+    library = directory / "libh5feed_crash.so"
+    define = f"-DFILTER_ID={CRASH_FILTER}"
+    build = ["cc", "-shared", "-fPIC", define, "-o", str(library), str(source)]
+    subprocess.run(build, check=True, timeout=60)
+    return directory
+
+
+def test_a_file_that_kills_every_worker_indexing_it_is_a_file_read_error(
+    tmp_path: pathlib.Path, crash_plugin: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from conftest import own_worker_pids, wait_until_gone
+    from layout_data import write_raw
+
+    import h5feed
+    from h5feed.common.errors import FileReadError
+
+    good = tmp_path / "good.h5"
+    write_raw(good, make_videos(seed=2, count=2), with_offsets=False)
+    crash = tmp_path / "crash.h5"
+    with h5py.File(crash, "w") as f:  # raw layout; its labels, read to index it, crash HDF5
+        f.create_dataset("images", data=np.zeros((2, 24, 32, 3), np.uint8))
+        labels = f.create_dataset(
+            "labels", (2,), np.int64, chunks=(2,), compression=CRASH_FILTER,
+            allow_unknown_filter=True,
+        )  # fmt: skip
+        labels.id.write_direct_chunk((0,), np.zeros(2, np.int64).tobytes())
+    monkeypatch.setenv("HDF5_PLUGIN_PATH", str(crash_plugin))  # the workers inherit it
+    feed = h5feed.batches(
+        [good, crash], layout="raw", clip_len=1, batch_size=2, workers=2, shuffle=False,
+        index_cache=False, unit_timeout_s=60,
+    )  # fmt: skip
+    with pytest.raises(FileReadError) as caught:
+        list(feed)
+    message = str(caught.value)
+    assert repr(str(crash)) in message and "every worker that indexed it died (3 times" in message
+    assert "good.h5" not in message
+    assert wait_until_gone(own_worker_pids()) == []

@@ -13,14 +13,16 @@ Guarantees, under a data root:
    ``os.path.realpath`` and refuses one that lands outside the root (a symbolic link that
    points out). Its answer does not depend on whether the target exists, and a refused
    target is never opened: a refusal tells the consumer nothing about the file.
-2. :func:`check_links` walks every link of an open file (``H5Lvisit``: it follows no link
-   and opens no object) before any reader touches the file; an external link whose target
-   file lies outside the root, or does not exist inside it (HDF5 would then search the
-   working directory), is refused, and an allowed target file is checked the same way.
-3. :func:`check_dataset` is called by the layout readers on every dataset they read, before
-   reading it: a virtual dataset whose source file lies outside the root (or is missing inside
-   it: HDF5 would fill with zeros), or a dataset stored in external raw files outside the
-   root (HDF5 resolves their names against the working directory), is refused.
+2. :func:`check_links` walks every link of an open file (iteratively, bounded in depth and
+   count: :mod:`h5feed.producer.link_walk`; it follows no link and opens only groups) before
+   any reader touches the file; an external link whose target file lies outside the root, or
+   does not exist inside it (HDF5 would then search the working directory), is refused, and
+   an allowed target file is checked the same way, at most :data:`MAX_LINKED_FILES` files on.
+3. :func:`check_storage`, for every dataset a layout reader reads, before reading it (through
+   :func:`h5feed.producer.dataset_checks.check_dataset`, which also follows each virtual
+   source into its file): a virtual dataset whose source file lies outside the root (or is
+   missing inside it: HDF5 would fill with zeros), or a dataset stored in external raw files
+   outside the root (HDF5 resolves their names against the working directory), is refused.
 4. Every refusal is a :class:`PathRefused` (a DataError) naming the path, the link or
    dataset, and the rule; the worker sends it to the consumer as ERROR and counts it.
 

@@ -70,16 +70,22 @@ class _Walk:
         self.seen: set[tuple[str, str]] = set()
 
     def dataset(self, dataset: h5py.Dataset, whole: bool, depth: int) -> None:
-        file = os.path.realpath(dataset.file.filename)
-        self.bounds.check(dataset, file, whole)
-        if dataset.is_virtual:
-            count = dataset.id.get_create_plist().get_virtual_count()
-            if count > MAX_VIRTUAL_SOURCES:
-                raise DataError(
-                    f"virtual dataset {dataset.name!r} has {count} mappings, more than "
-                    f"{MAX_VIRTUAL_SOURCES}: refused before they are listed",
-                    file=file,
-                )
+        # One read of the creation properties: the common case (a plain dataset) costs a few
+        # microseconds, with no path resolved and no file object made.
+        file = os.fsdecode(h5py.h5f.get_name(dataset.id))
+        dcpl = dataset.id.get_create_plist()
+        layout = dcpl.get_layout()
+        chunks = dcpl.get_chunk() if layout == h5py.h5d.CHUNKED else None
+        self.bounds.check(dataset, file, whole, chunks)
+        virtual = layout == h5py.h5d.VIRTUAL
+        if virtual and dcpl.get_virtual_count() > MAX_VIRTUAL_SOURCES:
+            raise DataError(
+                f"virtual dataset {dataset.name!r} has {dcpl.get_virtual_count()} mappings, "
+                f"more than {MAX_VIRTUAL_SOURCES}: refused before they are listed",
+                file=file,
+            )
+        if not virtual and (self.root is None or dcpl.get_external_count() == 0):
+            return  # reads nothing but its own file
         sources = confine.check_storage(dataset, self.root)
         for source in dict.fromkeys(sources):
             if source in self.seen:

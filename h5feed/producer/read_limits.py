@@ -37,9 +37,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 
 import h5py
-import numpy as np
 
 from h5feed.common.cli_args import positive_int
 from h5feed.common.config import (
@@ -94,13 +94,16 @@ class DatasetBounds:
         encoded = _ENCODED_BYTES_PER_PIXEL * self.max_frame_pixels + _METADATA_BYTES
         return max(self.max_chunk_bytes, encoded)
 
-    def check(self, dataset: h5py.Dataset, file: str, whole: bool) -> None:
+    def check(
+        self, dataset: h5py.Dataset, file: str, whole: bool, chunks: tuple[int, ...] | None
+    ) -> None:
         """Raise DataError naming ``file`` and the dataset when reading it (``whole``: all
-        of it; else rows) could cost more than these bounds allow."""
+        of it; else rows) could cost more than these bounds allow; ``chunks``: its chunk
+        shape (None: not chunked), read by the caller from its creation properties."""
         item = dataset.id.get_type().get_size()  # as HDF5 holds one element (vlen: 16 B)
-        shape = dataset.shape or ()
+        shape = dataset.id.shape or ()
         limit = self.max_read_bytes
-        declared = int(np.prod(shape, dtype=object)) * item
+        declared = math.prod(shape) * item
         if whole and limit is not None and declared > limit:
             raise DataError(
                 f"dataset {dataset.name!r} declares {_size(declared)} "
@@ -109,11 +112,10 @@ class DatasetBounds:
                 "before reading it",
                 file=file,
             )
-        chunks = dataset.chunks
         if chunks is None:
             return
-        chunk = int(np.prod(chunks, dtype=object)) * item
-        row = int(np.prod(shape[1:], dtype=object)) * item
+        chunk = math.prod(chunks) * item
+        row = math.prod(shape[1:]) * item
         allowed = max(self.max_chunk_bytes, row if limit is None else min(row, limit))
         if chunk > allowed:
             raise DataError(

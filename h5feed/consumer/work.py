@@ -35,6 +35,9 @@ class Peer:
     key: str | None = None  # its CURVE public key (Z85), when the consumer uses CURVE
     last_heard: float = 0.0  # when its last message arrived (liveness probes go to the quiet)
     lost_cause: str | None = None  # why it was lost (a LossCause), once it is
+    #: Since when it owes a handshake answer (an INDEX of files it was asked to take) with
+    #: none sent: the session's deadline runs from here as from ``last_progress`` for units.
+    owes_since: float | None = None
 
     def __str__(self) -> str:
         return f"{self.name} (pid {self.pid} on {self.host})"

@@ -159,6 +159,7 @@ def register(subcommand: Subcommand) -> None:
         "(curve_authorized=); each producer keeps its own .key_secret and the trainer's "
         ".key (--key, --server-key).\n\nGuarantees: NAME.key_secret is created mode 0600 "
         "and NAME.key 0644 (each created with its mode, then renamed over an old one); "
+        "a secret key that group or others may read is refused (chmod 600), as ssh does; "
         "keys mounted read-only (0400, Docker/Kubernetes secrets) load as they are.",
         "example:\n  h5feed keys keys/ --name trainer && h5feed keys keys/ --name producer1",
     )
@@ -185,12 +186,19 @@ def register(subcommand: Subcommand) -> None:
 def _cmd_produce(args: argparse.Namespace) -> int:
     """Run :func:`h5feed.producer.service.run_producer` until SIGTERM/SIGINT."""
     from h5feed.producer.cpus import available_cpus
+    from h5feed.producer.lifetime import drop_working_directory
     from h5feed.producer.service import run_producer
+
+    drop_working_directory()  # nothing more is imported from where the command was run
 
     workers = int(args.workers) if args.workers is not None else available_cpus()
     if (args.key is None) != (args.server_key is None):
         raise ValueError("CURVE needs both --key and --server-key")
     curve = (args.key, args.server_key) if args.key is not None else None
+    if curve is not None:
+        from h5feed.common.curve import check_secret_mode
+
+        check_secret_mode(args.key)  # ValueError naming the mode, before any worker starts
     insecure = args.insecure or _env_flag(args.insecure_env, "H5FEED_INSECURE")
     if insecure is None:
         return _REFUSED

@@ -15,6 +15,13 @@ Guarantees:
 5. The workers import user code by name only at paths matching ``allow_code`` (none by
    default; see ``h5feed/producer/code_policy.py``) and open only files under ``data_root``
    when it is given (``h5feed/producer/confine.py``).
+6. Neither the service nor its workers look for modules in their working directory: the
+   workers run ``python -P`` (never the directory on ``sys.path``; h5feed itself comes from
+   where the service imported it, by ``PYTHONPATH``), and the service drops the directory
+   ``python -m`` put first on its own path
+   (:func:`h5feed.producer.lifetime.drop_working_directory`). A package
+   planted there cannot shadow an installed one; user code is installed, or on
+   ``PYTHONPATH`` as the operator sets it.
 """
 
 from __future__ import annotations
@@ -30,13 +37,15 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from h5feed.common.config import DEFAULT_MAX_OPEN_FILES, default_cache_dir
 from h5feed.common.logs import with_ids
 from h5feed.producer.read_limits import NO_LIMITS, ProducerLimits
 
 _log = logging.getLogger("h5feed.producer")
+#: Where this h5feed was imported from: the workers import the same one.
+_PACKAGE_PARENT = str(pathlib.Path(__file__).resolve().parents[2])
 _STOP_WAIT_S = 10.0
 _RESTART_EVERY_S = 1.0
 _REFUSED_EXIT = 2
@@ -53,7 +62,8 @@ def worker_command(
     allow_code: Sequence[str] = (),
     limits: ProducerLimits = NO_LIMITS,
 ) -> list[str]:
-    command = [sys.executable, "-m", "h5feed.producer.worker", "--connect", connect]
+    # -P: the working directory is never on the worker's sys.path (see guarantee 6).
+    command = [sys.executable, "-P", "-m", "h5feed.producer.worker", "--connect", connect]
     command += ["--worker-id", name, "--parent-pid", str(os.getpid()), "--persistent"]
     command += ["--max-open-files", str(max_open_files)]
     command += ["--cache-dir", default_cache_dir()]  # this host's, not the trainer's
@@ -69,6 +79,15 @@ def worker_command(
     for pattern in allow_code:  # none: the worker imports no user code
         command += ["--allow-code", pattern]
     return command
+
+
+def worker_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The workers' environment: ``environ``, with this h5feed first on ``PYTHONPATH``."""
+    env = dict(environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (_PACKAGE_PARENT, env.get("PYTHONPATH", "")) if p
+    )
+    return env
 
 
 def run_producer(
@@ -165,6 +184,7 @@ def run_producer(
                             limits,
                         ),
                         stdin=subprocess.DEVNULL,
+                        env=worker_env(os.environ),
                     )
                     started[worker] = time.monotonic()
                     if figures is not None:

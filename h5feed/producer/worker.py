@@ -48,7 +48,11 @@ from h5feed.common.curve import (
 )
 from h5feed.common.wire import DEFAULT_MAX_MESSAGE_BYTES
 from h5feed.producer.code_policy import policy_of
-from h5feed.producer.lifetime import die_with_parent, raise_open_files_limit
+from h5feed.producer.lifetime import (
+    die_with_parent,
+    drop_working_directory,
+    raise_open_files_limit,
+)
 from h5feed.producer.open_files import DEFAULT_MAX_OPEN_FILES
 from h5feed.producer.read_limits import ProducerLimits
 from h5feed.producer.worker_loop import Worker
@@ -136,6 +140,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     # that died already is seen now.
     if args.parent_pid is not None and not die_with_parent(args.parent_pid):
         return 0
+    if not args.trust_code:  # a producer's worker: user code only from installed places
+        drop_working_directory()
     soft, hard = raise_open_files_limit()
     host = socket.gethostname()
     logging.basicConfig(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import socket
 import subprocess
 import sys
 import zlib
@@ -21,12 +22,14 @@ import h5py
 import numpy as np
 import pytest
 import zmq
-from layout_data import make_videos, write_groups
+from conftest import own_worker_pids, wait_until_gone
+from layout_data import make_videos, write_groups, write_raw
 from test_trust_code_and_root import RECEIVE_TIMEOUT_MS, Rogue
 
+import h5feed
 from h5feed.common import layouts, messages
 from h5feed.common.config import PRODUCER_MAX_CLIP_PIXELS, PRODUCER_MAX_FRAME_PIXELS, ClipSpec
-from h5feed.common.errors import DataError
+from h5feed.common.errors import DataError, FileReadError
 from h5feed.common.messages import FileRef
 from h5feed.producer import dataset_checks, link_walk
 from h5feed.producer.code_policy import NOTHING
@@ -456,25 +459,25 @@ def crash_plugin(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
     return directory
 
 
-def test_a_file_that_kills_every_worker_indexing_it_is_a_file_read_error(
-    tmp_path: pathlib.Path, crash_plugin: pathlib.Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from conftest import own_worker_pids, wait_until_gone
-    from layout_data import write_raw
-
-    import h5feed
-    from h5feed.common.errors import FileReadError
-
-    good = tmp_path / "good.h5"
+def crash_files(directory: pathlib.Path) -> tuple[pathlib.Path, pathlib.Path]:
+    """A good raw-layout file, and one whose labels (read to index it) crash HDF5."""
+    good = directory / "good.h5"
     write_raw(good, make_videos(seed=2, count=2), with_offsets=False)
-    crash = tmp_path / "crash.h5"
-    with h5py.File(crash, "w") as f:  # raw layout; its labels, read to index it, crash HDF5
+    crash = directory / "crash.h5"
+    with h5py.File(crash, "w") as f:
         f.create_dataset("images", data=np.zeros((2, 24, 32, 3), np.uint8))
         labels = f.create_dataset(
             "labels", (2,), np.int64, chunks=(2,), compression=CRASH_FILTER,
             allow_unknown_filter=True,
         )  # fmt: skip
         labels.id.write_direct_chunk((0,), np.zeros(2, np.int64).tobytes())
+    return good, crash
+
+
+def test_a_file_that_kills_every_worker_indexing_it_is_a_file_read_error(
+    tmp_path: pathlib.Path, crash_plugin: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    good, crash = crash_files(tmp_path)
     others = set(own_worker_pids())  # this module's producer worker, if it runs
     monkeypatch.setenv("HDF5_PLUGIN_PATH", str(crash_plugin))  # the workers inherit it
     feed = h5feed.batches(
@@ -487,3 +490,33 @@ def test_a_file_that_kills_every_worker_indexing_it_is_a_file_read_error(
     assert repr(str(crash)) in message and "every worker that indexed it died (3 times" in message
     assert "good.h5" not in message
     assert wait_until_gone([p for p in own_worker_pids() if p not in others]) == []
+
+
+def test_a_file_that_kills_a_producers_workers_is_a_file_read_error_not_a_timeout(
+    tmp_path: pathlib.Path, crash_plugin: pathlib.Path
+) -> None:
+    crash_files(tmp_path)  # paths relative to the data root below
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = int(probe.getsockname()[1])
+    env = {**os.environ, "HDF5_PLUGIN_PATH": str(crash_plugin)}
+    producer = subprocess.Popen(
+        [sys.executable, "-m", "h5feed", "produce", "--connect", f"tcp://127.0.0.1:{port}",
+         "--data-root", str(tmp_path), "--workers", "1", "--name", "crashy"],
+        env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    try:
+        feed = h5feed.batches(
+            ["good.h5", "crash.h5"], data_root=str(tmp_path), workers=0,
+            listen=f"tcp://127.0.0.1:{port}", layout="raw", clip_len=1, batch_size=2,
+            index_cache=False, start_timeout_s=60, unit_timeout_s=120,
+        )  # fmt: skip
+        with pytest.raises(FileReadError) as caught:
+            list(feed)
+    finally:
+        producer.terminate()
+        producer.communicate(timeout=EXIT_TIMEOUT_S + 5)
+    message = str(caught.value)
+    assert repr("crash.h5") in message and "every worker that indexed it died (3 times" in message
+    assert "crashy-0" in message and "good.h5" not in message

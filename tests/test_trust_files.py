@@ -520,3 +520,87 @@ def test_a_file_that_kills_a_producers_workers_is_a_file_read_error_not_a_timeou
     message = str(caught.value)
     assert repr("crash.h5") in message and "every worker that indexed it died (3 times" in message
     assert "crashy-0" in message and "good.h5" not in message
+
+
+# -- every layout: one check for every dataset it reads ------------------------------------
+
+
+def _every_layout(tmp: pathlib.Path) -> list[tuple[str, pathlib.Path, layouts.LayoutSpec]]:
+    from layout_data import write_blobs, write_flat, write_frame_datasets, write_video_files
+
+    videos = make_videos(seed=4, count=2)
+    cases: list[tuple[str, pathlib.Path, layouts.LayoutSpec]] = []
+    write_groups(tmp / "groups.h5", videos)
+    cases.append(("groups", tmp / "groups.h5", layouts.Groups()))
+    write_groups(tmp / "packed.h5", videos)
+    with h5py.File(tmp / "packed.h5", "a") as f:
+        pack_index.write(
+            f, [(f"video_{v:03d}", len(fr), lab) for v, (fr, lab) in enumerate(videos)]
+        )
+    cases.append(("groups, pack index", tmp / "packed.h5", layouts.Groups()))
+    write_frame_datasets(tmp / "frames.h5", videos)
+    cases.append(("frame_datasets", tmp / "frames.h5", layouts.FrameDatasets()))
+    write_flat(tmp / "flat.h5", videos)
+    cases.append(("flat", tmp / "flat.h5", layouts.Flat()))
+    write_raw(tmp / "raw.h5", videos, with_offsets=True)
+    cases.append(("raw", tmp / "raw.h5", layouts.Raw()))
+    write_blobs(tmp / "blobs.h5", videos, frames_per_row=12, lengths=True)
+    cases.append(("blobs", tmp / "blobs.h5", layouts.Blobs()))
+    for pixels in (False, True):
+        written = write_video_files(tmp / f"video{pixels:d}", videos[:1], ["a"], pixels=pixels)
+        path = pathlib.Path(next(iter(written))[0])
+        cases.append((f"video (pixels {pixels})", path, layouts.Video(label=None)))
+    return cases
+
+
+def _datasets(path: pathlib.Path) -> set[str]:
+    found: set[str] = set()
+
+    def add(name: str, obj: object) -> None:
+        if isinstance(obj, h5py.Dataset):
+            found.add("/" + name)
+
+    with h5py.File(path, "r") as f:
+        f.visititems(add)
+    return found
+
+
+def test_every_layout_checks_every_dataset_it_reads(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from h5feed.producer.layouts import base
+
+    checked: list[tuple[str, bool]] = []
+    real = base.check_dataset
+
+    def spy(
+        dataset: h5py.Dataset, bounds: DatasetBounds, root: str | None, *, whole: bool
+    ) -> h5py.Dataset:
+        checked.append((dataset.name, whole))
+        return real(dataset, bounds, root, whole=whole)
+
+    monkeypatch.setattr(base, "check_dataset", spy)
+    for name, path, spec in _every_layout(tmp_path):
+        checked.clear()
+        reader = open_reader(str(path), spec)
+        try:
+            video, frames, _label = reader.index()[0]
+            reader.read_frames(video, list(range(frames)))
+            reader.frame_crcs(video, [0])
+        finally:
+            reader.close()
+        stored = _datasets(path)
+        read = {d for d, _whole in checked}
+        # every dataset the reader needs for the first video, each read-whole one said so
+        first_video = {
+            d for d in stored if d.count("/") == 1 or d.startswith((f"/{video}/", "/h5feed_index/"))
+        }
+        assert first_video <= read, (name, sorted(first_video - read))
+        wholes = {d for d, whole in checked if whole}
+        small = {
+            d
+            for d in read
+            if d.rsplit("/", 1)[-1]
+            in ("labels", "video_offsets", "lengths", "names", "frame_counts")
+        }
+        assert small <= wholes, (name, sorted(small - wholes))

@@ -27,10 +27,13 @@ script without an ``if __name__ == "__main__":`` guard works). Guarantees:
 from __future__ import annotations
 
 import collections
+import contextlib
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 
@@ -41,6 +44,7 @@ from h5feed.common.curve import (
     KeyPair,
 )
 from h5feed.common.errors import WorkerDiedError
+from h5feed.common.worker_counters import COUNTERS, read_counters
 from h5feed.consumer.spawner import spawn
 
 _PACKAGE_PARENT = str(pathlib.Path(__file__).resolve().parents[2])
@@ -81,6 +85,9 @@ class LocalWorkers:
             p for p in (_PACKAGE_PARENT, env.get("PYTHONPATH", "")) if p
         )
         self.names = [f"{prefix}-{i}" for i in range(count)]
+        # Each worker writes its counters here (--stats-file): stats() reads slots_refused.
+        self._stats_dir = tempfile.mkdtemp(prefix="h5feed-workers-")
+        self._base: collections.Counter[str] = collections.Counter()  # replaced processes'
         self.processes: list[subprocess.Popen[bytes]] = []
         self.max_restarts = max_restarts
         self.restarts = 0  # processes started to replace dead ones
@@ -114,6 +121,8 @@ class LocalWorkers:
                         else []
                     ),
                     *(["--persistent"] if persistent else []),
+                    "--stats-file",
+                    self._stats_file(name),
                 ]
                 self._commands.append(command)
                 self.processes.append(spawn(command, env))
@@ -124,6 +133,29 @@ class LocalWorkers:
     @property
     def pids(self) -> list[int]:
         return [p.pid for p in self.processes]
+
+    def _stats_file(self, name: str) -> str:
+        return os.path.join(self._stats_dir, f"{name}.json")
+
+    def counter(self, key: str) -> int:
+        """A counter of the workers' own (``h5feed.common.worker_counters.COUNTERS``), summed
+        over every process started so far, those replaced and those stopped included."""
+        total = self._base[key]
+        for name, process in zip(self.names, self.processes, strict=True):
+            values = read_counters(self._stats_file(name))
+            if values is not None and values.get("pid") == process.pid:
+                total += int(values[key])
+        return total
+
+    def _fold(self, name: str, pid: int) -> None:
+        """Keep the last figures of process ``pid`` (ended) of worker ``name``."""
+        path = self._stats_file(name)
+        values = read_counters(path)
+        if values is not None and values.get("pid") == pid:
+            for key in COUNTERS:
+                self._base[key] += int(values[key])
+            with contextlib.suppress(OSError):
+                os.remove(path)
 
     def exited(self) -> list[tuple[str, int, int]]:
         """(name, pid, exit code) of every worker that is no longer running."""
@@ -169,6 +201,7 @@ class LocalWorkers:
         else:
             recent.append(now)
         self.retired.add(old)
+        self._fold(name, old)
         self.restarts += 1
         self.processes[position] = spawn(self._commands[position], self._env)
         return self.processes[position].pid
@@ -183,13 +216,17 @@ class LocalWorkers:
         for escalate, wait_s in steps:
             running = [p for p in self.processes if p.poll() is None]
             if not running:
-                return
+                break
             if escalate is not None:
                 for process in running:
                     escalate(process)
             deadline = time.monotonic() + wait_s
             for process in running:
                 _wait(process, deadline - time.monotonic())
+        if all(p.poll() is not None for p in self.processes):  # their last figures stay
+            for name, process in zip(self.names, self.processes, strict=True):
+                self._fold(name, process.pid)
+            shutil.rmtree(self._stats_dir, ignore_errors=True)
 
 
 def _wait(process: subprocess.Popen[bytes], timeout_s: float) -> None:

@@ -120,6 +120,8 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
         self._on_index = _weakly(on_index)  # the feed's: held weakly, as on_close
         self._index_digest = index_digest  # the feed's IndexDigests: one hash per dataset
         self._closed = threading.Event()
+        # Kept workers: the pool is told once, at the first batch, that they took this job.
+        self._pool: WorkerPool | None = pool[0] if pool is not None else None
         self._waited = WaitMeter()
         self._taken = RateMeter()
         options = config.options
@@ -239,6 +241,9 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
                     raise H5FeedError(f"the h5feed loop failed: {error!r}") from error
                 batch: Batch = item
                 self._gate.take()
+                if self._pool is not None:  # the kept workers took this job: the last
+                    self._pool.settle()  # jobs' units are behind them, their slots may go
+                    self._pool = None
                 if not self._index_checked:
                     self._check_index()
                 if (batch.epoch, batch.index) in self._skip:  # taken before the resume
@@ -309,7 +314,11 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
         10 s) and ``per_s_total`` rates; ``startup_s``: until the first batch;
         ``wait_share_recent``/``wait_share_total``: share of time since the first batch that
         ``next()`` waited for a batch not yet ready; ``inflight_batches`` of
-        ``credit_budget``; ``queue_depth``: complete batches not yet taken; ``workers`` and
+        ``credit_budget``; ``queue_depth``: complete batches not yet taken;
+        ``shared_memory_slots`` (made), ``parts_copied_into_slots`` (parts whose rows came
+        over the socket because their worker could not map the slot), ``slots_refused`` (jobs
+        whose slots a local worker could not map, summed over this iteration's workers since
+        they started: kept workers count across iterations); ``workers`` and
         ``hosts``: what each delivered; ``malformed_messages``, ``dropped_parts``,
         ``reassigned_units`` (re-sent after their worker was lost), ``peers_lost``,
         ``workers_replaced`` (local processes started in place of dead ones),
@@ -354,6 +363,7 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
             "queue_depth": self._loop.out.qsize(),
             "shared_memory_slots": slots,
             "parts_copied_into_slots": counters["parts_copied_into_slots"],
+            "slots_refused": self._workers.counter("slots_refused"),
             "workers": workers,
             "hosts": hosts,
             "malformed_messages": counters["malformed_messages"],
@@ -385,19 +395,26 @@ def _weakly(callback: Callable[..., None] | None) -> Callable[[], Callable[..., 
 
 
 def _shutdown(loop: FeedLoop, workers: LocalWorkers, tmpdir: str, closed: threading.Event) -> None:
+    """End the iteration: its loop, then its workers, then its shared-memory slots (closed
+    only once no worker can be making a unit that names them: batches already handed out
+    keep their memory)."""
     closed.set()
     loop.stop()
     workers.stop()
+    loop.scheduler.close()
     shutil.rmtree(tmpdir, ignore_errors=True)
 
 
 def _give_back(loop: FeedLoop, pool: WorkerPool, slot: PoolSlot, closed: threading.Event) -> None:
     """End this iteration's job on the pool's workers (the loop says BYE) and give the pool
-    back: reusable when the loop ended without an error and every worker still runs."""
+    back: reusable when the loop ended without an error and every worker still runs. Its
+    scheduler is retired to the pool, which closes its slots once no worker can still make a
+    unit of this job (see ``WorkerPool.retire``)."""
     closed.set()
     loop.stop()
     stopped = loop.stopped
     reusable = stopped and loop.error is None and not pool.workers.exited()
+    pool.retire(loop.scheduler)
     slot.give_back(pool, reusable, socket_in_use=not stopped)
 
 

@@ -25,6 +25,14 @@ Guarantees:
 4. The workers keep every guarantee of :mod:`h5feed.consumer.local_workers` (they die with the
    trainer, ignore Ctrl-C); :meth:`WorkerPool.close` stops them within about 2 s. It runs when
    the feed is closed or garbage collected, and at interpreter exit.
+5. An ended iteration's shared-memory slots stay open while a kept worker may still make one
+   of its units: an iteration left early (``break``) leaves units queued at the workers, each
+   naming a slot (``/proc/<trainer>/fd/<n>``). Closed at once, such a unit would find its slot
+   gone (``No such file or directory``) or its descriptor number taken by another file, and
+   send its rows over the socket. So the iteration's scheduler is retired here
+   (:meth:`WorkerPool.retire`) and closed once the workers took a later job (they answer a
+   JOB after every unit queued before it: :meth:`WorkerPool.settle`, at the next iteration's
+   first batch), or after they are stopped (:meth:`WorkerPool.close`).
 """
 
 from __future__ import annotations
@@ -36,6 +44,7 @@ import tempfile
 import threading
 import uuid
 import weakref
+from typing import Protocol
 
 from h5feed.common.errors import WorkerDiedError
 from h5feed.common.logs import with_ids
@@ -46,6 +55,12 @@ from h5feed.consumer.session import describe_exit
 from h5feed.consumer.waker import Waker
 
 _log = with_ids(logging.getLogger("h5feed.consumer"), "consumer")
+
+
+class Closable(Protocol):
+    """What the pool keeps of an ended iteration: its scheduler (its slots)."""
+
+    def close(self) -> None: ...
 
 
 class WorkerPool:
@@ -75,6 +90,26 @@ class WorkerPool:
             )
             undo.pop_all()
         self._closed = False
+        self._retired: list[Closable] = []  # schedulers of ended iterations, slots open
+        self._retired_lock = threading.Lock()  # retire (the trainer) vs settle (tf.data)
+
+    def retire(self, scheduler: Closable) -> None:
+        """An ended iteration's scheduler: closed by :meth:`settle` or :meth:`close`."""
+        with self._retired_lock:
+            self._retired.append(scheduler)
+        if self._closed:  # nothing will settle it any more
+            self._close_retired()
+
+    def settle(self) -> None:
+        """The workers took a new job (the first batch of an iteration arrived): every unit
+        of the jobs before is behind them, so their schedulers close now."""
+        self._close_retired()
+
+    def _close_retired(self) -> None:
+        with self._retired_lock:
+            retired, self._retired = self._retired, []
+        for scheduler in retired:
+            scheduler.close()  # batches already handed out keep their memory
 
     def check_alive(self) -> None:
         """Replace each worker that exited since the last iteration (WorkerDiedError past
@@ -94,6 +129,7 @@ class WorkerPool:
             return
         self._closed = True
         self.workers.stop(grace_s=0)  # persistent workers leave on SIGTERM, not on BYE
+        self._close_retired()  # no worker left to make a unit naming their slots
         if not socket_in_use:
             self.router.close()
             self.waker.close()

@@ -19,15 +19,12 @@ import socket
 import time
 from typing import Any
 
+from h5feed.common.worker_counters import COUNTERS, read_counters
+
+__all__ = ["COUNTERS", "WRITE_EVERY_S", "WorkerCounters", "read_counters"]
+
 #: How often a worker rewrites its stats file (seconds): scrapes see figures this fresh.
 WRITE_EVERY_S = 0.5
-#: The counters of a worker, in its file and in the metrics (all only ever grow).
-COUNTERS = (
-    "units", "clips", "bytes", "errors", "busy_s", "jobs", "refused", "slots_refused",
-    "files_reopened",
-)  # fmt: skip
-
-
 class WorkerCounters:
     """Counts units, clips, bytes, errors (refusals of code or paths also in ``refused``),
     jobs, busy seconds, jobs whose shared-memory slots were refused and HDF5 files reopened
@@ -51,6 +48,8 @@ class WorkerCounters:
 
     def add(self, key: str, amount: int = 1) -> None:
         self.values[key] += amount
+        if key == "slots_refused":  # rare, and the trainer's stats() read it: at once
+            self.write()
 
     def maybe_write(self) -> None:
         if time.monotonic() - self._written >= WRITE_EVERY_S:
@@ -67,18 +66,3 @@ class WorkerCounters:
             with open(tmp, "w") as out:
                 json.dump(self.values, out)
             os.replace(tmp, self.path)
-
-
-def read_counters(path: str) -> dict[str, Any] | None:
-    """A worker's last written figures, or None (not written yet, or unreadable)."""
-    try:
-        with open(path) as source:
-            values = json.load(source)
-    except (OSError, ValueError):
-        return None
-    if not isinstance(values, dict):
-        return None
-    for key in COUNTERS:
-        if not isinstance(values.get(key), (int, float)):
-            return None
-    return values

@@ -236,6 +236,6 @@ def test_a_killed_service_worker_is_restarted_and_its_counters_kept(
         after = scrape(port)
         assert by_worker(after, "h5feed_producer_clips_total") == {"pk-0": 24}
         assert by_worker(after, "h5feed_producer_jobs_total") == {"pk-0": 1}
-        assert "worker pk-0 exited (-9); restarting" in log.read_text()
+        assert "worker pk-0 exited (-9) after returning parts; restarting now" in log.read_text()
     finally:
         stop(producer)

@@ -40,7 +40,7 @@ from h5feed.common.curve import (
     CURVE_ENV_SERVER,
     KeyPair,
 )
-from h5feed.common.errors import WorkerDiedError
+from h5feed.common.errors import WorkerDiedError, WorkerTimeoutError
 from h5feed.consumer.spawner import spawn
 
 _PACKAGE_PARENT = str(pathlib.Path(__file__).resolve().parents[2])
@@ -86,7 +86,8 @@ class LocalWorkers:
         self.restarts = 0  # processes started to replace dead ones
         self._env = env
         self._commands: list[list[str]] = []
-        self._restarted: dict[str, collections.deque[float]] = {}  # crash-loop deaths
+        # crash-loop losses: (when, whether it was a hang)
+        self._restarted: dict[str, collections.deque[tuple[float, bool]]] = {}
         self._delivered: set[int] = set()  # pids that returned a DATA part
         self.retired: set[int] = set()  # pids replaced: whatever they said is stale
         try:
@@ -147,27 +148,42 @@ class LocalWorkers:
         if pid in self.pids:
             self._delivered.add(pid)
 
-    def replace(self, name: str) -> int:
+    def replace(self, name: str, hung: bool = False) -> int:
         """Kill worker ``name`` if it still runs and start a new process under its name; the
-        new pid. Raises WorkerDiedError past ``max_restarts`` deaths within
-        RESTART_WINDOW_S of processes that returned no DATA part (see :meth:`delivered`)."""
+        new pid. Past ``max_restarts`` losses within RESTART_WINDOW_S of processes that
+        returned no DATA part (see :meth:`delivered`), raises WorkerDiedError, or
+        WorkerTimeoutError when this loss is a hang (``hung``: killed for holding work past
+        the unit timeout): a hang is never reported as a crash."""
         position = self.names.index(name)
         old = self.processes[position].pid
         self.kill(name)
         now = time.monotonic()
         recent = self._restarted.setdefault(name, collections.deque())
-        while recent and now - recent[0] > RESTART_WINDOW_S:
+        while recent and now - recent[0][0] > RESTART_WINDOW_S:
             recent.popleft()
         if old in self._delivered:
             self._delivered.discard(old)  # it was working: no crash loop
         elif len(recent) >= self.max_restarts:
+            hangs = sum(was_hung for _at, was_hung in recent) + hung
+            deaths = len(recent) + 1 - hangs
+            within = (
+                f"within {RESTART_WINDOW_S:g} s (max_restarts={self.max_restarts}), each time "
+                "before returning any data"
+            )
+            if hung:
+                also = f" and died {deaths} times" if deaths else ""
+                raise WorkerTimeoutError(
+                    f"worker {name} hung {hangs} times{also} {within}: each start held work "
+                    "past unit_timeout_s without answering (killed, not crashed): the code or "
+                    "data it runs blocks"
+                )
+            also = f" and hung {hangs} times" if hangs else ""
             raise WorkerDiedError(
-                f"worker {name} died {len(recent) + 1} times within {RESTART_WINDOW_S:g} s "
-                f"(max_restarts={self.max_restarts}), each time before returning any data: a "
-                "crash loop; its output, if any, is on stderr above"
+                f"worker {name} died {deaths} times{also} {within}: a crash loop; its output, "
+                "if any, is on stderr above"
             )
         else:
-            recent.append(now)
+            recent.append((now, hung))
         self.retired.add(old)
         self.restarts += 1
         self.processes[position] = spawn(self._commands[position], self._env)

@@ -10,6 +10,8 @@ from typing import Any
 
 import numpy as np
 
+from h5feed.common import trainer_main
+from h5feed.common.errors import H5FeedError
 from h5feed.common.exposure import warn_insecure_listen
 from h5feed.consumer import known_index, resume
 from h5feed.consumer.metrics import start_feed_metrics
@@ -39,6 +41,14 @@ class Feed:
     consumer remembers for these files, else once an iteration's workers indexed them)."""
 
     def __init__(self, config: FeedConfig, resume_from: Any = None) -> None:
+        if trainer_main.in_worker():  # the user's code, imported by a worker, builds a feed
+            raise H5FeedError(
+                "h5feed: a dataset was created inside an h5feed worker process, while it "
+                "loaded your code (source=/transform=): module-level code that builds an "
+                "h5feed dataset runs again in every worker. Put it under "
+                '`if __name__ == "__main__":`, or keep the factory in a module of its own; '
+                "a worker never starts workers"
+            )
         self.config = config
         self.fingerprint = resume.fingerprint(config)
         self.length: int | None = None

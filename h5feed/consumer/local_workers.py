@@ -29,6 +29,7 @@ import sys
 import time
 from collections.abc import Callable
 
+from h5feed.common import trainer_main
 from h5feed.common.curve import (
     CURVE_ENV_PUBLIC,
     CURVE_ENV_SECRET,
@@ -71,10 +72,17 @@ class LocalWorkers:
             env[CURVE_ENV_PUBLIC] = keys.public.decode()
             env[CURVE_ENV_SECRET] = keys.secret.decode()
             env[CURVE_ENV_SERVER] = server_public.decode()
-        # Workers import h5feed from where the trainer did, installed or not.
+        # Workers import h5feed from where the trainer did, installed or not, and look for
+        # the user's modules (source= and transform= alike) where the trainer does: its
+        # sys.path, in its order. Its __main__: see h5feed.common.trainer_main.
         env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (_PACKAGE_PARENT, env.get("PYTHONPATH", "")) if p
+            dict.fromkeys(p for p in (_PACKAGE_PARENT, *trainer_path(), env.get("PYTHONPATH")) if p)
         )
+        main = trainer_main.describe_main()
+        if main is not None:
+            env[trainer_main.MAIN_ENV] = main
+        else:
+            env.pop(trainer_main.MAIN_ENV, None)
         self.names = [f"{prefix}-{i}" for i in range(count)]
         self.processes: list[subprocess.Popen[bytes]] = []
         self.max_restarts = max_restarts
@@ -170,6 +178,12 @@ class LocalWorkers:
             deadline = time.monotonic() + wait_s
             for process in running:
                 _wait(process, deadline - time.monotonic())
+
+
+def trainer_path() -> list[str]:
+    """This process's ``sys.path`` as absolute paths (``""``, the current directory, made
+    one), for a worker to search the same places in the same order."""
+    return [os.path.abspath(p) if p == "" else p for p in sys.path if isinstance(p, str)]
 
 
 def _wait(process: subprocess.Popen[bytes], timeout_s: float) -> None:

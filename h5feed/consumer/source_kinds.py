@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from h5feed.common import elements, messages
 from h5feed.common.elements import ElementSpec, Field, RaggedArray
@@ -33,6 +33,9 @@ from h5feed.consumer.plan import Cursor, epoch_order
 from h5feed.consumer.scheduler import Reassignment, Send
 from h5feed.consumer.source_options import SourceConfig
 from h5feed.consumer.work import Ledger, Peer, Unit, W
+
+if TYPE_CHECKING:
+    from h5feed.consumer.options import FeedOptions
 
 MAP: Final = "map"
 KERAS: Final = "keras"
@@ -102,6 +105,20 @@ class _Elements:
         return Batch(epoch, index, {}, element, elements_in_part, size)
 
 
+def epoch_batches(kind: str, length: int, options: FeedOptions) -> int:
+    """Batches per epoch of a map or keras source of ``length`` items (every epoch has as
+    many: the shard's share of the items, batched as the options say)."""
+    return _batches_of(kind, len(epoch_order(length, options.plan_options(), 0)), options)
+
+
+def _batches_of(kind: str, items: int, options: FeedOptions) -> int:
+    if kind == KERAS:  # each item is a batch
+        return items
+    if options.drop_remainder:
+        return items // options.batch_size
+    return -(-items // options.batch_size)
+
+
 class ItemScheduler:
     """map and keras sources (see the module docstring)."""
 
@@ -134,9 +151,7 @@ class ItemScheduler:
         per_batch = 1 if self.kind == KERAS else options.batch_size
         for epoch in epochs:
             order = epoch_order(self._length, options.plan_options(), epoch)
-            batches = len(order) // per_batch
-            if self.kind != KERAS and not options.drop_remainder:
-                batches = -(-len(order) // per_batch)
+            batches = _batches_of(self.kind, len(order), options)
             if batches == 0:
                 raise H5FeedError(
                     f"an epoch has no batch: {len(order)} items in shard {options.shard} of "

@@ -113,7 +113,7 @@ class SourceScheduler:
             return []
         kind, length, spec = self._agree()
         self._agreed = (kind, length)
-        self.learnt = Learnt(kind, spec)
+        self.learnt = Learnt(kind, spec, length)
         if self._start.batch and kind == GENERATOR:
             raise SourceError(
                 f"source {self.source.source!r} is a generator: it cannot resume inside an "

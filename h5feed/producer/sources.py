@@ -133,6 +133,7 @@ class SourceJob:
             raise SourceError(
                 f"source {self.path!r}: the factory raised {type(exc).__name__}: {exc}"
             ) from exc
+        import_path.single_threaded_torch()  # the factory may import torch lazily
         self.kind = detect_kind(self.obj)
         self.length: int | None = None
         if self.kind != GENERATOR:

@@ -27,9 +27,11 @@ class Feed:
     the epoch count of the previous iteration (so three iterations of a one-epoch feed see
     epochs 0, 1 and 2: three different plans). Thread-safe to iterate from several threads.
 
-    Local workers persist across iterations (an HDF5 feed without ``listen``): the first
-    iteration starts them, each later one runs a new job on them (their indexes in memory),
-    and they stop when the feed is closed (:meth:`close`) or garbage collected, or at exit.
+    Local workers persist across iterations (a feed without ``listen``): the first iteration
+    starts them, each later one runs a new job on them (an HDF5 feed's indexes in memory; a
+    source's modules imported, its factory called again: a new copy of the user's object per
+    iteration), and they stop when the feed is closed (:meth:`close`) or garbage collected,
+    or at exit.
     An iteration that starts while another runs gets its own workers, stopped at its end;
     after a failed iteration, or when a kept worker exited between iterations (that
     iteration raises WorkerDiedError naming it), the next iteration starts new workers.
@@ -97,10 +99,12 @@ class Feed:
             weakref.finalize(self, self._slot.close)  # the kept workers stop with the feed
 
     def _keeps_workers(self) -> bool:
-        """Whether local workers persist across iterations: an HDF5 feed with local workers
-        and no ``listen`` (remote producers join per iteration)."""
+        """Whether local workers persist across iterations: a feed with local workers and no
+        ``listen`` (remote producers join per iteration). An HDF5 feed's workers keep their
+        indexes; a source's keep the user's modules imported (torch, TensorFlow: seconds
+        each) and build a new copy of the user's object for each iteration (a new job)."""
         options = self.config.options
-        return isinstance(self.config, HdfConfig) and options.workers > 0 and not options.listen
+        return options.workers > 0 and not options.listen
 
     def close(self) -> None:
         """Stop the workers kept across iterations (a running iteration keeps its workers

@@ -21,6 +21,7 @@ from h5feed.consumer.feed import Feed
 from h5feed.consumer.options import FeedOptions, check_main_path
 from h5feed.consumer.source_kinds import GENERATOR, epoch_batches
 from h5feed.consumer.source_options import SOURCE_KEYS, Learnt, SourceConfig
+from h5feed.consumer.source_scheduler import check_ragged
 from h5feed.consumer.stream import BatchStream
 from h5feed.consumer.tf_elements import ragged_paths, spec_from_signature
 
@@ -47,7 +48,7 @@ def make_source_config(files: Any, kwargs: Mapping[str, Any]) -> SourceConfig:
     feed_options = FeedOptions(**options)
     if isinstance(kwargs["source"], str):
         check_main_path("source", kwargs["source"], feed_options)
-    return SourceConfig(
+    config = SourceConfig(
         source=kwargs["source"],
         args=dict(kwargs.get("source_args") or {}),
         ragged=ragged if isinstance(ragged, bool) else tuple(ragged),
@@ -56,6 +57,9 @@ def make_source_config(files: Any, kwargs: Mapping[str, Any]) -> SourceConfig:
         sys_path=tuple(p for p in sys.path if isinstance(p, str)),
         options=feed_options,
     )
+    for leaf in spec.leaves if spec is not None else ():  # else: once the workers tell it
+        check_ragged(leaf, config)
+    return config
 
 
 def source_epoch_batches(config: SourceConfig, learnt: Learnt) -> int | None:

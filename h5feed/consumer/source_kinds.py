@@ -92,7 +92,7 @@ class _Elements:
             rows = int(first.shape[1]) if first is not None and first.ndim > 1 else 1
             return Batch(epoch, index, {}, element, rows, size)
         values: list[Any] = [
-            RaggedArray(f.values, f.lengths)
+            RaggedArray(f.values, f.lengths, leaf.variable_axes[0])
             if f.lengths is not None and self.source.is_ragged(leaf.path)
             else f.values
             for leaf, f in zip(self.spec.leaves, fields, strict=True)

@@ -20,6 +20,9 @@ PYTHON = ROOT / ".venv-backends" / "bin" / "python"
 _RUN_TIMEOUT_S = 300
 TORCH_MODES = ("numpy_tensors", "torch_tuple", "torch_dict", "ragged", "odd", "meta")
 KERAS_MODES = ("keras_sequence", "keras_torch_dataset")
+# One script runs every mode (torch imported in the trainer and in each worker: ~10 s each
+# on a loaded 2-core machine), bounded by _RUN_TIMEOUT_S, not by the 120 s default.
+pytestmark = pytest.mark.timeout(_RUN_TIMEOUT_S + 60)
 
 
 def run(modes: tuple[str, ...], out: pathlib.Path, **env: str) -> dict[str, Any]:

@@ -279,9 +279,9 @@ def hdf_config(files: Any, kwargs: Mapping[str, Any]) -> HdfConfig:
     layout = LayoutArgs(**{k: v for k, v in kwargs.items() if k in layout_names}).resolve()
     options = {k: v for k, v in kwargs.items() if k in option_names}
     options["index_cache"] = index_cache_dir(options.pop("index_cache", True))
-    paths = resolve_files(files, options.get("data_root"))
     feed_options = FeedOptions(**options)
     check_main_path("transform", clip.transform, feed_options)
+    paths = resolve_files(files, options.get("data_root"))
     return HdfConfig(tuple(paths), clip, layout, feed_options)
 
 

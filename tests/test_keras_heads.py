@@ -87,3 +87,47 @@ def test_an_item_whose_list_of_labels_differs_is_an_error_naming_the_field() -> 
         )  # fmt: skip
     text = str(info.value)
     assert "batch 3" in text and "field '1': expected a list of 2, got a list of 1" in text
+
+
+# -- seed-era labels: Python lists of lists of ints (tests/user_keras_lists.py) --------------
+
+LISTS = "user_keras_lists:from_csv"
+
+
+def test_list_labels_4_and_4_wide_are_two_arrays_down_to_a_last_batch_of_one() -> None:
+    # (heads 4 + 3 go end to end in the training test below; both widths, and the lists
+    # that read both ways, in tests/test_keras_lists.py)
+    from user_keras_lists import from_csv
+
+    narrow = 4
+    args = {"rows": 9, "batch": 4, "wide": 4, "narrow": narrow}  # batches of 4, 4 and 1
+    batches = list(h5feed.batches(source=LISTS, source_args=args, shuffle=False, workers=1, **FAST))
+    expected = from_csv(**args)
+    assert [x.shape[0] for x, _labels in batches] == [4, 4, 1]
+    for b, (x, labels) in enumerate(batches):
+        assert isinstance(labels, list) and len(labels) == 2  # never one [2, B, 4] array
+        want_x, (want_w, want_g) = expected[b]
+        np.testing.assert_array_equal(x, want_x)
+        assert labels[0].dtype == np.int64 and labels[0].shape == (len(want_w), 4)
+        assert labels[1].shape == (len(want_g), narrow)
+        np.testing.assert_array_equal(labels[0], np.asarray(want_w))
+        np.testing.assert_array_equal(labels[1], np.asarray(want_g))
+
+
+def test_the_seed_era_sequence_unchanged_trains_a_two_headed_model() -> None:
+    args = {"rows": 30, "batch": 8}  # the last batch has 6 rows
+    ds = h5feed.dataset(source=LISTS, source_args=args, epochs=2, workers=2, **FAST)
+    x_spec, labels_spec = ds.element_spec
+    assert x_spec == tf.TensorSpec((None, 5), tf.float32)
+    assert labels_spec == (tf.TensorSpec((None, 4), tf.int64), tf.TensorSpec((None, 3), tf.int64))
+    inputs = keras.Input((5,))
+    hidden = keras.layers.Dense(8, activation="relu")(inputs)
+    outputs = [
+        keras.layers.Dense(4, activation="softmax", name="w")(hidden),
+        keras.layers.Dense(3, activation="softmax", name="g")(hidden),
+    ]
+    model = keras.Model(inputs, outputs)
+    model.compile("adam", ["categorical_crossentropy", "categorical_crossentropy"])
+    history = model.fit(ds, epochs=2, steps_per_epoch=4, verbose=0)
+    assert len(history.history["loss"]) == 2 and all(np.isfinite(history.history["loss"]))
+    assert {"w_loss", "g_loss"} <= set(history.history)

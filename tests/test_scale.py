@@ -3,6 +3,8 @@ the scale benchmark kept working at a tiny N."""
 
 from __future__ import annotations
 
+import collections
+import dataclasses
 import gc
 import json
 import os
@@ -15,15 +17,18 @@ import cv2
 import h5py
 import numpy as np
 import pytest
-from fake_peers import planned_batches
+from fake_peers import hdf_config as fake_hdf_config
+from fake_peers import make_peer, planned_batches
 
 import h5feed
 from h5feed.common import messages
 from h5feed.common.config import ClipSpec
-from h5feed.common.errors import DataError
+from h5feed.common.errors import DataError, ProtocolError
 from h5feed.common.layouts import Auto, Groups
+from h5feed.consumer import hdf5_work
+from h5feed.consumer.hdf5_scheduler import HdfScheduler
 from h5feed.consumer.options import hdf_config
-from h5feed.consumer.plan import Index
+from h5feed.consumer.plan import Cursor, Index
 from h5feed.producer import hdf5_job
 from h5feed.producer.clips import ClipMaker
 from h5feed.producer.code_policy import NOTHING
@@ -162,6 +167,46 @@ def test_index_answers_are_batched_and_bounded(
     assert isinstance(first, messages.IndexBatch) and isinstance(second, messages.IndexBatch)
     assert (first.files, second.files) == ((0, 1), (3, 4))
     assert first.counts == (3, 3) and first.frames.tolist() == [2, 3, 4, 2, 3, 4]
+
+
+# -- JOBs in parts ------------------------------------------------------------------------------
+
+
+def test_a_job_of_100000_files_goes_in_parts_that_fit_the_wire() -> None:
+    # Paths of 200 characters: one JOB of all of them is 20 MB of header, far over the limit.
+    files = [f"/data/{'k' * 150}/class_{i % 101:03d}/video_{i:07d}.hdf5" for i in range(100_000)]
+    files = [f.ljust(200, "x") for f in files]
+    scheduler = HdfScheduler(
+        fake_hdf_config(files), "job-p", iter(range(1)), Cursor(), collections.Counter(),
+        file_sizes=[1] * len(files),
+    )  # fmt: skip
+    peers = [make_peer("p0"), make_peer("p1")]
+    sends = scheduler.start(peers)
+    given: dict[bytes, list[int]] = {p.identity: [] for p in peers}
+    for send in sends:
+        assert isinstance(send.message, messages.Job)
+        frames = messages.encode(send.message)  # a part too large would raise here
+        decoded = messages.decode(frames)  # and the worker's default limits take it
+        assert isinstance(decoded, messages.Job) and decoded.files == send.message.files
+        assert len(decoded.files) <= hdf5_work.JOB_FILES
+        given[send.peer.identity] += [ref.number for ref in decoded.files]
+    assert len(sends) > 2  # in parts, not one JOB per worker
+    assert sorted(given[b"p0"] + given[b"p1"]) == list(range(len(files)))
+    assert all(numbers == sorted(numbers) for numbers in given.values())  # in order
+    whole = messages.Job("j", tuple(messages.FileRef(i, f) for i, f in enumerate(files)), {}, {},
+                         None)  # fmt: skip
+    with pytest.raises(ProtocolError, match="exceeds the limit"):
+        messages.encode(whole)
+
+
+def test_a_job_is_cut_by_path_bytes_as_well_as_by_files() -> None:
+    long = "p" * 4000  # PATH_MAX-sized paths: the bytes bound cuts first
+    job = messages.Job("j", tuple(messages.FileRef(i, long) for i in range(1000)), {}, {}, None)
+    parts = hdf5_work.split_job(job)
+    assert [len(p.files) for p in parts] == [262, 262, 262, 214]
+    assert all(sum(len(r.path) for r in p.files) <= hdf5_work.JOB_PATH_BYTES for p in parts)
+    empty = dataclasses.replace(job, files=())
+    assert hdf5_work.split_job(empty) == [empty]  # a JOB of no file still carries the spec
 
 
 # -- persistent local workers ------------------------------------------------------------------

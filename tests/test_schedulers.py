@@ -29,7 +29,7 @@ from fake_peers import (
 )
 
 from h5feed.common import messages
-from h5feed.common.errors import DataError, SourceError
+from h5feed.common.errors import DataError, MalformedPartWarning, ProtocolError, SourceError
 from h5feed.consumer.assembly import Batch
 from h5feed.consumer.credits import CreditGate
 from h5feed.consumer.hdf5_scheduler import HdfScheduler
@@ -239,12 +239,27 @@ def test_hdf_a_part_with_other_samples_or_bad_frames_is_dropped() -> None:
     frames = good.arrays["frames"]
     for bad in (frames[:-1], frames.astype(np.int16), frames[:, :, :, :, :1]):
         part = messages.Data(JOB, good.unit, good.batch, good.samples, {"frames": bad})
-        assert scheduler.on_data(peer, part) == []
+        with pytest.warns(MalformedPartWarning, match=f"unit {good.unit} from producer p0"):
+            assert scheduler.on_data(peer, part) == []
     assert fleet.counters["malformed_messages"] == 3
     stranger = make_peer("stranger")
     assert scheduler.on_data(stranger, good) == []  # not the peer it was sent to
     assert fleet.counters["dropped_parts"] == 2
     assert len(scheduler.on_data(peer, good)) == 1  # the unit is still expected
+
+
+def test_hdf_a_bad_part_from_a_local_worker_ends_the_iteration() -> None:
+    fleet, scheduler, _config = hdf_fleet([make_peer("p0", local=True)], epochs=1, budget=1)
+    fleet.handshake()
+    fleet.dispatch()
+    [peer] = fleet.live
+    unit = fleet.inbox[peer].popleft()
+    assert isinstance(unit, messages.Unit)
+    [good] = fleet.workers[peer].answer(unit)
+    assert isinstance(good, messages.Data)
+    bad = {"frames": good.arrays["frames"][:-1]}
+    with pytest.raises(ProtocolError, match=f"local worker p0 .* unit {good.unit} .* frames"):
+        scheduler.on_data(peer, messages.Data(JOB, good.unit, good.batch, good.samples, bad))
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])
@@ -374,7 +389,7 @@ LENGTH = 23  # items of the map source (batches of the keras one)
 
 def source_fleet(
     source: FakeSource,
-    peers: int,
+    peers: int | Sequence[Peer],
     *,
     epochs: int = 2,
     start: Cursor = START,
@@ -386,7 +401,9 @@ def source_fleet(
     gate = CreditGate(budget, lambda: None)
     epochs_iter = iter(epochs_from(start, epochs))
     scheduler = SourceScheduler(config, JOB, epochs_iter, start, counters, gate)
-    workers = [FakeWorker(make_peer(f"p{i}"), source=source) for i in range(peers)]
+    if isinstance(peers, int):
+        peers = [make_peer(f"p{i}") for i in range(peers)]
+    workers = [FakeWorker(peer, source=source) for peer in peers]
     return Fleet(scheduler, workers, gate, counters), scheduler, config
 
 
@@ -678,6 +695,58 @@ def test_generator_an_empty_answer_refunds_its_credit() -> None:
     taken = fleet.run()
     assert sorted(i for batch in taken for i in generator_ids(batch)) == list(range(8))
     assert gate.inflight == 0
+
+
+def varying_element(i: int) -> tuple[np.ndarray, np.int64]:
+    """Issue 22's repro: a field whose first dimension varies (3 to 6 rows)."""
+    return np.full((3 + i % 4, 2), i, np.float32), np.int64(i)
+
+
+@pytest.mark.parametrize("local", [False, True])
+def test_generator_elements_of_varying_size_end_their_pass(local: bool) -> None:
+    # 8 elements in 2 shards of 4, batches of 4: each pass's second pull finds it over and
+    # answers no element, packed with the spec's fixed dimensions (was (0, 0): dropped).
+    source = FakeSource("generator", 8, varying_element)
+    peers = [make_peer(f"p{i}", local=local) for i in range(2)]
+    fleet, scheduler, _config = source_fleet(source, peers, epochs=2, batch_size=4)
+    fleet.handshake()
+    taken = fleet.run(random.Random(0))
+    assert scheduler.finished and not fleet.counters["malformed_messages"]
+    for epoch in (0, 1):
+        ids = [i for b in taken if b.epoch == epoch for i in b.element[1].tolist()]
+        assert sorted(ids) == list(range(8))
+
+
+def malformed_map_part(fleet: Fleet, peer: Peer) -> tuple[messages.Data, messages.Data]:
+    """A map unit's good answer and the same with field 'x' of another width."""
+    fleet.dispatch()
+    [good] = fleet.workers[peer].answer(fleet.inbox[peer].popleft())
+    assert isinstance(good, messages.Data)
+    arrays = dict(good.arrays)
+    name = next(k for k in arrays if arrays[k].ndim == 2)  # 'x': float32 [n, 2]
+    arrays[name] = np.zeros((arrays[name].shape[0], 3), np.float32)
+    return good, messages.Data(JOB, good.unit, good.batch, good.samples, arrays)
+
+
+def test_a_malformed_part_from_a_remote_producer_is_counted_and_warned() -> None:
+    fleet, scheduler, _config = map_fleet(1, budget=1)
+    fleet.handshake()
+    [peer] = fleet.live
+    good, bad = malformed_map_part(fleet, peer)
+    with pytest.warns(MalformedPartWarning, match="field 'x': shape"):
+        assert scheduler.on_data(peer, bad) == []
+    assert fleet.counters["malformed_messages"] == 1
+    assert len(scheduler.on_data(peer, good)) == 1  # the unit is still expected
+
+
+def test_a_malformed_part_from_a_local_worker_ends_the_iteration_naming_the_field() -> None:
+    source = FakeSource("map", LENGTH, map_element)
+    peer = make_peer("p0", local=True)
+    fleet, scheduler, _config = source_fleet(source, [peer], batch_size=4, budget=1)
+    fleet.handshake()
+    _good, bad = malformed_map_part(fleet, peer)
+    with pytest.raises(ProtocolError, match=r"local worker p0 .* field 'x': shape"):
+        scheduler.on_data(peer, bad)
 
 
 def test_generator_drop_remainder_refunds_a_short_answer() -> None:

@@ -218,6 +218,21 @@ def test_generator_function_epochs_and_steps_per_epoch() -> None:
     assert sorted(v for b in half for v in b["value"].tolist()) == [2, 3, 6, 7]
 
 
+def test_a_generator_of_varying_element_shapes_ends_its_pass_exactly_once() -> None:
+    """Issue 22's repro: each pass ends with an empty answer, which must fit the spec."""
+    batches = list(
+        h5feed.batches(
+            source="user_sources:varlen", batch_size=4, workers=2, epochs=2,
+            start_timeout_s=60.0, unit_timeout_s=10.0,
+        )
+    )  # fmt: skip
+    ids = [i for _x, i in batches for i in i.tolist()]
+    assert sorted(ids) == sorted(list(range(10)) * 2)
+    for (x, lengths), i in batches:  # padded to the batch's longest, lengths beside
+        assert lengths.tolist() == [3 + j % 4 for j in i.tolist()]
+        assert x.shape[1:] == (max(lengths), 2)
+
+
 def test_generator_raising_reaches_the_trainer_with_element_and_traceback() -> None:
     with pytest.raises(h5feed.WorkerError) as info:
         numpy_batches(

@@ -232,7 +232,10 @@ def test_keras_items_with_lists_of_labels_infer_check_and_batch() -> None:
         elements.flatten_checked((items[0][0], tuple(items[0][1])), spec, convention="keras")
     leaf_spec = elements.infer_spec([(np.zeros(2), np.zeros(3))], convention="keras")
     with pytest.raises(SourceError, match=r"field '1': expected float64 \[3\], got a list"):
-        elements.flatten_checked((np.zeros(2), [1.0, 2.0, 3.0]), leaf_spec, convention="keras")
+        elements.flatten_checked((np.zeros(2), [np.zeros(3)]), leaf_spec, convention="keras")
+    # a list of numbers where the spec has a leaf is that array (the probe decided so)
+    (_, listed) = elements.flatten_checked((np.zeros(2), [1, 2, 3]), leaf_spec, convention="keras")
+    assert isinstance(listed, np.ndarray) and listed.dtype == np.float64 and listed.shape == (3,)
     # under tf.data the same list is an array of the declared kind
     (_, ids) = elements.flatten_checked((np.zeros(2), [1.0, 2.0, 3.0]), leaf_spec)
     assert isinstance(ids, np.ndarray) and ids.shape == (3,)

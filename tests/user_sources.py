@@ -131,3 +131,9 @@ def failing_generator(n: int, fail_at: int, shard_index: int) -> Iterator[int]:
         if shard_index == 0 and value == fail_at:
             raise RuntimeError(f"sensor {value} unplugged")
         yield value
+
+
+def varlen(n: int = 10, shard_index: int = 0, shard_count: int = 1) -> Iterator[Any]:
+    """A field whose first dimension varies between elements (issue 22's repro)."""
+    for i in range(shard_index, n, shard_count):
+        yield np.full((3 + i % 4, 2), i, np.float32), i

@@ -38,7 +38,10 @@ def pack(
             arrays.append((str(i), stacked))
             continue
         shapes = np.asarray([v.shape for v in numeric], np.int64).reshape(n, len(leaf.shape))
-        biggest = shapes.max(axis=0) if n else np.zeros(len(leaf.shape), np.int64)
+        # No element (a pass that ended): the fixed dimensions keep their size, so that the
+        # consumer's check of the empty array against the spec holds.
+        empty = np.asarray([d or 0 for d in leaf.shape], np.int64)
+        biggest = shapes.max(axis=0) if n else empty
         padded = np.zeros((n, *biggest.tolist()), np.dtype(leaf.dtype))
         for row, value in enumerate(numeric):
             region: tuple[int | slice, ...] = (row, *[slice(0, d) for d in value.shape])

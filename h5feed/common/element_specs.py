@@ -2,19 +2,20 @@
 
 See :mod:`h5feed.common.elements` for what an element is. The tree walks are
 :mod:`h5feed.common.tree`'s; the ``convention`` parameter (default ``"tfdata"``) says what a
-Python list in an element is: an array (``"tfdata"``, map and generator sources) or a list of
-subtrees (``"keras"``, keras sources, whose items are ``(x, [y_a, y_b])`` for two heads).
+Python list in an element is: an array (``"tfdata"``, map and generator sources) or, for keras
+sources (whose items are ``(x, [y_a, y_b])`` for two heads), a list of subtrees unless it is an
+array of numbers one row per sample, as :mod:`h5feed.common.keras_lists` decides from the probe.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any, Final
 
 import numpy as np
 
-from h5feed.common import tree
+from h5feed.common import keras_lists, tree
 from h5feed.common.errors import SourceError
 
 #: dtype of string leaves in a spec (NumPy has no variable-length string dtype we send).
@@ -184,33 +185,50 @@ def _leaf_spec(path: str, leaf: np.ndarray | bytes) -> LeafSpec:
 
 
 def flatten(
-    element: Any, *, convention: tree.Convention = tree.TFDATA
+    element: Any,
+    *,
+    convention: tree.Convention = tree.TFDATA,
+    array_lists: Collection[str] = (),
 ) -> tuple[Tree, list[np.ndarray | bytes], list[str]]:
-    """The tree, the leaves and their paths of an element, inferring the structure.
-    SourceError naming the field that is not an element field."""
+    """The tree, the leaves and their paths of an element, inferring the structure
+    (``array_lists``: see :func:`h5feed.common.tree.flatten_with_paths`). SourceError naming
+    the field that is not an element field."""
     try:
-        description, pairs = tree.flatten_with_paths(element, convention=convention)
+        description, pairs = tree.flatten_with_paths(
+            element, convention=convention, array_lists=array_lists
+        )
     except tree.StructureError as exc:
         raise SourceError(f"{field_name(exc.path)}: {exc.reason}") from None
     return description, [as_leaf(value, path) for path, value in pairs], [p for p, _ in pairs]
 
 
 def infer_spec(
-    elements: Sequence[Any], *, convention: tree.Convention = tree.TFDATA
+    elements: Sequence[Any],
+    *,
+    convention: tree.Convention = tree.TFDATA,
+    names: Sequence[str] = (),
 ) -> ElementSpec:
     """The spec of the given elements (at least one): the first one's tree and dtypes; a
     dimension is ``None`` where the elements differ. Raises SourceError naming the field
-    where they differ in structure, dtype or rank."""
+    where they differ in structure, dtype or rank.
+
+    Under keras, which lists are arrays is decided once, from all the given elements
+    (:func:`h5feed.common.keras_lists.decide`; ``names`` name them in its errors), and
+    kept in the spec's tree: an array list is a leaf there."""
     if not elements:
         raise SourceError("no element to infer the element spec from")
-    spec = _spec_of(elements[0], convention)
+    arrays: frozenset[str] = frozenset()
+    if convention == tree.KERAS:
+        shown = list(names) or [f"element #{i}" for i in range(len(elements))]
+        arrays = keras_lists.decide(elements, shown)
+    spec = _spec_of(elements[0], convention, arrays)
     for element in elements[1:]:
-        spec = merge_specs(spec, _spec_of(element, convention))
+        spec = merge_specs(spec, _spec_of(element, convention, arrays))
     return spec
 
 
-def _spec_of(element: Any, convention: tree.Convention) -> ElementSpec:
-    description, leaves, paths = flatten(element, convention=convention)
+def _spec_of(element: Any, convention: tree.Convention, arrays: frozenset[str]) -> ElementSpec:
+    description, leaves, paths = flatten(element, convention=convention, array_lists=arrays)
     return ElementSpec(
         description, tuple(_leaf_spec(p, v) for p, v in zip(paths, leaves, strict=True))
     )
@@ -244,8 +262,9 @@ def flatten_checked(
     """The leaves of ``element`` in spec order, each checked against ``spec``.
 
     The spec's tree decides the structure (a ``"list"`` node takes a list of its length);
-    ``convention`` decides what a list where the spec has a leaf is: an array (tfdata) or a
-    structure that does not fit (keras). Python numbers are converted to the spec's dtype
+    a list where the spec has a leaf is an array: any list under tfdata, a number nest only
+    under keras (:func:`h5feed.common.keras_lists.nest_shape`; a list of arrays there is a
+    structure that does not fit). Python numbers are converted to the spec's dtype
     when it is of their kind (an int field declared float32 takes 3); arrays must have the
     spec's dtype exactly. Raises SourceError naming the path, what was expected and what
     came."""
@@ -260,7 +279,8 @@ def flatten_checked(
 
 
 def _check_leaf(value: Any, spec: LeafSpec, convention: tree.Convention) -> np.ndarray | bytes:
-    if tree.is_node(value, convention=convention):
+    array_list = isinstance(value, list) and keras_lists.nest_shape(value) is not None
+    if tree.is_node(value, convention=convention) and not array_list:
         raise SourceError(
             f"{field_name(spec.path)}: expected {spec.describe()}, got a {type(value).__name__}"
         )

@@ -116,6 +116,14 @@ class InsecureWarning(UserWarning):
     A ``UserWarning``, so Python shows it by default, whatever logging is configured."""
 
 
+class MalformedPartWarning(UserWarning):
+    """A remote producer sent a DATA part that does not fit its unit or the element spec: it
+    was dropped (its unit waits for the unit timeout, then moves) and counted in
+    ``stats()["malformed_messages"]``. A ``UserWarning``, so Python shows it by default,
+    whatever logging is configured. (The same part from one of the iteration's own local
+    workers ends the iteration with a :class:`ProtocolError` instead.)"""
+
+
 class ResumeError(H5FeedError):
     """A resume state (``resume=``) that cannot be used: saved by another dataset (the
     message names every fingerprint field that differs), of another format, or malformed."""

@@ -115,6 +115,9 @@ class Hello:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Job:
+    """The files a worker owns and how to cut clips. A JOB of the job the worker holds adds
+    its files to it: a job of many files comes as several JOBs (at most 8,192 files each)."""
+
     KIND: ClassVar[str] = wire.JOB
     job: str
     files: tuple[FileRef, ...]

@@ -10,7 +10,9 @@ A value is walked as a tree of *nodes* and *leaves*:
   - ``"tfdata"`` (:data:`TFDATA`, the default): a list is a **leaf**, as ``tf.data`` reads it
     (``[1, 2, 3]`` is one array);
   - ``"keras"`` (:data:`KERAS`): a list is a **list node**, as Keras reads its data
-    (``(x, [y_a, y_b])`` is three leaves: the input and the labels of a two-headed model);
+    (``(x, [y_a, y_b])`` is three leaves: the input and the labels of a two-headed model),
+    except at the paths a caller names in ``array_lists`` (a list of numbers that is an
+    array: :mod:`h5feed.common.keras_lists` decides which);
 
 * anything else is a leaf (arrays, numbers, strings, None, ...: this module never looks
   inside a leaf).
@@ -43,7 +45,7 @@ Guarantees:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, Final, Literal
 
 #: What a Python list is: a leaf (``"tfdata"``) or a node (``"keras"``).
@@ -91,10 +93,12 @@ def _lists_are_nodes(convention: str) -> bool:
 
 
 def flatten_with_paths(
-    value: Any, *, convention: Convention = TFDATA
+    value: Any, *, convention: Convention = TFDATA, array_lists: Collection[str] = ()
 ) -> tuple[Description, list[tuple[str, Any]]]:
     """The description of ``value`` and its leaves with their paths, in order.
-    StructureError naming the path of a dict whose keys are not all ``str``."""
+    ``array_lists``: under keras, the paths where a list is a leaf all the same (an array:
+    :mod:`h5feed.common.keras_lists` decides which). StructureError naming the path of a
+    dict whose keys are not all ``str``."""
     lists = _lists_are_nodes(convention)
     leaves: list[tuple[str, Any]] = []
 
@@ -104,7 +108,9 @@ def flatten_with_paths(
             if not all(isinstance(k, str) for k in keys):
                 raise StructureError(path, f"dict keys must be str, got {keys!r:.200}")
             return [DICT, [[k, walk(node[k], join(path, k))] for k in sorted(keys)]]
-        if isinstance(node, tuple) or (lists and isinstance(node, list)):
+        if isinstance(node, tuple) or (
+            lists and isinstance(node, list) and path not in array_lists
+        ):
             kind = TUPLE if isinstance(node, tuple) else LIST
             return [kind, [walk(sub, join(path, i)) for i, sub in enumerate(node)]]
         leaves.append((path, node))
@@ -113,9 +119,11 @@ def flatten_with_paths(
     return walk(value, ""), leaves
 
 
-def flatten(value: Any, *, convention: Convention = TFDATA) -> tuple[Description, list[Any]]:
+def flatten(
+    value: Any, *, convention: Convention = TFDATA, array_lists: Collection[str] = ()
+) -> tuple[Description, list[Any]]:
     """The description of ``value`` and its leaves, in order (see :func:`flatten_with_paths`)."""
-    description, leaves = flatten_with_paths(value, convention=convention)
+    description, leaves = flatten_with_paths(value, convention=convention, array_lists=array_lists)
     return description, [leaf for _path, leaf in leaves]
 
 

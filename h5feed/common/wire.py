@@ -169,9 +169,10 @@ class Limits:
     strings, ~20x) bound the rest to ~40 MB, freed at once. Legal headers fit with
     room: an INDEX entry is [name, frames, label], at most 81 bytes with a 64-character name,
     so one file of 25,000 such videos (100,000 with short names) fits; a JOB of 20,000 paths
-    of 100 characters fits; a UNIT row is at most ~75 bytes (27,000 rows). The per-container
-    limits are handed to msgpack, which refuses a longer string, bin, array or map from its
-    declared length, before building it.
+    of 100 characters fits (the consumer sends a larger job as several JOBs:
+    ``h5feed.consumer.hdf5_work.split_job``); a UNIT row is at most ~75 bytes (27,000 rows).
+    The per-container limits are handed to msgpack, which refuses a longer string, bin, array
+    or map from its declared length, before building it.
     """
 
     max_header_bytes: int = 2 << 20

@@ -28,6 +28,16 @@ A worker that cannot read a file (its ERROR of a ``FileReadError``, at its JOB o
 is refused for that file, which moves the same way (:meth:`HdfScheduler.unreadable`); the
 failed unit is sent again. With nobody left to try, the worker's error ends the iteration.
 
+Proof before work: a peer has shown it can deliver once it sent an INDEX that was taken or
+a part that was expected (``_delivered``); local workers are the trainer's own. A file moves
+to a peer that has not (a remote producer that only said hello) only when no live peer that
+has, and no local worker, is there; a local worker that joins takes over every file still
+waiting for such a peer's INDEX. Whoever is asked for an INDEX owes it from then
+(``Peer.owes_since``, renewed by each INDEX it sends): one that sends none for
+``unit_timeout_s`` is lost by the session's deadline and the file moves on. No peer gets rows
+of a file before its INDEX of that file: rows wait (parked), and the wait is bounded by the
+owing peer's deadline.
+
 With no live worker left, the lost worker's files and rows wait for one to join
 (``waiting_for_workers``; the loop bounds the wait). A slot whose rows were taken back from a
 worker that may still run stays out of the slot pool until that process is gone
@@ -39,6 +49,7 @@ from __future__ import annotations
 import collections
 import os
 import socket
+import time
 from collections.abc import Iterator, Sequence
 
 import numpy as np
@@ -54,8 +65,10 @@ from h5feed.consumer.hdf5_work import (
     file_size,
     first_difference,
     merge_jobs,
+    split_job,
     unit_rows,
 )
+from h5feed.consumer.malformed import drop_malformed
 from h5feed.consumer.options import HdfConfig
 from h5feed.consumer.ordering import PlannedRelease
 from h5feed.consumer.plan import Cursor, EpochPlan, FileColumns, Index, PlannedBatch
@@ -101,6 +114,8 @@ class HdfScheduler:
         self._refused: dict[bytes, set[int]] = {}  # identity -> files whose copy differed
         self._parked: list[tuple[int, np.ndarray]] = []  # (seq, positions) of unowned files
         self._videos: dict[int, FileColumns] = {}  # each indexed file's videos
+        self._delivered: set[Peer] = set()  # peers that sent an INDEX taken or a part expected
+        self._owed: dict[Peer, set[int]] = {}  # peer -> files whose INDEX it was asked for
         self._known = known
         self.file_sizes = file_sizes
         #: Whether the plan started from the known index (no INDEX asked of the owners).
@@ -135,20 +150,21 @@ class HdfScheduler:
             # A worker that takes a file over later still sends its INDEX, compared.
             self._plan_from(known)
             self.planned_from_known = True
-            return [self._job(peer, sorted(peer.files), send_index=False) for peer in order]
-        return [self._job(peer, sorted(peer.files)) for peer in order]  # all get the clip spec
+            return [s for p in order for s in self._job(p, sorted(p.files), send_index=False)]
+        return [s for p in order for s in self._job(p, sorted(p.files))]  # all get the spec
 
-    def _job(self, peer: Peer, files: list[int], send_index: bool = True) -> Send:
-        """The job, with ``files`` to open; a worker that has the job already adds them."""
+    def _job(self, peer: Peer, files: list[int], send_index: bool = True) -> list[Send]:
+        """The job, with ``files`` to open, in parts (:func:`split_job`: a worker that has
+        the job already adds the files of the next part)."""
         refs = tuple(messages.FileRef(i, self.config.files[i]) for i in files)
         clip = self.config.clip
-        return Send(
-            peer,
-            messages.Job(
-                self.job_id, refs, clip.to_wire(), self.config.layout.to_wire(),
-                self.config.options.index_cache, self.config.options.on_error, send_index,
-            ),
+        if send_index and files:
+            self._ask(peer, files)
+        job = messages.Job(
+            self.job_id, refs, clip.to_wire(), self.config.layout.to_wire(),
+            self.config.options.index_cache, self.config.options.on_error, send_index,
         )  # fmt: skip
+        return [Send(peer, part) for part in split_job(job)]
 
     def on_control(self, peer: Peer, message: messages.Message) -> list[Send]:
         if isinstance(message, messages.Index):
@@ -186,6 +202,8 @@ class HdfScheduler:
         if not all(self._moving.get(f) is peer or self._owners.get(f) is peer for f, _c in files):
             self._unexpected(peer, messages.IndexBatch.KIND)
             return []
+        self._delivered.add(peer)
+        self._answered(peer, [file_index for file_index, _columns in files])
         sends: list[Send] = []
         for file_index, columns in files:
             if self._moving.get(file_index) is peer:
@@ -333,10 +351,7 @@ class HdfScheduler:
             nbytes = 0 if pool is None else pool.nbytes // self.config.options.batch_size
             nbytes *= len(positions)
         elif self._is_bad_part(frames, len(positions)):
-            self._counters["malformed_messages"] += 1
-            self._log.warning(
-                "dropped part of unit %d from %s with a bad frames array", unit.id, peer
-            )
+            drop_malformed(peer, unit.id, "a bad frames array", self._counters, self._log)
             return []
         else:
             nbytes = frames.nbytes if frames is not None else 0
@@ -347,6 +362,7 @@ class HdfScheduler:
                 self._require_index(), planned, positions, data.skipped, str(peer)
             )
         self._ledger.complete(peer, unit.id)
+        self._delivered.add(peer)
         peer.received.record(len(positions), nbytes)
         batch = self._require_assembler().add(unit.seq, positions, frames, invalid)
         return [] if batch is None else self._require_planned().release(unit.seq, batch)
@@ -384,13 +400,17 @@ class HdfScheduler:
 
     def reassign(self, lost: Peer, heirs: Sequence[Peer], confirmed_dead: bool) -> Reassignment:
         self._peers.pop(lost.identity, None)
-        files = list(lost.files) + [f for f, p in self._moving.items() if p is lost]
+        self._delivered.discard(lost)
+        self._owed.pop(lost, None)
+        taking = [f for f, p in self._moving.items() if p is lost]
+        for file_index in taking:
+            del self._moving[file_index]
+        for file_index in lost.files:
+            self._owners[file_index] = None
+        # Its own files, and those it was to take over from a lost owner (a live owner keeps
+        # the files it was to hand over in a join).
+        files = list(lost.files) + [f for f in taking if self._owners.get(f) is None]
         lost.files.clear()
-        for file_index in files:
-            if self._moving.get(file_index) is lost:
-                del self._moving[file_index]
-            if self._owners.get(file_index) is lost:
-                self._owners[file_index] = None
         units = self._ledger.take_back(lost)
         if not files and not units:
             return Reassignment([], 0)
@@ -414,6 +434,12 @@ class HdfScheduler:
         sends: list[Send] = []
         for file_index in self.unowned_files():
             sends += self._move(file_index) or []
+        if self._proven(peer):  # files waiting for an unproven peer's INDEX come to it
+            for file_index, heir in list(self._moving.items()):
+                if not self._proven(heir) and heir is not peer:
+                    self._moving[file_index] = peer
+                    self._unask(heir, file_index)
+                    sends += self._job(peer, [file_index])
         if self.index is not None:  # its share, taken from the most loaded
             share = len(self.config.files) // len(self._peers)
             mine = len(peer.files) + sum(1 for p in self._moving.values() if p is peer)
@@ -423,7 +449,7 @@ class HdfScheduler:
                 if donor is peer or len(donor.files) <= share or not movable:
                     break
                 self._moving[movable[-1]] = peer
-                sends.append(self._job(peer, [movable[-1]]))
+                sends += self._job(peer, [movable[-1]])
                 mine += 1
         return merge_jobs(sends)
 
@@ -441,6 +467,7 @@ class HdfScheduler:
             "worker %s on host %s cannot read %r: refused for that file, which moves",
             peer.name, peer.host, self.config.files[file_index],
         )  # fmt: skip
+        self._answered(peer, [file_index])
         if self._moving.get(file_index) is peer:
             del self._moving[file_index]
         if self._owners.get(file_index) is peer:
@@ -473,22 +500,55 @@ class HdfScheduler:
         return {seq for seq, _positions in self._parked}
 
     def _move(self, file_index: int, exclude: Peer | None = None) -> list[Send] | None:
-        """Ask the live worker with the fewest files (not refused for it) to take over
-        ``file_index``; None if there is none. An indexed file is owned once the worker's
-        INDEX matches; one not indexed yet is owned at once (its INDEX is the first)."""
+        """Ask the live worker with the fewest files (not refused for it; one that has shown
+        it delivers, or a local one, before any other) to take over ``file_index``; None if
+        there is none. An indexed file is owned once the worker's INDEX matches; one not
+        indexed yet is owned at once (its INDEX is the first); either way the worker owes
+        that INDEX within ``unit_timeout_s`` (the session's deadline)."""
         refused = {i for i, files in self._refused.items() if file_index in files}
         candidates = [
             p for p in self._peers.values() if p is not exclude and p.identity not in refused
         ]
         if not candidates:
             return None
-        heir = min(candidates, key=lambda p: (len(p.files), p.identity))
+        heir = min(candidates, key=lambda p: (not self._proven(p), len(p.files), p.identity))
         if self.index is not None or file_index in self._videos:
             self._moving[file_index] = heir
         else:
             self._owners[file_index] = heir
             heir.files.append(file_index)
-        return [self._job(heir, [file_index])]
+        return self._job(heir, [file_index])
+
+    def _proven(self, peer: Peer) -> bool:
+        """Whether ``peer`` has shown it delivers (or is one of the trainer's own workers)."""
+        return peer.local or peer in self._delivered
+
+    def _ask(self, peer: Peer, files: Sequence[int]) -> None:
+        """``peer`` is asked for the INDEX of ``files``: it owes one from now on."""
+        owed = self._owed.setdefault(peer, set())
+        owed.update(files)
+        if peer.owes_since is None:
+            peer.owes_since = time.monotonic()
+
+    def _answered(self, peer: Peer, files: Sequence[int]) -> None:
+        """``peer`` answered for ``files``: its deadline starts again, or ends with its debt."""
+        owed = self._owed.get(peer)
+        if owed is None:
+            return
+        owed.difference_update(files)
+        peer.owes_since = time.monotonic() if owed else None
+        if not owed:
+            del self._owed[peer]
+
+    def _unask(self, peer: Peer, file_index: int) -> None:
+        """``peer`` no longer owes the INDEX of ``file_index`` (it went to another)."""
+        owed = self._owed.get(peer)
+        if owed is None:
+            return
+        owed.discard(file_index)
+        if not owed:
+            del self._owed[peer]
+            peer.owes_since = None
 
     def _planned_columns(self, file_index: int) -> FileColumns:
         """The planned videos of ``file_index`` (taken from the index when the plan started

@@ -1,5 +1,5 @@
 """What the HDF5 scheduler sends, as plain functions: files shared out by size, UNIT rows of a
-planned batch, JOBs merged per worker, and two indexes of one file compared."""
+planned batch, JOBs merged per worker and cut into parts, and two indexes of one file compared."""
 
 from __future__ import annotations
 
@@ -16,9 +16,33 @@ from h5feed.consumer.plan import FileColumns, Index, PlannedBatch
 from h5feed.consumer.scheduler import Send
 from h5feed.consumer.work import Peer
 
+#: A JOB lists at most this many files, and paths of at most this many UTF-8 bytes in all: a
+#: worker takes a JOB of the job in hand as more files (protocol 4 already does), so a job of
+#: 100,000 files goes as several JOBs, each far below the wire's 2 MiB header and 131,072
+#: containers (one per file) however long its paths (up to 4 KiB each: PATH_MAX).
+JOB_FILES = 8192
+JOB_PATH_BYTES = 1 << 20
+
+
+def split_job(job: messages.Job) -> list[messages.Job]:
+    """``job`` as JOBs of the same job, in file order, each within :data:`JOB_FILES` files and
+    :data:`JOB_PATH_BYTES` bytes of paths (a JOB of no file stays one: it carries the spec)."""
+    parts: list[messages.Job] = []
+    start, size = 0, 0
+    for end, ref in enumerate(job.files):
+        length = len(ref.path.encode(errors="surrogateescape"))
+        if end > start and (end - start >= JOB_FILES or size + length > JOB_PATH_BYTES):
+            parts.append(dataclasses.replace(job, files=job.files[start:end]))
+            start, size = end, 0
+        size += length
+    if start < len(job.files) or not parts:
+        parts.append(dataclasses.replace(job, files=job.files[start:]))
+    return parts
+
 
 def merge_jobs(sends: list[Send]) -> list[Send]:
-    """One JOB per peer listing every file it was given (in order), ahead of its units."""
+    """Per peer, its JOBs merged (every file it was given, in order) and cut again into parts
+    (:func:`split_job`), ahead of its units."""
     jobs: dict[Peer, messages.Job] = {}
     rest: list[Send] = []
     for send in sends:
@@ -32,7 +56,8 @@ def merge_jobs(sends: list[Send]) -> list[Send]:
             )
         else:
             rest.append(send)
-    return [Send(peer, job) for peer, job in jobs.items()] + rest
+    parts = [Send(peer, part) for peer, job in jobs.items() for part in split_job(job)]
+    return parts + rest
 
 
 def first_difference(planned: FileColumns, found: FileColumns) -> str | None:

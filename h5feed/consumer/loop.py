@@ -15,10 +15,12 @@ workers, then this loop): nothing is patched in afterwards. Each pass, in order:
 
 Failure rules: a worker ERROR (with the worker's traceback), no worker within
 ``start_timeout_s`` (at the start, or while work waits for a worker after every worker was
-lost), a handshake with no answer for ``unit_timeout_s``, a local worker that dies more than
-``max_restarts`` times a minute, or work that cannot move end the iteration with an exception
-that the trainer's ``next()`` raises. Everything else a peer does (exit, SIGKILL, vanish,
-stop, hang past ``unit_timeout_s``, leave) costs only its re-assignment. Nothing waits
+lost), a handshake with no answer for ``unit_timeout_s`` (while no producer owes one: such a
+producer is lost by its own deadline first, and its files move on), a local worker that dies
+more than ``max_restarts`` times a minute, or work that cannot move end the iteration with an
+exception that the trainer's ``next()`` raises. Everything else a peer does (exit, SIGKILL,
+vanish, stop, hang past ``unit_timeout_s``, say hello and nothing else, leave) costs only its
+re-assignment. Nothing waits
 forever.
 """
 
@@ -82,6 +84,7 @@ class FeedLoop:
         self._counters = counters
         self._started = False  # the scheduler has shared out the work
         self._waiting_since: float | None = None  # work waits for a worker to join
+        self._remote_losses = 0  # producers (not local workers) lost in this iteration
         self._keep_socket = keep_socket
         self._stop = threading.Event()
         self._next_health = 0.0
@@ -136,18 +139,25 @@ class FeedLoop:
                 return False
         self._send(self.scheduler.start(list(session.peers.values())))
         self._started = True
-        answers, last_progress = 0, time.monotonic()
+        progress, last_progress = self._handshake_progress(), time.monotonic()
         while not self.scheduler.ready:
             if not self._pass():
                 return False
-            if self.scheduler.handshake_answers > answers:
-                answers, last_progress = self.scheduler.handshake_answers, time.monotonic()
-            elif time.monotonic() - last_progress > options.unit_timeout_s:
+            if self._handshake_progress() != progress:
+                progress, last_progress = self._handshake_progress(), time.monotonic()
+            elif time.monotonic() - last_progress > options.unit_timeout_s and not any(
+                peer.owes_since is not None and not peer.local for peer in session.peers.values()
+            ):  # a producer that owes an answer is lost by its own deadline first
                 raise WorkerTimeoutError(
                     f"{self.scheduler.handshake_waiting()} within {options.unit_timeout_s:g} s "
                     "(unit_timeout_s)"
                 )
         return True
+
+    def _handshake_progress(self) -> tuple[int, int]:
+        """What counts as progress in the handshake: answers, and producers lost (their
+        files went to others, who now owe the answers)."""
+        return self.scheduler.handshake_answers, self._remote_losses
 
     def _pass(self) -> bool:
         """One pass without dispatching (the handshake's); False once stopped."""
@@ -229,6 +239,7 @@ class FeedLoop:
     def _recover(self, lost: PeerLost) -> None:
         """A peer is gone: hand its work over (and count it), or fail as the rules say."""
         moved = recovery.recover(lost, self.scheduler, self.session, self._workers)
+        self._remote_losses += not lost.peer.local
         self._send(moved.sends)
         self._counters["reassigned_units"] += moved.moved_units
 

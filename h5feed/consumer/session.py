@@ -26,8 +26,10 @@ Guarantees:
    dropped and counted in ``malformed_messages``. A DATA part from a peer that left, or of
    another job (an earlier consumer's), is dropped and counted (``dropped_parts``).
 4. BYE, a failed send, a local worker's exit and a missed deadline (a peer holding units that
-   returned none for ``unit_timeout_s``) each become one ``PeerLost`` event, at most one per
-   peer: the peer is removed at once, so nothing is sent to it again.
+   returned none for ``unit_timeout_s``, or one that owes an INDEX it was asked for and sent
+   none for ``unit_timeout_s``: ``Peer.owes_since``) each become one ``PeerLost`` event, at
+   most one per peer: the peer is removed at once, so nothing is sent to it again. So every
+   piece of work a peer is given has a deadline, whatever else it holds.
 6. Liveness: every socket runs ZeroMQ heartbeats (see :mod:`h5feed.common.liveness`), which
    close a connection whose peer stops answering them; the session probes every peer it has
    not heard from for ``PROBE_EVERY_S`` with a PING, whose send fails (``ROUTER_MANDATORY``)
@@ -283,10 +285,13 @@ class PeerSession:
                 ghost.local = True
                 self.events.append(PeerLost(ghost, "exited", how))
         for peer in list(self.peers.values()):
+            owed = peer.owes_since
             if peer.outstanding and now - peer.last_progress > self._unit_timeout_s:
                 self.lose(
                     peer, "deadline", f"returned nothing for {now - peer.last_progress:.0f} s"
                 )
+            elif owed is not None and now - owed > self._unit_timeout_s:
+                self.lose(peer, "deadline", f"sent no INDEX it was asked for in {now - owed:.0f} s")
             elif (
                 now - peer.last_heard >= PROBE_EVERY_S
                 and now - self._probed.get(peer.identity, 0.0) >= PROBE_EVERY_S

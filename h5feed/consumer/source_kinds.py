@@ -28,6 +28,7 @@ from h5feed.common.errors import H5FeedError
 from h5feed.common.logs import IdsLogger, consumer_log
 from h5feed.consumer.assembly import Batch
 from h5feed.consumer.credits import CreditGate
+from h5feed.consumer.malformed import drop_malformed
 from h5feed.consumer.ordering import PlannedRelease
 from h5feed.consumer.plan import Cursor, epoch_order
 from h5feed.consumer.scheduler import Reassignment, Send
@@ -62,19 +63,20 @@ class _Elements:
         self, ledger: Ledger[W], peer: Peer, data: messages.Data, fits: Callable[[W], bool]
     ) -> tuple[Unit[W], list[Field]] | None:
         """The unit ``data`` answers (now complete) and its fields; None, counted, for a
-        part that is not expected from ``peer``, does not ``fits`` its unit, or whose
-        arrays do not fit the spec."""
+        part that is not expected from ``peer``; a part that does not ``fits`` its unit or
+        whose arrays do not fit the spec is malformed (:mod:`h5feed.consumer.malformed`:
+        ProtocolError from a local worker, dropped and warned from a remote one)."""
         unit = ledger.get(data.unit)
         if unit is None or unit.peer is not peer:
             self._drop("dropped_parts", f"an unexpected part (unit {data.unit}) from {peer}")
             return None
         if not fits(unit.work):
-            self._drop("malformed_messages", f"part of unit {unit.id} from {peer}: other samples")
+            drop_malformed(peer, unit.id, "other samples", self._counters, self.log)
             return None
         try:
             fields = elements.unpack(self.spec, data.arrays, len(data.samples))
         except ValueError as exc:
-            self._drop("malformed_messages", f"part of unit {unit.id} from {peer}: {exc}")
+            drop_malformed(peer, unit.id, str(exc), self._counters, self.log)
             return None
         ledger.complete(peer, unit.id)
         return unit, fields

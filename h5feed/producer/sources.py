@@ -181,6 +181,7 @@ class SourceJob:
                 )
             samples = list(self._probed)
             where = "the first elements of shard " + str(self.worker)
+            names = [f"element #{i}" for i in range(len(samples))]
         else:
             length = self.length or 0
             if length == 0:
@@ -194,9 +195,14 @@ class SourceJob:
                 )
             samples = [self._item(i) for i in indices]
             where = f"items {indices}"
+            names = [f"{'batch' if self.kind == KERAS else 'item'} {i}" for i in indices]
         try:
-            keras = self.kind == KERAS  # a keras item's lists are fields, as in Keras
-            spec = elements.infer_spec(samples, convention="keras" if keras else "tfdata")
+            # a keras item's lists are fields, as in Keras, but for lists of numbers one row
+            # per sample (arrays): decided here, from the first and last batch, for good
+            keras = self.kind == KERAS
+            spec = elements.infer_spec(
+                samples, convention="keras" if keras else "tfdata", names=names
+            )
         except SourceError as exc:
             raise SourceError(f"source {self.path!r}, {where}: {exc}") from exc
         if self.kind == KERAS:  # a batch's first dimension is its size: the last one differs

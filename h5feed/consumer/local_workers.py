@@ -3,7 +3,10 @@ iteration of a dataset: :mod:`h5feed.consumer.worker_pool`).
 
 Each worker is ``python -m h5feed.producer.worker`` in a fresh interpreter (never a fork of the
 trainer, and never a ``multiprocessing`` spawn that re-imports the trainer's ``__main__``, so a
-script without an ``if __name__ == "__main__":`` guard works). Guarantees:
+script without an ``if __name__ == "__main__":`` guard works, unless it names
+``"__main__:..."``: see :mod:`h5feed.common.trainer_main`). Its ``sys.path`` starts with the
+trainer's (``PYTHONPATH``), so ``source=`` and ``transform=`` modules are found where the
+trainer finds them. Guarantees:
 
 1. Workers ignore SIGINT: Ctrl-C reaches the trainer, which stops them.
 2. A worker dies with the trainer process, even by SIGKILL and even while blocked in a long

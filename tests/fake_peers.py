@@ -241,6 +241,8 @@ class FakeWorker:
         self._shard: tuple[int, int] | None = None  # worker, workers
         self._pass: int | None = None
         self._position = 0  # next element of its shard in the pass
+        #: Its copy's checks at an epoch's start (see h5feed.consumer.source_agreement).
+        self.checks: Callable[[int], tuple[messages.ItemCheck, ...]] = lambda epoch: ()
 
     def answer(self, message: messages.Message) -> list[messages.Message]:
         """What the worker sends back for ``message`` (nothing for BYE or a second SOURCE)."""
@@ -256,6 +258,8 @@ class FakeWorker:
                 return [self._on_items(message)]
             case messages.Pull():
                 return [self._on_pull(message)]
+            case messages.Check():
+                return [self._info(message.job, message.epoch)]
         return []
 
     def _on_job(self, job: messages.Job) -> list[messages.Message]:
@@ -306,12 +310,18 @@ class FakeWorker:
         return self.source
 
     def _on_source(self, message: messages.Source) -> list[messages.Message]:
-        source = self._require_source()
+        self._require_source()
         if self._shard is not None:
             return []  # the second SOURCE: the spec to check elements against
         self._shard = (message.worker, message.workers)
+        return [self._info(message.job, message.epoch)]
+
+    def _info(self, job: str, epoch: int) -> messages.SourceInfo:
+        """SOURCE_INFO, with :attr:`checks` of ``epoch`` (the answer to SOURCE and CHECK)."""
+        source = self._require_source()
         length = None if source.kind == "generator" else source.length
-        return [messages.SourceInfo(message.job, source.kind, length, source.spec.to_wire())]
+        spec = source.spec.to_wire()
+        return messages.SourceInfo(job, source.kind, length, spec, epoch, self.checks(epoch))
 
     def _pack(self, spec_source: FakeSource, values: Sequence[Any]) -> dict[str, np.ndarray]:
         spec = spec_source.spec
@@ -427,7 +437,7 @@ class Fleet:
         before = self.gate.dispatched
         parked_before = set(getattr(self.scheduler, "parked_batches", ()))
         sends = self.scheduler.next_units(self.gate, self.live)
-        seqs = {batch_of(send.message) for send in sends}
+        seqs = {batch_of(s.message) for s in sends if not isinstance(s.message, messages.Check)}
         if seqs & self.dispatched_batches:
             raise AssertionError(f"next_units sent units of batches {seqs} dispatched before")
         self.dispatched_batches |= seqs

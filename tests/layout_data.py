@@ -133,3 +133,73 @@ def write_raw(
             own = [np.repeat(x, 3, axis=2) for x in own]
         out[f"{v:06d}"] = (own, labels[v])
     return out
+
+
+# -- the forms public loaders write ------------------------------------------------------------
+
+
+def write_video_files(
+    root: pathlib.Path, videos: list[Video], classes: list[str], pixels: bool = False
+) -> dict[tuple[str, str], Video]:
+    """One file per video, ``<root>/<class>/v_<class>_g01_c<i>.hdf5`` with the root dataset
+    ``video``, as 3D-ResNets-PyTorch's ``util_scripts/generate_video_hdf5.py`` writes it
+    (vlen uint8, one JPEG per element; read by its ``VideoLoaderHDF5`` as ``f["video"][i]``),
+    or uint8 pixels [T, H, W, 3] (``pixels``). A video's label picks its class directory;
+    returns (path, video name) -> (frames as h5feed gives them, class index)."""
+    out = {}
+    for v, (frames, label) in enumerate(videos):
+        name = f"v_{classes[label]}_g01_c{v:02d}"
+        path = root / classes[label] / f"{name}.hdf5"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with h5py.File(path, "w") as f:
+            if pixels:
+                f.create_dataset("video", data=np.stack(frames))
+                out[(str(path), name)] = (list(frames), label)
+                continue
+            data = [jpeg(x) for x in frames]
+            dtype = h5py.special_dtype(vlen=np.dtype("uint8"))
+            video = f.create_dataset("video", (len(data),), dtype=dtype)
+            for i, x in enumerate(data):
+                video[i] = np.frombuffer(x.tobytes(), dtype="uint8")
+        out[(str(path), name)] = ([decoded(x) for x in data], label)
+    return out
+
+
+def write_blobs(
+    path: pathlib.Path, videos: list[Video], frames_per_row: int, lengths: bool = False
+) -> dict[str, Video]:
+    """Videos as fixed-length rows of opaque JPEG blobs, as a Keras ``Sequence`` over one
+    file stores them: ``frames`` [V, T] of ``|V<n>`` (each JPEG zero-padded to the longest;
+    short videos padded with empty blobs), ``labels`` int64 [V], and with ``lengths`` an
+    int32 ``lengths`` [V]; read back as ``np.frombuffer(f["frames"][v, t].tobytes(), np.uint8)``."""
+    encoded = [[jpeg(x).tobytes() for x in frames[:frames_per_row]] for frames, _ in videos]
+    width = max(len(b) for blobs in encoded for b in blobs)
+    rows = np.zeros((len(videos), frames_per_row), np.dtype(f"V{width}"))
+    for v, blobs in enumerate(encoded):
+        for t, blob in enumerate(blobs):
+            rows[v, t] = np.void(blob.ljust(width, b"\0"))
+    with h5py.File(path, "w") as f:
+        f.create_dataset("frames", data=rows)
+        f.create_dataset("labels", data=np.array([lab for _, lab in videos], np.int64))
+        if lengths:
+            f.create_dataset("lengths", data=np.array([len(b) for b in encoded], np.int32))
+    return {
+        f"{v:06d}": ([decoded(np.frombuffer(b, np.uint8)) for b in blobs], videos[v][1])
+        for v, blobs in enumerate(encoded)
+    }
+
+
+def write_float_images(path: pathlib.Path, videos: list[Video]) -> dict[str, Video]:
+    """Images as the widely copied ``HDF5DatasetWriter`` stores them: ``images`` float64
+    [N, H, W, 3] (``dtype="float"``) of OpenCV images (BGR, values 0..255), ``labels`` int
+    [N]; each image is a one-frame video, read with ``Raw(scale=1.0, channels="bgr",
+    offsets=None)``."""
+    frames = [x for fs, _ in videos for x in fs]
+    labels = [lab for fs, lab in videos for _ in fs]
+    with h5py.File(path, "w") as f:
+        images = f.create_dataset("images", (len(frames), HEIGHT, WIDTH, 3), dtype="float")
+        labelled = f.create_dataset("labels", (len(frames),), dtype="int")
+        for i, (x, lab) in enumerate(zip(frames, labels, strict=True)):
+            images[i] = cv2.cvtColor(x, cv2.COLOR_RGB2BGR).astype("float")
+            labelled[i] = lab
+    return {f"{i:06d}": ([x], lab) for i, (x, lab) in enumerate(zip(frames, labels, strict=True))}

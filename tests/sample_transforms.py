@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import numpy as np
 
 
@@ -66,3 +68,8 @@ def sleeps_once(clip: np.ndarray, rng: np.random.Generator, marker: str) -> np.n
         return clip
     time.sleep(120)
     return clip
+
+
+def global_random(clip: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Draws from Python's ``random`` and NumPy's global generator, not from ``rng``."""
+    return np.asarray([random.random(), np.random.random()], np.float64)

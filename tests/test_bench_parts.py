@@ -235,3 +235,15 @@ def test_the_soak_benchmark_runs_kills_and_checks_each_epoch(
     assert result["kills"] >= 2 and result["workers_replaced"] >= result["kills"] - 1
     assert result["epochs_checked_exactly_once"] >= 1
     assert {"trainer_rss_mb", "trainer_fds", "worker_rss_mb"} <= set(result["samples"][0])
+
+
+def test_the_dataset_option_reads_files_and_videos_and_refuses_other_shapes() -> None:
+    import argparse
+
+    from h5feed.bench.command import parse_dataset_shape
+
+    assert parse_dataset_shape("120x4") == (120, 4)
+    assert parse_dataset_shape("3X2") == (3, 2)
+    for bad in ("120", "0x4", "ax4", "1x2x3"):
+        with pytest.raises(argparse.ArgumentTypeError, match=r"FILESxVIDEOS|>= 1"):
+            parse_dataset_shape(bad)

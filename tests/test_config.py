@@ -135,7 +135,7 @@ def test_a_wrong_readme_default_is_caught() -> None:
 
 def test_feed_config_is_an_hdf5_or_a_source_config() -> None:
     assert typing.get_args(FeedConfig) == (HdfConfig, SourceConfig)
-    assert _names(HdfConfig) == ["files", "clip", "layout", "options"]
+    assert _names(HdfConfig) == ["files", "clip", "layout", "options", "file_labels"]
     assert "clip" not in _names(SourceConfig) and "kind" not in _names(SourceConfig)
     assert not {"layout", "frames_key", "label_key"} & set(_names(ClipSpec))
 

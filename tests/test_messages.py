@@ -59,8 +59,17 @@ SAMPLES: list[messages.Message] = [
         5,
         0,
         None,
+        True,
     ),
-    messages.SourceInfo("job-1", "map", 100, {"tree": "leaf", "leaves": [["", "<f4", [3]]]}),
+    messages.SourceInfo(
+        "job-1",
+        "map",
+        100,
+        {"tree": "leaf", "leaves": [["", "<f4", [3]]]},
+        2,
+        (messages.ItemCheck(0, b"\x07" * 16, True), messages.ItemCheck(99, b"", False)),
+    ),
+    messages.Check("job-1", 2),
     messages.Ping(),
     messages.IndexBatch(
         "job-1",
@@ -248,8 +257,21 @@ any_message = st.one_of(
         ints,
         ints,
         st.none() | maps,
+        st.booleans(),
     ),
-    st.builds(messages.SourceInfo, texts, texts, st.none() | ints, maps),
+    st.builds(
+        messages.SourceInfo,
+        texts,
+        texts,
+        st.none() | ints,
+        maps,
+        ints,
+        st.lists(
+            st.builds(messages.ItemCheck, ints, st.binary(max_size=64), st.booleans()),
+            max_size=messages.MAX_CHECKS,
+        ).map(tuple),
+    ),
+    st.builds(messages.Check, texts, ints),
     st.just(messages.Ping()),
 )
 
@@ -400,7 +422,7 @@ def test_malformed_cases_are_what_they_say() -> None:
 # Golden headers of the kinds protocol 3 added (and a typed UNIT): one message, one encoding
 # --------------------------------------------------------------------------------------------
 
-MAGIC_AND_VERSION = "95 a6 683566656564 04"  # fixarray(5), fixstr(6) "h5feed", fixint 4
+MAGIC_AND_VERSION = "95 a6 683566656564 05"  # fixarray(5), fixstr(6) "h5feed", fixint 5
 
 GOLDEN_ITEMS = bytes.fromhex(
     MAGIC_AND_VERSION
@@ -506,7 +528,34 @@ def test_malformed_index_batch_raises_protocol_error(frames: list[Any], match: s
         messages.decode([frame_bytes(f) for f in frames])
 
 
+# Protocol 5: CHECK, and SOURCE_INFO's checks ([item, digest, reproducible], digest as bin).
+GOLDEN_CHECK = bytes.fromhex(
+    MAGIC_AND_VERSION
+    + "a5 636865636b"  # fixstr(5) "check"
+    + "82"  # fixmap(2), keys sorted: epoch, job
+    + "a5 65706f6368 03"  # "epoch": 3
+    + "a3 6a6f62 a2 6a31"  # "job": "j1"
+    + "90"
+)
+GOLDEN_SOURCE_INFO = bytes.fromhex(
+    MAGIC_AND_VERSION
+    + "ab 736f757263655f696e666f"  # fixstr(11) "source_info"
+    + "86"  # fixmap(6), keys sorted: checks, epoch, job, kind, length, spec
+    + "a6 636865636b73 91 93 05 c4 02 abcd c3"  # "checks": [[5, bin8(2) ab cd, true]]
+    + "a5 65706f6368 01"  # "epoch": 1
+    + "a3 6a6f62 a2 6a31"  # "job": "j1"
+    + "a4 6b696e64 a5 6b65726173"  # "kind": "keras"
+    + "a6 6c656e677468 07"  # "length": 7
+    + "a4 73706563 80"  # "spec": {}
+    + "90"
+)
+
 GOLDENS = [
+    (messages.Check("j1", 3), GOLDEN_CHECK),
+    (
+        messages.SourceInfo("j1", "keras", 7, {}, 1, (messages.ItemCheck(5, b"\xab\xcd", True),)),
+        GOLDEN_SOURCE_INFO,
+    ),
     (messages.Items("j1", 7, 2, 1, (4, 0, 9)), GOLDEN_ITEMS),
     (messages.Pull("j1", 7, 2, 1, 16, 1), GOLDEN_PULL),
     (
@@ -518,7 +567,9 @@ GOLDENS = [
 ]
 
 
-@pytest.mark.parametrize(("message", "golden"), GOLDENS, ids=["items", "pull", "unit"])
+@pytest.mark.parametrize(
+    ("message", "golden"), GOLDENS, ids=["check", "source_info", "items", "pull", "unit"]
+)
 def test_golden_header(message: messages.Message, golden: bytes) -> None:
     frames = messages.encode(message)
     assert frames == [golden]
@@ -601,3 +652,24 @@ def test_property_mutated_messages(
     else:
         header[position] ^= 1 << bit
     decode_or_protocol_error([bytes(header), *original[1:]])
+
+
+def _source_info_frames(checks: Any) -> list[bytes]:
+    fields = {"job": "j", "kind": "map", "length": 3, "spec": {}, "epoch": 0, "checks": checks}
+    return [frame_bytes(f) for f in wire.encode(wire.SOURCE_INFO, fields)]
+
+
+@pytest.mark.parametrize(
+    ("checks", "match"),
+    [
+        ([[0, b"x", True]] * (messages.MAX_CHECKS + 1), "17 checks"),
+        ([[0, b"x" * (messages.MAX_DIGEST_BYTES + 1), True]], "digest too long"),
+        ([[0, "text", True]], "bad SOURCE_INFO check"),
+        ([[0, b"x", 1]], "bad SOURCE_INFO check"),
+        ([[True, b"x", True]], "bad SOURCE_INFO check"),
+        ([[0, b"x"]], "list of 3 values"),
+    ],
+)
+def test_malformed_source_info_checks_raise_protocol_error(checks: Any, match: str) -> None:
+    with pytest.raises(ProtocolError, match=match):
+        messages.decode(_source_info_frames(checks))

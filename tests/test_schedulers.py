@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import collections
 import random
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -29,7 +30,14 @@ from fake_peers import (
 )
 
 from h5feed.common import messages
-from h5feed.common.errors import DataError, MalformedPartWarning, ProtocolError, SourceError
+from h5feed.common.errors import (
+    DataError,
+    MalformedPartWarning,
+    NondeterministicItemWarning,
+    ProtocolError,
+    SourceError,
+    WorkerTimeoutError,
+)
 from h5feed.consumer.assembly import Batch
 from h5feed.consumer.credits import CreditGate
 from h5feed.consumer.hdf5_scheduler import HdfScheduler
@@ -581,6 +589,74 @@ def test_keras_hand_over_of_a_lost_peer() -> None:
     taken = fleet.run(random.Random(3))
     got = [(b.epoch, b.index, [int(b.element["y"][0])]) for b in taken]
     assert got == expected_items(config, 7, 1, [0, 1])
+
+
+def epoch_1_units(fleet: Fleet) -> list[messages.Message]:
+    return [m for s in fleet.posted if isinstance(m := s.message, messages.Items) and m.epoch == 1]
+
+
+def test_keras_a_later_epoch_is_dispatched_once_every_copy_answered_its_check() -> None:
+    fleet, _scheduler, config = keras_fleet(2, budget=20)  # 7 batches an epoch, 2 epochs
+    fleet.handshake()
+    fleet.dispatch()
+    sent = [s.message for s in fleet.posted]
+    assert sorted(m.epoch for m in sent if isinstance(m, messages.Items)) == [0] * 7
+    checks = [s for s in fleet.posted if isinstance(s.message, messages.Check)]
+    assert sorted(s.peer.name for s in checks) == ["p0", "p1"]
+    assert {s.message.epoch for s in checks if isinstance(s.message, messages.Check)} == {1}
+    fleet.answer_all(fleet.live[0])
+    fleet.dispatch()  # p1 has not answered its check: nothing of epoch 1 yet
+    assert not any(
+        isinstance(s.message, messages.Items) and s.message.epoch == 1 for s in fleet.posted
+    )
+    taken = fleet.run(random.Random(3))
+    got = [(b.epoch, b.index, [int(b.element["y"][0])]) for b in taken]
+    assert got == expected_items(config, 7, 1, [0, 1])
+
+
+def test_keras_copies_that_disagree_at_a_later_epoch_end_the_iteration_before_its_units() -> None:
+    fleet, _scheduler, _config = keras_fleet(2, budget=20)
+    for n, worker in enumerate(fleet.workers.values()):
+        worker.checks = lambda epoch, n=n: (
+            messages.ItemCheck(0, bytes([epoch * n]), True),  # equal at 0, not at 1
+            messages.ItemCheck(6, b"x", epoch == 0),  # batch 6 not reproducible from 1 on
+        )
+    fleet.handshake()
+    fleet.dispatch()
+    a, b = fleet.live
+    fleet.answer_all(a)
+    with (
+        pytest.raises(SourceError, match=r"batch 0 at epoch 1 differs between the workers' c"),
+        pytest.warns(NondeterministicItemWarning, match="batch 6 of source"),
+    ):
+        fleet.answer_all(b)
+    assert not any(
+        isinstance(s.message, messages.Items) and s.message.epoch == 1 for s in fleet.posted
+    )
+
+
+def test_keras_a_check_not_answered_within_the_unit_timeout_ends_the_iteration() -> None:
+    fleet, scheduler, _config = keras_fleet(2, budget=20, unit_timeout_s=0.05)
+    fleet.handshake()
+    fleet.dispatch()
+    fleet.answer_all(fleet.live[0])  # p1 never answers its CHECK (its on_epoch_end hangs)
+    deadline = time.monotonic() + 30
+    with pytest.raises(WorkerTimeoutError, match=r"workers \['p1 \(pid.* check of epoch 1"):
+        while time.monotonic() < deadline:  # the loop's passes
+            scheduler.next_units(fleet.gate, fleet.live)
+    assert not epoch_1_units(fleet)
+
+
+def test_a_joiner_whose_copy_differs_is_refused_naming_the_item() -> None:
+    fleet, _scheduler, _config = map_fleet(1)
+    fleet.workers[fleet.live[0]].checks = lambda epoch: (messages.ItemCheck(11, b"a", True),)
+    fleet.handshake()
+    fleet.lose(fleet.live[0])
+    joiner = FakeWorker(make_peer("p0-again"), source=FakeSource("map", LENGTH, map_element))
+    joiner.checks = lambda epoch: (messages.ItemCheck(11, b"b", True),)
+    fleet.join(joiner)
+    with pytest.raises(SourceError, match="item 11 at epoch 0 differs"):
+        fleet.answer_all(joiner.peer)
 
 
 def test_workers_that_disagree_on_the_kind_fail_the_handshake() -> None:

@@ -423,3 +423,84 @@ def test_a_generator_worker_killed_mid_epoch_restarts_its_shard_at_least_once() 
     assert set(values) == set(range(40))  # nothing lost ...
     assert len(values) >= 40  # ... and what the lost shard had sent may come again
     assert stats["workers_replaced"] == 1
+
+
+# -- the user's randomness, and copies that must agree (issue 22) ------------------------
+
+
+def test_a_sequence_shuffled_unseeded_in_init_and_on_epoch_end_is_exactly_once() -> None:
+    pytest.importorskip("keras")
+    batches = numpy_batches(
+        source="user_keras:ShuffledRows", source_args={"rows": 22, "batch": 4}, epochs=2,
+        workers=2, seed=4,
+    )  # fmt: skip
+    assert len(batches) == 12
+    epochs = (batches[:6], batches[6:])
+    for epoch in epochs:
+        rows = [r for _x, y in epoch for r in y.tolist()]
+        assert sorted(rows) == list(range(22))  # each copy holds the same permutation
+    # on_epoch_end reshuffled the rows (in every copy alike): other batches in epoch 1
+    assert {frozenset(y.tolist()) for _x, y in epochs[0]} != {
+        frozenset(y.tolist()) for _x, y in epochs[1]
+    }
+
+
+def test_per_item_augmentation_differs_between_items_and_is_the_same_for_1_and_3_workers() -> None:
+    common = {"source": "user_sources:Augmented", "source_args": {"n": 12}, "seed": 9}
+    runs = {w: numpy_batches(**common, batch_size=4, epochs=2, workers=w) for w in (1, 3)}
+    assert len(runs[1]) == len(runs[3]) == 6
+    for one, three in zip(runs[1], runs[3], strict=True):
+        for key in ("i", "noise", "flip"):
+            np.testing.assert_array_equal(one[key], three[key])
+    noise = [
+        {int(i): n.tobytes() for b in epoch for i, n in zip(b["i"], b["noise"], strict=True)}
+        for epoch in (runs[1][:3], runs[1][3:])
+    ]
+    assert len(set(noise[0].values())) == 12  # every item its own augmentation
+    assert all(noise[0][i] != noise[1][i] for i in range(12))  # and another one each epoch
+    flips = [f for b in runs[1] for f in b["flip"].tolist()]
+    assert 0 < sum(flips) < len(flips)  # Python's random, seeded per item too
+
+
+def test_copies_that_differ_are_refused_naming_the_item() -> None:
+    with pytest.raises(SourceError, match=r"item 0 at epoch 0 differs between the workers"):
+        numpy_batches(
+            source="user_sources:DivergentCopies", source_args={"n": 8}, batch_size=4,
+            workers=2,
+        )  # fmt: skip
+
+
+def test_an_item_that_is_not_reproducible_is_warned_naming_it() -> None:
+    with pytest.warns(h5feed.NondeterministicItemWarning, match="item 0 of source"):
+        batches = numpy_batches(source="user_sources:Unreproducible", batch_size=3, workers=1)
+    assert sorted(i for b in batches for i in b["i"].tolist()) == list(range(6))
+
+
+# -- generators of whole batches (source_batched=True) -----------------------------------
+
+
+def test_a_batch_yielding_generator_is_split_and_batched_again() -> None:
+    batches = numpy_batches(
+        source="user_sources:hdf5_batches", source_args={"n": 23, "batch": 5},
+        source_batched=True, batch_size=4, workers=2, epochs=2,
+    )  # fmt: skip
+    labels = [label for _x, y in batches for label in y.tolist()]
+    assert sorted(labels) == sorted(list(range(23)) * 2)  # exactly once per epoch
+    assert all(1 <= len(y) <= 4 for _x, y in batches)  # h5feed's batch_size, short ones fine
+    for x, y in batches:  # the rows stayed together
+        assert x.shape[1:] == (2, 2, 3)
+        np.testing.assert_array_equal(x[:, 0, 0, 0], y * 12)
+
+
+def test_a_batch_whose_fields_differ_in_rows_is_an_error_naming_the_field() -> None:
+    with pytest.raises(h5feed.WorkerError, match=r"field '1' has another first dimension"):
+        numpy_batches(
+            source="user_sources:hdf5_batches", source_args={"n": 10, "batch": 5, "bad": True},
+            source_batched=True, batch_size=4, workers=1,
+        )  # fmt: skip
+
+
+def test_source_batched_on_a_map_source_is_an_error() -> None:
+    with pytest.raises(h5feed.WorkerError, match="source_batched=True takes a generator"):
+        numpy_batches(source="user_sources:make_squares", source_args={"n": 8},
+                      source_batched=True, batch_size=4, workers=1)  # fmt: skip

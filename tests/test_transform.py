@@ -14,6 +14,8 @@ import pytest
 import h5feed
 from h5feed.common.config import ClipSpec
 from h5feed.common.errors import WorkerError
+from h5feed.producer.code_policy import TRUSTED
+from h5feed.producer.transform import Transform
 
 _TESTS_DIR = str(pathlib.Path(__file__).parent)
 CLIP: dict[str, Any] = {"clip_len": 2, "resize": (24, 32), "crop": (16, 16), "flip": True}
@@ -157,3 +159,17 @@ def test_a_transform_that_fails_at_start_fails_dataset_itself(
         h5feed.dataset(
             small_dataset[:1], clip_len=1, transform="no_such_module_h5feed:f", workers=1
         )
+
+
+def test_the_hook_seeds_the_global_generators_per_sample_and_leaves_rng_alone() -> None:
+    """Issue 22: a transform drawing from ``random``/``np.random`` keeps the same-seed
+    guarantee; one drawing from ``rng`` gives what it gave before (``rng`` is not drawn)."""
+    clip = np.zeros((1, 2, 2, 3), np.uint8)
+    glob = Transform("sample_transforms:global_random", None, TRUSTED)
+    first, again, other = (glob(clip, seed, "f.h5", "v") for seed in (7, 7, 8))
+    np.testing.assert_array_equal(first, again)
+    assert (first != other).all()
+    rng_only = Transform("sample_transforms:rng_only", None, TRUSTED)
+    np.testing.assert_array_equal(
+        rng_only(clip, 7, "f.h5", "v"), np.random.default_rng(7).random(4)
+    )

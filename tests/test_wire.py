@@ -77,13 +77,17 @@ VALID_FIELDS: dict[str, dict[str, Any]] = {
         "seed": 0,
         "epoch": 0,
         "spec": None,
+        "batched": False,
     },
     wire.SOURCE_INFO: {
         "job": "job-1",
         "kind": "map",
         "length": 100,
         "spec": {"tree": ["leaf"], "leaves": [["", "<f4", [3, None]]]},
+        "epoch": 0,
+        "checks": [[0, b"\x01" * 16, True], [99, b"\x02" * 16, False]],
     },
+    wire.CHECK: {"job": "job-1", "epoch": 3},
     wire.ITEMS: {"job": "job-1", "unit": 7, "batch": 2, "epoch": 1, "items": [4, 0, 9]},
     wire.PULL: {"job": "job-1", "unit": 7, "batch": 2, "epoch": 1, "count": 16, "pass": 1},
 }
@@ -186,9 +190,10 @@ def test_error_hierarchy() -> None:
 # --------------------------------------------------------------------------------------------
 
 # Protocol 3 (ITEMS, PULL, JOB layout) changed byte 8 of every header from 02 to 03; protocol
-# 4 (HELLO nonce) changed it to 04 and added HELLO's "nonce". The new kinds' golden headers
-# are in tests/test_messages.py.
-MAGIC_AND_VERSION = "95 a6 683566656564 04"  # fixarray(5), fixstr(6) "h5feed", fixint 4
+# 4 (HELLO nonce) changed it to 04 and added HELLO's "nonce"; protocol 5 (SOURCE batched,
+# SOURCE_INFO checks, CHECK) changed it to 05. The new kinds' golden headers are in
+# tests/test_messages.py.
+MAGIC_AND_VERSION = "95 a6 683566656564 05"  # fixarray(5), fixstr(6) "h5feed", fixint 5
 
 GOLDEN_HELLO_FIELDS = {
     "worker": "w0", "pid": 4242, "host": "node-a", "package": "0.1.0", "nonce": "n1"
@@ -275,7 +280,7 @@ def test_golden_header_without_arrays(kind: str, fields: dict[str, Any], golden:
     assert isinstance(frames[0], bytes)
     assert frames[0] == golden
     # The golden bytes decode to what they should, and back to the same fields.
-    assert msgpack.unpackb(golden, raw=False) == [wire.MAGIC, 4, kind, fields, []]
+    assert msgpack.unpackb(golden, raw=False) == [wire.MAGIC, 5, kind, fields, []]
     message = wire.decode([golden])
     assert message == wire.Message(kind, fields, {})
 
@@ -311,11 +316,11 @@ def test_golden_structure_explained() -> None:
         assert golden[0] == 0x95  # msgpack fixarray (0x90) of 5 elements
         assert golden[1] == 0xA0 | 6  # fixstr of 6 bytes (str type, not bin) ...
         assert golden[2:8] == b"h5feed"  # ... the magic
-        assert golden[8] == wire.PROTOCOL_VERSION == 4  # positive fixint
+        assert golden[8] == wire.PROTOCOL_VERSION == 5  # positive fixint
         assert golden[9] == 0xA0 | len(kind)
         assert golden[10 : 10 + len(kind)] == kind.encode()
         magic, version, decoded_kind, fields, _ = msgpack.unpackb(golden, raw=False)
-        assert (magic, version, decoded_kind) == ("h5feed", 4, kind)
+        assert (magic, version, decoded_kind) == ("h5feed", 5, kind)
         # Map keys are written sorted, so one message has one encoding.
         keys = msgpack.unpackb(golden, raw=False, object_pairs_hook=lambda pairs: pairs)[3]
         assert [k for k, _ in keys] == sorted(fields)
@@ -748,7 +753,7 @@ def test_wrong_magic(magic: Any) -> None:
     expect_protocol_error([header(magic=magic)], r"not an h5feed message \(magic ")
 
 
-@pytest.mark.parametrize("version", [0, 1, 2, 3, 5, 99])  # 3: the protocol before the HELLO nonce
+@pytest.mark.parametrize("version", [0, 1, 2, 3, 4, 6, 99])  # 4: the protocol before CHECK
 def test_other_protocol_version(version: int) -> None:
     with pytest.raises(VersionMismatchError) as info:
         wire.decode([header(version=version)])

@@ -179,6 +179,19 @@ def test_a_map_source_answers_items_and_refuses_other_unit_kinds(peer: Peer) -> 
     leave(peer)
 
 
+def test_a_source_answers_check_with_its_copys_digests_of_the_common_items(peer: Peer) -> None:
+    info = start_source(peer, "user_sources:Augmented", {"n": 10})
+    assert info.epoch == 0 and [c.item for c in info.checks] == [0, 5, 9]
+    assert all(c.reproducible and len(c.digest) == 16 for c in info.checks)
+    peer.send(messages.Check("job-s", 2))
+    again = peer.receive_not_hello()
+    assert isinstance(again, messages.SourceInfo) and again.epoch == 2, again
+    assert [c.item for c in again.checks] == [0, 5, 9]
+    # seeded per (seed, epoch, item): another epoch, another augmentation of each item
+    assert all(a.digest != b.digest for a, b in zip(info.checks, again.checks, strict=True))
+    leave(peer)
+
+
 def test_a_generator_source_answers_pulls(peer: Peer) -> None:
     info = start_source(peer, "user_sources:count_up", {"n": 5})
     assert (info.kind, info.length) == ("generator", None)

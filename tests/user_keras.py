@@ -32,3 +32,24 @@ class Batches(keras.utils.PyDataset):
 
     def on_epoch_end(self) -> None:
         self.epochs_ended += 1
+
+
+class ShuffledRows(keras.utils.PyDataset):
+    """Found in the wild: ``np.random.shuffle`` of the row order, unseeded, in ``__init__``
+    and ``on_epoch_end``; batch ``b`` is rows ``index[b*B:(b+1)*B]`` (x = y = the row)."""
+
+    def __init__(self, rows: int, batch: int) -> None:
+        super().__init__()
+        self.rows, self.batch = rows, batch
+        self.index = np.arange(rows)
+        np.random.shuffle(self.index)
+
+    def __len__(self) -> int:
+        return -(-self.rows // self.batch)
+
+    def __getitem__(self, b: int) -> tuple[np.ndarray, np.ndarray]:
+        rows = self.index[b * self.batch : (b + 1) * self.batch]
+        return rows.astype(np.float32)[:, None], rows.astype(np.int64)
+
+    def on_epoch_end(self) -> None:
+        np.random.shuffle(self.index)

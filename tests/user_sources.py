@@ -6,6 +6,7 @@ Nothing here imports h5feed: it is what a user would write.
 
 from __future__ import annotations
 
+import random
 from collections.abc import Iterator
 from typing import Any
 
@@ -137,3 +138,68 @@ def varlen(n: int = 10, shard_index: int = 0, shard_count: int = 1) -> Iterator[
     """A field whose first dimension varies between elements (issue 22's repro)."""
     for i in range(shard_index, n, shard_count):
         yield np.full((3 + i % 4, 2), i, np.float32), i
+
+
+def hdf5_batches(
+    n: int, batch: int, shard_index: int = 0, shard_count: int = 1, bad: bool = False
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """The widely copied "HDF5 dataset generator": whole batches ``(images[i:i+B],
+    labels[i:i+B])``, the last one shorter; each shard takes every ``shard_count``-th batch.
+    ``bad``: the labels of a batch lack one row."""
+    images = np.arange(n * 2 * 2 * 3, dtype=np.float32).reshape(n, 2, 2, 3)
+    labels = np.arange(n, dtype=np.int64)
+    for start in range(shard_index * batch, n, batch * shard_count):
+        stop = start + batch
+        yield images[start:stop], labels[start : stop - 1 if bad else stop]
+
+
+class Augmented:
+    """A map dataset whose items are augmented with the global ``np.random`` (unseeded)."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        noise = np.random.normal(size=3).astype(np.float32)
+        flip = random.random() < 0.5
+        return {"i": i, "noise": noise, "flip": flip}
+
+
+class DivergentCopies:
+    """Each copy draws an offset from a fresh generator (OS entropy): every copy is the same
+    twice, but the copies differ."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.offset = int(np.random.default_rng().integers(1 << 30))
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> dict[str, int]:
+        return {"i": i, "v": i + self.offset}
+
+
+class Unreproducible:
+    """Item 0 draws from a fresh generator (OS entropy) on every fetch; the others do not."""
+
+    def __len__(self) -> int:
+        return 6
+
+    def __getitem__(self, i: int) -> dict[str, float]:
+        noise = float(np.random.default_rng().normal()) if i == 0 else 0.0
+        return {"i": float(i), "noise": noise}
+
+
+def noisy(n: int, shard_index: int, shard_count: int) -> Iterator[dict[str, Any]]:
+    """A generator drawing from the global generators, unseeded."""
+    for i in range(shard_index, n, shard_count):
+        yield {"i": i, "v": np.random.random(), "r": random.random()}
+
+
+def single_label_batches() -> Iterator[tuple[np.ndarray, int]]:
+    """Batches whose label is one number, not one per sample."""
+    yield np.zeros((3, 2), np.float32), 1

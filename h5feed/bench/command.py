@@ -122,12 +122,33 @@ def register(subcommand: Subcommand) -> None:
         "encrypted, next to raw ZeroMQ; needs root and `ip`) (default ipc)",
     )
     add(
+        "--dataset",
+        type=parse_dataset_shape,
+        metavar="FILESxVIDEOS",
+        help="the generated dataset's files and videos per file (default 32x12: 384 videos). "
+        "Each worker owns whole files, so N workers are balanced only when the files divide "
+        "evenly among them (e.g. 120x4 for 1, 2, 4, 8 and 15 workers)",
+    )
+    add(
         "--quick",
         action="store_true",
         help="CI smoke run: 1 s windows, 1 repeat, 0.5 s warm-up, a 2 x 4 video dataset; "
         "its figures mean nothing",
     )
     parser.set_defaults(handler=run)
+
+
+def parse_dataset_shape(text: str) -> tuple[int, int]:
+    """``FILESxVIDEOS`` (e.g. ``120x4``) as two positive ints."""
+    try:
+        files, videos = (int(part) for part in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected FILESxVIDEOS (e.g. 120x4), got {text!r}"
+        ) from None
+    if files < 1 or videos < 1:
+        raise argparse.ArgumentTypeError(f"files and videos must be >= 1, got {text!r}")
+    return files, videos
 
 
 def run(args: argparse.Namespace) -> int:
@@ -151,6 +172,7 @@ def run(args: argparse.Namespace) -> int:
         producers=args.producers,
         transports=args.transports,
         quick=quick,
+        dataset=args.dataset,
         command=" ".join(["h5feed bench", *(shlex.quote(a) for a in _own_arguments())]),
         date=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
     )

@@ -58,6 +58,7 @@ class Options:
     command: str
     date: str
     transports: list[str] = dataclasses.field(default_factory=lambda: ["ipc"])
+    dataset: tuple[int, int] | None = None  # (files, videos per file); None: FULL_SPEC
 
     def __post_init__(self) -> None:
         if self.window_s <= 0 or self.warmup_s < 0 or self.repeats < 1:
@@ -157,6 +158,9 @@ def run_bench(options: Options) -> int:
     failure is a result, written in the report)."""
     cores = available_cores()
     spec = QUICK_SPEC if options.quick else FULL_SPEC
+    if options.dataset is not None:
+        files, videos_per_file = options.dataset
+        spec = dataclasses.replace(spec, files=files, videos_per_file=videos_per_file)
     chosen = registry.by_key(options.contenders) if options.contenders else registry.CONTENDERS
     began = time.monotonic()
     paths = prepare_dataset(options.data_dir, spec)

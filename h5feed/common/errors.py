@@ -96,8 +96,9 @@ class WorkerDiedError(H5FeedError):
 
 
 class WorkerTimeoutError(H5FeedError):
-    """The workers' handshake got no answer within the unit timeout (a stuck worker holding
-    units is not an error: it is replaced; see README Guarantees)."""
+    """The workers' handshake, or a keras source's check at an epoch's start, got no answer
+    within the unit timeout (a stuck worker holding units is not an error: it is replaced;
+    see README Guarantees)."""
 
 
 class NoWorkersError(H5FeedError):
@@ -122,6 +123,15 @@ class MalformedPartWarning(UserWarning):
     ``stats()["malformed_messages"]``. A ``UserWarning``, so Python shows it by default,
     whatever logging is configured. (The same part from one of the iteration's own local
     workers ends the iteration with a :class:`ProtocolError` instead.)"""
+
+
+class NondeterministicItemWarning(UserWarning):
+    """An item of a user source (``source=``) is not the same twice in one worker although
+    Python's ``random``, NumPy's and torch's global generators were seeded the same before
+    each fetch: its randomness comes from elsewhere (``np.random.default_rng()`` without a
+    seed, the time, a file that changes), so the same seed will not give the same batches and
+    the copies in the workers cannot be checked against each other on that item. A
+    ``UserWarning``, shown by default."""
 
 
 class ResumeError(H5FeedError):

@@ -39,7 +39,7 @@ import dataclasses
 import itertools
 import traceback
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar, Final, NamedTuple
 
 import numpy as np
 
@@ -116,7 +116,7 @@ class Hello:
 @dataclasses.dataclass(frozen=True, slots=True)
 class Job:
     """The files a worker owns and how to cut clips. A JOB of the job the worker holds adds
-    its files to it: a job of many files comes as several JOBs (at most 8,192 files each)."""
+    its files to it: a job of many files comes as several JOBs (at most 1,024 files each)."""
 
     KIND: ClassVar[str] = wire.JOB
     job: str
@@ -306,6 +306,21 @@ class Source:
     seed: int
     epoch: int  # the iteration's first epoch
     spec: Mapping[str, Any] | None  # ElementSpec.to_wire(), or None: probe and tell
+    batched: bool = False  # source_batched=True: a generator of batches, split into samples
+
+
+#: At most this many items in a SOURCE_INFO's checks; each digest at most this many bytes.
+MAX_CHECKS: Final = 16
+MAX_DIGEST_BYTES: Final = 64
+
+
+class ItemCheck(NamedTuple):
+    """One common item as one copy of a user's object makes it: its digest, and whether two
+    fetches under the same seeding gave the same (see h5feed.consumer.source_agreement)."""
+
+    item: int
+    digest: bytes
+    reproducible: bool
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -315,6 +330,18 @@ class SourceInfo:
     kind: str  # "map", "keras" or "generator"
     length: int | None
     spec: Mapping[str, Any]
+    epoch: int = 0  # the epoch the checks were made at
+    checks: tuple[ItemCheck, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Check:
+    """Consumer -> worker of a source: answer SOURCE_INFO with the checks at the start of
+    ``epoch`` (keras: after ``on_epoch_end`` up to it), before any batch of it is sent."""
+
+    KIND: ClassVar[str] = wire.CHECK
+    job: str
+    epoch: int
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -339,13 +366,14 @@ Message = (
     | Bye
     | Source
     | SourceInfo
+    | Check
     | Ping
 )
 _CLASSES: dict[str, type[Any]] = {
     cls.KIND: cls
     for cls in (
         Hello, Job, Index, IndexBatch, Unit, Items, Pull, Data, Error, Bye, Source, SourceInfo,
-        Ping,
+        Check, Ping,
     )
 }  # fmt: skip
 # Fields whose wire name differs from the attribute (``pass`` is a Python keyword).
@@ -420,10 +448,21 @@ def parse(raw: wire.Message) -> Message:
                 raise ProtocolError("SOURCE sys_path must be a list of str")
             return Source(
                 f["job"], f["source"], f["args"], tuple(f["sys_path"]), f["worker"],
-                f["workers"], f["seed"], f["epoch"], f["spec"],
+                f["workers"], f["seed"], f["epoch"], f["spec"], f["batched"],
             )  # fmt: skip
         case wire.SOURCE_INFO:
-            return SourceInfo(f["job"], f["kind"], f["length"], f["spec"])
+            checks = f["checks"]
+            if len(checks) > MAX_CHECKS:
+                raise ProtocolError(f"SOURCE_INFO with {len(checks)} checks")
+            records = [_record(c, (int, bytes, bool), "SOURCE_INFO check") for c in checks]
+            if any(len(digest) > MAX_DIGEST_BYTES for _i, digest, _r in records):
+                raise ProtocolError("SOURCE_INFO check digest too long")
+            return SourceInfo(
+                f["job"], f["kind"], f["length"], f["spec"], f["epoch"],
+                tuple(ItemCheck(*record) for record in records),
+            )  # fmt: skip
+        case wire.CHECK:
+            return Check(f["job"], f["epoch"])
         case wire.PING:
             return Ping()
     raise ProtocolError(f"unknown message kind {raw.kind!r}")  # unreachable: wire checks

@@ -44,7 +44,9 @@ MAGIC: Final = "h5feed"
 # UNITs whose rows meant items or [count, pass]); JOB layout apart from the clip; nested
 # values checked by h5feed.common.messages. 4: HELLO nonce; JOB on_error, send_index and
 # DATA skipped (bad data, a known index: added in the same round).
-PROTOCOL_VERSION: Final = 4
+# 5: SOURCE batched; SOURCE_INFO epoch and checks; CHECK (the copies of a user's object
+# agree: issue 22).
+PROTOCOL_VERSION: Final = 5
 
 HELLO: Final = "hello"  # worker -> consumer: who I am
 JOB: Final = "job"  # consumer -> worker: the files it owns and how to cut clips
@@ -58,6 +60,7 @@ SOURCE_INFO: Final = "source_info"  # worker -> consumer: what that code is (kin
 ITEMS: Final = "items"  # consumer -> worker: map/keras source, produce these items of a batch
 PULL: Final = "pull"  # consumer -> worker: generator source, the next elements of a pass
 PING: Final = "ping"  # consumer -> worker: nothing to do; a send that fails means it is gone
+CHECK: Final = "check"  # consumer -> worker: digest the common items at this epoch's start
 # Added in protocol 4 (additive): the videos of several files at once, as columns.
 INDEX_BATCH: Final = "index_batch"  # worker -> consumer: files, counts, names + frames, labels
 
@@ -123,8 +126,19 @@ SCHEMAS: Final[Mapping[str, Mapping[str, tuple[type, ...]]]] = {
         "seed": _INT,
         "epoch": _INT,
         "spec": (dict, type(None)),
+        "batched": (bool,),  # the generator yields batches: split them into samples
     },
-    SOURCE_INFO: {"job": _STR, "kind": _STR, "length": _OPT_INT, "spec": (dict,)},
+    # checks: [[item, digest (bin), reproducible], ...] at the start of epoch (see
+    # h5feed.consumer.source_agreement); the answer to SOURCE, and to CHECK.
+    SOURCE_INFO: {
+        "job": _STR,
+        "kind": _STR,
+        "length": _OPT_INT,
+        "spec": (dict,),
+        "epoch": _INT,
+        "checks": _LIST,
+    },
+    CHECK: {"job": _STR, "epoch": _INT},
     ITEMS: {"job": _STR, "unit": _INT, "batch": _INT, "epoch": _INT, "items": _LIST},
     PULL: {"job": _STR, "unit": _INT, "batch": _INT, "epoch": _INT, "count": _INT, "pass": _INT},
     PING: {},

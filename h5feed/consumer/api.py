@@ -73,7 +73,7 @@ def dataset(
       max_message_bytes=1073741824, insecure=False, max_open_files=128,
       on_error="raise", max_skipped=None``;
     * your own code instead of files (``SourceConfig``): ``source=None, source_args=None,
-      output_signature=None, ragged=False, steps_per_epoch=None``.
+      output_signature=None, ragged=False, steps_per_epoch=None, source_batched=False``.
 
     ``layout``: how the files store videos — ``"auto"`` (recognised per file), ``"groups"``,
     ``"frame_datasets"``, ``"raw"``, ``"flat"``, or an ``h5feed.layouts`` object with its
@@ -116,7 +116,8 @@ def dataset(
       sample still exactly once (README "Guarantees").
 
     ``source="package.module:factory"``: your own code in the workers instead of HDF5 files
-    (``source_args``, ``output_signature``, ``ragged``, ``steps_per_epoch``); see
+    (``source_args``, ``output_signature``, ``ragged``, ``steps_per_epoch``,
+    ``source_batched``: a generator of whole batches, split and batched again); see
     ``h5feed/consumer/source_api.py`` and README "Your own Python code in the workers".
 
     ``listen`` on an address other hosts reach (not loopback or ``ipc://``) needs CURVE keys

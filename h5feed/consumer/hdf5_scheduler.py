@@ -47,6 +47,7 @@ worker that may still run stays out of the slot pool until that process is gone
 from __future__ import annotations
 
 import collections
+import dataclasses
 import os
 import socket
 import time
@@ -204,6 +205,12 @@ class HdfScheduler:
             return []
         self._delivered.add(peer)
         self._answered(peer, [file_index for file_index, _columns in files])
+        labels = self.config.file_labels
+        if labels is not None:  # decided from the file list (one video per file): see options
+            files = [
+                (f, dataclasses.replace(c, labels=np.full(len(c.frames), labels[f], np.int64)))
+                for f, c in files
+            ]
         sends: list[Send] = []
         for file_index, columns in files:
             if self._moving.get(file_index) is peer:

@@ -19,8 +19,13 @@ from h5feed.consumer.work import Peer
 #: A JOB lists at most this many files, and paths of at most this many UTF-8 bytes in all: a
 #: worker takes a JOB of the job in hand as more files (protocol 4 already does), so a job of
 #: 100,000 files goes as several JOBs, each far below the wire's 2 MiB header and 131,072
-#: containers (one per file) however long its paths (up to 4 KiB each: PATH_MAX).
-JOB_FILES = 8192
+#: containers (one per file) however long its paths (up to 4 KiB each: PATH_MAX). Why 1,024
+#: (as an INDEX_BATCH): a worker reads its socket only between messages, and the consumer
+#: PINGs a silent worker twice a second; a part it indexes in seconds, not minutes, keeps the
+#: PINGs queued meanwhile far below the socket's 1,000-message high-water mark (a full queue
+#: stops libzmq's heartbeats on that connection, and libzmq 4.3.5 was seen to abort on
+#: ``_input_stopped`` when it restarts: zeromq/libzmq#3937).
+JOB_FILES = 1024
 JOB_PATH_BYTES = 1 << 20
 
 

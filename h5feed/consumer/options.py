@@ -18,7 +18,6 @@ from __future__ import annotations
 import dataclasses
 import glob
 import os
-import pathlib
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeAlias, TypedDict
 
@@ -30,6 +29,7 @@ from h5feed.common.config import (
     default_cache_dir,
 )
 from h5feed.common.exposure import check_listen
+from h5feed.common.file_labels import directory_labels
 from h5feed.common.layouts import LayoutSpec
 from h5feed.common.messages import ON_ERROR_CHOICES
 from h5feed.common.metrics_http import metrics_address
@@ -37,7 +37,8 @@ from h5feed.common.wire import DEFAULT_LIMITS, DEFAULT_MAX_MESSAGE_BYTES
 from h5feed.consumer.plan import PlanOptions
 from h5feed.consumer.source_options import SOURCE_FIELDS, SourceConfig
 
-_H5_SUFFIXES = (".h5", ".hdf5", ".he5")
+#: The suffixes of the HDF5 files a directory is searched for (case-insensitive).
+_H5_SUFFIXES = (".h5", ".hdf5", ".hdf", ".he5")
 
 
 def resolve_files(
@@ -45,11 +46,14 @@ def resolve_files(
 ) -> list[str]:
     """The dataset's files, in plan order.
 
-    A directory gives its ``*.h5``/``*.hdf5``/``*.he5`` files, sorted; a glob gives its matches,
-    sorted; a list keeps its order (each entry may itself be a file, directory or glob). Paths
-    are kept as given (not made absolute), so a batch's ``file`` is what the user wrote or the
-    glob matched. Raises FileNotFoundError naming what matched nothing, ValueError for an
-    empty list (the iteration would otherwise wait for an index of no file).
+    A directory gives the ``*.h5``/``*.hdf5``/``*.hdf``/``*.he5`` files under it, searched
+    recursively (``<root>/<class>/<id>.hdf5``; symbolic links to directories are not
+    followed), sorted by path; a glob gives its matches, sorted; a list keeps its order (each
+    entry may itself be a file, directory or glob). Paths are kept as given (not made
+    absolute), so a batch's ``file`` is what the user wrote or the glob matched. Raises
+    FileNotFoundError naming what matched nothing (for a directory: that it was searched
+    recursively, for which suffixes), ValueError for an empty list (the iteration would
+    otherwise wait for an index of no file).
     """
     if isinstance(files, (str, os.PathLike)):
         entries: Sequence[str | os.PathLike[str]] = [files]
@@ -63,21 +67,33 @@ def resolve_files(
     for entry in entries:
         text = os.fspath(entry)
         if os.path.isdir(text):
-            found = sorted(
-                str(p) for p in pathlib.Path(text).iterdir() if p.suffix.lower() in _H5_SUFFIXES
-            )
+            found = _hdf5_files_under(text)
         elif glob.has_magic(text):
             found = sorted(p for p in glob.glob(text) if os.path.isfile(p))
         elif os.path.isfile(text):
             found = [text]
         else:
             raise FileNotFoundError(f"h5feed: no such file or directory: {text!r}")
+        if not found and os.path.isdir(text):
+            suffixes = "/".join(f"*{s}" for s in _H5_SUFFIXES)
+            raise FileNotFoundError(
+                f"h5feed: directory {text!r} holds no HDF5 file: searched recursively for "
+                f"{suffixes} (case-insensitive)"
+            )
         if not found:
             raise FileNotFoundError(f"h5feed: {text!r} matches no HDF5 file")
         resolved.extend(found)
     if len(set(resolved)) != len(resolved):
         raise ValueError("h5feed: the same file is listed twice")
     return resolved
+
+
+def _hdf5_files_under(directory: str) -> list[str]:
+    """The HDF5 files (by suffix) anywhere under ``directory``, sorted by path."""
+    found = []
+    for parent, _dirs, names in os.walk(directory, followlinks=False):
+        found += [os.path.join(parent, n) for n in names if n.lower().endswith(_H5_SUFFIXES)]
+    return sorted(p for p in found if os.path.isfile(p))
 
 
 def _resolve_under(entries: Sequence[str | os.PathLike[str]], root: str) -> list[str]:
@@ -253,6 +269,10 @@ class HdfConfig:
     clip: ClipSpec
     layout: LayoutSpec
     options: FeedOptions
+    #: Each file's label, decided here rather than read by the workers (one-video files
+    #: labelled by their directory: :func:`h5feed.common.file_labels.directory_labels`);
+    #: None: the workers' index says.
+    file_labels: tuple[int, ...] | None = None
 
 
 #: A feed's configuration: HDF5 files, or the user's code in the workers (``source=``).
@@ -282,7 +302,8 @@ def hdf_config(files: Any, kwargs: Mapping[str, Any]) -> HdfConfig:
     feed_options = FeedOptions(**options)
     check_main_path("transform", clip.transform, feed_options)
     paths = resolve_files(files, options.get("data_root"))
-    return HdfConfig(tuple(paths), clip, layout, feed_options)
+    layout, labels = directory_labels(layout, paths)
+    return HdfConfig(tuple(paths), clip, layout, feed_options, labels)
 
 
 def check_main_path(what: str, path: str | None, options: FeedOptions) -> None:
@@ -407,3 +428,4 @@ class FeedKwargs(TypedDict, total=False):
     output_signature: Any
     ragged: bool | Sequence[str]
     steps_per_epoch: int | None
+    source_batched: bool

@@ -8,7 +8,7 @@ complete; without, each as soon as it is added.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Generic, TypeVar
 
 from h5feed.consumer.credits import CreditGate
@@ -47,18 +47,26 @@ class PlannedRelease(Generic[T, B]):
 
     def __init__(self, plan: Iterator[T], ordered: bool) -> None:
         self._plan = plan
+        self._next: T | None = None  # taken from the plan, held back by ``hold``
         self._release: Release[B] = Release(ordered)
         self._done = False
         self._dispatched = 0
 
-    def dispatch(self, gate: CreditGate) -> Iterator[tuple[int, T]]:
+    def dispatch(
+        self, gate: CreditGate, hold: Callable[[T], bool] | None = None
+    ) -> Iterator[tuple[int, T]]:
         """(seq, planned batch) while the gate has a credit and the plan a batch; each
-        takes a credit (the caller stops iterating to dispatch no more)."""
+        takes a credit (the caller stops iterating to dispatch no more). A batch that
+        ``hold`` says must wait stops the dispatch; it is the first one of the next call."""
         while not self._done and gate.available > 0:
-            item = next(self._plan, None)
-            if item is None:
-                self._done = True
+            if self._next is None:
+                self._next = next(self._plan, None)
+                if self._next is None:
+                    self._done = True
+                    return
+            if hold is not None and hold(self._next):
                 return
+            item, self._next = self._next, None
             gate.dispatch()
             seq, self._dispatched = self._dispatched, self._dispatched + 1
             yield seq, item

@@ -17,10 +17,11 @@ Guarantees:
    ``files``, known up front; the index — every video's name, frame count and label —
    ``index``, known once the workers indexed the files), seed, shuffle, batch size,
    ``drop_remainder``, clips per video and their placement, the clip and layout options,
-   ``shard``, a source and its arguments. Not the number of workers, prefetch, timeouts,
-   ``listen``, metrics or memory options: resuming with another worker count gives the same
-   batches. The files' directory is not part of it (only their names), so a dataset moved
-   elsewhere still resumes.
+   ``shard``, a source and its arguments, and the labels the trainer gives one-video files
+   (``labels``: from their directories or the user's mapping). Not the number of workers,
+   prefetch, timeouts, ``listen``, metrics or memory options: resuming with another worker
+   count gives the same batches. The files' directory is not part of it (only their names),
+   so a dataset moved elsewhere still resumes.
 2. Each part is stored, not only one hash, so a mismatch (:class:`~h5feed.common.errors.
    ResumeError`) names every field that differs. The up-front parts are checked when the
    dataset is made; ``index`` when the plan starts (or up front when the index is known from
@@ -83,6 +84,8 @@ def fingerprint(config: FeedConfig) -> dict[str, Any]:
             clip=_digest(config.clip.to_wire()),
             layout=_digest(config.layout.to_wire()),
         )
+        if config.file_labels is not None:  # labels the trainer decided (one video per file)
+            parts["labels"] = _digest(list(config.file_labels))
     else:
         parts.update(
             source=config.source,

@@ -4,21 +4,44 @@ ZeroMQ sockets are not thread-safe: a :class:`Router` is used by one thread (the
 loop's) from construction to :meth:`close`; only the waker it polls may be poked from
 other threads. Sends never block for long: ``ROUTER_MANDATORY`` makes a send to a gone peer
 fail at once (EHOSTUNREACH) and a peer that stopped reading fails after ``SNDTIMEO``.
+
+Connections that never speak ZMTP (a keyless flood of plain TCP connects, held open) cost
+the trainer one descriptor each, and libzmq aborts the process when accepting a local
+worker's ``ipc://`` connection fails for want of one. So, before it binds, the router
+
+1. raises the process's soft ``RLIMIT_NOFILE`` to the hard limit (a soft 1,024 is common;
+   hard limits are usually far higher: 524,288 under systemd, 1,048,576 in Docker), and
+2. sets ``ZMQ_HANDSHAKE_IVL`` to :data:`HANDSHAKE_TIMEOUT_S`: libzmq closes a connection
+   whose ZMTP (and CURVE) handshake is not done by then, so a connection that sends nothing
+   holds its descriptor at most that long.
+
+A flood then ends the run only by holding more connections than the hard limit leaves free,
+renewing each within :data:`HANDSHAKE_TIMEOUT_S`; a listening trainer whose hard limit is
+below :data:`_LOW_HARD_LIMIT` says so in a warning when it binds beyond loopback.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
-from typing import cast
+from typing import Final, cast
 
 import zmq
 
 from h5feed.common import messages
+from h5feed.common.exposure import is_local_address
+from h5feed.common.fd_limit import raise_open_files_limit
 from h5feed.common.liveness import consumer_heartbeat_timeout, enable_heartbeats
 from h5feed.consumer.options import FeedOptions
 from h5feed.consumer.security import CurveServer
 
 _SEND_TIMEOUT_MS = 5000
+#: A connection must finish its ZMTP (and CURVE) handshake within this, or libzmq closes it
+#: (its default is 30 s). Loopback and LAN handshakes take milliseconds.
+HANDSHAKE_TIMEOUT_S: Final = 5.0
+#: A hard descriptor limit below this is worth a warning when the port is reachable by others.
+_LOW_HARD_LIMIT: Final = 8192
+_log = logging.getLogger("h5feed.consumer")
 
 
 class Router:
@@ -26,6 +49,15 @@ class Router:
     polled together with the file descriptor ``wake_fd``."""
 
     def __init__(self, options: FeedOptions, addresses: list[str], wake_fd: int) -> None:
+        _, hard = raise_open_files_limit()  # each connection holds a descriptor
+        exposed = [a for a in addresses if not is_local_address(a)]
+        if exposed and hard < _LOW_HARD_LIMIT:
+            _log.warning(
+                "listening on %s with a hard limit of %d open descriptors: a flood of held "
+                "connections can exhaust them; raise it (ulimit -Hn, LimitNOFILE=, docker "
+                "--ulimit nofile=) to %d or more",
+                ", ".join(exposed), hard, _LOW_HARD_LIMIT,
+            )  # fmt: skip
         self._context = zmq.Context()
         self._socket = self._context.socket(zmq.ROUTER)
         self._curve: CurveServer | None = None
@@ -40,6 +72,7 @@ class Router:
         self._socket.setsockopt(zmq.LINGER, 0)
         self._socket.setsockopt(zmq.ROUTER_MANDATORY, 1)
         self._socket.setsockopt(zmq.SNDTIMEO, _SEND_TIMEOUT_MS)
+        self._socket.setsockopt(zmq.HANDSHAKE_IVL, int(HANDSHAKE_TIMEOUT_S * 1000))
         # Per frame, before bind: libzmq reads a frame's declared size and disconnects a
         # peer that declares more, before buffering any of it (a 2 GB frame costs nothing).
         self._socket.setsockopt(zmq.MAXMSGSIZE, options.max_message_bytes)

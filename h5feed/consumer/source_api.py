@@ -53,6 +53,7 @@ def make_source_config(files: Any, kwargs: Mapping[str, Any]) -> SourceConfig:
         args=dict(kwargs.get("source_args") or {}),
         ragged=ragged if isinstance(ragged, bool) else tuple(ragged),
         steps_per_epoch=kwargs.get("steps_per_epoch"),
+        batched=kwargs.get("source_batched", False),
         spec=spec,
         sys_path=tuple(p for p in sys.path if isinstance(p, str)),
         options=feed_options,

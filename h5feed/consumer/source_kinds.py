@@ -6,7 +6,9 @@
   fewest units (any worker serves any item). Exactly once, the same batches whatever the number
   of workers; released in plan order when ``deterministic``.
 * **keras**: the same over the ``length`` batch indices, one batch index per unit, not
-  re-batched.
+  re-batched. Before the first unit of each later epoch, every serving worker answers a CHECK
+  (its copy's digest of the common batches after its ``on_epoch_end`` calls); that epoch's
+  units are dispatched only once the copies agree (:mod:`h5feed.consumer.source_agreement`).
 * **generator**: each worker iterates its own shard; a PULL asks one worker for its next
   ``batch_size`` elements, and that answer is one batch (released as it arrives). A worker that
   answers fewer has finished its pass. Without ``steps_per_epoch`` an epoch ends when every
@@ -19,12 +21,13 @@
 from __future__ import annotations
 
 import collections
+import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from h5feed.common import elements, messages
 from h5feed.common.elements import ElementSpec, Field, RaggedArray
-from h5feed.common.errors import H5FeedError
+from h5feed.common.errors import H5FeedError, WorkerTimeoutError
 from h5feed.common.logs import IdsLogger, consumer_log
 from h5feed.consumer.assembly import Batch
 from h5feed.consumer.credits import CreditGate
@@ -32,6 +35,7 @@ from h5feed.consumer.malformed import drop_malformed
 from h5feed.consumer.ordering import PlannedRelease
 from h5feed.consumer.plan import Cursor, epoch_order
 from h5feed.consumer.scheduler import Reassignment, Send
+from h5feed.consumer.source_agreement import check_agreement
 from h5feed.consumer.source_options import SourceConfig
 from h5feed.consumer.work import Ledger, Peer, Unit, W
 
@@ -80,6 +84,11 @@ class _Elements:
             return None
         ledger.complete(peer, unit.id)
         return unit, fields
+
+    def malformed(self, peer: Peer, why: str) -> None:
+        """A control message that fits no question: counted, logged."""
+        self._counters["malformed_messages"] += 1
+        self.log.warning("dropped %s from %s", why, peer)
 
     def _drop(self, counter: str, why: str) -> None:
         self._counters[counter] += 1
@@ -144,6 +153,10 @@ class ItemScheduler:
         )
         self._serving: set[Peer] = set()  # peers that loaded the source and agreed on it
         self._orphans: list[Unit[tuple[int, int, tuple[int, ...]]]] = []  # nobody to take them
+        self._agreed_epochs = {start.epoch}  # the handshake checked the first one
+        self._checking: int | None = None  # keras: the epoch whose CHECK answers are awaited
+        self._check_waiting: dict[Peer, float] = {}  # who has not answered it yet: asked at
+        self._check_answers: dict[Peer, tuple[messages.ItemCheck, ...]] = {}
 
     def _batches(
         self, epochs: Iterator[int], start: Cursor
@@ -166,16 +179,71 @@ class ItemScheduler:
                 yield epoch, position, items.tolist()
 
     def add(self, peer: Peer) -> list[Send]:
-        """``peer`` loaded the source and may serve items; it takes any orphaned units."""
+        """``peer`` loaded the source and may serve items; it takes any orphaned units (of
+        agreed epochs), then a CHECK of the epoch being checked, if any (in this order: the
+        worker answers in order, and the CHECK moves its copy to that epoch)."""
         self._serving.add(peer)
         orphans, self._orphans = self._orphans, []
-        return [self._unit(unit.seq, unit.work, [peer]) for unit in orphans]
+        sends = [self._unit(unit.seq, unit.work, [peer]) for unit in orphans]
+        if self._checking is not None:
+            self._check_waiting[peer] = time.monotonic()
+            sends.append(Send(peer, messages.Check(self.job_id, self._checking)))
+        return sends
 
     def next_units(self, gate: CreditGate, peers: Sequence[Peer]) -> list[Send]:
         serving = [peer for peer in peers if peer in self._serving]
+        self._check_overdue()
         if not serving:  # nobody to serve the next batch yet: dispatch nothing
             return []
-        return [self._unit(seq, item, serving) for seq, item in self._planned.dispatch(gate)]
+        unchecked: list[int] = []
+
+        def hold(item: tuple[int, int, list[int]]) -> bool:
+            if self.kind != KERAS or item[0] in self._agreed_epochs:
+                return False
+            unchecked.append(item[0])
+            return True
+
+        sends = [self._unit(seq, item, serving) for seq, item in self._planned.dispatch(gate, hold)]
+        if unchecked and self._checking is None:
+            self._checking = unchecked[0]
+            now = time.monotonic()
+            self._check_waiting = {peer: now for peer in serving}
+            self._check_answers = {}
+            check = messages.Check(self.job_id, self._checking)
+            sends += [Send(peer, check) for peer in sorted(serving, key=lambda p: p.identity)]
+        return sends
+
+    def on_check(self, peer: Peer, info: messages.SourceInfo) -> None:
+        """A CHECK's answer; once every serving worker answered, the epoch's verdict
+        (SourceError where the copies disagree). One not asked for is counted, dropped."""
+        if info.epoch != self._checking or peer not in self._check_waiting:
+            self._built.malformed(peer, "a SOURCE_INFO that answers no CHECK")
+            return
+        del self._check_waiting[peer]
+        self._check_answers[peer] = info.checks
+        self._check_done()
+
+    def _check_overdue(self) -> None:
+        """WorkerTimeoutError when a worker has not answered its CHECK within the unit
+        timeout (its ``on_epoch_end`` or ``__getitem__`` hangs): nothing waits forever."""
+        limit = self.config.options.unit_timeout_s
+        now = time.monotonic()
+        late = sorted(str(p) for p, asked in self._check_waiting.items() if now - asked > limit)
+        if late:
+            raise WorkerTimeoutError(
+                f"workers {late} did not answer the check of epoch {self._checking} of source "
+                f"{self.config.source!r} within {limit:g} s (unit_timeout_s): its on_epoch_end "
+                "or __getitem__ hangs there"
+            )
+
+    def _check_done(self) -> None:
+        epoch = self._checking
+        if epoch is None or self._check_waiting or not self._check_answers:
+            return  # answers outstanding, or every asked worker was lost: joiners are asked
+        answers = {str(peer): checks for peer, checks in self._check_answers.items()}
+        check_agreement(self.config.source, self.kind, epoch, answers)
+        self._agreed_epochs.add(epoch)
+        self._checking = None
 
     def _unit(self, seq: int, item: tuple[int, int, Sequence[int]], peers: Sequence[Peer]) -> Send:
         epoch, position, items = item
@@ -198,6 +266,9 @@ class ItemScheduler:
 
     def reassign(self, lost: Peer, heirs: Sequence[Peer], confirmed_dead: bool) -> Reassignment:
         self._serving.discard(lost)
+        if lost in self._check_waiting:  # the others' answers decide
+            del self._check_waiting[lost]
+            self._check_done()
         units = self._ledger.take_back(lost)
         serving = [peer for peer in heirs if peer in self._serving]
         if not serving:  # they wait for a worker to join (the loop bounds the wait)

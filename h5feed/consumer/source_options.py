@@ -22,6 +22,7 @@ SOURCE_FIELDS: dict[str, str] = {
     "output_signature": "spec",
     "ragged": "ragged",
     "steps_per_epoch": "steps_per_epoch",
+    "source_batched": "batched",
 }
 SOURCE_KEYS = tuple(SOURCE_FIELDS)
 
@@ -37,7 +38,9 @@ class SourceConfig:
     ``steps_per_epoch``: generator sources only, batches per epoch; ``spec``: the element spec
     the user gave (``output_signature``), else None (the workers' first elements tell it);
     ``sys_path``: where local workers look for the user's modules too (the trainer's
-    ``sys.path``).
+    ``sys.path``); ``batched``: the source is a generator of whole batches (every field's
+    first dimension is the batch's, the last batch may be shorter), split into samples in the
+    workers and batched again with ``options.batch_size``.
 
     Guarantees: validated on construction (ValueError naming the argument); never changed
     afterwards, also not by what the workers tell (that is a :class:`Learnt`, which the feed
@@ -50,6 +53,7 @@ class SourceConfig:
     steps_per_epoch: int | None = None
     spec: ElementSpec | None = None
     sys_path: tuple[str, ...] = ()
+    batched: bool = False
     options: FeedOptions
 
     def __post_init__(self) -> None:
@@ -67,6 +71,8 @@ class SourceConfig:
                 "source_args must hold msgpack-able values only (numbers, str, bytes, lists, "
                 f"dicts; they travel to the workers, nothing is pickled): {exc}"
             ) from exc
+        if not isinstance(self.batched, bool):
+            raise ValueError(f"source_batched must be True or False, got {self.batched!r}")
         if self.steps_per_epoch is not None and self.steps_per_epoch < 1:
             raise ValueError(f"steps_per_epoch must be >= 1 or None, got {self.steps_per_epoch}")
 

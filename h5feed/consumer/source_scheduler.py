@@ -4,8 +4,9 @@ Handshake: every worker gets a SOURCE (its shard index and count, the seed, and 
 spec when it is known: the user's ``output_signature``, or the one an earlier iteration
 learnt), loads the user's code and answers SOURCE_INFO (kind, length, the spec of its first
 elements). The kinds and lengths must agree; the spec is the given one or the merge of the
-workers' (dimensions that differ become ``None``). A second SOURCE gives every worker that
-spec, which it checks every element against. Then the kind's scheduler
+workers' (dimensions that differ become ``None``); the copies must agree on the common items
+each digested (:mod:`h5feed.consumer.source_agreement`). A second SOURCE gives every worker
+that spec, which it checks every element against. Then the kind's scheduler
 (:mod:`h5feed.consumer.source_kinds`: map, keras, generator) takes over, behind the same
 protocol as the HDF5 one.
 """
@@ -24,11 +25,13 @@ from h5feed.consumer.assembly import Batch
 from h5feed.consumer.credits import CreditGate
 from h5feed.consumer.plan import Cursor
 from h5feed.consumer.scheduler import Reassignment, Send
+from h5feed.consumer.source_agreement import check_agreement
 from h5feed.consumer.source_kinds import (
     GENERATOR,
     KERAS,
     KINDS,
     GeneratorScheduler,
+    ItemScheduler,
     KindScheduler,
     make_kind,
 )
@@ -63,6 +66,8 @@ class SourceScheduler:
         self._agreed: tuple[str, int | None] | None = None  # (kind, length) once agreed
         self._joining: set[Peer] = set()  # joined during the iteration, SOURCE sent
         self._vacant: list[int] = []  # generator: positions of lost workers, not yet refilled
+        # the handshake's checks (first epoch), which a joiner's copy must agree with
+        self._reference: dict[Peer, tuple[messages.ItemCheck, ...]] = {}
         self._logged: set[str] = set()
 
     @property
@@ -91,12 +96,16 @@ class SourceScheduler:
                 seed=self.config.options.seed,
                 epoch=self._start.epoch,
                 spec=spec.to_wire() if spec is not None else None,
+                batched=self.source.batched,
             ),
         )
 
     def on_control(self, peer: Peer, message: messages.Message) -> list[Send]:
         if isinstance(message, messages.SourceInfo) and peer in self._joining:
             return self._joined(peer, message)
+        if isinstance(message, messages.SourceInfo) and isinstance(self._kind, ItemScheduler):
+            self._kind.on_check(peer, message)  # a CHECK's answer
+            return []
         if not isinstance(message, messages.SourceInfo) or self._kind is not None:
             self._counters["malformed_messages"] += 1
             return []
@@ -112,6 +121,11 @@ class SourceScheduler:
         if len(self._infos) < len(self._peers):
             return []
         kind, length, spec = self._agree()
+        self._reference = {p: self._infos[p].checks for p in self._peers}
+        check_agreement(
+            self.source.source, kind, self._start.epoch,
+            {str(p): checks for p, checks in self._reference.items()},
+        )  # fmt: skip
         self._agreed = (kind, length)
         self.learnt = Learnt(kind, spec, length)
         if self._start.batch and kind == GENERATOR:
@@ -232,6 +246,9 @@ class SourceScheduler:
                 peer, self.source.source, info.kind, info.length, self._agreed,
             )  # fmt: skip
             return []
+        answers = {str(p): checks for p, checks in self._reference.items()}
+        answers[str(peer)] = info.checks
+        check_agreement(self.source.source, info.kind, self._start.epoch, answers)
         return self._kind.add(peer)
 
     def _log_once(self, line: str) -> None:

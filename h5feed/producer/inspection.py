@@ -19,6 +19,7 @@ import numpy as np
 
 from h5feed.common import layouts
 from h5feed.common.errors import DataError
+from h5feed.common.file_labels import directory_labels
 from h5feed.common.layouts import Auto, LayoutSpec
 from h5feed.producer.decode import decode_frame
 from h5feed.producer.layouts import open_reader
@@ -29,7 +30,9 @@ _SIZE_SAMPLE_FRAMES = 256
 _LISTED_LABELS = 20
 
 
-def inspect_file(path: str, layout: LayoutSpec | None = None) -> dict[str, Any]:
+def inspect_file(
+    path: str, layout: LayoutSpec | None = None, file_label: int | None = None
+) -> dict[str, Any]:
     """A report of ``path`` read with ``layout`` (default: recognised); DataError if unreadable.
 
     Keys: ``file``, ``layout`` (the wire form, e.g. ``{"kind": "flat", "jpeg": ...}``),
@@ -39,11 +42,14 @@ def inspect_file(path: str, layout: LayoutSpec | None = None) -> dict[str, Any]:
     ``labels`` (``[[label, videos], ...]`` most frequent first, ties by label, at most 20) and
     ``labels_distinct``, ``frame_shape`` ([height, width, channels] of the first frame as
     stored/decoded, before resize), ``encoded`` (JPEG or pixels) and ``sample`` (the first
-    video's ``video``, ``label``, ``frames``).
+    video's ``video``, ``label``, ``frames``). ``file_label``: the label of every video of
+    the file, as the trainer decides it (``Video(label="directory")``), instead of the file's.
     """
     reader = open_reader(path, layout if layout is not None else Auto())
     try:
         videos = reader.index()
+        if file_label is not None:
+            videos = [(name, n, file_label) for name, n, _label in videos]
         counts = [n for _name, n, _label in videos]
         labels = collections.Counter(label for _name, _n, label in videos)
         frequent = sorted(labels.items(), key=lambda kv: (-kv[1], kv[0]))  # ties: by label
@@ -143,9 +149,13 @@ def run(files: list[str], layout: str, as_json: bool) -> tuple[str, list[str]]:
     spec = parse_layout(layout)
     reports: list[dict[str, Any]] = []
     errors: list[str] = []
-    for path in files:
+    try:  # labels from directories: numbered among these files' directories, as a feed would
+        spec, labels = directory_labels(spec, files)
+    except ValueError as exc:
+        return "", [str(exc)]
+    for number, path in enumerate(files):
         try:
-            reports.append(inspect_file(path, spec))
+            reports.append(inspect_file(path, spec, labels[number] if labels else None))
         except Exception as exc:  # one bad file must not hide the report of the others
             errors.append(str(exc) if isinstance(exc, DataError) else f"{path}: {exc}")
             if as_json:

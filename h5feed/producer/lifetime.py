@@ -10,9 +10,10 @@ Guarantees:
    (it died before the request took effect: the caller must exit), so no window is left open.
    The kernel's "parent" is the *thread* that forked this process (prctl(2)): the trainer
    forks its workers from one long-lived thread (``h5feed/consumer/spawner.py``).
-2. :func:`raise_open_files_limit` raises the soft ``RLIMIT_NOFILE`` to the hard limit (the
-   most an unprivileged process may), so sockets, shared memory and the job's open HDF5 files
-   (at most ``max_open_files``, see ``h5feed/producer/open_files.py``) fit.
+2. :func:`raise_open_files_limit` (from ``h5feed/common/fd_limit.py``) raises the soft
+   ``RLIMIT_NOFILE`` to the hard limit (the most an unprivileged process may), so sockets,
+   shared memory and the job's open HDF5 files (at most ``max_open_files``, see
+   ``h5feed/producer/open_files.py``) fit.
 """
 
 from __future__ import annotations
@@ -20,13 +21,14 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
-import resource
 import signal
 import sys
 
+from h5feed.common.fd_limit import raise_open_files_limit
+
+__all__ = ["die_with_parent", "raise_open_files_limit"]
+
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
-# RLIM_INFINITY as a soft limit is refused by Linux above fs.nr_open; this is its default.
-_NOFILE_CAP = 1 << 20
 _log = logging.getLogger("h5feed.worker")
 
 
@@ -40,16 +42,3 @@ def die_with_parent(parent_pid: int) -> bool:
             _log.warning("PR_SET_PDEATHSIG failed: %s", os.strerror(errno))
     # Checked after the request: a parent that died before it took effect is seen here.
     return os.getppid() == parent_pid
-
-
-def raise_open_files_limit() -> tuple[int, int]:
-    """Raise the soft limit of open descriptors to the hard one; returns (soft, hard) now."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    wanted = _NOFILE_CAP if hard == resource.RLIM_INFINITY else hard
-    if soft != resource.RLIM_INFINITY and soft < wanted:
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
-            soft = wanted
-        except (ValueError, OSError) as exc:  # e.g. above fs.nr_open: keep the soft limit
-            _log.warning("open files limit kept at %d (hard %d): %s", soft, hard, exc)
-    return soft, hard

@@ -39,11 +39,12 @@ from typing import Any, Final
 
 import numpy as np
 
-from h5feed.common import elements, messages
+from h5feed.common import elements, messages, tree
 from h5feed.common.elements import ElementSpec
 from h5feed.common.errors import SourceError
-from h5feed.producer import import_path
+from h5feed.producer import import_path, seeding
 from h5feed.producer.code_policy import CodePolicy
+from h5feed.producer.seeding import Purpose
 
 MAP: Final = "map"
 KERAS: Final = "keras"
@@ -130,15 +131,17 @@ class SourceJob:
         self.workers = source.workers
         self.seed = source.seed
         self.first_epoch = source.epoch
+        self.batched = source.batched
         self.factory = load_factory(self.path, policy)
-        try:
-            self.obj = call_accepting(self.factory, self.args, self._extra(self.first_epoch))
-        except Exception as exc:
-            raise SourceError(
-                f"source {self.path!r}: the factory raised {type(exc).__name__}: {exc}"
-            ) from exc
+        self.obj = self._construct()
         import_path.single_threaded_torch()  # the factory may import torch lazily
         self.kind = detect_kind(self.obj)
+        if self.batched and self.kind != GENERATOR:
+            raise SourceError(
+                f"source {self.path!r}: source_batched=True takes a generator of batches; "
+                f"this source is a {self.kind} source (a dataset whose items are whole batches "
+                "is a keras Sequence/PyDataset, taken as it is)"
+            )
         self.length: int | None = None
         if self.kind != GENERATOR:
             self.length = len(self.obj)
@@ -148,6 +151,17 @@ class SourceJob:
         self._iterator: Iterator[Any] | None = None
         self._probed: collections.deque[Any] = collections.deque()
         self._last_epoch = self.first_epoch
+
+    def _construct(self) -> Any:
+        """A new copy of the user's object, made after the same seeding in every worker: one
+        object, as if it lived in the trainer."""
+        try:
+            seeding.seed_for(self.seed, Purpose.CONSTRUCT, self.first_epoch)
+            return call_accepting(self.factory, self.args, self._extra(self.first_epoch))
+        except Exception as exc:
+            raise SourceError(
+                f"source {self.path!r}: the factory raised {type(exc).__name__}: {exc}"
+            ) from exc
 
     def _extra(self, epoch: int) -> dict[str, Any]:
         return {
@@ -167,7 +181,39 @@ class SourceJob:
         """The SOURCE_INFO: kind, length, and the spec: the one the job gave (given by the
         user, or learnt by an earlier iteration), else inferred from a probe."""
         spec = self.spec if self.spec is not None else self.probe()
-        return messages.SourceInfo(self.id, self.kind, self.length, spec.to_wire())
+        checks = self.checks(self.first_epoch)
+        return messages.SourceInfo(
+            self.id, self.kind, self.length, spec.to_wire(), self.first_epoch, checks
+        )
+
+    def check(self, epoch: int) -> messages.SourceInfo:
+        """The answer to a CHECK: this copy's :meth:`checks` at the start of ``epoch`` (keras:
+        after the ``on_epoch_end`` calls up to it)."""
+        spec = self.spec
+        if spec is None:
+            raise SourceError("a CHECK arrived before the element spec")
+        if self.kind == KERAS:
+            self._epoch_ends(epoch)
+        checks = self.checks(epoch)
+        return messages.SourceInfo(self.id, self.kind, self.length, spec.to_wire(), epoch, checks)
+
+    def checks(self, epoch: int) -> tuple[messages.ItemCheck, ...]:
+        """This copy's digest of the items every copy fetches (map: the first, middle and
+        last item; keras: the first and last batch), each fetched twice under the same
+        seeding: ``reproducible`` says whether both fetches were the same. Generators: none
+        (each copy has its own shard)."""
+        if self.kind == GENERATOR or not self.length:
+            return ()
+        length = self.length
+        indices = sorted({0, length - 1} if self.kind == KERAS else {0, length // 2, length - 1})
+        convention: tree.Convention = "keras" if self.kind == KERAS else "tfdata"
+        out = []
+        for index in indices:
+            first, again = (
+                seeding.item_digest(self._item(index, epoch), convention) for _ in range(2)
+            )
+            out.append(messages.ItemCheck(index, first, first == again))
+        return tuple(out)
 
     def probe(self) -> ElementSpec:
         """The spec of the first elements (see ``elements.infer_spec``)."""
@@ -197,7 +243,7 @@ class SourceJob:
                 indices = sorted(
                     {(j * length // count + self.worker) % length for j in range(count)}
                 )
-            samples = [self._item(i) for i in indices]
+            samples = [self._item(i, self.first_epoch) for i in indices]
             where = f"items {indices}"
             names = [f"{'batch' if self.kind == KERAS else 'item'} {i}" for i in indices]
         try:
@@ -248,7 +294,7 @@ class SourceJob:
                 if not 0 <= index < length:
                     raise SourceError(f"index {index} out of range (length {length})")
                 where = f"batch {index}" if self.kind == KERAS else f"index {index}"
-                leaves.append(self._checked(self._item(index), where))
+                leaves.append(self._checked(self._item(index, unit.epoch), where))
         arrays = dict(elements.pack(spec, leaves))
         return messages.Data(self.id, unit.unit, unit.batch, tuple(samples), arrays)
 
@@ -266,7 +312,8 @@ class SourceJob:
                 f"source {self.path!r}, {where} (worker {self.worker} of {self.workers}): {exc}"
             ) from None
 
-    def _item(self, index: int) -> Any:
+    def _item(self, index: int, epoch: int) -> Any:
+        seeding.seed_for(self.seed, Purpose.ITEM, epoch, index)
         try:
             return self.obj[index]
         except Exception as exc:
@@ -276,12 +323,26 @@ class SourceJob:
             ) from exc
 
     def _epoch_ends(self, epoch: int) -> None:
-        """keras: ``on_epoch_end()`` once for every epoch that ended since the last unit."""
+        """keras: ``on_epoch_end()`` once for every epoch that ended since the last unit.
+
+        A unit of an epoch this copy has already moved past (handed over from a lost worker
+        after this one began the next epoch) gets a new copy, made and moved up to that epoch
+        as every copy is (the same seeding): the object as it was in that epoch."""
+        if epoch < self._last_epoch:
+            self.obj = self._construct()
+            if len(self.obj) != self.length:
+                raise SourceError(
+                    f"source {self.path!r}: a new copy has length {len(self.obj)}, the "
+                    f"first had {self.length}"
+                )
+            self._last_epoch = self.first_epoch
         hook = getattr(self.obj, "on_epoch_end", None)
         while self._last_epoch < epoch:
             self._last_epoch += 1
             if callable(hook):
                 try:
+                    # The same in every copy: the one that ends (the epoch before this one).
+                    seeding.seed_for(self.seed, Purpose.EPOCH_END, self._last_epoch - 1)
                     hook()
                 except Exception as exc:
                     raise SourceError(
@@ -312,6 +373,7 @@ class SourceJob:
             return self._iterator
         obj = self.obj
         try:
+            seeding.seed_for(self.seed, Purpose.PASS, pass_number, self.worker)
             if isinstance(obj, Iterator):
                 if pass_number != self.first_epoch:
                     obj = call_accepting(self.factory, self.args, self._extra(pass_number))
@@ -324,6 +386,8 @@ class SourceJob:
             else:
                 iterable = obj()
             iterator: Iterator[Any] = iter(iterable)
+            if self.batched:
+                iterator = self._unbatched(iterator)
         except Exception as exc:
             raise SourceError(
                 f"source {self.path!r}: starting pass {pass_number} raised "
@@ -333,11 +397,47 @@ class SourceJob:
         self._pass = pass_number
         return iterator
 
+    def _unbatched(self, batches: Iterator[Any]) -> Iterator[Any]:
+        """``source_batched=True``: each batch the generator yields, split into its samples
+        along the first dimension, which every leaf must share."""
+        for number, batch in enumerate(batches):
+            try:
+                description, pairs = tree.flatten_with_paths(batch)
+            except tree.StructureError as exc:
+                raise SourceError(
+                    f"source {self.path!r}, batch #{number} of shard {self.worker}: "
+                    f"{elements.field_name(exc.path)}: {exc.reason}"
+                ) from None
+            leaves = [elements.as_leaf(value, path) for path, value in pairs]
+            rows: dict[str, int] = {}
+            for (path, _value), leaf in zip(pairs, leaves, strict=True):
+                if isinstance(leaf, bytes) or leaf.ndim == 0:
+                    raise SourceError(
+                        f"source {self.path!r}, batch #{number} of shard {self.worker}: "
+                        f"{elements.field_name(path)} is a single value, not a batch "
+                        "(source_batched=True: every field's first dimension is the batch's)"
+                    )
+                rows[path] = len(leaf)
+            if len(set(rows.values())) > 1:
+                shown = ", ".join(f"{elements.field_name(p)}: {n}" for p, n in rows.items())
+                first = next(iter(rows.values()))
+                odd = next(p for p, n in rows.items() if n != first)
+                raise SourceError(
+                    f"source {self.path!r}, batch #{number} of shard {self.worker}: "
+                    f"{elements.field_name(odd)} has another first dimension than the others "
+                    f"({shown}); with source_batched=True every field is a batch of the same "
+                    "number of samples"
+                )
+            for row in range(next(iter(rows.values()), 0)):
+                yield tree.unflatten(description, [leaf[row] for leaf in leaves])
+
     def _next(self, iterator: Iterator[Any]) -> Any:
         try:
             return next(iterator)
         except StopIteration:
             return _END
+        except SourceError:  # source_batched=True: a batch that does not split says why
+            raise
         except Exception as exc:
             raise SourceError(
                 f"source {self.path!r}: the generator of shard {self.worker} raised "

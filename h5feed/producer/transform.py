@@ -9,7 +9,11 @@ Contract (also in README "Per-sample transforms")::
 * ``rng`` is ``np.random.default_rng(seed)`` where ``seed`` is the plan's per-sample seed,
   drawn from ``(seed, epoch, sample)``: the output does not depend on which worker ran it, and
   the same seed gives byte-identical batches with any number of workers (as long as ``fn``
-  draws its randomness from ``rng`` only).
+  draws its randomness from ``rng`` only). Python's ``random``, ``np.random`` and torch's
+  generator (if the worker imported torch) are also seeded before each call, from the same
+  per-sample seed (:mod:`h5feed.producer.seeding`; ``rng`` is not drawn from, so a transform
+  using only ``rng`` gives what it gave before), so a transform drawing from them keeps the
+  same guarantee.
 * The result: a NumPy array (anything ``np.asarray`` turns into one) of one of the wire's
   dtypes (bool, (u)int8..64, float16/32/64) and of the *same shape and dtype for every
   sample*; it becomes the batch's ``frames`` [B, *shape]. A mismatch, a dtype that cannot go
@@ -31,8 +35,9 @@ import numpy as np
 
 from h5feed.common.errors import DataError, H5FeedError
 from h5feed.common.wire import ALLOWED_DTYPES
-from h5feed.producer import import_path
+from h5feed.producer import import_path, seeding
 from h5feed.producer.code_policy import CodePolicy
+from h5feed.producer.seeding import Purpose
 
 
 class TransformImportError(H5FeedError):
@@ -59,6 +64,7 @@ class Transform:
     def __call__(self, clip: np.ndarray, seed: int, file: str, video: str) -> np.ndarray:
         """``fn(clip, rng, **args)`` as an array, checked; DataError naming file and video."""
         rng = np.random.default_rng(seed)
+        seeding.seed_for(seed, Purpose.TRANSFORM)
         try:
             result = np.asarray(self.fn(clip, rng, **self.args))
         except Exception as exc:  # the user's code: report it with where it happened

@@ -226,6 +226,8 @@ class Worker:
                 self.start_source(message)
             case messages.Unit() | messages.Items() | messages.Pull():
                 self.on_unit(message)
+            case messages.Check():
+                self.check_source(message)
             case messages.Ping():
                 pass  # the consumer checks the connection; hearing it is all (_last_heard)
             case _:
@@ -337,6 +339,19 @@ class Worker:
             info = self.job.info()
         except Exception as exc:  # the user's code: any failure must reach the trainer
             self.send_error(source.job, None, exc)
+            return
+        self.send(info)
+
+    def check_source(self, check: messages.Check) -> None:
+        """A CHECK: this copy's digest of the common items at an epoch's start."""
+        job = self.job
+        if not isinstance(job, SourceJob) or job.id != check.job:
+            _log.warning("worker %s: a CHECK of job %s it does not hold", self.worker_id, check.job)
+            return
+        try:
+            info = job.check(check.epoch)
+        except Exception as exc:  # the user's code: any failure must reach the trainer
+            self.send_error(check.job, None, exc)
             return
         self.send(info)
 

@@ -8,27 +8,43 @@ layout descriptions (names, wire form) are in :mod:`h5feed.common.layouts`.
 from __future__ import annotations
 
 import socket
+from collections.abc import Callable
+from typing import Any
 
 import h5py
 
 from h5feed.common.errors import FileReadError
-from h5feed.common.layouts import Auto, Flat, FrameDatasets, Groups, LayoutSpec, Raw
+from h5feed.common.layouts import (
+    Auto,
+    Blobs,
+    Flat,
+    FrameDatasets,
+    Groups,
+    LayoutSpec,
+    Raw,
+    Video,
+)
 from h5feed.producer import confine
 from h5feed.producer.layouts.base import LayoutReader
+from h5feed.producer.layouts.blobs import BlobsReader
 from h5feed.producer.layouts.detect import detect
 from h5feed.producer.layouts.flat import FlatReader
 from h5feed.producer.layouts.frame_datasets import FrameDatasetsReader
 from h5feed.producer.layouts.groups import GroupsReader
 from h5feed.producer.layouts.raw import RawReader
+from h5feed.producer.layouts.video import open_video
 
 __all__ = ["READERS", "LayoutReader", "open_reader"]
 
-#: The reader class of each layout kind.
-READERS: dict[str, type[LayoutReader]] = {
+#: The reader of each layout kind: a class, or a function choosing one (video: encoded or
+#: pixels, from the dataset's type), called as (h5, path, spec, root).
+READERS: dict[str, Callable[[h5py.File, str, Any, str | None], LayoutReader]] = {
     Groups.kind: GroupsReader,
     FrameDatasets.kind: FrameDatasetsReader,
     Raw.kind: RawReader,
     Flat.kind: FlatReader,
+    Video.kind: open_video,
+    Blobs.kind: BlobsReader,
 }
 
 

@@ -72,10 +72,12 @@ def no_match_message(h5: h5py.File, auto: Auto) -> str:
         lines.append(f"  ... and {len(names) - _LISTED_ENTRIES} more")
     if not names:
         lines.append("  (nothing: the file is empty)")
+    suggested = suggest(h5)
     return "\n".join(
         [
             "no known video layout recognised (layout='auto'). The file holds:",
             *lines,
+            *(["What fits it (layout=...):", *suggested] if suggested else []),
             "Describe it with layout= (names are parameters; see README 'HDF5 layouts'):",
             f"  groups:         one group per video with a vlen-uint8 {auto.frames!r} dataset "
             f"and a {auto.label!r} attribute -> frames_key=..., label_key=... "
@@ -86,5 +88,85 @@ def no_match_message(h5: h5py.File, auto: Auto) -> str:
             "h5feed.layouts.Raw(images=..., labels=..., offsets=...)",
             "  flat:           all JPEGs in one vlen-uint8 dataset + video offsets [V+1] + "
             "labels [V] -> h5feed.layouts.Flat(jpeg=..., offsets=..., labels=...)",
+            "  video:          one video per file, a root dataset of JPEGs (vlen uint8) or "
+            "pixels [T, H, W, C] -> h5feed.layouts.Video(frames=..., label='directory' or an "
+            "attribute, classes=...)",
+            "  blobs:          opaque zero-padded JPEG blobs [V, T] (|V<n>) + labels [V] -> "
+            "h5feed.layouts.Blobs(frames=..., labels=..., lengths=...)",
+            "  float pixels:   Raw(...) or Video(...) with scale= (pixel = value x scale; never "
+            "guessed) and channels='rgb' or 'bgr'",
         ]
     )
+
+
+def _root_datasets(h5: h5py.File) -> dict[str, h5py.Dataset]:
+    """The file's top-level datasets by name (links are not followed further than HDF5's
+    own lookup of each top-level name)."""
+    return {n: h5[n] for n in sorted(h5.keys()) if isinstance(h5.get(n), h5py.Dataset)}
+
+
+def _integer_vector(dataset: h5py.Dataset, length: int) -> bool:
+    return dataset.ndim == 1 and dataset.shape[0] == length and dataset.dtype.kind in "iu"
+
+
+def suggest(h5: h5py.File) -> list[str]:
+    """The layouts (as Python) that would read the file's top-level datasets, each with why:
+    found from names, shapes and dtypes only (nothing is read). Float pixels get ``scale``
+    written as a choice the user makes, never a value picked for them."""
+    datasets = _root_datasets(h5)
+    found: list[str] = []
+    for name, data in datasets.items():
+        vlen = h5py.check_vlen_dtype(data.dtype)
+        others = {n: d for n, d in datasets.items() if n != name}
+        if vlen == np.uint8 and data.ndim == 1:
+            n_frames = int(data.shape[0])
+            offsets = [n for n, d in others.items() if d.ndim == 1 and d.dtype.kind in "iu"
+                       and d.shape[0] >= 2]  # fmt: skip
+            for offset in offsets:
+                labels = [n for n, d in others.items()
+                          if _integer_vector(d, int(others[offset].shape[0]) - 1)]  # fmt: skip
+                found.append(
+                    f"  h5feed.layouts.Flat(jpeg={name!r}, offsets={offset!r}, "
+                    f"labels={labels[0] if labels else None!r})  # if {offset!r} cuts "
+                    f"{n_frames} frames into videos"
+                )
+            found.append(
+                f"  h5feed.layouts.Video(frames={name!r})  # one video of {n_frames} frames "
+                "per file, labelled by its directory (<root>/<class>/<id>.hdf5; or label=<an "
+                "attribute> / None)"
+            )
+        elif data.dtype.kind == "V" and data.dtype.fields is None and data.ndim == 2:
+            videos = int(data.shape[0])
+            labels = [n for n, d in others.items() if _integer_vector(d, videos)]
+            lengths = "'lengths'" if "lengths" in others else "None"
+            found.append(
+                f"  h5feed.layouts.Blobs(frames={name!r}, labels="
+                f"{labels[0] if labels else None!r}, lengths={lengths})  # {videos} videos of "
+                f"up to {int(data.shape[1])} zero-padded encoded frames"
+            )
+        elif (
+            data.dtype.kind in "uf"
+            and data.ndim in (3, 4)
+            and (data.ndim == 3 or data.shape[3] in (1, 3))
+        ):
+            if data.dtype.kind == "u" and data.dtype != np.uint8:
+                continue
+            scale = ", scale=255.0" if data.dtype.kind == "f" else ""
+            why = (
+                "  # scale: 255.0 if the values are in [0, 1], 1.0 if in [0, 255]; "
+                "channels='bgr' if stored BGR"
+                if scale
+                else "  # channels='bgr' if stored BGR"
+            )
+            rows = int(data.shape[0])
+            labels = [n for n, d in others.items() if _integer_vector(d, rows)]
+            found.append(
+                f"  h5feed.layouts.Raw(images={name!r}, labels="
+                f"{labels[0] if labels else None!r}, offsets=None{scale}){why} (each of the "
+                f"{rows} images is a one-frame video)"
+            )
+            found.append(
+                f"  h5feed.layouts.Video(frames={name!r}{scale})  # if the file is one video "
+                f"of {rows} frames"
+            )
+    return found

@@ -1,4 +1,5 @@
-"""Decoded pixels: ``images`` uint8 [N, H, W, C], ``labels``, optional video ``offsets``."""
+"""Decoded pixels: ``images`` [N, H, W, C] (uint8, or float with a declared scale),
+``labels``, optional video ``offsets``."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import numpy as np
 
 from h5feed.common.errors import DataError
 from h5feed.common.layouts import Raw
+from h5feed.producer.layouts import pixels
 from h5feed.producer.layouts._common import (
     dataset_at,
     read_offsets,
@@ -17,12 +19,13 @@ from h5feed.producer.layouts.base import OffsetsReader
 class RawReader(OffsetsReader):
     """Rows of ``images`` are frames, already decoded: no JPEG, no ``cv2.imdecode``.
 
-    ``images`` is uint8 [N, H, W, 3] (RGB: stored RGB comes out RGB, no BGR swap) or
-    [N, H, W, 1] / [N, H, W] (grayscale: expanded to 3 equal channels, as a grayscale JPEG
-    decodes, so every layout yields [..., 3] RGB). Videos: with an ``offsets`` dataset in the
-    file, video v is rows ``offsets[v] .. offsets[v+1] - 1`` and ``labels`` is [V]; without
-    one (``offsets=None``, or no such dataset), each row is its own one-frame video and
-    ``labels`` is [N]. Video names: the number, zero-padded to 6 digits (``"000012"``).
+    ``images`` is uint8 [N, H, W, 3] (stored in ``channels`` order, ``"rgb"``: as stored, no
+    BGR swap; ``"bgr"``: reversed) or [N, H, W, 1] / [N, H, W] (grayscale: expanded to 3 equal
+    channels, as a grayscale JPEG decodes, so every layout yields [..., 3] RGB). Float images
+    need ``scale`` (see :mod:`~h5feed.producer.layouts.pixels`). Videos: with an ``offsets``
+    dataset in the file, video v is rows ``offsets[v] .. offsets[v+1] - 1`` and ``labels`` is
+    [V]; without one (``offsets=None``, or no such dataset), each row is its own one-frame
+    video and ``labels`` is [N]. Video names: the number, zero-padded to 6 digits (``"000012"``).
     """
 
     encoded = False
@@ -35,16 +38,7 @@ class RawReader(OffsetsReader):
         images = dataset_at(h5, spec.images, path, "name it with Raw(images=...)")
         self.frames = self.readable(images)
         shape = self.frames.shape
-        if (
-            self.frames.dtype != np.uint8
-            or len(shape) not in (3, 4)
-            or (len(shape) == 4 and shape[3] not in (1, 3))
-        ):
-            raise DataError(
-                f"{spec.images!r} must be uint8 [N, H, W, C] with C = 1 or 3 (or [N, H, W]), "
-                f"got {self.frames.dtype} {shape}",
-                file=path,
-            )
+        pixels.check_dataset(self.frames, 1, spec.scale, "h5feed.layouts.Raw", path)
         rows = int(shape[0])
         if spec.offsets is not None and spec.offsets in h5:
             offsets = self.readable(dataset_at(h5, spec.offsets, path, "or Raw(offsets=None)"))
@@ -53,6 +47,14 @@ class RawReader(OffsetsReader):
             self.offsets = np.arange(rows + 1, dtype=np.int64)
         if rows == 0:
             raise DataError(f"{spec.images!r} holds no image", file=path)
+
+    def read_frames(self, video: str, indices: list[int]) -> list[np.ndarray]:
+        stored = super().read_frames(video, indices)
+        if self.spec.scale is None and self.spec.channels == "rgb":
+            return stored  # uint8 RGB as stored: no copy
+        return pixels.to_rgb(
+            stored, self.spec.scale, self.spec.channels, (self.path, video, indices)
+        )
 
     def pixel_size(self) -> tuple[int, int]:
         return int(self.frames.shape[1]), int(self.frames.shape[2])

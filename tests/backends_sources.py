@@ -18,7 +18,8 @@ import numpy as np
 import h5feed
 from h5feed.common.elements import RaggedArray
 
-FAST = {"start_timeout_s": 60, "unit_timeout_s": 60, "peer_timeout_s": 30}
+# Bounds for a loaded 2-core machine: each worker imports torch (and keras) before it answers.
+FAST = {"start_timeout_s": 180, "unit_timeout_s": 180, "peer_timeout_s": 30}
 
 
 def numpy_tensors() -> dict[str, Any]:
@@ -78,7 +79,7 @@ def torch_dict() -> dict[str, Any]:
             names += [n.decode() for n in batch["name"]]
             indices += batch["index"].tolist()
             threads |= set(batch["threads"].tolist())
-            pids |= set(batch["pid"].tolist())
+            pids |= {worker["pid"] for worker in feed.stats()["workers"]}
         iterations.append(
             {
                 "names": names,

@@ -72,7 +72,7 @@ def test_torch_batches_of_a_source_with_dict_items_and_strings(
     assert first["names"] == [f"video-{i}" for i in range(6)]
     assert first["indices"] == list(range(6))  # a 0-d tensor per item: int64 [B]
     assert first["kinds"] == [
-        "clip:Tensor", "index:Tensor", "name:ndarray", "pid:Tensor", "threads:Tensor",
+        "clip:Tensor", "index:Tensor", "name:ndarray", "threads:Tensor",
     ]  # fmt: skip
     assert second["names"] == first["names"] and second["indices"] == first["indices"]
 

@@ -5,7 +5,6 @@ items go through torchvision-style transforms (``Compose`` of callables: ``ToTen
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -86,7 +85,8 @@ class VideoClips(Dataset):  # type: ignore[type-arg]
 class NamedClips(Dataset):  # type: ignore[type-arg]
     """``{"clip": Tensor, "name": str, "index": 0-d tensor, "threads": int}``: a dict item
     with a string, as a dataset that returns file names does; ``threads`` tells what
-    ``torch.get_num_threads()`` is where the item is made."""
+    ``torch.get_num_threads()`` is where the item is made (the same in every worker: the
+    copies must agree)."""
 
     def __init__(self, n: int = 10) -> None:
         self.n = n
@@ -101,7 +101,6 @@ class NamedClips(Dataset):  # type: ignore[type-arg]
             "name": f"video-{index}",
             "index": torch.tensor(index),
             "threads": torch.get_num_threads(),
-            "pid": os.getpid(),
         }
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections
 import os
 import pathlib
+import select
 import signal
 import socket
 import subprocess
@@ -123,12 +124,20 @@ def test_a_producer_of_another_protocol_version_is_refused(
         import h5feed.common.wire as wire
         wire.PROTOCOL_VERSION = 99  # a worker of a future release
         from h5feed.producer.worker import main
+        print("imported", flush=True)
         sys.exit(main(["--connect", "tcp://127.0.0.1:{port}", "--worker-id", "future",
                        "--persistent"]))
         """
     )
-    future = subprocess.Popen([sys.executable, "-c", script], stderr=subprocess.PIPE, text=True)
+    future = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     try:
+        # Its imports take seconds on a loaded machine: the feed's 4 s start from here, when
+        # the worker is about to connect (it says hello at once, then is refused).
+        ready, _, _ = select.select([future.stdout], [], [], 60)
+        assert ready and future.stdout is not None, "the future worker did not start in 60 s"
+        assert future.stdout.readline() == "imported\n"
         feed = remote_feed(port, small_dataset, start_timeout_s=4.0)
         speaks = wire.PROTOCOL_VERSION
         with pytest.raises(NoWorkersError, match=rf"refused: .*version 99.*speaks {speaks}"):

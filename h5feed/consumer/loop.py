@@ -30,6 +30,7 @@ import collections
 import queue
 import threading
 import time
+from collections.abc import Iterable
 from typing import Any
 
 from h5feed.common import messages
@@ -43,6 +44,7 @@ from h5feed.consumer.router import Router
 from h5feed.consumer.scheduler import Scheduler, Send
 from h5feed.consumer.session import PeerSession
 from h5feed.consumer.waker import Waker
+from h5feed.consumer.work import Peer
 
 _POLL_MS = 50
 _HEALTH_EVERY_S = 0.2
@@ -50,6 +52,16 @@ _MAX_MESSAGES_PER_PASS = 256
 
 END = object()  # queued after the last batch of the iteration
 FAILED = object()  # queued when the iteration failed; the error is ``FeedLoop.error``
+
+
+def all_connected(peers: Iterable[Peer], local_workers: int, listen: str | None) -> bool:
+    """Whether the iteration may start: every one of its ``local_workers`` said hello (a
+    producer that said hello first does not stand in for one, or it could take a whole short
+    epoch from a local worker still starting), and with ``listen`` at least one worker of any
+    kind."""
+    connected = list(peers)
+    local = sum(peer.local for peer in connected)
+    return local >= local_workers and len(connected) >= (1 if listen else 0)
 
 
 class FeedLoop:
@@ -126,11 +138,9 @@ class FeedLoop:
         False if stopped meanwhile."""
         options, session = self.options, self.session
         deadline = time.monotonic() + options.start_timeout_s
-        # Local workers must all connect; with `listen`, at least one worker of any kind.
-        needed = max(self._expected, 1 if options.listen else 0)
-        while len(session.peers) < needed:
+        while not all_connected(session.peers.values(), self._expected, options.listen):
             if time.monotonic() > deadline:
-                raise NoWorkersError(self._no_workers(needed))
+                raise NoWorkersError(self._no_workers())
             if not self._pass():
                 return False
         grace_end = time.monotonic() + (options.join_grace_s if options.listen else 0)
@@ -258,13 +268,14 @@ class FeedLoop:
                 f"after its workers were lost; {len(self.session.peers)} connected"
             )
 
-    def _no_workers(self, needed: int) -> str:
+    def _no_workers(self) -> str:
         options = self.options
         if options.listen and not self._expected:
             text = f"no producer connected to {options.listen} within {options.start_timeout_s:g} s"
         else:
+            local = sum(peer.local for peer in self.session.peers.values())
             text = (
-                f"only {len(self.session.peers)} of {needed} workers connected within "
+                f"only {local} of {self._expected} local workers connected within "
                 f"{options.start_timeout_s:g} s"
             )
         if self.session.refused:

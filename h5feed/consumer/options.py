@@ -28,6 +28,7 @@ from h5feed.common.config import (
     ClipSpec,
     default_cache_dir,
 )
+from h5feed.common.curve import check_secret_mode
 from h5feed.common.exposure import check_listen
 from h5feed.common.file_labels import directory_labels
 from h5feed.common.layouts import LayoutSpec
@@ -189,6 +190,8 @@ class FeedOptions:
                 "CURVE needs both curve_key (this consumer's .key_secret file) and "
                 "curve_authorized (the directory of the producers' public .key files)"
             )
+        if self.curve_key is not None:  # refused before anything starts, as ssh does
+            check_secret_mode(self.curve_key)
         if self.start_timeout_s <= 0 or self.unit_timeout_s <= 0:
             raise ValueError("timeouts must be positive")
         if not self.peer_timeout_s >= 2.0:  # heartbeats run every 0.5 s: room for a few

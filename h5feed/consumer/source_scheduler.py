@@ -104,8 +104,7 @@ class SourceScheduler:
         if isinstance(message, messages.SourceInfo) and peer in self._joining:
             return self._joined(peer, message)
         if isinstance(message, messages.SourceInfo) and isinstance(self._kind, ItemScheduler):
-            self._kind.on_check(peer, message)  # a CHECK's answer
-            return []
+            return self._kind.on_check(peer, message)  # a CHECK's answer
         if not isinstance(message, messages.SourceInfo) or self._kind is not None:
             self._counters["malformed_messages"] += 1
             return []

@@ -15,6 +15,13 @@ Guarantees:
 5. The workers import user code by name only at paths matching ``allow_code`` (none by
    default; see ``h5feed/producer/code_policy.py``) and open only files under ``data_root``
    when it is given (``h5feed/producer/confine.py``).
+6. Neither the service nor its workers look for modules in their working directory: the
+   workers run ``python -P`` (never the directory on ``sys.path``; h5feed itself comes from
+   where the service imported it, by ``PYTHONPATH``), and the service drops the directory
+   ``python -m`` put first on its own path
+   (:func:`h5feed.producer.lifetime.drop_working_directory`). A package
+   planted there cannot shadow an installed one; user code is installed, or on
+   ``PYTHONPATH`` as the operator sets it.
 """
 
 from __future__ import annotations
@@ -30,12 +37,15 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from h5feed.common.config import DEFAULT_MAX_OPEN_FILES, default_cache_dir
 from h5feed.common.logs import with_ids
+from h5feed.producer.read_limits import NO_LIMITS, ProducerLimits
 
 _log = logging.getLogger("h5feed.producer")
+#: Where this h5feed was imported from: the workers import the same one.
+_PACKAGE_PARENT = str(pathlib.Path(__file__).resolve().parents[2])
 _STOP_WAIT_S = 10.0
 _RESTART_EVERY_S = 1.0
 _REFUSED_EXIT = 2
@@ -50,8 +60,10 @@ def worker_command(
     max_message_bytes: int | None = None,
     max_open_files: int = DEFAULT_MAX_OPEN_FILES,
     allow_code: Sequence[str] = (),
+    limits: ProducerLimits = NO_LIMITS,
 ) -> list[str]:
-    command = [sys.executable, "-m", "h5feed.producer.worker", "--connect", connect]
+    # -P: the working directory is never on the worker's sys.path (see guarantee 6).
+    command = [sys.executable, "-P", "-m", "h5feed.producer.worker", "--connect", connect]
     command += ["--worker-id", name, "--parent-pid", str(os.getpid()), "--persistent"]
     command += ["--max-open-files", str(max_open_files)]
     command += ["--cache-dir", default_cache_dir()]  # this host's, not the trainer's
@@ -63,9 +75,19 @@ def worker_command(
         command += ["--stats-file", stats_file]
     if max_message_bytes is not None:
         command += ["--max-message-bytes", str(max_message_bytes)]
+    command += limits.to_argv()
     for pattern in allow_code:  # none: the worker imports no user code
         command += ["--allow-code", pattern]
     return command
+
+
+def worker_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The workers' environment: ``environ``, with this h5feed first on ``PYTHONPATH``."""
+    env = dict(environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (_PACKAGE_PARENT, env.get("PYTHONPATH", "")) if p
+    )
+    return env
 
 
 def run_producer(
@@ -79,6 +101,7 @@ def run_producer(
     max_message_bytes: int | None = None,
     max_open_files: int = DEFAULT_MAX_OPEN_FILES,
     allow_code: Sequence[str] = (),
+    limits: ProducerLimits = NO_LIMITS,
 ) -> int:
     """Run the service until SIGTERM/SIGINT; returns the process exit code.
 
@@ -87,6 +110,8 @@ def run_producer(
     ``max_open_files``: HDF5 files each worker keeps open at once.
     ``allow_code``: fnmatch patterns of the import paths (``module:name``) the workers may
     import for ``source=`` / ``transform=``; empty: none.
+    ``limits``: the workers' own caps on frames, clips and chunks, which a job cannot raise
+    (``h5feed/producer/read_limits.py``).
 
     ``metrics``: (host, port) to serve ``/metrics`` and ``/stats`` on (0: a free port, logged).
 
@@ -156,8 +181,10 @@ def run_producer(
                             max_message_bytes,
                             max_open_files,
                             allow_code,
+                            limits,
                         ),
                         stdin=subprocess.DEVNULL,
+                        env=worker_env(os.environ),
                     )
                     started[worker] = time.monotonic()
                     if figures is not None:

@@ -51,7 +51,7 @@ import dataclasses
 import os
 import socket
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Hashable, Iterator, Sequence
 
 import numpy as np
 
@@ -614,6 +614,24 @@ class HdfScheduler:
             return f"unit {unit_id}"
         planned = self._assembler.planned(unit.seq)
         return f"unit {unit_id} (batch {planned.index} of epoch {planned.epoch})"
+
+    def samples_of(self, unit_id: int) -> list[tuple[Hashable, str]]:
+        unit = self._ledger.get(unit_id)
+        if unit is None or self._assembler is None or self.index is None:
+            return []
+        planned, index = self._assembler.planned(unit.seq), self.index
+        span = self.config.clip.span
+        out: list[tuple[Hashable, str]] = []
+        for position in unit.work[0].tolist():
+            video, start = int(planned.videos[position]), int(planned.starts[position])
+            sample = int(planned.samples[position])
+            name = (
+                f"{index.file_names[video].decode(errors='replace')} video "
+                f"{index.names[video].decode(errors='replace')!r} frames {start}-"
+                f"{start + span - 1} (sample {sample} of epoch {planned.epoch})"
+            )
+            out.append(((planned.epoch, sample), name))
+        return out
 
     def close(self) -> None:
         if self._pool is not None:

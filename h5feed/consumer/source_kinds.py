@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import collections
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from h5feed.common import elements, messages
@@ -323,6 +323,14 @@ class ItemScheduler:
             what += "..."
         return f"unit {unit_id} ({what}, epoch {epoch})"
 
+    def samples_of(self, unit_id: int) -> list[tuple[Hashable, str]]:
+        unit = self._ledger.get(unit_id)
+        if unit is None:
+            return []
+        epoch, _position, items = unit.work
+        what = "batch" if self.kind == KERAS else "item"
+        return [((epoch, i), f"{what} {i} of epoch {epoch}") for i in items]
+
 
 class GeneratorScheduler:
     """generator sources (see the module docstring)."""
@@ -484,6 +492,18 @@ class GeneratorScheduler:
             return f"unit {unit_id}"
         epoch, count, pass_ = unit.work
         return f"unit {unit_id} (the next {count} elements of pass {pass_}, epoch {epoch})"
+
+    def samples_of(self, unit_id: int) -> list[tuple[Hashable, str]]:
+        """A pull is not sent again (the lost worker's shard starts its pass over): the key
+        is the shard's worker and the epoch, so a generator that kills its worker at the
+        same element every pass is bounded too."""
+        unit = self._ledger.get(unit_id)
+        if unit is None:
+            return []
+        epoch, count, pass_ = unit.work
+        name = unit.peer.name
+        what = f"the next {count} elements of worker {name}'s generator (pass {pass_})"
+        return [(("pull", name, epoch), f"{what} in epoch {epoch}")]
 
 
 KindScheduler = ItemScheduler | GeneratorScheduler

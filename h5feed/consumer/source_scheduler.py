@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import collections
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Hashable, Iterator, Sequence
 
 from h5feed.common import elements, messages, wire
 from h5feed.common.elements import ElementSpec
@@ -265,6 +265,9 @@ class SourceScheduler:
 
     def describe(self, unit_id: int) -> str:
         return self._kind.describe(unit_id) if self._kind else f"unit {unit_id}"
+
+    def samples_of(self, unit_id: int) -> list[tuple[Hashable, str]]:
+        return self._kind.samples_of(unit_id) if self._kind else []
 
     def close(self) -> None:
         return None

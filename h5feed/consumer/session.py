@@ -279,6 +279,7 @@ class PeerSession:
     def lose(self, peer: Peer, cause: LossCause, reason: str) -> None:
         """``peer`` is gone: remove it and queue one ``PeerLost``."""
         if self.peers.pop(peer.identity, None) is not None:
+            peer.lost_cause = cause
             self._gone.add(peer.identity)
             self._lost_pids.add(peer.pid)
             self.events.append(PeerLost(peer, cause, reason))

@@ -10,7 +10,12 @@ import os
 import sys
 
 from h5feed.common.cli_args import Subcommand, positive_int
-from h5feed.common.config import DEFAULT_MAX_OPEN_FILES
+from h5feed.common.config import (
+    DEFAULT_MAX_CHUNK_BYTES,
+    DEFAULT_MAX_OPEN_FILES,
+    PRODUCER_MAX_CLIP_PIXELS,
+    PRODUCER_MAX_FRAME_PIXELS,
+)
 from h5feed.producer.code_policy import ALLOW_CODE_ENV as _ALLOW_CODE_ENV  # a cheap import
 
 #: (flag, environment variable, metavar, help) of `h5feed produce`.
@@ -47,6 +52,36 @@ _PRODUCE_OPTIONS = (
         f"HDF5 files each worker keeps open at once, least recently used closed first "
         f"(default {DEFAULT_MAX_OPEN_FILES})",
     ),
+    (
+        "--max-frame-pixels",
+        "H5FEED_MAX_FRAME_PIXELS",
+        "N",
+        "cap on a stored frame's height x width; a trainer's max_frame_pixels is lowered to "
+        f"it, never raised (default {PRODUCER_MAX_FRAME_PIXELS})",
+    ),
+    (
+        "--max-clip-pixels",
+        "H5FEED_MAX_CLIP_PIXELS",
+        "N",
+        "cap on a clip's output pixels (clip_len x height x width); a job asking more is "
+        f"refused (default {PRODUCER_MAX_CLIP_PIXELS}: 16 frames of 4K UHD)",
+    ),
+    (
+        "--max-chunk-bytes",
+        "H5FEED_MAX_CHUNK_BYTES",
+        "BYTES",
+        "cap on an HDF5 chunk's uncompressed bytes beyond one frame, checked before reading "
+        f"(default {DEFAULT_MAX_CHUNK_BYTES})",
+    ),
+)
+#: The options of `h5feed produce` that take a positive integer.
+_INT_OPTIONS = (
+    "--workers",
+    "--max-message-bytes",
+    "--max-open-files",
+    "--max-frame-pixels",
+    "--max-clip-pixels",
+    "--max-chunk-bytes",
 )
 #: Values of $H5FEED_INSECURE (case aside); anything else is refused, naming the variable.
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
@@ -91,9 +126,7 @@ def register(subcommand: Subcommand) -> None:
             flag,
             default=env.get(variable),
             required=flag == "--connect" and variable not in env,
-            type=positive_int
-            if flag in ("--workers", "--max-message-bytes", "--max-open-files")
-            else str,
+            type=positive_int if flag in _INT_OPTIONS else str,
             metavar=metavar,
             help=f"{text} (env {variable})",
         )
@@ -194,6 +227,13 @@ def _cmd_produce(args: argparse.Namespace) -> int:
     # The flags replace the environment variable (as for every other option).
     allow_code = args.allow_code if args.allow_code else split_patterns(args.allow_code_env)
     policy_of(allow_code)  # ValueError for an empty pattern, before any worker starts
+    from h5feed.producer.read_limits import ProducerLimits
+
+    limits = ProducerLimits(
+        _int_or(args.max_frame_pixels, PRODUCER_MAX_FRAME_PIXELS),
+        _int_or(args.max_clip_pixels, PRODUCER_MAX_CLIP_PIXELS),
+        _int_or(args.max_chunk_bytes, DEFAULT_MAX_CHUNK_BYTES),
+    )
     return run_producer(
         args.connect,
         args.data_root,
@@ -205,7 +245,14 @@ def _cmd_produce(args: argparse.Namespace) -> int:
         int(args.max_message_bytes) if args.max_message_bytes is not None else None,
         max_open_files,
         allow_code,
+        limits,
     )
+
+
+def _int_or(value: object, default: int) -> int:
+    """An option's value (an int from the flag, a string from the environment), or
+    ``default`` when unset."""
+    return default if value is None else int(str(value))
 
 
 def _env_flag(text: str | None, variable: str) -> bool | None:

@@ -41,6 +41,7 @@ from collections.abc import Mapping, Sequence
 
 from h5feed.common.config import DEFAULT_MAX_OPEN_FILES, default_cache_dir
 from h5feed.common.logs import with_ids
+from h5feed.producer.read_limits import NO_LIMITS, ProducerLimits
 
 _log = logging.getLogger("h5feed.producer")
 #: Where this h5feed was imported from: the workers import the same one.
@@ -59,6 +60,7 @@ def worker_command(
     max_message_bytes: int | None = None,
     max_open_files: int = DEFAULT_MAX_OPEN_FILES,
     allow_code: Sequence[str] = (),
+    limits: ProducerLimits = NO_LIMITS,
 ) -> list[str]:
     # -P: the working directory is never on the worker's sys.path (see guarantee 6).
     command = [sys.executable, "-P", "-m", "h5feed.producer.worker", "--connect", connect]
@@ -73,6 +75,7 @@ def worker_command(
         command += ["--stats-file", stats_file]
     if max_message_bytes is not None:
         command += ["--max-message-bytes", str(max_message_bytes)]
+    command += limits.to_argv()
     for pattern in allow_code:  # none: the worker imports no user code
         command += ["--allow-code", pattern]
     return command
@@ -98,6 +101,7 @@ def run_producer(
     max_message_bytes: int | None = None,
     max_open_files: int = DEFAULT_MAX_OPEN_FILES,
     allow_code: Sequence[str] = (),
+    limits: ProducerLimits = NO_LIMITS,
 ) -> int:
     """Run the service until SIGTERM/SIGINT; returns the process exit code.
 
@@ -106,6 +110,8 @@ def run_producer(
     ``max_open_files``: HDF5 files each worker keeps open at once.
     ``allow_code``: fnmatch patterns of the import paths (``module:name``) the workers may
     import for ``source=`` / ``transform=``; empty: none.
+    ``limits``: the workers' own caps on frames, clips and chunks, which a job cannot raise
+    (``h5feed/producer/read_limits.py``).
 
     ``metrics``: (host, port) to serve ``/metrics`` and ``/stats`` on (0: a free port, logged).
 
@@ -175,6 +181,7 @@ def run_producer(
                             max_message_bytes,
                             max_open_files,
                             allow_code,
+                            limits,
                         ),
                         stdin=subprocess.DEVNULL,
                         env=worker_env(os.environ),

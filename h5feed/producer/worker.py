@@ -54,6 +54,7 @@ from h5feed.producer.lifetime import (
     raise_open_files_limit,
 )
 from h5feed.producer.open_files import DEFAULT_MAX_OPEN_FILES
+from h5feed.producer.read_limits import ProducerLimits
 from h5feed.producer.worker_loop import Worker
 
 __all__ = ["Worker", "main", "run_until_stopped"]
@@ -131,6 +132,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="import every path the consumer names (local workers of the trainer only)",
     )
+    ProducerLimits.add_arguments(parser)  # a producer service's caps; none for local workers
     args = parser.parse_args(argv)
     if args.trust_code and args.allow_code:
         parser.error("--trust-code and --allow-code exclude each other")
@@ -162,6 +164,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.max_message_bytes,
         args.max_open_files,
         policy_of(args.allow_code, args.trust_code),
+        ProducerLimits.from_args(args),
     )
     logging.getLogger("h5feed.worker").debug(
         "open files limit %d (hard %d), at most %d HDF5 files open",

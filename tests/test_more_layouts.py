@@ -384,3 +384,16 @@ def test_blob_files_declaring_too_much_are_refused_before_a_read(
         f.create_dataset("frames", (1, 1), dtype=np.dtype("V1073741824"))
     with pytest.raises(DataError, match="declares blobs of 1073741824 bytes"):
         open_reader(str(path), layouts.Blobs())
+
+
+def test_another_label_mapping_over_the_same_files_is_not_served_from_the_known_index(
+    tmp_path: pathlib.Path,
+) -> None:
+    expected = write_video_files(tmp_path / "d", make_videos(seed=0, count=3), CLASSES)
+    names = [name for _path, name in expected]
+    for label in (1, 2):  # the second run's files are unchanged: only the mapping differs
+        layout = layouts.Video(label=dict.fromkeys(names, label))
+        feed = h5feed.batches(str(tmp_path / "d"), layout=layout, clip_len=1, batch_size=3,
+                              workers=1, index_cache=str(tmp_path / "cache"))  # fmt: skip
+        (batch,) = collect(feed)
+        assert batch["label"].tolist() == [label] * 3

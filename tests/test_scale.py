@@ -214,6 +214,7 @@ _MANY_FILES, _CLASSES = 100_000, 100
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1200)  # ~2 min on 2 idle cores; 8 min with 2 cores shared 6 ways
 def test_100000_one_video_files_are_indexed_and_each_read_once(tmp_path: pathlib.Path) -> None:
     # A job of 100,000 paths went as one JOB, over the wire's header limit (~20,000 paths):
     # now as JOBs of 1,024 files, answered by INDEX_BATCHes. The plan starts only once every

@@ -18,28 +18,37 @@ demo: $(STAMP)
 	$(BIN)/h5feed demo
 
 # Keras 3 on JAX and PyTorch without TensorFlow (tests/test_backends.py runs its scripts here):
-# jax[cpu], keras and h5feed without the tf extra, and the CPU torch wheel on disk (PyPI's torch
-# is the CUDA build, gigabytes). No wheel: an error that names it, never a silent skip.
+# jax[cpu], keras and h5feed without the tf extra, and torch: the CPU wheel where one lies on disk
+# (BACKENDS_TORCH_WHEEL, 192 MB), else PyPI's torch. PyPI has no CPU build for x86_64 Linux: its
+# torch is the CUDA build, about 3.0 GB to download (torch 2.15.0 539 MB, NVIDIA's CUDA libraries
+# 2.1 GB, triton 286 MB) and the smallest thing from PyPI that works: torch without the CUDA
+# libraries (pip --no-deps) fails at `import torch` (libcudnn.so.9 missing), even on CPU.
 BACKENDS := .venv-backends
 BACKENDS_STAMP := $(BACKENDS)/.installed
 BACKENDS_TORCH_WHEEL ?= /opt/wheels/torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl
+BACKENDS_TORCH_FALLBACK := torch>=2.2
+BACKENDS_TORCH = $(if $(wildcard $(BACKENDS_TORCH_WHEEL)),$(BACKENDS_TORCH_WHEEL),$(BACKENDS_TORCH_FALLBACK))
 
 $(BACKENDS_STAMP): pyproject.toml
-	@test -f '$(BACKENDS_TORCH_WHEEL)' || { echo "make backends: the CPU torch wheel $(BACKENDS_TORCH_WHEEL) is missing (set BACKENDS_TORCH_WHEEL=...)" >&2; exit 1; }
+	@test -f '$(BACKENDS_TORCH_WHEEL)' || echo "make backends: no CPU torch wheel at $(BACKENDS_TORCH_WHEEL): installing '$(BACKENDS_TORCH_FALLBACK)' from the package index (the CUDA build, about 3 GB to download)" >&2
 	test -x $(BACKENDS)/bin/python || $(PYTHON) -m venv $(BACKENDS)
 	$(BACKENDS)/bin/python -m pip install --quiet --upgrade pip
-	$(BACKENDS)/bin/python -m pip install --quiet '$(BACKENDS_TORCH_WHEEL)' -e '.[backends]'
+	$(BACKENDS)/bin/python -m pip install --quiet '$(BACKENDS_TORCH)' -e '.[backends]'
 	touch $(BACKENDS_STAMP)
 
 ## backends: the virtual environment for Keras 3 on JAX and PyTorch, without TensorFlow
 backends: $(BACKENDS_STAMP)
 
-## test: lint, type-check and the whole test suite (what CI runs)
+## test: lint, type-check, the Docker engine and the whole test suite (what CI runs)
+# The Docker engine (../shared/ci/docker-engine.sh, shared with other checkouts on this machine)
+# is prepared and started in a step of its own before pytest, its progress on the terminal and
+# each part under its own limit (minutes on a fresh machine: packages, debootstrap); that step
+# holds it while pytest runs (the container tests only connect) and gives it back afterwards.
 test: $(STAMP) $(BACKENDS_STAMP)
 	$(BIN)/ruff check h5feed tests benchmarks
 	$(BIN)/ruff format --check h5feed tests benchmarks
 	$(BIN)/mypy
-	$(BIN)/python -m pytest -n 2 --dist loadgroup
+	$(BIN)/python tests/docker_helpers.py -- $(BIN)/python -m pytest -n 2 --dist loadgroup
 
 # A CPU-only torch wheel, where one lies on disk (PyPI serves only the large CUDA build):
 # installed before the bench extra, which then keeps it. Override: make bench TORCH_WHEEL=...

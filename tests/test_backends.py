@@ -29,8 +29,8 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
 def run(mode: str, data: pathlib.Path, out: pathlib.Path, **env: str) -> dict:
     """The script's JSON; a missing venv fails with what to do (never a silent skip)."""
     if not PYTHON.exists():
-        wheel = "" if os.path.exists(WHEEL) else f" (and the CPU torch wheel {WHEEL} is missing)"
-        pytest.fail(f"{PYTHON} is missing: run `make backends`{wheel}")
+        torch = WHEEL if os.path.exists(WHEEL) else f"PyPI (no CPU wheel at {WHEEL})"
+        pytest.fail(f"{PYTHON} is missing: run `make backends` (torch from {torch})")
     result = out / f"{mode}.json"
     proc = subprocess.run(
         [str(PYTHON), str(ROOT / "tests" / "backends_trainer.py"), mode, str(data), str(result)],

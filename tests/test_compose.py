@@ -8,14 +8,14 @@ import pathlib
 import subprocess
 
 import pytest
-from docker_helpers import ROOT, free_port
+from docker_helpers import IMAGE, ROOT, RUN_ID, engine_timeout, free_port
 
 import h5feed
 
-PROJECT = "h5feedtest"
+PROJECT = f"h5feedtest-{RUN_ID}"  # another run's project on the shared engine is not ours
 
 # One Docker engine per machine: never two of these at once (pytest-xdist).
-pytestmark = [pytest.mark.compose, pytest.mark.xdist_group("machine")]
+pytestmark = [pytest.mark.compose, pytest.mark.xdist_group("machine"), engine_timeout(300)]
 
 
 def compose(env: dict[str, str], *args: str, timeout: float = 600) -> str:
@@ -33,6 +33,7 @@ def test_compose_scaled_producers_deliver_one_epoch_exactly_once(
     port = free_port()
     env = {
         **docker_env,
+        "H5FEED_IMAGE": IMAGE,
         "H5FEED_DATA": str(readable_data),
         "H5FEED_CONNECT": f"tcp://host.docker.internal:{port}",
         "H5FEED_WORKERS": "1",
@@ -40,14 +41,14 @@ def test_compose_scaled_producers_deliver_one_epoch_exactly_once(
         # Docker bridge of this test's compose project, for one epoch of test data.
         "H5FEED_INSECURE": "1",
     }
-    compose(env, "build")
-    image = subprocess.run(
-        ["docker", "run", "--rm", "--entrypoint", "python3", "h5feed-producer", "-c",
-         "import tensorflow"],
-        env=env, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert image.returncode != 0 and "No module named 'tensorflow'" in image.stderr
     try:
+        compose(env, "build")
+        image = subprocess.run(
+            ["docker", "run", "--rm", "--entrypoint", "python3", IMAGE, "-c",
+             "import tensorflow"],
+            env=env, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert image.returncode != 0 and "No module named 'tensorflow'" in image.stderr
         compose(env, "up", "-d", "--scale", "producer=2")
         feed = h5feed.batches(
             sorted(p.name for p in readable_data.iterdir()),
@@ -71,5 +72,5 @@ def test_compose_scaled_producers_deliver_one_epoch_exactly_once(
             ["docker", "compose", "-p", PROJECT, "logs", "--no-color"],
             cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
         )  # fmt: skip
-        compose(env, "down", "--timeout", "15")
+        compose(env, "down", "--timeout", "15", "--rmi", "all")  # with this run's image
         print(logs.stdout[-3000:])

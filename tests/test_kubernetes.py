@@ -92,8 +92,13 @@ def test_the_deployment_runs_what_the_compose_service_runs() -> None:
     target = compose["volumes"][0].rsplit(":", 2)[1]
     assert mounts["data"]["mountPath"] == target and mounts["data"]["readOnly"] is True
     assert volumes["data"]["persistentVolumeClaim"]["readOnly"] is True
-    assert volumes["keys"]["secret"]["defaultMode"] == 0o400 == 256
+    assert volumes["keys-secret"]["secret"]["defaultMode"] == 0o400 == 256
     assert mounts["keys"]["readOnly"] is True
+    # Copied 0600 by an init container (group-readable secret keys are refused), in memory.
+    (init,) = pod["initContainers"]
+    assert init["command"][:3] == ["install", "-m", "0600"]
+    assert init["command"][-1] == f"{mounts['keys']['mountPath']}/"
+    assert volumes["keys"]["emptyDir"]["medium"] == "Memory"
     assert {env["H5FEED_KEY"], env["H5FEED_SERVER_KEY"]} <= {
         f"{mounts['keys']['mountPath']}/{name}" for name in ("producer.key_secret", "trainer.key")
     }

@@ -151,6 +151,22 @@ def test_produce_refuses_a_bad_metrics_port(tmp_path: pathlib.Path) -> None:
     assert "H5FEED_METRICS_PORT must be a port number (0..65535" in result.stderr
 
 
+def scrape_once_counted(
+    port: int, clips: int, timeout_s: float = 30.0
+) -> dict[str, list[tuple[dict[str, str], float]]]:
+    """The producer's metrics, once its workers' clip counters add up to at least ``clips``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        samples = scrape(port)
+        counted = sum(by_worker(samples, "h5feed_producer_clips_total").values())
+        if counted >= clips:
+            return samples
+        assert time.monotonic() < deadline, (
+            f"{counted} clips counted after {timeout_s} s, not {clips}"
+        )
+        time.sleep(0.1)
+
+
 def test_a_producer_services_metrics_carry_worker_labels_and_grow(
     small_dataset: list[pathlib.Path], tmp_path: pathlib.Path
 ) -> None:
@@ -167,12 +183,12 @@ def test_a_producer_services_metrics_carry_worker_labels_and_grow(
         with feed.stream() as stream:
             for _ in range(3):
                 next(stream)
-            time.sleep(1.0)  # the workers write their counters every 0.5 s
-            first = scrape(port)
+            # The workers write their counters every 0.5 s: wait until they count at least the
+            # clips this consumer has taken (each was produced before it was taken).
+            first = scrape_once_counted(port, stream.stats()["clips"])
             for _ in range(10):
                 next(stream)
-            time.sleep(1.0)
-            second = scrape(port)
+            second = scrape_once_counted(port, stream.stats()["clips"])
         labels = {tuple(sorted(lab.items())) for lab, _ in second["h5feed_producer_clips_total"]}
         host = socket.gethostname()
         assert labels == {

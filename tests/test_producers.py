@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections
 import os
 import pathlib
+import select
 import signal
 import socket
 import subprocess
@@ -123,12 +124,20 @@ def test_a_producer_of_another_protocol_version_is_refused(
         import h5feed.common.wire as wire
         wire.PROTOCOL_VERSION = 99  # a worker of a future release
         from h5feed.producer.worker import main
+        print("imported", flush=True)
         sys.exit(main(["--connect", "tcp://127.0.0.1:{port}", "--worker-id", "future",
                        "--persistent"]))
         """
     )
-    future = subprocess.Popen([sys.executable, "-c", script], stderr=subprocess.PIPE, text=True)
+    future = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     try:
+        # Its imports take seconds on a loaded machine: the feed's 4 s start from here, when
+        # the worker is about to connect (it says hello at once, then is refused).
+        ready, _, _ = select.select([future.stdout], [], [], 60)
+        assert ready and future.stdout is not None, "the future worker did not start in 60 s"
+        assert future.stdout.readline() == "imported\n"
         feed = remote_feed(port, small_dataset, start_timeout_s=4.0)
         speaks = wire.PROTOCOL_VERSION
         with pytest.raises(NoWorkersError, match=rf"refused: .*version 99.*speaks {speaks}"):
@@ -211,6 +220,37 @@ def test_health_reports_a_live_producer_and_a_stale_file(
         capture_output=True, text=True, timeout=30,
     )  # fmt: skip
     assert stale.returncode == 1 and "old" in stale.stderr
+
+
+def test_a_producer_whose_worker_crash_loops_fails_its_health_check(
+    tmp_path: pathlib.Path,
+) -> None:
+    from h5feed.producer.service import check_health
+
+    health = tmp_path / "producer.health"
+    producer = subprocess.Popen(  # every worker dies at start: a bad --connect address
+        [sys.executable, "-m", "h5feed", "produce", "--connect", "tcp://127.0.0.1:notaport",
+         "--workers", "1", "--health-file", str(health), "--max-restarts", "1"],
+        stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        problem = None
+        while not (problem or "").startswith("crash loop"):
+            assert time.monotonic() < deadline, f"no crash loop reported: {problem}"
+            time.sleep(0.2)
+            problem = check_health(str(health), max_age_s=60)
+        assert "died 2 times within 60 s, each time before returning any data" in problem
+        assert "(max_restarts=1)" in problem
+        failed = subprocess.run(
+            [sys.executable, "-m", "h5feed", "health", str(health), "--max-age", "60"],
+            capture_output=True, text=True, timeout=30,
+        )  # fmt: skip
+        assert failed.returncode == 1 and "crash loop" in failed.stderr
+    finally:
+        producer.send_signal(signal.SIGTERM)
+        _out, errors = producer.communicate(timeout=20)
+    assert "before returning any part; restarting in 1 s" in errors  # then 2 s, 4 s, ...
 
 
 def test_default_worker_count_honours_the_cgroup_quota(tmp_path: pathlib.Path) -> None:

@@ -14,6 +14,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -103,7 +104,7 @@ def test_without_a_known_frame_size_batches_come_over_the_socket(
 
 @pytest.mark.parametrize("namespace", ["same", "own"])
 def test_a_producer_service_on_this_host_writes_into_the_slots_or_falls_back(
-    small_dataset: list[pathlib.Path], namespace: str
+    small_dataset: list[pathlib.Path], namespace: str, tmp_path: pathlib.Path
 ) -> None:
     """A producer service on the trainer's host maps the slots like a local worker. One in a
     PID namespace of its own (as in a container: the trainer's pid is not its process there)
@@ -112,14 +113,25 @@ def test_a_producer_service_on_this_host_writes_into_the_slots_or_falls_back(
     port = free_port()
     root = small_dataset[0].parent
     prefix = ["unshare", "--pid", "--fork", "--mount-proc"] if namespace == "own" else []
-    producer = subprocess.Popen(
-        [*prefix, sys.executable, "-m", "h5feed", "produce", "--data-root", str(root),
-         "--workers", "1", "--name", "remote"],
-        env={**os.environ, "H5FEED_CONNECT": f"tcp://127.0.0.1:{port}"},
-        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        start_new_session=True,  # its own process group: `unshare` does not pass signals on
-    )  # fmt: skip
+    log = tmp_path / "producer.log"
+    with open(log, "wb") as err:
+        producer = subprocess.Popen(
+            [*prefix, sys.executable, "-m", "h5feed", "produce", "--data-root", str(root),
+             "--workers", "1", "--name", "remote"],
+            # DEBUG: its worker logs when it is up (below)
+            env={**os.environ, "H5FEED_CONNECT": f"tcp://127.0.0.1:{port}",
+                 "H5FEED_LOG_LEVEL": "DEBUG"},
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
+            start_new_session=True,  # its own process group: `unshare` does not pass signals on
+        )  # fmt: skip
     try:
+        # Both must deliver: the producer's worker must join within the stream's join grace,
+        # which a loaded machine's imports can outlast; so the stream starts once it is up.
+        deadline = time.monotonic() + 60
+        while "open files limit" not in log.read_text():
+            assert producer.poll() is None, log.read_text()[-3000:]
+            assert time.monotonic() < deadline, f"no worker up in 60 s:\n{log.read_text()}"
+            time.sleep(0.05)
         names = [p.name for p in small_dataset]
         stream = h5feed.batches(
             names, **{**KW, "workers": 1}, data_root=str(root), listen=f"tcp://127.0.0.1:{port}",
@@ -139,7 +151,7 @@ def test_a_producer_service_on_this_host_writes_into_the_slots_or_falls_back(
         assert as_bytes(mixed) == as_bytes(reference)
     finally:
         os.killpg(producer.pid, signal.SIGTERM)
-        producer.communicate(timeout=15)
+        producer.wait(timeout=15)
 
 
 def test_no_descriptor_is_left_open(small_dataset: list[pathlib.Path]) -> None:

@@ -102,3 +102,20 @@ def test_a_real_torch_is_seeded() -> None:
     first = torch.rand(3)
     seeding.seed_for(3, seeding.Purpose.ITEM, 0, 7)
     assert torch.equal(torch.rand(3), first)
+
+
+def test_a_keras_batch_of_an_epoch_the_copy_moved_past_is_made_as_it_was_then() -> None:
+    """A unit of epoch 0 handed over after this copy began epoch 1: a new copy, moved to
+    epoch 0 as every copy is, makes it (not the reshuffled epoch-1 state)."""
+    pytest.importorskip("keras")
+    loaded = job("user_keras:ShuffledRows", {"rows": 12, "batch": 4}, seed=2)
+
+    def rows(epoch: int, batch: int) -> list[int]:
+        data = loaded.produce(messages.Items("job", 0, 0, epoch, (batch,)))
+        return data.arrays["1"].ravel().tolist()  # y: the rows (leaf 1; "1.shape" beside)
+
+    before = [rows(0, b) for b in range(3)]
+    after = [rows(1, b) for b in range(3)]
+    assert before != after  # on_epoch_end reshuffled
+    assert [rows(0, b) for b in range(3)] == before
+    assert [rows(1, b) for b in range(3)] == after

@@ -41,7 +41,10 @@ def test_the_verdict_flips_when_the_trainer_becomes_slower_than_the_workers(
         for _ in range(40):  # a trainer that takes no time: it always waits for input
             next(stream)
         fast = stream.stats()
-        time.sleep(1.0)  # let the workers fill the credit budget
+        deadline = time.monotonic() + 30  # the workers fill the credit budget: batches wait
+        while (now := stream.stats())["queue_depth"] < now["credit_budget"]:
+            assert time.monotonic() < deadline, f"the budget not filled in 30 s: {now}"
+            time.sleep(0.05)
         began = time.monotonic()
         while time.monotonic() - began < 11:  # a slow trainer for a whole recent window
             next(stream)

@@ -16,12 +16,21 @@ from typing import Any
 
 import pytest
 import yaml
-from docker_helpers import ROOT, free_port
+from docker_helpers import (
+    IMAGE,
+    ROOT,
+    RUN_ID,
+    SWARM_LOCK,
+    SWARM_LOCK_TIMEOUT_S,
+    engine_timeout,
+    free_port,
+    machine_lock,
+)
 
 import h5feed
 from h5feed.common import curve
 
-STACK = "h5feedswarm"
+STACK = f"h5feedswarm-{RUN_ID}"  # another run's stack is not ours
 SERVICE = f"{STACK}_producer"
 STACK_FILE = ROOT / "deploy" / "swarm.yml"
 # Apart from the CI engine's container addresses (198.18.0.0/15's first half), on loopback.
@@ -56,7 +65,7 @@ def test_the_stack_file_matches_the_compose_service() -> None:
     compose = load_yaml(ROOT / "docker-compose.yml")["services"]["producer"]
     producer = stack["services"]["producer"]
     assert stack["version"] == "3.8"  # Debian's docker CLI 20.10 reads no version as 1.0
-    assert producer["image"] == "${H5FEED_IMAGE:-" + compose["image"] + "}"
+    assert producer["image"] == compose["image"] == "${H5FEED_IMAGE:-h5feed-producer}"
     assert producer["init"] is compose["init"] is True
     assert producer["stop_grace_period"] == compose["stop_grace_period"]
     assert producer["extra_hosts"] == compose["extra_hosts"]
@@ -107,26 +116,33 @@ def wait_for(what: str, done: Callable[[], bool], timeout_s: float, every_s: flo
 @pytest.fixture
 def swarm(docker_env: dict[str, str]) -> Iterator[dict[str, str]]:
     """A single-node swarm on the engine (its addresses apart from the engine's 198.18.0.0/16),
-    left again afterwards with everything deployed on it."""
-    state = docker(docker_env, "info", "--format", "{{.Swarm.LocalNodeState}}").strip()
-    ours = state != "active"
-    if ours:
-        docker(docker_env, "swarm", "init", *_SWARM_INIT)
-    try:
-        yield docker_env
-    finally:
-        docker(docker_env, "stack", "rm", STACK, check=False)
-        try:  # the stack goes asynchronously: its network last
-            label = f"label=com.docker.stack.namespace={STACK}"
-            wait_for(
-                "the stack's network to go",
-                lambda: not docker(docker_env, "network", "ls", "-q", "--filter", label).strip(),
-                timeout_s=60,
-                every_s=1,
-            )
+    held alone under the machine-wide swarm lock (one swarm per engine, one manager port per
+    machine); this run's stack and image removed afterwards, and the swarm left again if this
+    fixture made it and no other stack is on it."""
+    with machine_lock(SWARM_LOCK, "one swarm test at a time", SWARM_LOCK_TIMEOUT_S):
+        state = docker(docker_env, "info", "--format", "{{.Swarm.LocalNodeState}}").strip()
+        ours = state != "active"
+        if ours:
+            docker(docker_env, "swarm", "init", *_SWARM_INIT)
+        try:
+            yield docker_env
         finally:
-            if ours:
-                docker(docker_env, "swarm", "leave", "--force", check=False)
+            docker(docker_env, "stack", "rm", STACK, check=False)
+            try:  # the stack goes asynchronously: its network last
+                label = f"label=com.docker.stack.namespace={STACK}"
+                wait_for(
+                    "the stack's network to go",
+                    lambda: (
+                        not docker(docker_env, "network", "ls", "-q", "--filter", label).strip()
+                    ),
+                    timeout_s=60,
+                    every_s=1,
+                )
+                docker(docker_env, "image", "rm", IMAGE, check=False)  # this run's build
+            finally:
+                others = docker(docker_env, "stack", "ls", "--format", "{{.Name}}", check=False)
+                if ours and not others.strip():  # never under another's stack
+                    docker(docker_env, "swarm", "leave", "--force", check=False)
 
 
 def containers(env: dict[str, str]) -> dict[str, str]:
@@ -204,7 +220,7 @@ class Epoch:
 
 @pytest.mark.compose
 @pytest.mark.xdist_group("machine")  # one Docker engine per machine (as tests/test_compose.py)
-@pytest.mark.timeout(420)
+@engine_timeout(420 + SWARM_LOCK_TIMEOUT_S)
 def test_swarm_producers_survive_a_kill_and_a_scale_up_mid_epoch_exactly_once(
     swarm: dict[str, str], readable_data: pathlib.Path, tmp_path: pathlib.Path
 ) -> None:
@@ -212,6 +228,7 @@ def test_swarm_producers_survive_a_kill_and_a_scale_up_mid_epoch_exactly_once(
     consumer_keys = keys(tmp_path)
     env = {
         **swarm,
+        "H5FEED_IMAGE": IMAGE,
         "H5FEED_DATA": str(readable_data),
         "H5FEED_CONNECT": f"tcp://host.docker.internal:{port}",
         "H5FEED_WORKERS": "1",
@@ -222,7 +239,7 @@ def test_swarm_producers_survive_a_kill_and_a_scale_up_mid_epoch_exactly_once(
         "H5FEED_REPLICAS": "2",
     }
     subprocess.run(
-        ["docker", "compose", "build", "producer"],  # Swarm ignores build:
+        ["docker", "compose", "-p", STACK, "build", "producer"],  # Swarm ignores build:
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=True,
     )  # fmt: skip
     docker(env, "stack", "deploy", "-c", str(STACK_FILE), "--resolve-image", "never", STACK)

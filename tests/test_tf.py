@@ -150,10 +150,11 @@ def test_exit_is_prompt_while_tf_waits_inside_the_generator(
     # generator waiting for a batch when the program ends. Exit must not wait on it.
     result = run_script(
         f"""
-        import os, pathlib, signal, time
+        import os, pathlib, signal, sys, time
         import h5feed
         ds = h5feed.dataset({[str(p) for p in small_dataset]!r}, clip_len=4, resize=(24, 32),
-                            epochs=None, unit_timeout_s=600)
+                            epochs=None, unit_timeout_s=600,
+                            prefetch=64)  # more than can arrive: it ends up waiting
         it = iter(ds)
         next(it)
         me = str(os.getpid())
@@ -166,7 +167,20 @@ def test_exit_is_prompt_while_tf_waits_inside_the_generator(
                 if stat.rsplit(")", 1)[1].split()[1] == me:
                     os.kill(int(proc.name), signal.SIGSTOP)
                     print("stopped", proc.name, flush=True)
-        time.sleep(1.0)
+
+        def waiting_in_next():  # a thread inside h5feed's BatchStream.__next__
+            for frame in sys._current_frames().values():
+                while frame is not None:
+                    code = frame.f_code
+                    if code.co_name == "__next__" and code.co_filename.endswith("stream.py"):
+                        return True
+                    frame = frame.f_back
+            return False
+
+        deadline = time.monotonic() + 30
+        while not waiting_in_next():  # tf.data's thread has asked for the next batch
+            assert time.monotonic() < deadline, "no thread waits for a batch"
+            time.sleep(0.01)
         print("exiting", flush=True)
         """,
         timeout_s=60,

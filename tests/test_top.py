@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 
-from metrics_helpers import free_port, metrics_port_of, start_producer, stop
+from metrics_helpers import free_port, metrics_port_of, start_producer, stats, stop
 
 import h5feed
 from h5feed.top import stats_url
@@ -65,7 +65,10 @@ def test_top_once_shows_a_producer_services_workers(
     producer = start_producer(free_port(), small_dataset[0].parent, "pt", log)
     try:
         port = metrics_port_of(log)
-        time.sleep(0.5)
+        deadline = time.monotonic() + 30  # the endpoint is up before its workers run
+        while (now := stats(port))["running_workers"] < 2:
+            assert time.monotonic() < deadline, f"2 workers not running in 30 s: {now}"
+            time.sleep(0.05)
         result = top_once(f"http://127.0.0.1:{port}/stats")
     finally:
         stop(producer)

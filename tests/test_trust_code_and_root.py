@@ -29,6 +29,7 @@ from h5feed.common.config import ClipSpec
 from h5feed.common.messages import FileRef
 from h5feed.consumer.options import LayoutArgs
 from h5feed.producer.code_policy import CodePolicy, CodeRefused, split_patterns
+from h5feed.producer.lifetime import drop_working_directory
 from h5feed.producer.service import worker_command
 
 RECEIVE_TIMEOUT_MS = 20_000  # a worker imports numpy, h5py and OpenCV before its HELLO
@@ -213,6 +214,20 @@ def test_the_policy_object() -> None:
         policy.check_loaded("mypkg.data:system", os.system)
     with pytest.raises(ValueError):
         CodePolicy(("",))
+    # A '*' matches private modules and __main__ at any level: they are refused all the same.
+    wide = CodePolicy(("mypkg.*:*", "*"))
+    wide.check("mypkg.data:load")
+    for path, part in [
+        ("mypkg.__main__:main", "__main__"),
+        ("__main__:main", "__main__"),
+        ("mypkg._private:load", "_private"),
+        ("mypkg.sub._impl.deep:load", "_impl"),
+        ("_hidden.mod:load", "_hidden"),
+    ]:
+        with pytest.raises(CodeRefused, match=f"module part '{part}' starts with '_'"):
+            wide.check(path)
+    with pytest.raises(CodeRefused, match="not a dotted module name"):
+        wide.check("mypkg..data:load")
     # H5FEED_ALLOW_CODE: never split at the ':' of a pattern (that would allow '*')
     assert split_patterns("mypkg.data:*, other:fn,") == ["mypkg.data:*", "other:fn"]
     command = worker_command("ipc:///x", "w", "/data", allow_code=["a:*", "b:f"])
@@ -254,3 +269,57 @@ def test_links_and_virtual_datasets_out_of_the_root_are_refused(rogue: Rogue, se
     assert "outside the data root" in errors[str(setup.root / "elink_rel.h5")].message
     vds = errors[str(setup.root / "vds.h5")].message
     assert "virtual dataset '/images'" in vds and "outside the data root" in vds
+
+
+# -- the working directory ------------------------------------------------------------------
+
+
+def test_a_producers_workers_never_import_from_their_working_directory(
+    tmp_path: pathlib.Path,
+) -> None:
+    """``h5feed produce`` run from a directory holding a module the consumer may name
+    (``--allow-code 'planted:*'``) and a package shadowing an installed one (numpy): the
+    worker imports neither (each writes a marker when imported)."""
+    planted = tmp_path / "cwd"
+    (planted / "numpy").mkdir(parents=True)
+    marker = tmp_path / "planted-imported"
+    write_marker = f"import pathlib\npathlib.Path({str(marker)!r}).write_text(__name__)\n"
+    (planted / "planted.py").write_text(write_marker + "def make(**kwargs):\n    return [1]\n")
+    (planted / "numpy" / "__init__.py").write_text(write_marker + "raise ImportError('planted')\n")
+    context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    router = context.socket(zmq.ROUTER)
+    router.setsockopt(zmq.LINGER, 0)
+    address = f"ipc://{tmp_path}/produce.sock"
+    router.bind(address)
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    # -P: the service itself too, as the `h5feed` console script would (its sys.path[0] is
+    # its bin directory); `python -m h5feed` imports h5feed's dependencies before it can act.
+    service = subprocess.Popen(
+        [sys.executable, "-P", "-m", "h5feed", "produce", "--connect", address,
+         "--workers", "1", "--allow-code", "planted:*"],
+        stdin=subprocess.DEVNULL, env=env, cwd=planted,
+    )  # fmt: skip
+    try:
+        rogue = Rogue(router, subprocess.Popen(["true"]))
+        assert router.poll(RECEIVE_TIMEOUT_MS, zmq.POLLIN), "no HELLO: the worker died"
+        rogue.identity = router.recv_multipart()[0]
+        error = rogue.error(source("planted", "planted:make"))
+        assert error.type == "SourceError" and "cannot import module 'planted'" in error.message
+        assert not marker.exists(), marker.read_text()
+    finally:
+        service.terminate()
+        service.wait(timeout=EXIT_TIMEOUT_S + 5)
+        router.close(linger=0)
+        context.term()
+
+
+def test_drop_working_directory_removes_only_what_python_m_put_first(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    for first in ("", str(tmp_path)):
+        monkeypatch.setattr(sys, "path", [first, "/site", str(tmp_path)])
+        assert drop_working_directory() is True
+        assert sys.path == ["/site", str(tmp_path)]  # one given on PYTHONPATH stays
+        assert drop_working_directory() is False
+    assert worker_command("ipc:///x", "w", None)[1:3] == ["-P", "-m"]

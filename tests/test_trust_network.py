@@ -5,20 +5,25 @@ beyond this host need CURVE keys or an explicit ``insecure``; secret key files a
 from __future__ import annotations
 
 import ipaddress
+import json
 import os
 import pathlib
 import socket
 import stat
 import subprocess
 import sys
+import threading
+import time
 import urllib.error
 import warnings
 from collections.abc import Iterator
 
 import pytest
 from metrics_helpers import free_port, get, metrics_port_of, stop
+from prometheus_client import CollectorRegistry
 
 import h5feed
+from h5feed.common import metrics_http
 from h5feed.common.curve import KeyPair, load_public
 from h5feed.common.exposure import is_local_address
 from h5feed.consumer.api import Feed
@@ -226,6 +231,40 @@ def test_a_secret_key_mounted_read_only_0400_loads(tmp_path: pathlib.Path) -> No
     assert pair.public == load_public(str(public))
 
 
+@pytest.mark.parametrize("bits", [0o644, 0o640, 0o604, 0o440, 0o660, 0o610])
+def test_a_secret_key_others_or_its_group_may_access_is_refused_naming_mode_and_chmod(
+    tmp_path: pathlib.Path, bits: int
+) -> None:
+    _, secret = run_keys(tmp_path, "open")
+    secret.chmod(bits)
+    with pytest.raises(ValueError) as refused:
+        KeyPair.load(str(secret))
+    text = str(refused.value)
+    assert f"mode {bits:04o}" in text and f"chmod 600 {secret}" in text, text
+
+
+def test_a_trainer_and_a_producer_refuse_a_world_readable_secret_key_before_starting(
+    small_dataset: list[pathlib.Path], tmp_path: pathlib.Path
+) -> None:
+    public, secret = run_keys(tmp_path, "trainer")
+    authorized = tmp_path / "authorized"
+    authorized.mkdir()
+    secret.chmod(0o644)
+    with pytest.raises(ValueError, match=r"mode 0644.*chmod 600"):
+        h5feed.batches(
+            small_dataset, **CLIP, listen=f"tcp://127.0.0.1:{free_port()}",
+            curve_key=str(secret), curve_authorized=str(authorized),
+        )  # fmt: skip
+    command = [sys.executable, "-m", "h5feed", "produce", "--connect", FAR]
+    command += ["--key", str(secret), "--server-key", str(public), "--workers", "1"]
+    result = subprocess.run(
+        command, capture_output=True, text=True, timeout=RUN_TIMEOUT_S,
+        env=env_without_insecure(),
+    )  # fmt: skip
+    assert result.returncode != 0, result.stderr
+    assert "mode 0644" in result.stderr and f"chmod 600 {secret}" in result.stderr, result.stderr
+
+
 # -- /metrics and /stats --------------------------------------------------------------------
 
 
@@ -280,3 +319,28 @@ def test_feed_metrics_on_every_interface_when_asked(
 def test_a_bad_metrics_address_is_refused(small_dataset: list[pathlib.Path], bad: str) -> None:
     with pytest.raises(ValueError, match=r'metrics_port must be a port number .* or "HOST:PORT"'):
         h5feed.batches(small_dataset, **CLIP, metrics_port=bad)
+
+
+def test_idle_metrics_clients_hold_no_thread_and_are_closed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Connections that send nothing (a slowloris) take none of the trainer's threads beyond
+    the pool's, and each is closed: at once beyond the queue, else after the idle timeout."""
+    monkeypatch.setattr(metrics_http._QuietHandler, "timeout", 0.5)  # IDLE_TIMEOUT_S, shorter
+    server = metrics_http.MetricsServer(CollectorRegistry(), lambda: {"ok": 1}, 0)
+    idle: list[socket.socket] = []
+    try:
+        threads = threading.active_count()
+        for _ in range(120):
+            idle.append(socket.create_connection(("127.0.0.1", server.port), timeout=10))
+        assert threading.active_count() == threads  # no thread per connection
+        deadline = time.monotonic() + 60
+        for conn in idle:  # all 120 closed by the server, none answered
+            conn.settimeout(max(deadline - time.monotonic(), 0.1))
+            assert conn.recv(1) == b""
+        assert threading.active_count() == threads
+        assert json.loads(get(f"http://127.0.0.1:{server.port}/stats")) == {"ok": 1}
+    finally:
+        for conn in idle:
+            conn.close()
+        server.close()

@@ -268,3 +268,11 @@ def default_cache_dir() -> str:
 #: HDF5 files a worker keeps open at once (``max_open_files=``, ``--max-open-files``); why 128:
 #: see ``h5feed/producer/open_files.py``.
 DEFAULT_MAX_OPEN_FILES = 128
+
+#: Reading limits of a producer (see ``h5feed/producer/read_limits.py``): the largest HDF5
+#: chunk (uncompressed) a reader inflates beyond one frame, and ``h5feed produce``'s own caps
+#: on a stored frame's pixels and on a clip's output pixels (16 frames of 4K UHD), which no
+#: consumer can raise.
+DEFAULT_MAX_CHUNK_BYTES = 64 << 20
+PRODUCER_MAX_FRAME_PIXELS = 64_000_000
+PRODUCER_MAX_CLIP_PIXELS = 16 * 3840 * 2160

@@ -8,8 +8,9 @@ they talk to.
 
 Modes: :func:`write_key_pair` creates the secret file 0600 and the public one 0644 (less if
 the umask says so), each created with its mode (never widened for a moment, then narrowed).
-Loading needs only that this process can read the file: a secret mounted read-only as a
-Docker or Kubernetes secret (0400, or 0440 with a group) loads as it is.
+A secret key file that group or others may read, write or run (any bit of 0077) is refused
+before it is read, as ssh refuses such a private key: a ValueError naming the file, its mode
+and ``chmod 600``. A secret mounted read-only as a Docker secret (0400) loads as it is.
 """
 
 from __future__ import annotations
@@ -38,7 +39,9 @@ class KeyPair:
 
     @classmethod
     def load(cls, path: str) -> KeyPair:
-        """From a ``.key_secret`` certificate file; ValueError naming the file otherwise."""
+        """From a ``.key_secret`` certificate file; ValueError naming the file otherwise, or
+        its mode when group or others may access it."""
+        check_secret_mode(path)
         public, secret = _load(path)
         if secret is None:
             raise ValueError(f"{path} holds no secret key (use the .key_secret file)")
@@ -48,6 +51,23 @@ class KeyPair:
     def generate(cls) -> KeyPair:
         public, secret = zmq.curve_keypair()
         return cls(public, secret)
+
+
+#: The mode bits a secret key file must not have: any access by group or others.
+_NOT_PRIVATE = 0o077
+
+
+def check_secret_mode(path: str) -> None:
+    """ValueError if group or others may access the secret key file ``path`` (as ssh does)."""
+    try:
+        mode = os.stat(path).st_mode & 0o7777
+    except FileNotFoundError as exc:
+        raise ValueError(f"no such key file: {path}") from exc
+    if mode & _NOT_PRIVATE:
+        raise ValueError(
+            f"the secret key file {path} is mode {mode:04o}: group or others may read it; a "
+            f"secret key must be private to its owner (run: chmod 600 {path})"
+        )
 
 
 def load_public(path: str) -> bytes:

@@ -10,8 +10,12 @@ Guarantees:
 1. Port 0 binds a free port; :attr:`MetricsServer.port` is the port bound, so callers (and
    tests) never race for one.
 2. Figures are read when scraped (collectors call the owner's snapshot), never counted twice.
-3. Requests are served on daemon threads: a slow client never blocks training, and a failing
-   snapshot answers HTTP 500 with the error's text instead of taking anything down.
+3. Requests are served by a bounded pool of daemon threads (:data:`POOL_THREADS`), away from
+   training: a failing snapshot answers HTTP 500 with the error's text instead of taking
+   anything down. Clients cannot hold the process's threads or descriptors: a connection
+   that sends no complete request within :data:`IDLE_TIMEOUT_S` is closed, at most
+   :data:`QUEUED_CONNECTIONS` accepted connections wait for a thread, and one more is closed
+   at once (its scraper retries at the next scrape).
 4. :meth:`MetricsServer.close` stops serving and frees the port; it is idempotent.
 5. It listens on 127.0.0.1 unless a host is given (``"0.0.0.0:9100"``: every interface, for
    a scraper on another host): nothing is served beyond this host by default.
@@ -22,11 +26,11 @@ from __future__ import annotations
 import json
 import logging
 import os
+import queue
 import socket
-import socketserver
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, Final
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
@@ -82,15 +86,62 @@ def address_from_env(environ: Mapping[str, str] | None = None) -> tuple[str, int
     return metrics_address(int(text) if text.isdigit() else text, source)
 
 
-class _ThreadingServer(socketserver.ThreadingMixIn, WSGIServer):
-    daemon_threads = True  # a hung scraper never keeps the process alive
+#: Threads that serve requests (a scrape takes milliseconds; a few scrapers share them).
+POOL_THREADS: Final = 4
+#: Accepted connections that may wait for a thread; beyond, a new one is closed at once.
+QUEUED_CONNECTIONS: Final = 16
+#: A connection that has not sent its whole request within this is closed (slowloris).
+IDLE_TIMEOUT_S: Final = 5.0
 
 
-class _ThreadingServer6(_ThreadingServer):
+class _PooledServer(WSGIServer):
+    """A WSGI server whose requests are served by ``POOL_THREADS`` daemon threads from a queue
+    of at most ``QUEUED_CONNECTIONS`` (see guarantee 3)."""
+
+    request_queue_size = 64  # the listen backlog: a burst of scrapers is not refused by TCP
+
+    def server_activate(self) -> None:
+        super().server_activate()
+        self._waiting: queue.Queue[tuple[Any, Any] | None] = queue.Queue(QUEUED_CONNECTIONS)
+        self._threads = [
+            threading.Thread(target=self._serve_queued, name=f"h5feed-metrics-{i}", daemon=True)
+            for i in range(POOL_THREADS)
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        try:
+            self._waiting.put_nowait((request, client_address))
+        except queue.Full:  # every thread busy and the queue full: this one is not served
+            self.shutdown_request(request)
+
+    def _serve_queued(self) -> None:
+        while (item := self._waiting.get()) is not None:
+            request, client_address = item
+            try:
+                self.finish_request(request, client_address)
+            except Exception as exc:  # a client that timed out or hung up: its own loss
+                _log.debug("h5feed metrics: a request from %s failed: %r", client_address, exc)
+            finally:
+                self.shutdown_request(request)
+
+    def server_close(self) -> None:
+        super().server_close()
+        for _thread in getattr(self, "_threads", ()):  # none if the bind failed
+            try:
+                self._waiting.put_nowait(None)
+            except queue.Full:
+                break  # they are daemon threads: the busy ones end with their request
+
+
+class _PooledServer6(_PooledServer):
     address_family = socket.AF_INET6  # "[::]:9100", "[::1]:9100"
 
 
 class _QuietHandler(WSGIRequestHandler):
+    timeout = IDLE_TIMEOUT_S  # set on the connection before its request is read
+
     def log_message(self, format: str, *args: Any) -> None:
         """Scrapes every few seconds are not worth a line each."""
 
@@ -114,7 +165,7 @@ class MetricsServer:
         tries = _ENV_PORT_TRIES if search and port else 1
         for attempt in range(tries):
             try:
-                server_class = _ThreadingServer6 if ":" in host else _ThreadingServer
+                server_class = _PooledServer6 if ":" in host else _PooledServer
                 self._server = make_server(
                     host, port + attempt, self._app, server_class, _QuietHandler
                 )

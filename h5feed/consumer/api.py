@@ -68,7 +68,7 @@ def dataset(
       shard=(0, 1)``;
     * processes (``FeedOptions``): ``workers=2, max_inflight_batches=None,
       start_timeout_s=60, unit_timeout_s=120, peer_timeout_s=5, max_restarts=3,
-      index_cache=True, tune_malloc=True,
+      max_unit_attempts=3, index_cache=True, tune_malloc=True,
       listen=None, data_root=None, join_grace_s=1.5, curve_key=None,
       curve_authorized=None, shared_memory=True, metrics_port=None,
       max_message_bytes=1073741824, insecure=False, max_open_files=128,

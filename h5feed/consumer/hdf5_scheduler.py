@@ -51,12 +51,12 @@ import dataclasses
 import os
 import socket
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Hashable, Iterator, Sequence
 
 import numpy as np
 
 from h5feed.common import messages
-from h5feed.common.errors import DataError, H5FeedError
+from h5feed.common.errors import DataError, FileReadError, H5FeedError
 from h5feed.common.logs import consumer_log
 from h5feed.consumer.assembly import Batch, BatchAssembler
 from h5feed.consumer.bad_data import SkipLog
@@ -69,6 +69,7 @@ from h5feed.consumer.hdf5_work import (
     split_job,
     unit_rows,
 )
+from h5feed.consumer.index_attempts import IndexAttempts
 from h5feed.consumer.malformed import drop_malformed
 from h5feed.consumer.options import HdfConfig
 from h5feed.consumer.ordering import PlannedRelease
@@ -125,6 +126,9 @@ class HdfScheduler:
         self._planned: PlannedRelease[PlannedBatch, Batch] | None = None  # once indexed
         self._pool = self._make_pool()
         options = config.options
+        # Which files a worker was indexing when it died: reported after as many deaths as a
+        # unit may cost (max_unit_attempts; index_attempts.py), never left to a timeout.
+        self._attempts = IndexAttempts(options.max_unit_attempts)
         self.skips = SkipLog(  # on_error: samples skipped for bad frames
             options.on_error, options.max_skipped, options.shard, options.clips_per_video,
             self._log,
@@ -152,7 +156,15 @@ class HdfScheduler:
             self._plan_from(known)
             self.planned_from_known = True
             return [s for p in order for s in self._job(p, sorted(p.files), send_index=False)]
-        return [s for p in order for s in self._job(p, sorted(p.files))]  # all get the spec
+        return self._sent([s for p in order for s in self._job(p, sorted(p.files))])  # + spec
+
+    def _sent(self, sends: list[Send], merge: bool = False) -> list[Send]:
+        """``sends`` as they go out (with ``merge``: JOBs merged per peer, suspects alone),
+        their JOBs recorded for :class:`IndexAttempts`."""
+        if merge:
+            sends = merge_jobs(sends, self._attempts.suspects)
+        self._attempts.sent(sends)
+        return sends
 
     def _job(self, peer: Peer, files: list[int], send_index: bool = True) -> list[Send]:
         """The job, with ``files`` to open, in parts (:func:`split_job`: a worker that has
@@ -211,6 +223,7 @@ class HdfScheduler:
                 (f, dataclasses.replace(c, labels=np.full(len(c.frames), labels[f], np.int64)))
                 for f, c in files
             ]
+        self._attempts.answered(peer, [f for f, _c in files])
         sends: list[Send] = []
         for file_index, columns in files:
             if self._moving.get(file_index) is peer:
@@ -219,7 +232,7 @@ class HdfScheduler:
                 self._videos[file_index] = columns
         if len(self._videos) == len(self.config.files) and self.index is None:
             self._plan_start()
-        return sends
+        return self._sent(sends)
 
     def _unexpected(self, peer: Peer, message: messages.Message | str) -> None:
         kind = message if isinstance(message, str) else message.KIND
@@ -406,7 +419,19 @@ class HdfScheduler:
         return bool(peer.files) or peer in self._moving.values()
 
     def reassign(self, lost: Peer, heirs: Sequence[Peer], confirmed_dead: bool) -> Reassignment:
+        """(Also: FileReadError when ``lost`` died indexing a file that killed its holders
+        the restart rule's number of times: see :mod:`~h5feed.consumer.index_attempts`.)"""
         self._peers.pop(lost.identity, None)
+        for file_index in self._attempts.left(lost, lost.lost_cause):
+            deaths = self._attempts.deaths[file_index]
+            raise FileReadError(
+                f"every worker that indexed it died ({deaths} times; the last: worker {lost}, "
+                f"{lost.lost_cause}): a file that crashes HDF5 or the reader (crafted or "
+                "damaged) is refused",
+                file=self.config.files[file_index],
+                host=lost.host,
+                number=file_index,
+            )
         self._delivered.discard(lost)
         self._owed.pop(lost, None)
         taking = [f for f, p in self._moving.items() if p is lost]
@@ -432,7 +457,7 @@ class HdfScheduler:
                 if in_slot and slot is not None and not confirmed_dead and self._pool:
                     self._pool.hold_until_gone(slot, lost.pid)
                 sends += self._units(unit.seq, assembler.planned(unit.seq), positions)
-        return Reassignment(merge_jobs(sends), len(units))
+        return Reassignment(self._sent(sends, merge=True), len(units))
 
     def join(self, peer: Peer) -> list[Send]:
         self._peers[peer.identity] = peer
@@ -458,7 +483,7 @@ class HdfScheduler:
                 self._moving[movable[-1]] = peer
                 sends += self._job(peer, [movable[-1]])
                 mine += 1
-        return merge_jobs(sends)
+        return self._sent(sends, merge=True)
 
     def unreadable(self, peer: Peer, file_index: int, unit_id: int | None) -> list[Send] | None:
         """``peer`` is refused for a file it cannot read, which moves to the live worker with
@@ -469,6 +494,7 @@ class HdfScheduler:
             self._unexpected(peer, f"{messages.Error.KIND} of file {file_index}")
             return None
         self._refused.setdefault(peer.identity, set()).add(file_index)
+        self._attempts.answered(peer, [file_index])
         self._counters["unreadable_files"] += 1
         self._log.error(
             "worker %s on host %s cannot read %r: refused for that file, which moves",
@@ -491,7 +517,7 @@ class HdfScheduler:
             positions, _in_slot = unit.work  # it answered: it writes no more into the slot
             planned = self._require_assembler().planned(unit.seq)
             sends += self._units(unit.seq, planned, positions)
-        return merge_jobs(sends)
+        return self._sent(sends, merge=True)
 
     def unowned_files(self) -> list[int]:
         """Files with neither an owner nor a worker taking them over."""
@@ -549,6 +575,7 @@ class HdfScheduler:
 
     def _unask(self, peer: Peer, file_index: int) -> None:
         """``peer`` no longer owes the INDEX of ``file_index`` (it went to another)."""
+        self._attempts.answered(peer, [file_index])  # nor is it blamed should it die
         owed = self._owed.get(peer)
         if owed is None:
             return
@@ -572,6 +599,8 @@ class HdfScheduler:
 
     def _unpark(self) -> list[Send]:
         """Send the parked rows whose files have owners now (the rest are parked again)."""
+        if not self._parked:  # also before the plan (a file moved while others index)
+            return []
         parked, self._parked = self._parked, []
         assembler = self._require_assembler()
         sends: list[Send] = []
@@ -585,6 +614,24 @@ class HdfScheduler:
             return f"unit {unit_id}"
         planned = self._assembler.planned(unit.seq)
         return f"unit {unit_id} (batch {planned.index} of epoch {planned.epoch})"
+
+    def samples_of(self, unit_id: int) -> list[tuple[Hashable, str]]:
+        unit = self._ledger.get(unit_id)
+        if unit is None or self._assembler is None or self.index is None:
+            return []
+        planned, index = self._assembler.planned(unit.seq), self.index
+        span = self.config.clip.span
+        out: list[tuple[Hashable, str]] = []
+        for position in unit.work[0].tolist():
+            video, start = int(planned.videos[position]), int(planned.starts[position])
+            sample = int(planned.samples[position])
+            name = (
+                f"{index.file_names[video].decode(errors='replace')} video "
+                f"{index.names[video].decode(errors='replace')!r} frames {start}-"
+                f"{start + span - 1} (sample {sample} of epoch {planned.epoch})"
+            )
+            out.append(((planned.epoch, sample), name))
+        return out
 
     def close(self) -> None:
         if self._pool is not None:

@@ -7,7 +7,7 @@ import dataclasses
 import heapq
 import itertools
 import os
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 import numpy as np
 
@@ -45,14 +45,19 @@ def split_job(job: messages.Job) -> list[messages.Job]:
     return parts
 
 
-def merge_jobs(sends: list[Send]) -> list[Send]:
+def merge_jobs(sends: list[Send], alone: Collection[int] = ()) -> list[Send]:
     """Per peer, its JOBs merged (every file it was given, in order) and cut again into parts
-    (:func:`split_job`), ahead of its units."""
+    (:func:`split_job`), ahead of its units; a JOB of one file in ``alone`` (a suspect: see
+    :mod:`h5feed.consumer.index_attempts`) stays a JOB of its own, after the merged ones."""
     jobs: dict[Peer, messages.Job] = {}
+    apart: list[Send] = []
     rest: list[Send] = []
     for send in sends:
         message = send.message
-        if isinstance(message, messages.Job):
+        if isinstance(message, messages.Job) and any(ref.number in alone for ref in message.files):
+            for ref in message.files:  # each file alone: a death names its file
+                apart.append(Send(send.peer, dataclasses.replace(message, files=(ref,))))
+        elif isinstance(message, messages.Job):
             before = jobs.get(send.peer)
             jobs[send.peer] = (
                 message
@@ -62,7 +67,7 @@ def merge_jobs(sends: list[Send]) -> list[Send]:
         else:
             rest.append(send)
     parts = [Send(peer, part) for peer, job in jobs.items() for part in split_job(job)]
-    return parts + rest
+    return parts + apart + rest
 
 
 def first_difference(planned: FileColumns, found: FileColumns) -> str | None:

@@ -13,10 +13,15 @@ script without an ``if __name__ == "__main__":`` guard works). Guarantees:
    signal when the forking *thread* exits.
 3. :meth:`LocalWorkers.stop` returns within about ``grace_s + 2`` seconds: it waits for the
    workers to leave after BYE, then sends SIGTERM, then SIGKILL, and reaps every process.
-4. :meth:`LocalWorkers.replace` starts a new process under a dead (or killed) worker's name,
-   at most ``max_restarts`` times per worker within :data:`RESTART_WINDOW_S`; one more raises
-   :class:`~h5feed.common.errors.WorkerDiedError` (a worker that dies on every start is a bug
-   to report, not bad luck to retry forever).
+4. :meth:`LocalWorkers.replace` starts a new process under a dead (or killed) worker's name.
+   Only a crash loop counts: the death of a process that returned no DATA part since it
+   started (:meth:`LocalWorkers.delivered` was never told of its pid). At most
+   ``max_restarts`` such deaths per worker within :data:`RESTART_WINDOW_S` are replaced; one
+   more raises :class:`~h5feed.common.errors.WorkerDiedError` (a worker that dies on every
+   start is a bug to report, not bad luck to retry forever). A process that delivered and
+   then died (an OOM killer on a host under memory pressure) is replaced every time: it was
+   working. A poison unit that kills each process making it is bounded elsewhere
+   (``max_unit_attempts``: :mod:`h5feed.consumer.recovery`).
 """
 
 from __future__ import annotations
@@ -81,7 +86,9 @@ class LocalWorkers:
         self.restarts = 0  # processes started to replace dead ones
         self._env = env
         self._commands: list[list[str]] = []
-        self._restarted: dict[str, collections.deque[float]] = {}
+        self._restarted: dict[str, collections.deque[float]] = {}  # crash-loop deaths
+        self._delivered: set[int] = set()  # pids that returned a DATA part
+        self.retired: set[int] = set()  # pids replaced: whatever they said is stale
         try:
             for name in self.names:
                 command = [
@@ -134,21 +141,34 @@ class LocalWorkers:
             _wait(process, _KILL_WAIT_S * 5)
         return process.poll()
 
+    def delivered(self, pid: int) -> None:
+        """Process ``pid`` (one of these workers) returned a DATA part: its death, whenever
+        it comes, is no crash loop."""
+        if pid in self.pids:
+            self._delivered.add(pid)
+
     def replace(self, name: str) -> int:
         """Kill worker ``name`` if it still runs and start a new process under its name; the
-        new pid. Raises WorkerDiedError past ``max_restarts`` within RESTART_WINDOW_S."""
+        new pid. Raises WorkerDiedError past ``max_restarts`` deaths within
+        RESTART_WINDOW_S of processes that returned no DATA part (see :meth:`delivered`)."""
         position = self.names.index(name)
+        old = self.processes[position].pid
         self.kill(name)
         now = time.monotonic()
         recent = self._restarted.setdefault(name, collections.deque())
         while recent and now - recent[0] > RESTART_WINDOW_S:
             recent.popleft()
-        if len(recent) >= self.max_restarts:
+        if old in self._delivered:
+            self._delivered.discard(old)  # it was working: no crash loop
+        elif len(recent) >= self.max_restarts:
             raise WorkerDiedError(
                 f"worker {name} died {len(recent) + 1} times within {RESTART_WINDOW_S:g} s "
-                f"(max_restarts={self.max_restarts}); its output, if any, is on stderr above"
+                f"(max_restarts={self.max_restarts}), each time before returning any data: a "
+                "crash loop; its output, if any, is on stderr above"
             )
-        recent.append(now)
+        else:
+            recent.append(now)
+        self.retired.add(old)
         self.restarts += 1
         self.processes[position] = spawn(self._commands[position], self._env)
         return self.processes[position].pid

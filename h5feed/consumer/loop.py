@@ -17,8 +17,9 @@ Failure rules: a worker ERROR (with the worker's traceback), no worker within
 ``start_timeout_s`` (at the start, or while work waits for a worker after every worker was
 lost), a handshake with no answer for ``unit_timeout_s`` (while no producer owes one: such a
 producer is lost by its own deadline first, and its files move on), a local worker that dies
-more than ``max_restarts`` times a minute, or work that cannot move end the iteration with an
-exception that the trainer's ``next()`` raises. Everything else a peer does (exit, SIGKILL,
+more than ``max_restarts`` times a minute before returning any data (a crash loop), a unit
+whose holder died ``max_unit_attempts`` times, or work that cannot move end the iteration with
+an exception that the trainer's ``next()`` raises. Everything else a peer does (exit, SIGKILL,
 vanish, stop, hang past ``unit_timeout_s``, say hello and nothing else, leave) costs only its
 re-assignment. Nothing waits
 forever.
@@ -30,6 +31,7 @@ import collections
 import queue
 import threading
 import time
+from collections.abc import Iterable
 from typing import Any
 
 from h5feed.common import messages
@@ -43,6 +45,7 @@ from h5feed.consumer.router import Router
 from h5feed.consumer.scheduler import Scheduler, Send
 from h5feed.consumer.session import PeerSession
 from h5feed.consumer.waker import Waker
+from h5feed.consumer.work import Peer
 
 _POLL_MS = 50
 _HEALTH_EVERY_S = 0.2
@@ -50,6 +53,16 @@ _MAX_MESSAGES_PER_PASS = 256
 
 END = object()  # queued after the last batch of the iteration
 FAILED = object()  # queued when the iteration failed; the error is ``FeedLoop.error``
+
+
+def all_connected(peers: Iterable[Peer], local_workers: int, listen: str | None) -> bool:
+    """Whether the iteration may start: every one of its ``local_workers`` said hello (a
+    producer that said hello first does not stand in for one, or it could take a whole short
+    epoch from a local worker still starting), and with ``listen`` at least one worker of any
+    kind."""
+    connected = list(peers)
+    local = sum(peer.local for peer in connected)
+    return local >= local_workers and len(connected) >= (1 if listen else 0)
 
 
 class FeedLoop:
@@ -81,6 +94,7 @@ class FeedLoop:
         self._waker = waker
         self._expected = expected_workers
         self._workers = workers  # the local processes, to kill and replace
+        self._attempts = recovery.UnitAttempts(options.max_unit_attempts)
         self._counters = counters
         self._started = False  # the scheduler has shared out the work
         self._waiting_since: float | None = None  # work waits for a worker to join
@@ -115,22 +129,30 @@ class FeedLoop:
             self.error = exc
             self.out.put(FAILED)
         finally:
+            self._tell_delivered()
             self.session.say_bye()
             self.scheduler.close()  # batches already handed out keep their memory
             if not self._keep_socket:
                 self._router.close()
                 self._waker.close()  # a credit returned later wakes nothing (Waker allows it)
 
+    def _tell_delivered(self) -> None:
+        """Kept workers outlive the iteration: the ones that returned a DATA part are no
+        crash loop if they die later (between iterations, or in the next one)."""
+        if self._workers is None:
+            return
+        for peer in self.session.peers.values():
+            if peer.local and peer.received.count:
+                self._workers.delivered(peer.pid)
+
     def _handshake(self) -> bool:
         """Wait for the workers, share out the work, wait for the scheduler to be ready;
         False if stopped meanwhile."""
         options, session = self.options, self.session
         deadline = time.monotonic() + options.start_timeout_s
-        # Local workers must all connect; with `listen`, at least one worker of any kind.
-        needed = max(self._expected, 1 if options.listen else 0)
-        while len(session.peers) < needed:
+        while not all_connected(session.peers.values(), self._expected, options.listen):
             if time.monotonic() > deadline:
-                raise NoWorkersError(self._no_workers(needed))
+                raise NoWorkersError(self._no_workers())
             if not self._pass():
                 return False
         grace_end = time.monotonic() + (options.join_grace_s if options.listen else 0)
@@ -238,7 +260,7 @@ class FeedLoop:
 
     def _recover(self, lost: PeerLost) -> None:
         """A peer is gone: hand its work over (and count it), or fail as the rules say."""
-        moved = recovery.recover(lost, self.scheduler, self.session, self._workers)
+        moved = recovery.recover(lost, self.scheduler, self.session, self._workers, self._attempts)
         self._remote_losses += not lost.peer.local
         self._send(moved.sends)
         self._counters["reassigned_units"] += moved.moved_units
@@ -258,13 +280,14 @@ class FeedLoop:
                 f"after its workers were lost; {len(self.session.peers)} connected"
             )
 
-    def _no_workers(self, needed: int) -> str:
+    def _no_workers(self) -> str:
         options = self.options
         if options.listen and not self._expected:
             text = f"no producer connected to {options.listen} within {options.start_timeout_s:g} s"
         else:
+            local = sum(peer.local for peer in self.session.peers.values())
             text = (
-                f"only {len(self.session.peers)} of {needed} workers connected within "
+                f"only {local} of {self._expected} local workers connected within "
                 f"{options.start_timeout_s:g} s"
             )
         if self.session.refused:

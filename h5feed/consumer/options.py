@@ -28,6 +28,7 @@ from h5feed.common.config import (
     ClipSpec,
     default_cache_dir,
 )
+from h5feed.common.curve import check_secret_mode
 from h5feed.common.exposure import check_listen
 from h5feed.common.file_labels import directory_labels
 from h5feed.common.layouts import LayoutSpec
@@ -139,6 +140,9 @@ class FeedOptions:
     #: Local workers that die are replaced; more than this many restarts of one worker within
     #: a minute end the iteration (a worker that dies on every start is a bug, not bad luck).
     max_restarts: int = 3
+    #: A unit whose holder died this many times ends the iteration, naming its samples (a
+    #: poison sample that kills every worker that makes it must not loop forever).
+    max_unit_attempts: int = 3
     index_cache: str | None = dataclasses.field(default_factory=default_cache_dir)
     tune_malloc: bool = True
     listen: str | None = None
@@ -189,12 +193,16 @@ class FeedOptions:
                 "CURVE needs both curve_key (this consumer's .key_secret file) and "
                 "curve_authorized (the directory of the producers' public .key files)"
             )
+        if self.curve_key is not None:  # refused before anything starts, as ssh does
+            check_secret_mode(self.curve_key)
         if self.start_timeout_s <= 0 or self.unit_timeout_s <= 0:
             raise ValueError("timeouts must be positive")
         if not self.peer_timeout_s >= 2.0:  # heartbeats run every 0.5 s: room for a few
             raise ValueError(f"peer_timeout_s must be >= 2, got {self.peer_timeout_s!r}")
         if isinstance(self.max_restarts, bool) or self.max_restarts < 0:
             raise ValueError(f"max_restarts must be >= 0, got {self.max_restarts!r}")
+        if isinstance(self.max_unit_attempts, bool) or self.max_unit_attempts < 1:
+            raise ValueError(f"max_unit_attempts must be >= 1, got {self.max_unit_attempts!r}")
         if isinstance(self.max_open_files, bool) or self.max_open_files < 1:
             raise ValueError(f"max_open_files must be >= 1, got {self.max_open_files!r}")
         if self.on_error not in ON_ERROR_CHOICES:
@@ -391,6 +399,7 @@ class FeedKwargs(TypedDict, total=False):
     unit_timeout_s: float
     peer_timeout_s: float
     max_restarts: int
+    max_unit_attempts: int
     index_cache: bool | str
     tune_malloc: bool
     listen: str | None

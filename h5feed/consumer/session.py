@@ -15,7 +15,9 @@ Guarantees:
    nonce). A new nonce is a new process (a restarted worker): accepted — the old peer, if
    still listed, is lost with cause ``restarted`` — but with CURVE only from the same public
    key as before; from another key it is refused and counted, so nobody who reaches the
-   port can take over an identity.
+   port can take over an identity. A HELLO from a local process the consumer replaced already
+   (``retired``: a kept worker that died between iterations, its hello still queued on the
+   socket) is ignored: it never becomes a peer, so no work is shared out to the dead.
 2. A peer that speaks another protocol version is refused (BYE ``refused: ...``, which tells it
    not to retry), named in :attr:`refused` once, and never becomes a peer.
 3. A message that does not decode is dropped and counted (``malformed_messages``); so is one
@@ -75,6 +77,7 @@ class LocalProcesses(Protocol):
     LocalWorkers`)."""
 
     names: list[str]
+    retired: set[int]  # pids of processes replaced already
 
     def exited(self) -> list[tuple[str, int, int]]: ...
 
@@ -161,6 +164,11 @@ class PeerSession:
     def _on_hello(self, identity: bytes, hello: messages.Hello, key: str | None) -> None:
         """See rule 1 of the module docstring."""
         if identity in self._banned or identity in self._refused_ids:
+            return
+        if self._local is not None and hello.pid in self._local.retired:
+            # A local process replaced already (a kept worker that died between iterations):
+            # its last HELLO was still queued on the socket. Its successor says its own.
+            self.log.debug("ignored the stale hello of %s (pid %d)", hello.worker, hello.pid)
             return
         current = self.peers.get(identity)
         if hello.nonce == self._last_nonce.get(identity):
@@ -265,6 +273,7 @@ class PeerSession:
     def lose(self, peer: Peer, cause: LossCause, reason: str) -> None:
         """``peer`` is gone: remove it and queue one ``PeerLost``."""
         if self.peers.pop(peer.identity, None) is not None:
+            peer.lost_cause = cause
             self._gone.add(peer.identity)
             self._lost_pids.add(peer.pid)
             self.events.append(PeerLost(peer, cause, reason))

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import collections
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Hashable, Iterator, Sequence
 
 from h5feed.common import elements, messages, wire
 from h5feed.common.elements import ElementSpec
@@ -104,8 +104,7 @@ class SourceScheduler:
         if isinstance(message, messages.SourceInfo) and peer in self._joining:
             return self._joined(peer, message)
         if isinstance(message, messages.SourceInfo) and isinstance(self._kind, ItemScheduler):
-            self._kind.on_check(peer, message)  # a CHECK's answer
-            return []
+            return self._kind.on_check(peer, message)  # a CHECK's answer
         if not isinstance(message, messages.SourceInfo) or self._kind is not None:
             self._counters["malformed_messages"] += 1
             return []
@@ -266,6 +265,9 @@ class SourceScheduler:
 
     def describe(self, unit_id: int) -> str:
         return self._kind.describe(unit_id) if self._kind else f"unit {unit_id}"
+
+    def samples_of(self, unit_id: int) -> list[tuple[Hashable, str]]:
+        return self._kind.samples_of(unit_id) if self._kind else []
 
     def close(self) -> None:
         return None

@@ -34,6 +34,7 @@ class Peer:
     nonce: str = ""  # its process's HELLO nonce (a new one under this identity: a new process)
     key: str | None = None  # its CURVE public key (Z85), when the consumer uses CURVE
     last_heard: float = 0.0  # when its last message arrived (liveness probes go to the quiet)
+    lost_cause: str | None = None  # why it was lost (a LossCause), once it is
     #: Since when it owes a handshake answer (an INDEX of files it was asked to take) with
     #: none sent: the session's deadline runs from here as from ``last_progress`` for units.
     owes_since: float | None = None

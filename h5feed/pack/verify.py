@@ -26,7 +26,9 @@ from h5feed.common.errors import DataError
 from h5feed.common.layouts import CRC_DATASET, PACK_VERSION, PACK_VERSION_ATTR
 from h5feed.pack import manifest as manifest_io
 from h5feed.pack.shards import CLASSES_ATTR, file_sha256
+from h5feed.producer.dataset_checks import check_dataset
 from h5feed.producer.layouts import pack_index
+from h5feed.producer.read_limits import DatasetBounds
 
 __all__ = ["verify_manifest", "verify_out"]
 
@@ -66,10 +68,15 @@ def _check_shard(out_dir: str, shard: dict[str, Any], classes: list[str]) -> lis
     return problems
 
 
+def _readable(dataset: h5py.Dataset) -> h5py.Dataset:
+    """The readers' check of a dataset read whole (sizes; no data root here)."""
+    return check_dataset(dataset, DatasetBounds(), None, whole=True)
+
+
 def _check_pack_index(h5: h5py.File, path: str, videos: list[dict[str, Any]]) -> list[str]:
     """Problems of the shard's pack index (none for a shard written before it existed)."""
     try:
-        packed = pack_index.read(h5, path, "frames", "label")
+        packed = pack_index.read(h5, path, "frames", "label", _readable)
     except DataError as exc:
         return [f"{path}: {exc}"]
     expected = sorted((v["name"], int(v["frames"]), int(v["label"])) for v in videos)

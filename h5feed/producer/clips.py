@@ -24,6 +24,7 @@ from h5feed.producer.code_policy import CodePolicy
 from h5feed.producer.decode import ClipWriter, check_crc, check_frame_pixels, decode_frame
 from h5feed.producer.index_cache import VideoEntry
 from h5feed.producer.open_files import DEFAULT_MAX_OPEN_FILES, OpenFiles
+from h5feed.producer.read_limits import NO_LIMITS, ProducerLimits
 from h5feed.producer.transform import Transform
 
 _HOST = socket.gethostname()
@@ -51,10 +52,16 @@ class ClipMaker:
         max_open_files: int = DEFAULT_MAX_OPEN_FILES,
         memory: index_cache.MemoryIndex | None = None,
         files: OpenFiles | None = None,
+        limits: ProducerLimits = NO_LIMITS,
     ) -> None:
         """``memory`` and ``files``: the indexes and open files a persistent worker keeps
-        across its jobs, if any (then :meth:`close` leaves ``files`` open)."""
+        across its jobs, if any (then :meth:`close` leaves ``files`` open). ``limits``: the
+        producer operator's caps; ``spec``'s ``max_frame_pixels`` is lowered to its cap, and
+        LimitRefused is raised here for clips over its ``max_clip_pixels``."""
         self.memory = memory
+        self.limits = limits
+        spec = limits.clip_spec(spec)  # before anything is imported or opened
+        bounds = limits.bounds(spec)
         self.spec = spec
         self.layout = layout
         self.root = root
@@ -65,7 +72,8 @@ class ClipMaker:
             else None
         )
         self._own_files = files is None
-        self.files = files if files is not None else OpenFiles(max_open_files, root)
+        self.files = files if files is not None else OpenFiles(max_open_files, root, bounds)
+        self.files.use_bounds(bounds)
         self.videos: dict[int, list[VideoEntry]] = {}
         self.columns: dict[int, index_cache.Columns] = {}  # the same, as INDEX_BATCH columns
 
@@ -225,6 +233,7 @@ class ClipMaker:
                 )
             if out is None:
                 height, width = self.writer.frame_shape(image)
+                self.limits.check_clip(spec.clip_len, height, width)  # before allocating
                 out = np.empty((rows, spec.clip_len, height, width, 3), np.uint8)
             where = (handle.path, name, frame)
             self.writer.write(out[r, t], image, (uy, ux), bool(flip), where, rgb=rgb)

@@ -12,8 +12,10 @@ Guarantees of a policy that is not :data:`TRUSTED`:
    (no module is looked up, none of its top-level code runs).
 2. A path is allowed only when the whole ``module:name`` matches one of the patterns
    (``fnmatch.fnmatchcase``: ``*`` matches anything, dots and colon included), ``name`` is
-   one identifier (no dots: ``mypkg.data:os.system`` would walk out of the module) and does
-   not start with ``_``.
+   one identifier (no dots: ``mypkg.data:os.system`` would walk out of the module), and
+   neither ``name`` nor any part of ``module`` starts with ``_``: whatever the pattern,
+   ``mypkg.__main__``, ``mypkg._private`` and ``_secret.mod`` are never imported (a ``*``
+   matches them, so the rule is not left to the pattern).
 3. After the import, :meth:`CodePolicy.check_loaded` refuses an object whose ``__module__``
    is not the module named (``mypkg.data:system`` where ``mypkg.data`` did
    ``from os import system``): a module that re-exports a function does not extend the policy.
@@ -76,6 +78,14 @@ class CodePolicy:
             raise self._refuse(path, f"{name!r} is not one name (no dots, no attribute walk)")
         if name.startswith("_"):
             raise self._refuse(path, f"{name!r} starts with '_' (private and dunder names)")
+        parts = module.split(".")
+        if not all(part.isidentifier() for part in parts):
+            raise self._refuse(path, f"{module!r} is not a dotted module name")
+        private = next((part for part in parts if part.startswith("_")), None)
+        if private is not None:
+            raise self._refuse(
+                path, f"module part {private!r} starts with '_' (private modules, __main__)"
+            )
         if not any(fnmatch.fnmatchcase(path, pattern) for pattern in self.patterns):
             raise self._refuse(path, "it matches no allowed pattern")
 

@@ -9,9 +9,15 @@ import logging
 import os
 import sys
 
-from h5feed.common.cli_args import Subcommand, positive_int
-from h5feed.common.config import DEFAULT_MAX_OPEN_FILES
+from h5feed.common.cli_args import Subcommand, non_negative_int, positive_int
+from h5feed.common.config import (
+    DEFAULT_MAX_CHUNK_BYTES,
+    DEFAULT_MAX_OPEN_FILES,
+    PRODUCER_MAX_CLIP_PIXELS,
+    PRODUCER_MAX_FRAME_PIXELS,
+)
 from h5feed.producer.code_policy import ALLOW_CODE_ENV as _ALLOW_CODE_ENV  # a cheap import
+from h5feed.producer.restarts import DEFAULT_MAX_RESTARTS  # a cheap import too
 
 #: (flag, environment variable, metavar, help) of `h5feed produce`.
 _PRODUCE_OPTIONS = (
@@ -41,12 +47,50 @@ _PRODUCE_OPTIONS = (
         "the largest frame the workers take from the trainer (ZMQ_MAXMSGSIZE; default 1 GiB)",
     ),
     (
+        "--max-restarts",
+        "H5FEED_MAX_RESTARTS",
+        "N",
+        "a worker that dies before returning any part is restarted after a backoff (1 s "
+        "doubling to 60 s); past N such deaths of one worker a minute, h5feed health reports "
+        "a crash loop (default 3)",
+    ),
+    (
         "--max-open-files",
         "H5FEED_MAX_OPEN_FILES",
         "N",
         f"HDF5 files each worker keeps open at once, least recently used closed first "
         f"(default {DEFAULT_MAX_OPEN_FILES})",
     ),
+    (
+        "--max-frame-pixels",
+        "H5FEED_MAX_FRAME_PIXELS",
+        "N",
+        "cap on a stored frame's height x width; a trainer's max_frame_pixels is lowered to "
+        f"it, never raised (default {PRODUCER_MAX_FRAME_PIXELS})",
+    ),
+    (
+        "--max-clip-pixels",
+        "H5FEED_MAX_CLIP_PIXELS",
+        "N",
+        "cap on a clip's output pixels (clip_len x height x width); a job asking more is "
+        f"refused (default {PRODUCER_MAX_CLIP_PIXELS}: 16 frames of 4K UHD)",
+    ),
+    (
+        "--max-chunk-bytes",
+        "H5FEED_MAX_CHUNK_BYTES",
+        "BYTES",
+        "cap on an HDF5 chunk's uncompressed bytes beyond one frame, checked before reading "
+        f"(default {DEFAULT_MAX_CHUNK_BYTES})",
+    ),
+)
+#: The options of `h5feed produce` that take a positive integer.
+_INT_OPTIONS = (
+    "--workers",
+    "--max-message-bytes",
+    "--max-open-files",
+    "--max-frame-pixels",
+    "--max-clip-pixels",
+    "--max-chunk-bytes",
 )
 #: Values of $H5FEED_INSECURE (case aside); anything else is refused, naming the variable.
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
@@ -64,7 +108,8 @@ is trusted; otherwise the command refuses to start (exit status 2).
 
 Guarantees: the workers may start before the trainer and wait for it; they serve its jobs
 (file list, clip and preprocessing parameters come from the trainer) and outlive its
-iterations and restarts; a worker that dies is restarted; SIGTERM stops the service within
+iterations and restarts; a worker that dies is restarted (at once if it had returned a
+part, else after a backoff; a crash loop fails `h5feed health`); SIGTERM stops the service within
 10 s with exit status 0; a trainer of another protocol version is refused (exit status 2,
 both versions named)."""
 
@@ -92,7 +137,9 @@ def register(subcommand: Subcommand) -> None:
             default=env.get(variable),
             required=flag == "--connect" and variable not in env,
             type=positive_int
-            if flag in ("--workers", "--max-message-bytes", "--max-open-files")
+            if flag in _INT_OPTIONS
+            else non_negative_int
+            if flag == "--max-restarts"
             else str,
             metavar=metavar,
             help=f"{text} (env {variable})",
@@ -126,6 +173,7 @@ def register(subcommand: Subcommand) -> None:
         "(curve_authorized=); each producer keeps its own .key_secret and the trainer's "
         ".key (--key, --server-key).\n\nGuarantees: NAME.key_secret is created mode 0600 "
         "and NAME.key 0644 (each created with its mode, then renamed over an old one); "
+        "a secret key that group or others may read is refused (chmod 600), as ssh does; "
         "keys mounted read-only (0400, Docker/Kubernetes secrets) load as they are.",
         "example:\n  h5feed keys keys/ --name trainer && h5feed keys keys/ --name producer1",
     )
@@ -152,12 +200,19 @@ def register(subcommand: Subcommand) -> None:
 def _cmd_produce(args: argparse.Namespace) -> int:
     """Run :func:`h5feed.producer.service.run_producer` until SIGTERM/SIGINT."""
     from h5feed.producer.cpus import available_cpus
+    from h5feed.producer.lifetime import drop_working_directory
     from h5feed.producer.service import run_producer
+
+    drop_working_directory()  # nothing more is imported from where the command was run
 
     workers = int(args.workers) if args.workers is not None else available_cpus()
     if (args.key is None) != (args.server_key is None):
         raise ValueError("CURVE needs both --key and --server-key")
     curve = (args.key, args.server_key) if args.key is not None else None
+    if curve is not None:
+        from h5feed.common.curve import check_secret_mode
+
+        check_secret_mode(args.key)  # ValueError naming the mode, before any worker starts
     insecure = args.insecure or _env_flag(args.insecure_env, "H5FEED_INSECURE")
     if insecure is None:
         return _REFUSED
@@ -186,6 +241,13 @@ def _cmd_produce(args: argparse.Namespace) -> int:
     # The flags replace the environment variable (as for every other option).
     allow_code = args.allow_code if args.allow_code else split_patterns(args.allow_code_env)
     policy_of(allow_code)  # ValueError for an empty pattern, before any worker starts
+    from h5feed.producer.read_limits import ProducerLimits
+
+    limits = ProducerLimits(
+        _int_or(args.max_frame_pixels, PRODUCER_MAX_FRAME_PIXELS),
+        _int_or(args.max_clip_pixels, PRODUCER_MAX_CLIP_PIXELS),
+        _int_or(args.max_chunk_bytes, DEFAULT_MAX_CHUNK_BYTES),
+    )
     return run_producer(
         args.connect,
         args.data_root,
@@ -197,7 +259,15 @@ def _cmd_produce(args: argparse.Namespace) -> int:
         int(args.max_message_bytes) if args.max_message_bytes is not None else None,
         max_open_files,
         allow_code,
+        limits,
+        _int_or(args.max_restarts, DEFAULT_MAX_RESTARTS),
     )
+
+
+def _int_or(value: object, default: int) -> int:
+    """An option's value (an int from the flag, a string from the environment), or
+    ``default`` when unset."""
+    return default if value is None else int(str(value))
 
 
 def _env_flag(text: str | None, variable: str) -> bool | None:

@@ -13,14 +13,16 @@ Guarantees, under a data root:
    ``os.path.realpath`` and refuses one that lands outside the root (a symbolic link that
    points out). Its answer does not depend on whether the target exists, and a refused
    target is never opened: a refusal tells the consumer nothing about the file.
-2. :func:`check_links` walks every link of an open file (``H5Lvisit``: it follows no link
-   and opens no object) before any reader touches the file; an external link whose target
-   file lies outside the root, or does not exist inside it (HDF5 would then search the
-   working directory), is refused, and an allowed target file is checked the same way.
-3. :func:`check_dataset` is called by the layout readers on every dataset they read, before
-   reading it: a virtual dataset whose source file lies outside the root (or is missing inside
-   it: HDF5 would fill with zeros), or a dataset stored in external raw files outside the
-   root (HDF5 resolves their names against the working directory), is refused.
+2. :func:`check_links` walks every link of an open file (iteratively, bounded in depth and
+   count: :mod:`h5feed.producer.link_walk`; it follows no link and opens only groups) before
+   any reader touches the file; an external link whose target file lies outside the root, or
+   does not exist inside it (HDF5 would then search the working directory), is refused, and
+   an allowed target file is checked the same way, at most :data:`MAX_LINKED_FILES` files on.
+3. :func:`check_storage`, for every dataset a layout reader reads, before reading it (through
+   :func:`h5feed.producer.dataset_checks.check_dataset`, which also follows each virtual
+   source into its file): a virtual dataset whose source file lies outside the root (or is
+   missing inside it: HDF5 would fill with zeros), or a dataset stored in external raw files
+   outside the root (HDF5 resolves their names against the working directory), is refused.
 4. Every refusal is a :class:`PathRefused` (a DataError) naming the path, the link or
    dataset, and the rule; the worker sends it to the consumer as ERROR and counts it.
 
@@ -36,6 +38,7 @@ import os
 import h5py
 
 from h5feed.common.errors import DataError
+from h5feed.producer import link_walk
 
 _RULE = "a producer with --data-root opens only files under it"
 
@@ -96,45 +99,66 @@ def _check_target(name: str, relative_to: str, root: str, what: str, file: str) 
     return target
 
 
+#: Files a walk of external links may go through from the file a job names (each checked in
+#: turn); a longer chain is refused.
+MAX_LINKED_FILES = 16
+
+
 def check_links(h5: h5py.File, root: str, seen: frozenset[str] = frozenset()) -> None:
     """Raise PathRefused for an external link of ``h5`` (or of a file it links to, checked in
-    turn) that leaves ``root`` (see the module docstring, 2)."""
+    turn, at most :data:`MAX_LINKED_FILES` files deep) that leaves ``root`` (see the module
+    docstring, 2); DataError when a walk passes its bounds (:mod:`h5feed.producer.link_walk`)."""
     real_root = os.path.realpath(root)
     file = os.path.realpath(h5.filename)
     seen = seen | {file}
-    links: list[bytes] = []
-
-    def visit(name: bytes, info: h5py.h5l.LinkInfo) -> None:
-        # Only collect: an exception raised inside an HDF5 callback comes out as SystemError.
-        if info.type == h5py.h5l.TYPE_EXTERNAL:
-            links.append(name)
-
-    h5.id.links.visit(visit, info=True)
     targets: list[str] = []
-    for name in links:
-        target_file, target_object = h5.id.links.get_val(name)
-        link, points_to = os.fsdecode(name), os.fsdecode(target_object)
+    for link, target_file, points_to in link_walk.external_links(h5, file):
         what = f"external link {link!r} (to object {points_to!r})"
         directory = os.path.dirname(file)
-        targets.append(_check_target(os.fsdecode(target_file), directory, real_root, what, file))
+        targets.append(_check_target(target_file, directory, real_root, what, file))
     for target in dict.fromkeys(targets):
-        if target not in seen:
-            with h5py.File(target, "r") as linked:
-                check_links(linked, real_root, seen)
+        if target in seen:
+            continue
+        if len(seen) >= MAX_LINKED_FILES:
+            raise DataError(
+                f"external links lead through more than {MAX_LINKED_FILES} files (to "
+                f"{target!r}): refused, not followed",
+                file=file,
+            )
+        with h5py.File(target, "r") as linked:
+            check_links(linked, real_root, seen)
 
 
-def check_dataset(dataset: h5py.Dataset, root: str) -> None:
-    """Raise PathRefused when reading ``dataset`` would read a file outside ``root``: a
-    virtual dataset's source files, external raw storage (see the module docstring, 3)."""
-    real_root = os.path.realpath(root)
+def check_storage(dataset: h5py.Dataset, root: str | None) -> list[tuple[str, str]]:
+    """The (file, dataset) sources of ``dataset`` when it is virtual (its own file for a
+    source in the same file), resolved as HDF5 finds them; none for another dataset.
+
+    With a ``root``: PathRefused when reading ``dataset`` itself would read a file outside it
+    (see the module docstring, 3): a virtual source file outside it or missing inside it,
+    external raw storage outside it. Without one, a source that is not a file where HDF5
+    looks first is left out (HDF5 fills its part). The sources' own links, sources and
+    storage are checked by the caller (:func:`h5feed.producer.dataset_checks.check_dataset`).
+    """
     file = os.path.realpath(dataset.file.filename)
     name = dataset.name
+    real_root = os.path.realpath(root) if root is not None else None
+    sources: list[tuple[str, str]] = []
     if dataset.is_virtual:
         for source in dataset.virtual_sources():
             if source.file_name == ".":  # the dataset's own file
+                sources.append((file, source.dset_name))
                 continue
             what = f"virtual dataset {name!r} (source {source.dset_name!r})"
-            _check_target(source.file_name, os.path.dirname(file), real_root, what, file)
+            directory = os.path.dirname(file)
+            if real_root is not None:
+                target = _check_target(source.file_name, directory, real_root, what, file)
+            else:
+                target = _target(source.file_name, directory)
+                if not os.path.isfile(target):
+                    continue
+            sources.append((target, source.dset_name))
+    if real_root is None:
+        return sources
     for entry in dataset.external or ():
         stored = os.fsdecode(entry[0])
         target = _target(stored, os.getcwd())  # HDF5's default: the working directory
@@ -144,3 +168,4 @@ def check_dataset(dataset: h5py.Dataset, root: str) -> None:
                 f"root ({_RULE})",
                 file=file,
             )
+    return sources

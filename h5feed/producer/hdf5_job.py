@@ -23,6 +23,7 @@ from h5feed.producer.clips import ClipMaker
 from h5feed.producer.code_policy import CodePolicy
 from h5feed.producer.index_cache import MemoryIndex
 from h5feed.producer.open_files import DEFAULT_MAX_OPEN_FILES, OpenFiles, check_readable
+from h5feed.producer.read_limits import NO_LIMITS, ProducerLimits
 from h5feed.producer.shm import SlotMaps
 
 #: An INDEX_BATCH holds at most this many files, videos, and bytes of names (its header stays
@@ -81,15 +82,19 @@ class Hdf5Job:
         memory: MemoryIndex | None = None,
         files: OpenFiles | None = None,
         on_error: str = "raise",
+        limits: ProducerLimits = NO_LIMITS,
     ) -> None:
         """``memory``, ``files``: a persistent worker's indexes and open files, kept across
-        its jobs, if any."""
+        its jobs, if any. ``limits``: the producer's own caps (``h5feed produce``), which
+        lower the job's (a job over ``max_clip_pixels`` is refused here: LimitRefused)."""
         self.id = job_id
-        self.spec = spec
         self.skip = on_error == "skip"
         self.data_root = data_root
         # Imports the transform: a bad or refused path fails here.
-        self.maker = ClipMaker(spec, layout, policy, data_root, max_open_files, memory, files)
+        self.maker = ClipMaker(
+            spec, layout, policy, data_root, max_open_files, memory, files, limits
+        )
+        self.spec = self.maker.spec  # the job's, under the producer's caps
         self.slots = SlotMaps()
         self.slots_failed = False  # a slot of this job could not be mapped: stop trying
 

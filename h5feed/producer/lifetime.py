@@ -14,6 +14,10 @@ Guarantees:
    ``RLIMIT_NOFILE`` to the hard limit (the most an unprivileged process may), so sockets,
    shared memory and the job's open HDF5 files (at most ``max_open_files``, see
    ``h5feed/producer/open_files.py``) fit.
+3. :func:`drop_working_directory` removes the working directory ``python -m`` put first on
+   ``sys.path`` (a producer's workers, which also run ``python -P``, and ``h5feed produce``):
+   user code named by a consumer is never looked for where the process happened to start.
+   The trainer's local workers keep it (they run what the trainer runs, from its directory).
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import sys
 
 from h5feed.common.fd_limit import raise_open_files_limit
 
-__all__ = ["die_with_parent", "raise_open_files_limit"]
+__all__ = ["die_with_parent", "drop_working_directory", "raise_open_files_limit"]
 
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 _log = logging.getLogger("h5feed.worker")
@@ -42,3 +46,12 @@ def die_with_parent(parent_pid: int) -> bool:
             _log.warning("PR_SET_PDEATHSIG failed: %s", os.strerror(errno))
     # Checked after the request: a parent that died before it took effect is seen here.
     return os.getppid() == parent_pid
+
+
+def drop_working_directory() -> bool:
+    """Remove the working directory that ``python -m`` (or ``-c``) put first on ``sys.path``;
+    whether it was there. One given on ``PYTHONPATH`` stays: the operator's choice."""
+    if sys.path and sys.path[0] in ("", os.getcwd()):
+        del sys.path[0]
+        return True
+    return False

@@ -25,6 +25,9 @@ Guarantees of :class:`OpenFiles`:
 5. Not thread-safe: the worker's single event-loop thread uses it.
 6. A file that cannot be opened (or reopened) raises :class:`FileReadError` carrying its
    number; :func:`check_readable` checks a file without opening it (``stat`` and access).
+7. Every reader checks its datasets against :attr:`bounds` (a job's, see
+   :mod:`h5feed.producer.read_limits`); :meth:`use_bounds` with other bounds closes the
+   readers opened under the old ones, so no dataset is read unchecked against a job's own.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from h5feed.common.config import DEFAULT_MAX_OPEN_FILES
 from h5feed.common.errors import FileReadError
 from h5feed.common.layouts import LayoutSpec
 from h5feed.producer.layouts import LayoutReader, open_reader
+from h5feed.producer.read_limits import DEFAULT_BOUNDS, DatasetBounds
 
 __all__ = ["DEFAULT_MAX_OPEN_FILES", "OpenFiles", "check_readable"]
 
@@ -67,12 +71,18 @@ class OpenFiles:
     """Readers of a job's files by number, at most ``max_open`` open (least recently used
     closed first)."""
 
-    def __init__(self, max_open: int = DEFAULT_MAX_OPEN_FILES, root: str | None = None) -> None:
+    def __init__(
+        self,
+        max_open: int = DEFAULT_MAX_OPEN_FILES,
+        root: str | None = None,
+        bounds: DatasetBounds = DEFAULT_BOUNDS,
+    ) -> None:
         """``root``: the data root every file is confined to (see ``open_reader``), if any."""
         if max_open < 1:
             raise ValueError(f"max_open_files must be >= 1, got {max_open}")
         self.max_open = max_open
         self.root = root
+        self.bounds = bounds
         self.reopened = 0
         self.opened = 0  # files opened so far, reopenings included
         self._known: dict[int, tuple[str, LayoutSpec]] = {}  # path, resolved layout
@@ -86,7 +96,7 @@ class OpenFiles:
         if previous is not None:  # opened afresh (the file may have changed): one reader only
             previous.close()
         self._make_room()
-        reader = _open(number, path, layout, self.root)
+        reader = _open(number, path, layout, self.root, self.bounds)
         self.opened += 1
         self._known[number] = (path, reader.spec)
         self._open[number] = reader
@@ -112,13 +122,20 @@ class OpenFiles:
             return reader
         path, layout = self._known[number]
         self._make_room()
-        reader = _open(number, path, layout, self.root)
+        reader = _open(number, path, layout, self.root, self.bounds)
         self.opened += 1
         self._open[number] = reader
         if number in self._seen:
             self.reopened += 1
         self._seen.add(number)
         return reader
+
+    def use_bounds(self, bounds: DatasetBounds) -> None:
+        """Check datasets against ``bounds`` from now on (a new job's); readers opened under
+        other bounds are closed (reopened on demand)."""
+        if bounds != self.bounds:
+            self.close()
+            self.bounds = bounds
 
     def path(self, number: int) -> str:
         return self._known[number][0]
@@ -138,10 +155,12 @@ class OpenFiles:
             oldest.close()
 
 
-def _open(number: int, path: str, layout: LayoutSpec, root: str | None) -> LayoutReader:
+def _open(
+    number: int, path: str, layout: LayoutSpec, root: str | None, bounds: DatasetBounds
+) -> LayoutReader:
     """``open_reader``, with the file's number on a FileReadError."""
     try:
-        return open_reader(path, layout, root)
+        return open_reader(path, layout, root, bounds)
     except FileReadError as exc:
         exc.number = number
         raise

@@ -27,12 +27,15 @@ from __future__ import annotations
 import enum
 import hashlib
 import random
+import struct
 import sys
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 
 from h5feed.common import elements, tree
+
+_MASK_64: Final = 0xFFFF_FFFF_FFFF_FFFF
 
 
 class Purpose(enum.IntEnum):
@@ -46,9 +49,12 @@ class Purpose(enum.IntEnum):
 
 
 def derive(seed: int, purpose: Purpose, *parts: int) -> int:
-    """A 32-bit seed from the dataset's ``seed``, the purpose and non-negative ``parts``."""
-    entropy = [seed & 0xFFFF_FFFF_FFFF_FFFF, int(purpose), *parts]
-    return int(np.random.SeedSequence(entropy).generate_state(1, np.uint32)[0])
+    """A 32-bit seed from the dataset's ``seed``, the purpose and non-negative ``parts``
+    (below 2**64). A hash, not ``np.random.SeedSequence``: this runs before every item, and
+    costs about 1 us where SeedSequence costs 40."""
+    words = (seed & _MASK_64, int(purpose), *parts)
+    digest = hashlib.blake2b(struct.pack(f"<{len(words)}Q", *words), digest_size=4).digest()
+    return int.from_bytes(digest, "little")
 
 
 def seed_globals(value: int) -> None:

@@ -129,14 +129,7 @@ class SourceJob:
         self.first_epoch = source.epoch
         self.batched = source.batched
         self.factory = load_factory(self.path, policy)
-        try:
-            # Every worker's copy is made after the same seeding: one object, as in the trainer.
-            seeding.seed_for(self.seed, Purpose.CONSTRUCT, self.first_epoch)
-            self.obj = call_accepting(self.factory, self.args, self._extra(self.first_epoch))
-        except Exception as exc:
-            raise SourceError(
-                f"source {self.path!r}: the factory raised {type(exc).__name__}: {exc}"
-            ) from exc
+        self.obj = self._construct()
         self.kind = detect_kind(self.obj)
         if self.batched and self.kind != GENERATOR:
             raise SourceError(
@@ -153,6 +146,17 @@ class SourceJob:
         self._iterator: Iterator[Any] | None = None
         self._probed: collections.deque[Any] = collections.deque()
         self._last_epoch = self.first_epoch
+
+    def _construct(self) -> Any:
+        """A new copy of the user's object, made after the same seeding in every worker: one
+        object, as if it lived in the trainer."""
+        try:
+            seeding.seed_for(self.seed, Purpose.CONSTRUCT, self.first_epoch)
+            return call_accepting(self.factory, self.args, self._extra(self.first_epoch))
+        except Exception as exc:
+            raise SourceError(
+                f"source {self.path!r}: the factory raised {type(exc).__name__}: {exc}"
+            ) from exc
 
     def _extra(self, epoch: int) -> dict[str, Any]:
         return {
@@ -314,7 +318,19 @@ class SourceJob:
             ) from exc
 
     def _epoch_ends(self, epoch: int) -> None:
-        """keras: ``on_epoch_end()`` once for every epoch that ended since the last unit."""
+        """keras: ``on_epoch_end()`` once for every epoch that ended since the last unit.
+
+        A unit of an epoch this copy has already moved past (handed over from a lost worker
+        after this one began the next epoch) gets a new copy, made and moved up to that epoch
+        as every copy is (the same seeding): the object as it was in that epoch."""
+        if epoch < self._last_epoch:
+            self.obj = self._construct()
+            if len(self.obj) != self.length:
+                raise SourceError(
+                    f"source {self.path!r}: a new copy has length {len(self.obj)}, the "
+                    f"first had {self.length}"
+                )
+            self._last_epoch = self.first_epoch
         hook = getattr(self.obj, "on_epoch_end", None)
         while self._last_epoch < epoch:
             self._last_epoch += 1

@@ -48,8 +48,13 @@ from h5feed.common.curve import (
 )
 from h5feed.common.wire import DEFAULT_MAX_MESSAGE_BYTES
 from h5feed.producer.code_policy import policy_of
-from h5feed.producer.lifetime import die_with_parent, raise_open_files_limit
+from h5feed.producer.lifetime import (
+    die_with_parent,
+    drop_working_directory,
+    raise_open_files_limit,
+)
 from h5feed.producer.open_files import DEFAULT_MAX_OPEN_FILES
+from h5feed.producer.read_limits import ProducerLimits
 from h5feed.producer.worker_loop import Worker
 
 __all__ = ["Worker", "main", "run_until_stopped"]
@@ -127,6 +132,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="import every path the consumer names (local workers of the trainer only)",
     )
+    ProducerLimits.add_arguments(parser)  # a producer service's caps; none for local workers
     args = parser.parse_args(argv)
     if args.trust_code and args.allow_code:
         parser.error("--trust-code and --allow-code exclude each other")
@@ -134,6 +140,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     # that died already is seen now.
     if args.parent_pid is not None and not die_with_parent(args.parent_pid):
         return 0
+    if not args.trust_code:  # a producer's worker: user code only from installed places
+        drop_working_directory()
     soft, hard = raise_open_files_limit()
     host = socket.gethostname()
     logging.basicConfig(
@@ -156,6 +164,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.max_message_bytes,
         args.max_open_files,
         policy_of(args.allow_code, args.trust_code),
+        ProducerLimits.from_args(args),
     )
     logging.getLogger("h5feed.worker").debug(
         "open files limit %d (hard %d), at most %d HDF5 files open",

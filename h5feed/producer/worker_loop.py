@@ -29,6 +29,7 @@ from h5feed.producer.code_policy import NOTHING, CodePolicy
 from h5feed.producer.hdf5_job import Hdf5Job, SlotTarget, job_spec
 from h5feed.producer.index_cache import MemoryIndex
 from h5feed.producer.open_files import DEFAULT_MAX_OPEN_FILES, OpenFiles
+from h5feed.producer.read_limits import NO_LIMITS, ProducerLimits
 from h5feed.producer.shm import SlotError
 from h5feed.producer.sources import SourceJob
 from h5feed.producer.worker_stats import WorkerCounters
@@ -44,7 +45,7 @@ _CLOSE_LINGER_MS = 2000
 _log = logging.getLogger("h5feed.worker")
 #: ERROR types that are refusals of the worker's policies (code by name, data root): counted
 #: in ``refused`` and logged, besides ``errors``.
-_REFUSALS = ("CodeRefused", "PathRefused")
+_REFUSALS = ("CodeRefused", "PathRefused", "LimitRefused")
 
 
 class _Leave(Exception):
@@ -82,6 +83,7 @@ class Worker:
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         max_open_files: int = DEFAULT_MAX_OPEN_FILES,
         code_policy: CodePolicy = NOTHING,
+        limits: ProducerLimits = NO_LIMITS,
     ) -> None:
         self.worker_id = worker_id
         self.host = socket.gethostname()  # said in every HELLO
@@ -90,6 +92,7 @@ class Worker:
         self.data_root = data_root
         self.max_open_files = max_open_files
         self.code_policy = code_policy
+        self.limits = limits
         self.persistent = persistent
         self.cache_dir = cache_dir  # a service worker's own; else the consumer's (same host)
         self.exit_code = 0
@@ -279,7 +282,7 @@ class Worker:
                 clip, layout = job_spec(job)
                 self.job = Hdf5Job(
                     job.job, clip, layout, self.code_policy, self.data_root,
-                    self.max_open_files, self.memory, self.files, job.on_error,
+                    self.max_open_files, self.memory, self.files, job.on_error, self.limits,
                 )  # fmt: skip
             except Exception as exc:  # a bad spec or transform import path: tell the trainer
                 self.send_error(job.job, None, exc)

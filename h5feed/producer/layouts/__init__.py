@@ -33,12 +33,13 @@ from h5feed.producer.layouts.frame_datasets import FrameDatasetsReader
 from h5feed.producer.layouts.groups import GroupsReader
 from h5feed.producer.layouts.raw import RawReader
 from h5feed.producer.layouts.video import open_video
+from h5feed.producer.read_limits import DEFAULT_BOUNDS, DatasetBounds
 
 __all__ = ["READERS", "LayoutReader", "open_reader"]
 
 #: The reader of each layout kind: a class, or a function choosing one (video: encoded or
-#: pixels, from the dataset's type), called as (h5, path, spec, root).
-READERS: dict[str, Callable[[h5py.File, str, Any, str | None], LayoutReader]] = {
+#: pixels, from the dataset's type), called as (h5, path, spec, root, bounds).
+READERS: dict[str, Callable[[h5py.File, str, Any, str | None, DatasetBounds], LayoutReader]] = {
     Groups.kind: GroupsReader,
     FrameDatasets.kind: FrameDatasetsReader,
     Raw.kind: RawReader,
@@ -48,15 +49,22 @@ READERS: dict[str, Callable[[h5py.File, str, Any, str | None], LayoutReader]] = 
 }
 
 
-def open_reader(path: str, spec: LayoutSpec, root: str | None = None) -> LayoutReader:
+def open_reader(
+    path: str,
+    spec: LayoutSpec,
+    root: str | None = None,
+    bounds: DatasetBounds = DEFAULT_BOUNDS,
+) -> LayoutReader:
     """Open ``path`` read-only and return the reader of its layout (``spec``, or the one
     recognised when ``spec`` is :class:`Auto`). Close it with ``reader.close()``.
 
     Raises FileReadError naming the file and host when it cannot be opened (missing, not
     HDF5, an I/O error), DataError naming the file when its layout is not known.
     With a data ``root`` (``path`` already confined to it), the file's external links are
-    checked before anything else touches the file, and the reader checks each dataset
-    before reading it (:mod:`h5feed.producer.confine`): PathRefused names what leaves it.
+    checked before anything else touches the file (:mod:`h5feed.producer.confine`:
+    PathRefused names what leaves it). The reader checks each dataset before reading it:
+    its sizes against ``bounds``, its storage against the root
+    (:mod:`h5feed.producer.dataset_checks`).
     """
     try:
         h5 = h5py.File(path, "r")
@@ -68,7 +76,7 @@ def open_reader(path: str, spec: LayoutSpec, root: str | None = None) -> LayoutR
         if root is not None:  # before detect(), which follows the top-level links
             confine.check_links(h5, root)
         resolved = detect(h5, path, spec) if isinstance(spec, Auto) else spec
-        return READERS[resolved.kind](h5, path, resolved, root)
+        return READERS[resolved.kind](h5, path, resolved, root, bounds)
     except BaseException:
         h5.close()
         raise

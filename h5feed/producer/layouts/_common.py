@@ -13,6 +13,8 @@ from h5feed.common.errors import DataError
 
 #: Video names of the index-based layouts (raw, flat): the number, at least this many digits.
 VIDEO_NAME_DIGITS = 6
+#: A label attribute larger than this is refused before it is read (one integer is 8 bytes).
+_MAX_LABEL_BYTES = 64
 
 
 def video_name(number: int) -> str:
@@ -67,7 +69,20 @@ def group_label(group: h5py.Group, name: str | None, path: str, video: str) -> i
         return -1
     if name not in group.attrs:
         raise DataError(f"video has no {name!r} attribute", file=path, video=video)
-    return integer_value(group.attrs[name], f"label {name!r}", path, video)
+    return label_attribute(group, name, path, video)
+
+
+def label_attribute(owner: h5py.HLObject, name: str, path: str, video: str) -> int:
+    """The integer attribute ``name`` of ``owner`` (present), its declared size checked
+    before it is read (a label is one integer: an attribute of megabytes is refused)."""
+    size = owner.attrs.get_id(name).get_storage_size()
+    if size > _MAX_LABEL_BYTES:
+        raise DataError(
+            f"label {name!r} must be one integer, got an attribute of {size} bytes",
+            file=path,
+            video=video,
+        )
+    return integer_value(owner.attrs[name], f"label {name!r}", path, video)
 
 
 def dataset_at(h5: h5py.File, name: str, path: str, hint: str) -> h5py.Dataset:

@@ -9,9 +9,10 @@ import h5py
 import numpy as np
 
 from h5feed.common.layouts import LayoutSpec
-from h5feed.producer import confine
+from h5feed.producer.dataset_checks import check_dataset
 from h5feed.producer.index_cache import VideoEntry
 from h5feed.producer.layouts._common import read_labels, read_rows, video_name, video_number
+from h5feed.producer.read_limits import DEFAULT_BOUNDS, DatasetBounds
 
 
 class LayoutReader(abc.ABC):
@@ -21,26 +22,42 @@ class LayoutReader(abc.ABC):
     numbers them in), or raises :class:`~h5feed.common.errors.DataError` naming the file and
     video — a video is never left out silently. :meth:`read_frames` reads only the frames
     asked for. Not thread-safe (h5py serialises access anyway); create readers inside the
-    process that uses them (h5py handles do not survive ``fork`` or pickling). With a data
-    ``root``, every dataset goes through :meth:`readable` before it is read.
+    process that uses them (h5py handles do not survive ``fork`` or pickling).
+
+    Every dataset a reader reads goes through :meth:`readable` first, once per dataset (when
+    the reader opens or indexes it, never per frame): its declared sizes against ``bounds``,
+    and with a data ``root`` where its bytes come from, recursively through virtual datasets
+    (:mod:`h5feed.producer.dataset_checks`). A new reader does the same for every dataset it
+    touches, saying whether it reads it whole.
     """
 
     #: True: ``read_frames`` gives encoded images (JPEG bytes) to decode with OpenCV;
     #: False: decoded pixel arrays [H, W, C] (C = 3 RGB, or 1 / no axis: grayscale).
     encoded: ClassVar[bool] = True
 
-    def __init__(self, h5: h5py.File, path: str, spec: LayoutSpec, root: str | None = None) -> None:
+    def __init__(
+        self,
+        h5: h5py.File,
+        path: str,
+        spec: LayoutSpec,
+        root: str | None = None,
+        bounds: DatasetBounds = DEFAULT_BOUNDS,
+    ) -> None:
         self.h5 = h5
         self.path = path
         self.spec = spec
         self.root = root
+        self.bounds = bounds
 
-    def readable(self, dataset: h5py.Dataset) -> h5py.Dataset:
-        """``dataset``, once checked against the data root (virtual sources, external
-        storage); PathRefused when reading it would leave the root."""
-        if self.root is not None:
-            confine.check_dataset(dataset, self.root)
-        return dataset
+    def readable(self, dataset: h5py.Dataset, *, whole: bool) -> h5py.Dataset:
+        """``dataset``, once checked (:func:`~h5feed.producer.dataset_checks.check_dataset`):
+        DataError when its declared sizes pass ``bounds`` (``whole``: the reader reads all of
+        it at once; else rows), PathRefused when reading it would leave the data root."""
+        return check_dataset(dataset, self.bounds, self.root, whole=whole)
+
+    def readable_whole(self, dataset: h5py.Dataset) -> h5py.Dataset:
+        """:meth:`readable` for a dataset read all at once (labels, offsets, an index)."""
+        return self.readable(dataset, whole=True)
 
     def close(self) -> None:
         self.h5.close()
@@ -82,7 +99,7 @@ class OffsetsReader(LayoutReader):
     def index(self) -> list[VideoEntry]:
         count = self.num_videos
         labels = read_labels(
-            self.h5, self.labels_name, count, self.path, self.labels_hint, self.readable
+            self.h5, self.labels_name, count, self.path, self.labels_hint, self.readable_whole
         )
         lengths = np.diff(self.offsets)
         return [(video_name(v), int(lengths[v]), int(labels[v])) for v in range(count)]

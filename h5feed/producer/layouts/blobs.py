@@ -17,6 +17,7 @@ from h5feed.producer.layouts._common import (
     video_number,
 )
 from h5feed.producer.layouts.base import LayoutReader
+from h5feed.producer.read_limits import DEFAULT_BOUNDS, DatasetBounds
 
 #: The largest blob (one padded frame) a file may declare: a read takes whole blobs.
 MAX_BLOB_BYTES = 64 << 20
@@ -43,10 +44,17 @@ class BlobsReader(LayoutReader):
 
     spec: Blobs
 
-    def __init__(self, h5: h5py.File, path: str, spec: Blobs, root: str | None = None) -> None:
-        super().__init__(h5, path, spec, root)
+    def __init__(
+        self,
+        h5: h5py.File,
+        path: str,
+        spec: Blobs,
+        root: str | None = None,
+        bounds: DatasetBounds = DEFAULT_BOUNDS,
+    ) -> None:
+        super().__init__(h5, path, spec, root, bounds)
         frames = dataset_at(h5, spec.frames, path, "name it with h5feed.layouts.Blobs(frames=...)")
-        self.frames = self.readable(frames)
+        self.frames = self.readable(frames, whole=False)
         dtype, shape = self.frames.dtype, self.frames.shape
         if dtype.kind != "V" or dtype.fields is not None or len(shape) != 2 or 0 in shape:
             raise DataError(
@@ -82,7 +90,8 @@ class BlobsReader(LayoutReader):
         return self._lengths
 
     def _stored_lengths(self, name: str) -> np.ndarray:
-        dataset = self.readable(dataset_at(self.h5, name, self.path, "or Blobs(lengths=None)"))
+        dataset = dataset_at(self.h5, name, self.path, "or Blobs(lengths=None)")
+        self.readable_whole(dataset)
         if dataset.shape != (self.num_videos,) or dataset.dtype.kind not in "iu":
             raise DataError(
                 f"{name!r} must be {self.num_videos} integers (frames per video), got "
@@ -128,7 +137,7 @@ class BlobsReader(LayoutReader):
     def index(self) -> list[VideoEntry]:
         labels = read_labels(
             self.h5, self.spec.labels, self.num_videos, self.path, "Blobs(labels=None)",
-            self.readable,
+            self.readable_whole,
         )  # fmt: skip
         lengths = self.lengths()
         return [(video_name(v), int(lengths[v]), int(labels[v])) for v in range(self.num_videos)]

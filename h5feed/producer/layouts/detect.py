@@ -10,6 +10,7 @@ import numpy as np
 from h5feed.common.errors import DataError
 from h5feed.common.layouts import Auto, Flat, FrameDatasets, Groups, LayoutSpec, Raw
 from h5feed.producer.layouts import pack_index
+from h5feed.producer.link_walk import member_names
 
 #: How many top-level entries the no-match message lists before "... and N more".
 _LISTED_ENTRIES = 20
@@ -36,7 +37,8 @@ def detect(h5: h5py.File, path: str, auto: Auto) -> LayoutSpec:
         return raw
     if pack_index.present(h5):  # written by `h5feed pack`: groups, no walk needed
         return Groups(frames=auto.frames, label=auto.label)
-    groups = [h5[name] for name in sorted(h5.keys()) if isinstance(h5[name], h5py.Group)]
+    names = member_names(h5, path, "top-level entries")
+    groups = [h5[name] for name in names if isinstance(h5[name], h5py.Group)]
     for group in groups:
         if isinstance(group.get(auto.frames), h5py.Dataset):
             return Groups(frames=auto.frames, label=auto.label)

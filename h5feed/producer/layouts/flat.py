@@ -11,6 +11,7 @@ from h5feed.producer.layouts._common import (
     read_offsets,
 )
 from h5feed.producer.layouts.base import OffsetsReader
+from h5feed.producer.read_limits import DEFAULT_BOUNDS, DatasetBounds
 
 
 class FlatReader(OffsetsReader):
@@ -22,16 +23,24 @@ class FlatReader(OffsetsReader):
     spec: Flat
     labels_hint = "Flat(labels=None)"
 
-    def __init__(self, h5: h5py.File, path: str, spec: Flat, root: str | None = None) -> None:
-        super().__init__(h5, path, spec, root)
+    def __init__(
+        self,
+        h5: h5py.File,
+        path: str,
+        spec: Flat,
+        root: str | None = None,
+        bounds: DatasetBounds = DEFAULT_BOUNDS,
+    ) -> None:
+        super().__init__(h5, path, spec, root, bounds)
         self.labels_name = spec.labels
-        self.frames = self.readable(dataset_at(h5, spec.jpeg, path, "name it with Flat(jpeg=...)"))
+        jpeg = dataset_at(h5, spec.jpeg, path, "name it with Flat(jpeg=...)")
+        self.frames = self.readable(jpeg, whole=False)
         if self.frames.ndim != 1:
             raise DataError(
                 f"{spec.jpeg!r} must be a 1-D dataset of encoded frames, got {self.frames.shape}",
                 file=path,
             )
-        offsets = self.readable(
+        offsets = self.readable_whole(
             dataset_at(h5, spec.offsets, path, "name it with Flat(offsets=...)")
         )
         self.offsets = read_offsets(offsets, int(self.frames.shape[0]), path)

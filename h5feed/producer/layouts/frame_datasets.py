@@ -12,6 +12,8 @@ from h5feed.common.layouts import FrameDatasets
 from h5feed.producer.index_cache import VideoEntry
 from h5feed.producer.layouts._common import group_label, natural_key
 from h5feed.producer.layouts.base import LayoutReader
+from h5feed.producer.link_walk import member_names
+from h5feed.producer.read_limits import DEFAULT_BOUNDS, DatasetBounds
 
 _log = logging.getLogger("h5feed.worker")
 
@@ -30,9 +32,14 @@ class FrameDatasetsReader(LayoutReader):
     spec: FrameDatasets
 
     def __init__(
-        self, h5: h5py.File, path: str, spec: FrameDatasets, root: str | None = None
+        self,
+        h5: h5py.File,
+        path: str,
+        spec: FrameDatasets,
+        root: str | None = None,
+        bounds: DatasetBounds = DEFAULT_BOUNDS,
     ) -> None:
-        super().__init__(h5, path, spec, root)
+        super().__init__(h5, path, spec, root, bounds)
         self._frames: dict[str, list[str]] = {}
 
     def frame_names(self, video: str) -> list[str]:
@@ -41,7 +48,8 @@ class FrameDatasetsReader(LayoutReader):
         if names is None:
             group = self.h5[video]
             names = []
-            for member, obj in group.items():
+            for member in member_names(group, self.path, "frames"):
+                obj = group[member]
                 if not isinstance(obj, h5py.Dataset):
                     continue
                 if obj.ndim != 1 or obj.dtype != np.uint8:
@@ -51,7 +59,7 @@ class FrameDatasetsReader(LayoutReader):
                         file=self.path,
                         video=video,
                     )
-                self.readable(obj)  # read_frames reads these very members
+                self.readable(obj, whole=True)  # read_frames reads these very members, whole
                 names.append(member)
             names.sort(key=natural_key)
             self._frames[video] = names
@@ -60,7 +68,7 @@ class FrameDatasetsReader(LayoutReader):
     def index(self) -> list[VideoEntry]:
         videos: list[VideoEntry] = []
         frameless: list[str] = []
-        for name in sorted(self.h5.keys()):
+        for name in member_names(self.h5, self.path, "videos"):
             group = self.h5[name]
             if not isinstance(group, h5py.Group):
                 continue

@@ -14,6 +14,8 @@ from h5feed.producer.index_cache import VideoEntry
 from h5feed.producer.layouts import pack_index
 from h5feed.producer.layouts._common import group_label, read_rows
 from h5feed.producer.layouts.base import LayoutReader
+from h5feed.producer.link_walk import member_names
+from h5feed.producer.read_limits import DEFAULT_BOUNDS, DatasetBounds
 
 _log = logging.getLogger("h5feed.worker")
 
@@ -29,8 +31,15 @@ class GroupsReader(LayoutReader):
 
     spec: Groups
 
-    def __init__(self, h5: h5py.File, path: str, spec: Groups, root: str | None = None) -> None:
-        super().__init__(h5, path, spec, root)
+    def __init__(
+        self,
+        h5: h5py.File,
+        path: str,
+        spec: Groups,
+        root: str | None = None,
+        bounds: DatasetBounds = DEFAULT_BOUNDS,
+    ) -> None:
+        super().__init__(h5, path, spec, root, bounds)
         self._datasets: dict[str, h5py.Dataset] = {}
         self._crcs: dict[str, h5py.Dataset | None] = {}
 
@@ -38,12 +47,14 @@ class GroupsReader(LayoutReader):
         """From the pack index when the file has one (one read, checked: see
         :mod:`~h5feed.producer.layouts.pack_index`), else by walking the groups."""
         frames_key = self.spec.frames
-        packed = pack_index.read(self.h5, self.path, frames_key, self.spec.label)
+        packed = pack_index.read(
+            self.h5, self.path, frames_key, self.spec.label, self.readable_whole
+        )
         if packed is not None:
             return packed
         videos: list[VideoEntry] = []
         frameless: list[str] = []
-        for name in sorted(self.h5.keys()):
+        for name in member_names(self.h5, self.path, "videos"):
             group = self.h5[name]
             if name == pack_index.INDEX_GROUP:  # the pack index, when not used (other names)
                 continue
@@ -54,7 +65,7 @@ class GroupsReader(LayoutReader):
                 continue
             frames = group[frames_key]
             if isinstance(frames, h5py.Dataset):
-                self.readable(frames)  # a refusal fails the index, not the first unit
+                self.readable(frames, whole=False)  # a refusal fails the index, not a unit
             if not isinstance(frames, h5py.Dataset) or frames.ndim != 1:
                 raise DataError(
                     f"{frames_key!r} must be a 1-D dataset of encoded frames",
@@ -97,7 +108,7 @@ class GroupsReader(LayoutReader):
                 file=self.path,
                 video=video,
             )
-        self.readable(crcs)
+        self.readable(crcs, whole=False)
 
     def frame_crcs(self, video: str, indices: list[int]) -> list[int] | None:
         if video not in self._crcs:  # checked again: the index may come from the cache
@@ -114,6 +125,6 @@ class GroupsReader(LayoutReader):
     def read_frames(self, video: str, indices: list[int]) -> list[np.ndarray]:
         dataset = self._datasets.get(video)
         if dataset is None:
-            dataset = self.readable(self.h5[video][self.spec.frames])
+            dataset = self.readable(self.h5[video][self.spec.frames], whole=False)
             self._datasets[video] = dataset
         return read_rows(dataset, indices)

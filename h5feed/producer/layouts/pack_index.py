@@ -14,24 +14,26 @@ Guarantees of :func:`read`:
 1. A file without the version attribute or the group (any other file) gives None: the caller
    walks the groups as before.
 2. Everything is checked before it is trusted: the datasets' kinds, dtypes and equal lengths
-   (at most :data:`MAX_VIDEOS` entries, checked before anything is read), frame counts >= 1,
-   names unique, sorted, non-empty, and exactly the file's other top-level names (one link
-   listing, no group opened). An index that fails a check raises DataError naming the file and
-   what is inconsistent: it is never silently replaced by a walk (the file was changed after
-   it was packed, or is damaged, and says so).
+   (at most :data:`MAX_VIDEOS` entries), then each dataset passes the reader's check
+   (sizes, data root: :mod:`h5feed.producer.dataset_checks`), all before anything is read;
+   then frame counts >= 1, names unique, sorted, non-empty, and exactly the file's other
+   top-level names (one link listing, no group opened). An index that fails a check raises
+   DataError naming the file and what is inconsistent: it is never silently replaced by a
+   walk (the file was changed after it was packed, or is damaged, and says so).
 3. It applies only to the names ``h5feed pack`` writes (``frames``, ``label``); other names
    give None (walk).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import h5py
 import numpy as np
 
 from h5feed.common.errors import DataError
 from h5feed.common.layouts import PACK_VERSION, PACK_VERSION_ATTR
+from h5feed.producer.link_walk import member_names
 
 __all__ = ["INDEX_GROUP", "MAX_VIDEOS", "PACK_VERSION", "PACK_VERSION_ATTR", "read", "write"]
 
@@ -64,10 +66,16 @@ def write(h5: h5py.File, videos: Sequence[tuple[str, int, int]]) -> None:
 
 
 def read(
-    h5: h5py.File, path: str, frames_key: str, label_key: str | None
+    h5: h5py.File,
+    path: str,
+    frames_key: str,
+    label_key: str | None,
+    readable: Callable[[h5py.Dataset], h5py.Dataset],
 ) -> list[tuple[str, int, int]] | None:
     """The videos (name, frames, label) of ``h5`` from its pack index, in index order; None
-    when it has none (or other names are asked for); DataError when it is inconsistent."""
+    when it has none (or other names are asked for); DataError when it is inconsistent.
+    ``readable`` checks each dataset before it is read (the reader's
+    :meth:`~h5feed.producer.layouts.base.LayoutReader.readable_whole`: sizes, data root)."""
     if frames_key != "frames" or label_key != "label" or not present(h5):
         return None
     group = h5[INDEX_GROUP]
@@ -90,6 +98,8 @@ def read(
     for field in ("frame_counts", "labels"):
         if datasets[field].dtype.kind not in "iu":
             raise _bad(path, f"{field} is {datasets[field].dtype}, not integers")
+    for dataset in datasets.values():  # after the cheap checks, before any read
+        readable(dataset)
     names = [str(n) for n in datasets["names"].asstr()[()]]
     frames = np.asarray(datasets["frame_counts"][()], np.int64)
     labels = np.asarray(datasets["labels"][()], np.int64)
@@ -97,7 +107,8 @@ def read(
         raise _bad(path, "a video has fewer than 1 frame")
     if any(not n for n in names) or names != sorted(set(names)):
         raise _bad(path, "names are not unique, sorted and non-empty")
-    stored = sorted(k for k in h5 if k != INDEX_GROUP)  # one link listing, no opening
+    # one link listing (bounded), no opening
+    stored = [k for k in member_names(h5, path, "videos", MAX_VIDEOS + 1) if k != INDEX_GROUP]
     if stored != names:
         missing = sorted(set(names) - set(stored))[:3]
         extra = sorted(set(stored) - set(names))[:3]

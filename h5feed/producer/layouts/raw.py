@@ -14,6 +14,7 @@ from h5feed.producer.layouts._common import (
     read_offsets,
 )
 from h5feed.producer.layouts.base import OffsetsReader
+from h5feed.producer.read_limits import DEFAULT_BOUNDS, DatasetBounds
 
 
 class RawReader(OffsetsReader):
@@ -32,16 +33,24 @@ class RawReader(OffsetsReader):
     spec: Raw
     labels_hint = "Raw(labels=None)"
 
-    def __init__(self, h5: h5py.File, path: str, spec: Raw, root: str | None = None) -> None:
-        super().__init__(h5, path, spec, root)
+    def __init__(
+        self,
+        h5: h5py.File,
+        path: str,
+        spec: Raw,
+        root: str | None = None,
+        bounds: DatasetBounds = DEFAULT_BOUNDS,
+    ) -> None:
+        super().__init__(h5, path, spec, root, bounds)
         self.labels_name = spec.labels
         images = dataset_at(h5, spec.images, path, "name it with Raw(images=...)")
-        self.frames = self.readable(images)
+        self.frames = self.readable(images, whole=False)
         shape = self.frames.shape
         pixels.check_dataset(self.frames, 1, spec.scale, "h5feed.layouts.Raw", path)
         rows = int(shape[0])
         if spec.offsets is not None and spec.offsets in h5:
-            offsets = self.readable(dataset_at(h5, spec.offsets, path, "or Raw(offsets=None)"))
+            offsets = dataset_at(h5, spec.offsets, path, "or Raw(offsets=None)")
+            offsets = self.readable_whole(offsets)
             self.offsets = read_offsets(offsets, rows, path)
         else:
             self.offsets = np.arange(rows + 1, dtype=np.int64)

@@ -12,16 +12,23 @@ from h5feed.common.errors import DataError
 from h5feed.common.layouts import DIRECTORY, Video
 from h5feed.producer.index_cache import VideoEntry
 from h5feed.producer.layouts import pixels
-from h5feed.producer.layouts._common import dataset_at, integer_value, read_rows
+from h5feed.producer.layouts._common import dataset_at, label_attribute, read_rows
 from h5feed.producer.layouts.base import LayoutReader
+from h5feed.producer.read_limits import DEFAULT_BOUNDS, DatasetBounds
 
 
-def open_video(h5: h5py.File, path: str, spec: Video, root: str | None = None) -> LayoutReader:
+def open_video(
+    h5: h5py.File,
+    path: str,
+    spec: Video,
+    root: str | None = None,
+    bounds: DatasetBounds = DEFAULT_BOUNDS,
+) -> LayoutReader:
     """The reader of a one-video file: encoded frames (a vlen dataset) or pixels."""
     dataset = dataset_at(h5, spec.frames, path, "name it with h5feed.layouts.Video(frames=...)")
     if h5py.check_vlen_dtype(dataset.dtype) is not None:
-        return EncodedVideoReader(h5, path, spec, root, dataset)
-    return PixelVideoReader(h5, path, spec, root, dataset)
+        return EncodedVideoReader(h5, path, spec, root, bounds, dataset)
+    return PixelVideoReader(h5, path, spec, root, bounds, dataset)
 
 
 class _VideoReader(LayoutReader):
@@ -43,13 +50,14 @@ class _VideoReader(LayoutReader):
         path: str,
         spec: Video,
         root: str | None = None,
+        bounds: DatasetBounds = DEFAULT_BOUNDS,
         dataset: h5py.Dataset | None = None,
     ) -> None:
         """``dataset``: ``spec.frames`` of ``h5``, if looked up already."""
-        super().__init__(h5, path, spec, root)
+        super().__init__(h5, path, spec, root, bounds)
         if dataset is None:
             dataset = dataset_at(h5, spec.frames, path, "name it with Video(frames=...)")
-        self.frames = self.readable(dataset)
+        self.frames = self.readable(dataset, whole=False)
         self.name = os.path.splitext(os.path.basename(path))[0] or spec.frames
         if not self.frames.shape or self.frames.shape[0] == 0:
             raise DataError(
@@ -64,7 +72,7 @@ class _VideoReader(LayoutReader):
             return -1  # none, or the trainer's to decide (the directory, the user's mapping)
         for owner in (self.frames, self.h5):
             if name in owner.attrs:
-                return integer_value(owner.attrs[name], f"label {name!r}", self.path, self.name)
+                return label_attribute(owner, name, self.path, self.name)
         raise DataError(
             f"no {name!r} attribute on {self.spec.frames!r} or on the file (give "
             f"h5feed.layouts.Video(label=...): an attribute, {DIRECTORY!r} or None)",
@@ -93,9 +101,10 @@ class EncodedVideoReader(_VideoReader):
         path: str,
         spec: Video,
         root: str | None = None,
+        bounds: DatasetBounds = DEFAULT_BOUNDS,
         dataset: h5py.Dataset | None = None,
     ) -> None:
-        super().__init__(h5, path, spec, root, dataset)
+        super().__init__(h5, path, spec, root, bounds, dataset)
         if self.frames.ndim != 1 or h5py.check_vlen_dtype(self.frames.dtype) != np.uint8:
             raise DataError(
                 f"{spec.frames!r} must be 1-D variable-length uint8 (one encoded frame per "
@@ -126,9 +135,10 @@ class PixelVideoReader(_VideoReader):
         path: str,
         spec: Video,
         root: str | None = None,
+        bounds: DatasetBounds = DEFAULT_BOUNDS,
         dataset: h5py.Dataset | None = None,
     ) -> None:
-        super().__init__(h5, path, spec, root, dataset)
+        super().__init__(h5, path, spec, root, bounds, dataset)
         pixels.check_dataset(self.frames, 1, spec.scale, "h5feed.layouts.Video", path)
 
     def read_frames(self, video: str, indices: list[int]) -> list[np.ndarray]:

@@ -3,7 +3,10 @@ iteration of a dataset: :mod:`h5feed.consumer.worker_pool`).
 
 Each worker is ``python -m h5feed.producer.worker`` in a fresh interpreter (never a fork of the
 trainer, and never a ``multiprocessing`` spawn that re-imports the trainer's ``__main__``, so a
-script without an ``if __name__ == "__main__":`` guard works). Guarantees:
+script without an ``if __name__ == "__main__":`` guard works, unless it names
+``"__main__:..."``: see :mod:`h5feed.common.trainer_main`). Its ``sys.path`` starts with the
+trainer's (``PYTHONPATH``), so ``source=`` and ``transform=`` modules are found where the
+trainer finds them. Guarantees:
 
 1. Workers ignore SIGINT: Ctrl-C reaches the trainer, which stops them.
 2. A worker dies with the trainer process, even by SIGKILL and even while blocked in a long
@@ -34,6 +37,7 @@ import sys
 import time
 from collections.abc import Callable
 
+from h5feed.common import trainer_main
 from h5feed.common.curve import (
     CURVE_ENV_PUBLIC,
     CURVE_ENV_SECRET,
@@ -76,10 +80,17 @@ class LocalWorkers:
             env[CURVE_ENV_PUBLIC] = keys.public.decode()
             env[CURVE_ENV_SECRET] = keys.secret.decode()
             env[CURVE_ENV_SERVER] = server_public.decode()
-        # Workers import h5feed from where the trainer did, installed or not.
+        # Workers import h5feed from where the trainer did, installed or not, and look for
+        # the user's modules (source= and transform= alike) where the trainer does: its
+        # sys.path, in its order. Its __main__: see h5feed.common.trainer_main.
         env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (_PACKAGE_PARENT, env.get("PYTHONPATH", "")) if p
+            dict.fromkeys(p for p in (_PACKAGE_PARENT, *trainer_path(), env.get("PYTHONPATH")) if p)
         )
+        main = trainer_main.describe_main()
+        if main is not None:
+            env[trainer_main.MAIN_ENV] = main
+        else:
+            env.pop(trainer_main.MAIN_ENV, None)
         self.names = [f"{prefix}-{i}" for i in range(count)]
         self.processes: list[subprocess.Popen[bytes]] = []
         self.max_restarts = max_restarts
@@ -206,6 +217,12 @@ class LocalWorkers:
             deadline = time.monotonic() + wait_s
             for process in running:
                 _wait(process, deadline - time.monotonic())
+
+
+def trainer_path() -> list[str]:
+    """This process's ``sys.path`` as absolute paths (``""``, the current directory, made
+    one), for a worker to search the same places in the same order."""
+    return [os.path.abspath(p) if p == "" else p for p in sys.path if isinstance(p, str)]
 
 
 def _wait(process: subprocess.Popen[bytes], timeout_s: float) -> None:

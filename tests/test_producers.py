@@ -333,6 +333,7 @@ def test_curve_admits_only_listed_producers(
     names = sorted(w["name"].split("-")[0] for w in stats["workers"])
     assert names[0] == "good" and len(names) == 2 and names[1].startswith("w"), names
     assert stats["malformed_messages"] == 0  # the stranger's messages never got in
+    assert stats["refused_keys"] >= 1  # its connection was refused, and counted
 
 
 def test_curve_without_a_listed_producer_gets_no_work(

@@ -604,3 +604,23 @@ def test_every_layout_checks_every_dataset_it_reads(
             in ("labels", "video_offsets", "lengths", "names", "frame_counts")
         }
         assert small <= wholes, (name, sorted(small - wholes))
+
+
+def test_a_persistent_workers_open_files_are_checked_again_under_a_new_jobs_bounds(
+    files: Files,
+) -> None:
+    from h5feed.producer.open_files import OpenFiles
+
+    path = str(files.root / "bomb_chunk.h5")
+    kept = OpenFiles(
+        max_open=4, bounds=DatasetBounds(max_frame_pixels=None, max_chunk_bytes=2 << 30)
+    )
+    try:
+        kept.open(0, path, layouts.Raw(offsets=None))  # a chunk of 1.07 GB is within 2 GiB
+        assert kept.open_count == 1
+        kept.use_bounds(DatasetBounds())  # the next job's: readers of the old ones are closed
+        assert kept.open_count == 0
+        with pytest.raises(DataError, match="chunks of 1068000000 bytes"):
+            kept.get(0)  # reopened under the new bounds, and refused
+    finally:
+        kept.close()

@@ -54,7 +54,8 @@ def dataset(
 ) -> tf.data.Dataset:
     """A ``tf.data.Dataset`` of batches of video clips, decoded in worker processes.
 
-    ``files``: a glob, a directory (its ``*.h5``/``*.hdf5`` files) or a list of paths. The
+    ``files``: a glob, a directory (its ``*.h5``/``*.hdf5``/``*.hdf``/``*.he5`` files,
+    searched recursively) or a list of paths. The
     keyword arguments are :class:`h5feed.consumer.options.FeedKwargs`. Defaults (those of the
     dataclasses that hold them, as ``describe_parameters()`` lists them; a test checks these):
 

@@ -17,8 +17,9 @@ Guarantees:
 2. A file with a death is suspect: it is sent alone in a JOB of its own (:attr:`suspects`,
    see ``merge_jobs``), so the next death pins the file down and innocent files that shared
    its first JOB are answered on their own and never count again.
-3. A file at ``limit`` deaths (the restart rule's attempts: ``max_restarts``, at least 2, so
-   a file that merely shared a JOB with the culprit once is never reported) is returned by
+3. A file at ``limit`` deaths (the restart rule's attempts: ``max_unit_attempts``, as for a
+   poison unit, but at least 2, so a file that merely shared a JOB with the culprit once is
+   never reported) is returned by
    :meth:`left`; the scheduler ends the iteration with a ``FileReadError`` naming the file,
    the host and the last death.
 4. Not thread-safe: the loop's thread owns it.

@@ -241,8 +241,11 @@ class FeedLoop:
         while events:
             match events.popleft():
                 case Arrived(peer, messages.Data() as data):
+                    dropped = self._counters["dropped_parts"]
                     for batch in self.scheduler.on_data(peer, data):
                         self._release(batch)
+                    if self._counters["dropped_parts"] > dropped:  # not a unit it holds
+                        self.session.unexpected_part(peer, data.unit)
                 case Arrived(peer, messages.Error() as error):
                     self._send(recovery.on_error(peer, error, self.scheduler))
                 case Arrived(peer, message):

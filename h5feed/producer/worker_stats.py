@@ -25,6 +25,8 @@ __all__ = ["COUNTERS", "WRITE_EVERY_S", "WorkerCounters", "read_counters"]
 
 #: How often a worker rewrites its stats file (seconds): scrapes see figures this fresh.
 WRITE_EVERY_S = 0.5
+
+
 class WorkerCounters:
     """Counts units, clips, bytes, errors (refusals of code or paths also in ``refused``),
     jobs, busy seconds, jobs whose shared-memory slots were refused and HDF5 files reopened

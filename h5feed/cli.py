@@ -127,7 +127,8 @@ def build_parser() -> argparse.ArgumentParser:
         "does) and how to pass it, videos and frames (min/median/max per video), sizes "
         "(on disk; mean stored frame, sampled), the label histogram (20 most frequent), "
         "the shape of a decoded frame and the first video.\n\nExit status 1 if a file "
-        "cannot be read or its layout is not recognised (the error says what it holds).",
+        "cannot be read or its layout is not recognised (the error says what it holds and "
+        "the layout= that fits it).",
         "examples:\n  h5feed inspect data/*.h5\n  h5feed inspect a.h5 --json\n"
         '  h5feed inspect a.h5 --layout \'{"kind": "flat", "jpeg": "frames"}\'',
     )
@@ -135,8 +136,9 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument("--json", action="store_true", help="one JSON array, a dict per file")
     inspect.add_argument(
         "--layout", default="auto", metavar="LAYOUT",
-        help="auto, groups, frame_datasets, raw, flat, or a JSON object with 'kind' and the "
-        "layout's names (default: %(default)s)",
+        help="auto, groups, frame_datasets, raw, flat, video, blobs, or a JSON object with "
+        "'kind' and the layout's names, e.g. '{\"kind\": \"raw\", \"scale\": 255.0}' "
+        "(default: %(default)s)",
     )  # fmt: skip
     inspect.set_defaults(handler=_cmd_inspect)
 

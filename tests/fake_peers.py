@@ -139,6 +139,7 @@ class FakeLocalProcesses:
 
     def __init__(self, names: Iterable[str]) -> None:
         self.names = list(names)
+        self.retired: set[int] = set()  # pids replaced already (their hellos are stale)
         self._exited: list[tuple[str, int, int]] = []
 
     def exit(self, name: str, code: int, pid: int = 4242) -> None:

@@ -73,3 +73,19 @@ def sleeps_once(clip: np.ndarray, rng: np.random.Generator, marker: str) -> np.n
 def global_random(clip: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """Draws from Python's ``random`` and NumPy's global generator, not from ``rng``."""
     return np.asarray([random.random(), np.random.random()], np.float64)
+
+
+def kills_itself_on(
+    clip: np.ndarray, rng: np.random.Generator, digest: str, deaths: str
+) -> np.ndarray:
+    """A poison sample: the worker that makes the clip whose SHA-256 is ``digest`` SIGKILLs
+    its own process (after appending a line to ``deaths``); every other clip passes as is."""
+    import hashlib
+    import os
+    import signal
+
+    if hashlib.sha256(np.ascontiguousarray(clip).tobytes()).hexdigest() == digest:
+        with open(deaths, "a") as out:
+            out.write(f"{os.getpid()}\n")
+        os.kill(os.getpid(), signal.SIGKILL)
+    return clip

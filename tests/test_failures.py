@@ -4,6 +4,7 @@ malformed messages; shutdown paths. Nothing may hang: each test bounds its wait.
 from __future__ import annotations
 
 import gc
+import hashlib
 import os
 import pathlib
 import signal
@@ -25,8 +26,10 @@ from h5feed.common import wire
 from h5feed.common.errors import (
     DataError,
     H5FeedError,
+    PoisonUnitError,
     WorkerDiedError,
     WorkerError,
+    WorkerTimeoutError,
 )
 from h5feed.consumer.stream import BatchStream
 from h5feed.producer.sample_data import write_video_file
@@ -183,6 +186,63 @@ def test_a_worker_that_dies_on_every_start_ends_the_iteration_naming_its_exit(
     with pytest.raises(WorkerDiedError, match=r"died 2 times within 60 s \(max_restarts=1\)"):
         list(feed)
     assert time.monotonic() - began < 30
+    assert wait_until_gone(own_worker_pids()) == []
+
+
+def test_a_worker_that_hangs_on_every_start_is_reported_as_hung_not_crashed(
+    small_dataset: list[pathlib.Path], importable_transforms: None, tmp_path: pathlib.Path
+) -> None:
+    feed = h5feed.batches(
+        small_dataset, **CLIP, workers=1, max_restarts=1, unit_timeout_s=2.0,
+        transform="sample_transforms:sleeps", transform_args={"marker": str(tmp_path / "m")},
+    )  # fmt: skip
+    began = time.monotonic()
+    with pytest.raises(WorkerTimeoutError, match=r"hung 2 times within 60 s \(max_restarts=1\)"):
+        list(feed)
+    assert time.monotonic() - began < 60
+    assert wait_until_gone(own_worker_pids()) == []
+
+
+def test_a_sample_that_kills_every_worker_making_it_ends_the_iteration_naming_it(
+    small_dataset: list[pathlib.Path], importable_transforms: None, tmp_path: pathlib.Path
+) -> None:
+    # The poison: sample 5's clip, as a run without the transform gives it (same plan).
+    common = {**CLIP, "batch_size": 1, "workers": 2, "seed": 3, "shuffle": False}
+    clean = list(h5feed.batches(small_dataset, **common))
+    (target,) = [b["frames"][0] for b in clean if int(b["sample"][0]) == 5]
+    digest = hashlib.sha256(np.ascontiguousarray(target).tobytes()).hexdigest()
+    deaths = tmp_path / "deaths"
+    feed = h5feed.batches(
+        small_dataset,
+        **common,
+        transform="sample_transforms:kills_itself_on",
+        transform_args={"digest": digest, "deaths": str(deaths)},
+    )  # default max_unit_attempts=3, max_restarts=3
+    with pytest.raises(PoisonUnitError) as info:
+        list(feed)
+    text = str(info.value)
+    assert "died 3 times (max_unit_attempts=3)" in text
+    assert len(info.value.samples) == 1 and "(sample 5 of epoch 0)" in info.value.samples[0]
+    assert ".h5 video '" in info.value.samples[0] and "frames " in info.value.samples[0]
+    assert len(deaths.read_text().split()) == 3  # three processes made it, each one died
+    feed.close()
+    assert wait_until_gone(own_worker_pids()) == []
+
+
+def test_kept_workers_killed_between_iterations_are_replaced_not_raised(
+    small_dataset: list[pathlib.Path],
+) -> None:
+    # max_restarts=0: any crash-loop death would raise; the victims delivered first.
+    feed = h5feed.batches(small_dataset, **CLIP, batch_size=4, workers=2, max_restarts=0)
+    for _iteration in range(3):
+        with feed.stream() as stream:
+            samples = [s for batch in stream for s in batch["sample"].tolist()]
+            delivered = [w["pid"] for w in stream.stats()["workers"] if w["count"] > 0]
+        assert sorted(samples) == list(range(24)) and delivered
+        for pid in delivered:  # kept workers die between iterations (an OOM killer)
+            os.kill(pid, signal.SIGKILL)
+        assert wait_until_gone(delivered) == []
+    feed.close()
     assert wait_until_gone(own_worker_pids()) == []
 
 

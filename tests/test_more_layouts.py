@@ -362,3 +362,38 @@ def test_labels_from_a_user_mapping_of_file_names(tmp_path: pathlib.Path) -> Non
         hdf_config(str(tmp_path), {"layout": layouts.Video(label=annotations)})
     with pytest.raises(ValueError, match="maps file names"):
         layouts.Video(label={"a": 1.5})
+
+
+def test_blob_files_declaring_too_much_are_refused_before_a_read(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from h5feed.producer.layouts import blobs as blob_reader
+
+    path = tmp_path / "b.h5"
+    write_blobs(path, make_videos(seed=0, count=3), frames_per_row=4)
+    monkeypatch.setattr(blob_reader, "MAX_VIDEOS", 2)
+    with pytest.raises(DataError, match=r"declares 3 videos, over the limit of 2"):
+        open_reader(str(path), layouts.Blobs())
+    monkeypatch.setattr(blob_reader, "MAX_VIDEOS", 10)
+    monkeypatch.setattr(blob_reader, "MAX_SCANNED_ROW_BYTES", 16)
+    reader = open_reader(str(path), layouts.Blobs())
+    with pytest.raises(DataError, match=r"over the limit of 16: give the frame counts"):
+        reader.index()
+    reader.close()
+    with h5py.File(path, "w") as f:  # a 1 GB blob declared by a tiny file: refused unread
+        f.create_dataset("frames", (1, 1), dtype=np.dtype("V1073741824"))
+    with pytest.raises(DataError, match="declares blobs of 1073741824 bytes"):
+        open_reader(str(path), layouts.Blobs())
+
+
+def test_another_label_mapping_over_the_same_files_is_not_served_from_the_known_index(
+    tmp_path: pathlib.Path,
+) -> None:
+    expected = write_video_files(tmp_path / "d", make_videos(seed=0, count=3), CLASSES)
+    names = [name for _path, name in expected]
+    for label in (1, 2):  # the second run's files are unchanged: only the mapping differs
+        layout = layouts.Video(label=dict.fromkeys(names, label))
+        feed = h5feed.batches(str(tmp_path / "d"), layout=layout, clip_len=1, batch_size=3,
+                              workers=1, index_cache=str(tmp_path / "cache"))  # fmt: skip
+        (batch,) = collect(feed)
+        assert batch["label"].tolist() == [label] * 3

@@ -222,6 +222,37 @@ def test_health_reports_a_live_producer_and_a_stale_file(
     assert stale.returncode == 1 and "old" in stale.stderr
 
 
+def test_a_producer_whose_worker_crash_loops_fails_its_health_check(
+    tmp_path: pathlib.Path,
+) -> None:
+    from h5feed.producer.service import check_health
+
+    health = tmp_path / "producer.health"
+    producer = subprocess.Popen(  # every worker dies at start: a bad --connect address
+        [sys.executable, "-m", "h5feed", "produce", "--connect", "tcp://127.0.0.1:notaport",
+         "--workers", "1", "--health-file", str(health), "--max-restarts", "1"],
+        stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        problem = None
+        while not (problem or "").startswith("crash loop"):
+            assert time.monotonic() < deadline, f"no crash loop reported: {problem}"
+            time.sleep(0.2)
+            problem = check_health(str(health), max_age_s=60)
+        assert "died 2 times within 60 s, each time before returning any data" in problem
+        assert "(max_restarts=1)" in problem
+        failed = subprocess.run(
+            [sys.executable, "-m", "h5feed", "health", str(health), "--max-age", "60"],
+            capture_output=True, text=True, timeout=30,
+        )  # fmt: skip
+        assert failed.returncode == 1 and "crash loop" in failed.stderr
+    finally:
+        producer.send_signal(signal.SIGTERM)
+        _out, errors = producer.communicate(timeout=20)
+    assert "before returning any part; restarting in 1 s" in errors  # then 2 s, 4 s, ...
+
+
 def test_default_worker_count_honours_the_cgroup_quota(tmp_path: pathlib.Path) -> None:
     from h5feed.producer.cpus import available_cpus, cgroup_cpu_quota
 
@@ -302,6 +333,7 @@ def test_curve_admits_only_listed_producers(
     names = sorted(w["name"].split("-")[0] for w in stats["workers"])
     assert names[0] == "good" and len(names) == 2 and names[1].startswith("w"), names
     assert stats["malformed_messages"] == 0  # the stranger's messages never got in
+    assert stats["refused_keys"] >= 1  # its connection was refused, and counted
 
 
 def test_curve_without_a_listed_producer_gets_no_work(

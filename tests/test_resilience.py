@@ -6,6 +6,7 @@ batches received (a seeded schedule), and every wait is bounded."""
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import os
@@ -34,6 +35,7 @@ from test_producers import (
 import h5feed
 from h5feed.common.errors import DataError
 from h5feed.producer.sample_data import make_sample_dataset
+from h5feed.producer.service import check_health
 
 KILLS = 21
 
@@ -45,8 +47,9 @@ def test_21_sigkills_of_local_workers_over_3_epochs_lose_and_repeat_nothing(
     batches_per_epoch = 24  # 24 samples, batch_size 1
     schedule = sorted(rng.sample(range(1, 3 * batches_per_epoch - 12), KILLS))
     feed = h5feed.batches(
-        small_dataset, **CLIP, batch_size=1, workers=2, epochs=3, seed=9, max_restarts=KILLS
-    )
+        small_dataset, **CLIP, batch_size=1, workers=2, epochs=3, seed=9, max_restarts=KILLS,
+        max_unit_attempts=KILLS,  # kills this close may hit one unit's holders 3 times
+    )  # fmt: skip
     per_epoch: dict[int, list[int]] = {0: [], 1: [], 2: []}
     seen: set[int] = set()
     killed: set[int] = set()
@@ -75,15 +78,55 @@ def test_21_sigkills_of_local_workers_over_3_epochs_lose_and_repeat_nothing(
     assert wait_until_gone(sorted(seen)) == []
 
 
+def test_workers_killed_after_they_delivered_are_replaced_every_time_with_defaults(
+    small_dataset: list[pathlib.Path],
+) -> None:
+    """An OOM killer on a host under memory pressure: each kill waits for its victim (the
+    worker killed least so far) to have returned a part since its process started (the
+    event, read from ``stats()``); 9 kills over 3 epochs, 5 of one worker (past
+    max_restarts=3 within a minute, which the run takes on an idle machine), and the defaults
+    end nothing: these deaths are no crash loop, and no unit is held through 3 deaths."""
+    kills_wanted = 9
+    feed = h5feed.batches(small_dataset, **CLIP, batch_size=1, workers=2, epochs=3, seed=11)
+    per_epoch: dict[int, list[int]] = {0: [], 1: [], 2: []}
+    killed: list[int] = []
+    seen: set[int] = set()
+    names: set[str] = set()
+    per_name: collections.Counter[str] = collections.Counter()
+    with feed.stream() as stream:
+        for i, batch in enumerate(stream):
+            per_epoch[int(batch["epoch"][0])] += batch["sample"].tolist()
+            seen |= set(stream.worker_pids)
+            if len(killed) == kills_wanted or i < 3 + 7 * len(killed):
+                continue  # a kill every 7 batches at most: spread over the 3 epochs
+            workers = stream.stats()["workers"]  # one entry per live process that said hello
+            names |= {w["name"] for w in workers}
+            ready = [w for w in workers if w["count"] > 0 and w["pid"] not in killed]
+            if ready:  # else the kill is due at the next batch
+                victim = min(ready, key=lambda w: (per_name[w["name"]], w["name"]))
+                os.kill(victim["pid"], signal.SIGKILL)
+                killed.append(victim["pid"])
+                per_name[victim["name"]] += 1
+        stats = stream.stats()
+    assert len(killed) == kills_wanted, f"only {len(killed)} kills made"
+    assert sorted(per_name.values()) == [4, 5]  # each worker died again and again
+    for epoch, samples in per_epoch.items():
+        assert sorted(samples) == list(range(24)), f"epoch {epoch}"
+    assert stats["workers_replaced"] == kills_wanted
+    feed.close()
+    assert wait_until_gone(sorted(seen)) == []
+
+
 @pytest.fixture()
 def port() -> int:
     return free_port()
 
 
-def _stop(process: subprocess.Popen[str]) -> None:
+def _stop(process: subprocess.Popen[str]) -> str:
+    """Kill ``process`` if it runs; what it wrote on stderr."""
     if process.poll() is None:
         process.kill()
-    process.communicate(timeout=10)
+    return process.communicate(timeout=10)[1] or ""
 
 
 def test_a_remote_producer_killed_without_bye_is_reassigned_within_peer_timeout(
@@ -115,30 +158,43 @@ def test_a_remote_producer_killed_without_bye_is_reassigned_within_peer_timeout(
 
 
 def test_a_producer_worker_restarted_by_its_supervisor_rejoins(
-    port: int, small_dataset: list[pathlib.Path]
+    port: int, small_dataset: list[pathlib.Path], tmp_path: pathlib.Path
 ) -> None:
-    producers = [start_producer(port, small_dataset[0].parent, f"p{i}") for i in range(2)]
+    # p0's worker is killed once it delivered: restarted at once, and no crash loop even
+    # with --max-restarts 0 (its health check stays good).
+    health = tmp_path / "p0.health"
+    root = small_dataset[0].parent
+    extra = ["--max-restarts", "0", "--health-file", str(health)]
+    producers = [start_producer(port, root, "p0", extra), start_producer(port, root, "p1")]
+    errors: list[str] = []
     try:
         feed = remote_feed(port, small_dataset, batch_size=1, seed=6, peer_timeout_s=3.0)
         samples: list[int] = []
+        killed_at = None
         with feed.stream() as stream:
             for i, batch in enumerate(stream):
                 samples += batch["sample"].tolist()
-                if i == 2:
+                workers = stream.stats()["workers"]
+                if killed_at is None and any(
+                    w["name"].startswith("p0-") and w["count"] > 0 for w in workers
+                ):  # it returned a part: kill it now (else at a later batch)
                     for pid in worker_pids(producers[0].pid):  # the service restarts it
                         os.kill(pid, signal.SIGKILL)
-                if i == 3:  # hold the epoch open until the restarted worker is back
-                    deadline = time.monotonic() + 60
+                    killed_at = i
+                elif killed_at is not None and i == killed_at + 1:  # hold the epoch open
+                    deadline = time.monotonic() + 60  # until the restarted worker is back
                     while stream.stats()["peers_joined"] < 1:
                         assert time.monotonic() < deadline, "the restarted worker never rejoined"
                         time.sleep(0.1)
             stats = stream.stats()
+        assert killed_at is not None and killed_at < 20
         assert sorted(samples) == list(range(24))
         assert stats["peers_lost"] == 1 and stats["peers_joined"] == 1
         assert sorted(w["name"].split("-")[0] for w in stats["workers"]) == ["p0", "p1"]
+        assert check_health(str(health)) is None  # no crash loop reported
     finally:
-        for process in producers:
-            _stop(process)
+        errors = [_stop(process) for process in producers]
+    assert "after returning parts; restarting now" in errors[0]
 
 
 def test_a_producer_started_mid_epoch_delivers_units_in_that_epoch(

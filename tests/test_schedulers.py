@@ -641,10 +641,57 @@ def test_keras_a_check_not_answered_within_the_unit_timeout_ends_the_iteration()
     fleet.dispatch()
     fleet.answer_all(fleet.live[0])  # p1 never answers its CHECK (its on_epoch_end hangs)
     deadline = time.monotonic() + 30
-    with pytest.raises(WorkerTimeoutError, match=r"workers \['p1 \(pid.* check of epoch 1"):
+    with pytest.raises(
+        WorkerTimeoutError, match=r"workers \['p1 \(pid.* did not answer their check"
+    ):
         while time.monotonic() < deadline:  # the loop's passes
             scheduler.next_units(fleet.gate, fleet.live)
     assert not epoch_1_units(fleet)
+
+
+def keras_fleet_in_epoch_1() -> tuple[Fleet, SourceScheduler, FeedConfig]:
+    """A keras fleet whose epoch 1 was checked and whose units of it were dispatched."""
+    fleet, scheduler, config = keras_fleet(2, budget=3)
+    for worker in fleet.workers.values():  # the copies agree: batch 0 is b"0", b"1"...
+        worker.checks = lambda epoch: (messages.ItemCheck(0, bytes([epoch]), True),)
+    fleet.handshake()
+    while not epoch_1_units(fleet):  # epoch 0, the CHECK of epoch 1, its first units
+        fleet.dispatch()
+        for peer in fleet.pending():
+            fleet.answer_all(peer)
+        while fleet.released:
+            fleet.take()
+    assert len(epoch_1_units(fleet)) < 7  # the rest is dispatched later
+    return fleet, scheduler, config
+
+
+def test_keras_a_joiner_in_a_later_epoch_serves_once_its_check_of_it_agrees() -> None:
+    fleet, _scheduler, config = keras_fleet_in_epoch_1()
+    fleet.lose(fleet.live[0])
+    joiner = FakeWorker(make_peer("p2"), source=FakeSource("keras", 7, keras_batch))
+    fleet.join(joiner)
+    fleet.answer_one(joiner.peer)  # its SOURCE_INFO: it agrees at epoch 0
+    [check] = [s for s in fleet.posted if s.peer is joiner.peer and s.message.KIND == "check"]
+    assert isinstance(check.message, messages.Check) and check.message.epoch == 1
+    fleet.dispatch()
+    assert not [s for s in fleet.posted if s.peer is joiner.peer and s.message.KIND == "items"]
+    fleet.answer_all(joiner.peer)  # its CHECK agrees: it serves
+    moved = fleet.lose(fleet.live[0])  # the other one goes too: its units go to the joiner
+    assert moved.moved_units and {s.peer for s in moved.sends} == {joiner.peer}
+    taken = fleet.run(random.Random(4))
+    got = [(b.epoch, b.index, [int(b.element["y"][0])]) for b in taken]
+    assert got == expected_items(config, 7, 1, [0, 1])
+
+
+def test_keras_a_joiner_whose_copy_differs_at_the_current_epoch_is_refused() -> None:
+    fleet, _scheduler, _config = keras_fleet_in_epoch_1()
+    fleet.lose(fleet.live[0])
+    joiner = FakeWorker(make_peer("p2"), source=FakeSource("keras", 7, keras_batch))
+    joiner.checks = lambda epoch: (messages.ItemCheck(0, bytes([epoch * 7]), True),)
+    fleet.join(joiner)
+    with pytest.raises(SourceError, match="batch 0 at epoch 1 differs"):
+        fleet.answer_all(joiner.peer)
+    assert not [s for s in fleet.posted if s.peer is joiner.peer and s.message.KIND == "items"]
 
 
 def test_a_joiner_whose_copy_differs_is_refused_naming_the_item() -> None:

@@ -418,3 +418,13 @@ def test_nothing_a_known_peer_sends_makes_receive_raise(frames: list[Any]) -> No
     handled = len(session.events) + counters["malformed_messages"] + counters["dropped_parts"]
     assert handled <= 1
     assert (b"a" in session.peers) != bool(lost_events(session))
+
+
+def test_a_stale_hello_of_a_replaced_local_process_is_ignored() -> None:
+    local = FakeLocalProcesses(["w0"])
+    local.retired.add(41)  # replaced between iterations; its hello was still queued
+    session, _transport, _counters = make_session(local=local)
+    session.receive(b"w0", hello_frames("w0", pid=41))
+    assert not session.peers and not session.events
+    session.receive(b"w0", hello_frames("w0", pid=42))  # its successor
+    assert [peer.pid for peer in session.peers.values()] == [42]

@@ -10,18 +10,20 @@ worker SIGKILLed, and silent peers (HELLO and nothing else; one of them CURVE-ad
 from __future__ import annotations
 
 import collections
+import json
 import os
 import pathlib
 import random
 import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import zmq
 from fake_peers import FakeTransport, FakeWorker, Fleet, hdf_config, hello_frames, make_peer
 from metrics_helpers import free_port
 from test_schedulers import (
@@ -37,7 +39,7 @@ from test_schedulers import (
 
 import h5feed
 from h5feed.common import messages
-from h5feed.common.curve import KeyPair, write_key_pair
+from h5feed.common.curve import write_key_pair
 from h5feed.consumer.credits import CreditGate
 from h5feed.consumer.events import PeerLost
 from h5feed.consumer.hdf5_scheduler import HdfScheduler
@@ -48,6 +50,7 @@ from h5feed.consumer.work import Peer
 CLIP = {"clip_len": 4, "resize": (48, 64), "crop": (40, 40)}
 #: Every wait of the end-to-end tests is bounded by this.
 WAIT_S = 120.0
+SILENT = pathlib.Path(__file__).with_name("silent_peers.py")
 
 
 def fleet_of(peers: list[Peer], budget: int = 4) -> tuple[Fleet, HdfScheduler]:
@@ -173,41 +176,34 @@ def test_a_peer_owing_an_index_past_unit_timeout_is_lost_whatever_it_holds() -> 
 
 
 class SilentPeers:
-    """``count`` DEALERs that connect to ``address``, say HELLO and nothing else (libzmq
-    answers the trainer's heartbeats for them, so they look alive); with ``keys``, as a
-    CURVE client."""
+    """``count`` peers that say hello and nothing else, in a process of their own
+    (tests/silent_peers.py); with ``keys`` (secret key file, server's public key file), as
+    CURVE clients."""
 
-    def __init__(self, address: str, count: int, keys: tuple[KeyPair, bytes] | None = None) -> None:
-        self.context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
-        self.context.set(zmq.MAX_SOCKETS, count + 64)
-        self.sockets = []
-        for i in range(count):
-            dealer = self.context.socket(zmq.DEALER)
-            dealer.setsockopt(zmq.LINGER, 0)
-            dealer.setsockopt(zmq.ROUTING_ID, f"silent-{i:04d}".encode())
-            if keys is not None:
-                own, server = keys
-                dealer.curve_secretkey = own.secret
-                dealer.curve_publickey = own.public
-                dealer.curve_serverkey = server
-            dealer.connect(address)
-            hello = messages.Hello(f"silent-{i:04d}", 10**6 + i, "elsewhere", "x", f"n{i}")
-            dealer.send_multipart(messages.encode(hello))
-            self.sockets.append(dealer)
+    def __init__(self, address: str, count: int, keys: tuple[str, str] | None = None) -> None:
+        command = [sys.executable, str(SILENT), address, str(count), *(keys or ())]
+        self.process = subprocess.Popen(
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+        self.kinds: collections.Counter[str] | None = None
+        assert self.process.stdout is not None
+        ready = self.process.stdout.readline()  # bounded: the test's own timeout kills it
+        assert ready.strip() == "ready", f"silent peers did not start: {ready!r}"
 
     def received(self) -> collections.Counter[str]:
-        """The kinds of message the silent peers were sent (read without blocking)."""
-        kinds: collections.Counter[str] = collections.Counter()
-        for dealer in self.sockets:
-            while dealer.poll(0):
-                frames = dealer.recv_multipart()
-                kinds[type(messages.decode(frames)).__name__] += 1
-        return kinds
+        """The kinds of message the silent peers were sent (they stop and say)."""
+        if self.kinds is None:
+            out, _err = self.process.communicate(input="", timeout=WAIT_S)
+            self.kinds = collections.Counter(json.loads(out.strip().splitlines()[-1]))
+        return self.kinds
 
     def close(self) -> None:
-        for dealer in self.sockets:
-            dealer.close(0)
-        self.context.term()
+        if self.process.poll() is None:
+            try:
+                self.received()
+            except (subprocess.TimeoutExpired, ValueError):
+                self.process.kill()
+                self.process.wait(10)
 
 
 @pytest.fixture()
@@ -230,7 +226,8 @@ def test_silent_joiners_and_a_killed_local_worker_end_the_epoch_exactly_once(
     small_dataset: list[pathlib.Path], silent: list[SilentPeers], count: int
 ) -> None:
     address = f"tcp://127.0.0.1:{free_port()}"
-    unit_timeout_s, peer_timeout_s = 6.0, 10.0  # 2,000 heartbeats each way, on a busy host
+    # Generous: 2,000 heartbeats each way, and a replacement that starts on a busy host.
+    unit_timeout_s, peer_timeout_s = 10.0, 20.0
     feed = h5feed.batches(
         small_dataset, **CLIP, batch_size=1, workers=1, seed=2, listen=address,
         unit_timeout_s=unit_timeout_s, peer_timeout_s=peer_timeout_s, join_grace_s=0.0,
@@ -259,7 +256,7 @@ def test_a_curve_admitted_producer_silent_after_hello_is_lost_and_its_files_move
     keys, authorized = tmp_path / "keys", tmp_path / "authorized"
     keys.mkdir()
     authorized.mkdir()
-    _, trainer_secret = write_key_pair(str(keys), "trainer")
+    trainer_public, trainer_secret = write_key_pair(str(keys), "trainer")
     producer_public, producer_secret = write_key_pair(str(keys), "producer")
     (authorized / "producer.key").write_bytes(pathlib.Path(producer_public).read_bytes())
     port = free_port()
@@ -270,7 +267,6 @@ def test_a_curve_admitted_producer_silent_after_hello_is_lost_and_its_files_move
         curve_key=trainer_secret, curve_authorized=str(authorized), join_grace_s=3.0,
         unit_timeout_s=unit_timeout_s, start_timeout_s=30.0,
     )  # fmt: skip
-    server = KeyPair.load(trainer_secret).public
     joined = threading.Event()
 
     def join_while_the_trainer_collects_producers() -> None:
@@ -280,7 +276,7 @@ def test_a_curve_admitted_producer_silent_after_hello_is_lost_and_its_files_move
                 if probe.connect_ex(("127.0.0.1", port)) == 0:
                     break
             time.sleep(0.02)
-        silent.append(SilentPeers(address, 1, (KeyPair.load(producer_secret), server)))
+        silent.append(SilentPeers(address, 1, (producer_secret, trainer_public)))
         joined.set()
 
     helper = threading.Thread(target=join_while_the_trainer_collects_producers, daemon=True)

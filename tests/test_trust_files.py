@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import socket
 import subprocess
 import sys
 import zlib
@@ -21,12 +22,14 @@ import h5py
 import numpy as np
 import pytest
 import zmq
-from layout_data import make_videos, write_groups
+from conftest import own_worker_pids, wait_until_gone
+from layout_data import make_videos, write_groups, write_raw
 from test_trust_code_and_root import RECEIVE_TIMEOUT_MS, Rogue
 
+import h5feed
 from h5feed.common import layouts, messages
 from h5feed.common.config import PRODUCER_MAX_CLIP_PIXELS, PRODUCER_MAX_FRAME_PIXELS, ClipSpec
-from h5feed.common.errors import DataError
+from h5feed.common.errors import DataError, FileReadError
 from h5feed.common.messages import FileRef
 from h5feed.producer import dataset_checks, link_walk
 from h5feed.producer.code_policy import NOTHING
@@ -456,25 +459,25 @@ def crash_plugin(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
     return directory
 
 
-def test_a_file_that_kills_every_worker_indexing_it_is_a_file_read_error(
-    tmp_path: pathlib.Path, crash_plugin: pathlib.Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from conftest import own_worker_pids, wait_until_gone
-    from layout_data import write_raw
-
-    import h5feed
-    from h5feed.common.errors import FileReadError
-
-    good = tmp_path / "good.h5"
+def crash_files(directory: pathlib.Path) -> tuple[pathlib.Path, pathlib.Path]:
+    """A good raw-layout file, and one whose labels (read to index it) crash HDF5."""
+    good = directory / "good.h5"
     write_raw(good, make_videos(seed=2, count=2), with_offsets=False)
-    crash = tmp_path / "crash.h5"
-    with h5py.File(crash, "w") as f:  # raw layout; its labels, read to index it, crash HDF5
+    crash = directory / "crash.h5"
+    with h5py.File(crash, "w") as f:
         f.create_dataset("images", data=np.zeros((2, 24, 32, 3), np.uint8))
         labels = f.create_dataset(
             "labels", (2,), np.int64, chunks=(2,), compression=CRASH_FILTER,
             allow_unknown_filter=True,
         )  # fmt: skip
         labels.id.write_direct_chunk((0,), np.zeros(2, np.int64).tobytes())
+    return good, crash
+
+
+def test_a_file_that_kills_every_worker_indexing_it_is_a_file_read_error(
+    tmp_path: pathlib.Path, crash_plugin: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    good, crash = crash_files(tmp_path)
     others = set(own_worker_pids())  # this module's producer worker, if it runs
     monkeypatch.setenv("HDF5_PLUGIN_PATH", str(crash_plugin))  # the workers inherit it
     feed = h5feed.batches(
@@ -487,3 +490,137 @@ def test_a_file_that_kills_every_worker_indexing_it_is_a_file_read_error(
     assert repr(str(crash)) in message and "every worker that indexed it died (3 times" in message
     assert "good.h5" not in message
     assert wait_until_gone([p for p in own_worker_pids() if p not in others]) == []
+
+
+def test_a_file_that_kills_a_producers_workers_is_a_file_read_error_not_a_timeout(
+    tmp_path: pathlib.Path, crash_plugin: pathlib.Path
+) -> None:
+    crash_files(tmp_path)  # paths relative to the data root below
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = int(probe.getsockname()[1])
+    env = {**os.environ, "HDF5_PLUGIN_PATH": str(crash_plugin)}
+    producer = subprocess.Popen(
+        [sys.executable, "-m", "h5feed", "produce", "--connect", f"tcp://127.0.0.1:{port}",
+         "--data-root", str(tmp_path), "--workers", "1", "--name", "crashy"],
+        env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    try:
+        feed = h5feed.batches(
+            ["good.h5", "crash.h5"], data_root=str(tmp_path), workers=0,
+            listen=f"tcp://127.0.0.1:{port}", layout="raw", clip_len=1, batch_size=2,
+            index_cache=False, start_timeout_s=60, unit_timeout_s=120,
+        )  # fmt: skip
+        with pytest.raises(FileReadError) as caught:
+            list(feed)
+    finally:
+        producer.terminate()
+        producer.communicate(timeout=EXIT_TIMEOUT_S + 5)
+    message = str(caught.value)
+    assert repr("crash.h5") in message and "every worker that indexed it died (3 times" in message
+    assert "crashy-0" in message and "good.h5" not in message
+
+
+# -- every layout: one check for every dataset it reads ------------------------------------
+
+
+def _every_layout(tmp: pathlib.Path) -> list[tuple[str, pathlib.Path, layouts.LayoutSpec]]:
+    from layout_data import write_blobs, write_flat, write_frame_datasets, write_video_files
+
+    videos = make_videos(seed=4, count=2)
+    cases: list[tuple[str, pathlib.Path, layouts.LayoutSpec]] = []
+    write_groups(tmp / "groups.h5", videos)
+    cases.append(("groups", tmp / "groups.h5", layouts.Groups()))
+    write_groups(tmp / "packed.h5", videos)
+    with h5py.File(tmp / "packed.h5", "a") as f:
+        pack_index.write(
+            f, [(f"video_{v:03d}", len(fr), lab) for v, (fr, lab) in enumerate(videos)]
+        )
+    cases.append(("groups, pack index", tmp / "packed.h5", layouts.Groups()))
+    write_frame_datasets(tmp / "frames.h5", videos)
+    cases.append(("frame_datasets", tmp / "frames.h5", layouts.FrameDatasets()))
+    write_flat(tmp / "flat.h5", videos)
+    cases.append(("flat", tmp / "flat.h5", layouts.Flat()))
+    write_raw(tmp / "raw.h5", videos, with_offsets=True)
+    cases.append(("raw", tmp / "raw.h5", layouts.Raw()))
+    write_blobs(tmp / "blobs.h5", videos, frames_per_row=12, lengths=True)
+    cases.append(("blobs", tmp / "blobs.h5", layouts.Blobs()))
+    for pixels in (False, True):
+        written = write_video_files(tmp / f"video{pixels:d}", videos[:1], ["a"], pixels=pixels)
+        path = pathlib.Path(next(iter(written))[0])
+        cases.append((f"video (pixels {pixels})", path, layouts.Video(label=None)))
+    return cases
+
+
+def _datasets(path: pathlib.Path) -> set[str]:
+    found: set[str] = set()
+
+    def add(name: str, obj: object) -> None:
+        if isinstance(obj, h5py.Dataset):
+            found.add("/" + name)
+
+    with h5py.File(path, "r") as f:
+        f.visititems(add)
+    return found
+
+
+def test_every_layout_checks_every_dataset_it_reads(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from h5feed.producer.layouts import base
+
+    checked: list[tuple[str, bool]] = []
+    real = base.check_dataset
+
+    def spy(
+        dataset: h5py.Dataset, bounds: DatasetBounds, root: str | None, *, whole: bool
+    ) -> h5py.Dataset:
+        checked.append((dataset.name, whole))
+        return real(dataset, bounds, root, whole=whole)
+
+    monkeypatch.setattr(base, "check_dataset", spy)
+    for name, path, spec in _every_layout(tmp_path):
+        checked.clear()
+        reader = open_reader(str(path), spec)
+        try:
+            video, frames, _label = reader.index()[0]
+            reader.read_frames(video, list(range(frames)))
+            reader.frame_crcs(video, [0])
+        finally:
+            reader.close()
+        stored = _datasets(path)
+        read = {d for d, _whole in checked}
+        # every dataset the reader needs for the first video, each read-whole one said so
+        first_video = {
+            d for d in stored if d.count("/") == 1 or d.startswith((f"/{video}/", "/h5feed_index/"))
+        }
+        assert first_video <= read, (name, sorted(first_video - read))
+        wholes = {d for d, whole in checked if whole}
+        small = {
+            d
+            for d in read
+            if d.rsplit("/", 1)[-1]
+            in ("labels", "video_offsets", "lengths", "names", "frame_counts")
+        }
+        assert small <= wholes, (name, sorted(small - wholes))
+
+
+def test_a_persistent_workers_open_files_are_checked_again_under_a_new_jobs_bounds(
+    files: Files,
+) -> None:
+    from h5feed.producer.open_files import OpenFiles
+
+    path = str(files.root / "bomb_chunk.h5")
+    kept = OpenFiles(
+        max_open=4, bounds=DatasetBounds(max_frame_pixels=None, max_chunk_bytes=2 << 30)
+    )
+    try:
+        kept.open(0, path, layouts.Raw(offsets=None))  # a chunk of 1.07 GB is within 2 GiB
+        assert kept.open_count == 1
+        kept.use_bounds(DatasetBounds())  # the next job's: readers of the old ones are closed
+        assert kept.open_count == 0
+        with pytest.raises(DataError, match="chunks of 1068000000 bytes"):
+            kept.get(0)  # reopened under the new bounds, and refused
+    finally:
+        kept.close()

@@ -95,10 +95,21 @@ class WorkerDiedError(H5FeedError):
     """A worker died more often than ``max_restarts`` allows, or its work cannot move."""
 
 
+class PoisonUnitError(WorkerDiedError):
+    """A unit's holder died ``max_unit_attempts`` times: something in it (a frame, an item,
+    the user's transform on one sample) kills or stalls every worker that makes it. The
+    message names its samples (file, video and frames; or items); ``samples`` lists them."""
+
+    def __init__(self, message: str, samples: list[str]) -> None:
+        super().__init__(message)
+        self.samples = samples
+
+
 class WorkerTimeoutError(H5FeedError):
     """The workers' handshake, or a keras source's check at an epoch's start, got no answer
-    within the unit timeout (a stuck worker holding units is not an error: it is replaced;
-    see README Guarantees)."""
+    within the unit timeout; or a local worker hung (held work past the unit timeout) on
+    every start, ``max_restarts`` times a minute, before returning any data. (A stuck worker
+    holding units is otherwise not an error: it is replaced; see README Guarantees.)"""
 
 
 class NoWorkersError(H5FeedError):

@@ -54,7 +54,8 @@ def dataset(
 ) -> tf.data.Dataset:
     """A ``tf.data.Dataset`` of batches of video clips, decoded in worker processes.
 
-    ``files``: a glob, a directory (its ``*.h5``/``*.hdf5`` files) or a list of paths. The
+    ``files``: a glob, a directory (its ``*.h5``/``*.hdf5``/``*.hdf``/``*.he5`` files,
+    searched recursively) or a list of paths. The
     keyword arguments are :class:`h5feed.consumer.options.FeedKwargs`. Defaults (those of the
     dataclasses that hold them, as ``describe_parameters()`` lists them; a test checks these):
 
@@ -67,7 +68,7 @@ def dataset(
       shard=(0, 1)``;
     * processes (``FeedOptions``): ``workers=2, max_inflight_batches=None,
       start_timeout_s=60, unit_timeout_s=120, peer_timeout_s=5, max_restarts=3,
-      index_cache=True, tune_malloc=True,
+      max_unit_attempts=3, index_cache=True, tune_malloc=True,
       listen=None, data_root=None, join_grace_s=1.5, curve_key=None,
       curve_authorized=None, shared_memory=True, metrics_port=None,
       max_message_bytes=1073741824, insecure=False, max_open_files=128,

@@ -51,7 +51,7 @@ import dataclasses
 import os
 import socket
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Hashable, Iterator, Sequence
 
 import numpy as np
 
@@ -126,9 +126,9 @@ class HdfScheduler:
         self._planned: PlannedRelease[PlannedBatch, Batch] | None = None  # once indexed
         self._pool = self._make_pool()
         options = config.options
-        # Which files a worker was indexing when it died: reported after the restart rule's
-        # attempts (index_attempts.py), never left to the handshake's timeout.
-        self._attempts = IndexAttempts(options.max_restarts)
+        # Which files a worker was indexing when it died: reported after as many deaths as a
+        # unit may cost (max_unit_attempts; index_attempts.py), never left to a timeout.
+        self._attempts = IndexAttempts(options.max_unit_attempts)
         self.skips = SkipLog(  # on_error: samples skipped for bad frames
             options.on_error, options.max_skipped, options.shard, options.clips_per_video,
             self._log,
@@ -359,8 +359,7 @@ class HdfScheduler:
         unit = self._ledger.get(data.unit)
         samples = None if unit is None else self._samples(unit.seq, unit.work[0])
         if unit is None or unit.peer is not peer or list(data.samples) != samples:
-            self._counters["dropped_parts"] += 1
-            self._log.warning("dropped an unexpected part (unit %s) from %s", data.unit, peer)
+            self._counters["dropped_parts"] += 1  # the session logs it at a bounded rate
             return []
         positions, in_slot = unit.work
         frames = data.arrays.get("frames")
@@ -614,6 +613,24 @@ class HdfScheduler:
             return f"unit {unit_id}"
         planned = self._assembler.planned(unit.seq)
         return f"unit {unit_id} (batch {planned.index} of epoch {planned.epoch})"
+
+    def samples_of(self, unit_id: int) -> list[tuple[Hashable, str]]:
+        unit = self._ledger.get(unit_id)
+        if unit is None or self._assembler is None or self.index is None:
+            return []
+        planned, index = self._assembler.planned(unit.seq), self.index
+        span = self.config.clip.span
+        out: list[tuple[Hashable, str]] = []
+        for position in unit.work[0].tolist():
+            video, start = int(planned.videos[position]), int(planned.starts[position])
+            sample = int(planned.samples[position])
+            name = (
+                f"{index.file_names[video].decode(errors='replace')} video "
+                f"{index.names[video].decode(errors='replace')!r} frames {start}-"
+                f"{start + span - 1} (sample {sample} of epoch {planned.epoch})"
+            )
+            out.append(((planned.epoch, sample), name))
+        return out
 
     def close(self) -> None:
         if self._pool is not None:

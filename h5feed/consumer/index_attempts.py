@@ -11,14 +11,15 @@ INDEX_BATCHes).
 Guarantees:
 
 1. When a worker's process dies (:data:`DEATHS`: a local worker exits or is killed, a
-   producer's worker is replaced by a new process), the files of the first JOB it had not
-   fully answered — the one it was working on — count one death each (:meth:`left`); its
-   later JOBs, not started, count nothing.
+   producer's worker is replaced by a new process or its connection is gone), the files of
+   the first JOB it had not fully answered — the one it was working on — count one death
+   each (:meth:`left`); its later JOBs, not started, count nothing.
 2. A file with a death is suspect: it is sent alone in a JOB of its own (:attr:`suspects`,
    see ``merge_jobs``), so the next death pins the file down and innocent files that shared
    its first JOB are answered on their own and never count again.
-3. A file at ``limit`` deaths (the restart rule's attempts: ``max_restarts``, at least 2, so
-   a file that merely shared a JOB with the culprit once is never reported) is returned by
+3. A file at ``limit`` deaths (the restart rule's attempts: ``max_unit_attempts``, as for a
+   poison unit, but at least 2, so a file that merely shared a JOB with the culprit once is
+   never reported) is returned by
    :meth:`left`; the scheduler ends the iteration with a ``FileReadError`` naming the file,
    the host and the last death.
 4. Not thread-safe: the loop's thread owns it.
@@ -34,12 +35,13 @@ from h5feed.common import messages
 from h5feed.consumer.scheduler import Send
 from h5feed.consumer.work import Peer
 
-#: Causes of a loss that prove the worker's process died: a local worker that exited, a
-#: producer's worker replaced by a new process under its name (its service restarts it).
-#: Not a BYE (it left on purpose), a refusal (its traffic was at fault), nor a silence
-#: (``unreachable``, ``deadline``: a network, a stuck read or a peer that never answers,
-#: handled by their deadlines) — a peer that merely goes quiet never blames a file.
-DEATHS: Final = frozenset({"exited", "restarted"})
+#: Causes of a loss that show the worker's process died: a local worker that exited, a
+#: producer's worker replaced by a new process under its name (its service restarts it), or
+#: whose connection is gone (``unreachable``: libzmq answers heartbeats for any live process,
+#: so a dead one is seen so when its restart is slower than ``peer_timeout_s``). Not a BYE (it
+#: left on purpose), a refusal (its traffic was at fault), nor a silence (``deadline``: a
+#: stuck read, or a peer that never answers): a peer that merely goes quiet blames no file.
+DEATHS: Final = frozenset({"exited", "restarted", "unreachable"})
 
 
 class IndexAttempts:

@@ -5,7 +5,8 @@ The workers' per-file cache (``h5feed/producer/index_cache.py``) is keyed by the
 recognised after opening each file, which the consumer cannot do (it never opens HDF5
 files). So the consumer keeps its own record: once an iteration's index is built, the whole
 index is written under ``<index_cache>/feeds/``, keyed by every file's device and inode, size
-and modification time (ns) and the layout as given. Any change to a file, to the list or to
+and modification time (ns), the layout as given and the labels the trainer decides (one-video
+files: ``HdfConfig.file_labels``). Any change to a file, to the list or to
 the layout gives another key, so a stale record is never used.
 
 Guarantees: a record is written atomically and read bounded (at most ``_MAX_RECORD_BYTES``,
@@ -53,6 +54,8 @@ def file_stats(config: HdfConfig) -> list[os.stat_result] | None:
 def key_of(config: HdfConfig, stats: list[os.stat_result]) -> str:
     """:func:`key` from stats already taken (:func:`file_stats`)."""
     ident = [json.dumps(config.layout.to_wire(), sort_keys=True)]
+    if config.file_labels is not None:  # labels the trainer decides (a user's mapping)
+        ident.append(json.dumps(list(config.file_labels)))
     # Device and inode name the file whatever path or link leads to it (a realpath per file
     # took 0.25 s at 10,000 files, on every iteration's start).
     ident += [f"{st.st_dev}:{st.st_ino}\0{st.st_size}\0{st.st_mtime_ns}" for st in stats]

@@ -17,8 +17,9 @@ Failure rules: a worker ERROR (with the worker's traceback), no worker within
 ``start_timeout_s`` (at the start, or while work waits for a worker after every worker was
 lost), a handshake with no answer for ``unit_timeout_s`` (while no producer owes one: such a
 producer is lost by its own deadline first, and its files move on), a local worker that dies
-more than ``max_restarts`` times a minute, or work that cannot move end the iteration with an
-exception that the trainer's ``next()`` raises. Everything else a peer does (exit, SIGKILL,
+more than ``max_restarts`` times a minute before returning any data (a crash loop), a unit
+whose holder died ``max_unit_attempts`` times, or work that cannot move end the iteration with
+an exception that the trainer's ``next()`` raises. Everything else a peer does (exit, SIGKILL,
 vanish, stop, hang past ``unit_timeout_s``, say hello and nothing else, leave) costs only its
 re-assignment. Nothing waits
 forever.
@@ -93,6 +94,7 @@ class FeedLoop:
         self._waker = waker
         self._expected = expected_workers
         self._workers = workers  # the local processes, to kill and replace
+        self._attempts = recovery.UnitAttempts(options.max_unit_attempts)
         self._counters = counters
         self._started = False  # the scheduler has shared out the work
         self._waiting_since: float | None = None  # work waits for a worker to join
@@ -127,11 +129,21 @@ class FeedLoop:
             self.error = exc
             self.out.put(FAILED)
         finally:
+            self._tell_delivered()
             self.session.say_bye()
             self.scheduler.close()  # batches already handed out keep their memory
             if not self._keep_socket:
                 self._router.close()
                 self._waker.close()  # a credit returned later wakes nothing (Waker allows it)
+
+    def _tell_delivered(self) -> None:
+        """Kept workers outlive the iteration: the ones that returned a DATA part are no
+        crash loop if they die later (between iterations, or in the next one)."""
+        if self._workers is None:
+            return
+        for peer in self.session.peers.values():
+            if peer.local and peer.received.count:
+                self._workers.delivered(peer.pid)
 
     def _handshake(self) -> bool:
         """Wait for the workers, share out the work, wait for the scheduler to be ready;
@@ -227,8 +239,11 @@ class FeedLoop:
         while events:
             match events.popleft():
                 case Arrived(peer, messages.Data() as data):
+                    dropped = self._counters["dropped_parts"]
                     for batch in self.scheduler.on_data(peer, data):
                         self._release(batch)
+                    if self._counters["dropped_parts"] > dropped:  # not a unit it holds
+                        self.session.unexpected_part(peer, data.unit)
                 case Arrived(peer, messages.Error() as error):
                     self._send(recovery.on_error(peer, error, self.scheduler))
                 case Arrived(peer, message):
@@ -248,7 +263,7 @@ class FeedLoop:
 
     def _recover(self, lost: PeerLost) -> None:
         """A peer is gone: hand its work over (and count it), or fail as the rules say."""
-        moved = recovery.recover(lost, self.scheduler, self.session, self._workers)
+        moved = recovery.recover(lost, self.scheduler, self.session, self._workers, self._attempts)
         self._remote_losses += not lost.peer.local
         self._send(moved.sends)
         self._counters["reassigned_units"] += moved.moved_units

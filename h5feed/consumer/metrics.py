@@ -8,7 +8,8 @@ Names and meaning (all start with ``h5feed_``):
   ``input_wait_seconds_total`` (time tf.data waited for a batch not yet ready, from each
   iteration's first batch), ``malformed_messages_total``, ``dropped_parts_total``,
   ``reassigned_units_total``, ``peers_lost_total``, ``workers_replaced_total``,
-  ``peers_joined_total``, ``refused_reconnects_total``, ``index_mismatches_total``,
+  ``peers_joined_total``, ``refused_reconnects_total``, ``refused_keys_total``,
+  ``index_mismatches_total``,
   ``unreadable_files_total``, ``iterations_total``;
 * gauges of now: ``input_wait_ratio`` (recent 10 s share), ``input_bound`` (0/1),
   ``suggested_extra_workers``, ``inflight_batches``, ``credit_budget_batches``,
@@ -54,6 +55,7 @@ _TOTALS = (
     ("workers_replaced", "h5feed_workers_replaced", "Local workers started in place of dead ones"),
     ("peers_joined", "h5feed_peers_joined", "Workers that joined during an iteration"),
     ("refused_reconnects", "h5feed_refused_reconnects", "Lost processes refused on their return"),
+    ("refused_keys", "h5feed_refused_keys", "Connections refused: CURVE key not listed"),
     ("index_mismatches", "h5feed_index_mismatches", "Workers refused for a differing file copy"),
     ("unreadable_files", "h5feed_unreadable_files", "Files moved off a worker unable to read them"),
 )

@@ -21,7 +21,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeAlias, TypedDict
 
-from h5feed.common import layouts
+from h5feed.common import layouts, trainer_main
 from h5feed.common.config import (
     CLIP_STARTS,
     DEFAULT_MAX_OPEN_FILES,
@@ -140,6 +140,9 @@ class FeedOptions:
     #: Local workers that die are replaced; more than this many restarts of one worker within
     #: a minute end the iteration (a worker that dies on every start is a bug, not bad luck).
     max_restarts: int = 3
+    #: A unit whose holder died this many times ends the iteration, naming its samples (a
+    #: poison sample that kills every worker that makes it must not loop forever).
+    max_unit_attempts: int = 3
     index_cache: str | None = dataclasses.field(default_factory=default_cache_dir)
     tune_malloc: bool = True
     listen: str | None = None
@@ -198,6 +201,8 @@ class FeedOptions:
             raise ValueError(f"peer_timeout_s must be >= 2, got {self.peer_timeout_s!r}")
         if isinstance(self.max_restarts, bool) or self.max_restarts < 0:
             raise ValueError(f"max_restarts must be >= 0, got {self.max_restarts!r}")
+        if isinstance(self.max_unit_attempts, bool) or self.max_unit_attempts < 1:
+            raise ValueError(f"max_unit_attempts must be >= 1, got {self.max_unit_attempts!r}")
         if isinstance(self.max_open_files, bool) or self.max_open_files < 1:
             raise ValueError(f"max_open_files must be >= 1, got {self.max_open_files!r}")
         if self.on_error not in ON_ERROR_CHOICES:
@@ -302,9 +307,21 @@ def hdf_config(files: Any, kwargs: Mapping[str, Any]) -> HdfConfig:
     layout = LayoutArgs(**{k: v for k, v in kwargs.items() if k in layout_names}).resolve()
     options = {k: v for k, v in kwargs.items() if k in option_names}
     options["index_cache"] = index_cache_dir(options.pop("index_cache", True))
+    feed_options = FeedOptions(**options)
+    check_main_path("transform", clip.transform, feed_options)
     paths = resolve_files(files, options.get("data_root"))
     layout, labels = directory_labels(layout, paths)
-    return HdfConfig(tuple(paths), clip, layout, FeedOptions(**options), labels)
+    return HdfConfig(tuple(paths), clip, layout, feed_options, labels)
+
+
+def check_main_path(what: str, path: str | None, options: FeedOptions) -> None:
+    """ValueError, before any worker starts, for ``"__main__:name"`` where the workers
+    cannot load the training script (see :mod:`h5feed.common.trainer_main`)."""
+    if path is None or path.partition(":")[0] != trainer_main.MAIN:
+        return
+    refusal = trainer_main.main_refusal(f"{what} {path!r}", remote=options.listen is not None)
+    if refusal is not None:
+        raise ValueError(f"h5feed: {refusal}")
 
 
 def index_cache_dir(index_cache: bool | str | None) -> str | None:
@@ -394,6 +411,7 @@ class FeedKwargs(TypedDict, total=False):
     unit_timeout_s: float
     peer_timeout_s: float
     max_restarts: int
+    max_unit_attempts: int
     index_cache: bool | str
     tune_malloc: bool
     listen: str | None

@@ -8,8 +8,10 @@ no longer expected and is dropped by unit id:
 1. A local worker (one of the iteration's own processes) that exits, becomes unreachable, is
    stuck past ``unit_timeout_s`` or leaves while it holds work is killed if it still runs
    (so it can never write into shared memory again) and replaced by a new process under its
-   name, at most ``max_restarts`` times per worker per minute (then
-   :class:`WorkerDiedError`). Its work goes to the live peers at once; the replacement gets a
+   name. Only a crash loop ends the iteration: a process that returned no DATA part since it
+   started counts toward ``max_restarts`` deaths per worker per minute (then
+   :class:`WorkerDiedError`); one that delivered (killed by an OOM killer while working) is
+   replaced every time. Its work goes to the live peers at once; the replacement gets a
    share when it joins. A local worker that leaves with nothing to do is no loss.
 2. A remote producer that says BYE, becomes unreachable (no heartbeat answer within
    ``peer_timeout_s``), is stuck past ``unit_timeout_s``, or is replaced by a restarted
@@ -18,18 +20,30 @@ no longer expected and is dropped by unit id:
    not confirmed dead: shared-memory slots it could write stay out of the pool.
 3. With no live peer left, the work waits for one to join (a replacement, a restarted
    producer, a new one); the loop ends the iteration if none does within ``start_timeout_s``.
+4. A poison unit never loops forever: each time a peer holding units dies (exits, is killed,
+   stuck, unreachable or restarted; not a BYE or a refusal), each of their samples counts one
+   attempt (:class:`UnitAttempts`, keyed by epoch and sample, so a re-sent unit carries its
+   count); a sample at ``max_unit_attempts`` ends the iteration with
+   :class:`PoisonUnitError` naming the samples of that unit (file, video and frames; or
+   items). Its worker's deaths need not be a crash loop for this (it delivered other units).
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+import collections
+from collections.abc import Hashable
+from typing import Final, Protocol
 
 from h5feed.common import messages
-from h5feed.common.errors import FileReadError, WorkerDiedError, WorkerError
+from h5feed.common.errors import FileReadError, PoisonUnitError, WorkerDiedError, WorkerError
 from h5feed.consumer.events import PeerLost
 from h5feed.consumer.scheduler import Reassignment, Scheduler, Send
 from h5feed.consumer.session import PeerSession, describe_exit
 from h5feed.consumer.work import Peer
+
+#: The causes of a loss that are a death of the holder (rule 4): not a BYE (it left on
+#: purpose) nor a refusal (malformed traffic: the peer, not the unit, is at fault).
+_DEATHS: Final = frozenset({"exited", "unreachable", "deadline", "restarted"})
 
 
 class Replacer(Protocol):
@@ -37,22 +51,68 @@ class Replacer(Protocol):
 
     def kill(self, name: str) -> int | None: ...
 
-    def replace(self, name: str) -> int: ...
+    def replace(self, name: str, hung: bool = False) -> int: ...
+
+    def delivered(self, pid: int) -> None: ...
+
+    @property
+    def pids(self) -> list[int]: ...
+
+
+class UnitAttempts:
+    """How many times the holder of each sample died, in one iteration (rule 4)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._deaths: collections.Counter[Hashable] = collections.Counter()
+
+    def holder_died(self, peer: Peer, scheduler: Scheduler, reason: str) -> None:
+        """Count one attempt for each sample ``peer`` held; PoisonUnitError naming the
+        samples of a unit one of whose samples reached the limit."""
+        for unit_id in sorted(peer.outstanding):
+            samples = scheduler.samples_of(unit_id)
+            for key, _name in samples:
+                self._deaths[key] += 1
+            if any(self._deaths[key] >= self.limit for key, _name in samples):
+                names = [name for _key, name in samples]
+                shown = "; ".join(names[:8]) + (
+                    f"; and {len(names) - 8} more" if len(names) > 8 else ""
+                )
+                raise PoisonUnitError(
+                    f"the worker making {scheduler.describe(unit_id)} died {self.limit} times "
+                    f"(max_unit_attempts={self.limit}); the last: {peer} {reason}. Its "
+                    f"samples: {shown}",
+                    names,
+                )
 
 
 def recover(
-    lost: PeerLost, scheduler: Scheduler, session: PeerSession, workers: Replacer | None
+    lost: PeerLost,
+    scheduler: Scheduler,
+    session: PeerSession,
+    workers: Replacer | None,
+    attempts: UnitAttempts | None = None,
 ) -> Reassignment:
     """What to send after ``lost`` (see the module docstring); raises when it is fatal."""
     peer, cause, reason = lost.peer, lost.cause, lost.reason
     held = len(peer.outstanding)
+    if attempts is not None and cause in _DEATHS and held:
+        attempts.holder_died(peer, scheduler, reason)  # PoisonUnitError at the limit
     if peer.local and workers is not None:
         if cause == "bye" and not held and not scheduler.owns(peer):
             return Reassignment([], 0)  # a worker with nothing to do left: nothing is lost
+        if peer.pid not in workers.pids:
+            # A process replaced already (a kept worker that died between iterations, whose
+            # last HELLO was still queued on the socket): its successor runs; never kill it.
+            session.log.warning("worker %s %s: replaced already", peer, reason)
+            return _hand_over(peer, reason, scheduler, session, confirmed_dead=True)
+        if peer.received.count:
+            workers.delivered(peer.pid)  # it was working: its death is no crash loop
         code = workers.kill(peer.name)  # a stuck or stopped one must never write again
         if code is not None and cause in ("unreachable", "deadline"):
             reason = f"{reason}; killed" if code == -9 else f"{reason}; {describe_exit(code)}"
-        pid = workers.replace(peer.name)  # WorkerDiedError past max_restarts
+        # WorkerDiedError past max_restarts crash deaths (WorkerTimeoutError: hangs)
+        pid = workers.replace(peer.name, hung=cause == "deadline")
         session.counters["workers_replaced"] += 1
         session.log.warning(
             "worker %s %s (%d units outstanding): replaced by pid %d",
@@ -61,6 +121,13 @@ def recover(
         confirmed_dead = True
     else:
         confirmed_dead = cause == "bye"  # it finished what it held before saying so
+    return _hand_over(peer, reason, scheduler, session, confirmed_dead)
+
+
+def _hand_over(
+    peer: Peer, reason: str, scheduler: Scheduler, session: PeerSession, confirmed_dead: bool
+) -> Reassignment:
+    """Give ``peer``'s work to the live peers (WorkerDiedError where it cannot move)."""
     heirs = list(session.peers.values())
     moved = scheduler.reassign(peer, heirs, confirmed_dead)
     if moved.unmovable is not None:

@@ -103,6 +103,11 @@ class Router:
         # Copied: control messages are small, and a zero-copy send costs more for them.
         self._socket.send_multipart([identity, *messages.encode(message)], flags)
 
+    @property
+    def refused_keys(self) -> int:
+        """CURVE clients refused so far for a key that is not listed (0 without CURVE)."""
+        return self._curve.refused_keys if self._curve is not None else 0
+
     def close(self) -> None:
         """Close the socket, stop the CURVE server and end the context."""
         self._socket.close(linger=0)

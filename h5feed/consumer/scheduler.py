@@ -18,7 +18,7 @@ restarted or an added producer) a share of the work from the next unit on.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from typing import Protocol
 
 from h5feed.common import messages
@@ -122,6 +122,13 @@ class Scheduler(Protocol):
 
     def describe(self, unit_id: int) -> str:
         """Unit ``unit_id`` as error messages name it."""
+        ...
+
+    def samples_of(self, unit_id: int) -> list[tuple[Hashable, str]]:
+        """The samples of unit ``unit_id`` (in flight), each as a key that stays the same
+        when the work is sent again in another unit (its epoch included), and as an error
+        names it (HDF5: file, video and frames; a map item; a keras batch; a generator's
+        pull). Empty for a unit not in flight."""
         ...
 
     def close(self) -> None:

@@ -2,13 +2,17 @@
 
 Guarantees: pyzmq's authenticator (a ZAP handler thread) checks every connecting key before the
 connection is accepted, so a producer whose public key is not listed never gets a message
-through, and the consumer never reads one of its messages. The keys made for this iteration's
-local workers are listed too (they reach the workers by environment, never by command line).
+through, and the consumer never reads one of its messages. Each refusal is counted
+(:attr:`CurveServer.refused_keys`, ``stats()["refused_keys"]``) and logged at most once per
+key per ``_LOG_EVERY_S`` (10 s), with the count refused since the last line. The keys made
+for this iteration's local workers are listed too (they reach the workers by environment,
+never by command line).
 """
 
 from __future__ import annotations
 
 import logging
+import time
 
 import zmq
 from zmq.auth.thread import ThreadAuthenticator
@@ -17,6 +21,10 @@ from h5feed.common.curve import KeyPair, load_public_keys
 from h5feed.common.logs import with_ids
 
 _log = with_ids(logging.getLogger("h5feed.consumer"), "consumer")  # ids in every line
+#: At most one log line per refused key this often.
+_LOG_EVERY_S = 10.0
+#: Refused keys whose last line is remembered; beyond, the memory starts over (bounded).
+_TRACKED_KEYS = 4096
 
 
 class CurveServer:
@@ -26,9 +34,15 @@ class CurveServer:
         self._secret = own.secret
         self.local_keys = KeyPair.generate()
         allowed = load_public_keys(authorized) | {self.local_keys.public}
+        self._listed = _Listed(allowed)
         self._authenticator = ThreadAuthenticator(context)
         self._authenticator.start()
-        self._authenticator.configure_curve_callback("*", credentials_provider=_Listed(allowed))
+        self._authenticator.configure_curve_callback("*", credentials_provider=self._listed)
+
+    @property
+    def refused_keys(self) -> int:
+        """Connections refused so far for a key that is not listed (read from any thread)."""
+        return self._listed.refused
 
     def secure(self, socket: zmq.Socket[bytes]) -> None:
         """Make ``socket`` a CURVE server (before it binds)."""
@@ -45,9 +59,21 @@ class _Listed:
 
     def __init__(self, keys: set[bytes]) -> None:
         self._keys = keys
+        self.refused = 0  # written by the authenticator's thread only
+        self._logged: dict[bytes, tuple[float, int]] = {}  # key -> (last line, refused since)
 
     def callback(self, domain: str, key: bytes) -> bool:
-        allowed = key in self._keys
-        if not allowed:
-            _log.warning("refused a CURVE client whose key is not listed: %s", key.decode())
-        return allowed
+        if key in self._keys:
+            return True
+        self.refused += 1
+        now = time.monotonic()
+        if len(self._logged) >= _TRACKED_KEYS and key not in self._logged:
+            self._logged.clear()
+        last, since = self._logged.get(key, (-_LOG_EVERY_S, 0))
+        if now - last >= _LOG_EVERY_S:
+            more = f" ({since} more refused since the last line)" if since else ""
+            _log.warning("refused a CURVE client whose key is not listed: %s%s", key.decode(), more)
+            self._logged[key] = (now, 0)
+        else:
+            self._logged[key] = (last, since + 1)
+        return False

@@ -15,7 +15,9 @@ Guarantees:
    nonce). A new nonce is a new process (a restarted worker): accepted — the old peer, if
    still listed, is lost with cause ``restarted`` — but with CURVE only from the same public
    key as before; from another key it is refused and counted, so nobody who reaches the
-   port can take over an identity.
+   port can take over an identity. A HELLO from a local process the consumer replaced already
+   (``retired``: a kept worker that died between iterations, its hello still queued on the
+   socket) is ignored: it never becomes a peer, so no work is shared out to the dead.
 2. A peer that speaks another protocol version is refused (BYE ``refused: ...``, which tells it
    not to retry), named in :attr:`refused` once, and never becomes a peer.
 3. A message that does not decode is dropped and counted (``malformed_messages``); so is one
@@ -24,7 +26,10 @@ Guarantees:
    drops pass ``_MALFORMED_LIMIT`` (100) is refused (BYE ``refused: ...``; a peer is lost
    with cause ``refused``) and from then on its messages are not even decoded: they are
    dropped and counted in ``malformed_messages``. A DATA part from a peer that left, or of
-   another job (an earlier consumer's), is dropped and counted (``dropped_parts``).
+   another job (an earlier consumer's), is dropped and counted (``dropped_parts``). A part
+   from a peer for a unit it does not hold (forged, or a duplicate), dropped and counted
+   in ``dropped_parts`` by the scheduler, counts towards the same limit and log rate
+   (:meth:`PeerSession.unexpected_part`).
 4. BYE, a failed send, a local worker's exit and a missed deadline (a peer holding units that
    returned none for ``unit_timeout_s``, or one that owes an INDEX it was asked for and sent
    none for ``unit_timeout_s``: ``Peer.owes_since``) each become one ``PeerLost`` event, at
@@ -75,6 +80,7 @@ class LocalProcesses(Protocol):
     LocalWorkers`)."""
 
     names: list[str]
+    retired: set[int]  # pids of processes replaced already
 
     def exited(self) -> list[tuple[str, int, int]]: ...
 
@@ -153,6 +159,7 @@ class PeerSession:
                 self.lose(peer, "bye", reason)
             case _ if peer is not None and getattr(message, "job", self.job_id) != self.job_id:
                 self.counters["dropped_parts"] += 1  # an earlier job of a restarted consumer
+                self._strike(identity, f"a {message.KIND} of another job")  # or a forgery
             case _ if peer is not None:
                 self.events.append(Arrived(peer, message))
         if peer is not None:
@@ -161,6 +168,11 @@ class PeerSession:
     def _on_hello(self, identity: bytes, hello: messages.Hello, key: str | None) -> None:
         """See rule 1 of the module docstring."""
         if identity in self._banned or identity in self._refused_ids:
+            return
+        if self._local is not None and hello.pid in self._local.retired:
+            # A local process replaced already (a kept worker that died between iterations):
+            # its last HELLO was still queued on the socket. Its successor says its own.
+            self.log.debug("ignored the stale hello of %s (pid %d)", hello.worker, hello.pid)
             return
         current = self.peers.get(identity)
         if hello.nonce == self._last_nonce.get(identity):
@@ -219,6 +231,16 @@ class PeerSession:
         """Count a malformed or stray message from ``identity``, log it at a bounded rate,
         and refuse the identity once it has sent more than ``_MALFORMED_LIMIT``."""
         self.counters["malformed_messages"] += 1
+        self._strike(identity, why)
+
+    def unexpected_part(self, peer: Peer, unit: int) -> None:
+        """``peer`` sent a part the scheduler did not expect of it (a unit it never held, or
+        a duplicate; counted there in ``dropped_parts``): logged at a bounded rate, and the
+        peer refused past ``_MALFORMED_LIMIT`` such parts and malformed messages together."""
+        self._strike(peer.identity, f"a part of unit {unit}, which it does not hold")
+
+    def _strike(self, identity: bytes, why: str) -> None:
+        """One more bad message from ``identity``: see :meth:`drop`."""
         if len(self._malformed) >= _TRACKED_IDENTITIES and identity not in self._malformed:
             self._malformed.clear()
             self._last_logged.clear()
@@ -233,7 +255,7 @@ class PeerSession:
             self._last_logged[identity] = (last, since + 1)
         if count > _MALFORMED_LIMIT:
             self._banned.add(identity)
-            reason = f"sent {count} malformed messages (the last: {why})"
+            reason = f"sent {count} malformed messages or unexpected parts (the last: {why})"
             self._refuse(identity, reason)  # named in `refused` once, told not to retry
             peer = self.peers.get(identity)
             if peer is not None:  # its units go to the others (or the iteration ends)

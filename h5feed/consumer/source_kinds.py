@@ -9,6 +9,8 @@
   re-batched. Before the first unit of each later epoch, every serving worker answers a CHECK
   (its copy's digest of the common batches after its ``on_epoch_end`` calls); that epoch's
   units are dispatched only once the copies agree (:mod:`h5feed.consumer.source_agreement`).
+  A worker that joins once a later epoch began serves only after its CHECK of the current
+  epoch agrees with the others' answers.
 * **generator**: each worker iterates its own shard; a PULL asks one worker for its next
   ``batch_size`` elements, and that answer is one batch (released as it arrives). A worker that
   answers fewer has finished its pass. Without ``steps_per_epoch`` an epoch ends when every
@@ -22,8 +24,8 @@ from __future__ import annotations
 
 import collections
 import time
-from collections.abc import Callable, Iterator, Sequence
-from typing import Any, Final
+from collections.abc import Callable, Hashable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Final
 
 from h5feed.common import elements, messages
 from h5feed.common.elements import ElementSpec, Field, RaggedArray
@@ -38,6 +40,9 @@ from h5feed.consumer.scheduler import Reassignment, Send
 from h5feed.consumer.source_agreement import check_agreement
 from h5feed.consumer.source_options import SourceConfig
 from h5feed.consumer.work import Ledger, Peer, Unit, W
+
+if TYPE_CHECKING:
+    from h5feed.consumer.options import FeedOptions
 
 MAP: Final = "map"
 KERAS: Final = "keras"
@@ -100,7 +105,7 @@ class _Elements:
             rows = int(first.shape[1]) if first is not None and first.ndim > 1 else 1
             return Batch(epoch, index, {}, element, rows, size)
         values: list[Any] = [
-            RaggedArray(f.values, f.lengths)
+            RaggedArray(f.values, f.lengths, leaf.variable_axes[0])
             if f.lengths is not None and self.source.is_ragged(leaf.path)
             else f.values
             for leaf, f in zip(self.spec.leaves, fields, strict=True)
@@ -111,6 +116,20 @@ class _Elements:
 
         element = elements.build_batch(self.spec, values, lengths)
         return Batch(epoch, index, {}, element, elements_in_part, size)
+
+
+def epoch_batches(kind: str, length: int, options: FeedOptions) -> int:
+    """Batches per epoch of a map or keras source of ``length`` items (every epoch has as
+    many: the shard's share of the items, batched as the options say)."""
+    return _batches_of(kind, len(epoch_order(length, options.plan_options(), 0)), options)
+
+
+def _batches_of(kind: str, items: int, options: FeedOptions) -> int:
+    if kind == KERAS:  # each item is a batch
+        return items
+    if options.drop_remainder:
+        return items // options.batch_size
+    return -(-items // options.batch_size)
 
 
 class ItemScheduler:
@@ -140,6 +159,10 @@ class ItemScheduler:
         self._checking: int | None = None  # keras: the epoch whose CHECK answers are awaited
         self._check_waiting: dict[Peer, float] = {}  # who has not answered it yet: asked at
         self._check_answers: dict[Peer, tuple[messages.ItemCheck, ...]] = {}
+        # keras: the answers that agreed at the latest checked epoch (not the handshake's),
+        # which a joiner's copy must agree with; the joiners waiting for theirs: asked at
+        self._agreed_answers: tuple[int, dict[str, tuple[messages.ItemCheck, ...]]] | None = None
+        self._probation: dict[Peer, float] = {}
 
     def _batches(
         self, epochs: Iterator[int], start: Cursor
@@ -149,9 +172,7 @@ class ItemScheduler:
         per_batch = 1 if self.kind == KERAS else options.batch_size
         for epoch in epochs:
             order = epoch_order(self._length, options.plan_options(), epoch)
-            batches = len(order) // per_batch
-            if self.kind != KERAS and not options.drop_remainder:
-                batches = -(-len(order) // per_batch)
+            batches = _batches_of(self.kind, len(order), options)
             if batches == 0:
                 raise H5FeedError(
                     f"an epoch has no batch: {len(order)} items in shard {options.shard} of "
@@ -164,9 +185,18 @@ class ItemScheduler:
                 yield epoch, position, items.tolist()
 
     def add(self, peer: Peer) -> list[Send]:
-        """``peer`` loaded the source and may serve items; it takes any orphaned units (of
-        agreed epochs), then a CHECK of the epoch being checked, if any (in this order: the
-        worker answers in order, and the CHECK moves its copy to that epoch)."""
+        """``peer`` loaded the source (and its copy agreed at the first epoch). A keras joiner
+        after a later epoch was checked is first asked for a CHECK of that epoch (it serves
+        once its answer agrees: :meth:`on_check`); otherwise it serves now (:meth:`_serve`)."""
+        if self._agreed_answers is not None:
+            self._probation[peer] = time.monotonic()
+            return [Send(peer, messages.Check(self.job_id, self._agreed_answers[0]))]
+        return self._serve(peer)
+
+    def _serve(self, peer: Peer) -> list[Send]:
+        """``peer`` serves items from now: it takes any orphaned units (of agreed epochs),
+        then a CHECK of the epoch being checked, if any (in this order: the worker answers
+        in order, and the CHECK moves its copy to that epoch)."""
         self._serving.add(peer)
         orphans, self._orphans = self._orphans, []
         sends = [self._unit(unit.seq, unit.work, [peer]) for unit in orphans]
@@ -198,25 +228,35 @@ class ItemScheduler:
             sends += [Send(peer, check) for peer in sorted(serving, key=lambda p: p.identity)]
         return sends
 
-    def on_check(self, peer: Peer, info: messages.SourceInfo) -> None:
-        """A CHECK's answer; once every serving worker answered, the epoch's verdict
-        (SourceError where the copies disagree). One not asked for is counted, dropped."""
+    def on_check(self, peer: Peer, info: messages.SourceInfo) -> list[Send]:
+        """A CHECK's answer: a joiner's is compared with the answers that agreed at that
+        epoch (it serves if they agree); otherwise, once every serving worker answered, the
+        epoch's verdict. SourceError where the copies disagree. One not asked for is counted,
+        dropped."""
+        agreed = self._agreed_answers
+        if peer in self._probation and agreed is not None and info.epoch == agreed[0]:
+            del self._probation[peer]
+            answers = {**agreed[1], str(peer): info.checks}
+            check_agreement(self.config.source, self.kind, info.epoch, answers)
+            return self._serve(peer)
         if info.epoch != self._checking or peer not in self._check_waiting:
             self._built.malformed(peer, "a SOURCE_INFO that answers no CHECK")
-            return
+            return []
         del self._check_waiting[peer]
         self._check_answers[peer] = info.checks
         self._check_done()
+        return []
 
     def _check_overdue(self) -> None:
         """WorkerTimeoutError when a worker has not answered its CHECK within the unit
         timeout (its ``on_epoch_end`` or ``__getitem__`` hangs): nothing waits forever."""
         limit = self.config.options.unit_timeout_s
         now = time.monotonic()
-        late = sorted(str(p) for p, asked in self._check_waiting.items() if now - asked > limit)
+        asked = {**self._check_waiting, **self._probation}
+        late = sorted(str(p) for p, at in asked.items() if now - at > limit)
         if late:
             raise WorkerTimeoutError(
-                f"workers {late} did not answer the check of epoch {self._checking} of source "
+                f"workers {late} did not answer their check of source "
                 f"{self.config.source!r} within {limit:g} s (unit_timeout_s): its on_epoch_end "
                 "or __getitem__ hangs there"
             )
@@ -228,6 +268,7 @@ class ItemScheduler:
         answers = {str(peer): checks for peer, checks in self._check_answers.items()}
         check_agreement(self.config.source, self.kind, epoch, answers)
         self._agreed_epochs.add(epoch)
+        self._agreed_answers = (epoch, answers)
         self._checking = None
 
     def _unit(self, seq: int, item: tuple[int, int, Sequence[int]], peers: Sequence[Peer]) -> Send:
@@ -251,6 +292,7 @@ class ItemScheduler:
 
     def reassign(self, lost: Peer, heirs: Sequence[Peer], confirmed_dead: bool) -> Reassignment:
         self._serving.discard(lost)
+        self._probation.pop(lost, None)
         if lost in self._check_waiting:  # the others' answers decide
             del self._check_waiting[lost]
             self._check_done()
@@ -280,6 +322,14 @@ class ItemScheduler:
         if self.kind != KERAS and len(items) > 8:
             what += "..."
         return f"unit {unit_id} ({what}, epoch {epoch})"
+
+    def samples_of(self, unit_id: int) -> list[tuple[Hashable, str]]:
+        unit = self._ledger.get(unit_id)
+        if unit is None:
+            return []
+        epoch, _position, items = unit.work
+        what = "batch" if self.kind == KERAS else "item"
+        return [((epoch, i), f"{what} {i} of epoch {epoch}") for i in items]
 
 
 class GeneratorScheduler:
@@ -442,6 +492,18 @@ class GeneratorScheduler:
             return f"unit {unit_id}"
         epoch, count, pass_ = unit.work
         return f"unit {unit_id} (the next {count} elements of pass {pass_}, epoch {epoch})"
+
+    def samples_of(self, unit_id: int) -> list[tuple[Hashable, str]]:
+        """A pull is not sent again (the lost worker's shard starts its pass over): the key
+        is the shard's worker and the epoch, so a generator that kills its worker at the
+        same element every pass is bounded too."""
+        unit = self._ledger.get(unit_id)
+        if unit is None:
+            return []
+        epoch, count, pass_ = unit.work
+        name = unit.peer.name
+        what = f"the next {count} elements of worker {name}'s generator (pass {pass_})"
+        return [(("pull", name, epoch), f"{what} in epoch {epoch}")]
 
 
 KindScheduler = ItemScheduler | GeneratorScheduler

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import collections
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Hashable, Iterator, Sequence
 
 from h5feed.common import elements, messages, wire
 from h5feed.common.elements import ElementSpec
@@ -104,8 +104,7 @@ class SourceScheduler:
         if isinstance(message, messages.SourceInfo) and peer in self._joining:
             return self._joined(peer, message)
         if isinstance(message, messages.SourceInfo) and isinstance(self._kind, ItemScheduler):
-            self._kind.on_check(peer, message)  # a CHECK's answer
-            return []
+            return self._kind.on_check(peer, message)  # a CHECK's answer
         if not isinstance(message, messages.SourceInfo) or self._kind is not None:
             self._counters["malformed_messages"] += 1
             return []
@@ -127,7 +126,7 @@ class SourceScheduler:
             {str(p): checks for p, checks in self._reference.items()},
         )  # fmt: skip
         self._agreed = (kind, length)
-        self.learnt = Learnt(kind, spec)
+        self.learnt = Learnt(kind, spec, length)
         if self._start.batch and kind == GENERATOR:
             raise SourceError(
                 f"source {self.source.source!r} is a generator: it cannot resume inside an "
@@ -267,6 +266,9 @@ class SourceScheduler:
     def describe(self, unit_id: int) -> str:
         return self._kind.describe(unit_id) if self._kind else f"unit {unit_id}"
 
+    def samples_of(self, unit_id: int) -> list[tuple[Hashable, str]]:
+        return self._kind.samples_of(unit_id) if self._kind else []
+
     def close(self) -> None:
         return None
 
@@ -282,9 +284,17 @@ def _check_spec(spec: ElementSpec, source: SourceConfig, kind: str) -> None:
     if kind != KERAS:
         elements.check_length_names(spec, lambda i: padded[i])
     for leaf in spec.leaves:
-        ragged = kind != KERAS and source.is_ragged(leaf.path)
-        if ragged and leaf.variable_axes and leaf.variable_axes != (0,):
-            raise SourceError(
-                f"{elements.field_name(leaf.path)} ({leaf.describe()}): ragged= takes "
-                "fields whose first dimension only varies"
-            )
+        if kind != KERAS:
+            check_ragged(leaf, source)
+
+
+def check_ragged(leaf: elements.LeafSpec, source: SourceConfig) -> None:
+    """SourceError for a ``ragged=`` field that varies in more than one dimension (a
+    ``tf.RaggedTensor`` of it would be ragged in several: give it padded, with its shapes)."""
+    if source.is_ragged(leaf.path) and len(leaf.variable_axes) > 1:
+        raise SourceError(
+            f"{elements.field_name(leaf.path)} ({leaf.describe()}): ragged= takes fields "
+            "that vary in one dimension (any one); this one varies in dimensions "
+            f"{list(leaf.variable_axes)}: leave it out of ragged= to get it zero-padded "
+            "with its shapes"
+        )

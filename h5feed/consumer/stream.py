@@ -168,6 +168,8 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
                 )
                 undo.callback(self._workers.stop, grace_s=0)
             self.counters: collections.Counter[str] = collections.Counter()
+            self._router = router  # read by stats(): its refused CURVE keys
+            self._keys_refused_before = router.refused_keys  # by earlier iterations
             self._gate = CreditGate(options.inflight_batches, waker.wake)
             session = PeerSession(
                 self.job_id,
@@ -314,7 +316,8 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
         ``reassigned_units`` (re-sent after their worker was lost), ``peers_lost``,
         ``workers_replaced`` (local processes started in place of dead ones),
         ``peers_joined`` (during the iteration), ``refused_reconnects`` (a lost process back
-        without a new nonce, or under another CURVE key), ``index_mismatches`` (a worker
+        without a new nonce, or under another CURVE key), ``refused_keys`` (connections
+        refused for a CURVE key that is not listed), ``index_mismatches`` (a worker
         refused for a file whose copy differs), ``unreadable_files`` (a file moved from a worker
         that cannot read it); ``cursor``: the next
         batch (epoch, batch); and the verdict: ``input_bound``, ``suggested_extra_workers``,
@@ -363,6 +366,7 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
             "workers_replaced": counters["workers_replaced"],
             "peers_joined": counters["peers_joined"],
             "refused_reconnects": counters["refused_reconnects"],
+            "refused_keys": self._router.refused_keys - self._keys_refused_before,
             "index_mismatches": counters["index_mismatches"],
             "unreadable_files": counters["unreadable_files"],
             "batches_dispatched": gate.dispatched,

@@ -17,9 +17,11 @@ Guarantees:
    an error) and whose loop thread has ended; after a failure its workers are stopped and the
    next iteration starts fresh ones.
 3. A worker that exited between iterations is replaced when the next iteration takes the
-   pool (``LocalWorkers.replace``: past ``max_restarts`` a minute, :class:`WorkerDiedError`
-   naming it, and the pool is closed); one that exits just after is replaced by that
-   iteration's recovery, like any local worker (README "Guarantees").
+   pool, under the rule of every local worker (``LocalWorkers.replace``): a process that
+   returned a DATA part in an earlier iteration is replaced, never raised; only a crash loop
+   (past ``max_restarts`` deaths a minute of processes that returned nothing) raises
+   :class:`WorkerDiedError` naming it, and the pool is closed. One that exits just after is
+   replaced by that iteration's recovery, like any local worker (README "Guarantees").
 4. The workers keep every guarantee of :mod:`h5feed.consumer.local_workers` (they die with the
    trainer, ignore Ctrl-C); :meth:`WorkerPool.close` stops them within about 2 s. It runs when
    the feed is closed or garbage collected, and at interpreter exit.
@@ -76,7 +78,7 @@ class WorkerPool:
 
     def check_alive(self) -> None:
         """Replace each worker that exited since the last iteration (WorkerDiedError past
-        ``max_restarts``)."""
+        ``max_restarts`` crash-loop deaths)."""
         for name, pid, code in self.workers.exited():
             new = self.workers.replace(name)
             _log.warning(

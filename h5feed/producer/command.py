@@ -9,7 +9,7 @@ import logging
 import os
 import sys
 
-from h5feed.common.cli_args import Subcommand, positive_int
+from h5feed.common.cli_args import Subcommand, non_negative_int, positive_int
 from h5feed.common.config import (
     DEFAULT_MAX_CHUNK_BYTES,
     DEFAULT_MAX_OPEN_FILES,
@@ -17,6 +17,7 @@ from h5feed.common.config import (
     PRODUCER_MAX_FRAME_PIXELS,
 )
 from h5feed.producer.code_policy import ALLOW_CODE_ENV as _ALLOW_CODE_ENV  # a cheap import
+from h5feed.producer.restarts import DEFAULT_MAX_RESTARTS  # a cheap import too
 
 #: (flag, environment variable, metavar, help) of `h5feed produce`.
 _PRODUCE_OPTIONS = (
@@ -44,6 +45,14 @@ _PRODUCE_OPTIONS = (
         "H5FEED_MAX_MESSAGE_BYTES",
         "BYTES",
         "the largest frame the workers take from the trainer (ZMQ_MAXMSGSIZE; default 1 GiB)",
+    ),
+    (
+        "--max-restarts",
+        "H5FEED_MAX_RESTARTS",
+        "N",
+        "a worker that dies before returning any part is restarted after a backoff (1 s "
+        "doubling to 60 s); past N such deaths of one worker a minute, h5feed health reports "
+        "a crash loop (default 3)",
     ),
     (
         "--max-open-files",
@@ -99,7 +108,8 @@ is trusted; otherwise the command refuses to start (exit status 2).
 
 Guarantees: the workers may start before the trainer and wait for it; they serve its jobs
 (file list, clip and preprocessing parameters come from the trainer) and outlive its
-iterations and restarts; a worker that dies is restarted; SIGTERM stops the service within
+iterations and restarts; a worker that dies is restarted (at once if it had returned a
+part, else after a backoff; a crash loop fails `h5feed health`); SIGTERM stops the service within
 10 s with exit status 0; a trainer of another protocol version is refused (exit status 2,
 both versions named)."""
 
@@ -126,7 +136,11 @@ def register(subcommand: Subcommand) -> None:
             flag,
             default=env.get(variable),
             required=flag == "--connect" and variable not in env,
-            type=positive_int if flag in _INT_OPTIONS else str,
+            type=positive_int
+            if flag in _INT_OPTIONS
+            else non_negative_int
+            if flag == "--max-restarts"
+            else str,
             metavar=metavar,
             help=f"{text} (env {variable})",
         )
@@ -246,6 +260,7 @@ def _cmd_produce(args: argparse.Namespace) -> int:
         max_open_files,
         allow_code,
         limits,
+        _int_or(args.max_restarts, DEFAULT_MAX_RESTARTS),
     )
 
 

@@ -5,8 +5,12 @@ Guarantees:
 
 1. The workers wait for a consumer (they may start first), serve its jobs, and outlive its
    iterations and its restarts; each job's files resolve under ``--data-root``.
-2. A worker that dies is restarted (at most once a second); one refused by the consumer (another
-   protocol version) is not, and the service exits with code 2 naming both versions.
+2. A worker that dies is restarted: at once if that process returned a part since it started
+   (it was working), else after a backoff of 1 s doubling to 60 s; past ``max_restarts`` such
+   deaths of one worker a minute the health file reports the crash loop, so ``h5feed
+   health`` fails and Swarm/Kubernetes replace the container (``h5feed/producer/restarts.py``).
+   One refused by the consumer (another protocol version) is not restarted, and the service
+   exits with code 2 naming both versions.
 3. SIGTERM or SIGINT: every worker is asked to stop (SIGTERM: it finishes the unit in hand),
    and the service exits 0 within 10 s; a worker still there by then is killed.
 4. With ``metrics``, one endpoint serves every worker's figures (``/metrics``, ``/stats``;
@@ -42,13 +46,15 @@ from collections.abc import Mapping, Sequence
 from h5feed.common.config import DEFAULT_MAX_OPEN_FILES, default_cache_dir
 from h5feed.common.logs import with_ids
 from h5feed.producer.read_limits import NO_LIMITS, ProducerLimits
+from h5feed.producer.restarts import DEFAULT_MAX_RESTARTS, Restarts
+from h5feed.producer.worker_stats import read_counters
 
 _log = logging.getLogger("h5feed.producer")
 #: Where this h5feed was imported from: the workers import the same one.
 _PACKAGE_PARENT = str(pathlib.Path(__file__).resolve().parents[2])
 _STOP_WAIT_S = 10.0
-_RESTART_EVERY_S = 1.0
 _REFUSED_EXIT = 2
+_CRASH_LOOP = "crash-loop"  # the health file's second line, while a worker crash-loops
 
 
 def worker_command(
@@ -102,8 +108,12 @@ def run_producer(
     max_open_files: int = DEFAULT_MAX_OPEN_FILES,
     allow_code: Sequence[str] = (),
     limits: ProducerLimits = NO_LIMITS,
+    max_restarts: int = DEFAULT_MAX_RESTARTS,
 ) -> int:
     """Run the service until SIGTERM/SIGINT; returns the process exit code.
+
+    ``max_restarts``: deaths of one worker a minute, before it returned any part, past which
+    the health file reports a crash loop (see the module docstring).
 
     ``max_message_bytes``: the workers' cap on one frame from the trainer (``ZMQ_MAXMSGSIZE``;
     None: :data:`h5feed.common.wire.DEFAULT_MAX_MESSAGE_BYTES`).
@@ -117,7 +127,8 @@ def run_producer(
 
     ``curve``: (this producer's ``.key_secret`` file, the consumer's public ``.key`` file).
     With ``health_file``, it rewrites that file several times a second with the time and the
-    number of running workers (what ``h5feed health`` and the image's HEALTHCHECK read).
+    number of running workers, and a second line while a worker crash-loops (what ``h5feed
+    health`` and the image's HEALTHCHECK read).
     """
     prefix = name or f"{socket.gethostname()}-{os.getpid()}"
     names = [f"{prefix}-{i}" for i in range(workers)]
@@ -130,7 +141,6 @@ def run_producer(
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     processes: dict[str, subprocess.Popen[bytes]] = {}
-    started: dict[str, float] = {}
     code = 0
     log.info(
         "%d workers serving %s (data root %s, code allowed: %s)",
@@ -140,15 +150,19 @@ def run_producer(
         ", ".join(allow_code) or "none",
     )
     figures = server = None
+    restarts = Restarts(max_restarts)
+    # Each worker's stats file says whether it returned a part (always kept: the restart rule
+    # reads it; with metrics, the metrics' own directory).
+    stats_dir = tempfile.mkdtemp(prefix="h5feed-producer-")
     if metrics is not None:
         from h5feed.common.metrics_http import host_is_any
         from h5feed.producer.metrics import ServiceFigures, start_service_metrics
 
-        figures = ServiceFigures(prefix, names, tempfile.mkdtemp(prefix="h5feed-producer-"))
+        figures = ServiceFigures(prefix, names, stats_dir)
         try:
             server = start_service_metrics(figures, metrics)
         except BaseException:
-            shutil.rmtree(figures.stats_dir, ignore_errors=True)
+            shutil.rmtree(stats_dir, ignore_errors=True)
             raise
         # On every interface, this host's name is how others reach it; else the address bound.
         url = f"http://{figures.host}:{server.port}" if host_is_any(server.host) else server.url
@@ -160,17 +174,25 @@ def run_producer(
                 exit_code = None if process is None else process.poll()
                 if process is not None and exit_code is None:
                     continue
-                if figures is not None and process is not None:
-                    figures.set_running(worker, False)
-                if exit_code == _REFUSED_EXIT:
-                    log.error("worker %s was refused; stopping", worker)
-                    stop.set()
-                    code = _REFUSED_EXIT
-                    break
-                if process is not None:
-                    log.warning("worker %s exited (%s); restarting", worker, exit_code)
-                if time.monotonic() - started.get(worker, -1e9) >= _RESTART_EVERY_S:
-                    stats_file = figures.stats_file(worker) if figures is not None else None
+                stats_file = os.path.join(stats_dir, f"{worker}.json")
+                if process is not None and exit_code is not None:  # a death, seen once
+                    if figures is not None:
+                        figures.set_running(worker, False)
+                    if exit_code == _REFUSED_EXIT:
+                        log.error("worker %s was refused; stopping", worker)
+                        stop.set()
+                        code = _REFUSED_EXIT
+                        break
+                    delivered = _delivered(stats_file, process.pid)
+                    delay = restarts.died(worker, delivered, time.monotonic())
+                    del processes[worker]
+                    log.warning(
+                        "worker %s exited (%s) %s; restarting %s",
+                        worker, exit_code,
+                        "after returning parts" if delivered else "before returning any part",
+                        "now" if not delay else f"in {delay:g} s",
+                    )  # fmt: skip
+                if restarts.due(worker, time.monotonic()):
                     processes[worker] = subprocess.Popen(
                         worker_command(
                             connect,
@@ -186,18 +208,24 @@ def run_producer(
                         stdin=subprocess.DEVNULL,
                         env=worker_env(os.environ),
                     )
-                    started[worker] = time.monotonic()
                     if figures is not None:
                         figures.starting(worker, processes[worker].pid)
-            _write_health(health_file, sum(p.poll() is None for p in processes.values()))
+            running = sum(p.poll() is None for p in processes.values())
+            _write_health(health_file, running, restarts.crash_loop(time.monotonic()))
             stop.wait(0.2)
     finally:
         _stop_all(list(processes.values()))
         if server is not None:
             server.close()
-        if figures is not None:
-            shutil.rmtree(figures.stats_dir, ignore_errors=True)
+        shutil.rmtree(stats_dir, ignore_errors=True)
     return code
+
+
+def _delivered(stats_file: str, pid: int) -> bool:
+    """Whether process ``pid`` returned a part since it started, as its stats file says
+    (a worker writes it at once after its first part)."""
+    values = read_counters(stats_file)
+    return values is not None and values.get("pid") == pid and values["units"] > 0
 
 
 def _stop_all(processes: list[subprocess.Popen[bytes]]) -> None:
@@ -213,13 +241,17 @@ def _stop_all(processes: list[subprocess.Popen[bytes]]) -> None:
             process.wait(5)
 
 
-def _write_health(path: str | None, running: int) -> None:
+def _write_health(path: str | None, running: int, crash_loop: str | None = None) -> None:
+    """The health file: ``"<time> <running>"``, and a second line ``"crash-loop <why>"``
+    while a worker crash-loops."""
     if path is None:
         return
     tmp = f"{path}.tmp"
     try:
         with open(tmp, "w") as out:
             out.write(f"{time.time():.3f} {running}\n")
+            if crash_loop is not None:
+                out.write(f"{_CRASH_LOOP} {crash_loop}\n")
         os.replace(tmp, path)
     except OSError as exc:
         with_ids(_log, "producer").warning("health file %s not written: %s", path, exc)
@@ -228,9 +260,13 @@ def _write_health(path: str | None, running: int) -> None:
 def check_health(path: str, max_age_s: float = 10.0) -> str | None:
     """None when the producer at ``path`` is healthy, else what is wrong."""
     try:
-        stamp, running = pathlib.Path(path).read_text().split()
+        first, *rest = pathlib.Path(path).read_text().splitlines()
+        stamp, running = first.split()
     except (OSError, ValueError) as exc:
         return f"no health file {path}: {exc}"
+    for line in rest:
+        if line.startswith(f"{_CRASH_LOOP} "):
+            return line.removeprefix(f"{_CRASH_LOOP} ")
     age = time.time() - float(stamp)
     if age > max_age_s:
         return f"health file {path} is {age:.0f} s old: the producer is stuck or gone"

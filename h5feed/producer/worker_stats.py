@@ -1,7 +1,9 @@
 """What a service worker has done, counted in the worker and read by its supervisor.
 
 A persistent worker of ``h5feed produce`` writes its counters as a small JSON file
-(``--stats-file``, rewritten atomically at most every ``WRITE_EVERY_S`` and when it exits);
+(``--stats-file``, rewritten atomically at most every ``WRITE_EVERY_S``, at once after its
+first unit (the supervisor restarts a worker that delivered at once:
+``h5feed/producer/restarts.py``), and when it exits);
 the supervisor reads the files when ``/metrics`` or ``/stats`` is scraped. Files, not a
 socket or shared memory: nothing to set up, safe across processes (``os.replace`` makes each
 file whole), no pickle, and a worker that dies leaves its last figures behind for the
@@ -44,6 +46,8 @@ class WorkerCounters:
         values["clips"] += clips
         values["bytes"] += nbytes
         values["busy_s"] += seconds
+        if values["units"] == 1:  # the supervisor's restart rule reads it: say so at once
+            self.write()
 
     def add(self, key: str, amount: int = 1) -> None:
         self.values[key] += amount

@@ -21,6 +21,10 @@ from h5feed.producer.read_limits import DEFAULT_BOUNDS, DatasetBounds
 
 #: The largest blob (one padded frame) a file may declare: a read takes whole blobs.
 MAX_BLOB_BYTES = 64 << 20
+#: The most videos a file may declare (``labels`` and ``lengths`` are read whole: 8 MB each).
+MAX_VIDEOS = 1_000_000
+#: The largest row (T blobs) read whole to count a video's frames without ``lengths``.
+MAX_SCANNED_ROW_BYTES = 256 << 20
 
 
 class BlobsReader(LayoutReader):
@@ -32,8 +36,10 @@ class BlobsReader(LayoutReader):
     ``labels`` [V]; names the number zero-padded to 6 digits (``"000012"``).
 
     Checked when the file is opened: ``frames`` is 2-D opaque (``|V<n>``, n at most
-    :data:`MAX_BLOB_BYTES`) with V, T >= 1. Without ``lengths``, indexing reads every row once
-    (one row at a time); with it, nothing but ``lengths`` and ``labels``.
+    :data:`MAX_BLOB_BYTES`) with 1 <= V <= :data:`MAX_VIDEOS`, T >= 1. Without ``lengths``,
+    indexing reads every row once (one row at a time, each at most
+    :data:`MAX_SCANNED_ROW_BYTES`, else a DataError asking for ``lengths``); with it,
+    nothing but ``lengths`` and ``labels``. Every dataset goes through :meth:`readable`.
     """
 
     spec: Blobs
@@ -63,6 +69,12 @@ class BlobsReader(LayoutReader):
                 file=path,
             )
         self.num_videos, self.row_frames = int(shape[0]), int(shape[1])
+        if self.num_videos > MAX_VIDEOS:
+            raise DataError(
+                f"{spec.frames!r} declares {self.num_videos} videos, over the limit of "
+                f"{MAX_VIDEOS}",
+                file=path,
+            )
         self._lengths: np.ndarray | None = None
 
     def lengths(self) -> np.ndarray:
@@ -98,6 +110,15 @@ class BlobsReader(LayoutReader):
         return lengths
 
     def _leading_blobs(self, v: int) -> int:
+        row_bytes = self.row_frames * self.frames.dtype.itemsize
+        if row_bytes > MAX_SCANNED_ROW_BYTES:
+            raise DataError(
+                f"counting the frames of a video reads its row of {row_bytes} bytes, over the "
+                f"limit of {MAX_SCANNED_ROW_BYTES}: give the frame counts with a lengths "
+                "dataset (Blobs(lengths=...))",
+                file=self.path,
+                video=video_name(v),
+            )
         row = np.asarray(self.frames[v]).view(np.uint8).reshape(self.row_frames, -1)
         empty = np.logical_not(row.any(axis=1))
         count = int(np.argmax(empty)) if empty.any() else self.row_frames

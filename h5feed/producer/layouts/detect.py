@@ -101,10 +101,16 @@ def no_match_message(h5: h5py.File, auto: Auto) -> str:
     )
 
 
+#: Top-level names looked at for a suggestion (an error path: bounded, whatever the file).
+_SUGGESTION_ENTRIES = 64
+
+
 def _root_datasets(h5: h5py.File) -> dict[str, h5py.Dataset]:
-    """The file's top-level datasets by name (links are not followed further than HDF5's
-    own lookup of each top-level name)."""
-    return {n: h5[n] for n in sorted(h5.keys()) if isinstance(h5.get(n), h5py.Dataset)}
+    """The file's first top-level datasets by name (sorted, at most
+    :data:`_SUGGESTION_ENTRIES` names looked at; nothing is read)."""
+    names = sorted(h5.keys())[:_SUGGESTION_ENTRIES]
+    found = {n: h5.get(n) for n in names}
+    return {n: d for n, d in found.items() if isinstance(d, h5py.Dataset)}
 
 
 def _integer_vector(dataset: h5py.Dataset, length: int) -> bool:

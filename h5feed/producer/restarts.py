@@ -1,0 +1,71 @@
+"""When ``h5feed produce`` restarts a worker that died, and when it is crash-looping.
+
+A worker's death is one of two kinds, told apart by whether that process returned a DATA part
+since it started (its stats file says so: ``h5feed/producer/worker_stats.py``):
+
+* **it delivered**: it was working when it died (an OOM killer on a host under memory
+  pressure, a one-off crash). It is restarted at once, and its backoff starts over.
+* **it did not**: it may die on every start (a broken install, a bad mount, code that cannot
+  import). It is restarted after a backoff, 1 s doubling at each such death in a row up to
+  60 s, so a crash loop costs little CPU and fills no log; and past ``max_restarts`` such deaths
+  of one worker within a minute the service reports the crash loop in its health check
+  (``h5feed health`` fails), so Swarm or Kubernetes replace the container.
+
+Used by the service's single loop thread only.
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Final
+
+#: Deaths without delivery a minute past which a worker crash-loops (``--max-restarts``).
+DEFAULT_MAX_RESTARTS: Final = 3
+#: The window of ``max_restarts`` (seconds).
+CRASH_WINDOW_S: Final = 60.0
+#: The first backoff after a death without delivery, and its cap (seconds).
+FIRST_BACKOFF_S: Final = 1.0
+MAX_BACKOFF_S: Final = 60.0
+
+
+class Restarts:
+    """The restart schedule of the workers of one service (see the module docstring)."""
+
+    def __init__(self, max_restarts: int) -> None:
+        self.max_restarts = max_restarts
+        self._due: dict[str, float] = {}  # name -> when it may start again (monotonic)
+        self._backoff: dict[str, float] = {}  # name -> the next backoff of a crash death
+        self._crashes: dict[str, collections.deque[float]] = {}  # name -> crash deaths
+
+    def died(self, name: str, delivered: bool, now: float) -> float:
+        """Worker ``name`` died at ``now``; the seconds until it may be started again."""
+        crashes = self._crashes.setdefault(name, collections.deque())
+        if delivered:
+            self._backoff.pop(name, None)
+            delay = 0.0
+        else:
+            delay = self._backoff.get(name, FIRST_BACKOFF_S)
+            self._backoff[name] = min(delay * 2, MAX_BACKOFF_S)
+            crashes.append(now)
+        self._due[name] = now + delay
+        return delay
+
+    def due(self, name: str, now: float) -> bool:
+        """Whether worker ``name`` may be started now."""
+        return now >= self._due.get(name, now)
+
+    def crash_loop(self, now: float) -> str | None:
+        """The workers past ``max_restarts`` deaths without delivery within the window, in
+        words; None when none is."""
+        looping = []
+        for name, crashes in sorted(self._crashes.items()):
+            while crashes and now - crashes[0] > CRASH_WINDOW_S:
+                crashes.popleft()
+            if len(crashes) > self.max_restarts:
+                looping.append(f"worker {name} died {len(crashes)} times")
+        if not looping:
+            return None
+        return (
+            f"crash loop: {'; '.join(looping)} within {CRASH_WINDOW_S:g} s, each time before "
+            f"returning any data (max_restarts={self.max_restarts})"
+        )

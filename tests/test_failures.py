@@ -29,6 +29,7 @@ from h5feed.common.errors import (
     PoisonUnitError,
     WorkerDiedError,
     WorkerError,
+    WorkerTimeoutError,
 )
 from h5feed.consumer.stream import BatchStream
 from h5feed.producer.sample_data import write_video_file
@@ -185,6 +186,20 @@ def test_a_worker_that_dies_on_every_start_ends_the_iteration_naming_its_exit(
     with pytest.raises(WorkerDiedError, match=r"died 2 times within 60 s \(max_restarts=1\)"):
         list(feed)
     assert time.monotonic() - began < 30
+    assert wait_until_gone(own_worker_pids()) == []
+
+
+def test_a_worker_that_hangs_on_every_start_is_reported_as_hung_not_crashed(
+    small_dataset: list[pathlib.Path], importable_transforms: None, tmp_path: pathlib.Path
+) -> None:
+    feed = h5feed.batches(
+        small_dataset, **CLIP, workers=1, max_restarts=1, unit_timeout_s=2.0,
+        transform="sample_transforms:sleeps", transform_args={"marker": str(tmp_path / "m")},
+    )  # fmt: skip
+    began = time.monotonic()
+    with pytest.raises(WorkerTimeoutError, match=r"hung 2 times within 60 s \(max_restarts=1\)"):
+        list(feed)
+    assert time.monotonic() - began < 60
     assert wait_until_gone(own_worker_pids()) == []
 
 

@@ -66,15 +66,23 @@ class Field:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class RaggedArray:
-    """A field batched without padding (``ragged=``): ``values`` zero-padded ``[n, max, ...]``
-    and ``lengths`` ``[n]``; row ``i`` is ``values[i, :lengths[i]]``. ``h5feed.dataset()``
-    turns it into a ``tf.RaggedTensor``."""
+    """A field batched without padding (``ragged=``): ``values`` zero-padded to the batch's
+    largest and ``lengths`` ``[n]``, the size of each element along its one varying
+    dimension ``axis`` (of the element: 0 is ``values``' second). Row ``i`` is
+    ``values[i]`` cut to ``lengths[i]`` on that axis: ``values[i, :lengths[i]]`` for axis 0,
+    ``values[i, :, :lengths[i]]`` for a [C, T, H, W] clip whose T varies.
+    ``h5feed.dataset()`` turns it into a ``tf.RaggedTensor`` ragged at that dimension."""
 
     values: np.ndarray
     lengths: np.ndarray
+    axis: int = 0
 
     def rows(self) -> list[np.ndarray]:
-        return [self.values[i, : int(n)] for i, n in enumerate(self.lengths.tolist())]
+        rows = []
+        for i, n in enumerate(self.lengths.tolist()):
+            cut: list[Any] = [i, *[slice(None)] * self.axis, slice(0, int(n))]
+            rows.append(self.values[tuple(cut)])
+        return rows
 
 
 def unpack(spec: ElementSpec, arrays: Mapping[str, np.ndarray], n: int) -> list[Field]:

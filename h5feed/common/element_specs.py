@@ -115,7 +115,8 @@ def field_name(path: str) -> str:
 
 
 def as_leaf(value: Any, path: str) -> np.ndarray | bytes:
-    """A leaf value as a NumPy array (numeric) or bytes (string); SourceError otherwise."""
+    """A leaf value as a NumPy array (numeric) or bytes (string); SourceError otherwise.
+    A ``torch.Tensor`` is taken as :func:`tensor_array` makes it an array."""
     if isinstance(value, str):
         return value.encode("utf-8")
     if isinstance(value, bytes):
@@ -133,10 +134,45 @@ def as_leaf(value: Any, path: str) -> np.ndarray | bytes:
             f"{field_name(path)}: dtype {array.dtype} is not supported (bool, integer and "
             "float arrays, str and bytes are; a sequence of strings is a tuple of str)"
         )
+    if is_torch_tensor(value):
+        return as_leaf(tensor_array(value, path), path)
     raise SourceError(
         f"{field_name(path)}: a {type(value).__name__} is not an element field (arrays, "
-        "numbers, str, bytes, and dicts/tuples of them are)"
+        "numbers, str, bytes, torch tensors, and dicts/tuples of them are)"
     )
+
+
+def is_torch_tensor(value: Any) -> bool:
+    """Whether ``value`` is a ``torch.Tensor`` (a subclass too), told by its class alone:
+    h5feed never imports torch to look."""
+    return any(
+        cls.__name__ == "Tensor" and cls.__module__ == "torch" for cls in type(value).__mro__
+    )
+
+
+def tensor_array(tensor: Any, path: str) -> np.ndarray:
+    """A CPU tensor as NumPy, as ``tensor.detach().numpy()`` makes it (the same memory: the
+    caller copies it into the unit before the next element is asked for). bfloat16, which
+    NumPy lacks, becomes float32 (exact: every bfloat16 is a float32). SourceError for a
+    tensor not in host memory (CUDA, MPS, meta: move it with ``.cpu()`` in the dataset, or
+    better never build it on the GPU in a data worker) and for dtypes NumPy lacks."""
+    device = getattr(getattr(tensor, "device", None), "type", "cpu")
+    if device != "cpu":
+        raise SourceError(
+            f"{field_name(path)}: a torch tensor on device {str(tensor.device)!r}; h5feed "
+            "sends host memory: return it with .cpu() (or build it on the CPU: data "
+            "workers should not touch the GPU)"
+        )
+    tensor = tensor.detach()
+    if str(tensor.dtype) == "torch.bfloat16":
+        tensor = tensor.float()
+    try:
+        return np.asarray(tensor.resolve_conj().resolve_neg().numpy())
+    except (TypeError, RuntimeError) as exc:  # float8, quantized, sparse: no NumPy form
+        raise SourceError(
+            f"{field_name(path)}: a torch tensor of {tensor.dtype} "
+            f"({tensor.layout!s}) has no NumPy form: {exc}"
+        ) from exc
 
 
 def _leaf_spec(path: str, leaf: np.ndarray | bytes) -> LeafSpec:

@@ -8,8 +8,10 @@ batches in :mod:`h5feed.common.element_batches`, the tree walks in :mod:`h5feed.
 An *element* is a tree: a ``dict`` (``str`` keys, taken in sorted order, as ``tf.nest`` does)
 or a ``tuple`` of subtrees, or a *leaf*. A leaf is a NumPy array (bool, integer or float
 dtype), a NumPy scalar, a Python ``bool``/``int``/``float`` (as NumPy makes them: bool, int64,
-float64), a ``list`` of numbers (an array, as in ``tf.data``), or a ``str``/``bytes`` (a
-string; str is UTF-8 encoded). Anything else is refused with an :class:`SourceError` naming the
+float64), a ``list`` of numbers (an array, as in ``tf.data``), a ``torch.Tensor`` in host
+memory (as ``tensor.detach().numpy()`` gives it, bfloat16 as float32; told by its class, torch
+is never imported here; CUDA tensors are refused), or a ``str``/``bytes`` (a string; str is
+UTF-8 encoded). Anything else is refused with an :class:`SourceError` naming the
 field. A field's *path* joins keys and tuple positions with ``/``, e.g. ``x/0/depth``.
 
 The *convention* (keyword ``convention=`` of :func:`infer_spec`, :func:`flatten_checked`,

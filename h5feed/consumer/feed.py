@@ -10,6 +10,8 @@ from typing import Any
 
 import numpy as np
 
+from h5feed.common import trainer_main
+from h5feed.common.errors import H5FeedError
 from h5feed.common.exposure import warn_insecure_listen
 from h5feed.consumer import known_index, resume
 from h5feed.consumer.metrics import start_feed_metrics
@@ -25,9 +27,11 @@ class Feed:
     the epoch count of the previous iteration (so three iterations of a one-epoch feed see
     epochs 0, 1 and 2: three different plans). Thread-safe to iterate from several threads.
 
-    Local workers persist across iterations (an HDF5 feed without ``listen``): the first
-    iteration starts them, each later one runs a new job on them (their indexes in memory),
-    and they stop when the feed is closed (:meth:`close`) or garbage collected, or at exit.
+    Local workers persist across iterations (a feed without ``listen``): the first iteration
+    starts them, each later one runs a new job on them (an HDF5 feed's indexes in memory; a
+    source's modules imported, its factory called again: a new copy of the user's object per
+    iteration), and they stop when the feed is closed (:meth:`close`) or garbage collected,
+    or at exit.
     An iteration that starts while another runs gets its own workers, stopped at its end;
     after a failed iteration, or when a kept worker exited between iterations (that
     iteration raises WorkerDiedError naming it), the next iteration starts new workers.
@@ -39,6 +43,14 @@ class Feed:
     consumer remembers for these files, else once an iteration's workers indexed them)."""
 
     def __init__(self, config: FeedConfig, resume_from: Any = None) -> None:
+        if trainer_main.in_worker():  # the user's code, imported by a worker, builds a feed
+            raise H5FeedError(
+                "h5feed: a dataset was created inside an h5feed worker process, while it "
+                "loaded your code (source=/transform=): module-level code that builds an "
+                "h5feed dataset runs again in every worker. Put it under "
+                '`if __name__ == "__main__":`, or keep the factory in a module of its own; '
+                "a worker never starts workers"
+            )
         self.config = config
         self.fingerprint = resume.fingerprint(config)
         self.length: int | None = None
@@ -87,10 +99,12 @@ class Feed:
             weakref.finalize(self, self._slot.close)  # the kept workers stop with the feed
 
     def _keeps_workers(self) -> bool:
-        """Whether local workers persist across iterations: an HDF5 feed with local workers
-        and no ``listen`` (remote producers join per iteration)."""
+        """Whether local workers persist across iterations: a feed with local workers and no
+        ``listen`` (remote producers join per iteration). An HDF5 feed's workers keep their
+        indexes; a source's keep the user's modules imported (torch, TensorFlow: seconds
+        each) and build a new copy of the user's object for each iteration (a new job)."""
         options = self.config.options
-        return isinstance(self.config, HdfConfig) and options.workers > 0 and not options.listen
+        return options.workers > 0 and not options.listen
 
     def close(self) -> None:
         """Stop the workers kept across iterations (a running iteration keeps its workers

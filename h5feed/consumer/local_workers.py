@@ -3,7 +3,10 @@ iteration of a dataset: :mod:`h5feed.consumer.worker_pool`).
 
 Each worker is ``python -m h5feed.producer.worker`` in a fresh interpreter (never a fork of the
 trainer, and never a ``multiprocessing`` spawn that re-imports the trainer's ``__main__``, so a
-script without an ``if __name__ == "__main__":`` guard works). Guarantees:
+script without an ``if __name__ == "__main__":`` guard works, unless it names
+``"__main__:..."``: see :mod:`h5feed.common.trainer_main`). Its ``sys.path`` starts with the
+trainer's (``PYTHONPATH``), so ``source=`` and ``transform=`` modules are found where the
+trainer finds them. Guarantees:
 
 1. Workers ignore SIGINT: Ctrl-C reaches the trainer, which stops them.
 2. A worker dies with the trainer process, even by SIGKILL and even while blocked in a long
@@ -34,13 +37,14 @@ import sys
 import time
 from collections.abc import Callable
 
+from h5feed.common import trainer_main
 from h5feed.common.curve import (
     CURVE_ENV_PUBLIC,
     CURVE_ENV_SECRET,
     CURVE_ENV_SERVER,
     KeyPair,
 )
-from h5feed.common.errors import WorkerDiedError
+from h5feed.common.errors import WorkerDiedError, WorkerTimeoutError
 from h5feed.consumer.spawner import spawn
 
 _PACKAGE_PARENT = str(pathlib.Path(__file__).resolve().parents[2])
@@ -76,17 +80,25 @@ class LocalWorkers:
             env[CURVE_ENV_PUBLIC] = keys.public.decode()
             env[CURVE_ENV_SECRET] = keys.secret.decode()
             env[CURVE_ENV_SERVER] = server_public.decode()
-        # Workers import h5feed from where the trainer did, installed or not.
+        # Workers import h5feed from where the trainer did, installed or not, and look for
+        # the user's modules (source= and transform= alike) where the trainer does: its
+        # sys.path, in its order. Its __main__: see h5feed.common.trainer_main.
         env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (_PACKAGE_PARENT, env.get("PYTHONPATH", "")) if p
+            dict.fromkeys(p for p in (_PACKAGE_PARENT, *trainer_path(), env.get("PYTHONPATH")) if p)
         )
+        main = trainer_main.describe_main()
+        if main is not None:
+            env[trainer_main.MAIN_ENV] = main
+        else:
+            env.pop(trainer_main.MAIN_ENV, None)
         self.names = [f"{prefix}-{i}" for i in range(count)]
         self.processes: list[subprocess.Popen[bytes]] = []
         self.max_restarts = max_restarts
         self.restarts = 0  # processes started to replace dead ones
         self._env = env
         self._commands: list[list[str]] = []
-        self._restarted: dict[str, collections.deque[float]] = {}  # crash-loop deaths
+        # crash-loop losses: (when, whether it was a hang)
+        self._restarted: dict[str, collections.deque[tuple[float, bool]]] = {}
         self._delivered: set[int] = set()  # pids that returned a DATA part
         self.retired: set[int] = set()  # pids replaced: whatever they said is stale
         try:
@@ -147,27 +159,42 @@ class LocalWorkers:
         if pid in self.pids:
             self._delivered.add(pid)
 
-    def replace(self, name: str) -> int:
+    def replace(self, name: str, hung: bool = False) -> int:
         """Kill worker ``name`` if it still runs and start a new process under its name; the
-        new pid. Raises WorkerDiedError past ``max_restarts`` deaths within
-        RESTART_WINDOW_S of processes that returned no DATA part (see :meth:`delivered`)."""
+        new pid. Past ``max_restarts`` losses within RESTART_WINDOW_S of processes that
+        returned no DATA part (see :meth:`delivered`), raises WorkerDiedError, or
+        WorkerTimeoutError when this loss is a hang (``hung``: killed for holding work past
+        the unit timeout): a hang is never reported as a crash."""
         position = self.names.index(name)
         old = self.processes[position].pid
         self.kill(name)
         now = time.monotonic()
         recent = self._restarted.setdefault(name, collections.deque())
-        while recent and now - recent[0] > RESTART_WINDOW_S:
+        while recent and now - recent[0][0] > RESTART_WINDOW_S:
             recent.popleft()
         if old in self._delivered:
             self._delivered.discard(old)  # it was working: no crash loop
         elif len(recent) >= self.max_restarts:
+            hangs = sum(was_hung for _at, was_hung in recent) + hung
+            deaths = len(recent) + 1 - hangs
+            within = (
+                f"within {RESTART_WINDOW_S:g} s (max_restarts={self.max_restarts}), each time "
+                "before returning any data"
+            )
+            if hung:
+                also = f" and died {deaths} times" if deaths else ""
+                raise WorkerTimeoutError(
+                    f"worker {name} hung {hangs} times{also} {within}: each start held work "
+                    "past unit_timeout_s without answering (killed, not crashed): the code or "
+                    "data it runs blocks"
+                )
+            also = f" and hung {hangs} times" if hangs else ""
             raise WorkerDiedError(
-                f"worker {name} died {len(recent) + 1} times within {RESTART_WINDOW_S:g} s "
-                f"(max_restarts={self.max_restarts}), each time before returning any data: a "
-                "crash loop; its output, if any, is on stderr above"
+                f"worker {name} died {deaths} times{also} {within}: a crash loop; its output, "
+                "if any, is on stderr above"
             )
         else:
-            recent.append(now)
+            recent.append((now, hung))
         self.retired.add(old)
         self.restarts += 1
         self.processes[position] = spawn(self._commands[position], self._env)
@@ -190,6 +217,12 @@ class LocalWorkers:
             deadline = time.monotonic() + wait_s
             for process in running:
                 _wait(process, deadline - time.monotonic())
+
+
+def trainer_path() -> list[str]:
+    """This process's ``sys.path`` as absolute paths (``""``, the current directory, made
+    one), for a worker to search the same places in the same order."""
+    return [os.path.abspath(p) if p == "" else p for p in sys.path if isinstance(p, str)]
 
 
 def _wait(process: subprocess.Popen[bytes], timeout_s: float) -> None:

@@ -21,7 +21,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeAlias, TypedDict
 
-from h5feed.common import layouts
+from h5feed.common import layouts, trainer_main
 from h5feed.common.config import (
     CLIP_STARTS,
     DEFAULT_MAX_OPEN_FILES,
@@ -307,9 +307,21 @@ def hdf_config(files: Any, kwargs: Mapping[str, Any]) -> HdfConfig:
     layout = LayoutArgs(**{k: v for k, v in kwargs.items() if k in layout_names}).resolve()
     options = {k: v for k, v in kwargs.items() if k in option_names}
     options["index_cache"] = index_cache_dir(options.pop("index_cache", True))
+    feed_options = FeedOptions(**options)
+    check_main_path("transform", clip.transform, feed_options)
     paths = resolve_files(files, options.get("data_root"))
     layout, labels = directory_labels(layout, paths)
-    return HdfConfig(tuple(paths), clip, layout, FeedOptions(**options), labels)
+    return HdfConfig(tuple(paths), clip, layout, feed_options, labels)
+
+
+def check_main_path(what: str, path: str | None, options: FeedOptions) -> None:
+    """ValueError, before any worker starts, for ``"__main__:name"`` where the workers
+    cannot load the training script (see :mod:`h5feed.common.trainer_main`)."""
+    if path is None or path.partition(":")[0] != trainer_main.MAIN:
+        return
+    refusal = trainer_main.main_refusal(f"{what} {path!r}", remote=options.listen is not None)
+    if refusal is not None:
+        raise ValueError(f"h5feed: {refusal}")
 
 
 def index_cache_dir(index_cache: bool | str | None) -> str | None:

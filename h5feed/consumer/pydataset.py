@@ -20,13 +20,19 @@ over ``h5feed.batches``.
    plan order, so epochs do not interleave), with Keras's ``workers=1`` thread and no Keras
    multiprocessing: the decoding runs in h5feed's own ``workers`` processes.
 4. ``close()`` (or the end of a ``with`` block, or garbage collection) stops the workers.
+5. ``source="module:factory"``: your own map-style dataset or Keras ``Sequence``/``PyDataset``
+   runs in h5feed's workers (Keras on JAX or PyTorch: no TensorFlow anywhere), and each item
+   is the batch :func:`h5feed.batches` gives (a ``Sequence``'s item as it returned it, a map
+   dataset's elements stacked ``batch_size`` at a time), so ``x=``/``y=`` do not apply.
+   1, 3 and 4 hold as above; ``len(ds)`` is the source's batches per epoch of this shard
+   (a ``Sequence``: its ``len()``). A generator source has no length: refused.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 
@@ -42,23 +48,34 @@ _STRING_KEYS = ("file", "video")
 _GIVE_BACK = 3
 
 
+_X: Final = "frames"
+_Y: Final = "label"
+
+
 def keras_batches(
     files: PathsLike | None = None,
     *,
-    x: str | Sequence[str] = "frames",
-    y: str | None = "label",
+    x: str | Sequence[str] = _X,
+    y: str | None = _Y,
     max_queue_size: int = 10,
     **kwargs: Any,
 ) -> Any:
     """A ``keras.utils.PyDataset`` of ``(batch[x], batch[y])`` (see the module docstring);
-    the other keyword arguments are :func:`h5feed.batches`'s, less ``epochs``,
-    ``deterministic`` and ``source``."""
-    taken = sorted({"epochs", "deterministic", "source"} & set(kwargs))
+    the other keyword arguments are :func:`h5feed.batches`'s, less ``epochs`` and
+    ``deterministic``. With ``source=``: the source's batches as they are (5.)."""
+    taken = sorted({"epochs", "deterministic"} & set(kwargs))
     if taken:
         raise TypeError(
             f"h5feed.keras_batches sets {', '.join(taken)} itself: fit(epochs=) decides the "
-            "epochs, batches come in plan order, and source= is not supported here"
+            "epochs, and batches come in plan order"
         )
+    if kwargs.get("source") is not None:
+        if x is not _X or y is not _Y:
+            raise TypeError(
+                "h5feed.keras_batches: x= and y= do not apply to source= (each item is your "
+                "source's batch as it is)"
+            )
+        return _source_dataset(files, max_queue_size, kwargs)
     names = (x,) if isinstance(x, str) else tuple(x)
     wanted = [*names, *([y] if y is not None else [])]
     for key in wanted:
@@ -82,6 +99,30 @@ def keras_batches(
     return _dataset_class()(
         stream, first, length, names, x if isinstance(x, str) else None, y, max_queue_size
     )
+
+
+def _source_dataset(files: PathsLike | None, max_queue_size: int, kwargs: dict[str, Any]) -> Any:
+    """keras_batches(source=...): the feed started, its first batch taken (the workers told
+    the kind and length by then)."""
+    from h5feed.consumer.source_api import SourceFeed
+
+    feed = batches(files, **kwargs, epochs=None, deterministic=True)
+    if not isinstance(feed, SourceFeed):  # unreachable: source= makes a SourceFeed
+        raise TypeError("h5feed.keras_batches: source= did not make a source feed")
+    stream = feed.stream()
+    try:
+        first = next(stream)
+        length = feed.length if feed.learnt is not None else None
+        if length is None:
+            raise TypeError(
+                f"h5feed.keras_batches: source {kwargs['source']!r} is a generator, whose "
+                "epochs have no length that Keras could be told; give a map-style dataset "
+                "or a Sequence/PyDataset, or iterate h5feed.batches(source=...) yourself"
+            )
+    except BaseException:
+        stream.close()
+        raise
+    return _dataset_class()(stream, first, length, (), None, None, max_queue_size)
 
 
 def _dataset_class() -> type:
@@ -127,6 +168,8 @@ def _dataset_class() -> type:
                         self._served.append(batch)
                     else:
                         self._served.clear()
+                if not self._names:  # source=: the source's batch as it is
+                    return batch
                 if self._single is not None:
                     x: Any = batch[self._single]
                 else:

@@ -51,7 +51,7 @@ class Replacer(Protocol):
 
     def kill(self, name: str) -> int | None: ...
 
-    def replace(self, name: str) -> int: ...
+    def replace(self, name: str, hung: bool = False) -> int: ...
 
     def delivered(self, pid: int) -> None: ...
 
@@ -111,7 +111,8 @@ def recover(
         code = workers.kill(peer.name)  # a stuck or stopped one must never write again
         if code is not None and cause in ("unreachable", "deadline"):
             reason = f"{reason}; killed" if code == -9 else f"{reason}; {describe_exit(code)}"
-        pid = workers.replace(peer.name)  # WorkerDiedError past max_restarts crash deaths
+        # WorkerDiedError past max_restarts crash deaths (WorkerTimeoutError: hangs)
+        pid = workers.replace(peer.name, hung=cause == "deadline")
         session.counters["workers_replaced"] += 1
         session.log.warning(
             "worker %s %s (%d units outstanding): replaced by pid %d",

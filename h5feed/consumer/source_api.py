@@ -18,8 +18,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from h5feed.consumer.feed import Feed
-from h5feed.consumer.options import FeedOptions
+from h5feed.consumer.options import FeedOptions, check_main_path
+from h5feed.consumer.source_kinds import GENERATOR, epoch_batches
 from h5feed.consumer.source_options import SOURCE_KEYS, Learnt, SourceConfig
+from h5feed.consumer.source_scheduler import check_ragged
 from h5feed.consumer.stream import BatchStream
 from h5feed.consumer.tf_elements import ragged_paths, spec_from_signature
 
@@ -43,7 +45,10 @@ def make_source_config(files: Any, kwargs: Mapping[str, Any]) -> SourceConfig:
         ragged = ragged_paths(signature, ragged)
     options = {k: v for k, v in kwargs.items() if k in option_names}
     options["index_cache"] = None
-    return SourceConfig(
+    feed_options = FeedOptions(**options)
+    if isinstance(kwargs["source"], str):
+        check_main_path("source", kwargs["source"], feed_options)
+    config = SourceConfig(
         source=kwargs["source"],
         args=dict(kwargs.get("source_args") or {}),
         ragged=ragged if isinstance(ragged, bool) else tuple(ragged),
@@ -51,8 +56,20 @@ def make_source_config(files: Any, kwargs: Mapping[str, Any]) -> SourceConfig:
         batched=kwargs.get("source_batched", False),
         spec=spec,
         sys_path=tuple(p for p in sys.path if isinstance(p, str)),
-        options=FeedOptions(**options),
+        options=feed_options,
     )
+    for leaf in spec.leaves if spec is not None else ():  # else: once the workers tell it
+        check_ragged(leaf, config)
+    return config
+
+
+def source_epoch_batches(config: SourceConfig, learnt: Learnt) -> int | None:
+    """Batches per epoch of a map or keras source, from its length; None for a generator
+    (its epoch ends when its passes do, even with ``steps_per_epoch``: shorter when they all
+    end first)."""
+    if learnt.length is None or learnt.kind == GENERATOR:
+        return None
+    return epoch_batches(learnt.kind, learnt.length, config.options)
 
 
 class SourceFeed(Feed):
@@ -79,10 +96,13 @@ class SourceFeed(Feed):
         return self._learnt
 
     def _remember(self) -> None:
-        """Keep what the probing iteration's workers told, once they told it."""
+        """Keep what the probing iteration's workers told, once they told it; a map or
+        keras source's epoch length is known from then on (:attr:`length`)."""
         stream = self._learning() if self._learning is not None else None
         if self._learnt is None and stream is not None:
-            self._learnt = stream.learnt
+            self._learnt = learnt = stream.learnt
+            if learnt is not None and self.length is None:
+                self.length = source_epoch_batches(self.config, learnt)
 
     def _known(self) -> Learnt | None:
         return self.learnt

@@ -25,7 +25,7 @@ from __future__ import annotations
 import collections
 import time
 from collections.abc import Callable, Hashable, Iterator, Sequence
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from h5feed.common import elements, messages
 from h5feed.common.elements import ElementSpec, Field, RaggedArray
@@ -40,6 +40,9 @@ from h5feed.consumer.scheduler import Reassignment, Send
 from h5feed.consumer.source_agreement import check_agreement
 from h5feed.consumer.source_options import SourceConfig
 from h5feed.consumer.work import Ledger, Peer, Unit, W
+
+if TYPE_CHECKING:
+    from h5feed.consumer.options import FeedOptions
 
 MAP: Final = "map"
 KERAS: Final = "keras"
@@ -102,7 +105,7 @@ class _Elements:
             rows = int(first.shape[1]) if first is not None and first.ndim > 1 else 1
             return Batch(epoch, index, {}, element, rows, size)
         values: list[Any] = [
-            RaggedArray(f.values, f.lengths)
+            RaggedArray(f.values, f.lengths, leaf.variable_axes[0])
             if f.lengths is not None and self.source.is_ragged(leaf.path)
             else f.values
             for leaf, f in zip(self.spec.leaves, fields, strict=True)
@@ -113,6 +116,20 @@ class _Elements:
 
         element = elements.build_batch(self.spec, values, lengths)
         return Batch(epoch, index, {}, element, elements_in_part, size)
+
+
+def epoch_batches(kind: str, length: int, options: FeedOptions) -> int:
+    """Batches per epoch of a map or keras source of ``length`` items (every epoch has as
+    many: the shard's share of the items, batched as the options say)."""
+    return _batches_of(kind, len(epoch_order(length, options.plan_options(), 0)), options)
+
+
+def _batches_of(kind: str, items: int, options: FeedOptions) -> int:
+    if kind == KERAS:  # each item is a batch
+        return items
+    if options.drop_remainder:
+        return items // options.batch_size
+    return -(-items // options.batch_size)
 
 
 class ItemScheduler:
@@ -155,9 +172,7 @@ class ItemScheduler:
         per_batch = 1 if self.kind == KERAS else options.batch_size
         for epoch in epochs:
             order = epoch_order(self._length, options.plan_options(), epoch)
-            batches = len(order) // per_batch
-            if self.kind != KERAS and not options.drop_remainder:
-                batches = -(-len(order) // per_batch)
+            batches = _batches_of(self.kind, len(order), options)
             if batches == 0:
                 raise H5FeedError(
                     f"an epoch has no batch: {len(order)} items in shard {options.shard} of "

@@ -85,9 +85,11 @@ class SourceConfig:
 @dataclasses.dataclass(frozen=True, slots=True)
 class Learnt:
     """What the workers told of a source once they loaded it: its kind (``"map"``,
-    ``"keras"``, ``"generator"``) and element spec (the given one, checked, or the merge of
-    what each worker probed). The feed keeps it, so later iterations skip the probe and use
-    the same spec as the tf.data signature."""
+    ``"keras"``, ``"generator"``), element spec (the given one, checked, or the merge of
+    what each worker probed) and ``length`` (``len()`` of a map or keras source, None for a
+    generator). The feed keeps it, so later iterations skip the probe and use the same spec
+    as the tf.data signature, and the epoch's length is known (tf.data's cardinality)."""
 
     kind: str
     spec: ElementSpec
+    length: int | None = None

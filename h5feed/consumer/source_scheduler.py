@@ -126,7 +126,7 @@ class SourceScheduler:
             {str(p): checks for p, checks in self._reference.items()},
         )  # fmt: skip
         self._agreed = (kind, length)
-        self.learnt = Learnt(kind, spec)
+        self.learnt = Learnt(kind, spec, length)
         if self._start.batch and kind == GENERATOR:
             raise SourceError(
                 f"source {self.source.source!r} is a generator: it cannot resume inside an "
@@ -284,9 +284,17 @@ def _check_spec(spec: ElementSpec, source: SourceConfig, kind: str) -> None:
     if kind != KERAS:
         elements.check_length_names(spec, lambda i: padded[i])
     for leaf in spec.leaves:
-        ragged = kind != KERAS and source.is_ragged(leaf.path)
-        if ragged and leaf.variable_axes and leaf.variable_axes != (0,):
-            raise SourceError(
-                f"{elements.field_name(leaf.path)} ({leaf.describe()}): ragged= takes "
-                "fields whose first dimension only varies"
-            )
+        if kind != KERAS:
+            check_ragged(leaf, source)
+
+
+def check_ragged(leaf: elements.LeafSpec, source: SourceConfig) -> None:
+    """SourceError for a ``ragged=`` field that varies in more than one dimension (a
+    ``tf.RaggedTensor`` of it would be ragged in several: give it padded, with its shapes)."""
+    if source.is_ragged(leaf.path) and len(leaf.variable_axes) > 1:
+        raise SourceError(
+            f"{elements.field_name(leaf.path)} ({leaf.describe()}): ragged= takes fields "
+            "that vary in one dimension (any one); this one varies in dimensions "
+            f"{list(leaf.variable_axes)}: leave it out of ragged= to get it zero-padded "
+            "with its shapes"
+        )

@@ -82,7 +82,10 @@ def tf_signature(source: SourceConfig, learnt: Learnt) -> Any:
         if keras:
             leaf_specs.append(tf.TensorSpec(leaf.shape, dtype(leaf)))
         elif leaf.variable_axes and source.is_ragged(leaf.path):
-            leaf_specs.append(tf.RaggedTensorSpec((rows, *leaf.shape), dtype(leaf), 1, tf.int64))
+            ragged_rank = leaf.variable_axes[0] + 1  # the uniform dimensions before it too
+            leaf_specs.append(
+                tf.RaggedTensorSpec((rows, *leaf.shape), dtype(leaf), ragged_rank, tf.int64)
+            )
         else:
             leaf_specs.append(tf.TensorSpec((rows, *leaf.shape), dtype(leaf)))
 
@@ -100,12 +103,25 @@ def tf_signature(source: SourceConfig, learnt: Learnt) -> Any:
 def to_tf(batch: Any) -> Any:
     """A batch tree as ``tf.data`` takes it: RaggedArray leaves as ``tf.RaggedTensor``,
     lists as tuples (everything else as it is)."""
-    import tensorflow as tf
 
     def convert(leaf: Any) -> Any:
-        if isinstance(leaf, RaggedArray):
-            return tf.RaggedTensor.from_tensor(leaf.values, lengths=leaf.lengths)
-        return leaf
+        return ragged_tensor(leaf) if isinstance(leaf, RaggedArray) else leaf
 
     description, leaves = tree.flatten(batch, convention=tree.KERAS)
     return tree.unflatten(tree.with_tuples(description), [convert(leaf) for leaf in leaves])
+
+
+def ragged_tensor(leaf: RaggedArray) -> Any:
+    """``leaf`` as a ``tf.RaggedTensor`` ragged at its varying dimension: the dimensions
+    before it (uniform, e.g. the C of a [C, T, H, W] clip) become uniform row partitions, so
+    ``rt[i, c]`` has ``lengths[i]`` rows."""
+    import tensorflow as tf
+
+    values, lengths = leaf.values, leaf.lengths
+    uniform = values.shape[1 : 1 + leaf.axis]
+    copies = int(np.prod(uniform)) if uniform else 1
+    flat = values.reshape(len(values) * copies, *values.shape[1 + leaf.axis :])
+    result = tf.RaggedTensor.from_tensor(flat, lengths=np.repeat(lengths, copies))
+    for size in reversed(uniform):
+        result = tf.RaggedTensor.from_uniform_row_length(result, size)
+    return result

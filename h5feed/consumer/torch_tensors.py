@@ -22,6 +22,12 @@ gives each batch as a dict of tensors. Guarantees:
    measured otherwise.
 5. Same batches, order and semantics as :func:`h5feed.batches` (each iteration runs
    ``epochs`` epochs and continues the epoch count).
+6. ``source=`` (your own dataset in the workers): each batch is your element tree (tuples,
+   dicts, lists, as :func:`h5feed.batches` gives it) with every numeric leaf a tensor over
+   the batch memory as in 1., strings as in 3., and a ``ragged=`` field (a
+   :class:`h5feed.common.elements.RaggedArray`) a list of tensors, one per row (views of the
+   padded batch, as a ``collate_fn`` that keeps variable lengths gives them). ``keys=`` does
+   not apply (the tree is yours).
 """
 
 from __future__ import annotations
@@ -32,10 +38,14 @@ from typing import Any
 
 import numpy as np
 
+from h5feed.common import tree
+from h5feed.common.elements import RaggedArray
 from h5feed.consumer.api import PathsLike, batches
 from h5feed.consumer.feed import Feed
 
 _READ_ONLY_WARNING = "The given NumPy array is not writable"
+#: ``keys=`` of an HDF5 feed when not given (a source feed takes its whole tree).
+_HDF5_KEYS = ("frames", "label")
 
 
 def to_torch(
@@ -49,29 +59,58 @@ def to_torch(
         raise ValueError("h5feed: pin_memory=True needs CUDA (page-locked memory for GPU copies)")
     out: dict[str, Any] = {}
     for key in keys if keys is not None else list(batch):
-        array = batch[key]
-        if array.dtype == object:  # strings (file, video) stay NumPy
-            out[key] = array
-            continue
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=_READ_ONLY_WARNING, category=UserWarning)
-            tensor = torch.from_numpy(array)
-        out[key] = tensor.pin_memory() if pin_memory else tensor
+        out[key] = _tensor(torch, batch[key], pin_memory)
     return out
 
 
-class TorchFeed:
-    """A re-iterable feed of tensor dicts: every ``iter()`` is a new iteration of ``feed``."""
+def tree_to_torch(batch: Any, pin_memory: bool = False) -> Any:
+    """A source batch (any element tree) with its leaves as :func:`to_torch` makes them, and
+    each RaggedArray a list of row tensors (see the module docstring, 6.)."""
+    import torch
 
-    def __init__(self, feed: Feed, keys: Sequence[str] | None, pin_memory: bool) -> None:
+    if pin_memory and not torch.cuda.is_available():
+        raise ValueError("h5feed: pin_memory=True needs CUDA (page-locked memory for GPU copies)")
+
+    def convert(_path: str, leaf: Any) -> Any:
+        if isinstance(leaf, RaggedArray):
+            return [_tensor(torch, row, pin_memory) for row in leaf.rows()]
+        return _tensor(torch, leaf, pin_memory) if isinstance(leaf, np.ndarray) else leaf
+
+    return tree.map_with_paths(convert, batch, convention=tree.KERAS)
+
+
+def _tensor(torch: Any, array: np.ndarray, pin_memory: bool) -> Any:
+    if array.dtype == object:  # strings (file, video) stay NumPy
+        return array
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=_READ_ONLY_WARNING, category=UserWarning)
+        tensor = torch.from_numpy(array)
+    return tensor.pin_memory() if pin_memory else tensor
+
+
+class TorchFeed:
+    """A re-iterable feed of tensor trees: every ``iter()`` is a new iteration of ``feed``
+    (``keys`` None and ``whole_tree``: a source's batches, converted whole)."""
+
+    def __init__(
+        self, feed: Feed, keys: Sequence[str] | None, pin_memory: bool, whole_tree: bool = False
+    ) -> None:
         self.feed = feed
         self.keys = tuple(keys) if keys is not None else None
         self.pin_memory = pin_memory
+        self.whole_tree = whole_tree
 
-    def __iter__(self) -> Iterator[dict[str, Any]]:
+    def __iter__(self) -> Iterator[Any]:
         with self.feed.stream() as stream:
             for batch in stream:
-                yield to_torch(batch, self.keys, self.pin_memory)
+                if self.whole_tree:
+                    yield tree_to_torch(batch, self.pin_memory)
+                else:
+                    yield to_torch(batch, self.keys, self.pin_memory)
+
+    def close(self) -> None:
+        """Stop the workers the feed keeps across iterations (see ``Feed.close``)."""
+        self.feed.close()
 
     def stats(self) -> dict[str, Any]:
         return self.feed.stats()
@@ -80,15 +119,20 @@ class TorchFeed:
 def torch_batches(
     files: PathsLike | None = None,
     *,
-    keys: Sequence[str] | None = ("frames", "label"),
+    keys: Sequence[str] | None = _HDF5_KEYS,
     pin_memory: bool = False,
     **kwargs: Any,
 ) -> TorchFeed:
     """``h5feed.batches(files, **kwargs)`` as dicts of ``torch`` tensors with ``keys`` (None:
-    every key), without a copy (see the module docstring)."""
+    every key), without a copy (see the module docstring); with ``source=``, your element
+    trees with tensor leaves (``keys`` does not apply)."""
     if pin_memory:
         import torch
 
         if not torch.cuda.is_available():
             raise ValueError("h5feed: pin_memory=True needs CUDA (page-locked memory)")
+    if kwargs.get("source") is not None:
+        if keys is not _HDF5_KEYS and keys is not None:
+            raise TypeError("h5feed: keys= does not apply to source= (the element tree is yours)")
+        return TorchFeed(batches(files, **kwargs), None, pin_memory, whole_tree=True)
     return TorchFeed(batches(files, **kwargs), keys, pin_memory)

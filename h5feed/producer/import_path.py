@@ -9,10 +9,14 @@ is checked first: a refused path raises ``CodeRefused`` (not wrapped) and import
 from __future__ import annotations
 
 import importlib
+import os
+import runpy
 import sys
+import types
 from collections.abc import Callable
 from typing import Any
 
+from h5feed.common import trainer_main
 from h5feed.producer.code_policy import CodePolicy
 
 
@@ -30,7 +34,12 @@ def load_callable(path: str, policy: CodePolicy) -> Callable[..., Any]:
     if not sep or not module_name or not attributes:
         raise ImportPathError("is not an import path of the form 'package.module:name'")
     try:
-        obj: Any = importlib.import_module(module_name)
+        if module_name == trainer_main.MAIN:
+            obj: Any = _trainer_main()
+        else:
+            obj = importlib.import_module(module_name)
+    except ImportPathError:
+        raise
     except Exception as exc:  # ImportError, or whatever the user's module raises on import
         raise ImportPathError(
             f"cannot import module {module_name!r}: {type(exc).__name__}: {exc} "
@@ -41,7 +50,43 @@ def load_callable(path: str, policy: CodePolicy) -> Callable[..., Any]:
             obj = getattr(obj, attribute)
         except AttributeError as exc:
             raise ImportPathError(f"{module_name!r} has no attribute {attributes!r}") from exc
+    single_threaded_torch()
     policy.check_loaded(path, obj)
     if not callable(obj):
         raise ImportPathError(f"is a {type(obj).__name__}, not callable")
     return obj  # type: ignore[no-any-return]
+
+
+def _trainer_main() -> types.ModuleType:
+    """The trainer's script, run once in this worker as ``__mp_main__`` (see
+    :mod:`h5feed.common.trainer_main`: its guarded block does not run); ImportPathError when
+    this worker is not one of the trainer's local workers."""
+    loaded = sys.modules.get(trainer_main.WORKER_MAIN)
+    if loaded is not None:
+        return loaded
+    where = os.environ.get(trainer_main.MAIN_ENV, "")
+    kind, _sep, name = where.partition(":")
+    if kind not in ("module", "path") or not name:
+        raise ImportPathError(
+            "names the trainer's script ('__main__'), which only the trainer's own local "
+            "workers can load, not a producer on another host: move it into a module that "
+            "this host can import and name it 'module:name'"
+        )
+    if kind == "module":
+        content = runpy.run_module(name, run_name=trainer_main.WORKER_MAIN, alter_sys=True)
+    else:
+        content = runpy.run_path(name, run_name=trainer_main.WORKER_MAIN)
+    module = types.ModuleType(trainer_main.WORKER_MAIN)
+    module.__dict__.update(content)
+    sys.modules[trainer_main.WORKER_MAIN] = module
+    return module
+
+
+def single_threaded_torch() -> None:
+    """``torch.set_num_threads(1)`` if the user's code imported torch, as a PyTorch
+    DataLoader worker does: each worker is one process of many, and torch's own pool of one
+    thread per core in each would oversubscribe the cores. Never imports torch itself."""
+    torch = sys.modules.get("torch")
+    set_num_threads = getattr(torch, "set_num_threads", None)
+    if callable(set_num_threads):
+        set_num_threads(1)

@@ -20,9 +20,13 @@ The kind of source is detected from the object the factory returns, in this orde
 5. ``__iter__``: **generator**, each pass calls ``iter(obj)``;
 6. callable: **generator**, each pass calls ``obj()`` and iterates what it returns.
 
-Anything else raises :class:`SourceError`. Errors of the user's code (import, factory, item,
-generator) are raised as SourceError naming the source and the index or element, chained to
-the original exception, so the worker's traceback (sent to the trainer) shows the user's frames.
+Anything else raises :class:`SourceError`. A worker whose user code imported torch runs
+``torch.set_num_threads(1)`` once the factory returned, as PyTorch's DataLoader workers do;
+tensor fields are taken as :mod:`h5feed.common.elements` says (by class, never importing torch).
+
+Errors of the user's code (import, factory, item, generator) are raised as SourceError naming
+the source and the index or element, chained to the original exception, so the worker's
+traceback (sent to the trainer) shows the user's frames.
 """
 
 from __future__ import annotations
@@ -130,6 +134,7 @@ class SourceJob:
         self.batched = source.batched
         self.factory = load_factory(self.path, policy)
         self.obj = self._construct()
+        import_path.single_threaded_torch()  # the factory may import torch lazily
         self.kind = detect_kind(self.obj)
         if self.batched and self.kind != GENERATOR:
             raise SourceError(

@@ -38,6 +38,7 @@ import socket
 import sys
 from collections.abc import Sequence
 
+from h5feed.common import trainer_main
 from h5feed.common.cli_args import positive_int
 from h5feed.common.curve import (
     CURVE_ENV_PUBLIC,
@@ -134,6 +135,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     ProducerLimits.add_arguments(parser)  # a producer service's caps; none for local workers
     args = parser.parse_args(argv)
+    trainer_main.mark_worker()  # before any user code: h5feed.dataset() in it must raise
     if args.trust_code and args.allow_code:
         parser.error("--trust-code and --allow-code exclude each other")
     # First of all: a trainer that dies from here on takes this worker with it, and one

@@ -95,7 +95,7 @@ def test_missing_path_fails_at_once(tmp_path: pathlib.Path) -> None:
 
 
 def test_an_empty_directory_or_list_fails_at_once(tmp_path: pathlib.Path) -> None:
-    with pytest.raises(FileNotFoundError, match="matches no HDF5 file"):
+    with pytest.raises(FileNotFoundError, match="holds no HDF5 file: searched recursively"):
         h5feed.batches(tmp_path, clip_len=2)
     with pytest.raises(ValueError, match="the list of files is empty"):
         h5feed.batches([], clip_len=2)  # was accepted, then waited unit_timeout_s for no index

@@ -231,7 +231,7 @@ def test_a_secret_key_mounted_read_only_0400_loads(tmp_path: pathlib.Path) -> No
     assert pair.public == load_public(str(public))
 
 
-@pytest.mark.parametrize("bits", [0o644, 0o640, 0o604, 0o440, 0o660, 0o610])
+@pytest.mark.parametrize("bits", [0o644, 0o640, 0o604, 0o440, 0o660, 0o610], ids=oct)
 def test_a_secret_key_others_or_its_group_may_access_is_refused_naming_mode_and_chmod(
     tmp_path: pathlib.Path, bits: int
 ) -> None:

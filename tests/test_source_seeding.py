@@ -3,6 +3,7 @@ job as a worker runs it, without sockets (``tests/test_sources.py`` runs it in w
 
 from __future__ import annotations
 
+import os
 import pathlib
 import random
 import subprocess
@@ -19,6 +20,8 @@ from h5feed.common.errors import SourceError
 from h5feed.producer import seeding
 from h5feed.producer.code_policy import TRUSTED
 from h5feed.producer.sources import SourceJob
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 TESTS = pathlib.Path(__file__).resolve().parent
 
@@ -96,12 +99,33 @@ def test_an_imported_torch_is_seeded_with_the_others(monkeypatch: pytest.MonkeyP
     assert seeds == [seeding.derive(3, seeding.Purpose.ITEM, 0, 7)] * 2
 
 
+_REAL_TORCH_SEEDED = """
+import torch
+from h5feed.producer import seeding
+seeding.seed_for(3, seeding.Purpose.ITEM, 0, 7)
+first = torch.rand(3)
+seeding.seed_for(3, seeding.Purpose.ITEM, 0, 7)
+again = torch.rand(3)
+seeding.seed_for(3, seeding.Purpose.ITEM, 0, 8)
+print(bool(torch.equal(again, first)), bool(torch.equal(torch.rand(3), first)))
+"""
+
+
 def test_a_real_torch_is_seeded() -> None:
-    torch = pytest.importorskip("torch")
-    seeding.seed_for(3, seeding.Purpose.ITEM, 0, 7)
-    first = torch.rand(3)
-    seeding.seed_for(3, seeding.Purpose.ITEM, 0, 7)
-    assert torch.equal(torch.rand(3), first)
+    """The real torch (in .venv-backends, which ``make test`` builds: the main venv has none):
+    the same (seed, purpose, epoch, item) gives the same draws, another item others."""
+    python = ROOT / ".venv-backends" / "bin" / "python"
+    if not python.exists():
+        pytest.fail(f"{python} is missing: run `make backends`")
+    done = subprocess.run(
+        [str(python), "-c", _REAL_TORCH_SEEDED],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["True", "False"]
 
 
 def test_a_keras_batch_of_an_epoch_the_copy_moved_past_is_made_as_it_was_then() -> None:

@@ -45,6 +45,7 @@ from h5feed.consumer.events import PeerLost
 from h5feed.consumer.hdf5_scheduler import HdfScheduler
 from h5feed.consumer.plan import Cursor
 from h5feed.consumer.session import PeerSession
+from h5feed.consumer.stats import Counters
 from h5feed.consumer.work import Peer
 
 CLIP = {"clip_len": 4, "resize": (48, 64), "crop": (40, 40)}
@@ -55,7 +56,7 @@ SILENT = pathlib.Path(__file__).with_name("silent_peers.py")
 
 def fleet_of(peers: list[Peer], budget: int = 4) -> tuple[Fleet, HdfScheduler]:
     config = hdf_config(FILES, **HDF_OPTIONS)
-    counters: collections.Counter[str] = collections.Counter()
+    counters = Counters()
     scheduler = HdfScheduler(config, JOB, iter(epochs_from(Cursor(), 1)), Cursor(), counters)
     workers = [FakeWorker(peer, VIDEOS) for peer in peers]
     return Fleet(scheduler, workers, CreditGate(budget, lambda: None), counters), scheduler
@@ -155,7 +156,7 @@ def test_a_peer_lost_while_owing_an_index_hands_the_files_on() -> None:
 
 
 def test_a_peer_owing_an_index_past_unit_timeout_is_lost_whatever_it_holds() -> None:
-    counters: collections.Counter[str] = collections.Counter()
+    counters = Counters()
     session = PeerSession(JOB, FakeTransport(), None, 5.0, counters)
     session.receive(b"quiet", hello_frames("quiet"))
     session.events.clear()

@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from conftest import trainer_and_producer_keys
 from fake_peers import FakeTransport, FakeWorker, Fleet, hdf_config, hello_frames, make_peer
 from metrics_helpers import free_port
 from test_schedulers import (
@@ -39,7 +40,6 @@ from test_schedulers import (
 
 import h5feed
 from h5feed.common import messages
-from h5feed.common.curve import write_key_pair
 from h5feed.consumer.credits import CreditGate
 from h5feed.consumer.events import PeerLost
 from h5feed.consumer.hdf5_scheduler import HdfScheduler
@@ -254,12 +254,9 @@ def test_silent_joiners_and_a_killed_local_worker_end_the_epoch_exactly_once(
 def test_a_curve_admitted_producer_silent_after_hello_is_lost_and_its_files_move(
     small_dataset: list[pathlib.Path], silent: list[SilentPeers], tmp_path: pathlib.Path
 ) -> None:
-    keys, authorized = tmp_path / "keys", tmp_path / "authorized"
-    keys.mkdir()
-    authorized.mkdir()
-    trainer_public, trainer_secret = write_key_pair(str(keys), "trainer")
-    producer_public, producer_secret = write_key_pair(str(keys), "producer")
-    (authorized / "producer.key").write_bytes(pathlib.Path(producer_public).read_bytes())
+    trainer_public, trainer_secret, _, producer_secret, authorized = trainer_and_producer_keys(
+        tmp_path
+    )
     port = free_port()
     address = f"tcp://127.0.0.1:{port}"
     unit_timeout_s = 4.0

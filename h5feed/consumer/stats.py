@@ -10,7 +10,7 @@ import collections
 import math
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -141,15 +141,17 @@ class WaitMeter:
         }
 
 
-def worker_figures(peers: Sequence[Peer]) -> list[dict[str, Any]]:
-    """Per worker: name, pid, host, files owned, units outstanding, unit latency and what
-    it delivered (counts and rates)."""
+def worker_figures(
+    peers: Sequence[Peer], files_owned: Callable[[Peer], int] | None = None
+) -> list[dict[str, Any]]:
+    """Per worker: name, pid, host, files owned (``files_owned``: HDF5 feeds; else 0), units
+    outstanding, unit latency and what it delivered (counts and rates)."""
     return [
         {
             "name": p.name,
             "pid": p.pid,
             "host": p.host,
-            "files": len(p.files),
+            "files": files_owned(p) if files_owned is not None else 0,
             "outstanding_units": len(p.outstanding),
             "unit_latency_s": p.unit_latency_s,
             **p.received.snapshot(),

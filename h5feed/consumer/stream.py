@@ -338,7 +338,8 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
         """
         taken = self._taken.snapshot()
         waited = self._waited.snapshot()
-        workers = worker_figures(list(self._loop.session.peers.values()))
+        owned = self.scheduler.owners.count if isinstance(self.scheduler, HdfScheduler) else None
+        workers = worker_figures(list(self._loop.session.peers.values()), owned)
         hosts = host_figures(workers)
         counters, gate = self.counters, self._gate
         bound, extra, line = verdict(

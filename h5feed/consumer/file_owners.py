@@ -11,9 +11,11 @@ Guarantees:
 2. A file has at most one taker (a move begun: :meth:`begin_move`), never its own owner; the
    taker owns the file only once the move is confirmed (:meth:`confirm`), and the previous
    owner keeps it until then (its rows go on being made there).
-3. A peer refused for a file (its copy differs, or it cannot read it: :meth:`refuse`) never
-   owns it nor takes it over in this iteration, even under a new connection with the same
-   identity: it is never among the file's :meth:`candidates`.
+3. A peer refused for a file (its copy differs, or it cannot read it: :meth:`refuse`) loses
+   the file and its move of it, and is never again among the file's :meth:`candidates` in
+   this iteration, even under a new connection with the same identity. (A joiner's share,
+   :meth:`share_for`, is not filtered so: the taker's INDEX is checked like any other, and
+   a differing copy is refused again while the file stays with its owner.)
 4. A lost peer (:meth:`release`) owns nothing and takes nothing over from then on; its files,
    and those it was taking over from nobody, come back to be moved; files a live owner was
    handing it stay with that owner.

@@ -250,5 +250,5 @@ class OwnersMachine(RuleBasedStateMachine):
             assert self.owners.taker(file_index) is None
 
 
-OwnersMachine.TestCase.settings = settings(max_examples=100, stateful_step_count=30, deadline=None)
+OwnersMachine.TestCase.settings = settings(max_examples=60, stateful_step_count=30, deadline=None)
 TestOwnersMachine = OwnersMachine.TestCase

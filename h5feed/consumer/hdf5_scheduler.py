@@ -18,6 +18,10 @@ still holds. A worker that joins during the iteration gets the files nobody owns
 from the most loaded workers until it holds its share (elastic join); batches do not change
 (they depend on seed, epoch and sample only).
 
+Who owns each file, who takes it over and who is refused it is one record,
+:class:`~h5feed.consumer.file_owners.FileOwners` (``owners``); this scheduler decides when
+files move (handshake, checks) and what goes where (dispatch, data).
+
 Every INDEX an heir or a joiner sends for a file already indexed is compared with the planned
 index before that worker gets any row of the file: until then the file stays with its old
 owner (a join) or its rows wait (a lost owner's file). A mismatch (another copy of the file

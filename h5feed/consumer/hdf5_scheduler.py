@@ -50,7 +50,6 @@ worker that may still run stays out of the slot pool until that process is gone
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import os
 import socket
@@ -81,6 +80,7 @@ from h5feed.consumer.ordering import PlannedRelease
 from h5feed.consumer.plan import Cursor, EpochPlan, FileColumns, Index, PlannedBatch
 from h5feed.consumer.scheduler import Reassignment, Send
 from h5feed.consumer.slots import Slot, SlotPool, supported
+from h5feed.consumer.stats import Counters
 from h5feed.consumer.work import Ledger, Peer
 
 _HOST = socket.gethostname()
@@ -92,15 +92,13 @@ _Work = tuple[np.ndarray, bool]
 class HdfScheduler:
     """Runs the HDF5 plan of one iteration (see the module docstring)."""
 
-    resumable = True
-
     def __init__(
         self,
         config: HdfConfig,
         job_id: str,
         epochs: Iterator[int],
         start: Cursor,
-        counters: collections.Counter[str],
+        counters: Counters,
         known: Index | None = None,
         file_sizes: Sequence[int] | None = None,
     ) -> None:
@@ -246,7 +244,7 @@ class HdfScheduler:
 
     def _unexpected(self, peer: Peer, message: messages.Message | str) -> None:
         kind = message if isinstance(message, str) else message.KIND
-        self._counters["malformed_messages"] += 1
+        self._counters.malformed_messages += 1
         self._log.warning("dropped an unexpected %s message from %s", kind, peer)
 
     def _check_moved(self, peer: Peer, file_index: int, columns: FileColumns) -> list[Send]:
@@ -258,7 +256,7 @@ class HdfScheduler:
             self.owners.confirm(file_index)
             return self._unpark()
         path = self.config.files[file_index]
-        self._counters["index_mismatches"] += 1
+        self._counters.index_mismatches += 1
         self.owners.refuse(file_index, peer)  # its move of the file ends
         self._log.error(
             "worker %s on host %s has another copy of %r (%s): refused for that file",
@@ -365,12 +363,12 @@ class HdfScheduler:
         unit = self._ledger.get(data.unit)
         samples = None if unit is None else self._samples(unit.seq, unit.work[0])
         if unit is None or unit.peer is not peer or list(data.samples) != samples:
-            self._counters["dropped_parts"] += 1  # the session logs it at a bounded rate
+            self._counters.dropped_parts += 1  # the session logs it at a bounded rate
             return []
         positions, in_slot = unit.work
         frames = data.arrays.get("frames")
         if frames is not None and in_slot:  # the worker could not map the slot
-            self._counters["parts_copied_into_slots"] += 1
+            self._counters.parts_copied_into_slots += 1
         if frames is None and in_slot:
             pool = self._pool
             nbytes = 0 if pool is None else pool.nbytes // self.config.options.batch_size
@@ -485,7 +483,7 @@ class HdfScheduler:
             return None
         self.owners.refuse(file_index, peer)  # it no longer owns or takes the file
         self._attempts.answered(peer, [file_index])
-        self._counters["unreadable_files"] += 1
+        self._counters.unreadable_files += 1
         self._log.error(
             "worker %s on host %s cannot read %r: refused for that file, which moves",
             peer.name, peer.host, self.config.files[file_index],

@@ -29,6 +29,7 @@ def test_both_directions_agree_after_assignment() -> None:
     assert [owners.owner(f) for f in range(3)] == [a, b, a]
     assert owners.count(a) == 2 and owners.started and owners.unowned() == []
     assert owners.owner(7) is None  # a file never assigned
+    assert owners.owners([1, 7, 0]) == [b, None, a]
 
 
 def test_a_file_owned_already_cannot_be_assigned_again() -> None:
@@ -228,6 +229,8 @@ class OwnersMachine(RuleBasedStateMachine):
         assert len(seen) == len(set(seen))  # at most one owner each
         owned = {f for f in range(self.FILES) if self.owners.owner(f) is not None}
         assert owned == set(seen)
+        every = list(range(self.FILES))
+        assert self.owners.owners(every) == [self.owners.owner(f) for f in every]
 
     @invariant()
     def a_taker_is_never_the_owner(self) -> None:

@@ -327,9 +327,8 @@ class HdfScheduler:
         chosen = np.arange(len(rows)) if subset is None else subset
         files = index.file_of_video[planned.videos[chosen]].tolist()
         by_owner: dict[Peer | None, list[int]] = {}
-        owner = self.owners.owner
-        for position, file_index in zip(chosen.tolist(), files, strict=True):
-            by_owner.setdefault(owner(file_index), []).append(position)
+        for position, peer in zip(chosen.tolist(), self.owners.owners(files), strict=True):
+            by_owner.setdefault(peer, []).append(position)
         owners = [peer for peer in by_owner if peer is not None]
         if subset is None:
             assembler.expect(seq, planned, len(by_owner), self._slot_for(owners))

@@ -149,13 +149,13 @@ def test_hdf_files_are_shared_out_and_units_go_to_the_owners() -> None:
     fleet, scheduler, _config = hdf_fleet(2)
     fleet.handshake()
     a, b = fleet.live
-    assert sorted(a.files + b.files) == [0, 1, 2]
-    assert a.files and b.files
+    assert sorted(scheduler.owners.files_of(a) + scheduler.owners.files_of(b)) == [0, 1, 2]
+    assert scheduler.owners.files_of(a) and scheduler.owners.files_of(b)
     fleet.dispatch()
     for peer in (a, b):
         for message in fleet.inbox[peer]:
             assert isinstance(message, messages.Unit)
-            assert {row.file for row in message.rows} <= set(peer.files)
+            assert {row.file for row in message.rows} <= set(scheduler.owners.files_of(peer))
     assert scheduler.index is not None and scheduler.index.num_videos == 12
 
 
@@ -282,13 +282,13 @@ def test_hdf_hand_over_of_a_lost_peer_mid_epoch(seed: int) -> None:
         fleet.answer_one(rng.choice(waiting))
     lost = max(fleet.live, key=lambda p: len(p.outstanding))
     held = len(lost.outstanding)
-    files = sorted(lost.files)
+    files = sorted(scheduler.owners.files_of(lost))
     assert held and files and scheduler.owns(lost)
     late = list(fleet.inbox[lost])  # what it had not answered
     moved = fleet.lose(lost)
     assert moved.unmovable is None
     assert moved.moved_units == held
-    assert not lost.outstanding and not lost.files and not scheduler.owns(lost)
+    assert not lost.outstanding and not scheduler.owners.files_of(lost) and not scheduler.owns(lost)
     assert sorted(job_files(moved.sends)) == files
     assert all(s.peer is not lost for s in moved.sends)
     # No row of a moved file goes anywhere before its heir's INDEX matched the plan.
@@ -327,14 +327,14 @@ def test_hdf_hand_over_to_a_peer_that_holds_the_rest_of_the_batch() -> None:
 def test_hdf_a_file_not_yet_indexed_moves_during_the_handshake() -> None:
     fleet, scheduler, config = hdf_fleet(4)  # 3 files: one peer owns none
     fleet.post(scheduler.start(fleet.live))
-    owners = [p for p in fleet.live if p.files]
-    idle = next(p for p in fleet.live if not p.files)
+    owners = [p for p in fleet.live if scheduler.owners.files_of(p)]
+    idle = next(p for p in fleet.live if not scheduler.owners.files_of(p))
     fleet.answer_all(owners[0])  # one file indexed, two not
     assert not scheduler.ready
     fleet.live.remove(idle)
     nothing = scheduler.reassign(idle, fleet.live, True)
     assert (nothing.sends, nothing.moved_units, nothing.unmovable) == ([], 0, None)
-    lost_files = list(owners[1].files)
+    lost_files = list(scheduler.owners.files_of(owners[1]))
     moved = fleet.lose(owners[1])
     assert moved.unmovable is None and sorted(job_files(moved.sends)) == lost_files
     while fleet.pending():  # the heir indexes the file; the plan starts
@@ -951,7 +951,7 @@ def test_generator_steps_per_epoch_a_pass_that_ends_on_an_epoch_boundary_restart
 
 def test_hdf_two_successive_losses_still_give_each_sample_once() -> None:
     rng = random.Random(9)
-    fleet, _scheduler, config = hdf_fleet(3, epochs=2, budget=3)
+    fleet, scheduler, config = hdf_fleet(3, epochs=2, budget=3)
     fleet.handshake()
     fleet.dispatch()
     fleet.answer_one(fleet.pending()[0])
@@ -965,12 +965,14 @@ def test_hdf_two_successive_losses_still_give_each_sample_once() -> None:
             fleet.answer_one(rng.choice(fleet.pending()))
         if fleet.released:
             fleet.take()
-    survivor_files = sorted(fleet.live[0].files + fleet.live[1].files)
+    survivor_files = sorted(
+        scheduler.owners.files_of(fleet.live[0]) + scheduler.owners.files_of(fleet.live[1])
+    )
     assert survivor_files == [0, 1, 2]
     second = fleet.lose(fleet.live[0])  # it may hold files it adopted from the first
     assert second.unmovable is None
     fleet.answer_all(fleet.live[0])
-    assert sorted(fleet.live[0].files) == [0, 1, 2]
+    assert sorted(scheduler.owners.files_of(fleet.live[0])) == [0, 1, 2]
     taken = fleet.run(rng)
     assert [check_hdf_batch(b) for b in taken] == planned_batches(config, INDEX, [0, 1])
 
@@ -1029,13 +1031,13 @@ def test_hdf_a_file_a_worker_cannot_read_moves_and_its_unit_is_made_again() -> N
     fleet.post(sends)
     [heir] = {s.peer for s in sends if isinstance(s.message, messages.Job)}
     assert heir is not blind and job_files(sends) == [file_index]
-    assert file_index not in blind.files and unit.unit not in blind.outstanding
+    assert file_index not in scheduler.owners.files_of(blind) and unit.unit not in blind.outstanding
     # None of its rows goes anywhere before the heir's INDEX matched the plan.
     resent = [s.message for s in sends if isinstance(s.message, messages.Unit)]
     assert not {r.file for u in resent for r in u.rows} & {file_index}
     taken = fleet.run(random.Random(5))
     assert [check_hdf_batch(b) for b in taken] == planned_batches(config, INDEX, [0])
-    assert file_index in heir.files and fleet.counters.unreadable_files == 1
+    assert file_index in scheduler.owners.files_of(heir) and fleet.counters.unreadable_files == 1
     # The heir cannot read it either, and nobody else is left: the caller ends the run.
     assert scheduler.unreadable(heir, file_index, None) is None
 
@@ -1060,8 +1062,8 @@ def test_hdf_local_workers_start_from_a_known_index_and_send_none() -> None:
     fleet.dispatch()
     fleet.answer_one(fleet.pending()[0])
     # A loss: the heir is asked for the INDEX of what it takes over, compared with the plan.
-    lost = next(p for p in fleet.live if p.files)
-    files = sorted(lost.files)
+    lost = next(p for p in fleet.live if scheduler.owners.files_of(p))
+    files = sorted(scheduler.owners.files_of(lost))
     moved = fleet.lose(lost)
     heir_jobs = [s.message for s in moved.sends if isinstance(s.message, messages.Job)]
     assert heir_jobs and all(j.send_index for j in heir_jobs)

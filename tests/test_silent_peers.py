@@ -142,7 +142,7 @@ def test_a_peer_lost_while_owing_an_index_hands_the_files_on() -> None:
     fleet.post(scheduler.start([a, b]))
     fleet.answer_all(a)  # b says nothing
     assert not scheduler.ready and b.owes_since is not None
-    b_files = sorted(b.files)
+    b_files = sorted(scheduler.owners.files_of(b))
     moved = fleet.lose(b, confirmed_dead=False)  # as the session's deadline does
     assert sorted(job_files(moved.sends)) == b_files
     assert all(s.peer is a for s in moved.sends)

@@ -12,7 +12,7 @@ import dataclasses
 import math
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -174,15 +174,17 @@ class WaitMeter:
         }
 
 
-def worker_figures(peers: Sequence[Peer]) -> list[dict[str, Any]]:
-    """Per worker: name, pid, host, files owned, units outstanding, unit latency and what
-    it delivered (counts and rates)."""
+def worker_figures(
+    peers: Sequence[Peer], files_owned: Callable[[Peer], int] | None = None
+) -> list[dict[str, Any]]:
+    """Per worker: name, pid, host, files owned (``files_owned``: HDF5 feeds; else 0), units
+    outstanding, unit latency and what it delivered (counts and rates)."""
     return [
         {
             "name": p.name,
             "pid": p.pid,
             "host": p.host,
-            "files": len(p.files),
+            "files": files_owned(p) if files_owned is not None else 0,
             "outstanding_units": len(p.outstanding),
             "unit_latency_s": p.unit_latency_s,
             **p.received.snapshot(),
@@ -218,13 +220,15 @@ def iteration_stats(
     refused_keys: int,
     cursor: tuple[int, int],
     skipped: dict[str, Any],
+    files_owned: Callable[[Peer], int] | None = None,
 ) -> dict[str, Any]:
     """The plain dict of ``BatchStream.stats()`` (its docstring says what each key means):
     the trainer's intake, the waits, the credit gate, every counter, and the verdict.
-    ``workers_asked``: the workers the feed was given, for the verdict before any joined."""
+    ``workers_asked``: the workers the feed was given, for the verdict before any joined;
+    ``files_owned``: how many HDF5 files a worker owns (None: a source feed)."""
     intake = taken.snapshot()
     waits = waited.snapshot()
-    workers = worker_figures(peers)
+    workers = worker_figures(peers, files_owned)
     bound, extra, line = verdict(waits["wait_share_recent"], len(workers) or workers_asked)
     return {
         "job": job,

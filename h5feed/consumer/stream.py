@@ -338,6 +338,7 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
         slots = (
             self.scheduler.shared_memory_slots if isinstance(self.scheduler, HdfScheduler) else 0
         )
+        owned = self.scheduler.owners.count if isinstance(self.scheduler, HdfScheduler) else None
         skipped = (  # bad data (on_error): the same keys for every feed
             self.scheduler.skips.snapshot()
             if isinstance(self.scheduler, HdfScheduler)
@@ -358,6 +359,7 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
             refused_keys=self._router.refused_keys - self._keys_refused_before,
             cursor=(self.cursor.epoch, self.cursor.batch),
             skipped=skipped,
+            files_owned=owned,
         )
 
 

@@ -155,7 +155,7 @@ def test_index_answers_are_batched_and_bounded(
         paths.append(tmp_path / f"f{i}.h5")
         packed_file(paths[-1])
     paths[2] = tmp_path / "missing.h5"
-    job = hdf5_job.Hdf5Job("j", ClipSpec(clip_len=2), Auto(), NOTHING)
+    job = hdf5_job.Hdf5Job("j", ClipSpec(clip_len=2), Auto())
     try:
         refs = [messages.FileRef(i, str(p)) for i, p in enumerate(paths)]
         answers = list(job.open_files(refs, None))

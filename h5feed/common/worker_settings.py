@@ -35,7 +35,16 @@ from h5feed.common.cli_args import positive_int
 from h5feed.common.config import DEFAULT_MAX_CHUNK_BYTES, DEFAULT_MAX_OPEN_FILES
 from h5feed.common.wire import DEFAULT_MAX_MESSAGE_BYTES
 
-__all__ = ["WORKER_MODULE", "Code", "Data", "Network", "Process", "WorkerSettings"]
+__all__ = [
+    "DEFAULT_DATA",
+    "NO_CODE",
+    "WORKER_MODULE",
+    "Code",
+    "Data",
+    "Network",
+    "Process",
+    "WorkerSettings",
+]
 
 #: The module a worker runs as (``python -m``); process monitors match it.
 WORKER_MODULE = "h5feed.producer.worker"
@@ -179,14 +188,19 @@ class Code:
             raise ValueError("--trust-code and --allow-code exclude each other")
 
 
+#: No user code; the worker's own defaults for its data.
+NO_CODE = Code()
+DEFAULT_DATA = Data()
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class WorkerSettings:
     """Everything a worker process is started with (module docstring)."""
 
     network: Network
     process: Process
-    data: Data = Data()
-    code: Code = Code()
+    data: Data = DEFAULT_DATA
+    code: Code = NO_CODE
 
     def to_argv(self) -> list[str]:
         """The worker's arguments (after ``-m h5feed.producer.worker``)."""

@@ -18,12 +18,13 @@ import numpy as np
 from h5feed.common import layouts, messages
 from h5feed.common.config import ClipSpec
 from h5feed.common.errors import FileReadError
+from h5feed.common.worker_settings import DEFAULT_DATA, NO_CODE, Code, Data
 from h5feed.producer import confine
 from h5feed.producer.clips import ClipMaker
-from h5feed.producer.code_policy import CodePolicy
+from h5feed.producer.code_policy import policy_of
 from h5feed.producer.index_cache import MemoryIndex
-from h5feed.producer.open_files import DEFAULT_MAX_OPEN_FILES, OpenFiles, check_readable
-from h5feed.producer.read_limits import NO_LIMITS, ProducerLimits
+from h5feed.producer.open_files import OpenFiles, check_readable
+from h5feed.producer.read_limits import ProducerLimits
 from h5feed.producer.shm import SlotMaps
 
 #: An INDEX_BATCH holds at most this many files, videos, and bytes of names (its header stays
@@ -76,23 +77,30 @@ class Hdf5Job:
         job_id: str,
         spec: ClipSpec,
         layout: layouts.LayoutSpec,
-        policy: CodePolicy,
-        data_root: str | None = None,
-        max_open_files: int = DEFAULT_MAX_OPEN_FILES,
+        on_error: str = "raise",
+        code: Code = NO_CODE,
+        data: Data = DEFAULT_DATA,
         memory: MemoryIndex | None = None,
         files: OpenFiles | None = None,
-        on_error: str = "raise",
-        limits: ProducerLimits = NO_LIMITS,
     ) -> None:
-        """``memory``, ``files``: a persistent worker's indexes and open files, kept across
-        its jobs, if any. ``limits``: the producer's own caps (``h5feed produce``), which
-        lower the job's (a job over ``max_clip_pixels`` is refused here: LimitRefused)."""
+        """``code``, ``data``: the worker's settings (:mod:`h5feed.common.worker_settings`):
+        which user code it may import, its data root, open-files cap and the producer's own
+        caps (``h5feed produce``), which lower the job's (a job over ``max_clip_pixels`` is
+        refused here: LimitRefused). ``memory``, ``files``: a persistent worker's indexes and
+        open files, kept across its jobs, if any."""
         self.id = job_id
         self.skip = on_error == "skip"
-        self.data_root = data_root
+        self.data_root = data.data_root
         # Imports the transform: a bad or refused path fails here.
         self.maker = ClipMaker(
-            spec, layout, policy, data_root, max_open_files, memory, files, limits
+            spec,
+            layout,
+            policy_of(code.allow_code, code.trust_code),
+            data.data_root,
+            data.max_open_files,
+            memory,
+            files,
+            ProducerLimits.of(data),
         )
         self.spec = self.maker.spec  # the job's, under the producer's caps
         self.slots = SlotMaps()

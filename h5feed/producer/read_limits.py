@@ -47,6 +47,7 @@ from h5feed.common.config import (
     ClipSpec,
 )
 from h5feed.common.errors import DataError, H5FeedError
+from h5feed.common.worker_settings import Data
 
 __all__ = [
     "DEFAULT_BOUNDS",
@@ -145,6 +146,11 @@ class ProducerLimits:
                 not isinstance(value, int) or isinstance(value, bool) or value < 1
             ):
                 raise ValueError(f"{name} must be an int >= 1 or None, got {value!r}")
+
+    @classmethod
+    def of(cls, data: Data) -> ProducerLimits:
+        """The caps a worker was started with (its settings' data group)."""
+        return cls(data.max_frame_pixels, data.max_clip_pixels, data.max_chunk_bytes)
 
     def clip_spec(self, spec: ClipSpec) -> ClipSpec:
         """``spec`` with its ``max_frame_pixels`` lowered to the producer's cap; LimitRefused

@@ -87,9 +87,7 @@ class Worker:
         self.data_root = data.data_root
         self.max_open_files = data.max_open_files
         self.code_policy = policy_of(settings.code.allow_code, settings.code.trust_code)
-        self.limits = ProducerLimits(
-            data.max_frame_pixels, data.max_clip_pixels, data.max_chunk_bytes
-        )
+        self.limits = ProducerLimits.of(data)
         self.persistent = process.persistent
         # a service worker's own; else the consumer's (same host)
         self.cache_dir = data.cache_dir
@@ -279,8 +277,8 @@ class Worker:
             try:
                 clip, layout = job_spec(job)
                 self.job = Hdf5Job(
-                    job.job, clip, layout, self.code_policy, self.data_root,
-                    self.max_open_files, self.memory, self.files, job.on_error, self.limits,
+                    job.job, clip, layout, job.on_error, self.settings.code, self.settings.data,
+                    self.memory, self.files,
                 )  # fmt: skip
             except Exception as exc:  # a bad spec or transform import path: tell the trainer
                 self.send_error(job.job, None, exc)

@@ -141,7 +141,6 @@ class Worker:
             if message.type in _REFUSALS:
                 self.counters.add("refused")
                 _log.warning("worker %s: refused: %s", self.worker_id, message.message)
-        frames = messages.encode(message)
         while True:
             try:
                 # A multipart send is all or nothing: EAGAIN can only come before the first part.

@@ -6,10 +6,12 @@ import os
 import pathlib
 import time
 from collections.abc import Iterator
+from typing import NamedTuple
 
 import pytest
 from docker_helpers import docker_engine, readable_copy
 
+from h5feed.common.curve import write_key_pair
 from h5feed.producer.sample_data import SampleSpec, make_sample_dataset
 
 #: Small but realistic: 4 files x 6 videos of 6..20 JPEG frames, 96x128 pixels.
@@ -105,3 +107,25 @@ def _alive(pid: int) -> bool:
 
 def own_worker_pids() -> list[int]:
     return worker_pids(os.getpid())
+
+
+class CurveKeys(NamedTuple):
+    """A trainer's and a producer's CURVE key files, the producer's public key authorized."""
+
+    trainer_public: str
+    trainer_secret: str
+    producer_public: str
+    producer_secret: str
+    authorized: pathlib.Path
+
+
+def trainer_and_producer_keys(directory: pathlib.Path) -> CurveKeys:
+    """Key pairs for "trainer" and "producer" under ``directory``/keys, and
+    ``directory``/authorized holding the producer's public key (the trainer admits it)."""
+    keys, authorized = directory / "keys", directory / "authorized"
+    keys.mkdir()
+    authorized.mkdir()
+    trainer_public, trainer_secret = write_key_pair(str(keys), "trainer")
+    producer_public, producer_secret = write_key_pair(str(keys), "producer")
+    (authorized / "producer.key").write_bytes(pathlib.Path(producer_public).read_bytes())
+    return CurveKeys(trainer_public, trainer_secret, producer_public, producer_secret, authorized)

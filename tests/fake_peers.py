@@ -39,6 +39,7 @@ from h5feed.consumer.options import FeedOptions, HdfConfig, LayoutArgs
 from h5feed.consumer.plan import EpochPlan, Index
 from h5feed.consumer.scheduler import Reassignment, Scheduler, Send
 from h5feed.consumer.source_options import SourceConfig
+from h5feed.consumer.stats import Counters
 from h5feed.consumer.work import Peer
 
 #: A host name no fake peer shares with this machine, so no batch goes to shared memory.
@@ -370,7 +371,7 @@ class Fleet:
         scheduler: Scheduler,
         workers: Sequence[FakeWorker],
         gate: CreditGate,
-        counters: collections.Counter[str],
+        counters: Counters,
     ) -> None:
         self.scheduler = scheduler
         self.workers = {w.peer: w for w in workers}

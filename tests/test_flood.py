@@ -19,9 +19,9 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from conftest import trainer_and_producer_keys
 from metrics_helpers import free_port
 
-from h5feed.common.curve import write_key_pair
 from h5feed.consumer.router import HANDSHAKE_TIMEOUT_S
 
 #: Connections held at once, and the most ever opened (renewals included).
@@ -108,12 +108,8 @@ def wait_for_file(path: pathlib.Path, trainer: subprocess.Popen[bytes], log: pat
 def test_a_keyless_flood_of_5000_held_connections_does_not_end_or_abort_a_curve_trainer(
     small_dataset: list[pathlib.Path], tmp_path: pathlib.Path, own_limit: None
 ) -> None:
-    keys, authorized = tmp_path / "keys", tmp_path / "authorized"
-    keys.mkdir()
-    authorized.mkdir()
-    _, trainer_secret = write_key_pair(str(keys), "trainer")
-    public, _ = write_key_pair(str(keys), "producer")
-    (authorized / "producer.key").write_bytes(pathlib.Path(public).read_bytes())
+    keys = trainer_and_producer_keys(tmp_path)
+    trainer_secret, authorized = keys.trainer_secret, keys.authorized
     port = free_port()
     config = {
         "files": [str(p) for p in small_dataset], "listen": f"tcp://127.0.0.1:{port}",

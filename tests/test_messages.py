@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_wire import GOLDEN_UNIT  # the one golden UNIT: its rows as the parser takes them
 
 from h5feed.common import messages, wire
 from h5feed.common.errors import DataError, FileReadError, ProtocolError, VersionMismatchError
@@ -445,20 +446,6 @@ GOLDEN_PULL = bytes.fromhex(
     + "a5 65706f6368 01"  # "epoch": 1
     + "a3 6a6f62 a2 6a31"  # "job": "j1"
     + "a4 70617373 01"  # "pass": 1 (the attribute is pass_: pass is a Python keyword)
-    + "a4 756e6974 07"  # "unit": 7
-    + "90"
-)
-
-GOLDEN_UNIT = bytes.fromhex(
-    MAGIC_AND_VERSION
-    + "a4 756e6974"  # "unit"
-    + "86"  # fixmap(6), keys sorted: batch, epoch, job, rows, slot, unit
-    + "a5 6261746368 02"  # "batch": 2
-    + "a5 65706f6368 01"  # "epoch": 1
-    + "a3 6a6f62 a2 6a31"  # "job": "j1"
-    # "rows": [[0, 1, 2, 3, 0.5, 0.25, true, 9]]: a Row is a plain array of 8 on the wire
-    + "a4 726f7773 91 98 00 01 02 03 cb 3fe0000000000000 cb 3fd0000000000000 c3 09"
-    + "a4 736c6f74 94 cd 1092 09 08 91 03"  # "slot": [4242, 9, 8, [3]]
     + "a4 756e6974 07"  # "unit": 7
     + "90"
 )

@@ -4,7 +4,6 @@ not listed, and DATA parts of units the sender never held (forged)."""
 
 from __future__ import annotations
 
-import collections
 import logging
 import pathlib
 import time
@@ -21,6 +20,7 @@ from h5feed.consumer import security
 from h5feed.consumer import session as session_module
 from h5feed.consumer.events import PeerLost
 from h5feed.consumer.session import PeerSession
+from h5feed.consumer.stats import Counters
 
 CLIP = {"clip_len": 4, "resize": (48, 64), "crop": (40, 40)}
 JOB = "job-r"
@@ -56,7 +56,7 @@ def test_parts_of_units_never_held_are_logged_at_a_bounded_rate_then_refuse_the_
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     transport = FakeTransport()
-    counters: collections.Counter[str] = collections.Counter()
+    counters = Counters()
     session = PeerSession(JOB, transport, None, 60.0, counters)
     session.receive(b"f", hello_frames("f"))
     session.events.clear()
@@ -76,7 +76,7 @@ def test_parts_of_units_never_held_are_logged_at_a_bounded_rate_then_refuse_the_
     session.receive(b"g", hello_frames("g"))
     for unit in range(limit + 1):
         session.receive(b"g", frames_of(forged("another-job", unit)))
-    assert b"g" not in session.peers and counters["dropped_parts"] == limit + 1
+    assert b"g" not in session.peers and counters.dropped_parts == limit + 1
 
 
 def test_a_peer_forging_parts_is_refused_and_the_epoch_arrives_exactly_once(

@@ -29,6 +29,7 @@ from h5feed.consumer import hdf5_work
 from h5feed.consumer.hdf5_scheduler import HdfScheduler
 from h5feed.consumer.options import hdf_config
 from h5feed.consumer.plan import Cursor, Index
+from h5feed.consumer.stats import Counters
 from h5feed.producer import hdf5_job
 from h5feed.producer.clips import ClipMaker
 from h5feed.producer.code_policy import NOTHING
@@ -177,7 +178,7 @@ def test_a_job_of_100000_files_goes_in_parts_that_fit_the_wire() -> None:
     files = [f"/data/{'k' * 150}/class_{i % 101:03d}/video_{i:07d}.hdf5" for i in range(100_000)]
     files = [f.ljust(200, "x") for f in files]
     scheduler = HdfScheduler(
-        fake_hdf_config(files), "job-p", iter(range(1)), Cursor(), collections.Counter(),
+        fake_hdf_config(files), "job-p", iter(range(1)), Cursor(), Counters(),
         file_sizes=[1] * len(files),
     )  # fmt: skip
     peers = [make_peer("p0"), make_peer("p1")]

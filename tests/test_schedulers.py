@@ -45,6 +45,7 @@ from h5feed.consumer.options import FeedConfig
 from h5feed.consumer.plan import Cursor, Index, epoch_order
 from h5feed.consumer.scheduler import Send
 from h5feed.consumer.source_scheduler import SourceScheduler
+from h5feed.consumer.stats import Counters
 from h5feed.consumer.work import Peer
 
 JOB = "job-7"
@@ -80,7 +81,7 @@ def hdf_fleet(
     **options: Any,
 ) -> tuple[Fleet, HdfScheduler, FeedConfig]:
     config = hdf_config(FILES, **{**HDF_OPTIONS, **options})
-    counters: collections.Counter[str] = collections.Counter()
+    counters = Counters()
     scheduler = HdfScheduler(config, JOB, iter(epochs_from(start, epochs)), start, counters, known)
     gate = CreditGate(budget, lambda: None)
     if isinstance(peers, int):
@@ -129,7 +130,7 @@ def test_hdf_every_sample_once_per_epoch_released_in_plan_order(peers: int, seed
         (1, i) for i in range(5)
     ]
     assert fleet.most_ahead <= 3
-    assert not fleet.counters["dropped_parts"] and not fleet.counters["malformed_messages"]
+    assert not fleet.counters.dropped_parts and not fleet.counters.malformed_messages
     assert scheduler.finished
 
 
@@ -148,13 +149,13 @@ def test_hdf_files_are_shared_out_and_units_go_to_the_owners() -> None:
     fleet, scheduler, _config = hdf_fleet(2)
     fleet.handshake()
     a, b = fleet.live
-    assert sorted(a.files + b.files) == [0, 1, 2]
-    assert a.files and b.files
+    assert sorted(scheduler.owners.files_of(a) + scheduler.owners.files_of(b)) == [0, 1, 2]
+    assert scheduler.owners.files_of(a) and scheduler.owners.files_of(b)
     fleet.dispatch()
     for peer in (a, b):
         for message in fleet.inbox[peer]:
             assert isinstance(message, messages.Unit)
-            assert {row.file for row in message.rows} <= set(peer.files)
+            assert {row.file for row in message.rows} <= set(scheduler.owners.files_of(peer))
     assert scheduler.index is not None and scheduler.index.num_videos == 12
 
 
@@ -165,7 +166,7 @@ def test_hdf_an_index_from_a_peer_that_does_not_own_the_file_is_dropped() -> Non
     other = next(p for p in fleet.live if p is not owner_of_0)
     assert scheduler.on_control(other, messages.Index(JOB, 0, VIDEOS[FILES[0]])) == []
     assert scheduler.handshake_answers == 0
-    assert fleet.counters["malformed_messages"] == 1
+    assert fleet.counters.malformed_messages == 1
     assert "f0.h5" in scheduler.handshake_waiting()
 
 
@@ -178,7 +179,7 @@ def test_hdf_index_batches_build_the_same_index_as_one_index_per_file() -> None:
         batch = messages.IndexBatch.of(JOB, [(f, VIDEOS[FILES[f]]) for f in owned])
         assert scheduler.on_control(send.peer, over_the_wire(batch)) == []
     index = scheduler.index
-    assert index is not None and fleet.counters["malformed_messages"] == 0
+    assert index is not None and fleet.counters.malformed_messages == 0
     for name in ("file_of_video", "video_in_file", "frames", "labels", "names", "file_names"):
         assert getattr(index, name).tolist() == getattr(INDEX, name).tolist(), name
 
@@ -190,7 +191,7 @@ def test_hdf_an_index_batch_naming_a_file_of_another_peer_is_dropped_whole() -> 
     files = [(f, VIDEOS[FILES[f]]) for f in [*mine, theirs[0]]]
     assert scheduler.on_control(sends[0].peer, messages.IndexBatch.of(JOB, files)) == []
     assert scheduler.handshake_answers == 0  # not even its own files are taken
-    assert fleet.counters["malformed_messages"] == 1
+    assert fleet.counters.malformed_messages == 1
 
 
 def test_hdf_the_credit_gate_bounds_what_is_dispatched() -> None:
@@ -228,7 +229,7 @@ def test_hdf_a_duplicate_part_is_dropped_and_counted() -> None:
     assert isinstance(data, messages.Data)
     [batch] = fleet.scheduler.on_data(peer, data)
     assert fleet.scheduler.on_data(peer, data) == []
-    assert fleet.counters["dropped_parts"] == 1
+    assert fleet.counters.dropped_parts == 1
     check_hdf_batch(batch)
 
 
@@ -243,16 +244,16 @@ def test_hdf_a_part_with_other_samples_or_bad_frames_is_dropped() -> None:
     assert isinstance(good, messages.Data)
     swapped = messages.Data(JOB, good.unit, good.batch, good.samples[::-1], good.arrays)
     assert scheduler.on_data(peer, swapped) == []
-    assert fleet.counters["dropped_parts"] == 1
+    assert fleet.counters.dropped_parts == 1
     frames = good.arrays["frames"]
     for bad in (frames[:-1], frames.astype(np.int16), frames[:, :, :, :, :1]):
         part = messages.Data(JOB, good.unit, good.batch, good.samples, {"frames": bad})
         with pytest.warns(MalformedPartWarning, match=f"unit {good.unit} from producer p0"):
             assert scheduler.on_data(peer, part) == []
-    assert fleet.counters["malformed_messages"] == 3
+    assert fleet.counters.malformed_messages == 3
     stranger = make_peer("stranger")
     assert scheduler.on_data(stranger, good) == []  # not the peer it was sent to
-    assert fleet.counters["dropped_parts"] == 2
+    assert fleet.counters.dropped_parts == 2
     assert len(scheduler.on_data(peer, good)) == 1  # the unit is still expected
 
 
@@ -281,13 +282,13 @@ def test_hdf_hand_over_of_a_lost_peer_mid_epoch(seed: int) -> None:
         fleet.answer_one(rng.choice(waiting))
     lost = max(fleet.live, key=lambda p: len(p.outstanding))
     held = len(lost.outstanding)
-    files = sorted(lost.files)
+    files = sorted(scheduler.owners.files_of(lost))
     assert held and files and scheduler.owns(lost)
     late = list(fleet.inbox[lost])  # what it had not answered
     moved = fleet.lose(lost)
     assert moved.unmovable is None
     assert moved.moved_units == held
-    assert not lost.outstanding and not lost.files and not scheduler.owns(lost)
+    assert not lost.outstanding and not scheduler.owners.files_of(lost) and not scheduler.owns(lost)
     assert sorted(job_files(moved.sends)) == files
     assert all(s.peer is not lost for s in moved.sends)
     # No row of a moved file goes anywhere before its heir's INDEX matched the plan.
@@ -302,11 +303,11 @@ def test_hdf_hand_over_of_a_lost_peer_mid_epoch(seed: int) -> None:
         r.sample for u in late if isinstance(u, messages.Unit) for r in u.rows
     )
     fleet.answer_one(lost)  # a late part from the lost peer: no longer expected
-    assert fleet.counters["dropped_parts"] == 1
+    assert fleet.counters.dropped_parts == 1
     taken = fleet.run(rng)
     assert_each_sample_once_per_epoch(taken, [0, 1])
     assert [check_hdf_batch(b) for b in taken] == planned_batches(config, INDEX, [0, 1])
-    assert fleet.counters["dropped_parts"] == 1
+    assert fleet.counters.dropped_parts == 1
 
 
 def test_hdf_hand_over_to_a_peer_that_holds_the_rest_of_the_batch() -> None:
@@ -326,14 +327,14 @@ def test_hdf_hand_over_to_a_peer_that_holds_the_rest_of_the_batch() -> None:
 def test_hdf_a_file_not_yet_indexed_moves_during_the_handshake() -> None:
     fleet, scheduler, config = hdf_fleet(4)  # 3 files: one peer owns none
     fleet.post(scheduler.start(fleet.live))
-    owners = [p for p in fleet.live if p.files]
-    idle = next(p for p in fleet.live if not p.files)
+    owners = [p for p in fleet.live if scheduler.owners.files_of(p)]
+    idle = next(p for p in fleet.live if not scheduler.owners.files_of(p))
     fleet.answer_all(owners[0])  # one file indexed, two not
     assert not scheduler.ready
     fleet.live.remove(idle)
     nothing = scheduler.reassign(idle, fleet.live, True)
     assert (nothing.sends, nothing.moved_units, nothing.unmovable) == ([], 0, None)
-    lost_files = list(owners[1].files)
+    lost_files = list(scheduler.owners.files_of(owners[1]))
     moved = fleet.lose(owners[1])
     assert moved.unmovable is None and sorted(job_files(moved.sends)) == lost_files
     while fleet.pending():  # the heir indexes the file; the plan starts
@@ -385,7 +386,7 @@ def test_hdf_parts_written_into_shared_memory_are_assembled_with_the_others() ->
         assert scheduler.shared_memory_slots >= 1
         assert [check_hdf_batch(b) for b in taken] == planned_batches(config, INDEX, [0])
         assert all(b.arrays["frames"].shape[1:] == (2, 4, 6, 3) for b in taken)
-        assert not fleet.counters["parts_copied_into_slots"]
+        assert not fleet.counters.parts_copied_into_slots
     finally:
         scheduler.close()
 
@@ -405,7 +406,7 @@ def source_fleet(
     **options: Any,
 ) -> tuple[Fleet, SourceScheduler, FeedConfig]:
     config = source_config(**options)
-    counters: collections.Counter[str] = collections.Counter()
+    counters = Counters()
     gate = CreditGate(budget, lambda: None)
     epochs_iter = iter(epochs_from(start, epochs))
     scheduler = SourceScheduler(config, JOB, epochs_iter, start, counters, gate)
@@ -488,7 +489,7 @@ def test_map_a_duplicate_part_is_dropped_and_counted() -> None:
     assert isinstance(data, messages.Data)
     assert len(scheduler.on_data(peer, data)) == 1
     assert scheduler.on_data(peer, data) == []
-    assert fleet.counters["dropped_parts"] == 1
+    assert fleet.counters.dropped_parts == 1
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -509,7 +510,7 @@ def test_map_hand_over_of_a_lost_peer(seed: int) -> None:
         sorted(m.items for m in late if isinstance(m, messages.Items))
     )
     fleet.answer_one(lost)  # a late part
-    assert fleet.counters["dropped_parts"] == 1
+    assert fleet.counters.dropped_parts == 1
     taken = fleet.run(rng)
     assert [(b.epoch, b.index, map_ids(b)) for b in taken] == expected_items(
         config, LENGTH, 4, [0, 1]
@@ -708,7 +709,7 @@ def test_a_joiner_whose_copy_differs_is_refused_naming_the_item() -> None:
 
 def test_workers_that_disagree_on_the_kind_fail_the_handshake() -> None:
     config = source_config()
-    counters: collections.Counter[str] = collections.Counter()
+    counters = Counters()
     gate = CreditGate(2, lambda: None)
     scheduler = SourceScheduler(config, JOB, iter(range(1)), Cursor(), counters, gate)
     a, b = make_peer("a"), make_peer("b")
@@ -721,7 +722,7 @@ def test_workers_that_disagree_on_the_kind_fail_the_handshake() -> None:
 
 def test_workers_that_disagree_on_the_length_fail_the_handshake() -> None:
     config = source_config()
-    counters: collections.Counter[str] = collections.Counter()
+    counters = Counters()
     scheduler = SourceScheduler(
         config, JOB, iter(range(1)), Cursor(), counters, CreditGate(2, lambda: None)
     )
@@ -753,7 +754,6 @@ def generator_ids(batch: Batch) -> list[int]:
 def test_generator_every_element_once_per_epoch(peers: int) -> None:
     fleet, scheduler, _config = generator_fleet(peers, 11, epochs=2, budget=3)
     fleet.handshake()
-    assert not scheduler.resumable  # a generator cannot start inside an epoch
     taken = fleet.run(random.Random(peers))
     for epoch in (0, 1):
         batches = [b for b in taken if b.epoch == epoch]
@@ -834,7 +834,7 @@ def test_generator_elements_of_varying_size_end_their_pass(local: bool) -> None:
     fleet, scheduler, _config = source_fleet(source, peers, epochs=2, batch_size=4)
     fleet.handshake()
     taken = fleet.run(random.Random(0))
-    assert scheduler.finished and not fleet.counters["malformed_messages"]
+    assert scheduler.finished and not fleet.counters.malformed_messages
     for epoch in (0, 1):
         ids = [i for b in taken if b.epoch == epoch for i in b.element[1].tolist()]
         assert sorted(ids) == list(range(8))
@@ -858,7 +858,7 @@ def test_a_malformed_part_from_a_remote_producer_is_counted_and_warned() -> None
     good, bad = malformed_map_part(fleet, peer)
     with pytest.warns(MalformedPartWarning, match="field 'x': shape"):
         assert scheduler.on_data(peer, bad) == []
-    assert fleet.counters["malformed_messages"] == 1
+    assert fleet.counters.malformed_messages == 1
     assert len(scheduler.on_data(peer, good)) == 1  # the unit is still expected
 
 
@@ -951,7 +951,7 @@ def test_generator_steps_per_epoch_a_pass_that_ends_on_an_epoch_boundary_restart
 
 def test_hdf_two_successive_losses_still_give_each_sample_once() -> None:
     rng = random.Random(9)
-    fleet, _scheduler, config = hdf_fleet(3, epochs=2, budget=3)
+    fleet, scheduler, config = hdf_fleet(3, epochs=2, budget=3)
     fleet.handshake()
     fleet.dispatch()
     fleet.answer_one(fleet.pending()[0])
@@ -965,12 +965,14 @@ def test_hdf_two_successive_losses_still_give_each_sample_once() -> None:
             fleet.answer_one(rng.choice(fleet.pending()))
         if fleet.released:
             fleet.take()
-    survivor_files = sorted(fleet.live[0].files + fleet.live[1].files)
+    survivor_files = sorted(
+        scheduler.owners.files_of(fleet.live[0]) + scheduler.owners.files_of(fleet.live[1])
+    )
     assert survivor_files == [0, 1, 2]
     second = fleet.lose(fleet.live[0])  # it may hold files it adopted from the first
     assert second.unmovable is None
     fleet.answer_all(fleet.live[0])
-    assert sorted(fleet.live[0].files) == [0, 1, 2]
+    assert sorted(scheduler.owners.files_of(fleet.live[0])) == [0, 1, 2]
     taken = fleet.run(rng)
     assert [check_hdf_batch(b) for b in taken] == planned_batches(config, INDEX, [0, 1])
 
@@ -1029,13 +1031,13 @@ def test_hdf_a_file_a_worker_cannot_read_moves_and_its_unit_is_made_again() -> N
     fleet.post(sends)
     [heir] = {s.peer for s in sends if isinstance(s.message, messages.Job)}
     assert heir is not blind and job_files(sends) == [file_index]
-    assert file_index not in blind.files and unit.unit not in blind.outstanding
+    assert file_index not in scheduler.owners.files_of(blind) and unit.unit not in blind.outstanding
     # None of its rows goes anywhere before the heir's INDEX matched the plan.
     resent = [s.message for s in sends if isinstance(s.message, messages.Unit)]
     assert not {r.file for u in resent for r in u.rows} & {file_index}
     taken = fleet.run(random.Random(5))
     assert [check_hdf_batch(b) for b in taken] == planned_batches(config, INDEX, [0])
-    assert file_index in heir.files and fleet.counters["unreadable_files"] == 1
+    assert file_index in scheduler.owners.files_of(heir) and fleet.counters.unreadable_files == 1
     # The heir cannot read it either, and nobody else is left: the caller ends the run.
     assert scheduler.unreadable(heir, file_index, None) is None
 
@@ -1044,7 +1046,7 @@ def test_hdf_an_error_about_a_file_the_job_does_not_have_moves_nothing() -> None
     fleet, scheduler, _config = hdf_fleet(2, epochs=1)
     fleet.handshake()
     assert scheduler.unreadable(fleet.live[0], len(FILES), None) is None
-    assert fleet.counters["malformed_messages"] == 1 and fleet.counters["unreadable_files"] == 0
+    assert fleet.counters.malformed_messages == 1 and fleet.counters.unreadable_files == 0
 
 
 def test_hdf_local_workers_start_from_a_known_index_and_send_none() -> None:
@@ -1060,15 +1062,15 @@ def test_hdf_local_workers_start_from_a_known_index_and_send_none() -> None:
     fleet.dispatch()
     fleet.answer_one(fleet.pending()[0])
     # A loss: the heir is asked for the INDEX of what it takes over, compared with the plan.
-    lost = next(p for p in fleet.live if p.files)
-    files = sorted(lost.files)
+    lost = next(p for p in fleet.live if scheduler.owners.files_of(p))
+    files = sorted(scheduler.owners.files_of(lost))
     moved = fleet.lose(lost)
     heir_jobs = [s.message for s in moved.sends if isinstance(s.message, messages.Job)]
     assert heir_jobs and all(j.send_index for j in heir_jobs)
     assert sorted(job_files(moved.sends)) == files
     taken = fleet.run(random.Random(6))
     assert [check_hdf_batch(b) for b in taken] == planned_batches(config, INDEX, [0, 1])
-    assert fleet.counters["index_mismatches"] == 0
+    assert fleet.counters.index_mismatches == 0
 
 
 def test_hdf_a_known_index_is_not_used_with_a_remote_worker_or_other_files() -> None:

@@ -3,7 +3,6 @@ is lost, as events, with a fake transport and fake local processes."""
 
 from __future__ import annotations
 
-import collections
 import time
 from typing import Any
 
@@ -18,6 +17,7 @@ from h5feed.common import messages, wire
 from h5feed.consumer import session as session_module
 from h5feed.consumer.events import Arrived, PeerJoined, PeerLost
 from h5feed.consumer.session import PeerSession
+from h5feed.consumer.stats import Counters
 from h5feed.consumer.work import Ledger
 
 JOB = "job-1"
@@ -27,9 +27,9 @@ def make_session(
     transport: FakeTransport | None = None,
     local: FakeLocalProcesses | None = None,
     unit_timeout_s: float = 60.0,
-) -> tuple[PeerSession, FakeTransport, collections.Counter[str]]:
+) -> tuple[PeerSession, FakeTransport, Counters]:
     transport = transport or FakeTransport()
-    counters: collections.Counter[str] = collections.Counter()
+    counters = Counters()
     return PeerSession(JOB, transport, local, unit_timeout_s, counters), transport, counters
 
 
@@ -96,7 +96,7 @@ def test_a_lost_process_that_comes_back_with_its_old_nonce_is_refused_and_counte
     session.receive(b"a", hello_frames("a"))  # the same process, reconnected
     session.receive(b"a", hello_frames("a"))
     assert not session.peers and not session.events
-    assert counters["refused_reconnects"] == 1  # counted once per process
+    assert counters.refused_reconnects == 1  # counted once per process
     byes = transport.to(b"a")
     assert len(byes) == 1 and isinstance(byes[0], messages.Bye) and not byes[0].refused
     session.receive(b"a", hello_frames("a", pid=2))  # a new process (new nonce): welcome
@@ -175,7 +175,7 @@ def test_a_malformed_message_is_counted_and_dropped(frames: list[Any]) -> None:
     session, _transport, counters = make_session()
     joined(session, "a")
     session.receive(b"a", frames)
-    assert counters["malformed_messages"] == 1
+    assert counters.malformed_messages == 1
     assert not session.events
     assert list(session.peers) == [b"a"]
 
@@ -198,7 +198,7 @@ def test_a_peer_that_keeps_sending_malformed_messages_is_refused_then_ignored() 
     session.receive(b"a", hello_frames("a"))  # ignored from then on, even well-formed
     session.receive(b"a", frames_of(data()))
     assert not session.events and list(session.peers) == [b"b"]
-    assert counters["malformed_messages"] == limit + 3
+    assert counters.malformed_messages == limit + 3
     assert len(transport.to(b"a")) == 1  # refused once
 
 
@@ -214,7 +214,7 @@ def test_malformed_messages_are_logged_once_per_identity_per_interval(
         assert len(caplog.records) == 2
         monkeypatch.setattr(session_module, "_LOG_EVERY_S", 0.0)
         session.receive(b"a", [b"\x00not msgpack"])
-    assert counters["malformed_messages"] == 7
+    assert counters.malformed_messages == 7
     assert len(caplog.records) == 3
     assert "(4 more dropped from it since the last line)" in caplog.records[-1].getMessage()
 
@@ -222,7 +222,7 @@ def test_malformed_messages_are_logged_once_per_identity_per_interval(
 def test_a_message_from_an_identity_that_never_said_hello_is_counted() -> None:
     session, _transport, counters = make_session()
     session.receive(b"stranger", frames_of(data()))
-    assert counters["malformed_messages"] == 1
+    assert counters.malformed_messages == 1
     assert not session.events and not session.peers
 
 
@@ -230,7 +230,7 @@ def test_data_of_another_job_is_dropped_and_counted() -> None:
     session, _transport, counters = make_session()
     joined(session, "a")
     session.receive(b"a", frames_of(data(job="job-0")))
-    assert counters["dropped_parts"] == 1
+    assert counters.dropped_parts == 1
     assert not session.events
 
 
@@ -240,9 +240,9 @@ def test_a_kept_local_workers_last_parts_before_its_hello_are_dropped_parts() ->
     from an unknown identity is malformed."""
     session, _transport, counters = make_session(local=FakeLocalProcesses(["w-0"]))
     session.receive(b"w-0", frames_of(data(job="job-0")))
-    assert (counters["dropped_parts"], counters["malformed_messages"]) == (1, 0)
+    assert (counters.dropped_parts, counters.malformed_messages) == (1, 0)
     session.receive(b"stranger", frames_of(data(job="job-0")))
-    assert counters["malformed_messages"] == 1
+    assert counters.malformed_messages == 1
     assert not session.events
 
 
@@ -253,8 +253,8 @@ def test_data_from_a_peer_that_left_is_dropped_and_counted() -> None:
     session.events.clear()
     session.receive(b"a", frames_of(data()))
     session.receive(b"a", frames_of(messages.Index(JOB, 0, ())))  # not a part: not counted
-    assert counters["dropped_parts"] == 1
-    assert counters["malformed_messages"] == 0
+    assert counters.dropped_parts == 1
+    assert counters.malformed_messages == 0
     assert not session.events
 
 
@@ -415,7 +415,7 @@ def test_nothing_a_known_peer_sends_makes_receive_raise(frames: list[Any]) -> No
     joined(session, "a")
     session.receive(b"a", frames)
     # counted, or one event (a HELLO of a known peer: nothing); the peer stays unless it left
-    handled = len(session.events) + counters["malformed_messages"] + counters["dropped_parts"]
+    handled = len(session.events) + counters.malformed_messages + counters.dropped_parts
     assert handled <= 1
     assert (b"a" in session.peers) != bool(lost_events(session))
 

@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from conftest import trainer_and_producer_keys
 from fake_peers import FakeTransport, FakeWorker, Fleet, hdf_config, hello_frames, make_peer
 from metrics_helpers import free_port
 from test_schedulers import (
@@ -39,12 +40,12 @@ from test_schedulers import (
 
 import h5feed
 from h5feed.common import messages
-from h5feed.common.curve import write_key_pair
 from h5feed.consumer.credits import CreditGate
 from h5feed.consumer.events import PeerLost
 from h5feed.consumer.hdf5_scheduler import HdfScheduler
 from h5feed.consumer.plan import Cursor
 from h5feed.consumer.session import PeerSession
+from h5feed.consumer.stats import Counters
 from h5feed.consumer.work import Peer
 
 CLIP = {"clip_len": 4, "resize": (48, 64), "crop": (40, 40)}
@@ -55,7 +56,7 @@ SILENT = pathlib.Path(__file__).with_name("silent_peers.py")
 
 def fleet_of(peers: list[Peer], budget: int = 4) -> tuple[Fleet, HdfScheduler]:
     config = hdf_config(FILES, **HDF_OPTIONS)
-    counters: collections.Counter[str] = collections.Counter()
+    counters = Counters()
     scheduler = HdfScheduler(config, JOB, iter(epochs_from(Cursor(), 1)), Cursor(), counters)
     workers = [FakeWorker(peer, VIDEOS) for peer in peers]
     return Fleet(scheduler, workers, CreditGate(budget, lambda: None), counters), scheduler
@@ -141,7 +142,7 @@ def test_a_peer_lost_while_owing_an_index_hands_the_files_on() -> None:
     fleet.post(scheduler.start([a, b]))
     fleet.answer_all(a)  # b says nothing
     assert not scheduler.ready and b.owes_since is not None
-    b_files = sorted(b.files)
+    b_files = sorted(scheduler.owners.files_of(b))
     moved = fleet.lose(b, confirmed_dead=False)  # as the session's deadline does
     assert sorted(job_files(moved.sends)) == b_files
     assert all(s.peer is a for s in moved.sends)
@@ -155,7 +156,7 @@ def test_a_peer_lost_while_owing_an_index_hands_the_files_on() -> None:
 
 
 def test_a_peer_owing_an_index_past_unit_timeout_is_lost_whatever_it_holds() -> None:
-    counters: collections.Counter[str] = collections.Counter()
+    counters = Counters()
     session = PeerSession(JOB, FakeTransport(), None, 5.0, counters)
     session.receive(b"quiet", hello_frames("quiet"))
     session.events.clear()
@@ -253,12 +254,9 @@ def test_silent_joiners_and_a_killed_local_worker_end_the_epoch_exactly_once(
 def test_a_curve_admitted_producer_silent_after_hello_is_lost_and_its_files_move(
     small_dataset: list[pathlib.Path], silent: list[SilentPeers], tmp_path: pathlib.Path
 ) -> None:
-    keys, authorized = tmp_path / "keys", tmp_path / "authorized"
-    keys.mkdir()
-    authorized.mkdir()
-    trainer_public, trainer_secret = write_key_pair(str(keys), "trainer")
-    producer_public, producer_secret = write_key_pair(str(keys), "producer")
-    (authorized / "producer.key").write_bytes(pathlib.Path(producer_public).read_bytes())
+    trainer_public, trainer_secret, _, producer_secret, authorized = trainer_and_producer_keys(
+        tmp_path
+    )
     port = free_port()
     address = f"tcp://127.0.0.1:{port}"
     unit_timeout_s = 4.0

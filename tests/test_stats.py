@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pathlib
 import signal
@@ -11,6 +12,7 @@ import time
 import pytest
 
 import h5feed
+from h5feed.consumer.stats import Counters
 
 CLIP = {"clip_len": 4, "resize": (48, 64), "crop": (40, 40)}
 
@@ -111,3 +113,15 @@ def test_keras_callback_logs_the_input_wait_share_per_epoch(
     assert len(shares) == 2 and all(0.0 <= s <= 1.0 for s in shares)
     assert all(rate > 0 for rate in history.history["input_clips_per_s"])
     assert ds.stats()["clips"] == 24  # the last epoch's figures
+
+
+def test_a_misspelt_counter_raises_instead_of_starting_a_new_one() -> None:
+    counters = Counters()
+    counters.dropped_parts += 1
+    with pytest.raises(AttributeError):
+        counters.dropped_part += 1  # type: ignore[attr-defined]
+    with pytest.raises(AttributeError):
+        counters.batches = 1  # type: ignore[attr-defined]  # the dead counters are gone
+    assert dataclasses.asdict(counters) == {
+        name: int(name == "dropped_parts") for name in dataclasses.asdict(Counters())
+    }

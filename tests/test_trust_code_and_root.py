@@ -30,7 +30,7 @@ from h5feed.common.messages import FileRef
 from h5feed.consumer.options import LayoutArgs
 from h5feed.producer.code_policy import CodePolicy, CodeRefused, split_patterns
 from h5feed.producer.lifetime import drop_working_directory
-from h5feed.producer.service import worker_command
+from h5feed.producer.service import worker_settings
 
 RECEIVE_TIMEOUT_MS = 20_000  # a worker imports numpy, h5py and OpenCV before its HELLO
 EXIT_TIMEOUT_S = 10
@@ -230,9 +230,9 @@ def test_the_policy_object() -> None:
         wide.check("mypkg..data:load")
     # H5FEED_ALLOW_CODE: never split at the ':' of a pattern (that would allow '*')
     assert split_patterns("mypkg.data:*, other:fn,") == ["mypkg.data:*", "other:fn"]
-    command = worker_command("ipc:///x", "w", "/data", allow_code=["a:*", "b:f"])
+    command = worker_settings("ipc:///x", "w", "/data", allow_code=["a:*", "b:f"]).command()
     assert command[-4:] == ["--allow-code", "a:*", "--allow-code", "b:f"]
-    assert "--allow-code" not in worker_command("ipc:///x", "w", "/data")
+    assert "--allow-code" not in worker_settings("ipc:///x", "w", "/data").command()
 
 
 # -- the data root --------------------------------------------------------------------------
@@ -322,4 +322,4 @@ def test_drop_working_directory_removes_only_what_python_m_put_first(
         assert drop_working_directory() is True
         assert sys.path == ["/site", str(tmp_path)]  # one given on PYTHONPATH stays
         assert drop_working_directory() is False
-    assert worker_command("ipc:///x", "w", None)[1:3] == ["-P", "-m"]
+    assert worker_settings("ipc:///x", "w", None).command()[1:3] == ["-P", "-m"]

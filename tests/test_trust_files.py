@@ -31,6 +31,7 @@ from h5feed.common import layouts, messages
 from h5feed.common.config import PRODUCER_MAX_CLIP_PIXELS, PRODUCER_MAX_FRAME_PIXELS, ClipSpec
 from h5feed.common.errors import DataError, FileReadError
 from h5feed.common.messages import FileRef
+from h5feed.common.worker_settings import Data, Network, Process, WorkerSettings
 from h5feed.producer import dataset_checks, link_walk
 from h5feed.producer.code_policy import NOTHING
 from h5feed.producer.layouts import open_reader, pack_index
@@ -186,11 +187,17 @@ def worker(files: Files) -> Iterator[Rogue]:
     router.bind(address)
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
-    caps = ProducerLimits(PRODUCER_MAX_FRAME_PIXELS, PRODUCER_MAX_CLIP_PIXELS)
+    settings = WorkerSettings(
+        Network(address),
+        Process("w0", os.getpid(), persistent=True),
+        Data(
+            str(files.root),
+            max_frame_pixels=PRODUCER_MAX_FRAME_PIXELS,
+            max_clip_pixels=PRODUCER_MAX_CLIP_PIXELS,
+        ),
+    )
     process = subprocess.Popen(
-        [sys.executable, "-m", "h5feed.producer.worker", "--connect", address,
-         "--worker-id", "w0", "--parent-pid", str(os.getpid()), "--persistent",
-         "--data-root", str(files.root), *caps.to_argv()],
+        [sys.executable, "-m", "h5feed.producer.worker", *settings.to_argv()],
         stdin=subprocess.DEVNULL, env=env, cwd=files.base,
     )  # fmt: skip
     try:
@@ -351,7 +358,6 @@ def test_the_producer_caps_lower_a_job_and_never_raise_it(files: Files) -> None:
     assert caps.clip_spec(ClipSpec(max_frame_pixels=10**9)).max_frame_pixels == 100
     assert caps.clip_spec(ClipSpec(max_frame_pixels=50)).max_frame_pixels == 50
     assert ProducerLimits().clip_spec(ClipSpec(max_frame_pixels=None)).max_frame_pixels is None
-    assert ProducerLimits.from_args(_parsed(caps.to_argv())) == caps
     # frames of 24x32 = 768 pixels: over the producer's 100, whatever the job asked
     from h5feed.producer.clips import ClipMaker
 
@@ -373,14 +379,6 @@ def test_the_producer_caps_lower_a_job_and_never_raise_it(files: Files) -> None:
             maker.produce([messages.Row(0, 0, 0, 0, 0.0, 0.0, False, 0)])
     finally:
         maker.close()
-
-
-def _parsed(argv: list[str]) -> object:
-    import argparse
-
-    parser = argparse.ArgumentParser()
-    ProducerLimits.add_arguments(parser)
-    return parser.parse_args(argv)
 
 
 # -- item 6: walks that would recurse, or run on -----------------------------------------------

@@ -210,13 +210,16 @@ GOLDEN_HELLO = bytes.fromhex(
     + "90"  # fixarray(0): no arrays
 )
 
+#: The one golden UNIT of the tests (test_messages.py decodes it to a typed ``Unit``): a row
+#: is a plain array of 8 (sample, file, video, start, crop top, crop left, flip, seed), which the
+#: message parser accepts.
 GOLDEN_UNIT_FIELDS = {
-    "rows": [[0, "v0", 16], [1, "v1", 0]],
+    "rows": [[0, 1, 2, 3, 0.5, 0.25, True, 9]],
     "unit": 7,
     "job": "j1",
     "epoch": 1,
     "batch": 2,
-    "slot": [4242, 9, 8, [0, 3]],
+    "slot": [4242, 9, 8, [3]],
 }
 GOLDEN_UNIT = bytes.fromhex(
     MAGIC_AND_VERSION
@@ -225,8 +228,9 @@ GOLDEN_UNIT = bytes.fromhex(
     + "a5 6261746368 02"  # "batch": 2
     + "a5 65706f6368 01"  # "epoch": 1
     + "a3 6a6f62 a2 6a31"  # "job": "j1"
-    + "a4 726f7773 92 93 00 a2 7630 10 93 01 a2 7631 00"  # "rows": [[0,"v0",16],[1,"v1",0]]
-    + "a4 736c6f74 94 cd 1092 09 08 92 00 03"  # "slot": [4242, 9, 8, [0, 3]]
+    # "rows": [[0, 1, 2, 3, 0.5, 0.25, true, 9]]
+    + "a4 726f7773 91 98 00 01 02 03 cb 3fe0000000000000 cb 3fd0000000000000 c3 09"
+    + "a4 736c6f74 94 cd 1092 09 08 91 03"  # "slot": [4242, 9, 8, [3]]
     + "a4 756e6974 07"  # "unit": 7
     + "90"
 )

@@ -18,6 +18,10 @@ still holds. A worker that joins during the iteration gets the files nobody owns
 from the most loaded workers until it holds its share (elastic join); batches do not change
 (they depend on seed, epoch and sample only).
 
+Who owns each file, who takes it over and who is refused it is one record,
+:class:`~h5feed.consumer.file_owners.FileOwners` (``owners``); this scheduler decides when
+files move (handshake, checks) and what goes where (dispatch, data).
+
 Every INDEX an heir or a joiner sends for a file already indexed is compared with the planned
 index before that worker gets any row of the file: until then the file stays with its old
 owner (a join) or its rows wait (a lost owner's file). A mismatch (another copy of the file
@@ -46,7 +50,6 @@ worker that may still run stays out of the slot pool until that process is gone
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import os
 import socket
@@ -61,6 +64,7 @@ from h5feed.common.logs import consumer_log
 from h5feed.consumer.assembly import Batch, BatchAssembler
 from h5feed.consumer.bad_data import SkipLog
 from h5feed.consumer.credits import CreditGate
+from h5feed.consumer.file_owners import FileOwners
 from h5feed.consumer.hdf5_work import (
     assign_files,
     file_size,
@@ -76,6 +80,7 @@ from h5feed.consumer.ordering import PlannedRelease
 from h5feed.consumer.plan import Cursor, EpochPlan, FileColumns, Index, PlannedBatch
 from h5feed.consumer.scheduler import Reassignment, Send
 from h5feed.consumer.slots import Slot, SlotPool, supported
+from h5feed.consumer.stats import Counters
 from h5feed.consumer.work import Ledger, Peer
 
 _HOST = socket.gethostname()
@@ -87,15 +92,13 @@ _Work = tuple[np.ndarray, bool]
 class HdfScheduler:
     """Runs the HDF5 plan of one iteration (see the module docstring)."""
 
-    resumable = True
-
     def __init__(
         self,
         config: HdfConfig,
         job_id: str,
         epochs: Iterator[int],
         start: Cursor,
-        counters: collections.Counter[str],
+        counters: Counters,
         known: Index | None = None,
         file_sizes: Sequence[int] | None = None,
     ) -> None:
@@ -110,10 +113,8 @@ class HdfScheduler:
         self._start = start
         self._counters = counters
         self._ledger: Ledger[_Work] = Ledger()
-        self._owners: dict[int, Peer | None] = {}  # file -> its owner (None: nobody yet)
-        self._peers: dict[bytes, Peer] = {}  # the live peers this scheduler serves
-        self._moving: dict[int, Peer] = {}  # file -> the worker to own it once its INDEX matches
-        self._refused: dict[bytes, set[int]] = {}  # identity -> files whose copy differed
+        #: Who owns each file, who takes it over once its INDEX matches, who is refused it.
+        self.owners = FileOwners()
         self._parked: list[tuple[int, np.ndarray]] = []  # (seq, positions) of unowned files
         self._videos: dict[int, FileColumns] = {}  # each indexed file's videos
         self._delivered: set[Peer] = set()  # peers that sent an INDEX taken or a part expected
@@ -143,10 +144,10 @@ class HdfScheduler:
         if sizes is None or len(sizes) != len(files):
             sizes = [file_size(os.path.join(root, p) if root else p) for p in files]
         order = sorted(peers, key=lambda p: p.identity)
-        self._peers = {peer.identity: peer for peer in order}
+        for peer in order:
+            self.owners.add_peer(peer)
         for file_index, slot in enumerate(assign_files(sizes, len(order)).tolist()):
-            self._owners[file_index] = order[slot]
-            order[slot].files.append(file_index)
+            self.owners.assign(file_index, order[slot])
         known, self._known = self._known, None
         if known is not None and known.files == tuple(files) and all(p.local for p in order):
             # Local workers read these very files (same paths, sizes, mtimes) to this index
@@ -155,8 +156,14 @@ class HdfScheduler:
             # A worker that takes a file over later still sends its INDEX, compared.
             self._plan_from(known)
             self.planned_from_known = True
-            return [s for p in order for s in self._job(p, sorted(p.files), send_index=False)]
-        return self._sent([s for p in order for s in self._job(p, sorted(p.files))])  # + spec
+            return [
+                s
+                for p in order
+                for s in self._job(p, sorted(self.owners.files_of(p)), send_index=False)
+            ]
+        return self._sent(  # + spec
+            [s for p in order for s in self._job(p, sorted(self.owners.files_of(p)))]
+        )
 
     def _sent(self, sends: list[Send], merge: bool = False) -> list[Send]:
         """``sends`` as they go out (with ``merge``: JOBs merged per peer, suspects alone),
@@ -212,7 +219,8 @@ class HdfScheduler:
     def _indexed(self, peer: Peer, files: list[tuple[int, FileColumns]]) -> list[Send]:
         """``peer``'s index of ``files``: the plan's first (its owner's), or a check of a
         file it takes over; anything else is dropped and counted."""
-        if not all(self._moving.get(f) is peer or self._owners.get(f) is peer for f, _c in files):
+        owners = self.owners
+        if not all(owners.taker(f) is peer or owners.owner(f) is peer for f, _c in files):
             self._unexpected(peer, messages.IndexBatch.KIND)
             return []
         self._delivered.add(peer)
@@ -226,7 +234,7 @@ class HdfScheduler:
         self._attempts.answered(peer, [f for f, _c in files])
         sends: list[Send] = []
         for file_index, columns in files:
-            if self._moving.get(file_index) is peer:
+            if self.owners.taker(file_index) is peer:
                 sends += self._check_moved(peer, file_index, columns)
             elif file_index not in self._videos:
                 self._videos[file_index] = columns
@@ -236,30 +244,25 @@ class HdfScheduler:
 
     def _unexpected(self, peer: Peer, message: messages.Message | str) -> None:
         kind = message if isinstance(message, str) else message.KIND
-        self._counters["malformed_messages"] += 1
+        self._counters.malformed_messages += 1
         self._log.warning("dropped an unexpected %s message from %s", kind, peer)
 
     def _check_moved(self, peer: Peer, file_index: int, columns: FileColumns) -> list[Send]:
         """``peer`` indexed a file it is to take over: it owns the file if its copy is the
         planned one, else it is refused for the file and another worker is asked."""
-        del self._moving[file_index]
         planned = self._planned_columns(file_index)
         what = first_difference(planned, columns)
         if what is None:
-            previous = self._owners.get(file_index)
-            if previous is not None and file_index in previous.files:
-                previous.files.remove(file_index)
-            self._owners[file_index] = peer
-            peer.files.append(file_index)
+            self.owners.confirm(file_index)
             return self._unpark()
         path = self.config.files[file_index]
-        self._counters["index_mismatches"] += 1
-        self._refused.setdefault(peer.identity, set()).add(file_index)
+        self._counters.index_mismatches += 1
+        self.owners.refuse(file_index, peer)  # its move of the file ends
         self._log.error(
             "worker %s on host %s has another copy of %r (%s): refused for that file",
             peer.name, peer.host, path, what,
         )  # fmt: skip
-        if self._owners.get(file_index) is not None:
+        if self.owners.owner(file_index) is not None:
             return []  # it stays with its owner (a joiner's share, refused)
         sends = self._move(file_index, exclude=peer)
         if sends is None:
@@ -324,8 +327,8 @@ class HdfScheduler:
         chosen = np.arange(len(rows)) if subset is None else subset
         files = index.file_of_video[planned.videos[chosen]].tolist()
         by_owner: dict[Peer | None, list[int]] = {}
-        for position, file_index in zip(chosen.tolist(), files, strict=True):
-            by_owner.setdefault(self._owners[file_index], []).append(position)
+        for position, peer in zip(chosen.tolist(), self.owners.owners(files), strict=True):
+            by_owner.setdefault(peer, []).append(position)
         owners = [peer for peer in by_owner if peer is not None]
         if subset is None:
             assembler.expect(seq, planned, len(by_owner), self._slot_for(owners))
@@ -359,12 +362,12 @@ class HdfScheduler:
         unit = self._ledger.get(data.unit)
         samples = None if unit is None else self._samples(unit.seq, unit.work[0])
         if unit is None or unit.peer is not peer or list(data.samples) != samples:
-            self._counters["dropped_parts"] += 1  # the session logs it at a bounded rate
+            self._counters.dropped_parts += 1  # the session logs it at a bounded rate
             return []
         positions, in_slot = unit.work
         frames = data.arrays.get("frames")
         if frames is not None and in_slot:  # the worker could not map the slot
-            self._counters["parts_copied_into_slots"] += 1
+            self._counters.parts_copied_into_slots += 1
         if frames is None and in_slot:
             pool = self._pool
             nbytes = 0 if pool is None else pool.nbytes // self.config.options.batch_size
@@ -415,12 +418,14 @@ class HdfScheduler:
     # -- failures --------------------------------------------------------------------------
 
     def owns(self, peer: Peer) -> bool:
-        return bool(peer.files) or peer in self._moving.values()
+        return self.owners.holds(peer)
 
     def reassign(self, lost: Peer, heirs: Sequence[Peer], confirmed_dead: bool) -> Reassignment:
         """(Also: FileReadError when ``lost`` died indexing a file that killed its holders
         the restart rule's number of times: see :mod:`~h5feed.consumer.index_attempts`.)"""
-        self._peers.pop(lost.identity, None)
+        # Its own files, and those it was to take over from a lost owner (a live owner keeps
+        # the files it was to hand over in a join).
+        files = self.owners.release(lost)
         for file_index in self._attempts.left(lost, lost.lost_cause):
             deaths = self._attempts.deaths[file_index]
             raise FileReadError(
@@ -433,15 +438,6 @@ class HdfScheduler:
             )
         self._delivered.discard(lost)
         self._owed.pop(lost, None)
-        taking = [f for f, p in self._moving.items() if p is lost]
-        for file_index in taking:
-            del self._moving[file_index]
-        for file_index in lost.files:
-            self._owners[file_index] = None
-        # Its own files, and those it was to take over from a lost owner (a live owner keeps
-        # the files it was to hand over in a join).
-        files = list(lost.files) + [f for f in taking if self._owners.get(f) is None]
-        lost.files.clear()
         units = self._ledger.take_back(lost)
         if not files and not units:
             return Reassignment([], 0)
@@ -459,29 +455,21 @@ class HdfScheduler:
         return Reassignment(self._sent(sends, merge=True), len(units))
 
     def join(self, peer: Peer) -> list[Send]:
-        self._peers[peer.identity] = peer
-        if not self._owners:  # before start(): it is shared out with the rest
+        self.owners.add_peer(peer)
+        if not self.owners.started:  # before start(): it is shared out with the rest
             return []
         sends: list[Send] = []
         for file_index in self.unowned_files():
             sends += self._move(file_index) or []
         if self._proven(peer):  # files waiting for an unproven peer's INDEX come to it
-            for file_index, heir in list(self._moving.items()):
+            for file_index, heir in self.owners.moves():
                 if not self._proven(heir) and heir is not peer:
-                    self._moving[file_index] = peer
+                    self.owners.begin_move(file_index, peer)
                     self._unask(heir, file_index)
                     sends += self._job(peer, [file_index])
         if self.index is not None:  # its share, taken from the most loaded
-            share = len(self.config.files) // len(self._peers)
-            mine = len(peer.files) + sum(1 for p in self._moving.values() if p is peer)
-            while mine < share:
-                donor = max(self._peers.values(), key=lambda p: (len(p.files), p.identity))
-                movable = [f for f in donor.files if f not in self._moving]
-                if donor is peer or len(donor.files) <= share or not movable:
-                    break
-                self._moving[movable[-1]] = peer
-                sends += self._job(peer, [movable[-1]])
-                mine += 1
+            for file_index in self.owners.share_for(peer):
+                sends += self._job(peer, [file_index])
         return self._sent(sends, merge=True)
 
     def unreadable(self, peer: Peer, file_index: int, unit_id: int | None) -> list[Send] | None:
@@ -492,21 +480,16 @@ class HdfScheduler:
         if not 0 <= file_index < len(self.config.files):
             self._unexpected(peer, f"{messages.Error.KIND} of file {file_index}")
             return None
-        self._refused.setdefault(peer.identity, set()).add(file_index)
+        self.owners.refuse(file_index, peer)  # it no longer owns or takes the file
         self._attempts.answered(peer, [file_index])
-        self._counters["unreadable_files"] += 1
+        self._counters.unreadable_files += 1
         self._log.error(
             "worker %s on host %s cannot read %r: refused for that file, which moves",
             peer.name, peer.host, self.config.files[file_index],
         )  # fmt: skip
         self._answered(peer, [file_index])
-        if self._moving.get(file_index) is peer:
-            del self._moving[file_index]
-        if self._owners.get(file_index) is peer:
-            peer.files.remove(file_index)
-            self._owners[file_index] = None
         sends: list[Send] = []
-        if self._owners.get(file_index) is None and file_index not in self._moving:
+        if self.owners.owner(file_index) is None and self.owners.taker(file_index) is None:
             moved = self._move(file_index, exclude=peer)
             if moved is None:
                 return None
@@ -520,7 +503,7 @@ class HdfScheduler:
 
     def unowned_files(self) -> list[int]:
         """Files with neither an owner nor a worker taking them over."""
-        return [f for f, p in self._owners.items() if p is None and f not in self._moving]
+        return self.owners.unowned()
 
     @property
     def waiting_for_workers(self) -> bool:
@@ -537,18 +520,15 @@ class HdfScheduler:
         there is none. An indexed file is owned once the worker's INDEX matches; one not
         indexed yet is owned at once (its INDEX is the first); either way the worker owes
         that INDEX within ``unit_timeout_s`` (the session's deadline)."""
-        refused = {i for i, files in self._refused.items() if file_index in files}
-        candidates = [
-            p for p in self._peers.values() if p is not exclude and p.identity not in refused
-        ]
+        candidates = self.owners.candidates(file_index, exclude)
         if not candidates:
             return None
-        heir = min(candidates, key=lambda p: (not self._proven(p), len(p.files), p.identity))
+        count = self.owners.count
+        heir = min(candidates, key=lambda p: (not self._proven(p), count(p), p.identity))
         if self.index is not None or file_index in self._videos:
-            self._moving[file_index] = heir
+            self.owners.begin_move(file_index, heir)
         else:
-            self._owners[file_index] = heir
-            heir.files.append(file_index)
+            self.owners.assign(file_index, heir)
         return self._job(heir, [file_index])
 
     def _proven(self, peer: Peer) -> bool:

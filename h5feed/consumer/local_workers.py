@@ -41,6 +41,7 @@ import time
 from collections.abc import Callable
 
 from h5feed.common import trainer_main
+from h5feed.common.config import DEFAULT_MAX_OPEN_FILES
 from h5feed.common.curve import (
     CURVE_ENV_PUBLIC,
     CURVE_ENV_SECRET,
@@ -48,7 +49,9 @@ from h5feed.common.curve import (
     KeyPair,
 )
 from h5feed.common.errors import WorkerDiedError, WorkerTimeoutError
+from h5feed.common.wire import DEFAULT_MAX_MESSAGE_BYTES
 from h5feed.common.worker_counters import COUNTERS, read_counters
+from h5feed.common.worker_settings import Code, Data, Network, Process, WorkerSettings
 from h5feed.consumer.spawner import spawn
 
 _PACKAGE_PARENT = str(pathlib.Path(__file__).resolve().parents[2])
@@ -110,32 +113,27 @@ class LocalWorkers:
         self.retired: set[int] = set()  # pids replaced: whatever they said is stale
         try:
             for name in self.names:
-                command = [
-                    sys.executable,
-                    "-m",
-                    "h5feed.producer.worker",
-                    "--connect",
-                    address,
-                    "--worker-id",
-                    name,
-                    "--parent-pid",
-                    str(os.getpid()),
-                    "--trust-code",  # the trainer's own workers run what the trainer names
-                    *(["--data-root", data_root] if data_root is not None else []),
-                    *(
-                        ["--max-message-bytes", str(max_message_bytes)]
-                        if max_message_bytes is not None
-                        else []
+                settings = WorkerSettings(
+                    Network(
+                        address,
+                        max_message_bytes=DEFAULT_MAX_MESSAGE_BYTES
+                        if max_message_bytes is None
+                        else max_message_bytes,
                     ),
-                    *(
-                        ["--max-open-files", str(max_open_files)]
-                        if max_open_files is not None
-                        else []
+                    Process(
+                        name, os.getpid(), persistent=persistent, stats_file=self._stats_file(name)
                     ),
-                    *(["--persistent"] if persistent else []),
-                    "--stats-file",
-                    self._stats_file(name),
-                ]
+                    Data(
+                        data_root,
+                        max_open_files=DEFAULT_MAX_OPEN_FILES
+                        if max_open_files is None
+                        else max_open_files,
+                    ),
+                    # the trainer's own workers run what the trainer names, found where the
+                    # trainer finds it (no -P)
+                    Code(trust_code=True),
+                )
+                command = settings.command()
                 self._commands.append(command)
                 self.processes.append(spawn(command, env))
         except BaseException:

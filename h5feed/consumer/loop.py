@@ -27,7 +27,6 @@ forever.
 
 from __future__ import annotations
 
-import collections
 import queue
 import threading
 import time
@@ -37,13 +36,13 @@ from typing import Any
 from h5feed.common import messages
 from h5feed.common.errors import NoWorkersError, WorkerTimeoutError
 from h5feed.consumer import recovery
-from h5feed.consumer.assembly import Batch
 from h5feed.consumer.credits import CreditGate
 from h5feed.consumer.events import Arrived, PeerJoined, PeerLost
 from h5feed.consumer.options import FeedOptions
 from h5feed.consumer.router import Router
 from h5feed.consumer.scheduler import Scheduler, Send
 from h5feed.consumer.session import PeerSession
+from h5feed.consumer.stats import Counters
 from h5feed.consumer.waker import Waker
 from h5feed.consumer.work import Peer
 
@@ -77,12 +76,12 @@ class FeedLoop:
         gate: CreditGate,
         scheduler: Scheduler,
         expected_workers: int,
-        counters: collections.Counter[str],
+        counters: Counters,
         workers: recovery.Replacer | None = None,
         keep_socket: bool = False,
     ) -> None:
-        """``counters``: shared with the session and the scheduler; the loop adds the
-        release counters (``batches``, ``clips``, ``bytes``). ``keep_socket``: the router and
+        """``counters``: shared with the session and the scheduler; the loop adds
+        ``peers_joined`` and ``reassigned_units``. ``keep_socket``: the router and
         waker outlive this iteration (persistent workers): the loop does not close them."""
         self.options = options
         self.session = session
@@ -241,10 +240,10 @@ class FeedLoop:
         while events:
             match events.popleft():
                 case Arrived(peer, messages.Data() as data):
-                    dropped = self._counters["dropped_parts"]
+                    dropped = self._counters.dropped_parts
                     for batch in self.scheduler.on_data(peer, data):
-                        self._release(batch)
-                    if self._counters["dropped_parts"] > dropped:  # not a unit it holds
+                        self.out.put(batch)  # counted as the trainer takes it
+                    if self._counters.dropped_parts > dropped:  # not a unit it holds
                         self.session.unexpected_part(peer, data.unit)
                 case Arrived(peer, messages.Error() as error):
                     self._send(recovery.on_error(peer, error, self.scheduler))
@@ -254,21 +253,15 @@ class FeedLoop:
                     self._recover(lost)
                 case PeerJoined(peer):
                     if self._started:  # else the handshake counts it (session.peers)
-                        self._counters["peers_joined"] += 1
+                        self._counters.peers_joined += 1
                         self._send(self.scheduler.join(peer))
-
-    def _release(self, batch: Batch) -> None:
-        self._counters["batches"] += 1
-        self._counters["clips"] += batch.rows or len(batch.arrays["sample"])
-        self._counters["bytes"] += batch.nbytes or batch.arrays["frames"].nbytes
-        self.out.put(batch)
 
     def _recover(self, lost: PeerLost) -> None:
         """A peer is gone: hand its work over (and count it), or fail as the rules say."""
         moved = recovery.recover(lost, self.scheduler, self.session, self._workers, self._attempts)
         self._remote_losses += not lost.peer.local
         self._send(moved.sends)
-        self._counters["reassigned_units"] += moved.moved_units
+        self._counters.reassigned_units += moved.moved_units
 
     def _check_waiting(self) -> None:
         """End the iteration when work has waited ``start_timeout_s`` for a worker to join."""

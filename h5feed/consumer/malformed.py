@@ -15,17 +15,15 @@ shape or dtype) is never batched. What else happens depends on who sent it:
 
 from __future__ import annotations
 
-import collections
 import warnings
 
 from h5feed.common.errors import MalformedPartWarning, ProtocolError
 from h5feed.common.logs import IdsLogger
+from h5feed.consumer.stats import Counters
 from h5feed.consumer.work import Peer
 
 
-def drop_malformed(
-    peer: Peer, unit: int, why: str, counters: collections.Counter[str], log: IdsLogger
-) -> None:
+def drop_malformed(peer: Peer, unit: int, why: str, counters: Counters, log: IdsLogger) -> None:
     """Drop ``peer``'s part of unit ``unit`` (see the module docstring); raises for a local
     peer."""
     if peer.local:
@@ -34,7 +32,7 @@ def drop_malformed(
             "(a bug in h5feed or in how the element was packed; the iteration ends instead of "
             "waiting for the unit timeout)"
         )
-    counters["malformed_messages"] += 1
+    counters.malformed_messages += 1
     log.warning("dropped malformed part of unit %d from %s: %s", unit, peer, why)
     warnings.warn(
         f"h5feed dropped a malformed part of unit {unit} from producer {peer}: {why} "

@@ -113,7 +113,7 @@ def recover(
             reason = f"{reason}; killed" if code == -9 else f"{reason}; {describe_exit(code)}"
         # WorkerDiedError past max_restarts crash deaths (WorkerTimeoutError: hangs)
         pid = workers.replace(peer.name, hung=cause == "deadline")
-        session.counters["workers_replaced"] += 1
+        session.counters.workers_replaced += 1
         session.log.warning(
             "worker %s %s (%d units outstanding): replaced by pid %d",
             peer, reason, held, pid,
@@ -132,7 +132,7 @@ def _hand_over(
     moved = scheduler.reassign(peer, heirs, confirmed_dead)
     if moved.unmovable is not None:
         raise WorkerDiedError(f"worker {peer} left the job ({reason}): {moved.unmovable}")
-    session.counters["peers_lost"] += 1
+    session.counters.peers_lost += 1
     if not peer.local:
         session.log.warning(
             "worker %s left the job (%s): %d units handed to %d others",

@@ -48,11 +48,6 @@ class Reassignment:
 class Scheduler(Protocol):
     """One input kind's handshake, plan, dispatch, assembly and hand-over."""
 
-    @property
-    def resumable(self) -> bool:
-        """Whether an iteration may start at a cursor inside an epoch (generators may not)."""
-        ...
-
     def start(self, peers: Sequence[Peer]) -> list[Send]:
         """The handshake's first messages, to the peers that joined (the work is shared out
         among exactly these)."""

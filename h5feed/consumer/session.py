@@ -35,12 +35,12 @@ Guarantees:
    none for ``unit_timeout_s``: ``Peer.owes_since``) each become one ``PeerLost`` event, at
    most one per peer: the peer is removed at once, so nothing is sent to it again. So every
    piece of work a peer is given has a deadline, whatever else it holds.
+5. :meth:`send` never raises for a peer that is gone and never calls back into the loop: it
+   queues ``PeerLost`` and returns False.
 6. Liveness: every socket runs ZeroMQ heartbeats (see :mod:`h5feed.common.liveness`), which
    close a connection whose peer stops answering them; the session probes every peer it has
    not heard from for ``PROBE_EVERY_S`` with a PING, whose send fails (``ROUTER_MANDATORY``)
    once the connection is gone: the peer is lost (``unreachable``) within ``peer_timeout_s``.
-5. :meth:`send` never raises for a peer that is gone and never calls back into the loop: it
-   queues ``PeerLost`` and returns False.
 """
 
 from __future__ import annotations
@@ -58,6 +58,7 @@ from h5feed.common.errors import ProtocolError, VersionMismatchError
 from h5feed.common.liveness import PROBE_EVERY_S
 from h5feed.common.logs import consumer_log
 from h5feed.consumer.events import Arrived, Event, LossCause, PeerJoined, PeerLost
+from h5feed.consumer.stats import Counters
 from h5feed.consumer.work import Peer
 
 #: Malformed messages one identity may send before it is refused and ignored: enough that a
@@ -94,7 +95,7 @@ class PeerSession:
         transport: Transport,
         local: LocalProcesses | None,
         unit_timeout_s: float,
-        counters: collections.Counter[str],
+        counters: Counters,
         curve: bool = False,
     ) -> None:
         """``curve``: the transport authenticates peers by CURVE key (HELLO frames carry the
@@ -128,7 +129,7 @@ class PeerSession:
     def receive(self, identity: bytes, frames: Sequence[object]) -> None:
         """Decode one message from ``identity`` and queue what it means."""
         if identity in self._banned:
-            self.counters["malformed_messages"] += 1
+            self.counters.malformed_messages += 1
             return
         try:
             message = messages.decode(frames)
@@ -144,13 +145,13 @@ class PeerSession:
                 self._on_hello(identity, message, _user_id(frames) if self._curve else None)
             case _ if peer is None and identity in self._gone:
                 if isinstance(message, messages.Data):  # its units went to others
-                    self.counters["dropped_parts"] += 1
+                    self.counters.dropped_parts += 1
             case _ if (
                 peer is None
                 and identity.decode(errors="replace") in self._local_names
                 and getattr(message, "job", self.job_id) != self.job_id
             ):  # a kept local worker finishing the last iteration's units before its hello
-                self.counters["dropped_parts"] += 1
+                self.counters.dropped_parts += 1
             case _ if peer is None:
                 self.drop(
                     identity, f"{message.KIND} message from an identity that never said hello"
@@ -158,7 +159,7 @@ class PeerSession:
             case messages.Bye(reason=reason) if peer is not None:
                 self.lose(peer, "bye", reason)
             case _ if peer is not None and getattr(message, "job", self.job_id) != self.job_id:
-                self.counters["dropped_parts"] += 1  # an earlier job of a restarted consumer
+                self.counters.dropped_parts += 1  # an earlier job of a restarted consumer
                 self._strike(identity, f"a {message.KIND} of another job")  # or a forgery
             case _ if peer is not None:
                 self.events.append(Arrived(peer, message))
@@ -180,7 +181,7 @@ class PeerSession:
                 self._stale(identity, hello)
             return  # else a persistent producer's periodic hello
         if identity in self._last_key and key != self._last_key[identity]:
-            self.counters["refused_reconnects"] += 1
+            self.counters.refused_reconnects += 1
             self._refuse_once(
                 identity, f"{hello.worker} said hello with another CURVE key than before"
             )
@@ -203,7 +204,7 @@ class PeerSession:
         if (identity, hello.nonce) in self._stale_told:
             return
         self._stale_told.add((identity, hello.nonce))
-        self.counters["refused_reconnects"] += 1
+        self.counters.refused_reconnects += 1
         self.log.warning(
             "refused %s (pid %d on %s): it was declared lost and its work given to others; "
             "it must say hello as a new process (a new nonce)",
@@ -230,7 +231,7 @@ class PeerSession:
     def drop(self, identity: bytes, why: str) -> None:
         """Count a malformed or stray message from ``identity``, log it at a bounded rate,
         and refuse the identity once it has sent more than ``_MALFORMED_LIMIT``."""
-        self.counters["malformed_messages"] += 1
+        self.counters.malformed_messages += 1
         self._strike(identity, why)
 
     def unexpected_part(self, peer: Peer, unit: int) -> None:

@@ -22,7 +22,6 @@
 
 from __future__ import annotations
 
-import collections
 import time
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Final
@@ -39,6 +38,7 @@ from h5feed.consumer.plan import Cursor, epoch_order
 from h5feed.consumer.scheduler import Reassignment, Send
 from h5feed.consumer.source_agreement import check_agreement
 from h5feed.consumer.source_options import SourceConfig
+from h5feed.consumer.stats import Counters
 from h5feed.consumer.work import Ledger, Peer, Unit, W
 
 if TYPE_CHECKING:
@@ -58,7 +58,7 @@ class _Elements:
         source: SourceConfig,
         spec: ElementSpec,
         kind: str,
-        counters: collections.Counter[str],
+        counters: Counters,
         log: IdsLogger,
     ) -> None:
         self.source, self.spec, self.kind = source, spec, kind
@@ -74,7 +74,7 @@ class _Elements:
         ProtocolError from a local worker, dropped and warned from a remote one)."""
         unit = ledger.get(data.unit)
         if unit is None or unit.peer is not peer:
-            self._drop("dropped_parts", f"an unexpected part (unit {data.unit}) from {peer}")
+            self._drop(f"an unexpected part (unit {data.unit}) from {peer}")
             return None
         if not fits(unit.work):
             drop_malformed(peer, unit.id, "other samples", self._counters, self.log)
@@ -89,11 +89,11 @@ class _Elements:
 
     def malformed(self, peer: Peer, why: str) -> None:
         """A control message that fits no question: counted, logged."""
-        self._counters["malformed_messages"] += 1
+        self._counters.malformed_messages += 1
         self.log.warning("dropped %s from %s", why, peer)
 
-    def _drop(self, counter: str, why: str) -> None:
-        self._counters[counter] += 1
+    def _drop(self, why: str) -> None:
+        self._counters.dropped_parts += 1
         self.log.warning("dropped %s", why)
 
     def batch(self, epoch: int, index: int, fields: list[Field], elements_in_part: int) -> Batch:
@@ -134,8 +134,6 @@ def _batches_of(kind: str, items: int, options: FeedOptions) -> int:
 
 class ItemScheduler:
     """map and keras sources (see the module docstring)."""
-
-    resumable = True
 
     def __init__(
         self,
@@ -335,8 +333,6 @@ class ItemScheduler:
 class GeneratorScheduler:
     """generator sources (see the module docstring)."""
 
-    resumable = False
-
     def __init__(
         self,
         config: SourceConfig,
@@ -517,7 +513,7 @@ def make_kind(
     job_id: str,
     epochs: Iterator[int],
     start: Cursor,
-    counters: collections.Counter[str],
+    counters: Counters,
     gate: CreditGate,
 ) -> KindScheduler:
     """The scheduler of ``kind``, once the handshake agreed on it."""

@@ -13,7 +13,6 @@ protocol as the HDF5 one.
 
 from __future__ import annotations
 
-import collections
 import sys
 from collections.abc import Hashable, Iterator, Sequence
 
@@ -36,6 +35,7 @@ from h5feed.consumer.source_kinds import (
     make_kind,
 )
 from h5feed.consumer.source_options import Learnt, SourceConfig
+from h5feed.consumer.stats import Counters
 from h5feed.consumer.work import Peer
 
 
@@ -48,7 +48,7 @@ class SourceScheduler:
         job_id: str,
         epochs: Iterator[int],
         start: Cursor,
-        counters: collections.Counter[str],
+        counters: Counters,
         gate: CreditGate,
         learnt: Learnt | None = None,
     ) -> None:
@@ -69,10 +69,6 @@ class SourceScheduler:
         # the handshake's checks (first epoch), which a joiner's copy must agree with
         self._reference: dict[Peer, tuple[messages.ItemCheck, ...]] = {}
         self._logged: set[str] = set()
-
-    @property
-    def resumable(self) -> bool:
-        return self.learnt is None or self.learnt.kind != GENERATOR
 
     # -- handshake -------------------------------------------------------------------------
 
@@ -106,15 +102,15 @@ class SourceScheduler:
         if isinstance(message, messages.SourceInfo) and isinstance(self._kind, ItemScheduler):
             return self._kind.on_check(peer, message)  # a CHECK's answer
         if not isinstance(message, messages.SourceInfo) or self._kind is not None:
-            self._counters["malformed_messages"] += 1
+            self._counters.malformed_messages += 1
             return []
         try:
             ElementSpec.from_wire(message.spec)
         except SourceError:
-            self._counters["malformed_messages"] += 1
+            self._counters.malformed_messages += 1
             return []
         if message.kind not in KINDS:
-            self._counters["malformed_messages"] += 1
+            self._counters.malformed_messages += 1
             return []
         self._infos[peer] = message
         if len(self._infos) < len(self._peers):
@@ -199,7 +195,7 @@ class SourceScheduler:
 
     def on_data(self, peer: Peer, data: messages.Data) -> list[Batch]:
         if self._kind is None:  # no unit was sent yet: nobody may answer one
-            self._counters["dropped_parts"] += 1
+            self._counters.dropped_parts += 1
             return []
         return self._kind.on_data(peer, data)
 
@@ -239,7 +235,7 @@ class SourceScheduler:
     def _joined(self, peer: Peer, info: messages.SourceInfo) -> list[Send]:
         self._joining.discard(peer)
         if self._kind is None or self._agreed != (info.kind, info.length):
-            self._counters["malformed_messages"] += 1
+            self._counters.malformed_messages += 1
             consumer_log(self.job_id).error(
                 "worker %s loaded %r as a %s of length %s, not as agreed %s: refused",
                 peer, self.source.source, info.kind, info.length, self._agreed,

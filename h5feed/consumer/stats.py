@@ -1,4 +1,5 @@
-"""Pipeline statistics: rates over a recent window and in total, and the input-bound verdict.
+"""Pipeline statistics: the iteration's counters, rates over a recent window and in total,
+the input-bound verdict, and ``stats()`` assembled from them (:func:`iteration_stats`).
 
 Everything here is cheap and thread-safe: the loop thread and the trainer's thread
 record events, any thread may read a snapshot at any time.
@@ -7,19 +8,51 @@ record events, any thread may read a snapshot at any time.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import math
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from h5feed.consumer.credits import CreditGate
     from h5feed.consumer.work import Peer
 
 #: Seconds of history behind the "recent" rates.
 RECENT_WINDOW_S = 10.0
 #: Above this share of time waiting for input, the trainer is called input-bound.
 INPUT_BOUND_WAIT_SHARE = 0.10
+
+
+@dataclasses.dataclass(slots=True)
+class Counters:
+    """What an iteration counted, one named field per counter (all only ever grow).
+
+    Slotted: a misspelt counter raises AttributeError instead of silently starting a new
+    one. Written by the loop thread only (session, scheduler, recovery and loop all run on
+    it); ``stats()`` reads the ints from any thread (a read of an int is atomic)."""
+
+    #: Parts whose rows came over the socket because their worker could not map the slot.
+    parts_copied_into_slots: int = 0
+    #: Messages or parts that fit no question, dropped (a local worker's raise instead).
+    malformed_messages: int = 0
+    #: Parts of a unit the peer does not hold (duplicates, stale jobs), dropped.
+    dropped_parts: int = 0
+    #: Units re-sent after their worker was lost.
+    reassigned_units: int = 0
+    #: Workers lost (exited, killed, vanished, stuck, left).
+    peers_lost: int = 0
+    #: Local processes started in place of dead ones.
+    workers_replaced: int = 0
+    #: Workers that joined during the iteration.
+    peers_joined: int = 0
+    #: A lost process back without a new nonce, or under another CURVE key.
+    refused_reconnects: int = 0
+    #: Workers refused for a file whose copy differs.
+    index_mismatches: int = 0
+    #: Files moved off a worker that cannot read them.
+    unreadable_files: int = 0
 
 
 class RateMeter:
@@ -141,15 +174,17 @@ class WaitMeter:
         }
 
 
-def worker_figures(peers: Sequence[Peer]) -> list[dict[str, Any]]:
-    """Per worker: name, pid, host, files owned, units outstanding, unit latency and what
-    it delivered (counts and rates)."""
+def worker_figures(
+    peers: Sequence[Peer], files_owned: Callable[[Peer], int] | None = None
+) -> list[dict[str, Any]]:
+    """Per worker: name, pid, host, files owned (``files_owned``: HDF5 feeds; else 0), units
+    outstanding, unit latency and what it delivered (counts and rates)."""
     return [
         {
             "name": p.name,
             "pid": p.pid,
             "host": p.host,
-            "files": len(p.files),
+            "files": files_owned(p) if files_owned is not None else 0,
             "outstanding_units": len(p.outstanding),
             "unit_latency_s": p.unit_latency_s,
             **p.received.snapshot(),
@@ -167,3 +202,66 @@ def host_figures(workers: Sequence[dict[str, Any]]) -> dict[str, dict[str, float
         host["clips"] += worker["clips"]
         host["clips_per_s"] += worker["per_s_recent"]["clips"]
     return hosts
+
+
+def iteration_stats(
+    *,
+    job: str,
+    running: bool,
+    taken: RateMeter,
+    waited: WaitMeter,
+    peers: Sequence[Peer],
+    workers_asked: int,
+    gate: CreditGate,
+    queue_depth: int,
+    shared_memory_slots: int,
+    slots_refused: int,
+    counters: Counters,
+    refused_keys: int,
+    cursor: tuple[int, int],
+    skipped: dict[str, Any],
+    files_owned: Callable[[Peer], int] | None = None,
+) -> dict[str, Any]:
+    """The plain dict of ``BatchStream.stats()`` (its docstring says what each key means):
+    the trainer's intake, the waits, the credit gate, every counter, and the verdict.
+    ``workers_asked``: the workers the feed was given, for the verdict before any joined;
+    ``files_owned``: how many HDF5 files a worker owns (None: a source feed)."""
+    intake = taken.snapshot()
+    waits = waited.snapshot()
+    workers = worker_figures(peers, files_owned)
+    bound, extra, line = verdict(waits["wait_share_recent"], len(workers) or workers_asked)
+    return {
+        "job": job,
+        "running": running,
+        "batches": intake["count"],
+        "clips": intake["clips"],
+        "bytes": intake["bytes"],
+        "per_s_recent": intake["per_s_recent"],
+        "per_s_total": intake["per_s_total"],
+        **waits,
+        "inflight_batches": gate.inflight,
+        "credit_budget": gate.budget,
+        "queue_depth": queue_depth,
+        "shared_memory_slots": shared_memory_slots,
+        "parts_copied_into_slots": counters.parts_copied_into_slots,
+        "slots_refused": slots_refused,
+        "workers": workers,
+        "hosts": host_figures(workers),
+        "malformed_messages": counters.malformed_messages,
+        "dropped_parts": counters.dropped_parts,
+        "reassigned_units": counters.reassigned_units,
+        "peers_lost": counters.peers_lost,
+        "workers_replaced": counters.workers_replaced,
+        "peers_joined": counters.peers_joined,
+        "refused_reconnects": counters.refused_reconnects,
+        "refused_keys": refused_keys,
+        "index_mismatches": counters.index_mismatches,
+        "unreadable_files": counters.unreadable_files,
+        "batches_dispatched": gate.dispatched,
+        "max_inflight_batches": gate.most_inflight,
+        "cursor": list(cursor),
+        **skipped,
+        "input_bound": bound,
+        "suggested_extra_workers": extra,
+        "verdict": line,
+    }

@@ -17,7 +17,6 @@ Guarantees of a :class:`BatchStream`:
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import itertools
 import logging
@@ -50,7 +49,7 @@ from h5feed.consumer.scheduler import Scheduler
 from h5feed.consumer.session import PeerSession
 from h5feed.consumer.source_options import Learnt, SourceConfig
 from h5feed.consumer.source_scheduler import SourceScheduler
-from h5feed.consumer.stats import RateMeter, WaitMeter, host_figures, verdict, worker_figures
+from h5feed.consumer.stats import Counters, RateMeter, WaitMeter, iteration_stats
 from h5feed.consumer.waker import Waker
 from h5feed.consumer.worker_pool import PoolSlot, WorkerPool, close_all_slots
 
@@ -169,7 +168,7 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
                     max_restarts=options.max_restarts,
                 )
                 undo.callback(self._workers.stop, grace_s=0)
-            self.counters: collections.Counter[str] = collections.Counter()
+            self.counters = Counters()
             self._router = router  # read by stats(): its refused CURVE keys
             self._keys_refused_before = router.refused_keys  # by earlier iterations
             self._gate = CreditGate(options.inflight_batches, waker.wake)
@@ -336,57 +335,32 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
         for bad frames under ``on_error="skip"``, the first 100 listed with file, video,
         frame: see ``h5feed/consumer/bad_data.py``).
         """
-        taken = self._taken.snapshot()
-        waited = self._waited.snapshot()
-        workers = worker_figures(list(self._loop.session.peers.values()))
-        hosts = host_figures(workers)
-        counters, gate = self.counters, self._gate
-        bound, extra, line = verdict(
-            waited["wait_share_recent"], len(workers) or self.config.options.workers
-        )
         slots = (
             self.scheduler.shared_memory_slots if isinstance(self.scheduler, HdfScheduler) else 0
         )
+        owned = self.scheduler.owners.count if isinstance(self.scheduler, HdfScheduler) else None
         skipped = (  # bad data (on_error): the same keys for every feed
             self.scheduler.skips.snapshot()
             if isinstance(self.scheduler, HdfScheduler)
             else {"skipped": 0, "skipped_per_epoch": {}, "skipped_samples": []}
         )
-        return {
-            "job": self.job_id,
-            "running": not self._closed.is_set(),
-            "batches": taken["count"],
-            "clips": taken["clips"],
-            "bytes": taken["bytes"],
-            "per_s_recent": taken["per_s_recent"],
-            "per_s_total": taken["per_s_total"],
-            **waited,
-            "inflight_batches": gate.inflight,
-            "credit_budget": gate.budget,
-            "queue_depth": self._loop.out.qsize(),
-            "shared_memory_slots": slots,
-            "parts_copied_into_slots": counters["parts_copied_into_slots"],
-            "slots_refused": self._workers.counter("slots_refused"),
-            "workers": workers,
-            "hosts": hosts,
-            "malformed_messages": counters["malformed_messages"],
-            "dropped_parts": counters["dropped_parts"],
-            "reassigned_units": counters["reassigned_units"],
-            "peers_lost": counters["peers_lost"],
-            "workers_replaced": counters["workers_replaced"],
-            "peers_joined": counters["peers_joined"],
-            "refused_reconnects": counters["refused_reconnects"],
-            "refused_keys": self._router.refused_keys - self._keys_refused_before,
-            "index_mismatches": counters["index_mismatches"],
-            "unreadable_files": counters["unreadable_files"],
-            "batches_dispatched": gate.dispatched,
-            "max_inflight_batches": gate.most_inflight,
-            "cursor": [self.cursor.epoch, self.cursor.batch],
-            **skipped,
-            "input_bound": bound,
-            "suggested_extra_workers": extra,
-            "verdict": line,
-        }
+        return iteration_stats(
+            job=self.job_id,
+            running=not self._closed.is_set(),
+            taken=self._taken,
+            waited=self._waited,
+            peers=list(self._loop.session.peers.values()),
+            workers_asked=self.config.options.workers,
+            gate=self._gate,
+            queue_depth=self._loop.out.qsize(),
+            shared_memory_slots=slots,
+            slots_refused=self._workers.counter("slots_refused"),
+            counters=self.counters,
+            refused_keys=self._router.refused_keys - self._keys_refused_before,
+            cursor=(self.cursor.epoch, self.cursor.batch),
+            skipped=skipped,
+            files_owned=owned,
+        )
 
 
 def _weakly(callback: Callable[..., None] | None) -> Callable[[], Callable[..., None] | None]:

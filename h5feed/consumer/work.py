@@ -25,7 +25,6 @@ class Peer:
     name: str
     pid: int
     host: str
-    files: list[int] = dataclasses.field(default_factory=list)  # HDF5: the files it owns
     outstanding: dict[int, float] = dataclasses.field(default_factory=dict)  # unit -> sent at
     last_progress: float = 0.0
     received: RateMeter = dataclasses.field(default_factory=RateMeter)  # its DATA parts

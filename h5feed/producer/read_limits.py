@@ -35,13 +35,11 @@ trainer's own options apply.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import math
 
 import h5py
 
-from h5feed.common.cli_args import positive_int
 from h5feed.common.config import (
     DEFAULT_MAX_CHUNK_BYTES,
     PRODUCER_MAX_CLIP_PIXELS,
@@ -134,7 +132,7 @@ DEFAULT_BOUNDS = DatasetBounds()
 @dataclasses.dataclass(frozen=True, slots=True)
 class ProducerLimits:
     """A producer operator's caps (module docstring); None: no cap of the producer's own.
-    Crosses to the workers as arguments (:meth:`to_argv`, :meth:`from_args`)."""
+    Crosses to the workers as :class:`h5feed.common.worker_settings.Data`'s fields."""
 
     max_frame_pixels: int | None = None
     max_clip_pixels: int | None = None
@@ -147,48 +145,6 @@ class ProducerLimits:
                 not isinstance(value, int) or isinstance(value, bool) or value < 1
             ):
                 raise ValueError(f"{name} must be an int >= 1 or None, got {value!r}")
-
-    def to_argv(self) -> list[str]:
-        argv = ["--max-chunk-bytes", str(self.max_chunk_bytes)]
-        if self.max_frame_pixels is not None:
-            argv += ["--max-frame-pixels", str(self.max_frame_pixels)]
-        if self.max_clip_pixels is not None:
-            argv += ["--max-clip-pixels", str(self.max_clip_pixels)]
-        return argv
-
-    @staticmethod
-    def add_arguments(
-        parser: argparse.ArgumentParser,
-        frame_pixels: int | None = None,
-        clip_pixels: int | None = None,
-    ) -> None:
-        """The three options, with these defaults (the worker's: none; ``h5feed produce``'s:
-        :data:`PRODUCER_MAX_FRAME_PIXELS`, :data:`PRODUCER_MAX_CLIP_PIXELS`)."""
-        parser.add_argument(
-            "--max-frame-pixels",
-            type=positive_int,
-            default=frame_pixels,
-            help="cap on a stored frame's pixels; a job's own cap is lowered to it, never "
-            "raised (default: %(default)s)",
-        )
-        parser.add_argument(
-            "--max-clip-pixels",
-            type=positive_int,
-            default=clip_pixels,
-            help="cap on a clip's output pixels (clip_len x height x width); a job asking more "
-            "is refused (default: %(default)s)",
-        )
-        parser.add_argument(
-            "--max-chunk-bytes",
-            type=positive_int,
-            default=DEFAULT_MAX_CHUNK_BYTES,
-            help="cap on an HDF5 chunk's uncompressed bytes beyond one frame "
-            "(default: %(default)s)",
-        )
-
-    @classmethod
-    def from_args(cls, args: argparse.Namespace) -> ProducerLimits:
-        return cls(args.max_frame_pixels, args.max_clip_pixels, args.max_chunk_bytes)
 
     def clip_spec(self, spec: ClipSpec) -> ClipSpec:
         """``spec`` with its ``max_frame_pixels`` lowered to the producer's cap; LimitRefused

@@ -37,7 +37,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -45,6 +44,8 @@ from collections.abc import Mapping, Sequence
 
 from h5feed.common.config import DEFAULT_MAX_OPEN_FILES, default_cache_dir
 from h5feed.common.logs import with_ids
+from h5feed.common.wire import DEFAULT_MAX_MESSAGE_BYTES
+from h5feed.common.worker_settings import Code, Data, Network, Process, WorkerSettings
 from h5feed.producer.read_limits import NO_LIMITS, ProducerLimits
 from h5feed.producer.restarts import DEFAULT_MAX_RESTARTS, Restarts
 from h5feed.producer.worker_stats import read_counters
@@ -57,7 +58,7 @@ _REFUSED_EXIT = 2
 _CRASH_LOOP = "crash-loop"  # the health file's second line, while a worker crash-loops
 
 
-def worker_command(
+def worker_settings(
     connect: str,
     name: str,
     data_root: str | None,
@@ -67,24 +68,30 @@ def worker_command(
     max_open_files: int = DEFAULT_MAX_OPEN_FILES,
     allow_code: Sequence[str] = (),
     limits: ProducerLimits = NO_LIMITS,
-) -> list[str]:
-    # -P: the working directory is never on the worker's sys.path (see guarantee 6).
-    command = [sys.executable, "-P", "-m", "h5feed.producer.worker", "--connect", connect]
-    command += ["--worker-id", name, "--parent-pid", str(os.getpid()), "--persistent"]
-    command += ["--max-open-files", str(max_open_files)]
-    command += ["--cache-dir", default_cache_dir()]  # this host's, not the trainer's
-    if data_root is not None:
-        command += ["--data-root", data_root]
-    if curve is not None:
-        command += ["--key", curve[0], "--server-key", curve[1]]
-    if stats_file is not None:
-        command += ["--stats-file", stats_file]
-    if max_message_bytes is not None:
-        command += ["--max-message-bytes", str(max_message_bytes)]
-    command += limits.to_argv()
-    for pattern in allow_code:  # none: the worker imports no user code
-        command += ["--allow-code", pattern]
-    return command
+) -> WorkerSettings:
+    """The settings of service worker ``name``: persistent, a child of this process, with this
+    host's index cache (not the trainer's), importing only code matching ``allow_code``; its
+    command (:meth:`~h5feed.common.worker_settings.WorkerSettings.command`) runs ``python -P``
+    (guarantee 6)."""
+    key, server_key = curve if curve is not None else (None, None)
+    return WorkerSettings(
+        Network(
+            connect,
+            key,
+            server_key,
+            DEFAULT_MAX_MESSAGE_BYTES if max_message_bytes is None else max_message_bytes,
+        ),
+        Process(name, os.getpid(), persistent=True, stats_file=stats_file),
+        Data(
+            data_root,
+            default_cache_dir(),
+            max_open_files,
+            limits.max_frame_pixels,
+            limits.max_clip_pixels,
+            limits.max_chunk_bytes,
+        ),
+        Code(allow_code=tuple(allow_code)),  # none: the worker imports no user code
+    )
 
 
 def worker_env(environ: Mapping[str, str]) -> dict[str, str]:
@@ -194,7 +201,7 @@ def run_producer(
                     )  # fmt: skip
                 if restarts.due(worker, time.monotonic()):
                     processes[worker] = subprocess.Popen(
-                        worker_command(
+                        worker_settings(
                             connect,
                             worker,
                             data_root,
@@ -204,7 +211,7 @@ def run_producer(
                             max_open_files,
                             allow_code,
                             limits,
-                        ),
+                        ).command(),
                         stdin=subprocess.DEVNULL,
                         env=worker_env(os.environ),
                     )

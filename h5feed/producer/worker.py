@@ -30,7 +30,6 @@ job :mod:`h5feed.producer.hdf5_job`, a source job :mod:`h5feed.producer.sources`
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 import signal
@@ -39,7 +38,6 @@ import sys
 from collections.abc import Sequence
 
 from h5feed.common import trainer_main
-from h5feed.common.cli_args import positive_int
 from h5feed.common.curve import (
     CURVE_ENV_PUBLIC,
     CURVE_ENV_SECRET,
@@ -47,14 +45,13 @@ from h5feed.common.curve import (
     KeyPair,
     client_key_files,
 )
-from h5feed.common.wire import DEFAULT_MAX_MESSAGE_BYTES
+from h5feed.common.worker_settings import WorkerSettings
 from h5feed.producer.code_policy import policy_of
 from h5feed.producer.lifetime import (
     die_with_parent,
     drop_working_directory,
     raise_open_files_limit,
 )
-from h5feed.producer.open_files import DEFAULT_MAX_OPEN_FILES
 from h5feed.producer.read_limits import ProducerLimits
 from h5feed.producer.worker_loop import Worker
 
@@ -78,99 +75,49 @@ def _curve_keys(key: str | None, server_key: str | None) -> tuple[KeyPair, bytes
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = WorkerSettings.parser(
         prog="python -m h5feed.producer.worker",
         description="One h5feed worker process (started by the consumer for local workers).",
     )
-    parser.add_argument(
-        "--connect", required=True, help="the consumer's address, e.g. ipc:///tmp/x"
-    )
-    parser.add_argument(
-        "--worker-id", required=True, help="this worker's name, unique per consumer"
-    )
-    parser.add_argument(
-        "--parent-pid", type=int, default=None, help="exit when this process is gone"
-    )
-    parser.add_argument(
-        "--max-open-files",
-        type=positive_int,
-        default=DEFAULT_MAX_OPEN_FILES,
-        help="HDF5 files kept open at once (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--data-root", default=None, help="relative file paths of a job resolve under this"
-    )
-    parser.add_argument(
-        "--cache-dir",
-        default=None,
-        help="index cache of this host (default: the directory the consumer names)",
-    )
-    parser.add_argument("--key", default=None, help="CURVE: this worker's .key_secret file")
-    parser.add_argument("--server-key", default=None, help="CURVE: the consumer's public .key file")
-    parser.add_argument(
-        "--persistent",
-        action="store_true",
-        help="outlive an iteration's end (BYE) and wait for the next job (producer service)",
-    )
-    parser.add_argument(
-        "--stats-file", default=None, help="keep writing this worker's counters here (JSON)"
-    )
-    parser.add_argument(
-        "--max-message-bytes",
-        type=int,
-        default=DEFAULT_MAX_MESSAGE_BYTES,
-        help="the largest frame taken or sent (ZMQ_MAXMSGSIZE; default 1 GiB)",
-    )
-    parser.add_argument(
-        "--allow-code",
-        action="append",
-        default=[],
-        metavar="PATTERN",
-        help="import user code (source=, transform=) only at paths matching this (repeatable)",
-    )
-    parser.add_argument(
-        "--trust-code",
-        action="store_true",
-        help="import every path the consumer names (local workers of the trainer only)",
-    )
-    ProducerLimits.add_arguments(parser)  # a producer service's caps; none for local workers
-    args = parser.parse_args(argv)
+    try:
+        settings = WorkerSettings.from_args(parser.parse_args(argv))
+    except ValueError as exc:
+        parser.error(str(exc))
     trainer_main.mark_worker()  # before any user code: h5feed.dataset() in it must raise
-    if args.trust_code and args.allow_code:
-        parser.error("--trust-code and --allow-code exclude each other")
+    process, data, code = settings.process, settings.data, settings.code
     # First of all: a trainer that dies from here on takes this worker with it, and one
     # that died already is seen now.
-    if args.parent_pid is not None and not die_with_parent(args.parent_pid):
+    if process.parent_pid is not None and not die_with_parent(process.parent_pid):
         return 0
-    if not args.trust_code:  # a producer's worker: user code only from installed places
+    if not code.trust_code:  # a producer's worker: user code only from installed places
         drop_working_directory()
     soft, hard = raise_open_files_limit()
     host = socket.gethostname()
     logging.basicConfig(
         level=os.environ.get("H5FEED_LOG_LEVEL", "WARNING"),
-        format=f"%(asctime)s %(levelname)s [worker {args.worker_id} host {host} pid %(process)d] "
-        "%(message)s",
+        format=f"%(asctime)s %(levelname)s [worker {process.worker_id} host {host} "
+        "pid %(process)d] %(message)s",
     )
     # Ctrl-C in a terminal goes to the whole process group; the trainer handles it and stops
     # its workers, so a worker must not die mid-unit with a KeyboardInterrupt traceback.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     worker = Worker(
-        args.connect,
-        args.worker_id,
-        args.parent_pid,
-        args.data_root,
-        args.persistent,
-        args.cache_dir,
-        _curve_keys(args.key, args.server_key),
-        args.stats_file,
-        args.max_message_bytes,
-        args.max_open_files,
-        policy_of(args.allow_code, args.trust_code),
-        ProducerLimits.from_args(args),
+        settings.network.connect,
+        process.worker_id,
+        process.parent_pid,
+        data.data_root,
+        process.persistent,
+        data.cache_dir,
+        _curve_keys(settings.network.key, settings.network.server_key),
+        process.stats_file,
+        settings.network.max_message_bytes,
+        data.max_open_files,
+        policy_of(code.allow_code, code.trust_code),
+        ProducerLimits(data.max_frame_pixels, data.max_clip_pixels, data.max_chunk_bytes),
     )
     logging.getLogger("h5feed.worker").debug(
         "open files limit %d (hard %d), at most %d HDF5 files open",
-        soft, hard, args.max_open_files,
+        soft, hard, data.max_open_files,
     )  # fmt: skip
     return run_until_stopped(worker)
 

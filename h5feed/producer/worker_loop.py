@@ -141,7 +141,7 @@ class Worker:
             if message.type in _REFUSALS:
                 self.counters.add("refused")
                 _log.warning("worker %s: refused: %s", self.worker_id, message.message)
-        while True:
+        while True:  # `frames` are those of `message` (encoded once: this is the hot path)
             try:
                 # A multipart send is all or nothing: EAGAIN can only come before the first part.
                 self.socket.send_multipart(frames, copy=False)

@@ -65,6 +65,11 @@ class _VideoReader(LayoutReader):
                 file=path,
                 video=self.name,
             )
+        self.check_frames(spec, path)
+
+    def check_frames(self, spec: Video, path: str) -> None:
+        """Refuse a ``frames`` dataset this reader cannot read (DataError naming the file)."""
+        raise NotImplementedError
 
     def label(self) -> int:
         name = self.spec.label
@@ -95,16 +100,7 @@ class EncodedVideoReader(_VideoReader):
 
     encoded = True
 
-    def __init__(
-        self,
-        h5: h5py.File,
-        path: str,
-        spec: Video,
-        root: str | None = None,
-        bounds: DatasetBounds = DEFAULT_BOUNDS,
-        dataset: h5py.Dataset | None = None,
-    ) -> None:
-        super().__init__(h5, path, spec, root, bounds, dataset)
+    def check_frames(self, spec: Video, path: str) -> None:
         if self.frames.ndim != 1 or h5py.check_vlen_dtype(self.frames.dtype) != np.uint8:
             raise DataError(
                 f"{spec.frames!r} must be 1-D variable-length uint8 (one encoded frame per "
@@ -129,16 +125,7 @@ class PixelVideoReader(_VideoReader):
 
     encoded = False
 
-    def __init__(
-        self,
-        h5: h5py.File,
-        path: str,
-        spec: Video,
-        root: str | None = None,
-        bounds: DatasetBounds = DEFAULT_BOUNDS,
-        dataset: h5py.Dataset | None = None,
-    ) -> None:
-        super().__init__(h5, path, spec, root, bounds, dataset)
+    def check_frames(self, spec: Video, path: str) -> None:
         pixels.check_dataset(self.frames, 1, spec.scale, "h5feed.layouts.Video", path)
 
     def read_frames(self, video: str, indices: list[int]) -> list[np.ndarray]:

@@ -1,0 +1,270 @@
+"""A worker process's settings as one frozen value, and its command line.
+
+Both sides start workers: the trainer's local workers (:mod:`h5feed.consumer.local_workers`)
+and ``h5feed produce`` (:mod:`h5feed.producer.service`); the worker's entry point
+(:mod:`h5feed.producer.worker`) reads them back. All three go through :class:`WorkerSettings`:
+
+1. ``WorkerSettings.from_args(parser.parse_args(s.to_argv())) == s`` for every valid ``s``
+   (tested, with hypothesis): what a starter means is what the worker gets.
+2. :meth:`WorkerSettings.command` is ``python [-P] -m h5feed.producer.worker --connect ADDR
+   --worker-id ID ...`` (process monitors match it); ``-P`` (the working directory never on
+   the worker's ``sys.path``) unless ``trust_code``: the trainer's own workers search where the
+   trainer does, a producer's never where it was started.
+3. A value that is not the default is on the command line; a default may be left off.
+4. Invalid settings raise ValueError when built (the entry point turns it into a usage error).
+
+The options are grouped by concern: :class:`Network` (where the worker reaches its consumer,
+and how), :class:`Process` (its name and lifetime), :class:`Data` (files and the caps on
+reading them) and :class:`Code` (which user code it may import). A worker that listens, or
+speaks a range of protocol versions, adds its fields to :class:`Network`.
+
+To add a worker option: one field in its group, with its flag (``_option``/``_switch``/
+``_repeated``) as the field's default; the parser, the command line and the round-trip test
+follow from it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from h5feed.common.cli_args import positive_int
+from h5feed.common.config import DEFAULT_MAX_CHUNK_BYTES, DEFAULT_MAX_OPEN_FILES
+from h5feed.common.wire import DEFAULT_MAX_MESSAGE_BYTES
+
+__all__ = ["WORKER_MODULE", "Code", "Data", "Network", "Process", "WorkerSettings"]
+
+#: The module a worker runs as (``python -m``); process monitors match it.
+WORKER_MODULE = "h5feed.producer.worker"
+_FLAG = "h5feed.flag"  # a field's metadata key: its _Flag
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Flag:
+    """How one field crosses the command line."""
+
+    flag: str
+    kind: str  # "value", "switch" (store_true) or "repeated" (append)
+    parse: Callable[[str], Any]
+    help: str
+
+
+def _option(
+    flag: str, help: str, default: Any = dataclasses.MISSING, parse: Callable[[str], Any] = str
+) -> Any:
+    """A field given as ``FLAG VALUE`` (required without ``default``)."""
+    return dataclasses.field(default=default, metadata={_FLAG: _Flag(flag, "value", parse, help)})
+
+
+def _switch(flag: str, help: str) -> Any:
+    """A bool field, true when ``FLAG`` is given."""
+    return dataclasses.field(default=False, metadata={_FLAG: _Flag(flag, "switch", str, help)})
+
+
+def _repeated(flag: str, help: str) -> Any:
+    """A tuple-of-strings field, one ``FLAG VALUE`` per item."""
+    return dataclasses.field(default=(), metadata={_FLAG: _Flag(flag, "repeated", str, help)})
+
+
+def _positive(name: str, value: int | None) -> None:
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+        raise ValueError(f"{name} must be an int >= 1 or None, got {value!r}")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Network:
+    """Where the worker reaches its consumer, and how."""
+
+    connect: str = _option("--connect", "the consumer's address, e.g. ipc:///tmp/x")
+    key: str | None = _option("--key", "CURVE: this worker's .key_secret file", None)
+    server_key: str | None = _option("--server-key", "CURVE: the consumer's public .key file", None)
+    max_message_bytes: int = _option(
+        "--max-message-bytes",
+        "the largest frame taken or sent (ZMQ_MAXMSGSIZE; default 1 GiB)",
+        DEFAULT_MAX_MESSAGE_BYTES,
+        int,
+    )
+
+    def __post_init__(self) -> None:
+        if not self.connect:
+            raise ValueError("a worker needs an address to connect to")
+        # key without server_key: refused where the keys are loaded (h5feed.common.curve)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Process:
+    """The worker's name and lifetime."""
+
+    worker_id: str = _option("--worker-id", "this worker's name, unique per consumer")
+    parent_pid: int | None = _option("--parent-pid", "exit when this process is gone", None, int)
+    persistent: bool = _switch(
+        "--persistent",
+        "outlive an iteration's end (BYE) and wait for the next job (producer service)",
+    )
+    stats_file: str | None = _option(
+        "--stats-file", "keep writing this worker's counters here (JSON)", None
+    )
+
+    def __post_init__(self) -> None:
+        if not self.worker_id:
+            raise ValueError("a worker needs a name (worker_id)")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Data:
+    """The files a worker opens and what reading them may cost; the caps are a producer
+    operator's (``h5feed/producer/read_limits.py``; None: no cap of the producer's own)."""
+
+    data_root: str | None = _option(
+        "--data-root", "relative file paths of a job resolve under this", None
+    )
+    cache_dir: str | None = _option(
+        "--cache-dir",
+        "index cache of this host (default: the directory the consumer names)",
+        None,
+    )
+    max_open_files: int = _option(
+        "--max-open-files",
+        "HDF5 files kept open at once (default: %(default)s)",
+        DEFAULT_MAX_OPEN_FILES,
+        positive_int,
+    )
+    max_frame_pixels: int | None = _option(
+        "--max-frame-pixels",
+        "cap on a stored frame's pixels; a job's own cap is lowered to it, never raised "
+        "(default: %(default)s)",
+        None,
+        positive_int,
+    )
+    max_clip_pixels: int | None = _option(
+        "--max-clip-pixels",
+        "cap on a clip's output pixels (clip_len x height x width); a job asking more is "
+        "refused (default: %(default)s)",
+        None,
+        positive_int,
+    )
+    max_chunk_bytes: int = _option(
+        "--max-chunk-bytes",
+        "cap on an HDF5 chunk's uncompressed bytes beyond one frame (default: %(default)s)",
+        DEFAULT_MAX_CHUNK_BYTES,
+        positive_int,
+    )
+
+    def __post_init__(self) -> None:
+        for name in ("max_open_files", "max_frame_pixels", "max_clip_pixels", "max_chunk_bytes"):
+            _positive(name, getattr(self, name))
+        if self.max_open_files is None or self.max_chunk_bytes is None:
+            raise ValueError("max_open_files and max_chunk_bytes need a value")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Code:
+    """Which user code (``source=``, ``transform=``) the worker may import."""
+
+    allow_code: tuple[str, ...] = _repeated(
+        "--allow-code",
+        "import user code (source=, transform=) only at paths matching this (repeatable)",
+    )
+    trust_code: bool = _switch(
+        "--trust-code", "import every path the consumer names (local workers of the trainer only)"
+    )
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.allow_code, tuple):
+            raise ValueError(f"allow_code must be a tuple, got {self.allow_code!r}")
+        if self.trust_code and self.allow_code:
+            raise ValueError("--trust-code and --allow-code exclude each other")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class WorkerSettings:
+    """Everything a worker process is started with (module docstring)."""
+
+    network: Network
+    process: Process
+    data: Data = Data()
+    code: Code = Code()
+
+    def to_argv(self) -> list[str]:
+        """The worker's arguments (after ``-m h5feed.producer.worker``)."""
+        argv: list[str] = []
+        for attribute, field, spec in self._flags():
+            value = getattr(getattr(self, attribute), field.name)
+            if field.default is not dataclasses.MISSING and value == field.default:
+                continue  # guarantee 3: the worker's own default
+            if spec.kind == "switch":
+                argv.append(spec.flag)
+            elif spec.kind == "repeated":
+                for item in value:
+                    argv += [spec.flag, item]
+            else:
+                argv += [spec.flag, str(value)]
+        return argv
+
+    def command(self, python: str = sys.executable) -> list[str]:
+        """The whole command that starts the worker (guarantee 2)."""
+        isolate = [] if self.code.trust_code else ["-P"]
+        return [python, *isolate, "-m", WORKER_MODULE, *self.to_argv()]
+
+    @staticmethod
+    def add_arguments(parser: argparse.ArgumentParser) -> None:
+        """Every field's flag, with the field's default (required without one)."""
+        for _attribute, field, spec in WorkerSettings._flags():
+            if spec.kind == "switch":
+                parser.add_argument(spec.flag, action="store_true", help=spec.help)
+            elif spec.kind == "repeated":
+                parser.add_argument(
+                    spec.flag, action="append", default=[], metavar="PATTERN", help=spec.help
+                )
+            elif field.default is dataclasses.MISSING:
+                parser.add_argument(spec.flag, required=True, type=spec.parse, help=spec.help)
+            else:
+                parser.add_argument(
+                    spec.flag, type=spec.parse, default=field.default, help=spec.help
+                )
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> WorkerSettings:
+        """The settings parsed by a parser given :meth:`add_arguments`; ValueError when
+        they are invalid."""
+
+        groups = {}
+        for attribute, kind in _GROUPS:
+            values = {f.name: getattr(args, f.name) for f in dataclasses.fields(kind)}
+            groups[attribute] = kind(
+                **{k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
+            )
+        return cls(**groups)
+
+    @classmethod
+    def parser(
+        cls, prog: str | None = None, description: str | None = None
+    ) -> argparse.ArgumentParser:
+        """An ArgumentParser of the worker's command line."""
+        parser = argparse.ArgumentParser(prog=prog, description=description)
+        cls.add_arguments(parser)
+        return parser
+
+    @classmethod
+    def from_argv(cls, argv: Sequence[str]) -> WorkerSettings:
+        """Parse ``argv`` (as :meth:`to_argv` writes it)."""
+        return cls.from_args(cls.parser().parse_args(list(argv)))
+
+    @staticmethod
+    def _flags() -> Iterator[tuple[str, dataclasses.Field[Any], _Flag]]:
+        """(group attribute, field, flag) of every option, in command-line order."""
+        for attribute, kind in _GROUPS:
+            for field in dataclasses.fields(kind):
+                yield attribute, field, field.metadata[_FLAG]
+
+
+#: WorkerSettings' groups, in command-line order (its own fields, by name).
+_GROUPS: tuple[tuple[str, Any], ...] = (
+    ("network", Network),
+    ("process", Process),
+    ("data", Data),
+    ("code", Code),
+)

@@ -1,0 +1,173 @@
+"""Who owns each HDF5 file of an iteration, who is taking it over, and who may never have it.
+
+One record, read in both directions (file → owner, owner → files), so the two can never
+disagree; the HDF5 scheduler (:mod:`h5feed.consumer.hdf5_scheduler`) decides *when* a file
+moves (handshake, checks of a taker's INDEX), this decides *where* it may go and keeps the
+books. No messages, no clocks: it is tested on its own (``tests/test_file_owners.py``).
+
+Guarantees:
+
+1. Every file has at most one owner, and ``owner(f) is p`` exactly when ``f in files_of(p)``.
+2. A file has at most one taker (a move begun: :meth:`begin_move`), never its own owner; the
+   taker owns the file only once the move is confirmed (:meth:`confirm`), and the previous
+   owner keeps it until then (its rows go on being made there).
+3. A peer refused for a file (its copy differs, or it cannot read it: :meth:`refuse`) loses
+   the file and its move of it, and is never again among the file's :meth:`candidates` in
+   this iteration, even under a new connection with the same identity. (A joiner's share,
+   :meth:`share_for`, is not filtered so: the taker's INDEX is checked like any other, and
+   a differing copy is refused again while the file stays with its owner.)
+4. A lost peer (:meth:`release`) owns nothing and takes nothing over from then on; its files,
+   and those it was taking over from nobody, come back to be moved; files a live owner was
+   handing it stay with that owner.
+5. Each peer's files are kept in the order it got them (the joiner's share is taken from the
+   end: the files a donor got last).
+6. Not thread-safe: the loop's thread owns it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from h5feed.consumer.work import Peer
+
+
+class FileOwners:
+    """See the module docstring."""
+
+    def __init__(self) -> None:
+        self._owner: dict[int, Peer | None] = {}  # file -> its owner (None: nobody now)
+        self._files: dict[Peer, list[int]] = {}  # owner -> its files, in the order it got them
+        self._moving: dict[int, Peer] = {}  # file -> the peer to own it once confirmed
+        self._refused: dict[bytes, set[int]] = {}  # identity -> files it may never have
+        self._live: dict[bytes, Peer] = {}  # identity -> the live peers that may own files
+
+    # -- reading ---------------------------------------------------------------------------
+
+    @property
+    def started(self) -> bool:
+        """Whether files were shared out (:meth:`assign`) in this iteration."""
+        return bool(self._owner)
+
+    @property
+    def live(self) -> list[Peer]:
+        """The live peers, in the order they came."""
+        return list(self._live.values())
+
+    def owner(self, file_index: int) -> Peer | None:
+        """The owner of ``file_index`` (None: nobody now, or a file never assigned)."""
+        return self._owner.get(file_index)
+
+    def owners(self, files: Iterable[int]) -> list[Peer | None]:
+        """The owner of each of ``files``, as :meth:`owner` (one lookup per row of every
+        batch dispatched: no Python call per file)."""
+        return list(map(self._owner.get, files))
+
+    def files_of(self, peer: Peer) -> list[int]:
+        """The files ``peer`` owns, in the order it got them (a copy)."""
+        return list(self._files.get(peer, ()))
+
+    def count(self, peer: Peer) -> int:
+        """How many files ``peer`` owns."""
+        return len(self._files.get(peer, ()))
+
+    def taker(self, file_index: int) -> Peer | None:
+        """The peer taking ``file_index`` over (None: no move begun)."""
+        return self._moving.get(file_index)
+
+    def moves(self) -> list[tuple[int, Peer]]:
+        """The moves begun, (file, taker), in the order begun."""
+        return list(self._moving.items())
+
+    def holds(self, peer: Peer) -> bool:
+        """Whether ``peer`` owns a file or is taking one over."""
+        return bool(self._files.get(peer)) or peer in self._moving.values()
+
+    def unowned(self) -> list[int]:
+        """Files with neither an owner nor a taker."""
+        return [f for f, p in self._owner.items() if p is None and f not in self._moving]
+
+    def candidates(self, file_index: int, exclude: Peer | None = None) -> list[Peer]:
+        """The live peers that may take ``file_index`` (not refused for it), ``exclude`` left
+        out, in the order they came."""
+        refused = {i for i, files in self._refused.items() if file_index in files}
+        return [p for p in self._live.values() if p is not exclude and p.identity not in refused]
+
+    # -- changes ---------------------------------------------------------------------------
+
+    def add_peer(self, peer: Peer) -> None:
+        """``peer`` is live (at the start or joining): it may own files from now."""
+        self._live[peer.identity] = peer
+
+    def assign(self, file_index: int, peer: Peer) -> None:
+        """``peer`` owns ``file_index`` at once (its first owner, or one that needs no check).
+        Raises ValueError if the file has an owner or a taker already."""
+        if self._owner.get(file_index) is not None or file_index in self._moving:
+            raise ValueError(f"file {file_index} is owned or moving already")
+        self._owner[file_index] = peer
+        self._files.setdefault(peer, []).append(file_index)
+
+    def begin_move(self, file_index: int, taker: Peer) -> None:
+        """``taker`` is to own ``file_index`` once :meth:`confirm`\\ ed (a move begun for the
+        file is handed to ``taker`` instead). Raises ValueError for the owner itself."""
+        if self._owner.get(file_index) is taker:
+            raise ValueError(f"file {file_index} is owned by its taker already")
+        self._moving[file_index] = taker
+
+    def confirm(self, file_index: int) -> Peer:
+        """The taker of ``file_index`` owns it now; its previous owner no longer does.
+        Returns the new owner. Raises KeyError when no move was begun."""
+        taker = self._moving.pop(file_index)
+        previous = self._owner.get(file_index)
+        if previous is not None:
+            self._drop(previous, file_index)
+        self._owner[file_index] = taker
+        self._files.setdefault(taker, []).append(file_index)
+        return taker
+
+    def refuse(self, file_index: int, peer: Peer) -> None:
+        """``peer`` may never have ``file_index`` in this iteration: its move of the file is
+        cancelled and, if it owns the file, the file has no owner now."""
+        self._refused.setdefault(peer.identity, set()).add(file_index)
+        if self._moving.get(file_index) is peer:
+            del self._moving[file_index]
+        if self._owner.get(file_index) is peer:
+            self._drop(peer, file_index)
+            self._owner[file_index] = None
+
+    def release(self, lost: Peer) -> list[int]:
+        """``lost`` is gone: it owns and takes nothing from now. Returns the files to move
+        again: those it owned, then those it was taking over from nobody."""
+        self._live.pop(lost.identity, None)
+        taking = [f for f, p in self._moving.items() if p is lost]
+        for file_index in taking:
+            del self._moving[file_index]
+        owned = self._files.pop(lost, [])
+        for file_index in owned:
+            self._owner[file_index] = None
+        return owned + [f for f in taking if self._owner.get(f) is None]
+
+    def share_for(self, joiner: Peer) -> list[int]:
+        """Begin moving to ``joiner`` files from the peers that own the most until it holds
+        its share (the files over the live peers, rounded down; files it owns or takes over
+        already count): each donor gives the file it got last that is not moving already,
+        and none gives below the share. Returns the files whose moves began, in order."""
+        share = len(self._owner) // max(1, len(self._live))
+        mine = self.count(joiner) + sum(1 for p in self._moving.values() if p is joiner)
+        taken: list[int] = []
+        while mine < share:
+            donor = max(self._live.values(), key=lambda p: (self.count(p), p.identity))
+            owned = self._files.get(donor, [])
+            movable = [f for f in owned if f not in self._moving]
+            if donor is joiner or len(owned) <= share or not movable:
+                break
+            self.begin_move(movable[-1], joiner)
+            taken.append(movable[-1])
+            mine += 1
+        return taken
+
+    def _drop(self, peer: Peer, file_index: int) -> None:
+        files = self._files.get(peer)
+        if files is not None and file_index in files:
+            files.remove(file_index)
+            if not files:
+                del self._files[peer]

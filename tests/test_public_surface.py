@@ -1,0 +1,176 @@
+"""The public surface, pinned: what users, dashboards and process monitors read of h5feed.
+
+A refactor must keep every set here as it is. A deliberate change edits the pinned set in the
+same commit (and the README section that documents it), so the change is seen in review:
+``stats()`` keys (an HDF5 feed's and a source feed's, after a short real run), the ``/metrics``
+sample names, the documented import paths, and the worker's command line.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pathlib
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+from conftest import one_file_of_tiny_videos, own_worker_pids
+from metrics_helpers import scrape
+
+import h5feed
+
+#: Keys of ``stats()`` of a feed whose iteration ran (README "Monitoring").
+STATS_KEYS = frozenset(
+    {
+        "job", "running", "batches", "clips", "bytes", "per_s_recent", "per_s_total",
+        "startup_s", "wait_s", "elapsed_s", "wait_share_total", "wait_share_recent",
+        "inflight_batches", "credit_budget", "queue_depth", "shared_memory_slots",
+        "parts_copied_into_slots", "slots_refused", "workers", "hosts", "malformed_messages",
+        "dropped_parts", "reassigned_units", "peers_lost", "workers_replaced", "peers_joined",
+        "refused_reconnects", "refused_keys", "index_mismatches", "unreadable_files",
+        "batches_dispatched", "max_inflight_batches", "cursor", "skipped", "skipped_per_epoch",
+        "skipped_samples", "input_bound", "suggested_extra_workers", "verdict",
+    }
+)  # fmt: skip
+#: Keys of each entry of ``stats()["workers"]``.
+WORKER_KEYS = frozenset(
+    {
+        "name", "pid", "host", "files", "outstanding_units", "unit_latency_s", "count", "clips",
+        "bytes", "per_s_total", "per_s_recent", "last_seen_s_ago",
+    }
+)  # fmt: skip
+#: Keys of each entry of ``stats()["hosts"]``.
+HOST_KEYS = frozenset({"workers", "clips", "clips_per_s"})
+#: Sample names of a feed's ``/metrics`` once an iteration ran (h5feed/consumer/metrics.py).
+METRIC_NAMES = frozenset(
+    {
+        "h5feed_batches_total", "h5feed_clips_total", "h5feed_bytes_total",
+        "h5feed_input_wait_seconds_total", "h5feed_skipped_samples_total",
+        "h5feed_malformed_messages_total", "h5feed_dropped_parts_total",
+        "h5feed_reassigned_units_total", "h5feed_peers_lost_total",
+        "h5feed_workers_replaced_total", "h5feed_peers_joined_total",
+        "h5feed_refused_reconnects_total", "h5feed_refused_keys_total",
+        "h5feed_index_mismatches_total", "h5feed_unreadable_files_total",
+        "h5feed_iterations_total", "h5feed_input_wait_ratio", "h5feed_input_bound",
+        "h5feed_suggested_extra_workers", "h5feed_inflight_batches",
+        "h5feed_credit_budget_batches", "h5feed_queue_depth_batches", "h5feed_startup_seconds",
+        "h5feed_running", "h5feed_worker_parts_total", "h5feed_worker_clips_total",
+        "h5feed_worker_bytes_total", "h5feed_worker_unit_latency_seconds",
+        "h5feed_worker_last_part_age_seconds", "h5feed_worker_outstanding_units",
+        "h5feed_worker_files",
+    }
+)  # fmt: skip
+#: The package face: ``h5feed.__all__``, the lazy names included.
+FACE = frozenset(
+    {
+        "BackupAndRestore", "DataError", "FileReadError", "FrameError", "H5FeedError",
+        "InsecureWarning", "MalformedPartWarning", "NoWorkersError",
+        "NondeterministicItemWarning", "PoisonUnitError", "ProtocolError", "ResumeError",
+        "SourceError", "TooManySkippedError", "VersionMismatchError", "WorkerDiedError",
+        "WorkerError", "WorkerTimeoutError", "__version__", "batches", "dataset", "distribute",
+        "input_wait_callback", "keras_batches", "layouts", "torch_batches",
+    }
+)  # fmt: skip
+#: Import paths the README names: (module, attribute).
+DOCUMENTED_PATHS = (
+    ("h5feed.consumer.plan", "Cursor"),
+    ("h5feed.common.elements", "RaggedArray"),
+    ("h5feed.pack.shards", "ShardWriter"),
+    *(
+        ("h5feed.layouts", name)
+        for name in ("Groups", "FrameDatasets", "Raw", "Flat", "Video", "Blobs")
+    ),
+    ("h5feed.layouts", "directory_classes"),
+)
+#: What process monitors (and ``tests/conftest.py::worker_pids``) match a worker by.
+WORKER_MODULE = "h5feed.producer.worker"
+
+_TIMEOUT_S = 60.0
+
+
+def _run_to_the_end(feed: Any) -> dict[str, Any]:
+    for _ in feed:
+        pass
+    stats: dict[str, Any] = feed.stats()
+    return stats
+
+
+def _assert_keys(stats: dict[str, Any]) -> None:
+    assert set(stats) == STATS_KEYS, (
+        f"stats() keys changed: added {sorted(set(stats) - STATS_KEYS)}, "
+        f"removed {sorted(STATS_KEYS - set(stats))}"
+    )
+    assert stats["workers"], "no worker figures after a run"
+    for worker in stats["workers"]:
+        assert set(worker) == WORKER_KEYS
+    for host in stats["hosts"].values():
+        assert set(host) == HOST_KEYS
+
+
+def test_an_hdf5_feeds_stats_keys_and_metric_names_are_the_pinned_ones(
+    tmp_path: pathlib.Path,
+) -> None:
+    files = sorted(one_file_of_tiny_videos(tmp_path, videos=4).glob("*.h5*"))
+    feed = h5feed.batches(files, clip_len=2, batch_size=2, workers=1, metrics_port=0,
+                          start_timeout_s=_TIMEOUT_S, unit_timeout_s=_TIMEOUT_S)  # fmt: skip
+    port = feed.metrics_port
+    assert port is not None
+    stats = _run_to_the_end(feed)
+    assert stats.pop("metrics_port") == port  # the feed's, beside its iteration's keys
+    assert stats["batches"] == 2  # it really ran: 4 clips in batches of 2
+    _assert_keys(stats)
+    names = set(scrape(port))
+    assert names == METRIC_NAMES, (
+        f"/metrics names changed: added {sorted(names - METRIC_NAMES)}, "
+        f"removed {sorted(METRIC_NAMES - names)}"
+    )
+
+
+def test_a_source_feeds_stats_keys_are_the_same_pinned_ones() -> None:
+    feed = h5feed.batches(source="user_sources:Tokens", source_args={"n": 6}, batch_size=3,
+                          workers=1, start_timeout_s=_TIMEOUT_S,
+                          unit_timeout_s=_TIMEOUT_S)  # fmt: skip
+    stats = _run_to_the_end(feed)
+    assert stats["batches"] == 2
+    _assert_keys(stats)
+
+
+@pytest.mark.parametrize("name", sorted(FACE))
+def test_the_package_face_names_resolve(name: str) -> None:
+    assert getattr(h5feed, name) is not None
+
+
+def test_the_package_face_lists_exactly_the_pinned_names() -> None:
+    assert set(h5feed.__all__) == FACE
+
+
+@pytest.mark.parametrize(("module", "name"), DOCUMENTED_PATHS)
+def test_a_documented_import_path_resolves(module: str, name: str) -> None:
+    assert getattr(importlib.import_module(module), name) is not None
+
+
+def test_local_workers_run_as_python_dash_m_the_worker_module(tmp_path: pathlib.Path) -> None:
+    files = sorted(one_file_of_tiny_videos(tmp_path, videos=4).glob("*.h5*"))
+    feed = h5feed.batches(files, clip_len=2, batch_size=2, workers=1, epochs=None,
+                          start_timeout_s=_TIMEOUT_S, unit_timeout_s=_TIMEOUT_S)  # fmt: skip
+    with feed.stream() as stream:
+        next(stream)
+        pids = set(stream.worker_pids)
+        matched = set(own_worker_pids())  # what a monitor finds by the module's name
+        cmdlines = {
+            pid: pathlib.Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") for pid in pids
+        }
+    assert pids and pids <= matched
+    for pid, argv in cmdlines.items():
+        at = argv.index(b"-m")
+        assert argv[at + 1] == WORKER_MODULE.encode(), (pid, argv)
+
+
+def test_the_worker_entry_point_answers_help_under_its_documented_name() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", WORKER_MODULE, "--help"],
+        capture_output=True, text=True, timeout=_TIMEOUT_S, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"usage: python -m {WORKER_MODULE} ")

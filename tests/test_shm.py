@@ -24,6 +24,7 @@ import h5feed
 from h5feed.common.config import ClipSpec
 from h5feed.common.layouts import Groups
 from h5feed.common.messages import SlotRef
+from h5feed.common.worker_settings import Network, Process, WorkerSettings
 from h5feed.consumer.slots import SlotPool
 from h5feed.producer.code_policy import NOTHING
 from h5feed.producer.hdf5_job import Hdf5Job
@@ -254,7 +255,7 @@ def test_a_refused_slot_sends_rows_over_the_socket_for_that_job_only(
     """One job's unusable slot (counted, named in the log) turns slots off for that job;
     the next job maps its slots again."""
     spec, layout = ClipSpec.of(clip_len=1, resize=(2, 2)), Groups()
-    worker = Worker(f"ipc://{tmp_path}/nobody", "w0", None)
+    worker = Worker(WorkerSettings(Network(f"ipc://{tmp_path}/nobody"), Process("w0")))
     first, second = Hdf5Job("job1", spec, layout, NOTHING), Hdf5Job("job2", spec, layout, NOTHING)
     pools = [SlotPool(12, "job1"), SlotPool(12, "job2")]
     bad, good_first, good_second = SlotPool(12, "other"), pools[0].acquire(), pools[1].acquire()

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import os
 import pathlib
 import subprocess
@@ -14,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from h5feed.common.wire import DEFAULT_MAX_MESSAGE_BYTES
 from h5feed.common.worker_settings import (
     _FLAG,
     _GROUPS,
@@ -24,6 +24,8 @@ from h5feed.common.worker_settings import (
     Process,
     WorkerSettings,
 )
+from h5feed.producer import open_files
+from h5feed.producer.code_policy import NOTHING
 from h5feed.producer.read_limits import NO_LIMITS
 from h5feed.producer.service import worker_settings
 from h5feed.producer.worker_loop import Worker
@@ -112,12 +114,16 @@ def test_the_defaults_are_the_workers_own() -> None:
         NO_LIMITS.max_clip_pixels,
         NO_LIMITS.max_chunk_bytes,
     )
-    defaults = inspect.signature(Worker.__init__).parameters
-    assert defaults["max_open_files"].default == data.max_open_files
-    assert defaults["max_message_bytes"].default == network.max_message_bytes
-    assert defaults["data_root"].default == data.data_root
-    assert defaults["cache_dir"].default == data.cache_dir
-    assert defaults["persistent"].default is Process("w").persistent
+    assert data.max_open_files == open_files.DEFAULT_MAX_OPEN_FILES
+    assert network.max_message_bytes == DEFAULT_MAX_MESSAGE_BYTES
+    assert (data.data_root, data.cache_dir, Process("w").persistent) == (None, None, False)
+    worker = Worker(WorkerSettings(Network("ipc:///nowhere/h5feed-test"), Process("w")))
+    try:
+        assert worker.code_policy == NOTHING and worker.limits == NO_LIMITS
+        assert worker.memory is None and worker.files is None  # not persistent
+    finally:
+        worker.socket.close(linger=0)
+        worker.context.term()
 
 
 def test_invalid_settings_are_refused_when_built() -> None:

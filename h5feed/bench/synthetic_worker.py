@@ -30,6 +30,7 @@ import numpy as np
 from h5feed.common import messages
 from h5feed.common.curve import client_key_files
 from h5feed.common.wire import DEFAULT_MAX_MESSAGE_BYTES
+from h5feed.common.worker_settings import Network, Process, WorkerSettings
 from h5feed.producer.hdf5_job import Hdf5Job
 from h5feed.producer.worker import Worker, run_until_stopped
 
@@ -73,14 +74,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.cpus:
         os.sched_setaffinity(0, {int(c) for c in args.cpus.split(",")})
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    worker = SyntheticWorker(
-        args.connect,
-        args.worker_id,
-        args.parent_pid,
-        curve=curve,
-        max_message_bytes=args.max_message_bytes,
-        host=args.host,
+    settings = WorkerSettings(
+        Network(args.connect, max_message_bytes=args.max_message_bytes),
+        Process(args.worker_id, args.parent_pid),
     )
+    worker = SyntheticWorker(settings, curve, host=args.host)
     return run_until_stopped(worker)
 
 

@@ -46,13 +46,11 @@ from h5feed.common.curve import (
     client_key_files,
 )
 from h5feed.common.worker_settings import WorkerSettings
-from h5feed.producer.code_policy import policy_of
 from h5feed.producer.lifetime import (
     die_with_parent,
     drop_working_directory,
     raise_open_files_limit,
 )
-from h5feed.producer.read_limits import ProducerLimits
 from h5feed.producer.worker_loop import Worker
 
 __all__ = ["Worker", "main", "run_until_stopped"]
@@ -84,7 +82,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:
         parser.error(str(exc))
     trainer_main.mark_worker()  # before any user code: h5feed.dataset() in it must raise
-    process, data, code = settings.process, settings.data, settings.code
+    process, code = settings.process, settings.code
     # First of all: a trainer that dies from here on takes this worker with it, and one
     # that died already is seen now.
     if process.parent_pid is not None and not die_with_parent(process.parent_pid):
@@ -101,23 +99,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Ctrl-C in a terminal goes to the whole process group; the trainer handles it and stops
     # its workers, so a worker must not die mid-unit with a KeyboardInterrupt traceback.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    worker = Worker(
-        settings.network.connect,
-        process.worker_id,
-        process.parent_pid,
-        data.data_root,
-        process.persistent,
-        data.cache_dir,
-        _curve_keys(settings.network.key, settings.network.server_key),
-        process.stats_file,
-        settings.network.max_message_bytes,
-        data.max_open_files,
-        policy_of(code.allow_code, code.trust_code),
-        ProducerLimits(data.max_frame_pixels, data.max_clip_pixels, data.max_chunk_bytes),
-    )
+    worker = Worker(settings, _curve_keys(settings.network.key, settings.network.server_key))
     logging.getLogger("h5feed.worker").debug(
         "open files limit %d (hard %d), at most %d HDF5 files open",
-        soft, hard, data.max_open_files,
+        soft, hard, settings.data.max_open_files,
     )  # fmt: skip
     return run_until_stopped(worker)
 

@@ -24,12 +24,12 @@ from h5feed.common import messages
 from h5feed.common.curve import KeyPair, make_client
 from h5feed.common.errors import ProtocolError, VersionMismatchError
 from h5feed.common.liveness import WORKER_TIMEOUT_S, enable_heartbeats
-from h5feed.common.wire import DEFAULT_MAX_MESSAGE_BYTES
-from h5feed.producer.code_policy import NOTHING, CodePolicy
+from h5feed.common.worker_settings import WorkerSettings
+from h5feed.producer.code_policy import policy_of
 from h5feed.producer.hdf5_job import Hdf5Job, SlotTarget, job_spec
 from h5feed.producer.index_cache import MemoryIndex
-from h5feed.producer.open_files import DEFAULT_MAX_OPEN_FILES, OpenFiles
-from h5feed.producer.read_limits import NO_LIMITS, ProducerLimits
+from h5feed.producer.open_files import OpenFiles
+from h5feed.producer.read_limits import ProducerLimits
 from h5feed.producer.shm import SlotError
 from h5feed.producer.sources import SourceJob
 from h5feed.producer.worker_stats import WorkerCounters
@@ -65,36 +65,34 @@ class Worker:
     3. A malformed message is logged and dropped; a peer of another protocol version ends
        the worker with exit code 2 (so does a BYE that refuses it).
     4. Single-threaded: a SIGTERM handler may only set :attr:`stopping`.
-    5. User code is imported by name only if ``code_policy`` allows it (default: nothing);
+    5. User code is imported by name only if ``settings.code`` allows it (default: nothing);
        files are confined to ``data_root`` when it is set. A refusal is sent as ERROR,
        logged (WARNING) and counted in ``refused``.
     """
 
     def __init__(
-        self,
-        connect: str,
-        worker_id: str,
-        parent_pid: int | None,
-        data_root: str | None = None,
-        persistent: bool = False,
-        cache_dir: str | None = None,
-        curve: tuple[KeyPair, bytes] | None = None,
-        stats_file: str | None = None,
-        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
-        max_open_files: int = DEFAULT_MAX_OPEN_FILES,
-        code_policy: CodePolicy = NOTHING,
-        limits: ProducerLimits = NO_LIMITS,
+        self, settings: WorkerSettings, curve: tuple[KeyPair, bytes] | None = None
     ) -> None:
+        """``settings``: the worker's command line (:mod:`h5feed.common.worker_settings`);
+        ``curve``: its CURVE key pair and the consumer's public key, loaded from
+        ``settings.network``'s files or the environment by the caller (None: no CURVE)."""
+        self.settings = settings
+        process, data = settings.process, settings.data
+        worker_id = process.worker_id
+        max_message_bytes = settings.network.max_message_bytes
         self.worker_id = worker_id
         self.host = socket.gethostname()  # said in every HELLO
-        self.counters = WorkerCounters(stats_file, worker_id)  # read by `h5feed produce`
-        self.parent_pid = parent_pid
-        self.data_root = data_root
-        self.max_open_files = max_open_files
-        self.code_policy = code_policy
-        self.limits = limits
-        self.persistent = persistent
-        self.cache_dir = cache_dir  # a service worker's own; else the consumer's (same host)
+        self.counters = WorkerCounters(process.stats_file, worker_id)  # read by `h5feed produce`
+        self.parent_pid = process.parent_pid
+        self.data_root = data.data_root
+        self.max_open_files = data.max_open_files
+        self.code_policy = policy_of(settings.code.allow_code, settings.code.trust_code)
+        self.limits = ProducerLimits(
+            data.max_frame_pixels, data.max_clip_pixels, data.max_chunk_bytes
+        )
+        self.persistent = process.persistent
+        # a service worker's own; else the consumer's (same host)
+        self.cache_dir = data.cache_dir
         self.exit_code = 0
         self._last_hello = 0.0
         self.nonce = secrets.token_hex(16)  # this process's, for every HELLO it says
@@ -110,13 +108,14 @@ class Worker:
         self.max_message_bytes = max_message_bytes
         if curve is not None:  # a CURVE client that also checks the consumer's key
             make_client(self.socket, *curve)
-        self.socket.connect(connect)
+        self.socket.connect(settings.network.connect)
         self.job: Hdf5Job | SourceJob | None = None
         self.stopping = False
         # A persistent worker keeps the indexes it read across jobs: the next iteration of the
         # same dataset is answered from memory (see index_cache.MemoryIndex).
-        self.memory = MemoryIndex() if persistent else None
-        self.files = OpenFiles(max_open_files, data_root) if persistent else None  # and files
+        self.memory = MemoryIndex() if self.persistent else None
+        # and files
+        self.files = OpenFiles(self.max_open_files, self.data_root) if self.persistent else None
 
     # -- sending -----------------------------------------------------------------------------
 

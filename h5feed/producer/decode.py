@@ -12,6 +12,7 @@ same cores.
 
 from __future__ import annotations
 
+import struct
 import zlib
 
 import cv2
@@ -43,6 +44,10 @@ _SOF_MARKERS = frozenset(
     {0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF}
 )
 _STANDALONE_MARKERS = frozenset({0x01, *range(0xD0, 0xD8)})  # TEM, RSTn: no length field
+#: A segment's start: 0xFF, the marker, the big-endian length (of a segment that has one).
+_SEGMENT = struct.Struct(">BBH")
+#: A start-of-frame header's height and width (5 bytes after its marker's 0xFF).
+_FRAME_SIZE = struct.Struct(">HH")
 
 
 def _bytes_view(encoded: np.ndarray | bytes) -> memoryview:
@@ -56,15 +61,17 @@ def jpeg_size(encoded: np.ndarray | bytes) -> tuple[int, int] | None:
     """(height, width) from a JPEG's start-of-frame header, without decoding; None when the
     data is not a JPEG or its header is cut short (imdecode then reports it properly). The
     scan jumps from segment to segment (EXIF, ICC...), so it reads a few bytes per segment
-    and copies nothing, however far the frame header lies."""
+    and copies nothing, however far the frame header lies. Called for every frame (the
+    ``max_frame_pixels`` check), so each segment is one ``unpack_from``: no slices."""
     data = _bytes_view(encoded)
-    if bytes(data[:2]) != b"\xff\xd8":
+    size = len(data)
+    if size < 2 or data[0] != 0xFF or data[1] != 0xD8:
         return None
     i = 2
-    while i + 4 <= len(data):
-        if data[i] != 0xFF:
+    while i + 4 <= size:
+        prefix, marker, length = _SEGMENT.unpack_from(data, i)
+        if prefix != 0xFF:
             return None
-        marker = data[i + 1]
         if marker == 0xFF:  # fill byte
             i += 1
             continue
@@ -72,14 +79,13 @@ def jpeg_size(encoded: np.ndarray | bytes) -> tuple[int, int] | None:
             i += 2
             continue
         if marker in _SOF_MARKERS:
-            if i + 9 > len(data):
+            if i + 9 > size:
                 return None
-            return int.from_bytes(data[i + 5 : i + 7], "big"), int.from_bytes(
-                data[i + 7 : i + 9], "big"
-            )
+            height, width = _FRAME_SIZE.unpack_from(data, i + 5)
+            return height, width
         if marker == 0xDA:  # start of scan without a frame header: not a valid JPEG
             return None
-        i += 2 + int.from_bytes(data[i + 2 : i + 4], "big")
+        i += 2 + length
     return None
 
 

@@ -14,6 +14,7 @@ import sys
 from typing import Any
 
 import numpy as np
+from keras_recording import recorded_epochs
 
 import h5feed
 from h5feed.common.elements import RaggedArray
@@ -125,44 +126,18 @@ def keras_fit(source: str) -> dict[str, Any]:
     import keras
 
     ds = h5feed.keras_batches(source=source, batch_size=4, workers=2, shuffle=True, **FAST)
-    keras_epoch = [0]
     taken: dict[int, collections.Counter[int]] = collections.defaultdict(collections.Counter)
 
-    def record(batch: Any) -> None:
-        taken[keras_epoch[0]].update(int(v) for v in np.asarray(batch[1]).tolist())
+    def record(keras_epoch: int, batch: Any) -> None:
+        taken[keras_epoch].update(int(v) for v in np.asarray(batch[1]).tolist())
 
-    class Recorded:  # the stream, noting which Keras epoch took each batch
-        def __init__(self, stream: Any) -> None:
-            self.stream = stream
+    epochs = recorded_epochs(ds, record)
 
-        def __next__(self) -> Any:
-            batch = next(self.stream)
-            record(batch)
-            return batch
-
-        def close(self) -> None:
-            self.stream.close()
-
-    class Epochs(keras.callbacks.Callback):  # type: ignore[misc]
-        def __init__(self) -> None:
-            super().__init__()
-            self.steps: list[int] = []
-
-        def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
-            keras_epoch[0] = epoch
-            self.steps.append(0)
-
-        def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
-            self.steps[-1] += 1
-
-    record(ds._pending[0])  # taken at construction: Keras epoch 0's first item
-    ds.stream = Recorded(ds.stream)
     first_x = np.asarray(ds._pending[0][0])
     model = keras.Sequential(
         [keras.layers.Input(first_x.shape[1:]), keras.layers.Flatten(), keras.layers.Dense(1)]
     )
     model.compile("sgd", "mse")
-    epochs = Epochs()
     model.fit(ds, epochs=2, callbacks=[epochs], verbose=0)
     ds.close()
     return {

@@ -14,6 +14,7 @@ import warnings
 from typing import Any
 
 import numpy as np
+from keras_recording import recorded_epochs
 
 import h5feed
 
@@ -27,38 +28,13 @@ def keras_fit(data: str) -> dict[str, Any]:
 
     ds = h5feed.keras_batches(data, x="frames", y="label", **CLIP)
     taken: list[list[int]] = []
-    keras_epoch = [0]
 
-    def record(batch: dict[str, np.ndarray]) -> None:
+    def record(keras_epoch: int, batch: dict[str, np.ndarray]) -> None:
         epochs, samples = batch["epoch"].tolist(), batch["sample"].tolist()
-        taken.extend([keras_epoch[0], e, s] for e, s in zip(epochs, samples, strict=True))
+        taken.extend([keras_epoch, e, s] for e, s in zip(epochs, samples, strict=True))
 
-    class Recorded:  # the stream, noting which Keras epoch took each batch
-        def __init__(self, stream: Any) -> None:
-            self.stream = stream
+    epochs = recorded_epochs(ds, record)
 
-        def __next__(self) -> dict[str, np.ndarray]:
-            batch = next(self.stream)
-            record(batch)
-            return batch
-
-        def close(self) -> None:
-            self.stream.close()
-
-    class Epochs(keras.callbacks.Callback):  # type: ignore[misc]
-        def __init__(self) -> None:
-            super().__init__()
-            self.steps: list[int] = []
-
-        def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
-            keras_epoch[0] = epoch
-            self.steps.append(0)
-
-        def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
-            self.steps[-1] += 1
-
-    record(ds._pending[0])  # taken at construction; Keras epoch 0's first item
-    ds.stream = Recorded(ds.stream)
     model = keras.Sequential(
         [
             keras.layers.Input((2, 16, 16, 3)),
@@ -68,7 +44,6 @@ def keras_fit(data: str) -> dict[str, Any]:
         ]
     )
     model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    epochs = Epochs()
     model.fit(ds, epochs=2, callbacks=[epochs], verbose=1)
     ds.close()
     return {

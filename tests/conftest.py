@@ -58,11 +58,13 @@ def isolated_cache(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> I
 @pytest.fixture(autouse=True)
 def no_kept_workers_after() -> Iterator[None]:
     """Workers a dataset keeps across iterations stop at the end of each test, so no test
-    sees another's (a tf.data dataset may hold its feed until a garbage collection)."""
+    sees another's: every stream still open is ended first (a tf.data dataset built and never
+    iterated holds the stream that learnt a source's length, in TensorFlow's function
+    registry, beyond any garbage collection), then every kept pool is closed."""
     yield
-    from h5feed.consumer.worker_pool import close_all_slots
+    from h5feed.consumer.stream import close_all_streams
 
-    close_all_slots()
+    close_all_streams()
 
 
 def worker_pids(parent_pid: int | None = None) -> list[int]:

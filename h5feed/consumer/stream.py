@@ -396,9 +396,11 @@ def _give_back(loop: FeedLoop, pool: WorkerPool, slot: PoolSlot, closed: threadi
     slot.give_back(pool, reusable, socket_in_use=not stopped)
 
 
-def _close_all_streams() -> None:
-    """At interpreter exit, end every stream first: a tf.data thread blocked in ``next()``
-    returns, and TensorFlow's own shutdown does not wait on it forever."""
+def close_all_streams() -> None:
+    """End every stream, then stop every kept worker. Run at interpreter exit (first, so a
+    tf.data thread blocked in ``next()`` returns, and TensorFlow's own shutdown does not wait
+    on it forever) and by the tests between tests (a tf.data dataset that was never iterated
+    can hold the stream that learnt its length in TensorFlow's function registry)."""
     for stream in list(_live_streams):
         with contextlib.suppress(Exception):  # exit must go on whatever one stream does
             stream.close()
@@ -409,8 +411,8 @@ def _close_all_streams() -> None:
 # so streams end before anything at exit can wait on them. (atexit as a fallback.)
 _register = getattr(threading, "_register_atexit", None)
 if _register is not None:
-    _register(_close_all_streams)
+    _register(close_all_streams)
 else:  # pragma: no cover - CPython always has it
     import atexit
 
-    atexit.register(_close_all_streams)
+    atexit.register(close_all_streams)

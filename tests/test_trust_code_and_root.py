@@ -11,11 +11,12 @@ get no answer within its timeout.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pathlib
 import subprocess
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import h5py
@@ -119,23 +120,20 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Setup:
     return s
 
 
-@pytest.fixture(scope="module")
-def rogue(setup: Setup) -> Iterator[Rogue]:
+@contextlib.contextmanager
+def rogue_worker(
+    base: pathlib.Path, argv: Callable[[str], list[str]], env: Mapping[str, str]
+) -> Iterator[Rogue]:
+    """A real worker process (``python -m h5feed.producer.worker *argv(address)``, run in
+    ``base``) connected to a ROUTER this test speaks for, past its HELLO; killed at the end."""
     context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
     router = context.socket(zmq.ROUTER)
     router.setsockopt(zmq.LINGER, 0)
-    address = f"ipc://{setup.base}/worker.sock"
+    address = f"ipc://{base}/worker.sock"
     router.bind(address)
-    env = dict(os.environ, TRUST_MARKER=str(setup.marker))
-    # the worker runs elsewhere (relative paths of the external storage resolve there): it
-    # imports h5feed from this checkout and the user code from the temporary package
-    paths = (str(REPO), str(setup.base / "code"), env.get("PYTHONPATH"))
-    env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
     process = subprocess.Popen(
-        [sys.executable, "-m", "h5feed.producer.worker", "--connect", address,
-         "--worker-id", "w0", "--parent-pid", str(os.getpid()), "--persistent",
-         "--allow-code", ALLOWED, "--data-root", str(setup.root)],
-        stdin=subprocess.DEVNULL, env=env, cwd=setup.base,
+        [sys.executable, "-m", "h5feed.producer.worker", *argv(address)],
+        stdin=subprocess.DEVNULL, env=dict(env), cwd=base,
     )  # fmt: skip
     try:
         rogue = Rogue(router, process)
@@ -147,6 +145,24 @@ def rogue(setup: Setup) -> Iterator[Rogue]:
         process.wait(timeout=EXIT_TIMEOUT_S)
         router.close(linger=0)
         context.term()
+
+
+@pytest.fixture(scope="module")
+def rogue(setup: Setup) -> Iterator[Rogue]:
+    env = dict(os.environ, TRUST_MARKER=str(setup.marker))
+    # the worker runs elsewhere (relative paths of the external storage resolve there): it
+    # imports h5feed from this checkout and the user code from the temporary package
+    paths = (str(REPO), str(setup.base / "code"), env.get("PYTHONPATH"))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
+
+    def argv(address: str) -> list[str]:
+        return [
+            "--connect", address, "--worker-id", "w0", "--parent-pid", str(os.getpid()),
+            "--persistent", "--allow-code", ALLOWED, "--data-root", str(setup.root),
+        ]  # fmt: skip
+
+    with rogue_worker(setup.base, argv, env) as worker:
+        yield worker
 
 
 def source(job: str, path: str, args: Mapping[str, Any] | None = None) -> messages.Source:

@@ -21,10 +21,9 @@ from collections.abc import Iterator
 import h5py
 import numpy as np
 import pytest
-import zmq
 from conftest import own_worker_pids, wait_until_gone
 from layout_data import make_videos, write_groups, write_raw
-from test_trust_code_and_root import RECEIVE_TIMEOUT_MS, Rogue
+from test_trust_code_and_root import Rogue, rogue_worker
 
 import h5feed
 from h5feed.common import layouts, messages
@@ -180,40 +179,26 @@ def _deflated_zeros(size: int) -> bytes:
 def worker(files: Files) -> Iterator[Rogue]:
     """A producer's worker under the data root, with `h5feed produce`'s default caps, warmed
     up by one job of a good file (imports and first allocations are not a bomb's)."""
-    context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
-    router = context.socket(zmq.ROUTER)
-    router.setsockopt(zmq.LINGER, 0)
-    address = f"ipc://{files.base}/worker.sock"
-    router.bind(address)
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
-    settings = WorkerSettings(
-        Network(address),
-        Process("w0", os.getpid(), persistent=True),
-        Data(
-            str(files.root),
-            max_frame_pixels=PRODUCER_MAX_FRAME_PIXELS,
-            max_clip_pixels=PRODUCER_MAX_CLIP_PIXELS,
-        ),
-    )
-    process = subprocess.Popen(
-        [sys.executable, "-m", "h5feed.producer.worker", *settings.to_argv()],
-        stdin=subprocess.DEVNULL, env=env, cwd=files.base,
-    )  # fmt: skip
-    try:
-        rogue = Rogue(router, process)
-        assert router.poll(RECEIVE_TIMEOUT_MS, zmq.POLLIN), "no HELLO within the timeout"
-        rogue.identity = router.recv_multipart()[0]
+
+    def argv(address: str) -> list[str]:
+        return WorkerSettings(
+            Network(address),
+            Process("w0", os.getpid(), persistent=True),
+            Data(
+                str(files.root),
+                max_frame_pixels=PRODUCER_MAX_FRAME_PIXELS,
+                max_clip_pixels=PRODUCER_MAX_CLIP_PIXELS,
+            ),
+        ).to_argv()
+
+    with rogue_worker(files.base, argv, env) as rogue:
         rogue.send(job("warm", ["inside.h5"]))
         assert isinstance(rogue.receive(), messages.IndexBatch)
         rogue.send(messages.Unit("warm", 0, 0, 0, (messages.Row(0, 0, 0, 0, 0.0, 0.0, False, 0),)))
         assert isinstance(rogue.receive(), messages.Data)
         yield rogue
-    finally:
-        process.kill()
-        process.wait(timeout=EXIT_TIMEOUT_S)
-        router.close(linger=0)
-        context.term()
 
 
 def job(

@@ -39,11 +39,11 @@ logging.getLogger("h5feed").addHandler(logging.NullHandler())
 
 if TYPE_CHECKING:
     from h5feed.consumer.api import batches, dataset
-    from h5feed.consumer.backup import backup_and_restore as BackupAndRestore
-    from h5feed.consumer.distribute import distribute
-    from h5feed.consumer.keras_callback import input_wait_callback
-    from h5feed.consumer.pydataset import keras_batches
-    from h5feed.consumer.torch_tensors import torch_batches
+    from h5feed.consumer.trainers.backup import backup_and_restore as BackupAndRestore
+    from h5feed.consumer.trainers.distribute import distribute
+    from h5feed.consumer.trainers.keras_callback import input_wait_callback
+    from h5feed.consumer.trainers.pydataset import keras_batches
+    from h5feed.consumer.trainers.torch_tensors import torch_batches
 
 __all__ = [
     "BackupAndRestore",
@@ -82,23 +82,23 @@ def __getattr__(name: str) -> Any:
 
         return getattr(api, name)
     if name == "BackupAndRestore":  # Keras is imported when one is made, not here
-        from h5feed.consumer import backup
+        from h5feed.consumer.trainers import backup
 
         return backup.backup_and_restore
     if name == "distribute":  # tf.distribute (TensorFlow when called)
-        from h5feed.consumer import distribute
+        from h5feed.consumer.trainers import distribute
 
         return distribute.distribute
     if name == "keras_batches":  # a keras PyDataset: any Keras 3 backend, no TensorFlow
-        from h5feed.consumer import pydataset
+        from h5feed.consumer.trainers import pydataset
 
         return pydataset.keras_batches
     if name == "torch_batches":  # torch tensors over the batch memory
-        from h5feed.consumer import torch_tensors
+        from h5feed.consumer.trainers import torch_tensors
 
         return torch_tensors.torch_batches
     if name == "input_wait_callback":
-        from h5feed.consumer import keras_callback
+        from h5feed.consumer.trainers import keras_callback
 
         return keras_callback.input_wait_callback
     raise AttributeError(f"module 'h5feed' has no attribute {name!r}")

@@ -58,7 +58,7 @@ def torch_loop(data: str) -> dict[str, Any]:
     """Two iterations of ``h5feed.torch_batches``, and the no-copy checks on one batch."""
     import torch
 
-    from h5feed.consumer.torch_tensors import to_torch
+    from h5feed.consumer.trainers.torch_tensors import to_torch
 
     feed = h5feed.torch_batches(data, keys=("frames", "label", "sample", "epoch", "file"), **CLIP)
     rows: list[list[int]] = []

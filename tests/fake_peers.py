@@ -3,11 +3,11 @@
 As grain tests its worker pool with tiny producers, the consumer's parts (credit gate, peer
 session, schedulers) are tested here against fakes that speak the protocol in memory:
 
-* :class:`FakeTransport`: records what a :class:`~h5feed.consumer.session.PeerSession`
+* :class:`FakeTransport`: records what a :class:`~h5feed.consumer.core.session.PeerSession`
   sends, and fails (``zmq.ZMQError``) for the identities a test chooses;
 * :class:`FakeLocalProcesses`: the iteration's local worker processes, exiting on demand;
 * :func:`hello_frames`: the frames of a HELLO, as a worker sends them;
-* :class:`FakeWorker`: one producer behind a :class:`~h5feed.consumer.work.Peer`; answers JOB
+* :class:`FakeWorker`: one producer behind a :class:`~h5feed.consumer.core.ledger.Peer`; answers JOB
   with INDEX, UNIT with DATA whose ``frames`` are filled with each row's sample id, SOURCE with
   SOURCE_INFO, ITEMS and PULL with DATA of packed elements;
 * :class:`Fleet`: fake workers around one scheduler, the network between them in memory, so a
@@ -33,14 +33,14 @@ import zmq
 from h5feed.common import elements, messages
 from h5feed.common.config import ClipSpec
 from h5feed.common.elements import ElementSpec
-from h5feed.consumer.assembly import Batch
-from h5feed.consumer.credits import CreditGate
+from h5feed.consumer.core.assembly import Batch
+from h5feed.consumer.core.credits import CreditGate
+from h5feed.consumer.core.ledger import Peer
+from h5feed.consumer.core.scheduler import Reassignment, Scheduler, Send
 from h5feed.consumer.options import FeedOptions, HdfConfig, LayoutArgs
 from h5feed.consumer.plan import EpochPlan, Index
-from h5feed.consumer.scheduler import Reassignment, Scheduler, Send
-from h5feed.consumer.source_options import SourceConfig
+from h5feed.consumer.sources.options import SourceConfig
 from h5feed.consumer.stats import Counters
-from h5feed.consumer.work import Peer
 
 #: A host name no fake peer shares with this machine, so no batch goes to shared memory.
 FAKE_HOST = "fake-host.invalid"
@@ -243,7 +243,7 @@ class FakeWorker:
         self._shard: tuple[int, int] | None = None  # worker, workers
         self._pass: int | None = None
         self._position = 0  # next element of its shard in the pass
-        #: Its copy's checks at an epoch's start (see h5feed.consumer.source_agreement).
+        #: Its copy's checks at an epoch's start (see h5feed.consumer.sources.agreement).
         self.checks: Callable[[int], tuple[messages.ItemCheck, ...]] = lambda epoch: ()
 
     def answer(self, message: messages.Message) -> list[messages.Message]:

@@ -1,9 +1,9 @@
 """Shared-memory slots of an iteration left early (``break``): its kept workers still hold
 units naming those slots, so the slots stay open until the workers took a later job or were
-stopped (``h5feed/consumer/worker_pool.py``, guarantee 5). Before, the iteration's end closed
-them at once and a worker logged ``cannot open slot N of process P: [Errno 2] No such file or
-directory`` (or found the descriptor number taken by another file) and sent its rows over the
-socket."""
+stopped (``h5feed/consumer/processes/worker_pool.py``, guarantee 5). Before, the iteration's
+end closed them at once and a worker logged ``cannot open slot N of process P: [Errno 2] No
+such file or directory`` (or found the descriptor number taken by another file) and sent its rows
+over the socket."""
 
 from __future__ import annotations
 

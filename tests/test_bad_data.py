@@ -30,7 +30,7 @@ from h5feed.common.errors import (
 )
 from h5feed.common.layouts import CRC_DATASET, PACK_VERSION_ATTR, Groups
 from h5feed.common.messages import Row, SkippedRow
-from h5feed.consumer.bad_data import LISTED, SkipLog, default_max_skipped
+from h5feed.consumer.hdf5.bad_data import LISTED, SkipLog, default_max_skipped
 from h5feed.consumer.plan import Index, PlannedBatch
 from h5feed.pack.run import pack
 from h5feed.pack.verify import _check_video as check_video

@@ -26,8 +26,8 @@ from h5feed.consumer.options import (
     describe_parameters,
     hdf_config,
 )
-from h5feed.consumer.source_api import make_source_config
-from h5feed.consumer.source_options import SOURCE_KEYS, SourceConfig
+from h5feed.consumer.sources.api import make_source_config
+from h5feed.consumer.sources.options import SOURCE_KEYS, SourceConfig
 
 README = pathlib.Path(__file__).resolve().parent.parent / "README.md"
 

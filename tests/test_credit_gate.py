@@ -13,7 +13,7 @@ from hypothesis.stateful import (
     rule,
 )
 
-from h5feed.consumer.credits import CreditGate
+from h5feed.consumer.core.credits import CreditGate
 
 
 class GateMachine(RuleBasedStateMachine):

@@ -15,7 +15,7 @@ import time
 import pytest
 
 import h5feed
-from h5feed.consumer import loop
+from h5feed.consumer.core import loop
 
 
 @pytest.mark.timeout(90)

@@ -7,8 +7,8 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from h5feed.consumer.file_owners import FileOwners
-from h5feed.consumer.work import Peer
+from h5feed.consumer.core.ledger import Peer
+from h5feed.consumer.hdf5.file_owners import FileOwners
 from tests.fake_peers import make_peer
 
 

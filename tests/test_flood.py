@@ -22,7 +22,7 @@ import pytest
 from conftest import trainer_and_producer_keys
 from metrics_helpers import free_port
 
-from h5feed.consumer.router import HANDSHAKE_TIMEOUT_S
+from h5feed.consumer.core.router import HANDSHAKE_TIMEOUT_S
 
 #: Connections held at once, and the most ever opened (renewals included).
 HELD = 5000

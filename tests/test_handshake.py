@@ -1,9 +1,9 @@
-"""When an iteration may start: the rule of :func:`h5feed.consumer.loop.all_connected`."""
+"""When an iteration may start: the rule of :func:`h5feed.consumer.core.loop.all_connected`."""
 
 from __future__ import annotations
 
-from h5feed.consumer.loop import all_connected
-from h5feed.consumer.work import Peer
+from h5feed.consumer.core.ledger import Peer
+from h5feed.consumer.core.loop import all_connected
 
 
 def peer(name: str, local: bool) -> Peer:

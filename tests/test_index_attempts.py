@@ -1,4 +1,4 @@
-"""Which file a worker died indexing: the rule of h5feed/consumer/index_attempts.py, in memory.
+"""Which file a worker died indexing: the rule of h5feed/consumer/hdf5/index_attempts.py, in memory.
 
 The end-to-end case (a file whose chunks crash HDF5 in every worker that indexes it) is in
 tests/test_trust_files.py; here the bookkeeping: only the JOB in hand is blamed, suspects
@@ -8,10 +8,10 @@ travel alone, innocents never reach the limit, a BYE or a silence blames nothing
 from __future__ import annotations
 
 from h5feed.common import messages
-from h5feed.consumer.hdf5_work import merge_jobs
-from h5feed.consumer.index_attempts import IndexAttempts
-from h5feed.consumer.scheduler import Send
-from h5feed.consumer.work import Peer
+from h5feed.consumer.core.ledger import Peer
+from h5feed.consumer.core.scheduler import Send
+from h5feed.consumer.hdf5.index_attempts import IndexAttempts
+from h5feed.consumer.hdf5.units import merge_jobs
 
 
 def peer(name: str) -> Peer:

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from h5feed.common.config import ClipSpec, clip_frame_indices, clip_start
-from h5feed.consumer.hdf5_work import assign_files
+from h5feed.consumer.hdf5.units import assign_files
 from h5feed.consumer.plan import EpochPlan, Index, PlanOptions
 
 

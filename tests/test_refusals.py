@@ -16,10 +16,10 @@ from metrics_helpers import free_port
 
 import h5feed
 from h5feed.common import messages
-from h5feed.consumer import security
-from h5feed.consumer import session as session_module
-from h5feed.consumer.events import PeerLost
-from h5feed.consumer.session import PeerSession
+from h5feed.consumer.core import security
+from h5feed.consumer.core import session as session_module
+from h5feed.consumer.core.events import PeerLost
+from h5feed.consumer.core.session import PeerSession
 from h5feed.consumer.stats import Counters
 
 CLIP = {"clip_len": 4, "resize": (48, 64), "crop": (40, 40)}

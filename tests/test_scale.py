@@ -25,8 +25,8 @@ from h5feed.common import messages
 from h5feed.common.config import ClipSpec
 from h5feed.common.errors import DataError, ProtocolError
 from h5feed.common.layouts import Auto, Groups
-from h5feed.consumer import hdf5_work
-from h5feed.consumer.hdf5_scheduler import HdfScheduler
+from h5feed.consumer.hdf5 import units as hdf5_work
+from h5feed.consumer.hdf5.scheduler import HdfScheduler
 from h5feed.consumer.options import hdf_config
 from h5feed.consumer.plan import Cursor, Index
 from h5feed.consumer.stats import Counters

@@ -14,11 +14,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from h5feed.common import messages, wire
-from h5feed.consumer import session as session_module
-from h5feed.consumer.events import Arrived, PeerJoined, PeerLost
-from h5feed.consumer.session import PeerSession
+from h5feed.consumer.core import session as session_module
+from h5feed.consumer.core.events import Arrived, PeerJoined, PeerLost
+from h5feed.consumer.core.ledger import Ledger
+from h5feed.consumer.core.session import PeerSession
 from h5feed.consumer.stats import Counters
-from h5feed.consumer.work import Ledger
 
 JOB = "job-1"
 

@@ -313,7 +313,8 @@ def test_output_signature_given_casts_python_numbers_and_names_a_field_that_does
     batches = list(ds)
     assert batches[1][1].numpy().tolist() == [2.5, 3.0, 3.5, 4.0, 4.5]
     wrong = (dict(element, a={"b": tf.TensorSpec((3, 3), tf.int32)}), signature[1])
-    # dataset() peeks at the first batch (h5feed/consumer/signature.py): it raises the error
+    # dataset() peeks at the first batch (h5feed/consumer/trainers/signature.py): it raises
+    # the error
     with pytest.raises(h5feed.WorkerError, match=r"field '0/a/b': expected int32 \[3, 3\]"):
         h5feed.dataset(source="user_sources:Nested", output_signature=wrong, workers=1, **FAST)
 

@@ -77,7 +77,7 @@ def test_batches_tensorflow_still_holds_never_change() -> None:
 def test_the_generator_drops_each_received_batch_before_tensorflow_gets_its_element() -> None:
     # A received batch is a view of ZeroMQ's buffer: held while the generator is suspended,
     # that buffer cannot be reused for the next message (see signature.elements_of).
-    from h5feed.consumer.signature import elements_of
+    from h5feed.consumer.trainers.signature import elements_of
 
     buffers = TensorFlowBuffers()
     received: list[weakref.ref[np.ndarray]] = []

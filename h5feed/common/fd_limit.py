@@ -5,7 +5,7 @@ Guarantees: :func:`raise_open_files_limit` raises the soft ``RLIMIT_NOFILE`` to 
 it; a refusal by the kernel keeps the soft limit and says so in a warning. Producer workers
 call it when they start (sockets, shared memory, their open HDF5 files); the trainer calls it
 when it binds (each connection to its port holds one descriptor: see
-``h5feed/consumer/router.py``).
+``h5feed/consumer/core/router.py``).
 """
 
 from __future__ import annotations

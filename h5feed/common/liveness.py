@@ -5,7 +5,7 @@ process that is stopped (SIGSTOP, a debugger) sends nothing: TCP may not notice 
 minutes. ZeroMQ's heartbeats (ZMTP PING/PONG, answered by libzmq's I/O thread, so a worker
 busy in a long decode still answers) close a connection whose peer stops answering within
 ``HEARTBEAT_TIMEOUT``. Socket monitor events say *that* a connection closed, not *whose*, so
-the consumer adds one rule (``h5feed.consumer.session``): every peer not heard from for
+the consumer adds one rule (``h5feed.consumer.core.session``): every peer not heard from for
 :data:`PROBE_EVERY_S` is sent a PING, and with ``ROUTER_MANDATORY`` that send fails once the
 connection is gone. So a vanished peer is declared lost within
 

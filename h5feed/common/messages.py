@@ -316,7 +316,7 @@ MAX_DIGEST_BYTES: Final = 64
 
 class ItemCheck(NamedTuple):
     """One common item as one copy of a user's object makes it: its digest, and whether two
-    fetches under the same seeding gave the same (see h5feed.consumer.source_agreement)."""
+    fetches under the same seeding gave the same (see h5feed.consumer.sources.agreement)."""
 
     item: int
     digest: bytes

@@ -129,7 +129,7 @@ SCHEMAS: Final[Mapping[str, Mapping[str, tuple[type, ...]]]] = {
         "batched": (bool,),  # the generator yields batches: split them into samples
     },
     # checks: [[item, digest (bin), reproducible], ...] at the start of epoch (see
-    # h5feed.consumer.source_agreement); the answer to SOURCE, and to CHECK.
+    # h5feed.consumer.sources.agreement); the answer to SOURCE, and to CHECK.
     SOURCE_INFO: {
         "job": _STR,
         "kind": _STR,
@@ -184,7 +184,7 @@ class Limits:
     room: an INDEX entry is [name, frames, label], at most 81 bytes with a 64-character name,
     so one file of 25,000 such videos (100,000 with short names) fits; a JOB of 20,000 paths
     of 100 characters fits (the consumer sends a larger job as several JOBs:
-    ``h5feed.consumer.hdf5_work.split_job``); a UNIT row is at most ~75 bytes (27,000 rows).
+    ``h5feed.consumer.hdf5.units.split_job``); a UNIT row is at most ~75 bytes (27,000 rows).
     The per-container limits are handed to msgpack, which refuses a longer string, bin, array
     or map from its declared length, before building it.
     """

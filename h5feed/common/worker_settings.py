@@ -1,8 +1,9 @@
 """A worker process's settings as one frozen value, and its command line.
 
-Both sides start workers: the trainer's local workers (:mod:`h5feed.consumer.local_workers`)
-and ``h5feed produce`` (:mod:`h5feed.producer.service`); the worker's entry point
-(:mod:`h5feed.producer.worker`) reads them back. All three go through :class:`WorkerSettings`:
+Both sides start workers: the trainer's local workers
+(:mod:`h5feed.consumer.processes.local_workers`) and ``h5feed produce``
+(:mod:`h5feed.producer.service`); the worker's entry point (:mod:`h5feed.producer.worker`)
+reads them back. All three go through :class:`WorkerSettings`:
 
 1. ``WorkerSettings.from_args(parser.parse_args(s.to_argv())) == s`` for every valid ``s``
    (tested, with hypothesis): what a starter means is what the worker gets.

@@ -6,10 +6,10 @@ import os
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Unpack, cast
 
-from h5feed.consumer.distribute import cluster_kwargs, without_auto_shard
 from h5feed.consumer.feed import Feed
 from h5feed.consumer.options import FeedKwargs, hdf_config
 from h5feed.consumer.stream import BATCH_KEYS, POSITION_KEYS, VALID_KEY
+from h5feed.consumer.trainers.distribute import cluster_kwargs, without_auto_shard
 
 if TYPE_CHECKING:
     import tensorflow as tf
@@ -31,14 +31,14 @@ def batches(
 
     ``source="package.module:factory"`` (with ``source_args``, ``ragged``,
     ``steps_per_epoch``) runs your own code in the workers instead: see
-    ``h5feed/consumer/source_api.py`` and README "Your own Python code in the workers".
+    ``h5feed/consumer/sources/api.py`` and README "Your own Python code in the workers".
 
     ``resume``: continue where an earlier run stopped: a stream's ``state()``, a bare
     ``{"epoch": e, "batch": b}`` (a custom loop's own count), or a backup directory of
     ``h5feed.BackupAndRestore``; see :mod:`h5feed.consumer.resume` and README "Resume".
     """
     if kwargs.get("source") is not None:
-        from h5feed.consumer.source_api import SourceFeed, make_source_config
+        from h5feed.consumer.sources.api import SourceFeed, make_source_config
 
         return SourceFeed(make_source_config(files, kwargs), resume)
     return Feed(hdf_config(files, kwargs), resume)
@@ -84,7 +84,7 @@ def dataset(
     become ``frames``'. With a transform or a ``source``, ``dataset()`` starts the first
     iteration at once and its first batch fixes the ``output_signature`` (so errors such as a
     bad import path are raised here); that iteration continues from that batch when the
-    dataset is first iterated (see :mod:`h5feed.consumer.signature`).
+    dataset is first iterated (see :mod:`h5feed.consumer.trainers.signature`).
 
     Each element is one whole batch, a dict: ``frames`` uint8 [B, clip_len, H, W, 3] RGB (H, W
     from ``crop``, else ``resize``, else the stored size), ``label`` int64 [B], ``file`` string
@@ -109,7 +109,7 @@ def dataset(
     * ``shard=(i, n)``: this consumer gets the i-th of n disjoint, equal parts of every
       epoch (the last ``total % n`` samples of the epoch's order are dropped). Under a
       multi-worker ``TF_CONFIG`` the shard is the worker's, and a contradicting ``shard=``
-      raises; tf.data's auto-sharding is off (see :mod:`h5feed.consumer.distribute`).
+      raises; tf.data's auto-sharding is off (see :mod:`h5feed.consumer.trainers.distribute`).
     * Errors in workers (bad file, bad frame, a raising transform) end the iteration with an
       error naming file, video and frame, raised by TensorFlow as ``tf.errors.UnknownError``
       whose message holds h5feed's error. A worker process that dies, vanishes
@@ -119,7 +119,7 @@ def dataset(
     ``source="package.module:factory"``: your own code in the workers instead of HDF5 files
     (``source_args``, ``output_signature``, ``ragged``, ``steps_per_epoch``,
     ``source_batched``: a generator of whole batches, split and batched again); see
-    ``h5feed/consumer/source_api.py`` and README "Your own Python code in the workers".
+    ``h5feed/consumer/sources/api.py`` and README "Your own Python code in the workers".
 
     ``listen`` on an address other hosts reach (not loopback or ``ipc://``) needs CURVE keys
     (``curve_key``, ``curve_authorized``), else ValueError, unless ``insecure=True``: then it
@@ -146,7 +146,7 @@ def dataset(
     they stop when it is garbage collected, or at exit).
 
     Known length: when the index of the files is known before iteration (remembered from an
-    earlier iteration over the same files, see :mod:`h5feed.consumer.known_index`), the
+    earlier iteration over the same files, see :mod:`h5feed.consumer.hdf5.known_index`), the
     dataset carries its cardinality (batches per epoch x ``epochs``), so Keras shows the
     steps of each epoch. A dataset resumed inside an epoch (its first iteration is shorter)
     reports the full epoch's length to Keras, which ends that first epoch early, with its
@@ -156,7 +156,7 @@ def dataset(
     ``.apply(tf.data.experimental.prefetch_to_device("/gpu:0"))`` to overlap host-to-GPU
     copies with training.
     """
-    from h5feed.consumer import signature  # lazy: it imports TensorFlow when called
+    from h5feed.consumer.trainers import signature  # lazy: it imports TensorFlow when called
 
     keys = tuple(keys)
     optional = (*BATCH_KEYS[1:], *POSITION_KEYS, VALID_KEY)

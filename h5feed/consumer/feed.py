@@ -13,13 +13,14 @@ import numpy as np
 from h5feed.common import trainer_main
 from h5feed.common.errors import H5FeedError
 from h5feed.common.exposure import warn_insecure_listen
-from h5feed.consumer import known_index, resume
+from h5feed.consumer import resume
+from h5feed.consumer.hdf5 import known_index
 from h5feed.consumer.metrics import start_feed_metrics
 from h5feed.consumer.options import FeedConfig, HdfConfig
 from h5feed.consumer.plan import Cursor, Index
-from h5feed.consumer.source_options import Learnt
+from h5feed.consumer.processes.worker_pool import PoolSlot
+from h5feed.consumer.sources.options import Learnt
 from h5feed.consumer.stream import BatchStream
-from h5feed.consumer.worker_pool import PoolSlot
 
 
 class Feed:

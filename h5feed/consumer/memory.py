@@ -66,7 +66,7 @@ class TensorFlowBuffers:
 
     Guarantees: a buffer is reused only when the array given out over it, and every view of
     it, is gone (TensorFlow's tensors keep the array they share alive, as with shared-memory
-    slots: see :mod:`h5feed.consumer.slots`); buffers are anonymous page-aligned mappings;
+    slots: see :mod:`h5feed.consumer.core.slots`); buffers are anonymous page-aligned mappings;
     at most ``_MAX_FREE_BUFFERS`` free ones are kept per size. Thread-safe (buffers return
     from whatever thread drops the last view)."""
 

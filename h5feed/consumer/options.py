@@ -1,7 +1,7 @@
 """Everything ``h5feed.dataset()`` / ``h5feed.batches()`` is configured with, validated once.
 
 A feed's configuration is a :data:`FeedConfig`: an :class:`HdfConfig` (``files``, ``clip``,
-``layout``, ``options``) or a :class:`~h5feed.consumer.source_options.SourceConfig` (the
+``layout``, ``options``) or a :class:`~h5feed.consumer.sources.options.SourceConfig` (the
 user's code, its batching, ``options``). Both are frozen and never change once made.
 
 Defaults are written once, as the field defaults of the dataclasses: :class:`ClipSpec`
@@ -36,7 +36,7 @@ from h5feed.common.messages import ON_ERROR_CHOICES
 from h5feed.common.metrics_http import metrics_address
 from h5feed.common.wire import DEFAULT_LIMITS, DEFAULT_MAX_MESSAGE_BYTES
 from h5feed.consumer.plan import PlanOptions
-from h5feed.consumer.source_options import SOURCE_FIELDS, SourceConfig
+from h5feed.consumer.sources.options import SOURCE_FIELDS, SourceConfig
 
 #: The suffixes of the HDF5 files a directory is searched for (case-insensitive).
 _H5_SUFFIXES = (".h5", ".hdf5", ".hdf", ".he5")
@@ -162,7 +162,7 @@ class FeedOptions:
     max_open_files: int = DEFAULT_MAX_OPEN_FILES
     #: A bad frame (undecodable, failing its CRC32): "raise" ends the iteration naming file,
     #: video and frame; "skip" zero-fills that sample, marks it ``valid=False`` and counts it
-    #: (see h5feed/consumer/bad_data.py). Errors of whole files end it either way.
+    #: (see h5feed/consumer/hdf5/bad_data.py). Errors of whole files end it either way.
     on_error: str = "raise"
     #: With on_error="skip": the most samples one epoch may skip before the iteration ends
     #: (TooManySkippedError); None: 0.1% of the epoch's samples, rounded up.
@@ -372,7 +372,7 @@ class FeedKwargs(TypedDict, total=False):
     ``tune_malloc`` (default True) keeps 16 MiB of freed memory mapped in the trainer process
     (glibc ``M_TOP_PAD``) so each ~5 MB batch does not fault in fresh pages; see
     ``h5feed/consumer/memory.py``. ``shared_memory`` (default True): local workers write
-    batches straight into shared memory the trainer reads (see ``h5feed/consumer/slots.py``).
+    batches straight into shared memory the trainer reads (see ``h5feed/consumer/core/slots.py``).
     ``metrics_port`` (default: ``$H5FEED_METRICS_PORT``, else none) serves ``/metrics`` and
     ``/stats`` on that port of 127.0.0.1 (0: a free one), or on ``"HOST:PORT"``
     (``"0.0.0.0:9100"``: every interface); see ``h5feed/consumer/metrics.py``.
@@ -384,7 +384,7 @@ class FeedKwargs(TypedDict, total=False):
     ``max_open_files`` (default 128): HDF5 files each local worker keeps open at once (see
     ``h5feed/producer/open_files.py``). ``on_error`` (default "raise") and ``max_skipped``
     (default None: 0.1% of an epoch's samples, rounded up): what a bad frame does (see
-    ``h5feed/consumer/bad_data.py``).
+    ``h5feed/consumer/hdf5/bad_data.py``).
     """
 
     clip_len: int
@@ -431,7 +431,7 @@ class FeedKwargs(TypedDict, total=False):
     max_open_files: int
     on_error: str
     max_skipped: int | None
-    # User sources (see h5feed/consumer/source_api.py).
+    # User sources (see h5feed/consumer/sources/api.py).
     source: str | None
     source_args: dict[str, Any] | None
     output_signature: Any

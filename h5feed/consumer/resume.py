@@ -25,7 +25,7 @@ Guarantees:
 2. Each part is stored, not only one hash, so a mismatch (:class:`~h5feed.common.errors.
    ResumeError`) names every field that differs. The up-front parts are checked when the
    dataset is made; ``index`` when the plan starts (or up front when the index is known from
-   :mod:`h5feed.consumer.known_index`).
+   :mod:`h5feed.consumer.hdf5.known_index`).
 3. An optional ``"length"`` (batches per epoch; ``h5feed.BackupAndRestore`` writes it) gives
    a resumed feed its length when the index is not remembered where it resumes, so Keras
    runs full epochs after the shorter resumed one (see :attr:`ResumePoint.length`).

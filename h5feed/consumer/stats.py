@@ -16,8 +16,8 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from h5feed.consumer.credits import CreditGate
-    from h5feed.consumer.work import Peer
+    from h5feed.consumer.core.credits import CreditGate
+    from h5feed.consumer.core.ledger import Peer
 
 #: Seconds of history behind the "recent" rates.
 RECENT_WINDOW_S = 10.0

@@ -8,9 +8,9 @@ Guarantees of a :class:`BatchStream`:
    worker's traceback, worker death with its exit code, timeout); it never blocks forever.
 3. Its workers stop when it is exhausted, closed, garbage collected, or at interpreter exit —
    also while another thread is blocked in ``next()``, which then ends (StopIteration) at once.
-   With a ``pool`` (:mod:`h5feed.consumer.worker_pool`: the feed's persistent workers), its
-   job ends instead and the workers are given back for the next iteration; they are stopped
-   instead when the iteration failed or its loop did not stop.
+   With a ``pool`` (:mod:`h5feed.consumer.processes.worker_pool`: the feed's persistent
+   workers), its job ends instead and the workers are given back for the next iteration; they
+   are stopped instead when the iteration failed or its loop did not stop.
 4. It is safe to call ``next()`` from different threads one after another (as tf.data does),
    not from several at the same time.
 """
@@ -35,23 +35,24 @@ import numpy as np
 from h5feed.common.errors import H5FeedError, ResumeError
 from h5feed.common.exposure import is_local_address
 from h5feed.common.logs import with_ids
-from h5feed.consumer import known_index, resume
-from h5feed.consumer.assembly import Batch
-from h5feed.consumer.credits import CreditGate
-from h5feed.consumer.hdf5_scheduler import HdfScheduler
-from h5feed.consumer.local_workers import LocalWorkers
-from h5feed.consumer.loop import END, FAILED, FeedLoop
+from h5feed.consumer import resume
+from h5feed.consumer.core.assembly import Batch
+from h5feed.consumer.core.credits import CreditGate
+from h5feed.consumer.core.loop import END, FAILED, FeedLoop
+from h5feed.consumer.core.router import Router
+from h5feed.consumer.core.scheduler import Scheduler
+from h5feed.consumer.core.session import PeerSession
+from h5feed.consumer.core.waker import Waker
+from h5feed.consumer.hdf5 import known_index
+from h5feed.consumer.hdf5.scheduler import HdfScheduler
 from h5feed.consumer.memory import keep_freed_memory_mapped
 from h5feed.consumer.options import FeedConfig, HdfConfig
 from h5feed.consumer.plan import Cursor, Index
-from h5feed.consumer.router import Router
-from h5feed.consumer.scheduler import Scheduler
-from h5feed.consumer.session import PeerSession
-from h5feed.consumer.source_options import Learnt, SourceConfig
-from h5feed.consumer.source_scheduler import SourceScheduler
+from h5feed.consumer.processes.local_workers import LocalWorkers
+from h5feed.consumer.processes.worker_pool import PoolSlot, WorkerPool, close_all_slots
+from h5feed.consumer.sources.options import Learnt, SourceConfig
+from h5feed.consumer.sources.scheduler import SourceScheduler
 from h5feed.consumer.stats import Counters, RateMeter, WaitMeter, iteration_stats
-from h5feed.consumer.waker import Waker
-from h5feed.consumer.worker_pool import PoolSlot, WorkerPool, close_all_slots
 
 #: Keys of every tf.data element by default (NumPy batches also carry ``sample``, ``epoch``
 #: and ``batch``: see ``keys=`` of ``h5feed.dataset``).
@@ -333,7 +334,7 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
 
         Bad data: ``skipped``, ``skipped_per_epoch`` and ``skipped_samples`` (samples skipped
         for bad frames under ``on_error="skip"``, the first 100 listed with file, video,
-        frame: see ``h5feed/consumer/bad_data.py``).
+        frame: see ``h5feed/consumer/hdf5/bad_data.py``).
         """
         slots = (
             self.scheduler.shared_memory_slots if isinstance(self.scheduler, HdfScheduler) else 0

@@ -9,7 +9,7 @@ Guarantees:
    parent pid between messages cannot run. It returns False when the parent is already gone
    (it died before the request took effect: the caller must exit), so no window is left open.
    The kernel's "parent" is the *thread* that forked this process (prctl(2)): the trainer
-   forks its workers from one long-lived thread (``h5feed/consumer/spawner.py``).
+   forks its workers from one long-lived thread (``h5feed/consumer/processes/spawner.py``).
 2. :func:`raise_open_files_limit` (from ``h5feed/common/fd_limit.py``) raises the soft
    ``RLIMIT_NOFILE`` to the hard limit (the most an unprivileged process may), so sockets,
    shared memory and the job's open HDF5 files (at most ``max_open_files``, see

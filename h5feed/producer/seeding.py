@@ -19,7 +19,7 @@ from the dataset's seed and the call's place in the plan:
 Each purpose has its own tag, so that no two purposes share a stream. Randomness that does not
 come from these generators (``np.random.default_rng()`` without a seed, a ``RandomState``
 made in ``__init__``) is out of reach: :func:`item_digest` lets the trainer check that the
-copies agree anyway (see ``h5feed.consumer.source_agreement``).
+copies agree anyway (see ``h5feed.consumer.sources.agreement``).
 """
 
 from __future__ import annotations

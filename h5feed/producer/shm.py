@@ -1,4 +1,4 @@
-"""The worker's side of shared-memory batch slots (see ``h5feed.consumer.slots``).
+"""The worker's side of shared-memory batch slots (see ``h5feed.consumer.core.slots``).
 
 A UNIT for a worker on the trainer's host may name a slot (:class:`messages.SlotRef`, checked
 when the UNIT was decoded): the trainer's process id, the file descriptor of the slot in that

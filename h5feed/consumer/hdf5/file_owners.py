@@ -1,7 +1,7 @@
 """Who owns each HDF5 file of an iteration, who is taking it over, and who may never have it.
 
 One record, read in both directions (file → owner, owner → files), so the two can never
-disagree; the HDF5 scheduler (:mod:`h5feed.consumer.hdf5_scheduler`) decides *when* a file
+disagree; the HDF5 scheduler (:mod:`h5feed.consumer.hdf5.scheduler`) decides *when* a file
 moves (handshake, checks of a taker's INDEX), this decides *where* it may go and keeps the
 books. No messages, no clocks: it is tested on its own (``tests/test_file_owners.py``).
 
@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from h5feed.consumer.work import Peer
+from h5feed.consumer.core.ledger import Peer
 
 
 class FileOwners:

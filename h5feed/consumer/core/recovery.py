@@ -36,10 +36,10 @@ from typing import Final, Protocol
 
 from h5feed.common import messages
 from h5feed.common.errors import FileReadError, PoisonUnitError, WorkerDiedError, WorkerError
-from h5feed.consumer.events import PeerLost
-from h5feed.consumer.scheduler import Reassignment, Scheduler, Send
-from h5feed.consumer.session import PeerSession, describe_exit
-from h5feed.consumer.work import Peer
+from h5feed.consumer.core.events import PeerLost
+from h5feed.consumer.core.ledger import Peer
+from h5feed.consumer.core.scheduler import Reassignment, Scheduler, Send
+from h5feed.consumer.core.session import PeerSession, describe_exit
 
 #: The causes of a loss that are a death of the holder (rule 4): not a BYE (it left on
 #: purpose) nor a refusal (malformed traffic: the peer, not the unit, is at fault).
@@ -47,7 +47,8 @@ _DEATHS: Final = frozenset({"exited", "unreachable", "deadline", "restarted"})
 
 
 class Replacer(Protocol):
-    """The local worker processes (see :class:`~h5feed.consumer.local_workers.LocalWorkers`)."""
+    """The local worker processes (see
+    :class:`~h5feed.consumer.processes.local_workers.LocalWorkers`)."""
 
     def kill(self, name: str) -> int | None: ...
 

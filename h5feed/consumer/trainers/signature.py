@@ -36,10 +36,10 @@ import numpy as np
 from h5feed.common.errors import H5FeedError, SourceError
 from h5feed.consumer.memory import TensorFlowBuffers
 from h5feed.consumer.options import FeedConfig, HdfConfig
-from h5feed.consumer.source_api import SourceFeed
-from h5feed.consumer.source_options import Learnt, SourceConfig
+from h5feed.consumer.sources.api import SourceFeed
+from h5feed.consumer.sources.options import Learnt, SourceConfig
+from h5feed.consumer.sources.tf_elements import tf_signature, to_tf
 from h5feed.consumer.stream import BATCH_KEYS, BatchStream
-from h5feed.consumer.tf_elements import tf_signature, to_tf
 
 if TYPE_CHECKING:
     from h5feed.consumer.feed import Feed

@@ -37,7 +37,7 @@ from typing import Any, Final
 import numpy as np
 
 from h5feed.consumer.api import PathsLike, batches
-from h5feed.consumer.hdf5_scheduler import HdfScheduler
+from h5feed.consumer.hdf5.scheduler import HdfScheduler
 from h5feed.consumer.options import HdfConfig
 from h5feed.consumer.plan import EpochPlan
 from h5feed.consumer.stream import BATCH_KEYS, POSITION_KEYS, BatchStream
@@ -104,7 +104,7 @@ def keras_batches(
 def _source_dataset(files: PathsLike | None, max_queue_size: int, kwargs: dict[str, Any]) -> Any:
     """keras_batches(source=...): the feed started, its first batch taken (the workers told
     the kind and length by then)."""
-    from h5feed.consumer.source_api import SourceFeed
+    from h5feed.consumer.sources.api import SourceFeed
 
     feed = batches(files, **kwargs, epochs=None, deterministic=True)
     if not isinstance(feed, SourceFeed):  # unreachable: source= makes a SourceFeed
@@ -132,7 +132,7 @@ def _dataset_class() -> type:
         import keras
 
         class FeedPyDataset(keras.utils.PyDataset):  # type: ignore[misc, name-defined]
-            """See :mod:`h5feed.consumer.pydataset`."""
+            """See :mod:`h5feed.consumer.trainers.pydataset`."""
 
             def __init__(
                 self,

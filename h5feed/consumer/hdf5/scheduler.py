@@ -7,7 +7,7 @@ is known already (``known``: an earlier iteration, files unchanged) and every wo
 local, the plan starts at once and the JOBs ask for no index (``send_index=False``). Each
 batch of the plan (:class:`~h5feed.consumer.plan.EpochPlan`, from the iteration's start
 cursor) is one UNIT per worker that owns some of its rows' files; the parts are assembled
-(:class:`~h5feed.consumer.assembly.BatchAssembler`, in a shared-memory slot when a local
+(:class:`~h5feed.consumer.core.assembly.BatchAssembler`, in a shared-memory slot when a local
 worker makes part of the batch) and released in plan order (``deterministic``) or as
 completed.
 
@@ -19,7 +19,7 @@ from the most loaded workers until it holds its share (elastic join); batches do
 (they depend on seed, epoch and sample only).
 
 Who owns each file, who takes it over and who is refused it is one record,
-:class:`~h5feed.consumer.file_owners.FileOwners` (``owners``); this scheduler decides when
+:class:`~h5feed.consumer.hdf5.file_owners.FileOwners` (``owners``); this scheduler decides when
 files move (handshake, checks) and what goes where (dispatch, data).
 
 Every INDEX an heir or a joiner sends for a file already indexed is compared with the planned
@@ -61,11 +61,17 @@ import numpy as np
 from h5feed.common import messages
 from h5feed.common.errors import DataError, FileReadError, H5FeedError
 from h5feed.common.logs import consumer_log
-from h5feed.consumer.assembly import Batch, BatchAssembler
-from h5feed.consumer.bad_data import SkipLog
-from h5feed.consumer.credits import CreditGate
-from h5feed.consumer.file_owners import FileOwners
-from h5feed.consumer.hdf5_work import (
+from h5feed.consumer.core.assembly import Batch, BatchAssembler
+from h5feed.consumer.core.credits import CreditGate
+from h5feed.consumer.core.ledger import Ledger, Peer
+from h5feed.consumer.core.malformed import drop_malformed
+from h5feed.consumer.core.ordering import PlannedRelease
+from h5feed.consumer.core.scheduler import Reassignment, Send
+from h5feed.consumer.core.slots import Slot, SlotPool, supported
+from h5feed.consumer.hdf5.bad_data import SkipLog
+from h5feed.consumer.hdf5.file_owners import FileOwners
+from h5feed.consumer.hdf5.index_attempts import IndexAttempts
+from h5feed.consumer.hdf5.units import (
     assign_files,
     file_size,
     first_difference,
@@ -73,15 +79,9 @@ from h5feed.consumer.hdf5_work import (
     split_job,
     unit_rows,
 )
-from h5feed.consumer.index_attempts import IndexAttempts
-from h5feed.consumer.malformed import drop_malformed
 from h5feed.consumer.options import HdfConfig
-from h5feed.consumer.ordering import PlannedRelease
 from h5feed.consumer.plan import Cursor, EpochPlan, FileColumns, Index, PlannedBatch
-from h5feed.consumer.scheduler import Reassignment, Send
-from h5feed.consumer.slots import Slot, SlotPool, supported
 from h5feed.consumer.stats import Counters
-from h5feed.consumer.work import Ledger, Peer
 
 _HOST = socket.gethostname()
 
@@ -128,7 +128,7 @@ class HdfScheduler:
         self._pool = self._make_pool()
         options = config.options
         # Which files a worker was indexing when it died: reported after as many deaths as a
-        # unit may cost (max_unit_attempts; index_attempts.py), never left to a timeout.
+        # unit may cost (max_unit_attempts; hdf5/index_attempts.py), never left to a timeout.
         self._attempts = IndexAttempts(options.max_unit_attempts)
         self.skips = SkipLog(  # on_error: samples skipped for bad frames
             options.on_error, options.max_skipped, options.shard, options.clips_per_video,
@@ -422,7 +422,7 @@ class HdfScheduler:
 
     def reassign(self, lost: Peer, heirs: Sequence[Peer], confirmed_dead: bool) -> Reassignment:
         """(Also: FileReadError when ``lost`` died indexing a file that killed its holders
-        the restart rule's number of times: see :mod:`~h5feed.consumer.index_attempts`.)"""
+        the restart rule's number of times: see :mod:`~h5feed.consumer.hdf5.index_attempts`.)"""
         # Its own files, and those it was to take over from a lost owner (a live owner keeps
         # the files it was to hand over in a join).
         files = self.owners.release(lost)

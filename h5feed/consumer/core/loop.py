@@ -3,10 +3,10 @@
 Made last, from parts made before it (one direction of wiring: keys and socket, then local
 workers, then this loop): nothing is patched in afterwards. Each pass, in order:
 
-1. handle the queued peer events (:mod:`h5feed.consumer.events`), here and only here: a DATA
+1. handle the queued peer events (:mod:`h5feed.consumer.core.events`), here and only here: a DATA
    part goes to the scheduler and its complete batches to the trainer's queue; an ERROR ends
    the iteration; a lost peer's work is re-assigned (and a local worker replaced) as
-   :mod:`h5feed.consumer.recovery` says; a peer that joins during the iteration gets a share
+   :mod:`h5feed.consumer.core.recovery` says; a peer that joins during the iteration gets a share
    of the work (``Scheduler.join``);
 2. dispatch units while the credit gate has credits;
 3. end the iteration when the scheduler has released every batch;
@@ -35,16 +35,16 @@ from typing import Any
 
 from h5feed.common import messages
 from h5feed.common.errors import NoWorkersError, WorkerTimeoutError
-from h5feed.consumer import recovery
-from h5feed.consumer.credits import CreditGate
-from h5feed.consumer.events import Arrived, PeerJoined, PeerLost
+from h5feed.consumer.core import recovery
+from h5feed.consumer.core.credits import CreditGate
+from h5feed.consumer.core.events import Arrived, PeerJoined, PeerLost
+from h5feed.consumer.core.ledger import Peer
+from h5feed.consumer.core.router import Router
+from h5feed.consumer.core.scheduler import Scheduler, Send
+from h5feed.consumer.core.session import PeerSession
+from h5feed.consumer.core.waker import Waker
 from h5feed.consumer.options import FeedOptions
-from h5feed.consumer.router import Router
-from h5feed.consumer.scheduler import Scheduler, Send
-from h5feed.consumer.session import PeerSession
 from h5feed.consumer.stats import Counters
-from h5feed.consumer.waker import Waker
-from h5feed.consumer.work import Peer
 
 _POLL_MS = 50
 _HEALTH_EVERY_S = 0.2
@@ -203,7 +203,7 @@ class FeedLoop:
                 return
             # Whether a returned credit must wake this thread: only when a worker holds at
             # most one unit (it may run dry before its next DATA would wake us). Set before
-            # the look at ``taken`` below: see h5feed.consumer.credits.
+            # the look at ``taken`` below: see h5feed.consumer.core.credits.
             peers = self.session.peers.values()
             gate.want_wakeup(any(len(peer.outstanding) <= 1 for peer in peers))
             self._pump(0 if gate.changed_since(taken_at_dispatch) else _POLL_MS)

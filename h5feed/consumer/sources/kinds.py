@@ -8,7 +8,7 @@
 * **keras**: the same over the ``length`` batch indices, one batch index per unit, not
   re-batched. Before the first unit of each later epoch, every serving worker answers a CHECK
   (its copy's digest of the common batches after its ``on_epoch_end`` calls); that epoch's
-  units are dispatched only once the copies agree (:mod:`h5feed.consumer.source_agreement`).
+  units are dispatched only once the copies agree (:mod:`h5feed.consumer.sources.agreement`).
   A worker that joins once a later epoch began serves only after its CHECK of the current
   epoch agrees with the others' answers.
 * **generator**: each worker iterates its own shard; a PULL asks one worker for its next
@@ -30,16 +30,16 @@ from h5feed.common import elements, messages
 from h5feed.common.elements import ElementSpec, Field, RaggedArray
 from h5feed.common.errors import H5FeedError, WorkerTimeoutError
 from h5feed.common.logs import IdsLogger, consumer_log
-from h5feed.consumer.assembly import Batch
-from h5feed.consumer.credits import CreditGate
-from h5feed.consumer.malformed import drop_malformed
-from h5feed.consumer.ordering import PlannedRelease
+from h5feed.consumer.core.assembly import Batch
+from h5feed.consumer.core.credits import CreditGate
+from h5feed.consumer.core.ledger import Ledger, Peer, Unit, W
+from h5feed.consumer.core.malformed import drop_malformed
+from h5feed.consumer.core.ordering import PlannedRelease
+from h5feed.consumer.core.scheduler import Reassignment, Send
 from h5feed.consumer.plan import Cursor, epoch_order
-from h5feed.consumer.scheduler import Reassignment, Send
-from h5feed.consumer.source_agreement import check_agreement
-from h5feed.consumer.source_options import SourceConfig
+from h5feed.consumer.sources.agreement import check_agreement
+from h5feed.consumer.sources.options import SourceConfig
 from h5feed.consumer.stats import Counters
-from h5feed.consumer.work import Ledger, Peer, Unit, W
 
 if TYPE_CHECKING:
     from h5feed.consumer.options import FeedOptions
@@ -70,7 +70,7 @@ class _Elements:
     ) -> tuple[Unit[W], list[Field]] | None:
         """The unit ``data`` answers (now complete) and its fields; None, counted, for a
         part that is not expected from ``peer``; a part that does not ``fits`` its unit or
-        whose arrays do not fit the spec is malformed (:mod:`h5feed.consumer.malformed`:
+        whose arrays do not fit the spec is malformed (:mod:`h5feed.consumer.core.malformed`:
         ProtocolError from a local worker, dropped and warned from a remote one)."""
         unit = ledger.get(data.unit)
         if unit is None or unit.peer is not peer:

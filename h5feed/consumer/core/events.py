@@ -1,8 +1,8 @@
 """What happens to the consumer's peers, as values the loop handles in one place.
 
-The peer session (:mod:`h5feed.consumer.session`) turns what arrives on the socket, what a send
+The peer session (:mod:`h5feed.consumer.core.session`) turns what arrives on the socket, what a send
 fails with and what the health checks find into these events, queued; the loop
-(:mod:`h5feed.consumer.loop`) takes them at the top of each pass and decides. Nothing reacts to
+(:mod:`h5feed.consumer.core.loop`) takes them at the top of each pass and decides. Nothing reacts to
 a failure from inside a send or a receive, so recovery never re-enters dispatch.
 """
 
@@ -12,7 +12,7 @@ import dataclasses
 from typing import Literal
 
 from h5feed.common import messages
-from h5feed.consumer.work import Peer
+from h5feed.consumer.core.ledger import Peer
 
 #: Why a peer is gone: it said BYE; a send to it failed (its connection stopped answering
 #: heartbeats: killed, host down, cable cut, stopped); its process exited (local workers); it

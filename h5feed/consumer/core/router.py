@@ -32,8 +32,8 @@ from h5feed.common import messages
 from h5feed.common.exposure import is_local_address
 from h5feed.common.fd_limit import raise_open_files_limit
 from h5feed.common.liveness import consumer_heartbeat_timeout, enable_heartbeats
+from h5feed.consumer.core.security import CurveServer
 from h5feed.consumer.options import FeedOptions
-from h5feed.consumer.security import CurveServer
 
 _SEND_TIMEOUT_MS = 5000
 #: A connection must finish its ZMTP (and CURVE) handshake within this, or libzmq closes it

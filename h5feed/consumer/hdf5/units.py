@@ -12,9 +12,9 @@ from collections.abc import Collection, Sequence
 import numpy as np
 
 from h5feed.common import messages
+from h5feed.consumer.core.ledger import Peer
+from h5feed.consumer.core.scheduler import Send
 from h5feed.consumer.plan import FileColumns, Index, PlannedBatch
-from h5feed.consumer.scheduler import Send
-from h5feed.consumer.work import Peer
 
 #: A JOB lists at most this many files, and paths of at most this many UTF-8 bytes in all: a
 #: worker takes a JOB of the job in hand as more files (protocol 4 already does), so a job of
@@ -48,7 +48,7 @@ def split_job(job: messages.Job) -> list[messages.Job]:
 def merge_jobs(sends: list[Send], alone: Collection[int] = ()) -> list[Send]:
     """Per peer, its JOBs merged (every file it was given, in order) and cut again into parts
     (:func:`split_job`), ahead of its units; a JOB of one file in ``alone`` (a suspect: see
-    :mod:`h5feed.consumer.index_attempts`) stays a JOB of its own, after the merged ones."""
+    :mod:`h5feed.consumer.hdf5.index_attempts`) stays a JOB of its own, after the merged ones."""
     jobs: dict[Peer, messages.Job] = {}
     apart: list[Send] = []
     rest: list[Send] = []

@@ -22,9 +22,9 @@ Guarantees:
    (past ``max_restarts`` deaths a minute of processes that returned nothing) raises
    :class:`WorkerDiedError` naming it, and the pool is closed. One that exits just after is
    replaced by that iteration's recovery, like any local worker (README "Guarantees").
-4. The workers keep every guarantee of :mod:`h5feed.consumer.local_workers` (they die with the
-   trainer, ignore Ctrl-C); :meth:`WorkerPool.close` stops them within about 2 s. It runs when
-   the feed is closed or garbage collected, and at interpreter exit.
+4. The workers keep every guarantee of :mod:`h5feed.consumer.processes.local_workers` (they
+   die with the trainer, ignore Ctrl-C); :meth:`WorkerPool.close` stops them within about 2 s.
+   It runs when the feed is closed or garbage collected, and at interpreter exit.
 5. An ended iteration's shared-memory slots stay open while a kept worker may still make one
    of its units: an iteration left early (``break``) leaves units queued at the workers, each
    naming a slot (``/proc/<trainer>/fd/<n>``). Closed at once, such a unit would find its slot
@@ -48,11 +48,11 @@ from typing import Protocol
 
 from h5feed.common.errors import WorkerDiedError
 from h5feed.common.logs import with_ids
-from h5feed.consumer.local_workers import LocalWorkers
+from h5feed.consumer.core.router import Router
+from h5feed.consumer.core.session import describe_exit
+from h5feed.consumer.core.waker import Waker
 from h5feed.consumer.options import FeedOptions
-from h5feed.consumer.router import Router
-from h5feed.consumer.session import describe_exit
-from h5feed.consumer.waker import Waker
+from h5feed.consumer.processes.local_workers import LocalWorkers
 
 _log = with_ids(logging.getLogger("h5feed.consumer"), "consumer")
 

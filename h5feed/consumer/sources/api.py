@@ -19,11 +19,11 @@ from typing import Any
 
 from h5feed.consumer.feed import Feed
 from h5feed.consumer.options import FeedOptions, check_main_path
-from h5feed.consumer.source_kinds import GENERATOR, epoch_batches
-from h5feed.consumer.source_options import SOURCE_KEYS, Learnt, SourceConfig
-from h5feed.consumer.source_scheduler import check_ragged
+from h5feed.consumer.sources.kinds import GENERATOR, epoch_batches
+from h5feed.consumer.sources.options import SOURCE_KEYS, Learnt, SourceConfig
+from h5feed.consumer.sources.scheduler import check_ragged
+from h5feed.consumer.sources.tf_elements import ragged_paths, spec_from_signature
 from h5feed.consumer.stream import BatchStream
-from h5feed.consumer.tf_elements import ragged_paths, spec_from_signature
 
 
 def make_source_config(files: Any, kwargs: Mapping[str, Any]) -> SourceConfig:

@@ -18,10 +18,10 @@ import numpy as np
 from h5feed.common import elements, tree
 from h5feed.common.elements import STRING, ElementSpec, LeafSpec, RaggedArray
 from h5feed.common.errors import SourceError
-from h5feed.consumer.source_kinds import KERAS
+from h5feed.consumer.sources.kinds import KERAS
 
 if TYPE_CHECKING:
-    from h5feed.consumer.source_options import Learnt, SourceConfig
+    from h5feed.consumer.sources.options import Learnt, SourceConfig
 
 
 def spec_from_signature(signature: Any) -> ElementSpec:

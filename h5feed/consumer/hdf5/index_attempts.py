@@ -32,8 +32,8 @@ from collections.abc import Iterable, Sequence
 from typing import Final
 
 from h5feed.common import messages
-from h5feed.consumer.scheduler import Send
-from h5feed.consumer.work import Peer
+from h5feed.consumer.core.ledger import Peer
+from h5feed.consumer.core.scheduler import Send
 
 #: Causes of a loss that show the worker's process died: a local worker that exited, a
 #: producer's worker replaced by a new process under its name (its service restarts it), or

@@ -1,10 +1,10 @@
 """The protocol every input kind's scheduler follows, and what it hands back to the loop.
 
-A scheduler knows one kind of input (HDF5 clips: :mod:`h5feed.consumer.hdf5_scheduler`; the
-user's map-style, keras and generator sources: :mod:`h5feed.consumer.source_scheduler`) and
+A scheduler knows one kind of input (HDF5 clips: :mod:`h5feed.consumer.hdf5.scheduler`; the
+user's map-style, keras and generator sources: :mod:`h5feed.consumer.sources.scheduler`) and
 nothing of sockets, threads or processes: it gets peers and typed messages, and returns the
 messages to send (:class:`Send`) and the batches that are complete. The loop
-(:mod:`h5feed.consumer.loop`) sends, releases and handles peer events; the credit gate decides
+(:mod:`h5feed.consumer.core.loop`) sends, releases and handles peer events; the credit gate decides
 how much may be dispatched. So a scheduler is tested with tiny fake peers, in-process.
 
 One hand-over rule for every kind: :meth:`Scheduler.reassign` gives a lost peer's work to the
@@ -22,9 +22,9 @@ from collections.abc import Hashable, Sequence
 from typing import Protocol
 
 from h5feed.common import messages
-from h5feed.consumer.assembly import Batch
-from h5feed.consumer.credits import CreditGate
-from h5feed.consumer.work import Peer
+from h5feed.consumer.core.assembly import Batch
+from h5feed.consumer.core.credits import CreditGate
+from h5feed.consumer.core.ledger import Peer
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

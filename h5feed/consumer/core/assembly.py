@@ -1,9 +1,10 @@
 """Assembling HDF5 batches from the parts the workers send.
 
-Guarantees of a :class:`BatchAssembler` (the order of release is :mod:`h5feed.consumer.ordering`'s):
+Guarantees of a :class:`BatchAssembler` (the order of release is
+:mod:`h5feed.consumer.core.ordering`'s):
 
 1. A batch is returned once, complete (every part in), or never.
-2. A batch in a shared-memory slot (see ``h5feed.consumer.slots``) is released as an array
+2. A batch in a shared-memory slot (see ``h5feed.consumer.core.slots``) is released as an array
    over the slot: parts written there by local workers are not copied at all, parts that came
    over the socket are copied in once. Without a slot, a batch made by one part, rows in
    order, is released without a copy; otherwise each part is copied once into the batch.
@@ -22,9 +23,9 @@ from typing import Any
 import numpy as np
 
 from h5feed.common.errors import DataError
+from h5feed.consumer.core.slots import Slot, SlotPool
 from h5feed.consumer.memory import aligned_empty
 from h5feed.consumer.plan import Index, PlannedBatch
-from h5feed.consumer.slots import Slot, SlotPool
 
 
 @dataclasses.dataclass

@@ -57,9 +57,9 @@ from h5feed.common import messages
 from h5feed.common.errors import ProtocolError, VersionMismatchError
 from h5feed.common.liveness import PROBE_EVERY_S
 from h5feed.common.logs import consumer_log
-from h5feed.consumer.events import Arrived, Event, LossCause, PeerJoined, PeerLost
+from h5feed.consumer.core.events import Arrived, Event, LossCause, PeerJoined, PeerLost
+from h5feed.consumer.core.ledger import Peer
 from h5feed.consumer.stats import Counters
-from h5feed.consumer.work import Peer
 
 #: Malformed messages one identity may send before it is refused and ignored: enough that a
 #: peer's one-off bug is survived, few enough that a flood costs at most this many decodes.
@@ -77,7 +77,7 @@ class Transport(Protocol):
 
 
 class LocalProcesses(Protocol):
-    """The iteration's own worker processes (see :class:`~h5feed.consumer.local_workers.
+    """The iteration's own worker processes (see :class:`~h5feed.consumer.processes.local_workers.
     LocalWorkers`)."""
 
     names: list[str]

@@ -5,9 +5,9 @@ spec when it is known: the user's ``output_signature``, or the one an earlier it
 learnt), loads the user's code and answers SOURCE_INFO (kind, length, the spec of its first
 elements). The kinds and lengths must agree; the spec is the given one or the merge of the
 workers' (dimensions that differ become ``None``); the copies must agree on the common items
-each digested (:mod:`h5feed.consumer.source_agreement`). A second SOURCE gives every worker
+each digested (:mod:`h5feed.consumer.sources.agreement`). A second SOURCE gives every worker
 that spec, which it checks every element against. Then the kind's scheduler
-(:mod:`h5feed.consumer.source_kinds`: map, keras, generator) takes over, behind the same
+(:mod:`h5feed.consumer.sources.kinds`: map, keras, generator) takes over, behind the same
 protocol as the HDF5 one.
 """
 
@@ -20,12 +20,13 @@ from h5feed.common import elements, messages, wire
 from h5feed.common.elements import ElementSpec
 from h5feed.common.errors import SourceError
 from h5feed.common.logs import consumer_log
-from h5feed.consumer.assembly import Batch
-from h5feed.consumer.credits import CreditGate
+from h5feed.consumer.core.assembly import Batch
+from h5feed.consumer.core.credits import CreditGate
+from h5feed.consumer.core.ledger import Peer
+from h5feed.consumer.core.scheduler import Reassignment, Send
 from h5feed.consumer.plan import Cursor
-from h5feed.consumer.scheduler import Reassignment, Send
-from h5feed.consumer.source_agreement import check_agreement
-from h5feed.consumer.source_kinds import (
+from h5feed.consumer.sources.agreement import check_agreement
+from h5feed.consumer.sources.kinds import (
     GENERATOR,
     KERAS,
     KINDS,
@@ -34,9 +35,8 @@ from h5feed.consumer.source_kinds import (
     KindScheduler,
     make_kind,
 )
-from h5feed.consumer.source_options import Learnt, SourceConfig
+from h5feed.consumer.sources.options import Learnt, SourceConfig
 from h5feed.consumer.stats import Counters
-from h5feed.consumer.work import Peer
 
 
 class SourceScheduler:

@@ -1,5 +1,5 @@
 """Worker processes started on this machine for one iteration (or, persistent, for every
-iteration of a dataset: :mod:`h5feed.consumer.worker_pool`).
+iteration of a dataset: :mod:`h5feed.consumer.processes.worker_pool`).
 
 Each worker is ``python -m h5feed.producer.worker`` in a fresh interpreter (never a fork of the
 trainer, and never a ``multiprocessing`` spawn that re-imports the trainer's ``__main__``, so a
@@ -12,7 +12,7 @@ trainer finds them. Guarantees:
 2. A worker dies with the trainer process, even by SIGKILL and even while blocked in a long
    call: it asks the kernel for SIGKILL when its parent goes (``PR_SET_PDEATHSIG``, Linux),
    and also watches its parent pid between messages (other systems). Workers are forked by
-   one long-lived thread (:mod:`h5feed.consumer.spawner`), because the kernel sends that
+   one long-lived thread (:mod:`h5feed.consumer.processes.spawner`), because the kernel sends that
    signal when the forking *thread* exits.
 3. :meth:`LocalWorkers.stop` returns within about ``grace_s + 2`` seconds: it waits for the
    workers to leave after BYE, then sends SIGTERM, then SIGKILL, and reaps every process.
@@ -24,7 +24,7 @@ trainer finds them. Guarantees:
    start is a bug to report, not bad luck to retry forever). A process that delivered and
    then died (an OOM killer on a host under memory pressure) is replaced every time: it was
    working. A poison unit that kills each process making it is bounded elsewhere
-   (``max_unit_attempts``: :mod:`h5feed.consumer.recovery`).
+   (``max_unit_attempts``: :mod:`h5feed.consumer.core.recovery`).
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ from h5feed.common.errors import WorkerDiedError, WorkerTimeoutError
 from h5feed.common.wire import DEFAULT_MAX_MESSAGE_BYTES
 from h5feed.common.worker_counters import COUNTERS, read_counters
 from h5feed.common.worker_settings import Code, Data, Network, Process, WorkerSettings
-from h5feed.consumer.spawner import spawn
+from h5feed.consumer.processes.spawner import spawn
 
 _PACKAGE_PARENT = str(pathlib.Path(__file__).resolve().parents[2])
 _TERM_WAIT_S = 1.0
@@ -80,7 +80,7 @@ class LocalWorkers:
         """``max_open_files``: HDF5 files each worker keeps open at once (None: the
         worker's default); ``max_restarts``: see :meth:`replace`. ``persistent``: a BYE ends a
         worker's job, not the worker (it waits for the next one, keeping its indexes: see
-        :mod:`h5feed.consumer.worker_pool`); :meth:`stop` still ends it (SIGTERM after
+        :mod:`h5feed.consumer.processes.worker_pool`); :meth:`stop` still ends it (SIGTERM after
         ``grace_s``)."""
         env = dict(os.environ)
         if keys is not None and server_public is not None:  # CURVE: this iteration's own keys

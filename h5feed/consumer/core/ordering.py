@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Generic, TypeVar
 
-from h5feed.consumer.credits import CreditGate
+from h5feed.consumer.core.credits import CreditGate
 
 B = TypeVar("B")
 T = TypeVar("T")

@@ -1,5 +1,6 @@
 """The ``h5feed bench`` subcommand: argument parsing here (cheap to import), the benchmark
-itself loaded when it runs."""
+itself loaded when it runs. ``h5feed bench`` alone runs the comparison; ``h5feed bench NAME``
+runs one of the other measurements (:mod:`h5feed.bench.subcommands`)."""
 
 from __future__ import annotations
 
@@ -33,7 +34,8 @@ examples:
   h5feed bench --contenders h5feed,torch --repeats 5
   h5feed bench --ceiling                     # the consumer ceiling only
   h5feed bench --ceiling --transports tcp,curve   # over TCP between network namespaces (root)
-  h5feed bench --quick --out /tmp/smoke      # CI smoke run: 1 s windows, tiny dataset"""
+  h5feed bench --quick --out /tmp/smoke      # CI smoke run: 1 s windows, tiny dataset
+  h5feed bench scale --help                  # one of the other measurements (listed above)"""
 
 
 def _int_list(text: str) -> list[int]:
@@ -136,6 +138,18 @@ def register(subcommand: Subcommand) -> None:
         "its figures mean nothing",
     )
     parser.set_defaults(handler=run)
+    # Whole option names only: with abbreviations, argparse would read a subcommand's option
+    # (``scale --data``) as an ambiguous prefix of this parser's (--data-dir, --dataset).
+    parser.allow_abbrev = False
+    from h5feed.bench import subcommands  # argparse only: cheap
+
+    subcommands.register(
+        parser.add_subparsers(
+            dest="study",
+            metavar="SUBCOMMAND",
+            title="other measurements (h5feed bench SUBCOMMAND --help)",
+        )
+    )
 
 
 def parse_dataset_shape(text: str) -> tuple[int, int]:

@@ -132,6 +132,15 @@ def register(subcommand: Subcommand) -> None:
         "evenly among them (e.g. 120x4 for 1, 2, 4, 8 and 15 workers)",
     )
     add(
+        "--targets",
+        type=pathlib.Path,
+        default=None,
+        metavar="FILE",
+        help="judge the figures against the targets in FILE (JSON; see h5feed.bench.targets) "
+        "(default docs/bench/targets.json when the working directory has it, as a checkout "
+        "does; else judge nothing)",
+    )
+    add(
         "--quick",
         action="store_true",
         help="CI smoke run: 1 s windows, 1 repeat, 0.5 s warm-up, a 2 x 4 video dataset; "
@@ -169,6 +178,7 @@ def run(args: argparse.Namespace) -> int:
     """Run the benchmark; the report goes to stdout and the files, progress to stderr."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # for the contender processes
     from h5feed.bench.main import Options, run_bench
+    from h5feed.bench.targets import default_path as default_targets
 
     quick = bool(args.quick)
     window, repeats, warmup = (1.0, 1, 0.5) if quick else (10.0, 3, 3.0)
@@ -188,6 +198,7 @@ def run(args: argparse.Namespace) -> int:
         quick=quick,
         dataset=args.dataset,
         command=" ".join(["h5feed bench", *(shlex.quote(a) for a in _own_arguments())]),
+        targets=args.targets if args.targets is not None else default_targets(),
         date=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
     )
     return run_bench(options)

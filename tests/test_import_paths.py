@@ -41,8 +41,9 @@ def test_every_option_accepts_an_import_path(path: str) -> None:
     assert f"{parsed.module}:{parsed.attribute}" == path
     assert ClipSpec(transform=path).transform == path
     assert SourceConfig(source=path, options=FeedOptions()).source == path
-    # the worker gets past the form: the import itself is what fails here
-    with pytest.raises(ImportPathError, match=r"cannot import module|trainer.s script"):
+    # the worker gets past the form: the import itself is what fails here (or, for the
+    # trainer's script, that this process is no local worker or its script has no factory)
+    with pytest.raises(ImportPathError, match=r"cannot import module|trainer.s script|no attr"):
         import_path.load_callable(path, TRUSTED)
 
 

@@ -3,11 +3,12 @@
 :class:`LoopDriver` builds an iteration's consumer side as ``BatchStream`` does — a real
 :class:`~h5feed.consumer.core.router.Router` (a ROUTER socket on ``ipc://``), waker, credit gate,
 :class:`~h5feed.consumer.core.session.PeerSession` and scheduler — and runs the real
-:class:`~h5feed.consumer.core.loop.FeedLoop` on its thread, with :mod:`~h5feed.consumer.core.recovery`
-deciding every loss. What is fake: the producers (:class:`WirePeer`, a DEALER socket in the
-test's thread answering what a :class:`~fake_peers.FakeWorker` answers, encoded by the real
-wire module), the local processes (:class:`~fake_peers.FakeLocalWorkers`), and the trainer
-(the driver takes batches and returns their credits, as ``BatchStream.__next__`` does).
+:class:`~h5feed.consumer.core.loop.FeedLoop` on its thread, with
+:mod:`~h5feed.consumer.core.recovery` deciding every loss. What is fake: the producers
+(:class:`WirePeer`, a DEALER socket in the test's thread answering what a
+:class:`~fake_peers.FakeWorker` answers, encoded by the real wire module), the local processes
+(:class:`~fake_peers.FakeLocalWorkers`), and the trainer (the driver takes batches and returns
+their credits, as ``BatchStream.__next__`` does).
 
 Why the real socket rather than a fake transport under the session: the loop's pass is what
 these tests pin — poll, read what waits, health checks every 0.2 s, sends that fail with
@@ -73,9 +74,8 @@ class WirePeer:
         self.respond: Respond = worker.answer
         self.closed = False
         peer = worker.peer
-        self._hello = list(hello) if hello is not None else messages.encode(
-            messages.Hello(peer.name, peer.pid, peer.host, "h5feed-test", secrets.token_hex(8))
-        )
+        own = messages.Hello(peer.name, peer.pid, peer.host, "h5feed-test", secrets.token_hex(8))
+        self._hello = list(hello) if hello is not None else messages.encode(own)
         self._last_hello = -math.inf
         self.socket = context.socket(zmq.DEALER)
         self.socket.setsockopt(zmq.LINGER, 0)
@@ -153,6 +153,7 @@ class LoopDriver:
         self.taken: list[Batch] = []
         self.ended: object | None = None  # END or FAILED, once the loop put it
         self.taking = True  # the trainer takes batches (False: it pauses)
+        self.take_until: int | None = None  # it pauses once it has taken this many
         self._started = False
         self._replaced = 0  # of local.replacements, started so far
 
@@ -226,6 +227,8 @@ class LoopDriver:
     def _take(self) -> None:
         """The trainer: take what the loop released, returning each batch's credit."""
         while self.ended is None and self.taking:
+            if self.take_until is not None and len(self.taken) >= self.take_until:
+                return
             try:
                 item = self.loop.out.get_nowait()
             except queue.Empty:

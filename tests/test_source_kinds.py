@@ -9,6 +9,7 @@ import pytest
 
 from h5feed.common.errors import SourceError
 from h5feed.common.source_kinds import SourceKind
+from h5feed.consumer.sources.kinds import SCHEDULERS
 from h5feed.producer.sources import KINDS, detect_kind
 
 
@@ -71,3 +72,8 @@ def test_a_keras_dataset_is_detected_before_a_map() -> None:
 def test_what_no_kind_takes_is_refused(obj: Any) -> None:
     with pytest.raises(SourceError, match=r"is not a source|none of"):
         detect_kind(obj)
+
+
+def test_every_kind_has_one_consumer_scheduler() -> None:
+    assert sorted(SCHEDULERS) == sorted(SourceKind)
+    assert all(cls.kind is kind for kind, cls in SCHEDULERS.items())

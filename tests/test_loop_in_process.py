@@ -1,9 +1,10 @@
 """The loop's failure rules, pinned in process: the real FeedLoop, session, recovery and
 schedulers on a real ROUTER socket, with fake producers on DEALER sockets in the test's thread
 (tests/wire_peers.py says why the socket is real). Each test names the guarantee it pins:
-losses (a local worker killed, a remote producer gone), a join during the iteration, a
-worker's ERROR, refused peers, and a loss with nobody left; HDF5 (fake INDEX and DATA) and a
-map source. No worker processes: each test takes well under a second of its own."""
+losses (a local worker killed, a remote producer gone, one stuck past ``unit_timeout_s``, a
+poison unit), a join during the iteration, a worker's ERROR, refused peers, and a loss with
+nobody left; HDF5 (fake INDEX and DATA) and a map source. No worker processes: each test takes
+about a second or less."""
 
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ from test_schedulers import (
 from wire_peers import LoopDriver, WirePeer, short_ipc_address
 
 from h5feed.common import messages, wire
-from h5feed.common.errors import FileReadError, NoWorkersError, WorkerError
+from h5feed.common.errors import FileReadError, NoWorkersError, PoisonUnitError, WorkerError
 from h5feed.consumer.core.assembly import Batch
 from h5feed.consumer.core.credits import CreditGate
 from h5feed.consumer.core.loop import END, FAILED
@@ -215,6 +216,72 @@ def test_a_remote_producer_gone_mid_epoch_hands_its_units_to_the_others(
     assert counters.workers_replaced == 0 and counters.reassigned_units >= 1
     assert not local.replacements and len(driver.peers) == 2
     assert any(work_of(m) for m in w0.received)
+
+
+@pytest.mark.parametrize("kind_name", KINDS)
+def test_a_producer_stuck_past_unit_timeout_is_lost_and_its_late_parts_are_dropped(
+    rig: Callable[..., LoopDriver], address: str, kind_name: str
+) -> None:
+    kind = Kind(
+        kind_name, workers=1, max_inflight_batches=3, listen=address, join_grace_s=0.5,
+        unit_timeout_s=1.0,
+    )  # fmt: skip
+    local = local_workers(1)
+    driver = rig(kind, local)
+    connect_locals(driver, kind, local)
+    stuck = driver.connect(kind.worker("p0", 77, False))
+    held: list[messages.Message] = []
+
+    def respond(message: messages.Message) -> list[messages.Message]:
+        if held or (work_of(message) and len(stuck.got(type(message))) == 2):
+            held.append(message)  # stuck in user code: it answers nothing, its socket lives
+            driver.taking = False
+            return []
+        return stuck.worker.answer(message)
+
+    stuck.respond = respond
+    driver.start()
+    driver.pump(lambda: driver.counters.peers_lost == 1, "the stuck producer's deadline")
+    late = [reply for message in held if work_of(message) for reply in stuck.worker.answer(message)]
+    assert late
+    for part in late:  # it comes back to life: every part it owed arrives after all
+        stuck.send(part)
+    driver.pump(lambda: driver.counters.dropped_parts == len(late), "the late parts dropped")
+    driver.taking = True
+    assert driver.finish() is END, driver.error
+    kind.assert_exactly_once_in_plan_order(driver.taken)
+    assert driver.counters.reassigned_units >= 1 and driver.counters.workers_replaced == 0
+
+
+def test_a_unit_whose_holder_dies_max_unit_attempts_times_ends_the_iteration_naming_its_samples(
+    rig: Callable[..., LoopDriver],
+) -> None:
+    kind = Kind("hdf", workers=1, max_inflight_batches=1, max_unit_attempts=2)
+    local = local_workers(1)
+    driver = rig(kind, local)
+    assert isinstance(kind.config, HdfConfig)
+    poison = planned_batches(kind.config, INDEX, EPOCHS)[2][0]  # a sample of the 3rd batch
+    killed: list[WirePeer] = []
+
+    def kills_its_worker(peer: WirePeer) -> None:
+        def respond(message: messages.Message) -> list[messages.Message]:
+            if isinstance(message, messages.Unit) and poison in [r.sample for r in message.rows]:
+                killed.append(peer)
+                driver.kill(peer)  # a sample that crashes the decoder, every time
+                return []
+            return peer.worker.answer(message)
+
+        peer.respond = respond
+
+    driver.on_connect = kills_its_worker  # w0 and each of its replacements
+    connect_locals(driver, kind, local)
+    driver.start()
+    assert driver.finish() is FAILED
+    error = driver.error
+    assert isinstance(error, PoisonUnitError), repr(error)
+    assert len(killed) == 2 and "(max_unit_attempts=2)" in str(error)
+    assert f"(sample {poison} of epoch 0)" in str(error)
+    assert len(driver.taken) == 2  # the batches before it, once each
 
 
 # -- joins ------------------------------------------------------------------------------------

@@ -3,6 +3,9 @@ load) and its consumer scheduler, and the wire names are today's strings."""
 
 from __future__ import annotations
 
+import importlib
+import pathlib
+import re
 from typing import Any
 
 import pytest
@@ -82,3 +85,25 @@ def test_what_no_kind_takes_is_refused(obj: Any) -> None:
 def test_every_kind_has_one_consumer_scheduler() -> None:
     assert sorted(SCHEDULERS) == sorted(SourceKind)
     assert all(cls.kind is kind for kind, cls in SCHEDULERS.items())
+
+
+def test_the_readme_row_on_adding_a_kind_names_what_exists() -> None:
+    """README "Where to change what", "add a source kind": every file it names exists, and
+    every name it places in a file is defined there."""
+    root = pathlib.Path(__file__).resolve().parents[1]
+    row = next(
+        line
+        for line in (root / "README.md").read_text().splitlines()
+        if line.startswith("| add a source kind |")
+    )
+    files = re.findall(r"`([\w/]+\.py)`", row)
+    assert len(files) == 6, row
+    for file in files:
+        assert (root / ("" if file.startswith("tests/") else "h5feed") / file).is_file(), file
+    placed = re.findall(r"`(\w+)` in `([\w/]+\.py)`", row) + re.findall(
+        r"in `(\w+)` of `([\w/]+\.py)`", row
+    )
+    assert len(placed) == 5, row
+    for name, file in placed:
+        module = importlib.import_module("h5feed." + file.removesuffix(".py").replace("/", "."))
+        assert hasattr(module, name), (name, file)

@@ -154,6 +154,9 @@ class LoopDriver:
         self.ended: object | None = None  # END or FAILED, once the loop put it
         self.taking = True  # the trainer takes batches (False: it pauses)
         self.take_until: int | None = None  # it pauses once it has taken this many
+        #: Called with each new peer before it says anything (a replacement's too), so a
+        #: test's :attr:`WirePeer.respond` is in place before its first answer.
+        self.on_connect: Callable[[WirePeer], None] | None = None
         self._started = False
         self._replaced = 0  # of local.replacements, started so far
 
@@ -163,6 +166,8 @@ class LoopDriver:
         """A new producer running ``worker`` (``hello``: other HELLO frames than its own)."""
         peer = WirePeer(self.context, self.address, worker, hello)
         self.peers.append(peer)
+        if self.on_connect is not None:
+            self.on_connect(peer)
         peer.tick(time.monotonic())
         return peer
 
@@ -197,6 +202,13 @@ class LoopDriver:
             if time.monotonic() > deadline:
                 raise AssertionError(f"waited {timeout_s:g} s for {what}")
             self._step()
+
+    def pump_for(self, seconds: float) -> None:
+        """Answer and take for ``seconds`` whatever happens (many of the loop's passes: its
+        poll is 50 ms, its health check every 0.2 s). For a test that shows the loop keeps
+        waiting; nothing it asserts depends on how long this takes."""
+        end = time.monotonic() + seconds
+        self.pump(lambda: time.monotonic() >= end, f"{seconds:g} s", seconds + WAIT_S)
 
     def finish(self, timeout_s: float = WAIT_S) -> object:
         """Run to the end of the iteration: END or FAILED (the loop's error in ``error``)."""

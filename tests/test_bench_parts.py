@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from h5feed.bench import contender as registry
+from h5feed.bench.contender import Setup
 from h5feed.bench.runner import ContenderFailed, Plan, Row, run_row, validate_check
 from h5feed.bench.workload import (
     CLIP_SHAPE,
@@ -153,48 +154,68 @@ def test_stopped_freezes_a_process_tree_and_always_continues_it() -> None:
         parent.wait(timeout=10)
 
 
-def test_parallel_per_core_limit_counts_the_clips_of_its_copies_and_stops_them(
-    bench_paths: list[str], tmp_path: pathlib.Path
-) -> None:
-    import time
-
-    from h5feed.bench.contender import Setup
-    from h5feed.bench.measure import measure_window
-    from h5feed.bench.percore import ParallelPerCore
-
-    setup = Setup(
-        paths=tuple(bench_paths),
-        videos=tuple(index_videos(bench_paths)),
-        workers=2,
+def parallel_setup(paths: list[str], cache_dir: pathlib.Path, copies: int) -> Setup:
+    return Setup(
+        paths=tuple(paths),
+        videos=tuple(index_videos(paths)),
+        workers=copies,
         epochs=None,
         seed=0,
-        cache_dir=str(tmp_path),
+        cache_dir=str(cache_dir),
     )
-    contender = ParallelPerCore(setup)
+
+
+def test_parallel_per_core_limit_runs_every_copy_in_a_child_and_only_counts_in_the_trainer(
+    bench_paths: list[str], tmp_path: pathlib.Path
+) -> None:
+    """The row's columns are honest: "worker CPU" holds every copy (each a descendant of the
+    timing process), "trainer CPU" only the counting, and every clip is a copy's."""
+    import os
+
+    from h5feed.bench.measure import measure_window
+    from h5feed.bench.percore import ParallelPerCore
+    from h5feed.bench.procstat import descendants
+
+    contender = ParallelPerCore(parallel_setup(bench_paths, tmp_path, copies=2))
     contender.start()
     try:
-        deadline = time.monotonic() + 60
-        while contender.clips_elsewhere() == 0:  # the copy is a spawned interpreter
-            assert time.monotonic() < deadline, "the second copy made no clip in 60 s"
-            time.sleep(0.05)
-        made: list[int] = []
-        own = contender.next_frames
-
-        def counted() -> np.ndarray:
-            frames = own()
-            made.append(len(frames))
-            return frames
-
-        contender.next_frames = counted  # type: ignore[method-assign]
-        before = contender.clips_elsewhere()
+        assert len(contender.next_frames()) == 0  # returns once every copy made a batch
+        copies = [child.pid for child in contender._children]
+        assert len(copies) == 2 and set(copies) <= descendants(os.getpid())
+        before = list(contender._counts)
+        assert min(before) > 0
         window = measure_window(contender, 1.0)
-        after = contender.clips_elsewhere()
-        # The window holds this process's clips and the copy's made meanwhile, and their CPU.
-        assert 0 < window.clips - sum(made) <= after - before
+        after = list(contender._counts)
+        assert all(a > b for a, b in zip(after, before, strict=True)), (before, after)
+        assert 0 < window.clips <= sum(after) - sum(before)
         assert window.worker_cpu_s > 0
+        # One copy in the timing process would make both columns alike (k = 2).
+        assert window.trainer_cpu_ms_per_clip < window.worker_cpu_ms_per_clip / 10, window
     finally:
         contender.close()
-    assert contender._children and not any(c.is_alive() for c in contender._children)
+    assert not any(child.is_alive() for child in contender._children)
+
+
+def test_parallel_per_core_limit_reports_a_copy_that_exits(
+    bench_paths: list[str], tmp_path: pathlib.Path
+) -> None:
+    import os
+    import signal
+
+    from h5feed.bench.percore import ParallelPerCore
+
+    contender = ParallelPerCore(parallel_setup(bench_paths, tmp_path, copies=2))
+    contender.start()
+    try:
+        contender.next_frames()
+        victim = contender._children[1]
+        assert victim.pid is not None
+        os.kill(victim.pid, signal.SIGKILL)
+        victim.join(timeout=30)
+        with pytest.raises(RuntimeError, match=r"copy 1 of the per-core limit .* code -9"):
+            contender.next_frames()
+    finally:
+        contender.close()
 
 
 def test_parallel_per_core_limit_checks_as_one_copy_and_needs_two_workers() -> None:

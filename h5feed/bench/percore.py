@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import multiprocessing
 import os
+import time
 from collections.abc import Sequence
 from multiprocessing.sharedctypes import SynchronizedArray
 from typing import Any
@@ -33,6 +34,9 @@ from h5feed.bench.workload import (
 from h5feed.common.config import ClipSpec
 from h5feed.producer.decode import ClipWriter, decode_frame
 from h5feed.producer.reader import VideoFile
+
+_POLL_S = 0.01  # the parallel limit's timing process wakes this often to count (~0.1 % CPU)
+_FIRST_BATCH_TIMEOUT_S = 300.0  # a spawned interpreter importing cv2 and h5py, busy machine
 
 
 class PerCoreLimit(Contender):
@@ -67,27 +71,47 @@ class PerCoreLimit(Contender):
 
 
 class ParallelPerCore(PerCoreLimit):
-    """``setup.workers`` copies of the per-core limit at once: this process and
-    ``workers - 1`` children, each on plans of its own seed, sharing nothing but the machine.
+    """``setup.workers`` copies of the per-core limit at once, each a child process on plans
+    of its own seed (``seed + copy``), sharing nothing but the machine; this process only
+    counts their clips.
 
     What this machine gives N processes that never talk to each other: the ceiling of any
     loader with N workers, a shade under N x the per-core limit (other processes, interrupts,
-    shared caches). The children count their clips in shared memory, added to this process's
-    by :meth:`clips_elsewhere`; their CPU is the "worker CPU" of the row. A one-epoch instance
-    (the runner's check) runs no children: it is the per-core limit's own check."""
+    shared caches).
+
+    Accounting (what the report's columns mean for this row):
+
+    1. Every copy is a child: the row's "worker CPU" (the timing process's descendants) is
+       the CPU of all N copies, and its "trainer CPU" is this process's counting alone, near
+       zero. The N copies are alike: none shares its process with the timing loop and the
+       ``/proc`` reads of :func:`~h5feed.bench.measure.measure_window`, so the row keeps its
+       meaning, N x one core's bare loop, and ``measure.py`` needs no rule for one
+       contender. (Until 2026-11-26 one copy ran in this process, so its CPU was counted as
+       trainer CPU and the worker column left it out.)
+    2. :meth:`next_frames` sleeps ``_POLL_S`` and returns an empty batch; a window's clips
+       are what the copies' counters in shared memory grew by between its ends
+       (:meth:`clips_elsewhere`). Its first call returns only once every copy has made a
+       batch, so the copies' start-up (a spawned interpreter) is not timed.
+    3. A copy that exits, or makes no first batch within ``_FIRST_BATCH_TIMEOUT_S``, is a
+       RuntimeError naming it: a row never reports the clips of fewer copies than it says.
+    4. A one-epoch instance (the runner's check) runs no children: it is the per-core
+       limit's own check, in this process.
+    """
 
     def __init__(self, setup: Setup) -> None:
         super().__init__(setup)
         self._counts: Any = None
         self._children: list[multiprocessing.process.BaseProcess] = []
+        self._started = False
+        self._nothing = np.empty((0, *CLIP_SHAPE), np.uint8)
 
     def start(self) -> None:
         super().start()
-        if self.setup.epochs is not None or self.setup.workers < 2:
+        if self.setup.epochs is not None:
             return
         context = multiprocessing.get_context("spawn")
-        self._counts = context.Array("q", self.setup.workers - 1, lock=False)
-        for copy in range(1, self.setup.workers):
+        self._counts = context.Array("q", self.setup.workers, lock=False)
+        for copy in range(self.setup.workers):
             child = context.Process(
                 target=_run_copy,
                 args=(self.setup, copy, self._counts, os.getpid()),
@@ -96,6 +120,36 @@ class ParallelPerCore(PerCoreLimit):
             )
             child.start()
             self._children.append(child)
+
+    def next_frames(self) -> np.ndarray:
+        if self._counts is None:  # the one-epoch check: the per-core limit itself
+            return super().next_frames()
+        if not self._started:
+            self._wait_for_every_copy()
+            self._started = True
+        time.sleep(_POLL_S)
+        self._check_copies()
+        return self._nothing
+
+    def _wait_for_every_copy(self) -> None:
+        deadline = time.monotonic() + _FIRST_BATCH_TIMEOUT_S
+        while min(self._counts) == 0:
+            self._check_copies()
+            if time.monotonic() > deadline:
+                idle = [copy for copy, count in enumerate(self._counts) if count == 0]
+                raise RuntimeError(
+                    f"copies {idle} of the per-core limit made no batch in "
+                    f"{_FIRST_BATCH_TIMEOUT_S:.0f} s"
+                )
+            time.sleep(_POLL_S)
+
+    def _check_copies(self) -> None:
+        for copy, child in enumerate(self._children):
+            if child.exitcode is not None:
+                raise RuntimeError(
+                    f"copy {copy} of the per-core limit (pid {child.pid}) exited with code "
+                    f"{child.exitcode}"
+                )
 
     def clips_elsewhere(self) -> int:
         return 0 if self._counts is None else int(sum(self._counts))
@@ -113,7 +167,7 @@ def _run_copy(setup: Setup, copy: int, counts: SynchronizedArray[int], parent: i
     its parent is gone."""
     limit = PerCoreLimit(dataclasses.replace(setup, seed=setup.seed + copy))
     while os.getppid() == parent:
-        counts[copy - 1] += len(limit.next_frames())
+        counts[copy] += len(limit.next_frames())
 
 
 def check_same_pixels(paths: Sequence[str], seed: int, clips: int = 4) -> None:

@@ -7,14 +7,25 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import pathlib
+import sys
+import time
 
 import numpy as np
 import pytest
 
 from h5feed.bench import contender as registry
 from h5feed.bench.contender import Setup
-from h5feed.bench.runner import ContenderFailed, Plan, Row, run_row, validate_check
+from h5feed.bench.measure import Window
+from h5feed.bench.runner import (
+    ContenderFailed,
+    ContenderProcess,
+    Plan,
+    Row,
+    run_row,
+    validate_check,
+)
 from h5feed.bench.workload import (
     CLIP_SHAPE,
     QUICK_SPEC,
@@ -102,6 +113,80 @@ def test_a_contender_that_raises_is_reported_with_its_error(
     assert row.status == "failed"
     assert "OSError: disk on fire" in row.reason
     assert row.windows == []
+
+
+class _Slow(registry.Contender):
+    """Batches that come late (one clip every 0.1 s), for as long as it is asked."""
+
+    def next_frames(self) -> np.ndarray:
+        time.sleep(0.1)  # the slowness itself, not a wait for something
+        return np.zeros((1, *CLIP_SHAPE), np.uint8)
+
+
+class _HangsAfterOne(registry.Contender):
+    """One batch (so it gets ready), then a hang that says where it is on stderr."""
+
+    def __init__(self, setup: Setup) -> None:
+        super().__init__(setup)
+        self.batches = 0
+
+    def next_frames(self) -> np.ndarray:
+        self.batches += 1
+        if self.batches > 1:
+            print("hanging in next_frames", file=sys.stderr, flush=True)
+            time.sleep(3600)
+        return np.zeros((1, *CLIP_SHAPE), np.uint8)
+
+
+def synthetic_process(
+    name: str, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> ContenderProcess:
+    """A real run_one child running one of this module's contenders, reporting progress
+    every 0.1 s."""
+    here = str(pathlib.Path(__file__).parent)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([here, os.environ.get("PYTHONPATH", "")]))
+    spec = {
+        "target": f"{__name__}:{name}",
+        "check": False,
+        "progress_every_s": 0.1,
+        "setup": {"paths": [], "videos": [], "workers": 1, "seed": 0, "cache_dir": str(tmp_path)},
+    }
+    return ContenderProcess(name, spec)
+
+
+def test_a_slow_child_answering_later_than_the_silence_bound_is_accepted(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    process = synthetic_process("_Slow", tmp_path, monkeypatch)
+    try:
+        process.receive("ready", silence_s=120)  # start-up: an interpreter and numpy
+        began = time.monotonic()
+        process.request("window 0 5")
+        window = Window.from_dict(process.receive("window", silence_s=2.0))
+        assert time.monotonic() - began > 2.0  # late in all, never silent for 2 s
+        assert window.clips > 0 and window.wall_s >= 5.0
+    finally:
+        process.stop()
+
+
+def test_a_child_that_never_answers_is_reported_in_bounded_time_with_its_stderr(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    process = synthetic_process("_HangsAfterOne", tmp_path, monkeypatch)
+    try:
+        process.receive("ready", silence_s=120)
+        began = time.monotonic()
+        process.request("window 0 1")
+        with pytest.raises(ContenderFailed) as failed:
+            process.receive("window", silence_s=3.0)
+        assert time.monotonic() - began < 30.0, "not reported within its silence bound"
+        assert "_HangsAfterOne: no answer and no progress for 3 s" in str(failed.value)
+        assert "hanging in next_frames" in str(failed.value)  # the stderr's tail
+    finally:
+        stopping = time.monotonic()
+        process.stop()
+    assert process.process.returncode is not None
+    assert time.monotonic() - stopping < 15.0, "a silent child is terminated, not waited on"
 
 
 def test_unknown_contender_names_are_refused() -> None:

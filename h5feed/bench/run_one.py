@@ -11,6 +11,10 @@ is one line ``@@h5feed-bench KIND JSON`` (anything else printed there is ignored
    untimed batches, then one timed window (:func:`h5feed.bench.measure.measure_window`);
    ``stop`` (or end of input) ends the process.
 
+Meanwhile, ``progress`` after a batch, at most every :data:`PROGRESS_EVERY_S` (the spec's
+``progress_every_s`` if it has one): it tells the runner a slow contender from a hung one (a
+write of a few bytes a second, the same for every contender).
+
 Any failure sends ``error`` (type, message, traceback) and exits with status 1; the runner
 reports the contender as failed with that message, never with a number.
 """
@@ -25,7 +29,12 @@ import time
 import traceback
 from typing import Any
 
+from h5feed.bench.contender import Contender, Setup, make_contender
+
 TAG = "@@h5feed-bench "
+#: The message kind that says a batch came.
+PROGRESS = "progress"
+PROGRESS_EVERY_S = 1.0
 
 
 def send(kind: str, payload: dict[str, Any]) -> None:
@@ -40,9 +49,36 @@ def versions() -> dict[str, str | None]:
     return {name: getattr(sys.modules.get(name), "__version__", None) for name in names}
 
 
+class Reporting(Contender):
+    """A contender whose batches are reported as ``progress``, at most every
+    ``every_s`` (the first one at once)."""
+
+    def __init__(self, contender: Contender, every_s: float) -> None:
+        super().__init__(contender.setup)
+        self.contender = contender
+        self.every_s = every_s
+        self._next_at = 0.0
+
+    def start(self) -> None:
+        self.contender.start()
+
+    def next_frames(self) -> Any:
+        frames = self.contender.next_frames()
+        now = time.monotonic()
+        if now >= self._next_at:
+            self._next_at = now + self.every_s
+            send(PROGRESS, {})
+        return frames
+
+    def clips_elsewhere(self) -> int:
+        return self.contender.clips_elsewhere()
+
+    def close(self) -> None:
+        self.contender.close()
+
+
 def serve(spec: dict[str, Any]) -> int:
     """The contender process's life (see the module docstring)."""
-    from h5feed.bench.contender import Setup, make_contender
     from h5feed.bench.measure import check_epoch, drive_for, measure_window
     from h5feed.bench.workload import VideoRef
 
@@ -55,14 +91,17 @@ def serve(spec: dict[str, Any]) -> int:
         seed=int(raw["seed"]),
         cache_dir=str(raw["cache_dir"]),
     )
+    every_s = float(spec.get("progress_every_s", PROGRESS_EVERY_S))
     if spec.get("check"):
-        once = make_contender(spec["target"], dataclasses.replace(setup, epochs=1))
+        once = Reporting(
+            make_contender(spec["target"], dataclasses.replace(setup, epochs=1)), every_s
+        )
         try:
             result = check_epoch(once)
         finally:
             once.close()
         send("check", result)
-    contender = make_contender(spec["target"], setup)
+    contender = Reporting(make_contender(spec["target"], setup), every_s)
     try:
         began = time.monotonic()
         contender.start()

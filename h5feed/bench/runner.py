@@ -20,6 +20,10 @@ Method (what the report states):
 5. While a contender's process lives, this process samples the memory of its process tree
    (RSS and PSS, every 0.5 s or less often: the sampler uses at most 0.5 % of a core) for
    the peak; the contender's own ``ru_maxrss`` comes with each window.
+6. A contender is waited on as long as it makes progress (a batch, reported at most every
+   second): on a loaded machine it gives a slow figure, not a failure. One silent for
+   ``_WINDOW_SILENCE_S`` (``_START_SILENCE_S`` while it starts) is reported as failed with
+   its stderr's tail (:class:`ContenderProcess`).
 """
 
 from __future__ import annotations
@@ -41,11 +45,19 @@ from typing import Any
 from h5feed.bench.contender import PARALLEL_PER_CORE, PER_CORE, Info
 from h5feed.bench.measure import Window
 from h5feed.bench.procstat import descendants, process_cpu_s, tree_memory_mb
-from h5feed.bench.run_one import TAG
+from h5feed.bench.run_one import PROGRESS, TAG
 from h5feed.bench.workload import VideoRef
 
-_START_TIMEOUT_S = 600.0  # TensorFlow's import and a one-epoch check on a busy machine
-_REPLY_GRACE_S = 120.0
+#: The longest silence allowed while a contender starts: TensorFlow's import and the start of
+#: its pipeline on a busy machine (no batch comes then, so no ``progress`` either).
+_START_SILENCE_S = 600.0
+#: The longest silence allowed during a window, counted from the request or the last
+#: ``progress``: longer than any wait of a contender's own failure detection (h5feed's
+#: ``unit_timeout_s`` is 120 s, a replaced worker's ``start_timeout_s`` 60 s), so that those
+#: end with the contender's own error, and short enough that a hung child ends the row.
+_WINDOW_SILENCE_S = 300.0
+#: How long a child asked to stop may take before it is terminated.
+_STOP_GRACE_S = 30.0
 _MEMORY_EVERY_S = 0.5  # the shortest pause between two memory samples
 _MEMORY_MAX_LOAD = 0.005  # the share of one core the memory sampler may use
 _STDERR_TAIL_CHARS = 2000
@@ -94,7 +106,15 @@ class Row:
 
 class ContenderProcess:
     """A ``run_one`` child process, spoken to by lines; its stderr goes to a temporary file
-    (TensorFlow's logs), whose tail explains a failure."""
+    (TensorFlow's logs), whose tail explains a failure.
+
+    Slow is not hung: a child sends ``progress`` after a batch (at most every
+    ``run_one.PROGRESS_EVERY_S``), and :meth:`receive` fails only after a *silence* of its
+    ``silence_s``, however long the answer takes in all. So a loaded machine gives a slow
+    figure, and a child that truly hangs (no message at all) is reported within
+    ``silence_s``, with its stderr's tail, and terminated without being asked again. (A
+    deadline fixed at the request, the warm-up plus the window plus 120 s, used to fail
+    contenders whose batches merely came late on a loaded machine.)"""
 
     def __init__(self, label: str, spec: dict[str, Any]) -> None:
         self.label = label
@@ -109,6 +129,7 @@ class ContenderProcess:
             env=env,
         )
         self._pending = b""
+        self._silent = False  # it let a receive time out: stop() does not wait on it
 
     @property
     def pid(self) -> int:
@@ -124,10 +145,10 @@ class ContenderProcess:
             tail = self.stderr_tail()
             raise ContenderFailed(f"{self.label}: process gone ({exc}){tail}") from exc
 
-    def receive(self, kind: str, timeout_s: float) -> dict[str, Any]:
-        """The next message of ``kind``; ContenderFailed on an error message, an exit or a
-        timeout."""
-        deadline = time.monotonic() + timeout_s
+    def receive(self, kind: str, silence_s: float) -> dict[str, Any]:
+        """The next message of ``kind``; ContenderFailed on an error message, an exit, or
+        ``silence_s`` without any message (``progress`` restarts the count)."""
+        deadline = time.monotonic() + silence_s
         while True:
             line, newline, rest = self._pending.partition(b"\n")
             if newline:
@@ -141,16 +162,21 @@ class ContenderProcess:
                     raise ContenderFailed(f"{message['type']}: {message['message']}")
                 if got == kind:
                     return message
+                if got == PROGRESS:
+                    deadline = time.monotonic() + silence_s
                 continue
-            self._read_more(deadline)
+            self._read_more(deadline, silence_s)
 
-    def _read_more(self, deadline: float) -> None:
+    def _read_more(self, deadline: float, silence_s: float) -> None:
         stdout = self.process.stdout
         if stdout is None:
             raise RuntimeError("no stdout")
         left = deadline - time.monotonic()
         if left <= 0:
-            raise ContenderFailed(f"{self.label}: no answer in time{self.stderr_tail()}")
+            self._silent = True
+            raise ContenderFailed(
+                f"{self.label}: no answer and no progress for {silence_s:.0f} s{self.stderr_tail()}"
+            )
         readable, _, _ = select.select([stdout], [], [], left)
         if readable:
             chunk = os.read(stdout.fileno(), 65536)
@@ -171,11 +197,13 @@ class ContenderProcess:
         return f"\n{tail}" if tail else ""
 
     def stop(self) -> None:
-        """Ask the process to stop, then make sure it has (terminate, kill)."""
-        with contextlib.suppress(OSError, RuntimeError, ContenderFailed):
-            self.request("stop")
+        """Ask the process to stop, then make sure it has (terminate, kill). One that let a
+        receive time out is not asked: it is terminated at once."""
+        if not self._silent:
+            with contextlib.suppress(OSError, RuntimeError, ContenderFailed):
+                self.request("stop")
         try:
-            self.process.wait(timeout=30)
+            self.process.wait(timeout=0 if self._silent else _STOP_GRACE_S)
         except subprocess.TimeoutExpired:
             self.process.terminate()
             try:
@@ -276,19 +304,19 @@ def run_row(row: Row, limit: ContenderProcess, plan: Plan, step: Callable[[str],
     spec = setup_spec(plan, row.info.target, row.workers, check=True)
     process = ContenderProcess(row.key, spec)
     sampler = MemorySampler(process.pid)
-    timeout = plan.warmup_s + plan.window_s + _REPLY_GRACE_S
     try:
-        row.check = process.receive("check", _START_TIMEOUT_S)
+        row.check = process.receive("check", _START_SILENCE_S)
         validate_check(row, len(plan.videos))
         step(f"{row.key}: checked")
-        row.ready = process.receive("ready", _START_TIMEOUT_S)
+        row.ready = process.receive("ready", _START_SILENCE_S)
         for repeat in range(plan.repeats):
             with stopped(process.pid):
                 limit.request(window_line(plan))
-                row.limit_windows.append(Window.from_dict(limit.receive("window", timeout)))
+                answer = limit.receive("window", _WINDOW_SILENCE_S)
+                row.limit_windows.append(Window.from_dict(answer))
             step(f"per-core limit (before {row.key}) {repeat + 1}/{plan.repeats}")
             process.request(window_line(plan))
-            row.windows.append(Window.from_dict(process.receive("window", timeout)))
+            row.windows.append(Window.from_dict(process.receive("window", _WINDOW_SILENCE_S)))
             step(f"{row.key} {repeat + 1}/{plan.repeats}")
         row.status = "ok"
     except ContenderFailed as exc:
@@ -328,9 +356,9 @@ def run_loaders(
     limit = ContenderProcess("per-core limit", setup_spec(plan, PER_CORE.target, 1, True))
     sampler = MemorySampler(limit.pid)
     try:
-        limit_row.check = limit.receive("check", _START_TIMEOUT_S)
+        limit_row.check = limit.receive("check", _START_SILENCE_S)
         validate_check(limit_row, len(plan.videos))
-        limit_row.ready = limit.receive("ready", _START_TIMEOUT_S)
+        limit_row.ready = limit.receive("ready", _START_SILENCE_S)
         step("per-core limit: checked")
         for row in rows:
             absent = missing(row.info)

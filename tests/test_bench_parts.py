@@ -5,6 +5,7 @@ The end-to-end runs are in test_bench_smoke.py.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -138,6 +139,17 @@ class _HangsAfterOne(registry.Contender):
         return np.zeros((1, *CLIP_SHAPE), np.uint8)
 
 
+class _ExitsLeavingAWorker(registry.Contender):
+    """Starts a process that keeps its stdout (as a loader's workers do), then exits."""
+
+    def next_frames(self) -> np.ndarray:
+        import subprocess
+
+        worker = subprocess.Popen(["sleep", "60"])  # stdout inherited: the pipe stays open
+        pathlib.Path(self.setup.cache_dir, "worker.pid").write_text(str(worker.pid))
+        os._exit(3)
+
+
 def synthetic_process(
     name: str, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
 ) -> ContenderProcess:
@@ -187,6 +199,23 @@ def test_a_child_that_never_answers_is_reported_in_bounded_time_with_its_stderr(
         process.stop()
     assert process.process.returncode is not None
     assert time.monotonic() - stopping < 15.0, "a silent child is terminated, not waited on"
+
+
+def test_a_child_that_exits_is_reported_with_its_code_while_its_worker_holds_the_pipe(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import signal
+
+    process = synthetic_process("_ExitsLeavingAWorker", tmp_path, monkeypatch)
+    try:
+        with pytest.raises(ContenderFailed, match="process exited with code 3"):
+            process.receive("ready", silence_s=120)  # no end of file: the worker has stdout
+    finally:
+        process.stop()
+        pid_file = tmp_path / "worker.pid"
+        if pid_file.exists():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid_file.read_text()), signal.SIGKILL)
 
 
 def test_unknown_contender_names_are_refused() -> None:

@@ -40,7 +40,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from h5feed.bench.contender import PARALLEL_PER_CORE, PER_CORE, Info
 from h5feed.bench.measure import Window
@@ -56,6 +56,9 @@ _START_SILENCE_S = 600.0
 #: ``unit_timeout_s`` is 120 s, a replaced worker's ``start_timeout_s`` 60 s), so that those
 #: end with the contender's own error, and short enough that a hung child ends the row.
 _WINDOW_SILENCE_S = 300.0
+#: How often a wait for a message also checks that the child lives: a child that exits while
+#: its own children hold its stdout gives no end of file.
+_EXIT_POLL_S = 1.0
 #: How long a child asked to stop may take before it is terminated.
 _STOP_GRACE_S = 30.0
 _MEMORY_EVERY_S = 0.5  # the shortest pause between two memory samples
@@ -112,9 +115,11 @@ class ContenderProcess:
     ``run_one.PROGRESS_EVERY_S``), and :meth:`receive` fails only after a *silence* of its
     ``silence_s``, however long the answer takes in all. So a loaded machine gives a slow
     figure, and a child that truly hangs (no message at all) is reported within
-    ``silence_s``, with its stderr's tail, and terminated without being asked again. (A
-    deadline fixed at the request, the warm-up plus the window plus 120 s, used to fail
-    contenders whose batches merely came late on a loaded machine.)"""
+    ``silence_s``, with its stderr's tail, and terminated without being asked again. One
+    that exits is reported with its exit code within ``_EXIT_POLL_S``, even while processes
+    it started still hold its stdout (no end of file comes then). (A deadline fixed at the
+    request, the warm-up plus the window plus 120 s, used to fail contenders whose batches
+    merely came late on a loaded machine.)"""
 
     def __init__(self, label: str, spec: dict[str, Any]) -> None:
         self.label = label
@@ -177,15 +182,22 @@ class ContenderProcess:
             raise ContenderFailed(
                 f"{self.label}: no answer and no progress for {silence_s:.0f} s{self.stderr_tail()}"
             )
-        readable, _, _ = select.select([stdout], [], [], left)
+        readable, _, _ = select.select([stdout], [], [], min(left, _EXIT_POLL_S))
+        if not readable and self.process.poll() is not None:
+            # Exited; its workers may still hold the pipe, so no end of file would come.
+            # Whatever it wrote before exiting is in the pipe now: read it first.
+            readable, _, _ = select.select([stdout], [], [], 0)
+            if not readable:
+                self._exited()
         if readable:
             chunk = os.read(stdout.fileno(), 65536)
             if not chunk:
-                code = self.process.wait()
-                raise ContenderFailed(
-                    f"{self.label}: process exited with code {code}{self.stderr_tail()}"
-                )
+                self._exited()
             self._pending += chunk
+
+    def _exited(self) -> NoReturn:
+        code = self.process.wait()
+        raise ContenderFailed(f"{self.label}: process exited with code {code}{self.stderr_tail()}")
 
     def stderr_tail(self) -> str:
         self._stderr.seek(0)

@@ -145,7 +145,7 @@ class _ExitsLeavingAWorker(registry.Contender):
     def next_frames(self) -> np.ndarray:
         import subprocess
 
-        worker = subprocess.Popen(["sleep", "60"])  # stdout inherited: the pipe stays open
+        worker = subprocess.Popen(["sleep", "300"])  # stdout inherited: the pipe stays open
         pathlib.Path(self.setup.cache_dir, "worker.pid").write_text(str(worker.pid))
         os._exit(3)
 
@@ -207,9 +207,11 @@ def test_a_child_that_exits_is_reported_with_its_code_while_its_worker_holds_the
     import signal
 
     process = synthetic_process("_ExitsLeavingAWorker", tmp_path, monkeypatch)
+    began = time.monotonic()
     try:
         with pytest.raises(ContenderFailed, match="process exited with code 3"):
             process.receive("ready", silence_s=120)  # no end of file: the worker has stdout
+        assert time.monotonic() - began < 60.0, "waited for the pipe, not for the process"
     finally:
         process.stop()
         pid_file = tmp_path / "worker.pid"

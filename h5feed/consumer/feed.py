@@ -16,7 +16,7 @@ from h5feed.common.exposure import warn_insecure_listen
 from h5feed.consumer import resume
 from h5feed.consumer.hdf5 import known_index
 from h5feed.consumer.metrics import start_feed_metrics
-from h5feed.consumer.options import FeedConfig, HdfConfig
+from h5feed.consumer.options import FeedConfig, HdfConfig, data_root
 from h5feed.consumer.plan import Cursor, Index
 from h5feed.consumer.processes.worker_pool import PoolSlot
 from h5feed.consumer.sources.options import Learnt
@@ -85,18 +85,20 @@ class Feed:
         self._current: weakref.ref[BatchStream] | None = None
         self._last_stats: dict[str, Any] | None = None
         options = config.options
-        if options.listen is not None:  # seen by default, unlike h5feed's log lines
+        if options.network.listen is not None:  # seen by default, unlike h5feed's log lines
             warn_insecure_listen(
-                options.listen, keyed=options.curve_key is not None, insecure=options.insecure
+                options.network.listen,
+                keyed=options.network.curve_key is not None,
+                insecure=options.network.insecure,
             )
         # /metrics and /stats (metrics_port= or $H5FEED_METRICS_PORT, read here, once); the
         # server stops when the feed is garbage collected.
-        self._metrics = start_feed_metrics(self, config.options.metrics_port)
+        self._metrics = start_feed_metrics(self, config.options.network.metrics_port)
         if self._metrics is not None:
             weakref.finalize(self, self._metrics.server.close)
         self._slot: PoolSlot | None = None
         if self._keeps_workers():
-            self._slot = PoolSlot(options)
+            self._slot = PoolSlot(options, data_root(config))
             weakref.finalize(self, self._slot.close)  # the kept workers stop with the feed
 
     def _keeps_workers(self) -> bool:
@@ -105,7 +107,7 @@ class Feed:
         indexes; a source's keep the user's modules imported (torch, TensorFlow: seconds
         each) and build a new copy of the user's object for each iteration (a new job)."""
         options = self.config.options
-        return options.workers > 0 and not options.listen
+        return options.processes.workers > 0 and not options.network.listen
 
     def close(self) -> None:
         """Stop the workers kept across iterations (a running iteration keeps its workers
@@ -121,7 +123,7 @@ class Feed:
     def stream(self) -> BatchStream:
         """Start the next iteration: takes ``epochs`` epoch numbers at once, so an iteration
         abandoned midway does not make the next one repeat its epochs."""
-        epochs = self.config.options.epochs
+        epochs = self.config.options.plan.epochs
         with self._lock:
             first = self._next_epoch
             self._next_epoch = first + epochs if epochs is not None else first
@@ -175,7 +177,8 @@ class Feed:
         if self._stream_key is not None:
             self._index_key = self._stream_key  # the files as they were when it was read
         self.fingerprint["index"] = digest
-        samples = videos * self.config.options.clips_per_video
+        config = self.config  # an index is an HDF5 feed's (a source has no data group)
+        samples = videos * (config.data.clips_per_video if isinstance(config, HdfConfig) else 1)
         self.length = resume.epoch_batches(samples, self.config)
 
     def _known(self) -> Learnt | None:

@@ -46,7 +46,7 @@ from h5feed.consumer.core.waker import Waker
 from h5feed.consumer.hdf5 import known_index
 from h5feed.consumer.hdf5.scheduler import HdfScheduler
 from h5feed.consumer.memory import keep_freed_memory_mapped
-from h5feed.consumer.options import FeedConfig, HdfConfig
+from h5feed.consumer.options import FeedConfig, HdfConfig, data_root
 from h5feed.consumer.plan import Cursor, Index
 from h5feed.consumer.processes.local_workers import LocalWorkers
 from h5feed.consumer.processes.worker_pool import PoolSlot, WorkerPool, close_all_slots
@@ -114,7 +114,7 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
         self._fingerprint = dict(fingerprint or resume.fingerprint(config))
         self._resume_index = resume_index
         self._progress = resume.Progress(
-            resume.ResumePoint(start, frozenset(skip)), config.options.deterministic
+            resume.ResumePoint(start, frozenset(skip)), config.options.plan.deterministic
         )
         self._index_checked = False
         self._on_index = _weakly(on_index)  # the feed's: held weakly, as on_close
@@ -130,15 +130,19 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
             if epochs is None
             else iter(range(start.epoch, start.epoch + epochs))
         )
-        if options.tune_malloc:
+        if options.processes.tune_malloc:
             keep_freed_memory_mapped()
-        if options.listen and options.curve_key is None and not is_local_address(options.listen):
+        if (
+            options.network.listen
+            and options.network.curve_key is None
+            and not is_local_address(options.network.listen)
+        ):
             # Only insecure=True gets here (FeedOptions refuses the rest); the feed already
             # warned (InsecureWarning), and this line puts it in the logs with the job's id.
             _log.warning(
                 "h5feed listens on %s without CURVE keys (insecure=True): any host that "
                 "reaches it can join as a producer",
-                options.listen,
+                options.network.listen,
             )
         # One direction of wiring: socket and keys, then the local workers that use them,
         # then the parts of the loop, then the loop.
@@ -154,32 +158,32 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
                 undo.callback(shutil.rmtree, self._tmpdir, ignore_errors=True)
                 waker = Waker()
                 undo.callback(waker.close)
-                listen = [options.listen] if options.listen else []
+                listen = [options.network.listen] if options.network.listen else []
                 router = Router(options, [self.address, *listen], waker.fileno)
                 undo.callback(router.close)
                 self._workers = LocalWorkers(
-                    options.workers,
+                    options.processes.workers,
                     self.address,
                     prefix=f"w{self.job_id[:6]}",
                     keys=router.local_keys,
                     server_public=router.server_public,
-                    data_root=options.data_root,
-                    max_message_bytes=options.max_message_bytes,
-                    max_open_files=options.max_open_files,
-                    max_restarts=options.max_restarts,
+                    data_root=data_root(config),
+                    max_message_bytes=options.network.max_message_bytes,
+                    max_open_files=options.processes.max_open_files,
+                    max_restarts=options.processes.max_restarts,
                 )
                 undo.callback(self._workers.stop, grace_s=0)
             self.counters = Counters()
             self._router = router  # read by stats(): its refused CURVE keys
             self._keys_refused_before = router.refused_keys  # by earlier iterations
-            self._gate = CreditGate(options.inflight_batches, waker.wake)
+            self._gate = CreditGate(options.processes.inflight_batches, waker.wake)
             session = PeerSession(
                 self.job_id,
                 router,
                 self._workers,
-                options.unit_timeout_s,
+                options.processes.unit_timeout_s,
                 self.counters,
-                curve=options.curve_key is not None,
+                curve=options.network.curve_key is not None,
             )
             self.scheduler: Scheduler = (  # the HDF5 one makes its shared-memory pool here
                 SourceScheduler(
@@ -198,7 +202,7 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
             session,
             self._gate,
             self.scheduler,
-            options.workers,
+            options.processes.workers,
             self.counters,
             self._workers,
             keep_socket=pool is not None,  # the pool's: it outlives this iteration
@@ -280,7 +284,7 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
                 "labels changed). Resume with the same files and plan options, or start afresh."
             )
         self._fingerprint["index"] = digest
-        samples = index.num_videos * config.options.clips_per_video
+        samples = index.num_videos * config.data.clips_per_video
         self._progress.set_length(resume.epoch_batches(samples, config))
         if digest != previous:  # new to this dataset: remembered for the next one
             known_index.store(config, index)
@@ -351,7 +355,7 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
             taken=self._taken,
             waited=self._waited,
             peers=list(self._loop.session.peers.values()),
-            workers_asked=self.config.options.workers,
+            workers_asked=self.config.options.processes.workers,
             gate=self._gate,
             queue_depth=self._loop.out.qsize(),
             shared_memory_slots=slots,

@@ -80,7 +80,7 @@ from h5feed.consumer.hdf5.units import (
     unit_rows,
 )
 from h5feed.consumer.options import HdfConfig
-from h5feed.consumer.plan import Cursor, EpochPlan, FileColumns, Index, PlannedBatch
+from h5feed.consumer.plan import Cursor, FileColumns, Index, PlannedBatch
 from h5feed.consumer.stats import Counters
 
 _HOST = socket.gethostname()
@@ -129,16 +129,17 @@ class HdfScheduler:
         options = config.options
         # Which files a worker was indexing when it died: reported after as many deaths as a
         # unit may cost (max_unit_attempts; hdf5/index_attempts.py), never left to a timeout.
-        self._attempts = IndexAttempts(options.max_unit_attempts)
+        self._attempts = IndexAttempts(options.processes.max_unit_attempts)
         self.skips = SkipLog(  # on_error: samples skipped for bad frames
-            options.on_error, options.max_skipped, options.shard, options.clips_per_video,
+            config.data.on_error, config.data.max_skipped, options.plan.shard,
+            config.data.clips_per_video,
             self._log,
         )  # fmt: skip
 
     # -- handshake -------------------------------------------------------------------------
 
     def start(self, peers: Sequence[Peer]) -> list[Send]:
-        root = self.config.options.data_root
+        root = self.config.data.data_root
         files = self.config.files
         sizes = self.file_sizes
         if sizes is None or len(sizes) != len(files):
@@ -182,7 +183,7 @@ class HdfScheduler:
             self._ask(peer, files)
         job = messages.Job(
             self.job_id, refs, clip.to_wire(), self.config.layout.to_wire(),
-            self.config.options.index_cache, self.config.options.on_error, send_index,
+            self.config.data.index_cache, self.config.data.on_error, send_index,
         )  # fmt: skip
         return [Send(peer, part) for part in split_job(job)]
 
@@ -283,7 +284,9 @@ class HdfScheduler:
         if self._pool is not None:
             slots = (self._pool, self._clip_shape())
         self._assembler = BatchAssembler(self.index, self.config.clip.transform, slots)
-        self._planned = PlannedRelease(self._batches(self.index), self.config.options.deterministic)
+        self._planned = PlannedRelease(
+            self._batches(self.index), self.config.options.plan.deterministic
+        )
         self._log.info("indexed %d files, %d videos", len(files), self.index.num_videos)
 
     @property
@@ -302,12 +305,13 @@ class HdfScheduler:
     def _batches(self, index: Index) -> Iterator[PlannedBatch]:
         options = self.config.options
         for epoch in self._epochs:
-            plan = EpochPlan(index, self.config.clip, options.plan_options(), epoch)
+            plan = self.config.epoch_plan(index, epoch)
             if len(plan) == 0:  # else epochs=None would spin through empty epochs forever
                 raise H5FeedError(
-                    f"an epoch has no batch: {len(plan.order)} samples in shard {options.shard} "
-                    f"of {index.num_videos} videos, batch_size={options.batch_size}, "
-                    f"drop_remainder={options.drop_remainder}"
+                    f"an epoch has no batch: {len(plan.order)} samples in shard "
+                    f"{options.plan.shard} of {index.num_videos} videos, "
+                    f"batch_size={options.plan.batch_size}, "
+                    f"drop_remainder={options.plan.drop_remainder}"
                 )
             first = self._start.batch if epoch == self._start.epoch else 0
             yield from plan.batches_from(first)
@@ -370,7 +374,7 @@ class HdfScheduler:
             self._counters.parts_copied_into_slots += 1
         if frames is None and in_slot:
             pool = self._pool
-            nbytes = 0 if pool is None else pool.nbytes // self.config.options.batch_size
+            nbytes = 0 if pool is None else pool.nbytes // self.config.options.plan.batch_size
             nbytes *= len(positions)
         elif self._is_bad_part(frames, len(positions)):
             drop_malformed(peer, unit.id, "a bad frames array", self._counters, self._log)
@@ -629,11 +633,11 @@ class HdfScheduler:
         first result tells)."""
         clip, options = self.config.clip, self.config.options
         height, width = clip.frame_shape
-        if not (options.shared_memory and supported()):
+        if not (options.processes.shared_memory and supported()):
             return None
         if height is None or width is None or clip.transform is not None:
             return None
-        return SlotPool(options.batch_size * int(np.prod(self._clip_shape())), self.job_id)
+        return SlotPool(options.plan.batch_size * int(np.prod(self._clip_shape())), self.job_id)
 
     def _clip_shape(self) -> tuple[int, ...]:
         height, width = self.config.clip.frame_shape

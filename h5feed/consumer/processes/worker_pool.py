@@ -64,28 +64,29 @@ class Closable(Protocol):
 
 
 class WorkerPool:
-    """A bound ROUTER socket, its waker, and local workers started with ``--persistent``."""
+    """A bound ROUTER socket, its waker, and local workers started with ``--persistent``
+    (finding the files under ``data_root``, if any)."""
 
-    def __init__(self, options: FeedOptions) -> None:
+    def __init__(self, options: FeedOptions, data_root: str | None) -> None:
         self.tmpdir = tempfile.mkdtemp(prefix="h5feed-")
         self.address = f"ipc://{self.tmpdir}/feed.sock"
         with contextlib.ExitStack() as undo:  # what is made so far goes if a step fails
             undo.callback(shutil.rmtree, self.tmpdir, ignore_errors=True)
             self.waker = Waker()
             undo.callback(self.waker.close)
-            listen = [options.listen] if options.listen else []
+            listen = [options.network.listen] if options.network.listen else []
             self.router = Router(options, [self.address, *listen], self.waker.fileno)
             undo.callback(self.router.close)
             self.workers = LocalWorkers(
-                options.workers,
+                options.processes.workers,
                 self.address,
                 prefix=f"p{uuid.uuid4().hex[:6]}",
                 keys=self.router.local_keys,
                 server_public=self.router.server_public,
-                data_root=options.data_root,
-                max_message_bytes=options.max_message_bytes,
-                max_open_files=options.max_open_files,
-                max_restarts=options.max_restarts,
+                data_root=data_root,
+                max_message_bytes=options.network.max_message_bytes,
+                max_open_files=options.processes.max_open_files,
+                max_restarts=options.processes.max_restarts,
                 persistent=True,
             )
             undo.pop_all()
@@ -139,8 +140,8 @@ class WorkerPool:
 class PoolSlot:
     """The one pool of a feed, lent to one iteration at a time (thread-safe)."""
 
-    def __init__(self, options: FeedOptions) -> None:
-        self._options = options
+    def __init__(self, options: FeedOptions, data_root: str | None) -> None:
+        self._options, self._data_root = options, data_root
         self._lock = threading.Lock()
         self._pool: WorkerPool | None = None
         self._lent = False
@@ -163,7 +164,7 @@ class PoolSlot:
                     pool.close()
                     raise
             else:
-                pool = self._pool = WorkerPool(self._options)
+                pool = self._pool = WorkerPool(self._options, self._data_root)
             self._lent = True
             return pool
 

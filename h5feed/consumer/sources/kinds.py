@@ -121,15 +121,15 @@ class _Elements:
 def epoch_batches(kind: SourceKind, length: int, options: FeedOptions) -> int:
     """Batches per epoch of a map or keras source of ``length`` items (every epoch has as
     many: the shard's share of the items, batched as the options say)."""
-    return _batches_of(kind, len(epoch_order(length, options.plan_options(), 0)), options)
+    return _batches_of(kind, len(epoch_order(length, options.plan, 0)), options)
 
 
 def _batches_of(kind: SourceKind, items: int, options: FeedOptions) -> int:
     if kind == KERAS:  # each item is a batch
         return items
-    if options.drop_remainder:
-        return items // options.batch_size
-    return -(-items // options.batch_size)
+    if options.plan.drop_remainder:
+        return items // options.plan.batch_size
+    return -(-items // options.plan.batch_size)
 
 
 class ItemScheduler:
@@ -149,7 +149,7 @@ class ItemScheduler:
         self._length = length
         self._ledger: Ledger[tuple[int, int, tuple[int, ...]]] = Ledger()  # epoch, pos, items
         self._planned: PlannedRelease[tuple[int, int, list[int]], Batch] = PlannedRelease(
-            self._batches(epochs, start), config.options.deterministic
+            self._batches(epochs, start), config.options.plan.deterministic
         )
         self._serving: set[Peer] = set()  # peers that loaded the source and agreed on it
         self._orphans: list[Unit[tuple[int, int, tuple[int, ...]]]] = []  # nobody to take them
@@ -167,15 +167,15 @@ class ItemScheduler:
     ) -> Iterator[tuple[int, int, list[int]]]:
         """(epoch, position, items) of each batch of each epoch."""
         options = self.config.options
-        per_batch = 1 if self.kind == KERAS else options.batch_size
+        per_batch = 1 if self.kind == KERAS else options.plan.batch_size
         for epoch in epochs:
-            order = epoch_order(self._length, options.plan_options(), epoch)
+            order = epoch_order(self._length, options.plan, epoch)
             batches = _batches_of(self.kind, len(order), options)
             if batches == 0:
                 raise H5FeedError(
-                    f"an epoch has no batch: {len(order)} items in shard {options.shard} of "
-                    f"{self._length}, batch_size={options.batch_size}, "
-                    f"drop_remainder={options.drop_remainder}"
+                    f"an epoch has no batch: {len(order)} items in shard {options.plan.shard} of "
+                    f"{self._length}, batch_size={options.plan.batch_size}, "
+                    f"drop_remainder={options.plan.drop_remainder}"
                 )
             first = start.batch if epoch == start.epoch else 0
             for position in range(first, batches):
@@ -248,7 +248,7 @@ class ItemScheduler:
     def _check_overdue(self) -> None:
         """WorkerTimeoutError when a worker has not answered its CHECK within the unit
         timeout (its ``on_epoch_end`` or ``__getitem__`` hangs): nothing waits forever."""
-        limit = self.config.options.unit_timeout_s
+        limit = self.config.options.processes.unit_timeout_s
         now = time.monotonic()
         asked = {**self._check_waiting, **self._probation}
         late = sorted(str(p) for p, at in asked.items() if now - at > limit)
@@ -383,7 +383,7 @@ class GeneratorScheduler:
             self._asked += 1
             peer = min(live, key=lambda p: (len(p.outstanding), p.identity))
             seq, self._next_seq = self._next_seq, self._next_seq + 1
-            count = self.config.options.batch_size
+            count = self.config.options.plan.batch_size
             pass_ = self._passes[peer]
             unit = self._ledger.issue(peer, seq, (self._epoch, count, pass_))
             pull = messages.Pull(self.job_id, unit.id, seq, self._epoch, count, pass_)
@@ -406,7 +406,7 @@ class GeneratorScheduler:
             raise H5FeedError(
                 f"epoch {epoch} of source {self.source.source!r} has no batch: every "
                 "worker's generator ended at once"
-                + (dropped if self.config.options.drop_remainder else "")
+                + (dropped if self.config.options.plan.drop_remainder else "")
             )
         if steps is not None and self._batches < steps:
             self._built.log.warning(
@@ -436,7 +436,7 @@ class GeneratorScheduler:
         elif rows < count:  # this worker's pass has ended
             self._active.discard(peer)
             self._ended.add(peer)
-        if rows == 0 or (rows < count and self.config.options.drop_remainder):
+        if rows == 0 or (rows < count and self.config.options.plan.drop_remainder):
             self._gate.refund()  # a credit that yields no batch returns at once
             self._asked -= 1
             return []

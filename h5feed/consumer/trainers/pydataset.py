@@ -39,7 +39,6 @@ import numpy as np
 from h5feed.consumer.api import PathsLike, batches
 from h5feed.consumer.hdf5.scheduler import HdfScheduler
 from h5feed.consumer.options import HdfConfig
-from h5feed.consumer.plan import EpochPlan
 from h5feed.consumer.stream import BATCH_KEYS, POSITION_KEYS, BatchStream
 
 _STRING_KEYS = ("file", "video")
@@ -92,7 +91,7 @@ def keras_batches(
         index = scheduler.index if isinstance(scheduler, HdfScheduler) else None
         if index is None or not isinstance(config, HdfConfig):
             raise TypeError("h5feed.keras_batches: an HDF5 feed's index is needed")
-        length = len(EpochPlan(index, config.clip, config.options.plan_options(), 0))
+        length = len(config.epoch_plan(index, 0))
     except BaseException:
         stream.close()
         raise

@@ -236,12 +236,9 @@ class HdfConfig:
     file_labels: tuple[int, ...] | None = None
 
     def epoch_plan(self, index: Index, epoch: int) -> EpochPlan:
-        """The plan of ``epoch`` over the files' ``index``: the plan group, and where the data
-        group puts the clips in the videos."""
-        data = self.data
-        return EpochPlan(
-            index, self.clip, self.options.plan, epoch, data.clips_per_video, data.clip_start
-        )
+        """``epoch``'s plan: the plan group's, clips placed as the data group says."""
+        data, plan = self.data, self.options.plan
+        return EpochPlan(index, self.clip, plan, epoch, data.clips_per_video, data.clip_start)
 
 
 #: A feed's configuration: HDF5 files, or the user's code in the workers (``source=``).

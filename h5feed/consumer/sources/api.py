@@ -18,7 +18,7 @@ from typing import Any
 
 from h5feed.consumer.feed import Feed
 from h5feed.consumer.options import FeedOptions, check_main_path
-from h5feed.consumer.sources.kinds import GENERATOR, epoch_batches
+from h5feed.consumer.sources.kinds import kind_class
 from h5feed.consumer.sources.options import SOURCE_KEYS, Learnt, SourceConfig
 from h5feed.consumer.sources.scheduler import check_ragged
 from h5feed.consumer.sources.tf_elements import ragged_paths, spec_from_signature
@@ -60,9 +60,7 @@ def source_epoch_batches(config: SourceConfig, learnt: Learnt) -> int | None:
     """Batches per epoch of a map or keras source, from its length; None for a generator
     (its epoch ends when its passes do, even with ``steps_per_epoch``: shorter when they all
     end first)."""
-    if learnt.length is None or learnt.kind == GENERATOR:
-        return None
-    return epoch_batches(learnt.kind, learnt.length, config.options)
+    return kind_class(learnt.kind).epoch_batches(learnt.length, config.options)
 
 
 class SourceFeed(Feed):

@@ -462,7 +462,7 @@ class Fleet:
         self.session = PeerSession("fleet", FakeTransport(), self.local, 60.0, counters)
         for peer in self.live:
             self.session.peers[peer.identity] = peer
-        self._attempts = recovery.UnitAttempts(FeedOptions().max_unit_attempts)
+        self._attempts = recovery.UnitAttempts(FeedOptions().processes.max_unit_attempts)
         self.inbox: dict[Peer, collections.deque[messages.Message]] = {
             w.peer: collections.deque() for w in workers
         }

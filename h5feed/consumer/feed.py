@@ -17,7 +17,7 @@ from h5feed.consumer import resume
 from h5feed.consumer.hdf5 import known_index
 from h5feed.consumer.metrics import start_feed_metrics
 from h5feed.consumer.options import FeedConfig, HdfConfig
-from h5feed.consumer.plan import Cursor, Index
+from h5feed.consumer.plan import Cursor, Index, epoch_length
 from h5feed.consumer.processes.worker_pool import PoolSlot
 from h5feed.consumer.sources.options import Learnt
 from h5feed.consumer.stream import BatchStream
@@ -64,7 +64,9 @@ class Feed:
             key = known_index.key(config)
             known = known_index.load(config, key) if key is not None else None
             if known is not None:
-                self._learn_index(self._index_digests(known), known.num_videos)
+                samples = known.num_videos * config.options.clips_per_video
+                length = epoch_length(samples, config.options.plan_options())
+                self._learn_index(self._index_digests(known), length)
                 self._index_key = key
         point = resume.resume_point(resume_from) if resume_from is not None else None
         if point is not None and point.fingerprint:
@@ -169,14 +171,13 @@ class Feed:
             return None, sizes
         return last, sizes
 
-    def _learn_index(self, digest: str, videos: int) -> None:
+    def _learn_index(self, digest: str, length: int) -> None:
         """The index of the files is known: its hash joins the fingerprint, and the epoch's
         length is known from now on."""
         if self._stream_key is not None:
             self._index_key = self._stream_key  # the files as they were when it was read
         self.fingerprint["index"] = digest
-        samples = videos * self.config.options.clips_per_video
-        self.length = resume.epoch_batches(samples, self.config)
+        self.length = length
 
     def _known(self) -> Learnt | None:
         """What the next iteration starts from, learnt by earlier ones (a source's kind and

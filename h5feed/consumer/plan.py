@@ -158,6 +158,15 @@ def shard_size(total: int, shard: tuple[int, int]) -> int:
     return total // shard[1]
 
 
+def epoch_length(samples: int, options: PlanOptions) -> int:
+    """Batches in one epoch of one shard of ``samples`` samples (videos x clips per video, or
+    a map source's items): the shard's share, by ``batch_size``, the last batch kept unless
+    ``drop_remainder``. The one place an epoch's length is computed (:class:`EpochPlan` and
+    every ``Scheduler.epoch_length`` use it)."""
+    size, batch = shard_size(samples, options.shard), options.batch_size
+    return size // batch if options.drop_remainder else -(-size // batch)
+
+
 class EpochPlan:
     """The batches of one epoch of one shard (see the module docstring for the guarantees)."""
 
@@ -176,8 +185,7 @@ class EpochPlan:
         self._seeds = rng.integers(0, 2**63, size=total, dtype=np.uint64)
 
     def __len__(self) -> int:
-        size, batch = len(self.order), self.options.batch_size
-        return size // batch if self.options.drop_remainder else -(-size // batch)
+        return epoch_length(self.index.num_videos * self.options.clips_per_video, self.options)
 
     def batch(self, position: int) -> PlannedBatch:
         batch = self.options.batch_size

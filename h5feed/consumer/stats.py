@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from h5feed.consumer.core.credits import CreditGate
     from h5feed.consumer.core.ledger import Peer
+    from h5feed.consumer.core.scheduler import Figures
 
 #: Seconds of history behind the "recent" rates.
 RECENT_WINDOW_S = 10.0
@@ -214,21 +215,19 @@ def iteration_stats(
     workers_asked: int,
     gate: CreditGate,
     queue_depth: int,
-    shared_memory_slots: int,
+    figures: Figures,
     slots_refused: int,
     counters: Counters,
     refused_keys: int,
     cursor: tuple[int, int],
-    skipped: dict[str, Any],
-    files_owned: Callable[[Peer], int] | None = None,
 ) -> dict[str, Any]:
     """The plain dict of ``BatchStream.stats()`` (its docstring says what each key means):
-    the trainer's intake, the waits, the credit gate, every counter, and the verdict.
-    ``workers_asked``: the workers the feed was given, for the verdict before any joined;
-    ``files_owned``: how many HDF5 files a worker owns (None: a source feed)."""
+    the trainer's intake, the waits, the credit gate, the scheduler's figures, every counter,
+    and the verdict. ``workers_asked``: the workers the feed was given, for the verdict
+    before any joined."""
     intake = taken.snapshot()
     waits = waited.snapshot()
-    workers = worker_figures(peers, files_owned)
+    workers = worker_figures(peers, figures.files_owned)
     bound, extra, line = verdict(waits["wait_share_recent"], len(workers) or workers_asked)
     return {
         "job": job,
@@ -242,7 +241,7 @@ def iteration_stats(
         "inflight_batches": gate.inflight,
         "credit_budget": gate.budget,
         "queue_depth": queue_depth,
-        "shared_memory_slots": shared_memory_slots,
+        "shared_memory_slots": figures.shared_memory_slots,
         "parts_copied_into_slots": counters.parts_copied_into_slots,
         "slots_refused": slots_refused,
         "workers": workers,
@@ -260,7 +259,7 @@ def iteration_stats(
         "batches_dispatched": gate.dispatched,
         "max_inflight_batches": gate.most_inflight,
         "cursor": list(cursor),
-        **skipped,
+        **figures.skipped,
         "input_bound": bound,
         "suggested_extra_workers": extra,
         "verdict": line,

@@ -94,7 +94,7 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
         skip: frozenset[tuple[int, int]] = frozenset(),
         fingerprint: Mapping[str, Any] | None = None,
         resume_index: str | None = None,
-        on_index: Callable[[str, int], None] | None = None,
+        on_index: Callable[[str, int], None] | None = None,  # (digest, epoch length)
         pool: tuple[WorkerPool, PoolSlot] | None = None,
         index_digest: Callable[[Index], str] = resume.index_digest,
         known: Index | None = None,
@@ -218,9 +218,9 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
         return self._workers.pids
 
     @property
-    def learnt(self) -> Learnt | None:
-        """A source's kind and element spec, once its workers told them (else None)."""
-        return self.scheduler.learnt if isinstance(self.scheduler, SourceScheduler) else None
+    def learnt(self) -> object | None:
+        """What this iteration's handshake taught, once known (see ``Scheduler.learnt``)."""
+        return self.scheduler.learnt
 
     def __next__(self) -> dict[str, np.ndarray]:
         began = time.monotonic()  # the wait for input: until a batch (or the end) is here
@@ -266,9 +266,8 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
         """Once the HDF5 index is built: compare it with the resumed state's, learn the
         epoch's length, and remember the index for the next dataset over these files."""
         self._index_checked = True
-        config = self.config
-        index = self.scheduler.index if isinstance(self.scheduler, HdfScheduler) else None
-        if index is None or not isinstance(config, HdfConfig):
+        config, index = self.config, self.scheduler.learnt
+        if not isinstance(index, Index) or not isinstance(config, HdfConfig):
             return
         digest = self._index_digest(index)
         saved, previous = self._resume_index, self._fingerprint.get("index")
@@ -280,13 +279,14 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
                 "labels changed). Resume with the same files and plan options, or start afresh."
             )
         self._fingerprint["index"] = digest
-        samples = index.num_videos * config.options.clips_per_video
-        self._progress.set_length(resume.epoch_batches(samples, config))
+        length = self.scheduler.epoch_length
+        if length is not None:
+            self._progress.set_length(length)
         if digest != previous:  # new to this dataset: remembered for the next one
             known_index.store(config, index)
         on_index = self._on_index()
-        if on_index is not None:
-            on_index(digest, index.num_videos)
+        if on_index is not None and length is not None:
+            on_index(digest, length)
 
     def state(self) -> dict[str, Any]:
         """A small JSON-able dict of exactly what ``next()`` has returned (see
@@ -336,15 +336,6 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
         for bad frames under ``on_error="skip"``, the first 100 listed with file, video,
         frame: see ``h5feed/consumer/hdf5/bad_data.py``).
         """
-        slots = (
-            self.scheduler.shared_memory_slots if isinstance(self.scheduler, HdfScheduler) else 0
-        )
-        owned = self.scheduler.owners.count if isinstance(self.scheduler, HdfScheduler) else None
-        skipped = (  # bad data (on_error): the same keys for every feed
-            self.scheduler.skips.snapshot()
-            if isinstance(self.scheduler, HdfScheduler)
-            else {"skipped": 0, "skipped_per_epoch": {}, "skipped_samples": []}
-        )
         return iteration_stats(
             job=self.job_id,
             running=not self._closed.is_set(),
@@ -354,13 +345,11 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
             workers_asked=self.config.options.workers,
             gate=self._gate,
             queue_depth=self._loop.out.qsize(),
-            shared_memory_slots=slots,
+            figures=self.scheduler.figures(),
             slots_refused=self._workers.counter("slots_refused"),
             counters=self.counters,
             refused_keys=self._router.refused_keys - self._keys_refused_before,
             cursor=(self.cursor.epoch, self.cursor.batch),
-            skipped=skipped,
-            files_owned=owned,
         )
 
 

@@ -66,7 +66,7 @@ from h5feed.consumer.core.credits import CreditGate
 from h5feed.consumer.core.ledger import Ledger, Peer
 from h5feed.consumer.core.malformed import drop_malformed
 from h5feed.consumer.core.ordering import PlannedRelease
-from h5feed.consumer.core.scheduler import Reassignment, Send
+from h5feed.consumer.core.scheduler import Figures, Reassignment, Send
 from h5feed.consumer.core.slots import Slot, SlotPool, supported
 from h5feed.consumer.hdf5.bad_data import SkipLog
 from h5feed.consumer.hdf5.file_owners import FileOwners
@@ -80,7 +80,14 @@ from h5feed.consumer.hdf5.units import (
     unit_rows,
 )
 from h5feed.consumer.options import HdfConfig
-from h5feed.consumer.plan import Cursor, EpochPlan, FileColumns, Index, PlannedBatch
+from h5feed.consumer.plan import (
+    Cursor,
+    EpochPlan,
+    FileColumns,
+    Index,
+    PlannedBatch,
+    epoch_length,
+)
 from h5feed.consumer.stats import Counters
 
 _HOST = socket.gethostname()
@@ -622,6 +629,21 @@ class HdfScheduler:
     def shared_memory_slots(self) -> int:
         """Shared-memory batch slots made so far (0: batches come over the socket)."""
         return self._pool.size if self._pool is not None else 0
+
+    @property
+    def learnt(self) -> Index | None:
+        """The files' index, once built (see ``Scheduler.learnt``)."""
+        return self.index
+
+    @property
+    def epoch_length(self) -> int | None:
+        if self.index is None:
+            return None
+        options = self.config.options
+        return epoch_length(self.index.num_videos * options.clips_per_video, options.plan_options())
+
+    def figures(self) -> Figures:
+        return Figures(self.shared_memory_slots, self.owners.count, self.skips.snapshot())
 
     def _make_pool(self) -> SlotPool | None:
         """A pool of shared-memory batch slots, when the clip's output size is known before

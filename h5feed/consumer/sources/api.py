@@ -19,7 +19,6 @@ from typing import Any
 
 from h5feed.consumer.feed import Feed
 from h5feed.consumer.options import FeedOptions, check_main_path
-from h5feed.consumer.sources.kinds import GENERATOR, epoch_batches
 from h5feed.consumer.sources.options import SOURCE_KEYS, Learnt, SourceConfig
 from h5feed.consumer.sources.scheduler import check_ragged
 from h5feed.consumer.sources.tf_elements import ragged_paths, spec_from_signature
@@ -63,15 +62,6 @@ def make_source_config(files: Any, kwargs: Mapping[str, Any]) -> SourceConfig:
     return config
 
 
-def source_epoch_batches(config: SourceConfig, learnt: Learnt) -> int | None:
-    """Batches per epoch of a map or keras source, from its length; None for a generator
-    (its epoch ends when its passes do, even with ``steps_per_epoch``: shorter when they all
-    end first)."""
-    if learnt.length is None or learnt.kind == GENERATOR:
-        return None
-    return epoch_batches(learnt.kind, learnt.length, config.options)
-
-
 class SourceFeed(Feed):
     """A :class:`Feed` of a user source.
 
@@ -100,9 +90,11 @@ class SourceFeed(Feed):
         keras source's epoch length is known from then on (:attr:`length`)."""
         stream = self._learning() if self._learning is not None else None
         if self._learnt is None and stream is not None:
-            self._learnt = learnt = stream.learnt
-            if learnt is not None and self.length is None:
-                self.length = source_epoch_batches(self.config, learnt)
+            learnt = stream.learnt
+            if isinstance(learnt, Learnt):
+                self._learnt = learnt
+                if self.length is None:
+                    self.length = stream.scheduler.epoch_length
 
     def _known(self) -> Learnt | None:
         return self.learnt

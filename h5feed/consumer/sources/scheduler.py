@@ -23,7 +23,7 @@ from h5feed.common.logs import consumer_log
 from h5feed.consumer.core.assembly import Batch
 from h5feed.consumer.core.credits import CreditGate
 from h5feed.consumer.core.ledger import Peer
-from h5feed.consumer.core.scheduler import Reassignment, Send
+from h5feed.consumer.core.scheduler import Figures, Reassignment, Send
 from h5feed.consumer.plan import Cursor
 from h5feed.consumer.sources.agreement import check_agreement
 from h5feed.consumer.sources.kinds import (
@@ -33,6 +33,7 @@ from h5feed.consumer.sources.kinds import (
     GeneratorScheduler,
     ItemScheduler,
     KindScheduler,
+    epoch_batches,
     make_kind,
 )
 from h5feed.consumer.sources.options import Learnt, SourceConfig
@@ -264,6 +265,19 @@ class SourceScheduler:
 
     def samples_of(self, unit_id: int) -> list[tuple[Hashable, str]]:
         return self._kind.samples_of(unit_id) if self._kind else []
+
+    @property
+    def epoch_length(self) -> int | None:
+        """A map or keras source's batches per epoch, from its length; None for a generator
+        (its epoch ends when its passes do, even with ``steps_per_epoch``: shorter when they
+        all end first) and before the workers told the length."""
+        learnt = self.learnt
+        if learnt is None or learnt.length is None or learnt.kind == GENERATOR:
+            return None
+        return epoch_batches(learnt.kind, learnt.length, self.source.options)
+
+    def figures(self) -> Figures:
+        return Figures()  # no slots, no files, nothing skipped
 
     def close(self) -> None:
         return None

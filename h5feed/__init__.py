@@ -30,8 +30,7 @@ from h5feed.common.errors import (
     WorkerError,
     WorkerTimeoutError,
 )
-
-__version__ = "0.1.0"
+from h5feed.common.version import __version__
 
 # Quiet in library use: an application (or the `h5feed` command) that configures logging sees
 # h5feed's lines, each with its writer's ids; otherwise nothing, not even warnings.

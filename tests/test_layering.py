@@ -22,19 +22,71 @@ def imported_modules(path: pathlib.Path) -> set[str]:
     return names
 
 
-@pytest.mark.parametrize(
-    ("package", "forbidden"),
-    [
-        ("common", ("h5feed.producer", "h5feed.consumer", "tensorflow", "keras")),
-        ("producer", ("h5feed.consumer", "tensorflow", "keras")),
-        ("consumer", ("h5feed.producer",)),
-        ("pack", ("h5feed.consumer", "tensorflow", "keras")),
-    ],
-)
-def test_dependencies_point_one_way(package: str, forbidden: tuple[str, ...]) -> None:
-    for path in sorted((PACKAGE / package).glob("*.py")):
-        bad = {m for m in imported_modules(path) if m.startswith(forbidden)}
-        assert not bad, f"{path.name} imports {sorted(bad)}"
+# Each rule: the modules under a folder (recursively) never import the forbidden prefixes.
+# ``h5feed`` alone is the package face: the producer and common sides must not import it (it
+# pulls the consumer's lazy names into every worker).
+LAYERS = [
+    ("common", ("h5feed.producer", "h5feed.consumer", "tensorflow", "keras", "=h5feed")),
+    ("producer", ("h5feed.consumer", "tensorflow", "keras", "=h5feed")),
+    ("pack", ("h5feed.consumer", "tensorflow", "keras", "=h5feed")),
+    ("consumer", ("h5feed.producer",)),
+    # The loop core knows no input kind, no front end and no process plumbing.
+    (
+        "consumer/core",
+        (
+            "h5feed.consumer.hdf5",
+            "h5feed.consumer.sources",
+            "h5feed.consumer.trainers",
+            "h5feed.consumer.processes",
+            "h5feed.consumer.stream",
+            "h5feed.consumer.feed",
+            "h5feed.consumer.api",
+            "tensorflow",
+        ),
+    ),
+    # The input kinds know the core, never each other nor the front ends.
+    ("consumer/hdf5", ("h5feed.consumer.sources", "h5feed.consumer.trainers", "tensorflow")),
+    ("consumer/sources", ("h5feed.consumer.hdf5", "h5feed.consumer.trainers")),
+    # Front ends reach the workers through a feed and its streams only.
+    ("consumer/trainers", ("h5feed.consumer.core", "h5feed.consumer.processes")),
+    (
+        "consumer/processes",
+        ("h5feed.consumer.hdf5", "h5feed.consumer.sources", "h5feed.consumer.trainers"),
+    ),
+]
+
+
+def forbidden_imports(path: pathlib.Path, forbidden: tuple[str, ...]) -> set[str]:
+    exact = {f[1:] for f in forbidden if f.startswith("=")}
+    prefixes = tuple(f for f in forbidden if not f.startswith("="))
+    return {
+        m
+        for m in imported_modules(path)
+        if m in exact or any(m == p or m.startswith(p + ".") for p in prefixes)
+    }
+
+
+@pytest.mark.parametrize(("folder", "forbidden"), LAYERS, ids=[layer[0] for layer in LAYERS])
+def test_dependencies_point_one_way(folder: str, forbidden: tuple[str, ...]) -> None:
+    paths = sorted((PACKAGE / folder).rglob("*.py"))
+    assert paths, f"no modules under h5feed/{folder}"
+    for path in paths:
+        bad = forbidden_imports(path, forbidden)
+        assert not bad, f"{path.relative_to(PACKAGE)} imports {sorted(bad)}"
+
+
+def test_every_consumer_module_lives_in_a_folder_the_layers_name() -> None:
+    """A new consumer sub-package gets its rule here, so the layering never silently skips it."""
+    named = {PACKAGE / folder for folder, _ in LAYERS}
+    for sub in (PACKAGE / "consumer").iterdir():
+        if sub.is_dir() and (sub / "__init__.py").exists():
+            assert sub in named, f"consumer/{sub.name} has no layering rule"
+
+
+def test_the_rule_sees_an_import_of_the_package_face(tmp_path: pathlib.Path) -> None:
+    module = tmp_path / "m.py"
+    module.write_text("from h5feed import __version__\nimport h5feed.common.version\n")
+    assert forbidden_imports(module, ("=h5feed",)) == {"h5feed"}
 
 
 @pytest.mark.parametrize(

@@ -19,11 +19,11 @@ import time
 
 import zmq
 
-from h5feed import __version__
 from h5feed.common import messages
 from h5feed.common.curve import KeyPair, make_client
 from h5feed.common.errors import ProtocolError, VersionMismatchError
 from h5feed.common.liveness import WORKER_TIMEOUT_S, enable_heartbeats
+from h5feed.common.version import __version__
 from h5feed.common.worker_settings import WorkerSettings
 from h5feed.producer.code_policy import policy_of
 from h5feed.producer.hdf5_job import Hdf5Job, SlotTarget, job_spec

@@ -8,9 +8,10 @@ Guarantees of a :class:`BatchStream`:
    worker's traceback, worker death with its exit code, timeout); it never blocks forever.
 3. Its workers stop when it is exhausted, closed, garbage collected, or at interpreter exit —
    also while another thread is blocked in ``next()``, which then ends (StopIteration) at once.
-   With a ``pool`` (:mod:`h5feed.consumer.processes.worker_pool`: the feed's persistent
-   workers), its job ends instead and the workers are given back for the next iteration; they
-   are stopped instead when the iteration failed or its loop did not stop.
+   It always runs on a :class:`~h5feed.consumer.processes.worker_pool.WorkerPool`: its own
+   (stopped with it), or its feed's kept workers, whose job ends instead and which are given
+   back for the next iteration (stopped instead when the iteration failed or its loop did not
+   stop).
 4. It is safe to call ``next()`` from different threads one after another (as tf.data does),
    not from several at the same time.
 """
@@ -21,13 +22,11 @@ import contextlib
 import itertools
 import logging
 import queue
-import shutil
-import tempfile
 import threading
 import time
 import uuid
 import weakref
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator
 from typing import Any, cast
 
 import numpy as np
@@ -39,18 +38,16 @@ from h5feed.consumer import resume
 from h5feed.consumer.core.assembly import Batch
 from h5feed.consumer.core.credits import CreditGate
 from h5feed.consumer.core.loop import END, FAILED, FeedLoop
-from h5feed.consumer.core.router import Router
 from h5feed.consumer.core.scheduler import Scheduler
 from h5feed.consumer.core.session import PeerSession
-from h5feed.consumer.core.waker import Waker
 from h5feed.consumer.hdf5 import known_index
 from h5feed.consumer.hdf5.scheduler import HdfScheduler
+from h5feed.consumer.iteration import IterationStart, Outcome
 from h5feed.consumer.memory import keep_freed_memory_mapped
-from h5feed.consumer.options import FeedConfig, HdfConfig
+from h5feed.consumer.options import FeedConfig, FeedOptions, HdfConfig
 from h5feed.consumer.plan import Cursor, Index
-from h5feed.consumer.processes.local_workers import LocalWorkers
 from h5feed.consumer.processes.worker_pool import PoolSlot, WorkerPool, close_all_slots
-from h5feed.consumer.sources.options import Learnt, SourceConfig
+from h5feed.consumer.sources.options import SourceConfig
 from h5feed.consumer.sources.scheduler import SourceScheduler
 from h5feed.consumer.stats import Counters, RateMeter, WaitMeter, iteration_stats
 
@@ -73,62 +70,39 @@ _live_streams: weakref.WeakSet[BatchStream] = weakref.WeakSet()
 
 
 class BatchStream(Iterator[dict[str, np.ndarray]]):
-    """Iterates the batches of ``epochs`` epochs (None: forever) from ``start``; a source's
-    workers are given ``learnt`` (kind and spec an earlier iteration was told), if any.
-
-    ``skip``: batches (epoch, index) above ``start`` the trainer took already (a resumed
-    ``deterministic=False`` run): made, but not yielded. ``fingerprint``: the feed's
-    (:mod:`h5feed.consumer.resume`), its ``index`` part replaced by the index the workers
-    build. ``resume_index``: the index part of the state this iteration resumes, checked
-    against that index (ResumeError from ``next()`` when they differ; files that change
-    between two iterations of one dataset are no error). :meth:`state` says exactly what
+    """Iterates the batches of the config's ``epochs`` epochs (None: forever) from
+    ``start.cursor`` (see :class:`~h5feed.consumer.iteration.IterationStart` for the rest of
+    what it starts from); :attr:`outcome` says what it found. :meth:`state` says exactly what
     ``next()`` has returned."""
 
     def __init__(
         self,
         config: FeedConfig,
-        start: Cursor,
-        epochs: int | None,
-        on_close: Callable[[dict[str, Any]], None] | None = None,
-        learnt: Learnt | None = None,
-        skip: frozenset[tuple[int, int]] = frozenset(),
-        fingerprint: Mapping[str, Any] | None = None,
-        resume_index: str | None = None,
-        on_index: Callable[[str, int], None] | None = None,  # (digest, epoch length)
+        start: IterationStart,
         pool: tuple[WorkerPool, PoolSlot] | None = None,
-        index_digest: Callable[[Index], str] = resume.index_digest,
-        known: Index | None = None,
-        file_sizes: list[int] | None = None,
     ) -> None:
-        """``pool``: persistent workers and their socket to run on, and the slot to give them
-        back to (None: start this iteration's own workers). ``known``: the index of the
-        files, unchanged since local workers read it (see ``HdfScheduler.start``); ``file_sizes``:
-        the files' sizes as just stat'ed (else the scheduler takes them)."""
+        """``pool``: the feed's kept workers and their socket to run on, and the slot to give
+        them back to (None: a pool of this iteration's own workers, closed at its end)."""
         self.config = config
-        # Weakly: a stream must not keep its feed alive (a feed that is gone stops its kept
-        # workers when this stream ends, as `feed.stream()` on a temporary feed expects).
-        self._on_close = _weakly(on_close)
         self.job_id = uuid.uuid4().hex
-        self.cursor = start  # the next batch the trainer takes (deterministic order)
-        self._skip = set(skip)
-        self._fingerprint = dict(fingerprint or resume.fingerprint(config))
-        self._resume_index = resume_index
+        self.start = start
+        self.cursor = start.cursor  # the next batch the trainer takes (deterministic order)
+        self.outcome = Outcome()
+        self._skip = set(start.skip)
+        self._fingerprint = dict(start.fingerprint)  # its index part: this iteration's
         self._progress = resume.Progress(
-            resume.ResumePoint(start, frozenset(skip)), config.options.deterministic
+            resume.ResumePoint(start.cursor, start.skip), config.options.deterministic
         )
-        self._index_checked = False
-        self._on_index = _weakly(on_index)  # the feed's: held weakly, as on_close
-        self._index_digest = index_digest  # the feed's IndexDigests: one hash per dataset
+        self._first_taken = False
         self._closed = threading.Event()
-        # Kept workers: the pool is told once, at the first batch, that they took this job.
-        self._pool: WorkerPool | None = pool[0] if pool is not None else None
         self._waited = WaitMeter()
         self._taken = RateMeter()
         options = config.options
+        first = start.cursor.epoch
         epoch_range: Iterator[int] = (
-            itertools.count(start.epoch)
-            if epochs is None
-            else iter(range(start.epoch, start.epoch + epochs))
+            itertools.count(first)
+            if options.epochs is None
+            else iter(range(first, first + options.epochs))
         )
         if options.tune_malloc:
             keep_freed_memory_mapped()
@@ -140,82 +114,60 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
                 "reaches it can join as a producer",
                 options.listen,
             )
-        # One direction of wiring: socket and keys, then the local workers that use them,
-        # then the parts of the loop, then the loop.
+        # One direction of wiring: the pool (socket, keys, workers), then the parts of the
+        # loop, then the loop.
+        self._pool, slot = pool if pool is not None else (_own_pool(options), None)
         with contextlib.ExitStack() as undo:  # what is made so far goes if a step fails
-            if pool is not None:  # all made already, and kept across iterations
-                self._tmpdir = pool[0].tmpdir
-                self.address = pool[0].address
-                waker, router, self._workers = pool[0].waker, pool[0].router, pool[0].workers
-                undo.callback(pool[1].give_back, pool[0], reusable=False)
+            if slot is not None:
+                undo.callback(slot.give_back, self._pool, reusable=False)
             else:
-                self._tmpdir = tempfile.mkdtemp(prefix="h5feed-")
-                self.address = f"ipc://{self._tmpdir}/feed.sock"
-                undo.callback(shutil.rmtree, self._tmpdir, ignore_errors=True)
-                waker = Waker()
-                undo.callback(waker.close)
-                listen = [options.listen] if options.listen else []
-                router = Router(options, [self.address, *listen], waker.fileno)
-                undo.callback(router.close)
-                self._workers = LocalWorkers(
-                    options.workers,
-                    self.address,
-                    prefix=f"w{self.job_id[:6]}",
-                    keys=router.local_keys,
-                    server_public=router.server_public,
-                    data_root=options.data_root,
-                    max_message_bytes=options.max_message_bytes,
-                    max_open_files=options.max_open_files,
-                    max_restarts=options.max_restarts,
-                )
-                undo.callback(self._workers.stop, grace_s=0)
-            self.counters = Counters()
-            self._router = router  # read by stats(): its refused CURVE keys
+                undo.callback(self._pool.close)
+            self.address = self._pool.address
+            self._router = router = self._pool.router  # read by stats(): refused CURVE keys
             self._keys_refused_before = router.refused_keys  # by earlier iterations
-            self._gate = CreditGate(options.inflight_batches, waker.wake)
+            self.counters = Counters()
+            self._gate = CreditGate(options.inflight_batches, self._pool.waker.wake)
             session = PeerSession(
                 self.job_id,
                 router,
-                self._workers,
+                self._pool.workers,
                 options.unit_timeout_s,
                 self.counters,
                 curve=options.curve_key is not None,
             )
             self.scheduler: Scheduler = (  # the HDF5 one makes its shared-memory pool here
                 SourceScheduler(
-                    config, self.job_id, epoch_range, start, self.counters, self._gate, learnt
+                    config, self.job_id, epoch_range, start.cursor, self.counters, self._gate,
+                    start.learnt,
                 )
                 if isinstance(config, SourceConfig)
                 else HdfScheduler(
-                    config, self.job_id, epoch_range, start, self.counters, known, file_sizes
+                    config, self.job_id, epoch_range, start.cursor, self.counters, start.known,
+                    start.file_sizes,
                 )
-            )
-            undo.pop_all()  # from here the loop owns socket and waker, the finalizer the rest
+            )  # fmt: skip
+            undo.pop_all()  # from here the finalizer ends it all
         self._loop = FeedLoop(
             options,
             router,
-            waker,
+            self._pool.waker,
             session,
             self._gate,
             self.scheduler,
             options.workers,
             self.counters,
-            self._workers,
-            keep_socket=pool is not None,  # the pool's: it outlives this iteration
+            self._pool.workers,
+            # A kept pool's socket outlives this iteration; an own pool's is the loop's to
+            # close, at the end of its thread (never under it).
+            keep_socket=slot is not None,
         )
         self._loop.start()
-        self._finalizer: weakref.finalize[Any, Any] = (
-            weakref.finalize(self, _give_back, self._loop, pool[0], pool[1], self._closed)
-            if pool is not None
-            else weakref.finalize(
-                self, _shutdown, self._loop, self._workers, self._tmpdir, self._closed
-            )
-        )
+        self._finalizer = weakref.finalize(self, _end, self._loop, self._pool, slot, self._closed)
         _live_streams.add(self)
 
     @property
     def worker_pids(self) -> list[int]:
-        return self._workers.pids
+        return self._pool.workers.pids
 
     @property
     def learnt(self) -> object | None:
@@ -243,11 +195,8 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
                     raise H5FeedError(f"the h5feed loop failed: {error!r}") from error
                 batch: Batch = item
                 self._gate.take()
-                if self._pool is not None:  # the kept workers took this job: the last
-                    self._pool.settle()  # jobs' units are behind them, their slots may go
-                    self._pool = None
-                if not self._index_checked:
-                    self._check_index()
+                if not self._first_taken:
+                    self._first_batch()
                 if (batch.epoch, batch.index) in self._skip:  # taken before the resume
                     self._skip.discard((batch.epoch, batch.index))
                     continue
@@ -262,31 +211,32 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
         finally:
             self._waited.record(time.monotonic() - began)
 
-    def _check_index(self) -> None:
-        """Once the HDF5 index is built: compare it with the resumed state's, learn the
-        epoch's length, and remember the index for the next dataset over these files."""
-        self._index_checked = True
-        config, index = self.config, self.scheduler.learnt
-        if not isinstance(index, Index) or not isinstance(config, HdfConfig):
-            return
-        digest = self._index_digest(index)
-        saved, previous = self._resume_index, self._fingerprint.get("index")
-        if saved is not None and saved != digest:
-            self.close()
-            raise ResumeError(
-                "the resume state was saved by another dataset (or other data): "
-                f"index: saved {saved!r}, now {digest!r} (a file's videos, frame counts or "
-                "labels changed). Resume with the same files and plan options, or start afresh."
-            )
-        self._fingerprint["index"] = digest
-        length = self.scheduler.epoch_length
-        if length is not None:
-            self._progress.set_length(length)
-        if digest != previous:  # new to this dataset: remembered for the next one
-            known_index.store(config, index)
-        on_index = self._on_index()
-        if on_index is not None and length is not None:
-            on_index(digest, length)
+    def _first_batch(self) -> None:
+        """The handshake is over: what it taught goes into :attr:`outcome`; an HDF5 index
+        is checked against the resumed state's (ResumeError), joins the fingerprint, tells
+        the epoch's length, and is remembered for the next dataset over these files."""
+        self._first_taken = True
+        self._pool.settle()  # the workers took this job: the last jobs' slots may go
+        learnt, length = self.scheduler.learnt, self.scheduler.epoch_length
+        config = self.config
+        if isinstance(learnt, Index) and isinstance(config, HdfConfig):
+            try:
+                digest = self.start.check_index(learnt)
+            except ResumeError:
+                self.close()
+                raise
+            if digest != self._fingerprint.get("index"):  # new to this feed: remembered
+                known_index.store(config, learnt)
+            self._fingerprint["index"] = self.outcome.digest = digest
+            if length is not None:
+                self._progress.set_length(length)
+        self._learnt(learnt, length)
+
+    def _learnt(self, learnt: object | None, length: int | None) -> None:
+        outcome = self.outcome
+        if outcome.learnt is None and learnt is not None:
+            outcome.epoch_length = length  # before learnt: a reader that sees learnt sees it
+            outcome.learnt = learnt
 
     def state(self) -> dict[str, Any]:
         """A small JSON-able dict of exactly what ``next()`` has returned (see
@@ -299,9 +249,8 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
         """Stop the workers and release everything; idempotent, safe from any thread."""
         if self._finalizer.alive:
             self._finalizer()
-            on_close = self._on_close()
-            if on_close is not None:
-                on_close(self.stats())  # the final figures outlive the stream
+            self._learnt(self.scheduler.learnt, self.scheduler.epoch_length)  # before a batch
+            self.outcome.stats = self.stats()  # the final figures outlive the stream
 
     def __enter__(self) -> BatchStream:
         return self
@@ -346,43 +295,34 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
             gate=self._gate,
             queue_depth=self._loop.out.qsize(),
             figures=self.scheduler.figures(),
-            slots_refused=self._workers.counter("slots_refused"),
+            slots_refused=self._pool.workers.counter("slots_refused"),
             counters=self.counters,
             refused_keys=self._router.refused_keys - self._keys_refused_before,
             cursor=(self.cursor.epoch, self.cursor.batch),
         )
 
 
-def _weakly(callback: Callable[..., None] | None) -> Callable[[], Callable[..., None] | None]:
-    """A weak reference to ``callback`` (a bound method is held by its object only)."""
-    if callback is None:
-        return lambda: None
-    if hasattr(callback, "__self__"):
-        return weakref.WeakMethod(callback)  # type: ignore[arg-type]
-    return lambda: callback
+def _own_pool(options: FeedOptions) -> WorkerPool:
+    """An iteration's own workers (its feed's are lent to another iteration, or it has none
+    to keep): a BYE ends them, and the pool is closed with the iteration."""
+    return WorkerPool(options, persistent=False, prefix="w")
 
 
-def _shutdown(loop: FeedLoop, workers: LocalWorkers, tmpdir: str, closed: threading.Event) -> None:
-    """End the iteration: its loop, then its workers, then its shared-memory slots (closed
-    only once no worker can be making a unit that names them: batches already handed out
-    keep their memory)."""
+def _end(loop: FeedLoop, pool: WorkerPool, slot: PoolSlot | None, closed: threading.Event) -> None:
+    """End the iteration: its loop (which says BYE), then its pool. Its scheduler is retired
+    to the pool, which closes its shared-memory slots once no worker can still make a unit
+    that names them (batches already handed out keep their memory; see
+    ``WorkerPool.retire``). A kept pool goes back to its slot, reusable when the loop ended
+    without an error and every worker still runs; an own pool is closed (its socket is the
+    loop's, closed when the loop's thread ends)."""
     closed.set()
     loop.stop()
-    workers.stop()
-    loop.scheduler.close()
-    shutil.rmtree(tmpdir, ignore_errors=True)
-
-
-def _give_back(loop: FeedLoop, pool: WorkerPool, slot: PoolSlot, closed: threading.Event) -> None:
-    """End this iteration's job on the pool's workers (the loop says BYE) and give the pool
-    back: reusable when the loop ended without an error and every worker still runs. Its
-    scheduler is retired to the pool, which closes its slots once no worker can still make a
-    unit of this job (see ``WorkerPool.retire``)."""
-    closed.set()
-    loop.stop()
+    pool.retire(loop.scheduler)
+    if slot is None:
+        pool.close(socket_in_use=True)
+        return
     stopped = loop.stopped
     reusable = stopped and loop.error is None and not pool.workers.exited()
-    pool.retire(loop.scheduler)
     slot.give_back(pool, reusable, socket_in_use=not stopped)
 
 

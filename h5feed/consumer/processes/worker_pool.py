@@ -55,6 +55,8 @@ from h5feed.consumer.options import FeedOptions
 from h5feed.consumer.processes.local_workers import LocalWorkers
 
 _log = with_ids(logging.getLogger("h5feed.consumer"), "consumer")
+#: How long an iteration's own workers get to leave after the loop's BYE before SIGTERM.
+_BYE_GRACE_S = 2.0
 
 
 class Closable(Protocol):
@@ -64,9 +66,11 @@ class Closable(Protocol):
 
 
 class WorkerPool:
-    """A bound ROUTER socket, its waker, and local workers started with ``--persistent``."""
+    """A bound ROUTER socket, its waker, and local workers started with ``--persistent``
+    (``persistent=False``: one iteration's own workers, which a BYE ends: the pool of an
+    iteration that could not take its feed's, closed when that iteration ends)."""
 
-    def __init__(self, options: FeedOptions) -> None:
+    def __init__(self, options: FeedOptions, persistent: bool = True, prefix: str = "p") -> None:
         self.tmpdir = tempfile.mkdtemp(prefix="h5feed-")
         self.address = f"ipc://{self.tmpdir}/feed.sock"
         with contextlib.ExitStack() as undo:  # what is made so far goes if a step fails
@@ -79,16 +83,17 @@ class WorkerPool:
             self.workers = LocalWorkers(
                 options.workers,
                 self.address,
-                prefix=f"p{uuid.uuid4().hex[:6]}",
+                prefix=f"{prefix}{uuid.uuid4().hex[:6]}",
                 keys=self.router.local_keys,
                 server_public=self.router.server_public,
                 data_root=options.data_root,
                 max_message_bytes=options.max_message_bytes,
                 max_open_files=options.max_open_files,
                 max_restarts=options.max_restarts,
-                persistent=True,
+                persistent=persistent,
             )
             undo.pop_all()
+        self._persistent = persistent
         self._closed = False
         self._retired: list[Closable] = []  # schedulers of ended iterations, slots open
         self._retired_lock = threading.Lock()  # retire (the trainer) vs settle (tf.data)
@@ -128,7 +133,8 @@ class WorkerPool:
         if self._closed:
             return
         self._closed = True
-        self.workers.stop(grace_s=0)  # persistent workers leave on SIGTERM, not on BYE
+        # Persistent workers leave on SIGTERM, not on BYE; one iteration's own leave on BYE.
+        self.workers.stop(grace_s=0 if self._persistent else _BYE_GRACE_S)
         self._close_retired()  # no worker left to make a unit naming their slots
         if not socket_in_use:
             self.router.close()

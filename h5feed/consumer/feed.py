@@ -155,12 +155,8 @@ class Feed:
             self._next_epoch = first + epochs if epochs is not None else first
             point, self._resume = self._resume, None
             start, files_key = self._start(first, point)
-        pool = self._slot.take() if self._slot is not None else None  # None: it is lent
-        stream = BatchStream(
-            self.config,
-            start,
-            (pool, self._slot) if pool is not None and self._slot is not None else None,
-        )
+        lease = self._slot.take() if self._slot is not None else None  # None: it is lent
+        stream = BatchStream(self.config, start, lease)
         with self._lock:
             self._iterations.append((weakref.ref(stream), stream.outcome, files_key))
             self._current = weakref.ref(stream)

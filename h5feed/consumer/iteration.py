@@ -12,13 +12,22 @@ is garbage collected while its stream runs (and its kept workers stop when that 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+import itertools
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from h5feed.common.errors import ResumeError
+from h5feed.consumer import resume
+from h5feed.consumer.core.credits import CreditGate
+from h5feed.consumer.core.scheduler import Scheduler
+from h5feed.consumer.hdf5 import known_index
+from h5feed.consumer.hdf5.scheduler import HdfScheduler
+from h5feed.consumer.options import FeedConfig, HdfConfig
 from h5feed.consumer.plan import Cursor, Index
 from h5feed.consumer.resume import IndexDigests
-from h5feed.consumer.sources.options import Learnt
+from h5feed.consumer.sources.options import Learnt, SourceConfig
+from h5feed.consumer.sources.scheduler import SourceScheduler
+from h5feed.consumer.stats import Counters
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -59,6 +68,21 @@ class IterationStart:
         return digest
 
 
+def make_scheduler(
+    config: FeedConfig, start: IterationStart, job: str, counters: Counters, gate: CreditGate
+) -> Scheduler:
+    """The scheduler of this config's kind for one iteration (job id ``job``): the epochs
+    from ``start.cursor`` on (``epochs`` of them; None: forever), and what earlier
+    iterations learnt (an HDF5 feed's known index, a source's kind and spec)."""
+    first, epochs = start.cursor.epoch, config.options.epochs
+    numbers: Iterator[int] = (
+        itertools.count(first) if epochs is None else iter(range(first, first + epochs))
+    )
+    if isinstance(config, SourceConfig):
+        return SourceScheduler(config, job, numbers, start.cursor, counters, gate, start.learnt)
+    return HdfScheduler(config, job, numbers, start.cursor, counters, start.known, start.file_sizes)
+
+
 class Outcome:
     """What one iteration found, written by its stream (from the thread that calls ``next()``)
     and read by its feed (any thread): each field is set once, from None, by one writer.
@@ -74,3 +98,55 @@ class Outcome:
         self.epoch_length: int | None = None
         self.digest: str | None = None
         self.stats: dict[str, Any] | None = None
+
+
+class Position:
+    """Where one iteration stands: what the trainer has taken (as a resume state), the
+    batches it leaves out, and what the handshake taught (its :attr:`outcome`). Used from the
+    thread that calls ``next()``."""
+
+    def __init__(self, config: FeedConfig, start: IterationStart) -> None:
+        self.config = config
+        self.start = start
+        self.cursor = start.cursor  # the next batch the trainer takes (deterministic order)
+        self.outcome = Outcome()
+        self._skip = set(start.skip)
+        self._fingerprint = dict(start.fingerprint)  # its index part: this iteration's
+        point = resume.ResumePoint(start.cursor, start.skip)
+        self._progress = resume.Progress(point, config.options.deterministic)
+
+    def learn(self, learnt: object | None, length: int | None) -> None:
+        """The handshake is over (the first batch is here): an HDF5 index is checked against
+        the resumed state's (ResumeError), joins the fingerprint, tells the epoch's length,
+        and is remembered for the next dataset over these files; the outcome says it all."""
+        config = self.config
+        if isinstance(learnt, Index) and isinstance(config, HdfConfig):
+            digest = self.start.check_index(learnt)
+            if digest != self._fingerprint.get("index"):  # new to this feed: remembered
+                known_index.store(config, learnt)
+            self._fingerprint["index"] = self.outcome.digest = digest
+            if length is not None:
+                self._progress.set_length(length)
+        self.ended(learnt, length)
+
+    def ended(self, learnt: object | None, length: int | None) -> None:
+        """What the handshake taught, if the iteration ends before a first batch (a source's
+        kind and spec are kept all the same); once set, the outcome's lesson stays."""
+        outcome = self.outcome
+        if outcome.learnt is None and learnt is not None:
+            outcome.epoch_length = length  # before learnt: a reader that sees learnt sees it
+            outcome.learnt = learnt
+
+    def take(self, epoch: int, batch: int) -> bool:
+        """Batch ``(epoch, batch)`` is here: False when the trainer took it before the
+        resume (made, not yielded), else it is taken now."""
+        if (epoch, batch) in self._skip:
+            self._skip.discard((epoch, batch))
+            return False
+        self.cursor = Cursor(epoch, batch + 1)
+        self._progress.take(epoch, batch)
+        return True
+
+    def state(self) -> dict[str, Any]:
+        """The resume state of what was taken (see :mod:`h5feed.consumer.resume`)."""
+        return self._progress.point(self._fingerprint).to_state()

@@ -221,10 +221,34 @@ def iteration_stats(
     refused_keys: int,
     cursor: tuple[int, int],
 ) -> dict[str, Any]:
-    """The plain dict of ``BatchStream.stats()`` (its docstring says what each key means):
-    the trainer's intake, the waits, the credit gate, the scheduler's figures, every counter,
-    and the verdict. ``workers_asked``: the workers the feed was given, for the verdict
-    before any joined."""
+    """The plain dict of ``BatchStream.stats()``: the trainer's intake, the waits, the credit
+    gate, the scheduler's figures, every counter, and the verdict. ``workers_asked``: the
+    workers the feed was given, for the verdict before any joined.
+
+    ``batches``/``clips``/``bytes``: taken by the trainer, with ``per_s_recent`` (last
+    10 s) and ``per_s_total`` rates; ``startup_s``: until the first batch;
+    ``wait_share_recent``/``wait_share_total``: share of time since the first batch that
+    ``next()`` waited for a batch not yet ready; ``inflight_batches`` of
+    ``credit_budget``; ``queue_depth``: complete batches not yet taken;
+    ``shared_memory_slots`` (made), ``parts_copied_into_slots`` (parts whose rows came
+    over the socket because their worker could not map the slot), ``slots_refused`` (jobs
+    whose slots a local worker could not map, summed over this iteration's workers since
+    they started: kept workers count across iterations); ``workers`` and
+    ``hosts``: what each delivered; ``malformed_messages``, ``dropped_parts``,
+    ``reassigned_units`` (re-sent after their worker was lost), ``peers_lost``,
+    ``workers_replaced`` (local processes started in place of dead ones),
+    ``peers_joined`` (during the iteration), ``refused_reconnects`` (a lost process back
+    without a new nonce, or under another CURVE key), ``refused_keys`` (connections
+    refused for a CURVE key that is not listed), ``index_mismatches`` (a worker
+    refused for a file whose copy differs), ``unreadable_files`` (a file moved from a worker
+    that cannot read it); ``cursor``: the next
+    batch (epoch, batch); and the verdict: ``input_bound``, ``suggested_extra_workers``,
+    ``verdict`` (one line).
+
+    Bad data: ``skipped``, ``skipped_per_epoch`` and ``skipped_samples`` (samples skipped
+    for bad frames under ``on_error="skip"``, the first 100 listed with file, video,
+    frame: see ``h5feed/consumer/hdf5/bad_data.py``).
+    """
     intake = taken.snapshot()
     waits = waited.snapshot()
     workers = worker_figures(peers, figures.files_owned)

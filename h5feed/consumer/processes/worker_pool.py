@@ -47,6 +47,7 @@ import weakref
 from typing import Protocol
 
 from h5feed.common.errors import WorkerDiedError
+from h5feed.common.exposure import is_local_address
 from h5feed.common.logs import with_ids
 from h5feed.consumer.core.router import Router
 from h5feed.consumer.core.session import describe_exit
@@ -78,6 +79,14 @@ class WorkerPool:
             self.waker = Waker()
             undo.callback(self.waker.close)
             listen = [options.listen] if options.listen else []
+            if listen and options.curve_key is None and not is_local_address(listen[0]):
+                # Only insecure=True gets here (FeedOptions refuses the rest); the feed
+                # already warned (InsecureWarning), and this line puts it in the logs.
+                _log.warning(
+                    "h5feed listens on %s without CURVE keys (insecure=True): any host that "
+                    "reaches it can join as a producer",
+                    listen[0],
+                )
             self.router = Router(options, [self.address, *listen], self.waker.fileno)
             undo.callback(self.router.close)
             self.workers = LocalWorkers(
@@ -142,6 +151,47 @@ class WorkerPool:
         shutil.rmtree(self.tmpdir, ignore_errors=True)
 
 
+class Lease:
+    """One iteration's hold on a pool: its feed's kept one (``slot``: given back at the end)
+    or one of its own (:meth:`own`: closed at the end). Every iteration runs on one."""
+
+    def __init__(self, pool: WorkerPool, slot: PoolSlot | None = None) -> None:
+        self.pool = pool
+        self.slot = slot
+
+    @classmethod
+    def own(cls, options: FeedOptions) -> Lease:
+        """A pool of one iteration's own workers (its feed keeps none, or lent them to
+        another iteration): a BYE ends them."""
+        return cls(WorkerPool(options, persistent=False, prefix="w"))
+
+    @property
+    def kept(self) -> bool:
+        """Whether the pool outlives the iteration (its socket too)."""
+        return self.slot is not None
+
+    def abandon(self) -> None:
+        """The iteration could not start: its own pool is closed, a kept one given back to
+        be closed (its workers may hold a half-begun job)."""
+        if self.slot is not None:
+            self.slot.give_back(self.pool, reusable=False)
+        else:
+            self.pool.close()
+
+    def end(self, scheduler: Closable, stopped: bool, clean: bool) -> None:
+        """The iteration ended (its loop told to stop: ``stopped`` when its thread ended,
+        ``clean`` when without an error). Its scheduler is retired to the pool (see
+        :meth:`WorkerPool.retire`). An own pool is closed, its socket left to the loop's
+        thread, which closes it as it ends; a kept pool goes back to its slot, reusable when
+        the loop stopped cleanly and every worker still runs (guarantee 2)."""
+        self.pool.retire(scheduler)
+        if self.slot is None:
+            self.pool.close(socket_in_use=True)
+            return
+        reusable = stopped and clean and not self.pool.workers.exited()
+        self.slot.give_back(self.pool, reusable, socket_in_use=not stopped)
+
+
 class PoolSlot:
     """The one pool of a feed, lent to one iteration at a time (thread-safe)."""
 
@@ -153,7 +203,7 @@ class PoolSlot:
         self._closed = False
         _live_slots.add(self)
 
-    def take(self) -> WorkerPool | None:
+    def take(self) -> Lease | None:
         """The pool for a new iteration (started now if there is none); None when another
         iteration holds it or the slot is closed. WorkerDiedError when a worker of the pool
         exited since the last iteration (the pool is closed then)."""
@@ -171,7 +221,7 @@ class PoolSlot:
             else:
                 pool = self._pool = WorkerPool(self._options)
             self._lent = True
-            return pool
+            return Lease(pool, self)
 
     def give_back(self, pool: WorkerPool, reusable: bool, socket_in_use: bool = False) -> None:
         """The iteration that took ``pool`` is over: keep it for the next one if

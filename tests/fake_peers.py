@@ -24,6 +24,8 @@ import dataclasses
 import mmap
 import os
 import random
+import signal
+import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -148,6 +150,62 @@ class FakeLocalProcesses:
 
     def exited(self) -> list[tuple[str, int, int]]:
         return list(self._exited)
+
+
+class FakeLocalWorkers:
+    """The iteration's local worker processes as the loop and recovery use them: the
+    session's ``LocalProcesses`` and recovery's ``Replacer`` in one, one pid per name.
+
+    :meth:`exit` makes the current process of a name exit (as a SIGKILL or a crash would);
+    ``kill`` and ``replace`` are what recovery calls: ``replace`` retires the old pid and
+    gives the name a new one, listed in :attr:`replacements` for the test to start as a new
+    peer. Never a crash loop: that rule is ``LocalWorkers``' own, pinned with real processes
+    in tests/test_failures.py. Thread-safe (the loop's thread replaces, a test's thread exits).
+    """
+
+    def __init__(self, pids: Mapping[str, int]) -> None:
+        self.names = list(pids)
+        self.retired: set[int] = set()
+        self.replacements: list[tuple[str, int]] = []  # (name, new pid), in order
+        self.delivered_pids: set[int] = set()
+        self._pids = dict(pids)
+        self._codes: dict[str, int] = {}  # name -> exit code of its current process
+        self._next_pid = max(self._pids.values(), default=0) + 1000
+        self._lock = threading.Lock()
+
+    def exit(self, name: str, code: int) -> None:
+        with self._lock:
+            self._codes[name] = code
+
+    def exited(self) -> list[tuple[str, int, int]]:
+        with self._lock:
+            return [(name, self._pids[name], code) for name, code in self._codes.items()]
+
+    def kill(self, name: str) -> int | None:
+        with self._lock:
+            return self._codes.setdefault(name, -signal.SIGKILL)
+
+    def replace(self, name: str, hung: bool = False) -> int:
+        with self._lock:
+            self.retired.add(self._pids[name])
+            self._codes.pop(name, None)
+            pid = self._pids[name] = self._next_pid
+            self._next_pid += 1
+            self.replacements.append((name, pid))
+            return pid
+
+    def delivered(self, pid: int) -> None:
+        with self._lock:
+            self.delivered_pids.add(pid)
+
+    @property
+    def pids(self) -> list[int]:
+        with self._lock:
+            return list(self._pids.values())
+
+    def pid(self, name: str) -> int:
+        with self._lock:
+            return self._pids[name]
 
 
 # -- datasets and sources ---------------------------------------------------------------

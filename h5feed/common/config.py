@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import re
 from typing import Any, Literal
 
 import msgpack
+
+from h5feed.common import import_paths
 
 ClipStart = Literal["random", "center", "first"]
 CropMode = Literal["random", "center"]
@@ -26,8 +27,6 @@ CROP_MODES: tuple[str, ...] = ("random", "center")
 SHORT_VIDEO_POLICIES: tuple[str, ...] = ("loop", "repeat_last")
 #: The fields whose value is a (height, width) size, normalised by :meth:`ClipSpec.of`.
 _SIZES = ("resize", "crop")
-#: ``package.module:function`` (dotted module path, colon, dotted attribute path).
-_IMPORT_PATH = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 
 
 def size_pair(name: str, value: Any) -> tuple[int, int] | None:
@@ -142,13 +141,8 @@ class ClipSpec:
         return cls(**{**values, **sizes})
 
     def _check_transform(self) -> None:
-        if self.transform is not None and (
-            not isinstance(self.transform, str) or not _IMPORT_PATH.match(self.transform)
-        ):
-            raise ValueError(
-                f"transform must be an import path 'package.module:function', "
-                f"got {self.transform!r}"
-            )
+        if self.transform is not None:
+            import_paths.check_option("transform", self.transform, "function")
         if self.transform_args is None:
             return
         if self.transform is None:

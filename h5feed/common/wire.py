@@ -9,8 +9,9 @@ that frame is the transport's, not part of this format)::
                        [2] kind      str  one of KINDS ("hello", "job", "index", "unit", ...;
                                           the typed messages: h5feed.common.messages)
                        [3] fields    map  str -> msgpack value; the keys and types of each kind are
-                                          fixed by SCHEMAS and checked on decode; map keys are
-                                          written sorted, so one message has one encoding
+                                          fixed by SCHEMAS (derived from the message classes of
+                                          h5feed.common.message_types) and checked on decode;
+                                          map keys are written sorted: one message, one encoding
                        [4] arrays    array of [name str, dtype str, shape array of int], one per
                                           frame that follows; dtype is numpy's ``dtype.str``
                                           (e.g. "|u1", "<i8") from ALLOWED_DTYPES only
@@ -37,6 +38,7 @@ from typing import Any, Final
 import msgpack
 import numpy as np
 
+from h5feed.common import message_types as typed
 from h5feed.common.errors import ProtocolError, VersionMismatchError
 
 MAGIC: Final = "h5feed"
@@ -48,100 +50,30 @@ MAGIC: Final = "h5feed"
 # agree: issue 22).
 PROTOCOL_VERSION: Final = 5
 
-HELLO: Final = "hello"  # worker -> consumer: who I am
-JOB: Final = "job"  # consumer -> worker: the files it owns and how to cut clips
-INDEX: Final = "index"  # worker -> consumer: the videos of one file (name, frames, label)
-UNIT: Final = "unit"  # consumer -> worker: produce these rows of one batch
-DATA: Final = "data"  # worker -> consumer: the rows of a unit, as arrays (or in its slot)
-ERROR: Final = "error"  # worker -> consumer: a unit (or the job) failed, with the traceback
-BYE: Final = "bye"  # either way: stop / I am leaving
-SOURCE: Final = "source"  # consumer -> worker: run the user's code named by an import path
-SOURCE_INFO: Final = "source_info"  # worker -> consumer: what that code is (kind, length, spec)
-ITEMS: Final = "items"  # consumer -> worker: map/keras source, produce these items of a batch
-PULL: Final = "pull"  # consumer -> worker: generator source, the next elements of a pass
-PING: Final = "ping"  # consumer -> worker: nothing to do; a send that fails means it is gone
-CHECK: Final = "check"  # consumer -> worker: digest the common items at this epoch's start
+# The kinds, each named once by its class (h5feed.common.message_types); worker = a producer.
+HELLO: Final = typed.Hello.KIND  # worker -> consumer: who I am
+JOB: Final = typed.Job.KIND  # consumer -> worker: the files it owns and how to cut clips
+INDEX: Final = typed.Index.KIND  # worker -> consumer: one file's videos (name, frames, label)
+UNIT: Final = typed.Unit.KIND  # consumer -> worker: produce these rows of one batch
+DATA: Final = typed.Data.KIND  # worker -> consumer: a unit's rows, as arrays (or in its slot)
+ERROR: Final = typed.Error.KIND  # worker -> consumer: a unit (or the job) failed, and why
+BYE: Final = typed.Bye.KIND  # either way: stop / I am leaving
+SOURCE: Final = typed.Source.KIND  # consumer -> worker: run the user's code at an import path
+SOURCE_INFO: Final = typed.SourceInfo.KIND  # worker -> consumer: what it is (kind, length, spec)
+ITEMS: Final = typed.Items.KIND  # consumer -> worker: map/keras source, these items of a batch
+PULL: Final = typed.Pull.KIND  # consumer -> worker: generator source, the next elements
+PING: Final = typed.Ping.KIND  # consumer -> worker: nothing to do; a failed send: it is gone
+CHECK: Final = typed.Check.KIND  # consumer -> worker: digest the common items at epoch start
 # Added in protocol 4 (additive): the videos of several files at once, as columns.
-INDEX_BATCH: Final = "index_batch"  # worker -> consumer: files, counts, names + frames, labels
+INDEX_BATCH: Final = typed.IndexBatch.KIND  # worker -> consumer: files, counts, names, arrays
 
 #: Start of a BYE reason that refuses a peer (e.g. another protocol version): do not retry.
-REFUSED: Final = "refused:"
+REFUSED: Final = typed.REFUSED
 
-_INT = (int,)
-_STR = (str,)
-_LIST = (list,)
-_OPT_INT = (int, type(None))
-_OPT_STR = (str, type(None))
-_OPT_LIST = (list, type(None))
-
-#: Field names and accepted Python types of each message kind (after msgpack decoding).
+#: Field names and accepted Python types of each message kind (after msgpack decoding),
+#: derived from the fields of its class in h5feed.common.message_types (the one copy).
 SCHEMAS: Final[Mapping[str, Mapping[str, tuple[type, ...]]]] = {
-    HELLO: {"worker": _STR, "pid": _INT, "host": _STR, "package": _STR, "nonce": _STR},
-    JOB: {
-        "job": _STR,
-        "files": _LIST,
-        "clip": (dict,),
-        "layout": (dict,),
-        "cache_dir": _OPT_STR,
-        "on_error": _STR,  # "raise" or "skip": what a bad frame does (see messages.Job)
-        "send_index": (bool,),  # False: the trainer knows the files' index (see messages.Job)
-    },
-    INDEX: {"job": _STR, "file": _INT, "videos": _LIST},
-    # files[i] has counts[i] videos; names (UTF-8 bin), the arrays ``frames``/``labels`` (int64
-    # [sum(counts)]), list them file after file: see h5feed.common.messages.IndexBatch.
-    INDEX_BATCH: {"job": _STR, "files": _LIST, "counts": _LIST, "names": _LIST},
-    UNIT: {
-        "job": _STR,
-        "unit": _INT,
-        "batch": _INT,
-        "epoch": _INT,
-        "rows": _LIST,
-        "slot": _OPT_LIST,  # [pid, fd, batch rows, positions]: see h5feed.producer.shm
-    },
-    # skipped: [[position in samples, frame, reason], ...], rows zero-filled under
-    # on_error="skip" (see messages.Data)
-    DATA: {"job": _STR, "unit": _INT, "batch": _INT, "samples": _LIST, "skipped": _LIST},
-    ERROR: {
-        "job": _STR,
-        "unit": _OPT_INT,
-        "type": _STR,
-        "message": _STR,
-        "traceback": _STR,
-        "file": _OPT_STR,
-        "video": _OPT_STR,
-        "frame": _OPT_INT,
-        "file_number": _OPT_INT,  # a FileReadError's file, by its number in the JOB
-    },
-    BYE: {"reason": _STR},
-    # A source job (``h5feed.producer.sources``): sent twice; first the worker loads the source
-    # and answers SOURCE_INFO (probing the elements when spec is None), then it gets the
-    # element spec to check every element against.
-    SOURCE: {
-        "job": _STR,
-        "source": _STR,
-        "args": (dict,),
-        "sys_path": _LIST,
-        "worker": _INT,
-        "workers": _INT,
-        "seed": _INT,
-        "epoch": _INT,
-        "spec": (dict, type(None)),
-        "batched": (bool,),  # the generator yields batches: split them into samples
-    },
-    # checks: [[item, digest (bin), reproducible], ...] at the start of epoch (see
-    # h5feed.consumer.sources.agreement); the answer to SOURCE, and to CHECK.
-    SOURCE_INFO: {
-        "job": _STR,
-        "kind": _STR,
-        "length": _OPT_INT,
-        "spec": (dict,),
-        "epoch": _INT,
-        "checks": _LIST,
-    },
-    CHECK: {"job": _STR, "epoch": _INT},
-    ITEMS: {"job": _STR, "unit": _INT, "batch": _INT, "epoch": _INT, "items": _LIST},
-    PULL: {"job": _STR, "unit": _INT, "batch": _INT, "epoch": _INT, "count": _INT, "pass": _INT},
-    PING: {},
+    kind: schema.header_types for kind, schema in typed.SCHEMAS.items()
 }
 KINDS: Final = frozenset(SCHEMAS)
 

@@ -10,7 +10,8 @@ Guarantees of a policy that is not :data:`TRUSTED`:
 
 1. :meth:`CodePolicy.check` runs before anything is imported: a refused path imports nothing
    (no module is looked up, none of its top-level code runs).
-2. A path is allowed only when the whole ``module:name`` matches one of the patterns
+2. A path is allowed only when it is an import path (the one rule of
+   :mod:`h5feed.common.import_paths`), the whole ``module:name`` matches one of the patterns
    (``fnmatch.fnmatchcase``: ``*`` matches anything, dots and colon included), ``name`` is
    one identifier (no dots: ``mypkg.data:os.system`` would walk out of the module), and
    neither ``name`` nor any part of ``module`` starts with ``_``: whatever the pattern,
@@ -31,6 +32,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from h5feed.common.errors import H5FeedError
+from h5feed.common.import_paths import ImportPath, ImportPathError
 
 #: The environment variable of ``--allow-code`` (patterns separated by ``,``).
 ALLOW_CODE_ENV = "H5FEED_ALLOW_CODE"
@@ -71,16 +73,16 @@ class CodePolicy:
         """Raise CodeRefused unless ``path`` may be imported (before any import)."""
         if self.trusted:
             return
-        module, sep, name = path.partition(":")
-        if not sep or not module or not name:
-            raise self._refuse(path, "not of the form 'package.module:name'")
-        if "." in name or not name.isidentifier():
+        try:
+            parsed = ImportPath.parse(path)  # the rule every import path follows, first
+        except ImportPathError as exc:
+            raise self._refuse(path, str(exc)) from None
+        name = parsed.attribute
+        if len(parsed.attributes) != 1:
             raise self._refuse(path, f"{name!r} is not one name (no dots, no attribute walk)")
         if name.startswith("_"):
             raise self._refuse(path, f"{name!r} starts with '_' (private and dunder names)")
-        parts = module.split(".")
-        if not all(part.isidentifier() for part in parts):
-            raise self._refuse(path, f"{module!r} is not a dotted module name")
+        parts = parsed.module.split(".")
         private = next((part for part in parts if part.startswith("_")), None)
         if private is not None:
             raise self._refuse(

@@ -17,22 +17,19 @@ from collections.abc import Callable
 from typing import Any
 
 from h5feed.common import trainer_main
+from h5feed.common.import_paths import ImportPath, ImportPathError
 from h5feed.producer.code_policy import CodePolicy
-
-
-class ImportPathError(Exception):
-    """``path`` does not lead to a callable; the message says why (without the path)."""
 
 
 def load_callable(path: str, policy: CodePolicy) -> Callable[..., Any]:
     """The callable at ``path``. Raises CodeRefused when ``policy`` refuses the path (before
     importing anything) or the object loaded (defined in another module); ImportPathError:
-    not of the form ``module:attr``, the module fails to import (whatever it raises; the
-    worker's ``sys.path`` is named), a missing attribute, or not callable."""
+    not an import path (the one rule, :class:`~h5feed.common.import_paths.ImportPath`), the
+    module fails to import (whatever it raises; the worker's ``sys.path`` is named), a
+    missing attribute, or not callable."""
     policy.check(path)
-    module_name, sep, attributes = path.partition(":")
-    if not sep or not module_name or not attributes:
-        raise ImportPathError("is not an import path of the form 'package.module:name'")
+    parsed = ImportPath.parse(path)
+    module_name, attributes = parsed.module, parsed.attribute
     try:
         if module_name == trainer_main.MAIN:
             obj: Any = _trainer_main()
@@ -45,7 +42,7 @@ def load_callable(path: str, policy: CodePolicy) -> Callable[..., Any]:
             f"cannot import module {module_name!r}: {type(exc).__name__}: {exc} "
             f"(the worker's sys.path: {sys.path})"
         ) from exc
-    for attribute in attributes.split("."):
+    for attribute in parsed.attributes:
         try:
             obj = getattr(obj, attribute)
         except AttributeError as exc:

@@ -42,14 +42,15 @@ import numpy as np
 from h5feed.common import elements, messages, tree
 from h5feed.common.elements import ElementSpec
 from h5feed.common.errors import SourceError
+from h5feed.common.import_paths import ImportPathError
+from h5feed.common.source_kinds import SourceKind
 from h5feed.producer import import_path, seeding
 from h5feed.producer.code_policy import CodePolicy
 from h5feed.producer.seeding import Purpose
 
-MAP: Final = "map"
-KERAS: Final = "keras"
-GENERATOR: Final = "generator"
-SOURCE_KINDS: Final = (MAP, KERAS, GENERATOR)
+MAP: Final = SourceKind.MAP
+KERAS: Final = SourceKind.KERAS
+GENERATOR: Final = SourceKind.GENERATOR
 
 #: Elements a map source reads, spread over the dataset, to infer the element spec.
 PROBE_ELEMENTS: Final = 8
@@ -67,7 +68,7 @@ def load_factory(path: str, policy: CodePolicy) -> Callable[..., Any]:
     it (nothing imported)."""
     try:
         return import_path.load_callable(path, policy)
-    except import_path.ImportPathError as exc:
+    except ImportPathError as exc:
         raise SourceError(f"source {path!r} {exc}") from exc
 
 
@@ -84,7 +85,7 @@ def call_accepting(
     return function(**args, **accepted)
 
 
-def detect_kind(obj: Any) -> str:
+def detect_kind(obj: Any) -> SourceKind:
     """The kind of source ``obj`` is (see the module docstring for the order)."""
     if hasattr(obj, "__len__") and hasattr(obj, "__getitem__"):
         if isinstance(obj, (Mapping, str, bytes)):

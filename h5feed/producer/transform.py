@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from h5feed.common.errors import DataError, H5FeedError
+from h5feed.common.import_paths import ImportPathError
 from h5feed.common.wire import ALLOWED_DTYPES
 from h5feed.producer import import_path, seeding
 from h5feed.producer.code_policy import CodePolicy
@@ -49,7 +50,7 @@ def load_callable(path: str, policy: CodePolicy) -> Callable[..., Any]:
     CodeRefused when ``policy`` refuses it (nothing imported)."""
     try:
         return import_path.load_callable(path, policy)
-    except import_path.ImportPathError as exc:
+    except ImportPathError as exc:
         raise TransformImportError(f"transform {path!r} {exc}") from exc
 
 

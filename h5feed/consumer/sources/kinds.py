@@ -30,6 +30,7 @@ from h5feed.common import elements, messages
 from h5feed.common.elements import ElementSpec, Field, RaggedArray
 from h5feed.common.errors import H5FeedError, WorkerTimeoutError
 from h5feed.common.logs import IdsLogger, consumer_log
+from h5feed.common.source_kinds import SourceKind
 from h5feed.consumer.core.assembly import Batch
 from h5feed.consumer.core.credits import CreditGate
 from h5feed.consumer.core.ledger import Ledger, Peer, Unit, W
@@ -44,10 +45,9 @@ from h5feed.consumer.stats import Counters
 if TYPE_CHECKING:
     from h5feed.consumer.options import FeedOptions
 
-MAP: Final = "map"
-KERAS: Final = "keras"
-GENERATOR: Final = "generator"
-KINDS: Final = (MAP, KERAS, GENERATOR)
+MAP: Final = SourceKind.MAP
+KERAS: Final = SourceKind.KERAS
+GENERATOR: Final = SourceKind.GENERATOR
 
 
 class _Elements:
@@ -57,7 +57,7 @@ class _Elements:
         self,
         source: SourceConfig,
         spec: ElementSpec,
-        kind: str,
+        kind: SourceKind,
         counters: Counters,
         log: IdsLogger,
     ) -> None:
@@ -118,13 +118,13 @@ class _Elements:
         return Batch(epoch, index, {}, element, elements_in_part, size)
 
 
-def epoch_batches(kind: str, length: int, options: FeedOptions) -> int:
+def epoch_batches(kind: SourceKind, length: int, options: FeedOptions) -> int:
     """Batches per epoch of a map or keras source of ``length`` items (every epoch has as
     many: the shard's share of the items, batched as the options say)."""
     return _batches_of(kind, len(epoch_order(length, options.plan_options(), 0)), options)
 
 
-def _batches_of(kind: str, items: int, options: FeedOptions) -> int:
+def _batches_of(kind: SourceKind, items: int, options: FeedOptions) -> int:
     if kind == KERAS:  # each item is a batch
         return items
     if options.drop_remainder:
@@ -137,7 +137,7 @@ class ItemScheduler:
 
     def __init__(
         self,
-        kind: str,
+        kind: SourceKind,
         config: SourceConfig,
         built: _Elements,
         length: int,
@@ -506,7 +506,7 @@ KindScheduler = ItemScheduler | GeneratorScheduler
 
 
 def make_kind(
-    kind: str,
+    kind: SourceKind,
     config: SourceConfig,
     spec: ElementSpec,
     length: int | None,

@@ -9,7 +9,9 @@ from typing import TYPE_CHECKING, Any
 
 import msgpack
 
+from h5feed.common import import_paths
 from h5feed.common.elements import ElementSpec
+from h5feed.common.source_kinds import SourceKind
 
 if TYPE_CHECKING:  # options.py imports this module (FeedConfig = HdfConfig | SourceConfig)
     from h5feed.consumer.options import FeedOptions
@@ -57,11 +59,7 @@ class SourceConfig:
     options: FeedOptions
 
     def __post_init__(self) -> None:
-        module, sep, name = self.source.partition(":") if isinstance(self.source, str) else "::"
-        if not sep or not module or not name:
-            raise ValueError(
-                f"source must be an import path 'package.module:factory', got {self.source!r}"
-            )
+        import_paths.check_option("source", self.source, "factory")
         if not isinstance(self.args, Mapping) or not all(isinstance(k, str) for k in self.args):
             raise ValueError("source_args must be a dict with str keys")
         try:
@@ -84,12 +82,12 @@ class SourceConfig:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Learnt:
-    """What the workers told of a source once they loaded it: its kind (``"map"``,
-    ``"keras"``, ``"generator"``), element spec (the given one, checked, or the merge of
-    what each worker probed) and ``length`` (``len()`` of a map or keras source, None for a
-    generator). The feed keeps it, so later iterations skip the probe and use the same spec
-    as the tf.data signature, and the epoch's length is known (tf.data's cardinality)."""
+    """What the workers told of a source once they loaded it: its kind, element spec (the
+    given one, checked, or the merge of what each worker probed) and ``length`` (``len()``
+    of a map or keras source, None for a generator). The feed keeps it, so later iterations
+    skip the probe and use the same spec as the tf.data signature, and the epoch's length is
+    known (tf.data's cardinality)."""
 
-    kind: str
+    kind: SourceKind
     spec: ElementSpec
     length: int | None = None

@@ -20,6 +20,7 @@ from h5feed.common import elements, messages, wire
 from h5feed.common.elements import ElementSpec
 from h5feed.common.errors import SourceError
 from h5feed.common.logs import consumer_log
+from h5feed.common.source_kinds import SourceKind
 from h5feed.consumer.core.assembly import Batch
 from h5feed.consumer.core.credits import CreditGate
 from h5feed.consumer.core.ledger import Peer
@@ -29,7 +30,6 @@ from h5feed.consumer.sources.agreement import check_agreement
 from h5feed.consumer.sources.kinds import (
     GENERATOR,
     KERAS,
-    KINDS,
     GeneratorScheduler,
     ItemScheduler,
     KindScheduler,
@@ -64,7 +64,7 @@ class SourceScheduler:
         self._peers: list[Peer] = []
         self._infos: dict[Peer, messages.SourceInfo] = {}
         self._kind: KindScheduler | None = None
-        self._agreed: tuple[str, int | None] | None = None  # (kind, length) once agreed
+        self._agreed: tuple[SourceKind, int | None] | None = None  # (kind, length) once agreed
         self._joining: set[Peer] = set()  # joined during the iteration, SOURCE sent
         self._vacant: list[int] = []  # generator: positions of lost workers, not yet refilled
         # the handshake's checks (first epoch), which a joiner's copy must agree with
@@ -110,7 +110,7 @@ class SourceScheduler:
         except SourceError:
             self._counters.malformed_messages += 1
             return []
-        if message.kind not in KINDS:
+        if SourceKind.of_wire(message.kind) is None:
             self._counters.malformed_messages += 1
             return []
         self._infos[peer] = message
@@ -137,14 +137,14 @@ class SourceScheduler:
             self._kind.add(each)
         return [self._source(peer, spec) for peer in self._peers]
 
-    def _agree(self) -> tuple[str, int | None, ElementSpec]:
+    def _agree(self) -> tuple[SourceKind, int | None, ElementSpec]:
         """Kind, length and spec from the workers' answers; SourceError where they differ."""
         infos = [self._infos[p] for p in self._peers]
         names = [p.name for p in self._peers]
         kinds = {info.kind for info in infos}
         if len(kinds) != 1:
             raise SourceError(f"the workers found different kinds of source: {sorted(kinds)}")
-        kind = kinds.pop()
+        kind = SourceKind(kinds.pop())  # each was checked on arrival
         length = None
         if kind != GENERATOR:
             lengths = [info.length for info in infos]
@@ -283,7 +283,7 @@ class SourceScheduler:
         return None
 
 
-def _check_spec(spec: ElementSpec, source: SourceConfig, kind: str) -> None:
+def _check_spec(spec: ElementSpec, source: SourceConfig, kind: SourceKind) -> None:
     """SourceError where the spec cannot travel or be batched as the options say."""
     if spec.wire_arrays() > wire.DEFAULT_LIMITS.max_arrays:
         raise SourceError(

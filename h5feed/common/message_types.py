@@ -1,0 +1,384 @@
+"""Every h5feed message as a typed, frozen value: one dataclass per kind, and its wire schema.
+
+Each message's fields are written once, here: :mod:`h5feed.common.message_schema` derives
+from their annotations what the header holds (``wire.SCHEMAS``, checked by ``wire`` on both
+sides) and how :func:`h5feed.common.messages.parse` builds the message from it, every nested
+value checked before anything trusts it: a UNIT row has 8 fields of fixed types, an INDEX
+video 3, a slot reference 4; bounds ride on the annotations (``Min``, ``MaxLen``, ``OneOf``)
+and a rule across fields is the message's ``validate()``. Small records (:class:`Row`,
+:class:`SlotRef`, :class:`FileRef`, :class:`VideoEntry`) are ``NamedTuple``\\ s, so msgpack
+writes them as the plain arrays the wire format describes, with no conversion per row.
+
+This module imports neither ``wire`` nor ``messages``: they import it (``wire`` for the
+schemas it checks, ``messages`` for the codec), so the layering runs one way. Code imports
+the classes from :mod:`h5feed.common.messages`, which re-exports them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import traceback
+from collections.abc import Mapping, Sequence
+from typing import Annotated, Any, ClassVar, Final, NamedTuple
+
+import numpy as np
+
+from h5feed.common.errors import DataError, FileReadError, ProtocolError
+from h5feed.common.message_schema import Label, MaxLen, Min, OneOf, Schema
+
+#: Start of a BYE reason that refuses a peer (e.g. another protocol version): do not retry.
+REFUSED: Final = "refused:"
+#: At most this many items in a SOURCE_INFO's checks; each digest at most this many bytes.
+MAX_CHECKS: Final = 16
+MAX_DIGEST_BYTES: Final = 64
+
+
+class FileRef(NamedTuple):
+    """A file of a JOB: its number in the dataset and its path (relative to the data root)."""
+
+    number: int
+    path: str
+
+
+class VideoEntry(NamedTuple):
+    """A video of an INDEX: its name in the file, its frame count (>= 1) and its label."""
+
+    name: str
+    frames: Annotated[int, Min(1)]
+    label: int
+
+
+class Row(NamedTuple):
+    """One row of an HDF5 UNIT: the sample and everything needed to make its clip."""
+
+    sample: int  # global sample id
+    file: int  # file index in the dataset
+    video: int  # position of the video in its file's index
+    start: int  # first frame of the clip
+    crop_top: float  # uniform [0, 1): where the crop goes
+    crop_left: float
+    flip: bool
+    seed: int  # per-sample seed of the user's transform
+
+
+#: The longest ``reason`` of a :class:`SkippedRow` (the worker cuts a longer message).
+MAX_SKIP_REASON: Final = 1000
+#: What a JOB's ``on_error`` may say.
+ON_ERROR_CHOICES: Final = ("raise", "skip")
+
+
+class SkippedRow(NamedTuple):
+    """A row of a DATA skipped under ``on_error="skip"`` (its clip is all zeros): its position
+    in the DATA's ``samples``, the frame that failed, and why (the worker's message, at most
+    :data:`MAX_SKIP_REASON` characters)."""
+
+    position: int  # distinct, within the DATA's samples: Data.validate
+    frame: Annotated[int, Min(0)]
+    reason: Annotated[str, MaxLen(MAX_SKIP_REASON)]
+
+
+class SlotRef(NamedTuple):
+    """Where a UNIT's rows go in shared memory: the consumer's pid and the slot's fd (the
+    worker opens ``/proc/PID/fd/FD``), the batch's row count, the rows' positions in it."""
+
+    pid: Annotated[int, Min(0)]
+    fd: Annotated[int, Min(0)]
+    batch_rows: Annotated[int, Min(0)]
+    positions: tuple[int, ...]  # as many as the UNIT's rows, distinct: Unit.validate
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Hello:
+    KIND: ClassVar[str] = "hello"
+    worker: str
+    pid: int
+    host: str
+    package: str
+    #: Random, fixed for the life of one worker process: a HELLO under a known identity with
+    #: another nonce is a new process (a restarted worker), never the same one speaking again.
+    nonce: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Job:
+    """The files a worker owns and how to cut clips. A JOB of the job the worker holds adds
+    its files to it: a job of many files comes as several JOBs (at most 1,024 files each)."""
+
+    KIND: ClassVar[str] = "job"
+    job: str
+    files: tuple[FileRef, ...]
+    clip: Mapping[str, Any]  # ClipSpec.to_wire(); ClipSpec.from_wire validates it
+    layout: Mapping[str, Any]  # LayoutSpec.to_wire(): how the files store videos
+    cache_dir: str | None
+    #: "raise": a bad frame (FrameError) is an ERROR; "skip": its row is zero-filled and
+    #: listed in the DATA's ``skipped``. Errors of whole files are ERRORs either way.
+    on_error: Annotated[str, OneOf(ON_ERROR_CHOICES)] = "raise"
+    #: False when the trainer already knows these files' index (the same files, unchanged,
+    #: indexed before by local workers): the worker opens and checks them as usual but
+    #: sends no INDEX for them, only an ERROR for a file it cannot read.
+    send_index: bool = True
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Index:
+    KIND: ClassVar[str] = "index"
+    job: str
+    file: int
+    videos: tuple[VideoEntry, ...]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class IndexBatch:
+    """The videos of several files: ``files[i]`` has ``counts[i]`` (>= 1) videos, listed file
+    after file in ``names`` (UTF-8 bytes: the trainer keeps them as they arrive), ``frames``
+    (int64 [V], each >= 1) and ``labels`` (int64 [V]).
+    Columns, so a 10,000-file handshake decodes without a Python object per video."""
+
+    KIND: ClassVar[str] = "index_batch"
+    job: str
+    files: tuple[int, ...]
+    counts: tuple[int, ...]
+    names: tuple[bytes, ...]
+    frames: np.ndarray
+    labels: np.ndarray
+
+    def validate(self) -> None:
+        """The columns agree (checked column by column: no Python object per video)."""
+        files, counts = self.files, self.counts
+        if len(files) != len(counts) or len(set(files)) != len(files) or min(counts, default=1) < 1:
+            raise ProtocolError(
+                "INDEX_BATCH needs distinct files with >= 1 video each, one count each"
+            )
+        total = sum(counts)
+        for name, array in (("frames", self.frames), ("labels", self.labels)):
+            if array.dtype != np.int64 or array.shape != (total,):
+                raise ProtocolError(
+                    f"INDEX_BATCH {name} must be int64 [{total}], got {array.dtype} {array.shape}"
+                )
+        if len(self.names) != total:
+            raise ProtocolError(f"INDEX_BATCH names must be {total} byte strings")
+        if total and int(self.frames.min()) < 1:
+            raise ProtocolError("INDEX_BATCH lists a video with fewer than 1 frame")
+
+    @classmethod
+    def of_columns(
+        cls, job: str, files: Sequence[tuple[int, Sequence[bytes], np.ndarray, np.ndarray]]
+    ) -> IndexBatch:
+        """The batch of ``files``: (file number, names, frame counts, labels) each."""
+        empty = np.zeros(0, np.int64)
+        return cls(
+            job,
+            tuple(number for number, *_columns in files),
+            tuple(len(names) for _number, names, _f, _l in files),
+            tuple(itertools.chain.from_iterable(names for _n, names, _f, _l in files)),
+            np.concatenate([frames for _n, _names, frames, _l in files] or [empty]),
+            np.concatenate([labels for _n, _names, _f, labels in files] or [empty]),
+        )
+
+    @classmethod
+    def of(
+        cls, job: str, files: Sequence[tuple[int, Sequence[tuple[str, int, int]]]]
+    ) -> IndexBatch:
+        """The batch of ``files``: (file number, its videos) each."""
+        columns = []
+        for number, entries in files:
+            names, frames, labels = zip(*entries, strict=True) if entries else ((), (), ())
+            columns.append(
+                (
+                    number,
+                    [name.encode() for name in names],
+                    np.array(frames, np.int64).reshape(-1),
+                    np.array(labels, np.int64).reshape(-1),
+                )
+            )
+        return cls.of_columns(job, columns)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Unit:
+    KIND: ClassVar[str] = "unit"
+    job: str
+    unit: int
+    batch: int  # the batch's sequence number in the iteration
+    epoch: int
+    rows: tuple[Row, ...]
+    slot: SlotRef | None = None
+
+    def validate(self) -> None:
+        """The slot, if any, holds exactly these rows, each at its own position in it."""
+        slot, rows = self.slot, len(self.rows)
+        if slot is None:
+            return
+        if len(slot.positions) != rows or len(set(slot.positions)) != rows:
+            raise ProtocolError(f"bad UNIT slot {slot!r:.200} for {rows} rows")
+        if not all(0 <= p < slot.batch_rows for p in slot.positions):
+            raise ProtocolError(
+                f"slot positions {slot.positions!r:.200} do not fit {slot.batch_rows} rows"
+            )
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Items:
+    """A map-style source's element indices, or a keras source's one batch index."""
+
+    KIND: ClassVar[str] = "items"
+    job: str
+    unit: int
+    batch: int
+    epoch: int
+    items: tuple[int, ...]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Pull:
+    """A generator source: the next ``count`` elements of the worker's pass ``pass_``."""
+
+    KIND: ClassVar[str] = "pull"
+    job: str
+    unit: int
+    batch: int
+    epoch: int
+    count: int
+    pass_: int  # "pass" on the wire (a Python keyword)
+
+    def validate(self) -> None:
+        if self.count < 1 or self.pass_ < 0:
+            raise ProtocolError(f"PULL of {self.count} elements of pass {self.pass_}")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Data:
+    """A unit's answer: ``samples`` (HDF5: sample ids; map: items; keras: the batch index;
+    generator: element ordinals) and the arrays (none when written to a shared slot).
+    ``skipped``: the rows whose clip is zeros because a frame was bad (HDF5, ``on_error=
+    "skip"``), at distinct positions of ``samples`` (checked on decode)."""
+
+    KIND: ClassVar[str] = "data"
+    job: str
+    unit: int
+    batch: int
+    samples: tuple[Any, ...]
+    arrays: Mapping[str, np.ndarray] = dataclasses.field(default_factory=dict)
+    skipped: Annotated[tuple[SkippedRow, ...], Label("skipped row")] = ()
+
+    def validate(self) -> None:
+        """At most one skipped row per sample, each at a position of the samples."""
+        positions = {row.position for row in self.skipped}
+        rows = len(self.samples)
+        if len(positions) != len(self.skipped) or not all(0 <= p < rows for p in positions):
+            raise ProtocolError(
+                f"DATA skipped rows {list(self.skipped)!r:.200} do not fit {rows} samples"
+            )
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Error:
+    KIND: ClassVar[str] = "error"
+    job: str
+    unit: int | None
+    type: str
+    message: str
+    traceback: str
+    file: str | None = None
+    video: str | None = None
+    frame: int | None = None
+    #: A file that cannot be read (``FileReadError``): its number in the JOB, so the trainer
+    #: knows which file, whatever path the worker resolved it to.
+    file_number: int | None = None
+
+    @classmethod
+    def of(cls, job: str, unit: int | None, exc: BaseException, file: str | None = None) -> Error:
+        """The ERROR reporting ``exc``; a :class:`DataError` names its file, video, frame,
+        a :class:`FileReadError` also the file's number."""
+        data_error = exc if isinstance(exc, DataError) else None
+        number = exc.number if isinstance(exc, FileReadError) else None
+        return cls(
+            job=job,
+            unit=unit,
+            type=type(exc).__name__,
+            message=str(exc),
+            traceback="".join(traceback.format_exception(exc)),
+            file=data_error.file if data_error else file,
+            video=data_error.video if data_error else None,
+            frame=data_error.frame if data_error else None,
+            file_number=number,
+        )
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Bye:
+    KIND: ClassVar[str] = "bye"
+    reason: str
+
+    @classmethod
+    def refusing(cls, why: str) -> Bye:
+        """A BYE that refuses a peer (another protocol version, say): it must not retry."""
+        return cls(f"{REFUSED} {why}")
+
+    @property
+    def refused(self) -> bool:
+        return self.reason.startswith(REFUSED)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Source:
+    KIND: ClassVar[str] = "source"
+    job: str
+    source: str  # "package.module:factory"
+    args: Mapping[str, Any]
+    sys_path: tuple[str, ...]
+    worker: int  # this worker's shard index among ``workers``
+    workers: int
+    seed: int
+    epoch: int  # the iteration's first epoch
+    spec: Mapping[str, Any] | None  # ElementSpec.to_wire(), or None: probe and tell
+    batched: bool = False  # source_batched=True: a generator of batches, split into samples
+
+
+class ItemCheck(NamedTuple):
+    """One common item as one copy of a user's object makes it: its digest, and whether two
+    fetches under the same seeding gave the same (see h5feed.consumer.sources.agreement)."""
+
+    item: int
+    digest: Annotated[bytes, MaxLen(MAX_DIGEST_BYTES)]
+    reproducible: bool
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SourceInfo:
+    KIND: ClassVar[str] = "source_info"
+    job: str
+    kind: str  # "map", "keras" or "generator"
+    length: int | None
+    spec: Mapping[str, Any]
+    epoch: int = 0  # the epoch the checks were made at
+    checks: Annotated[tuple[ItemCheck, ...], MaxLen(MAX_CHECKS)] = ()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Check:
+    """Consumer -> worker of a source: answer SOURCE_INFO with the checks at the start of
+    ``epoch`` (keras: after ``on_epoch_end`` up to it), before any batch of it is sent."""
+
+    KIND: ClassVar[str] = "check"
+    job: str
+    epoch: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Ping:
+    """The consumer's liveness probe of a worker holding units (see
+    h5feed.common.liveness): the worker ignores it; the consumer learns from whether the
+    send succeeds, i.e. whether ZeroMQ's heartbeats still hold the connection."""
+
+    KIND: ClassVar[str] = "ping"
+
+
+#: The message classes, in the order of the kinds table (h5feed.common.messages).
+CLASSES: Final = (
+    Hello, Job, Index, IndexBatch, Unit, Source, SourceInfo, Items, Pull, Data, Error, Bye,
+    Check, Ping,
+)  # fmt: skip
+#: Each kind's wire schema, derived from its class.
+SCHEMAS: Final[Mapping[str, Schema]] = {cls.KIND: Schema.of(cls) for cls in CLASSES}

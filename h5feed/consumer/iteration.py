@@ -2,11 +2,22 @@
 
 A :class:`~h5feed.consumer.feed.Feed` builds an :class:`IterationStart` for each iteration
 (where it starts, what it leaves out, the fingerprint to keep, the index to check, what earlier
-iterations learnt) and hands it to the :class:`~h5feed.consumer.stream.BatchStream`; the
-stream writes what it found into its :class:`Outcome` (what its scheduler learnt, the epoch's
-length, the index's digest, its final figures), which the feed reads when it next needs them.
-Nothing is called back: a stream holds no reference to its feed, so a feed nobody else holds
-is garbage collected while its stream runs (and its kept workers stop when that stream ends).
+iterations learnt) and hands it to the :class:`~h5feed.consumer.stream.BatchStream`, which
+makes its scheduler from it (:func:`make_scheduler`) and keeps where the trainer stands in a
+:class:`Position`. The stream writes what it found into its :class:`Outcome` (what its
+scheduler learnt, the epoch's length, the index's digest, its final figures), which the feed
+reads when it next needs them.
+
+Guarantees:
+
+1. Nothing is called back: a stream holds no reference to its feed, so a feed nobody else
+   holds is garbage collected while its stream runs (and its kept workers stop when that
+   stream ends).
+2. A later iteration of a feed starts from what the earlier ones learnt: the files' index
+   while the files are unchanged, a source's kind and spec forever (the feed reads the
+   outcomes before it builds the next start).
+3. A resumed iteration's index is checked against the saved one at its first batch
+   (:meth:`IterationStart.check_index`: ResumeError naming both digests, from ``next()``).
 """
 
 from __future__ import annotations

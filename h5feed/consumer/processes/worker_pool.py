@@ -1,5 +1,9 @@
 """Local workers kept across the iterations of one dataset, with the socket they connect to.
 
+Every iteration runs on a :class:`WorkerPool` through a :class:`Lease`: its feed's kept one,
+or one of its own (``persistent=False``: a BYE ends its workers; closed with the iteration,
+when the feed keeps no workers, ``listen``, or lent its pool to another iteration).
+
 Why: every ``model.fit`` epoch of an ``epochs=1`` dataset and every validation pass is a new
 iteration; starting workers for each one costs their start-up and their index (seconds at
 10,000 files). A :class:`WorkerPool` belongs to one :class:`~h5feed.consumer.feed.Feed`; each

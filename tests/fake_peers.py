@@ -35,10 +35,13 @@ import zmq
 from h5feed.common import elements, messages
 from h5feed.common.config import ClipSpec
 from h5feed.common.elements import ElementSpec
+from h5feed.consumer.core import recovery
 from h5feed.consumer.core.assembly import Batch
 from h5feed.consumer.core.credits import CreditGate
+from h5feed.consumer.core.events import LossCause, PeerLost
 from h5feed.consumer.core.ledger import Peer
 from h5feed.consumer.core.scheduler import Reassignment, Scheduler, Send
+from h5feed.consumer.core.session import PeerSession
 from h5feed.consumer.options import FeedOptions, HdfConfig, LayoutArgs
 from h5feed.consumer.plan import EpochPlan, Index
 from h5feed.consumer.sources.options import SourceConfig
@@ -422,6 +425,14 @@ class Fleet:
     Every message crosses :func:`over_the_wire` both ways. :meth:`dispatch` checks the credit
     rule: each ``next_units`` call dispatches one credit per new batch it sends units of, and
     never more than the budget is in flight.
+
+    The fleet drives the scheduler through its protocol, one call at a time, in an order the
+    test chooses; it is no second loop. A loss goes through the real rules: the fleet's peers
+    are listed in a real :class:`~h5feed.consumer.core.session.PeerSession` (as their HELLOs
+    would list them), and :meth:`lose` is the session's ``lose`` and then
+    :func:`~h5feed.consumer.core.recovery.recover` with :class:`FakeLocalWorkers`, as the
+    loop handles a ``PeerLost``. The loop itself (pass order, timeouts, the socket) is driven
+    in process by tests/wire_peers.py.
     """
 
     def __init__(
@@ -435,7 +446,14 @@ class Fleet:
         self.workers = {w.peer: w for w in workers}
         self.gate = gate
         self.counters = counters
+        #: The peers that answer (a test removes one to make it silent: it stays connected).
         self.live: list[Peer] = [w.peer for w in workers]
+        self.local = FakeLocalWorkers({p.name: p.pid for p in self.live if p.local})
+        #: Who is connected: the heirs recovery hands a lost peer's work to.
+        self.session = PeerSession("fleet", FakeTransport(), self.local, 60.0, counters)
+        for peer in self.live:
+            self.session.peers[peer.identity] = peer
+        self._attempts = recovery.UnitAttempts(FeedOptions().max_unit_attempts)
         self.inbox: dict[Peer, collections.deque[messages.Message]] = {
             w.peer: collections.deque() for w in workers
         }
@@ -528,14 +546,22 @@ class Fleet:
         self.workers[worker.peer] = worker
         self.inbox[worker.peer] = collections.deque()
         self.live.append(worker.peer)
+        self.session.peers[worker.peer.identity] = worker.peer
         sends = self.scheduler.join(worker.peer)
         self.post(sends)
         return sends
 
-    def lose(self, peer: Peer, confirmed_dead: bool = True) -> Reassignment:
-        """``peer`` is gone: hand its work to the live ones (its inbox stays, for late parts)."""
-        self.live.remove(peer)
-        moved = self.scheduler.reassign(peer, self.live, confirmed_dead)
+    def lose(self, peer: Peer, cause: LossCause = "bye", reason: str = "") -> Reassignment:
+        """``peer`` is gone, for ``cause`` (a BYE by default: it left on purpose): the session
+        drops it and :func:`~h5feed.consumer.core.recovery.recover` hands its work over (or
+        raises), exactly as the loop does. Its inbox stays, for late parts."""
+        if peer in self.live:  # a silent peer is connected but not live
+            self.live.remove(peer)
+        self.session.lose(peer, cause, reason or cause)
+        event = self.session.events.pop()
+        if not (isinstance(event, PeerLost) and event.peer is peer):
+            raise AssertionError(f"{peer} was not a peer of the session: {event}")
+        moved = recovery.recover(event, self.scheduler, self.session, self.local, self._attempts)
         self.post(moved.sends)
         return moved
 

@@ -15,6 +15,7 @@ from fake_peers import hdf_config, source_config
 import h5feed
 from h5feed.common import elements
 from h5feed.common.errors import ResumeError
+from h5feed.common.source_kinds import SourceKind
 from h5feed.consumer import resume
 from h5feed.consumer.iteration import IterationStart, Position
 from h5feed.consumer.plan import Cursor, Index
@@ -58,9 +59,9 @@ def test_what_a_source_iteration_learnt_is_kept_once_even_without_a_batch() -> N
     position = Position(source_config(), IterationStart(Cursor()))
     position.ended(None, None)  # ended before the handshake: nothing learnt
     assert position.outcome.learnt is None
-    first = Learnt("map", SPEC, 6)
+    first = Learnt(SourceKind.MAP, SPEC, 6)
     position.ended(first, 2)
-    position.ended(Learnt("map", SPEC, 7), 3)  # a lesson is not replaced
+    position.ended(Learnt(SourceKind.MAP, SPEC, 7), 3)  # a lesson is not replaced
     assert position.outcome.learnt is first and position.outcome.epoch_length == 2
     assert position.outcome.digest is None  # a source has no index
 

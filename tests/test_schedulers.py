@@ -901,7 +901,7 @@ def test_generator_a_lost_shard_starts_over_in_its_replacement() -> None:
     lost = fleet.live[0]
     fleet.answer_one(lost)  # one batch of its shard delivered
     assert scheduler.owns(lost)
-    moved = fleet.lose(lost, confirmed_dead=True)
+    moved = fleet.lose(lost)
     assert (moved.sends, moved.moved_units, moved.unmovable) == ([], 0, None)
     assert scheduler.waiting_for_workers
     source = fleet.workers[lost].source

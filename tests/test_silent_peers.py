@@ -95,7 +95,7 @@ def test_a_lost_local_workers_files_go_to_its_replacement_not_to_silent_peers(
     fleet.dispatch()
     fleet.answer_one(local)
     silent = silent_joiners(fleet, silent_count)
-    moved = fleet.lose(local)  # SIGKILLed: its files must move, and only silent peers are live
+    moved = fleet.lose(local, "exited", "was killed by signal 9")  # only silent peers are live
     assert moved.unmovable is None
     # With nobody else, one silent peer is asked for the INDEX, and owes it from now on ...
     askers = {s.peer for s in moved.sends if isinstance(s.message, messages.Job)}
@@ -143,7 +143,7 @@ def test_a_peer_lost_while_owing_an_index_hands_the_files_on() -> None:
     fleet.answer_all(a)  # b says nothing
     assert not scheduler.ready and b.owes_since is not None
     b_files = sorted(scheduler.owners.files_of(b))
-    moved = fleet.lose(b, confirmed_dead=False)  # as the session's deadline does
+    moved = fleet.lose(b, "deadline", "sent no INDEX it was asked for in 121 s")
     assert sorted(job_files(moved.sends)) == b_files
     assert all(s.peer is a for s in moved.sends)
     fleet.answer_all(a)

@@ -198,6 +198,13 @@ class LoopDriver:
                 raise AssertionError(f"waited {timeout_s:g} s for {what}")
             self._step()
 
+    def pump_for(self, seconds: float) -> None:
+        """Answer and take for ``seconds`` whatever happens (many of the loop's passes: its
+        poll is 50 ms, its health check every 0.2 s). For a test that shows the loop keeps
+        waiting; nothing it asserts depends on how long this takes."""
+        end = time.monotonic() + seconds
+        self.pump(lambda: time.monotonic() >= end, f"{seconds:g} s", seconds + WAIT_S)
+
     def finish(self, timeout_s: float = WAIT_S) -> object:
         """Run to the end of the iteration: END or FAILED (the loop's error in ``error``)."""
         self.pump(lambda: self.ended is not None, "the end of the iteration", timeout_s)

@@ -39,13 +39,13 @@ _HINT = (
 
 def check_agreement(
     source: str,
-    kind: str,
+    what: str,
     epoch: int,
     answers: Mapping[str, Sequence[messages.ItemCheck]],
 ) -> None:
-    """Raise SourceError where the copies (worker name -> its checks) disagree on an item;
-    warn for an item some copy cannot reproduce (see the module docstring)."""
-    what = "batch" if kind == "keras" else "item"
+    """Raise SourceError where the copies (worker name -> its checks) disagree on an item
+    (one index of the source names a ``what``: "item", "batch"); warn for an item some copy
+    cannot reproduce (see the module docstring)."""
     by_item: dict[int, dict[str, messages.ItemCheck]] = collections.defaultdict(dict)
     for worker, checks in answers.items():
         for check in checks:

@@ -7,8 +7,10 @@ elements). The kinds and lengths must agree; the spec is the given one or the me
 workers' (dimensions that differ become ``None``); the copies must agree on the common items
 each digested (:mod:`h5feed.consumer.sources.agreement`). A second SOURCE gives every worker
 that spec, which it checks every element against. Then the kind's scheduler
-(:mod:`h5feed.consumer.sources.kinds`: map, keras, generator) takes over, behind the same
-protocol as the HDF5 one.
+(:mod:`h5feed.consumer.sources.kinds`: map, keras, generator; each following
+:class:`~h5feed.consumer.sources.kind.KindScheduler`) takes over, behind the same protocol as
+the HDF5 one; what differs between kinds here is read from the kind's class
+(:class:`~h5feed.consumer.sources.kind.KindClass`), never from its name.
 """
 
 from __future__ import annotations
@@ -27,15 +29,8 @@ from h5feed.consumer.core.ledger import Peer
 from h5feed.consumer.core.scheduler import Figures, Reassignment, Send
 from h5feed.consumer.plan import Cursor
 from h5feed.consumer.sources.agreement import check_agreement
-from h5feed.consumer.sources.kinds import (
-    GENERATOR,
-    KERAS,
-    GeneratorScheduler,
-    ItemScheduler,
-    KindScheduler,
-    epoch_batches,
-    make_kind,
-)
+from h5feed.consumer.sources.kind import KindClass, KindScheduler, KindSetup
+from h5feed.consumer.sources.kinds import kind_class
 from h5feed.consumer.sources.options import Learnt, SourceConfig
 from h5feed.consumer.stats import Counters
 
@@ -64,9 +59,10 @@ class SourceScheduler:
         self._peers: list[Peer] = []
         self._infos: dict[Peer, messages.SourceInfo] = {}
         self._kind: KindScheduler | None = None
+        self._of: KindClass | None = None  # the kind's class, once agreed
         self._agreed: tuple[SourceKind, int | None] | None = None  # (kind, length) once agreed
         self._joining: set[Peer] = set()  # joined during the iteration, SOURCE sent
-        self._vacant: list[int] = []  # generator: positions of lost workers, not yet refilled
+        self._vacant: list[int] = []  # shards_in_workers: lost workers' places, not refilled
         # the handshake's checks (first epoch), which a joiner's copy must agree with
         self._reference: dict[Peer, tuple[messages.ItemCheck, ...]] = {}
         self._logged: set[str] = set()
@@ -100,7 +96,7 @@ class SourceScheduler:
     def on_control(self, peer: Peer, message: messages.Message) -> list[Send]:
         if isinstance(message, messages.SourceInfo) and peer in self._joining:
             return self._joined(peer, message)
-        if isinstance(message, messages.SourceInfo) and isinstance(self._kind, ItemScheduler):
+        if isinstance(message, messages.SourceInfo) and self._kind is not None:
             return self._kind.on_check(peer, message)  # a CHECK's answer
         if not isinstance(message, messages.SourceInfo) or self._kind is not None:
             self._counters.malformed_messages += 1
@@ -117,21 +113,24 @@ class SourceScheduler:
         if len(self._infos) < len(self._peers):
             return []
         kind, length, spec = self._agree()
+        of = self._of = kind_class(kind)
         self._reference = {p: self._infos[p].checks for p in self._peers}
         check_agreement(
-            self.source.source, kind, self._start.epoch,
+            self.source.source, of.noun, self._start.epoch,
             {str(p): checks for p, checks in self._reference.items()},
         )  # fmt: skip
         self._agreed = (kind, length)
         self.learnt = Learnt(kind, spec, length)
-        if self._start.batch and kind == GENERATOR:
+        if self._start.batch and of.shards_in_workers:
             raise SourceError(
-                f"source {self.source.source!r} is a generator: it cannot resume inside an "
+                f"source {self.source.source!r} is a {kind}: it cannot resume inside an "
                 f"epoch (cursor {self._start})"
             )
-        self._kind = make_kind(
-            kind, self.config, spec, length, self.job_id, self._epochs,
-            self._start, self._counters, self._gate,
+        self._kind = of.make(
+            KindSetup(
+                self.config, spec, length, self.job_id, self._epochs,
+                self._start, self._counters, self._gate,
+            )
         )  # fmt: skip
         for each in self._peers:
             self._kind.add(each)
@@ -145,8 +144,9 @@ class SourceScheduler:
         if len(kinds) != 1:
             raise SourceError(f"the workers found different kinds of source: {sorted(kinds)}")
         kind = SourceKind(kinds.pop())  # each was checked on arrival
+        of = kind_class(kind)
         length = None
-        if kind != GENERATOR:
+        if of.sized:
             lengths = [info.length for info in infos]
             if len(set(lengths)) != 1 or lengths[0] is None:
                 raise SourceError(
@@ -169,7 +169,7 @@ class SourceScheduler:
                 f"source {self.source.source!r}: output_signature has the fields {given}, "
                 f"the elements have {paths}"
             )
-        _check_spec(spec, self.source, kind)
+        _check_spec(spec, self.source, of)
         return kind, length, spec
 
     @property
@@ -209,7 +209,7 @@ class SourceScheduler:
             return Reassignment([], 0)  # it left before the work was shared out
         if self._kind is None:
             return Reassignment([], 0, "the source was not loaded everywhere yet")
-        if isinstance(self._kind, GeneratorScheduler):
+        if self._of is not None and self._of.shards_in_workers:
             self._vacant.append(self._peers.index(lost))
         return self._kind.reassign(lost, heirs, confirmed_dead)
 
@@ -218,14 +218,14 @@ class SourceScheduler:
 
     def join(self, peer: Peer) -> list[Send]:
         """A joiner loads the source (SOURCE with the agreed spec) and serves once its
-        SOURCE_INFO agrees. A generator takes a joiner only into a lost worker's place (its
-        shard starts over there); otherwise generators take no joiners."""
-        if self._kind is None or self.learnt is None:
+        SOURCE_INFO agrees. A kind whose shards live in the workers (a generator) takes a
+        joiner only into a lost worker's place (its shard starts over there), no other."""
+        if self._kind is None or self._of is None or self.learnt is None:
             self._log_once(f"worker {peer} joined during the source's handshake: idle")
             return []
-        if isinstance(self._kind, GeneratorScheduler):
+        if self._of.shards_in_workers:
             if not self._vacant:
-                self._log_once(f"worker {peer} joined: generator sources take no new workers")
+                self._log_once(f"worker {peer} joined: {self._of.kind} sources take no new workers")
                 return []
             self._peers[self._vacant.pop(0)] = peer
         else:
@@ -235,7 +235,7 @@ class SourceScheduler:
 
     def _joined(self, peer: Peer, info: messages.SourceInfo) -> list[Send]:
         self._joining.discard(peer)
-        if self._kind is None or self._agreed != (info.kind, info.length):
+        if self._kind is None or self._of is None or self._agreed != (info.kind, info.length):
             self._counters.malformed_messages += 1
             consumer_log(self.job_id).error(
                 "worker %s loaded %r as a %s of length %s, not as agreed %s: refused",
@@ -244,7 +244,7 @@ class SourceScheduler:
             return []
         answers = {str(p): checks for p, checks in self._reference.items()}
         answers[str(peer)] = info.checks
-        check_agreement(self.source.source, info.kind, self._start.epoch, answers)
+        check_agreement(self.source.source, self._of.noun, self._start.epoch, answers)
         return self._kind.add(peer)
 
     def _log_once(self, line: str) -> None:
@@ -268,13 +268,13 @@ class SourceScheduler:
 
     @property
     def epoch_length(self) -> int | None:
-        """A map or keras source's batches per epoch, from its length; None for a generator
-        (its epoch ends when its passes do, even with ``steps_per_epoch``: shorter when they
-        all end first) and before the workers told the length."""
+        """A map or keras source's batches per epoch, from its length (its kind's
+        ``epoch_batches``); None for a generator (its epoch ends when its passes do) and
+        before the workers told the length."""
         learnt = self.learnt
-        if learnt is None or learnt.length is None or learnt.kind == GENERATOR:
+        if learnt is None:
             return None
-        return epoch_batches(learnt.kind, learnt.length, self.source.options)
+        return kind_class(learnt.kind).epoch_batches(learnt.length, self.source.options)
 
     def figures(self) -> Figures:
         return Figures()  # no slots, no files, nothing skipped
@@ -283,19 +283,20 @@ class SourceScheduler:
         return None
 
 
-def _check_spec(spec: ElementSpec, source: SourceConfig, kind: SourceKind) -> None:
-    """SourceError where the spec cannot travel or be batched as the options say."""
+def _check_spec(spec: ElementSpec, source: SourceConfig, of: KindClass) -> None:
+    """SourceError where the spec cannot travel or be batched as the options say (whole
+    batches are taken as they are: no padding, no ragged fields)."""
     if spec.wire_arrays() > wire.DEFAULT_LIMITS.max_arrays:
         raise SourceError(
             f"elements of {len(spec.leaves)} fields need {spec.wire_arrays()} arrays per "
             f"message, more than the wire allows ({wire.DEFAULT_LIMITS.max_arrays})"
         )
+    if of.whole_batches:
+        return
     padded = [bool(leaf.variable_axes) and not source.is_ragged(leaf.path) for leaf in spec.leaves]
-    if kind != KERAS:
-        elements.check_length_names(spec, lambda i: padded[i])
+    elements.check_length_names(spec, lambda i: padded[i])
     for leaf in spec.leaves:
-        if kind != KERAS:
-            check_ragged(leaf, source)
+        check_ragged(leaf, source)
 
 
 def check_ragged(leaf: elements.LeafSpec, source: SourceConfig) -> None:

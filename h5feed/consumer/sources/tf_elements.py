@@ -18,7 +18,7 @@ import numpy as np
 from h5feed.common import elements, tree
 from h5feed.common.elements import STRING, ElementSpec, LeafSpec, RaggedArray
 from h5feed.common.errors import SourceError
-from h5feed.consumer.sources.kinds import KERAS
+from h5feed.consumer.sources.kinds import kind_class
 
 if TYPE_CHECKING:
     from h5feed.consumer.sources.options import Learnt, SourceConfig
@@ -71,7 +71,7 @@ def tf_signature(source: SourceConfig, learnt: Learnt) -> Any:
     import tensorflow as tf
 
     spec = learnt.spec
-    keras = learnt.kind == KERAS
+    whole = kind_class(learnt.kind).whole_batches  # keras: items are batches already
     rows = source.options.batch_size if source.options.drop_remainder else None
 
     def dtype(leaf: LeafSpec) -> Any:
@@ -79,7 +79,7 @@ def tf_signature(source: SourceConfig, learnt: Learnt) -> Any:
 
     leaf_specs: list[Any] = []
     for leaf in spec.leaves:
-        if keras:
+        if whole:
             leaf_specs.append(tf.TensorSpec(leaf.shape, dtype(leaf)))
         elif leaf.variable_axes and source.is_ragged(leaf.path):
             ragged_rank = leaf.variable_axes[0] + 1  # the uniform dimensions before it too
@@ -91,7 +91,7 @@ def tf_signature(source: SourceConfig, learnt: Learnt) -> Any:
 
     def lengths(i: int) -> Any:
         leaf = spec.leaves[i]
-        if keras or not leaf.variable_axes or source.is_ragged(leaf.path):
+        if whole or not leaf.variable_axes or source.is_ragged(leaf.path):
             return None
         k = len(leaf.variable_axes)
         return tf.TensorSpec((rows,) if k == 1 else (rows, k), tf.int64)

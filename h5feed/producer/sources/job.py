@@ -1,0 +1,94 @@
+"""One source job in a worker: the user's object, its kind, and the messages it answers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from h5feed.common import elements, messages
+from h5feed.common.elements import ElementSpec
+from h5feed.common.errors import SourceError
+from h5feed.common.source_kinds import SourceKind
+from h5feed.producer import import_path
+from h5feed.producer.code_policy import CodePolicy
+from h5feed.producer.sources.detect import detect_kind
+from h5feed.producer.sources.kind import KindSource
+from h5feed.producer.sources.user_code import UserCode
+
+
+class SourceJob:
+    """One source job in this worker: the user's object, loaded as its kind.
+
+    SOURCE_INFO tells the kind, length and spec; each unit (ITEMS of a map or keras source,
+    PULL of a generator: :mod:`h5feed.producer.sources`) is answered by one DATA. A unit of
+    another kind's type, an index out of range, or an element that does not match the spec
+    raises :class:`SourceError` (the worker sends it as ERROR). Not thread-safe: the
+    worker's single event-loop thread uses it.
+    """
+
+    def __init__(self, source: messages.Source, local: bool, policy: CodePolicy) -> None:
+        self.id = source.job
+        self.code = UserCode(source, local, policy)
+        self.path = self.code.path
+        self.first_epoch = source.epoch
+        obj = self.code.construct()
+        import_path.single_threaded_torch()  # the factory may import torch lazily
+        self.source: KindSource = detect_kind(obj).load(self.code, obj, source.batched)
+        self.spec: ElementSpec | None = None
+
+    @property
+    def kind(self) -> SourceKind:
+        return self.source.kind
+
+    @property
+    def length(self) -> int | None:
+        return self.source.length
+
+    def close(self) -> None:
+        self.source.close()
+
+    def info(self) -> messages.SourceInfo:
+        """The SOURCE_INFO: kind, length, and the spec: the one the job gave (given by the
+        user, or learnt by an earlier iteration), else inferred from a probe."""
+        spec = self.spec if self.spec is not None else self.source.probe()
+        return self._info(spec, self.first_epoch)
+
+    def check(self, epoch: int) -> messages.SourceInfo:
+        """The answer to a CHECK: this copy's digests at the start of ``epoch`` (keras:
+        after the ``on_epoch_end`` calls up to it)."""
+        if self.spec is None:
+            raise SourceError("a CHECK arrived before the element spec")
+        return self._info(self.spec, epoch)
+
+    def _info(self, spec: ElementSpec, epoch: int) -> messages.SourceInfo:
+        checks = self.source.checks(epoch)
+        return messages.SourceInfo(
+            self.id, self.kind.value, self.length, spec.to_wire(), epoch, checks
+        )
+
+    def set_spec(self, value: Any) -> None:
+        self.spec = ElementSpec.from_wire(value)
+
+    def produce(self, unit: messages.Items | messages.Pull) -> messages.Data:
+        """The DATA answering one unit (its fields were checked when it was decoded)."""
+        spec = self.spec
+        if spec is None:
+            raise SourceError("a unit arrived before the element spec")
+        if not isinstance(unit, self.source.unit):
+            raise SourceError(f"a {unit.KIND} unit for a {self.kind} source {self.path!r}")
+        leaves: list[list[np.ndarray | bytes]] = []
+        samples: list[int] = []
+        code = self.code
+        for sample, element, where in self.source.elements(unit):
+            try:
+                leaves.append(
+                    elements.flatten_checked(element, spec, convention=self.source.convention)
+                )
+            except SourceError as exc:
+                raise SourceError(
+                    f"source {self.path!r}, {where} (worker {code.worker} of {code.workers}): {exc}"
+                ) from None
+            samples.append(sample)
+        arrays = dict(elements.pack(spec, leaves))
+        return messages.Data(self.id, unit.unit, unit.batch, tuple(samples), arrays)

@@ -45,8 +45,8 @@ backends: $(BACKENDS_STAMP)
 # each part under its own limit (minutes on a fresh machine: packages, debootstrap); that step
 # holds it while pytest runs (the container tests only connect) and gives it back afterwards.
 test: $(STAMP) $(BACKENDS_STAMP)
-	$(BIN)/ruff check h5feed tests benchmarks
-	$(BIN)/ruff format --check h5feed tests benchmarks
+	$(BIN)/ruff check h5feed tests
+	$(BIN)/ruff format --check h5feed tests
 	$(BIN)/mypy
 	$(BIN)/python tests/docker_helpers.py -- $(BIN)/python -m pytest -n 2 --dist loadgroup
 

@@ -224,13 +224,14 @@ def test_parallel_per_core_limit_checks_as_one_copy_and_needs_two_workers() -> N
 def test_the_soak_benchmark_runs_kills_and_checks_each_epoch(
     tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from benchmarks import soak
+    from h5feed.bench import soak
+    from h5feed.cli import main
 
     small = dataclasses.replace(soak.DATA, files=2, videos_per_file=6, max_frames=24)
     monkeypatch.setattr(soak, "DATA", small)
     out = tmp_path / "soak.json"
     argv = ["--minutes", "0.12", "--kill-every", "2", "--sample-every", "1", "--warmup", "2"]
-    assert soak.main([*argv, "--json", str(out)]) == 0
+    assert main(["bench", "soak", *argv, "--json", str(out)]) == 0
     result = json.loads(out.read_text())
     assert result["kills"] >= 2 and result["workers_replaced"] >= result["kills"] - 1
     assert result["epochs_checked_exactly_once"] >= 1

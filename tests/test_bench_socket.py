@@ -15,7 +15,8 @@ import sys
 
 import pytest
 
-from h5feed.bench import netns, report
+from h5feed.bench import markdown, netns, summary
+from h5feed.bench.targets import Targets
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
@@ -96,7 +97,8 @@ def test_the_report_gives_ratios_to_raw_and_where_the_cpu_goes() -> None:
         _window("tcp", "batches", 2.7, 0.13),
         _window("tcp", "dataset", 2.1, 0.25),
     ]
-    summary = report.socket_ceiling_summary(
+    goals = Targets(socket={"dataset_vs_raw": 0.8, "trainer_cpu_ms_per_clip": 0.2})
+    result = summary.socket_ceiling_summary(
         {
             "windows": windows,
             "transports": ["tcp"],
@@ -105,14 +107,15 @@ def test_the_report_gives_ratios_to_raw_and_where_the_cpu_goes() -> None:
             "link": "veth",
             "trainer_cpus": [0],
             "producer_cpus": [1],
-        }
+        },
+        goals,
     )
-    assert summary is not None
-    tcp = summary["transports"]["tcp"]
+    assert result is not None
+    tcp = result["transports"]["tcp"]
     assert tcp["batches_vs_raw"] == pytest.approx(0.9)
     assert tcp["dataset_vs_raw"] == pytest.approx(0.7)
     stages = list(tcp["cpu_ms_per_clip_by_stage"].values())
     assert stages == pytest.approx([0.10, 0.03, 0.12])
     assert tcp["meets"] == {"dataset_vs_raw": False, "trainer_cpu_ms_per_clip": False}
-    text = "\n".join(report._socket_lines(summary))
+    text = "\n".join(markdown._socket_lines(result))
     assert "| tcp | h5feed.dataset | 2.10 |" in text and "MISSES" in text

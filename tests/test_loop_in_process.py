@@ -1,15 +1,16 @@
 """The loop's failure rules, pinned in process: the real FeedLoop, session, recovery and
 schedulers on a real ROUTER socket, with fake producers on DEALER sockets in the test's thread
 (tests/wire_peers.py says why the socket is real). Each test names the guarantee it pins:
-losses (a local worker killed, a remote producer gone), a join during the iteration, a
-worker's ERROR, refused peers, and a loss with nobody left; HDF5 (fake INDEX and DATA) and a
-map source. No worker processes: each test takes well under a second of its own."""
+losses (a local worker killed, a remote producer gone, one stuck past ``unit_timeout_s``, a
+poison unit), a join during the iteration, a worker's ERROR, refused peers, and a loss with
+nobody left; HDF5 (fake INDEX and DATA) and a map source. No worker processes: each test takes
+about a second or less."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, TypeGuard
 
 import msgpack
 import pytest
@@ -36,7 +37,7 @@ from test_schedulers import (
 from wire_peers import LoopDriver, WirePeer, short_ipc_address
 
 from h5feed.common import messages, wire
-from h5feed.common.errors import FileReadError, NoWorkersError, WorkerError
+from h5feed.common.errors import FileReadError, NoWorkersError, PoisonUnitError, WorkerError
 from h5feed.consumer.core.assembly import Batch
 from h5feed.consumer.core.credits import CreditGate
 from h5feed.consumer.core.loop import END, FAILED
@@ -52,7 +53,6 @@ JOB = "job-loop"
 EPOCHS = (0, 1)
 #: The map source's batch size (its test defaults in tests/test_schedulers.py).
 MAP_BATCH = 4
-WORK = (messages.Unit, messages.Items, messages.Pull, messages.Job, messages.Source)
 
 
 class Kind:
@@ -82,10 +82,9 @@ class Kind:
         return FakeWorker(peer, source=FakeSource("map", LENGTH, map_element))
 
     def assert_exactly_once_in_plan_order(self, taken: Sequence[Batch]) -> None:
-        if self.name == "hdf":
-            assert [check_hdf_batch(b) for b in taken] == planned_batches(
-                self.config, INDEX, EPOCHS
-            )  # type: ignore[arg-type]
+        if isinstance(self.config, HdfConfig):
+            planned = planned_batches(self.config, INDEX, EPOCHS)
+            assert [check_hdf_batch(b) for b in taken] == planned
         else:
             got = [(b.epoch, b.index, map_ids(b)) for b in taken]
             assert got == expected_items(self.config, LENGTH, MAP_BATCH, EPOCHS)
@@ -122,7 +121,8 @@ def connect_locals(driver: LoopDriver, kind: Kind, local: FakeLocalWorkers) -> l
     return [driver.connect(kind.worker(name, local.pid(name), True)) for name in local.names]
 
 
-def work_of(message: messages.Message) -> bool:
+def work_of(message: messages.Message) -> TypeGuard[messages.Unit | messages.Items | messages.Pull]:
+    """Whether ``message`` asks for a unit of work (of any input kind)."""
     return isinstance(message, (messages.Unit, messages.Items, messages.Pull))
 
 
@@ -213,9 +213,75 @@ def test_a_remote_producer_gone_mid_epoch_hands_its_units_to_the_others(
     assert driver.finish() is END, driver.error
     kind.assert_exactly_once_in_plan_order(driver.taken)
     counters = driver.counters
-    assert (counters.workers_replaced, counters.reassigned_units >= 1) == (0, True)
+    assert counters.workers_replaced == 0 and counters.reassigned_units >= 1
     assert not local.replacements and len(driver.peers) == 2
     assert any(work_of(m) for m in w0.received)
+
+
+@pytest.mark.parametrize("kind_name", KINDS)
+def test_a_producer_stuck_past_unit_timeout_is_lost_and_its_late_parts_are_dropped(
+    rig: Callable[..., LoopDriver], address: str, kind_name: str
+) -> None:
+    kind = Kind(
+        kind_name, workers=1, max_inflight_batches=3, listen=address, join_grace_s=0.5,
+        unit_timeout_s=1.0,
+    )  # fmt: skip
+    local = local_workers(1)
+    driver = rig(kind, local)
+    connect_locals(driver, kind, local)
+    stuck = driver.connect(kind.worker("p0", 77, False))
+    held: list[messages.Message] = []
+
+    def respond(message: messages.Message) -> list[messages.Message]:
+        if held or (work_of(message) and len(stuck.got(type(message))) == 2):
+            held.append(message)  # stuck in user code: it answers nothing, its socket lives
+            driver.taking = False
+            return []
+        return stuck.worker.answer(message)
+
+    stuck.respond = respond
+    driver.start()
+    driver.pump(lambda: driver.counters.peers_lost == 1, "the stuck producer's deadline")
+    late = [reply for message in held if work_of(message) for reply in stuck.worker.answer(message)]
+    assert late
+    for part in late:  # it comes back to life: every part it owed arrives after all
+        stuck.send(part)
+    driver.pump(lambda: driver.counters.dropped_parts == len(late), "the late parts dropped")
+    driver.taking = True
+    assert driver.finish() is END, driver.error
+    kind.assert_exactly_once_in_plan_order(driver.taken)
+    assert driver.counters.reassigned_units >= 1 and driver.counters.workers_replaced == 0
+
+
+def test_a_unit_whose_holder_dies_max_unit_attempts_times_ends_the_iteration_naming_its_samples(
+    rig: Callable[..., LoopDriver],
+) -> None:
+    kind = Kind("hdf", workers=1, max_inflight_batches=1, max_unit_attempts=2)
+    local = local_workers(1)
+    driver = rig(kind, local)
+    assert isinstance(kind.config, HdfConfig)
+    poison = planned_batches(kind.config, INDEX, EPOCHS)[2][0]  # a sample of the 3rd batch
+    killed: list[WirePeer] = []
+
+    def kills_its_worker(peer: WirePeer) -> None:
+        def respond(message: messages.Message) -> list[messages.Message]:
+            if isinstance(message, messages.Unit) and poison in [r.sample for r in message.rows]:
+                killed.append(peer)
+                driver.kill(peer)  # a sample that crashes the decoder, every time
+                return []
+            return peer.worker.answer(message)
+
+        peer.respond = respond
+
+    driver.on_connect = kills_its_worker  # w0 and each of its replacements
+    connect_locals(driver, kind, local)
+    driver.start()
+    assert driver.finish() is FAILED
+    error = driver.error
+    assert isinstance(error, PoisonUnitError), repr(error)
+    assert len(killed) == 2 and "(max_unit_attempts=2)" in str(error)
+    assert f"(sample {poison} of epoch 0)" in str(error)
+    assert len(driver.taken) == 2  # the batches before it, once each
 
 
 # -- joins ------------------------------------------------------------------------------------
@@ -247,7 +313,7 @@ def test_a_producer_joining_mid_iteration_gets_a_share_and_every_batch_arrives_o
 def answers_its_first_unit_with(peer: WirePeer, error: BaseException) -> None:
     def respond(message: messages.Message) -> list[messages.Message]:
         if work_of(message) and not peer.got(messages.Error):
-            return [messages.Error.of(JOB, message.unit, error)]  # type: ignore[union-attr]
+            return [messages.Error.of(JOB, message.unit, error)]
         return peer.worker.answer(message)
 
     peer.respond = respond
@@ -289,11 +355,11 @@ def test_a_file_one_worker_cannot_read_moves_to_another_and_every_batch_arrives_
 
     def blind_to_file_0(peer: WirePeer) -> None:
         def respond(message: messages.Message) -> list[messages.Message]:
-            first = isinstance(message, messages.Unit) and not failed
-            if first and any(row.file == 0 for row in message.rows):  # type: ignore[union-attr]
+            unit = message if isinstance(message, messages.Unit) and not failed else None
+            if unit is not None and any(row.file == 0 for row in unit.rows):
                 failed.append(peer)
                 error = FileReadError("no such file", file=FILES[0], host="h", number=0)
-                return [messages.Error.of(JOB, message.unit, error)]  # type: ignore[union-attr]
+                return [messages.Error.of(JOB, unit.unit, error)]
             return peer.worker.answer(message)
 
         peer.respond = respond
@@ -400,5 +466,6 @@ def test_with_every_worker_gone_and_nobody_joining_the_iteration_ends_after_star
     waited = "work waited 1 s (start_timeout_s) for a worker after its workers were lost"
     assert str(error) == f"{waited}; 0 connected"
     # What came before the failure came once each, in plan order.
-    planned = planned_batches(kind.config, INDEX, EPOCHS)  # type: ignore[arg-type]
+    assert isinstance(kind.config, HdfConfig)
+    planned = planned_batches(kind.config, INDEX, EPOCHS)
     assert [check_hdf_batch(b) for b in driver.taken] == planned[: len(driver.taken)]

@@ -4,6 +4,7 @@ names: the build would then break on every install)."""
 
 from __future__ import annotations
 
+import os
 import pathlib
 import re
 import shutil
@@ -11,6 +12,7 @@ import subprocess
 import sys
 import zipfile
 
+import pytest
 from docker_helpers import ROOT
 
 _BUILD_TIMEOUT_S = 300  # a build environment from the package index, under load
@@ -61,7 +63,10 @@ def test_the_detector_finds_the_license_table_warning() -> None:
     assert deprecations_of_ours("DEPRECATION: pip's own option --foo is deprecated") == []
 
 
-def test_the_wheel_builds_with_no_deprecation_from_our_files(tmp_path: pathlib.Path) -> None:
+@pytest.fixture(scope="module")
+def built_wheel(tmp_path_factory: pytest.TempPathFactory) -> tuple[pathlib.Path, str]:
+    """The wheel as a user's pip builds it, and the build's output (built once per module)."""
+    tmp_path = tmp_path_factory.mktemp("wheel")
     # What the Dockerfile builds from: a copy, so the build leaves nothing in the checkout.
     source = tmp_path / "src"
     source.mkdir()
@@ -77,8 +82,65 @@ def test_the_wheel_builds_with_no_deprecation_from_our_files(tmp_path: pathlib.P
     )  # fmt: skip
     output = build.stdout + build.stderr
     assert build.returncode == 0, output[-4000:]
-    assert deprecations_of_ours(output) == [], output[-4000:]
     (wheel,) = (tmp_path / "wheels").glob("h5feed-*.whl")
+    return wheel, output
+
+
+def test_the_wheel_builds_with_no_deprecation_from_our_files(
+    built_wheel: tuple[pathlib.Path, str],
+) -> None:
+    wheel, output = built_wheel
+    assert deprecations_of_ours(output) == [], output[-4000:]
     with zipfile.ZipFile(wheel) as archive:
         metadata = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
         assert "License-Expression: Apache-2.0" in archive.read(metadata).decode().splitlines()
+
+
+# Run from the unpacked wheel, away from the checkout: every module of h5feed.bench imports
+# (with the base install's packages: the contenders import theirs when they run) and the
+# help of `h5feed bench` and of each of its subcommands prints.
+_FROM_THE_WHEEL = """\
+import importlib, pathlib, pkgutil, sys
+import h5feed, h5feed.bench
+from h5feed.bench.subcommands import STUDIES
+from h5feed.cli import main
+assert pathlib.Path(h5feed.__file__).is_relative_to(sys.argv[1]), h5feed.__file__
+for module in pkgutil.walk_packages(h5feed.bench.__path__, "h5feed.bench."):
+    importlib.import_module(module.name)
+for argv in [["bench"], *(["bench", study.name] for study in STUDIES)]:
+    try:
+        main([*argv, "--help"])
+    except SystemExit as exit:
+        assert exit.code == 0, argv
+print(sorted(m for m in sys.modules if m == "benchmarks" or m.startswith("benchmarks.")))
+print(" ".join(study.name for study in STUDIES))
+"""
+
+
+def test_the_wheel_carries_h5feed_bench_and_its_subcommands(
+    built_wheel: tuple[pathlib.Path, str], tmp_path: pathlib.Path
+) -> None:
+    wheel, _ = built_wheel
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+        archive.extractall(tmp_path / "site")
+    tops = {name.split("/")[0] for name in names if not name.startswith("h5feed-")}
+    assert tops == {"h5feed"}, tops  # no top-level benchmarks (or anything else)
+    shipped = {name for name in names if name.startswith("h5feed/bench/")}
+    in_checkout = {
+        str(path.relative_to(ROOT))
+        for path in (ROOT / "h5feed" / "bench").rglob("*.py")
+        if "__pycache__" not in path.parts
+    }
+    assert in_checkout <= shipped, sorted(in_checkout - shipped)
+    run = subprocess.run(
+        [sys.executable, "-c", _FROM_THE_WHEEL, str(tmp_path / "site")],
+        cwd=tmp_path,  # not the checkout: nothing of it can be imported
+        env={**os.environ, "PYTHONPATH": str(tmp_path / "site")},
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-4000:]
+    lines = run.stdout.splitlines()
+    assert lines[-2] == "[]"  # nothing imported a top-level benchmarks package
+    assert lines[-1].split() == ["scale", "soak", "open-files", "reduced-decode", "gpu-train"]
+    assert "usage: h5feed bench scale" in run.stdout

@@ -363,15 +363,21 @@ def test_an_iteration_beside_a_running_one_gets_its_own_workers(dataset: list[st
 # -- the benchmark -----------------------------------------------------------------------------
 
 
-def test_the_scale_benchmark_runs_at_a_tiny_n(tmp_path: pathlib.Path) -> None:
-    from benchmarks import scale
+def test_the_scale_benchmark_runs_at_a_tiny_n(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from h5feed.cli import main
 
     out = tmp_path / "scale.json"
-    report = scale.main(
-        ["--files", "20", "--videos", "10", "--workers", "1", "--steady-batches", "3", "--no-drop",
-         "--data", str(tmp_path / "data"), "--json", str(out)]
+    status = main(
+        ["bench", "scale", "--files", "20", "--videos", "10", "--workers", "1",
+         "--steady-batches", "3", "--no-drop", "--data", str(tmp_path / "data"),
+         "--json", str(out)]
     )  # fmt: skip
-    assert json.loads(out.read_text()) == json.loads(json.dumps(report))
+    assert status == 0
+    report = json.loads(out.read_text())
+    assert report["command"].startswith("h5feed bench scale")
+    assert f"wrote {out}" in capsys.readouterr().out
     (row,) = report["rows"]
     assert (row["files"], row["videos"]) == (20, 200)
     assert row["second_same_workers"] is True

@@ -3,6 +3,9 @@ load) and its consumer scheduler, and the wire names are today's strings."""
 
 from __future__ import annotations
 
+import importlib
+import pathlib
+import re
 from typing import Any
 
 import pytest
@@ -55,17 +58,22 @@ def test_detection_asks_each_kind_in_turn(obj: Any, kind: SourceKind) -> None:
     assert detect_kind(obj).kind is kind
 
 
+class _Batches:
+    def __len__(self) -> int:
+        return 1
+
+    def __getitem__(self, index: int) -> int:
+        return index
+
+
 def test_a_keras_dataset_is_detected_before_a_map() -> None:
-    keras = pytest.importorskip("keras")
-
-    class Batches(keras.utils.PyDataset):  # type: ignore[misc]
-        def __len__(self) -> int:
-            return 1
-
-        def __getitem__(self, index: int) -> int:
-            return index
-
-    assert detect_kind(Batches()).kind is SourceKind.KERAS
+    # by class name and module, as the worker checks it (it never imports TensorFlow)
+    keras_base = type("PyDataset", (), {"__module__": "keras.src.trainers.data_adapters"})
+    batches = type("Batches", (_Batches, keras_base), {})
+    assert detect_kind(batches()).kind is SourceKind.KERAS
+    tf_base = type("Sequence", (), {"__module__": "tensorflow.keras.utils"})
+    assert detect_kind(type("Old", (_Batches, tf_base), {})()).kind is SourceKind.KERAS
+    assert detect_kind(_Batches()).kind is SourceKind.MAP
 
 
 @pytest.mark.parametrize("obj", [{"a": 1}, "text", b"bytes", 3])
@@ -77,3 +85,25 @@ def test_what_no_kind_takes_is_refused(obj: Any) -> None:
 def test_every_kind_has_one_consumer_scheduler() -> None:
     assert sorted(SCHEDULERS) == sorted(SourceKind)
     assert all(cls.kind is kind for kind, cls in SCHEDULERS.items())
+
+
+def test_the_readme_row_on_adding_a_kind_names_what_exists() -> None:
+    """README "Where to change what", "add a source kind": every file it names exists, and
+    every name it places in a file is defined there."""
+    root = pathlib.Path(__file__).resolve().parents[1]
+    row = next(
+        line
+        for line in (root / "README.md").read_text().splitlines()
+        if line.startswith("| add a source kind |")
+    )
+    files = re.findall(r"`([\w/]+\.py)`", row)
+    assert len(files) == 6, row
+    for file in files:
+        assert (root / ("" if file.startswith("tests/") else "h5feed") / file).is_file(), file
+    placed = re.findall(r"`(\w+)` in `([\w/]+\.py)`", row) + re.findall(
+        r"in `(\w+)` of `([\w/]+\.py)`", row
+    )
+    assert len(placed) == 5, row
+    for name, file in placed:
+        module = importlib.import_module("h5feed." + file.removesuffix(".py").replace("/", "."))
+        assert hasattr(module, name), (name, file)

@@ -154,6 +154,9 @@ class LoopDriver:
         self.ended: object | None = None  # END or FAILED, once the loop put it
         self.taking = True  # the trainer takes batches (False: it pauses)
         self.take_until: int | None = None  # it pauses once it has taken this many
+        #: Called with each new peer before it says anything (a replacement's too), so a
+        #: test's :attr:`WirePeer.respond` is in place before its first answer.
+        self.on_connect: Callable[[WirePeer], None] | None = None
         self._started = False
         self._replaced = 0  # of local.replacements, started so far
 
@@ -163,6 +166,8 @@ class LoopDriver:
         """A new producer running ``worker`` (``hello``: other HELLO frames than its own)."""
         peer = WirePeer(self.context, self.address, worker, hello)
         self.peers.append(peer)
+        if self.on_connect is not None:
+            self.on_connect(peer)
         peer.tick(time.monotonic())
         return peer
 

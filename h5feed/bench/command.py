@@ -1,5 +1,6 @@
 """The ``h5feed bench`` subcommand: argument parsing here (cheap to import), the benchmark
-itself loaded when it runs."""
+itself loaded when it runs. ``h5feed bench`` alone runs the comparison; ``h5feed bench NAME``
+runs one of the other measurements (:mod:`h5feed.bench.subcommands`)."""
 
 from __future__ import annotations
 
@@ -33,7 +34,8 @@ examples:
   h5feed bench --contenders h5feed,torch --repeats 5
   h5feed bench --ceiling                     # the consumer ceiling only
   h5feed bench --ceiling --transports tcp,curve   # over TCP between network namespaces (root)
-  h5feed bench --quick --out /tmp/smoke      # CI smoke run: 1 s windows, tiny dataset"""
+  h5feed bench --quick --out /tmp/smoke      # CI smoke run: 1 s windows, tiny dataset
+  h5feed bench scale --help                  # one of the other measurements (listed above)"""
 
 
 def _int_list(text: str) -> list[int]:
@@ -130,12 +132,33 @@ def register(subcommand: Subcommand) -> None:
         "evenly among them (e.g. 120x4 for 1, 2, 4, 8 and 15 workers)",
     )
     add(
+        "--targets",
+        type=pathlib.Path,
+        default=None,
+        metavar="FILE",
+        help="judge the figures against the targets in FILE (JSON; see h5feed.bench.targets) "
+        "(default docs/bench/targets.json when the working directory has it, as a checkout "
+        "does; else judge nothing)",
+    )
+    add(
         "--quick",
         action="store_true",
         help="CI smoke run: 1 s windows, 1 repeat, 0.5 s warm-up, a 2 x 4 video dataset; "
         "its figures mean nothing",
     )
     parser.set_defaults(handler=run)
+    # Whole option names only: with abbreviations, argparse would read a subcommand's option
+    # (``scale --data``) as an ambiguous prefix of this parser's (--data-dir, --dataset).
+    parser.allow_abbrev = False
+    from h5feed.bench import subcommands  # argparse only: cheap
+
+    subcommands.register(
+        parser.add_subparsers(
+            dest="study",
+            metavar="SUBCOMMAND",
+            title="other measurements (h5feed bench SUBCOMMAND --help)",
+        )
+    )
 
 
 def parse_dataset_shape(text: str) -> tuple[int, int]:
@@ -155,6 +178,7 @@ def run(args: argparse.Namespace) -> int:
     """Run the benchmark; the report goes to stdout and the files, progress to stderr."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # for the contender processes
     from h5feed.bench.main import Options, run_bench
+    from h5feed.bench.targets import default_path as default_targets
 
     quick = bool(args.quick)
     window, repeats, warmup = (1.0, 1, 0.5) if quick else (10.0, 3, 3.0)
@@ -174,6 +198,7 @@ def run(args: argparse.Namespace) -> int:
         quick=quick,
         dataset=args.dataset,
         command=" ".join(["h5feed bench", *(shlex.quote(a) for a in _own_arguments())]),
+        targets=args.targets if args.targets is not None else default_targets(),
         date=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
     )
     return run_bench(options)

@@ -24,6 +24,8 @@ from h5feed.bench.runner import (
     run_loaders,
     steps_of,
 )
+from h5feed.bench.targets import NONE
+from h5feed.bench.targets import load as load_targets
 from h5feed.bench.workload import (
     BATCH_SIZE,
     CLIP_LEN,
@@ -59,6 +61,7 @@ class Options:
     date: str
     transports: list[str] = dataclasses.field(default_factory=lambda: ["ipc"])
     dataset: tuple[int, int] | None = None  # (files, videos per file); None: FULL_SPEC
+    targets: pathlib.Path | None = None  # a targets file (h5feed.bench.targets); None: none
 
     def __post_init__(self) -> None:
         if self.window_s <= 0 or self.warmup_s < 0 or self.repeats < 1:
@@ -156,6 +159,7 @@ def run_socket_ceiling(plan: Plan, producers: int, transports: list[str]) -> dic
 def run_bench(options: Options) -> int:
     """The whole benchmark; returns the exit status (0 even when contenders failed: their
     failure is a result, written in the report)."""
+    goals = load_targets(options.targets) if options.targets is not None else NONE
     cores = available_cores()
     spec = QUICK_SPEC if options.quick else FULL_SPEC
     if options.dataset is not None:
@@ -228,7 +232,7 @@ def run_bench(options: Options) -> int:
             "other load = cores busy with anything else."
         ),
     }
-    document = report.build_document(settings, limit_row, rows, ceiling, socket_ceiling)
+    document = report.build_document(settings, limit_row, rows, ceiling, socket_ceiling, goals)
     out = options.out or pathlib.Path("docs/bench") / f"bench-{cores}cores"
     notes = report.write_all(document, out)
     print(report.markdown(document))

@@ -18,7 +18,7 @@ from h5feed.consumer.hdf5 import known_index
 from h5feed.consumer.iteration import IterationStart, Outcome
 from h5feed.consumer.metrics import start_feed_metrics
 from h5feed.consumer.options import FeedConfig, HdfConfig
-from h5feed.consumer.plan import Cursor, Index, epoch_length
+from h5feed.consumer.plan import Cursor, Index, epoch_length_of
 from h5feed.consumer.processes.worker_pool import PoolSlot
 from h5feed.consumer.sources.options import Learnt
 from h5feed.consumer.stream import BatchStream
@@ -69,8 +69,7 @@ class Feed:
             key = known_index.key(config)
             known = known_index.load(config, key) if key is not None else None
             if known is not None:
-                samples = known.num_videos * config.options.clips_per_video
-                length = epoch_length(samples, config.options.plan_options())
+                length = epoch_length_of(known, config.options.plan_options())
                 self._learn_index(self._index_digests(known), length, key)
         point = resume.resume_point(resume_from) if resume_from is not None else None
         if point is not None and point.fingerprint:

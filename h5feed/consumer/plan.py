@@ -167,6 +167,11 @@ def epoch_length(samples: int, options: PlanOptions) -> int:
     return size // batch if options.drop_remainder else -(-size // batch)
 
 
+def epoch_length_of(index: Index, options: PlanOptions) -> int:
+    """Batches in one epoch of one shard of the clips of ``index``'s videos."""
+    return epoch_length(index.num_videos * options.clips_per_video, options)
+
+
 class EpochPlan:
     """The batches of one epoch of one shard (see the module docstring for the guarantees)."""
 
@@ -185,7 +190,7 @@ class EpochPlan:
         self._seeds = rng.integers(0, 2**63, size=total, dtype=np.uint64)
 
     def __len__(self) -> int:
-        return epoch_length(self.index.num_videos * self.options.clips_per_video, self.options)
+        return epoch_length_of(self.index, self.options)
 
     def batch(self, position: int) -> PlannedBatch:
         batch = self.options.batch_size

@@ -1,5 +1,6 @@
 """What the HDF5 scheduler sends, as plain functions: files shared out by size, UNIT rows of a
-planned batch, JOBs merged per worker and cut into parts, and two indexes of one file compared."""
+planned batch (and the record kept of each unit, :data:`Work`), JOBs merged per worker and cut
+into parts, and two indexes of one file compared."""
 
 from __future__ import annotations
 
@@ -27,6 +28,9 @@ from h5feed.consumer.plan import FileColumns, Index, PlannedBatch
 #: ``_input_stopped`` when it restarts: zeromq/libzmq#3937).
 JOB_FILES = 1024
 JOB_PATH_BYTES = 1 << 20
+
+#: A unit's record: the positions of its rows in the batch, and whether they go to a slot.
+Work = tuple[np.ndarray, bool]
 
 
 def split_job(job: messages.Job) -> list[messages.Job]:

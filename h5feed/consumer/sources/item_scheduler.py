@@ -86,11 +86,12 @@ class ItemScheduler:
         self._serving: set[Peer] = set()  # peers that loaded the source and agreed on it
         self._orphans: list[Unit[tuple[int, int, tuple[int, ...]]]] = []  # nobody to take them
         self._agreed_epochs = {start.epoch}  # the handshake checked the first one
-        self._checking: int | None = None  # keras: the epoch whose CHECK answers are awaited
+        self._checking: int | None = None  # the epoch whose CHECK answers are awaited
         self._check_waiting: dict[Peer, float] = {}  # who has not answered it yet: asked at
         self._check_answers: dict[Peer, tuple[messages.ItemCheck, ...]] = {}
-        # keras: the answers that agreed at the latest checked epoch (not the handshake's),
-        # which a joiner's copy must agree with; the joiners waiting for theirs: asked at
+        # checks_every_epoch: the answers that agreed at the latest checked epoch (not the
+        # handshake's), which a joiner's copy must agree with; the joiners waiting for
+        # theirs: asked at
         self._agreed_answers: tuple[int, dict[str, tuple[messages.ItemCheck, ...]]] | None = None
         self._probation: dict[Peer, float] = {}
 

@@ -1,14 +1,6 @@
-"""What ``reduced_decode=True`` does to speed and to pixels, on one core, in one process.
-
-For each stored size (640x480 and 1280x720 JPEG videos of h5feed's sample data, quality 90)
-and each target ``resize``, every frame of a sample of clips is decoded and resized twice,
-with the same code the workers run (``h5feed.producer.decode``): in full (``cv2.imdecode``
-then ``cv2.resize``, INTER_LINEAR) and reduced (libjpeg's DCT scaling to 1/2, 1/4 or 1/8, then
-the same resize). Reported: ms per frame of each (median of ``--repeats`` passes), the
-speed-up, and how far the reduced pixels are from the full ones on the resized frame (mean
-and max absolute difference over all channels, and PSNR in dB).
-
-    python benchmarks/reduced_decode.py --json docs/bench/reduced-decode-2cores.json
+"""``h5feed bench reduced-decode``: what ``reduced_decode=True`` does to speed and to pixels,
+on one core, in one process, with the decoding code the workers run (see
+``h5feed bench reduced-decode --help``).
 """
 
 from __future__ import annotations
@@ -19,7 +11,6 @@ import math
 import pathlib
 import platform
 import statistics
-import sys
 import time
 from typing import Any
 
@@ -27,6 +18,7 @@ import cv2
 import h5py
 import numpy as np
 
+from h5feed.bench.subcommands import own_arguments
 from h5feed.producer.decode import decode_frame, jpeg_size, reduced_flag
 from h5feed.producer.sample_data import SampleSpec, make_sample_dataset
 
@@ -83,7 +75,8 @@ def run_case(
     spec = SampleSpec(files=1, videos_per_file=8, height=stored[0], width=stored[1], seed=3)
     (path,) = make_sample_dataset(data_dir / f"{stored[1]}x{stored[0]}", spec)
     frames = frames_of(path, args.frames)
-    assert jpeg_size(frames[0]) == stored
+    if jpeg_size(frames[0]) != stored:  # the sample writer's size is what is measured
+        raise RuntimeError(f"{path}: frames of {jpeg_size(frames[0])}, expected {stored}")
     full = decode_resize(frames, target, reduced=False)
     reduced = decode_resize(frames, target, reduced=True)
     pairs = list(zip(full, reduced, strict=True))
@@ -106,13 +99,8 @@ def run_case(
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data-dir", default="bench_data/reduced", help="sample videos (kept)")
-    parser.add_argument("--frames", type=int, default=200, help="frames per case (default 200)")
-    parser.add_argument("--repeats", type=int, default=5, help="timed passes (default 5)")
-    parser.add_argument("--json", default=None, help="also write the results here")
-    args = parser.parse_args(argv)
+def run(args: argparse.Namespace) -> int:
+    """Every case of :data:`CASES`: a markdown table on stdout, JSON when ``args.json``."""
     cv2.setNumThreads(1)
     rows = [run_case(pathlib.Path(args.data_dir), s, t, args) for s, t in CASES]
     print("| stored | resize | decoded at | full ms/frame | reduced ms/frame | speed-up "
@@ -126,14 +114,10 @@ def main(argv: list[str] | None = None) -> int:
         )
     if args.json:
         document = {
-            "command": " ".join(["python", "benchmarks/reduced_decode.py", *sys.argv[1:]]),
+            "command": " ".join(["h5feed bench reduced-decode", *own_arguments("reduced-decode")]),
             "machine": {"processor": platform.processor(), "python": platform.python_version()},
             "cv2": cv2.__version__,
             "rows": rows,
         }
         pathlib.Path(args.json).write_text(json.dumps(document, indent=2) + "\n")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,30 +1,8 @@
-"""Time to the first batch, index memory and open files at thousands of files.
+"""``h5feed bench scale``: time to the first batch, index memory and open files at thousands
+of files (what each figure means: ``h5feed bench scale --help``, :mod:`h5feed.bench.subcommands`).
 
-Makes N files of ``--videos`` short videos each (tiny 8x8 JPEG frames: the point is counts,
-not pixels), then, for each N of ``--files``, with ``--workers`` local workers:
-
-* ``cold_s``: time from ``iter()`` to the first batch with an empty index cache (the files'
-  pages are in the OS page cache, as they were just written);
-* ``warm_s``: the same with the index cache the cold run filled;
-* ``dropped_s``: warm index cache after the OS page cache was dropped
-  (``echo 3 > /proc/sys/vm/drop_caches``: root only, and it drops the whole machine's cache;
-  otherwise, or with ``--no-drop``, the row says why not);
-* ``second_s``: the second iteration of the same dataset (persistent workers: no start-up,
-  indexes in the workers' memory);
-* ``index_bytes_per_video``: the trainer's memory for the index (arrays, names, paths);
-* ``open_files``: HDF5 files each worker holds open (``/proc/PID/fd``) after the steady run;
-* ``clips_per_s``: steady rate over ``--steady-batches`` batches after the first.
-
-Files are made once per N by the pack writer (:class:`h5feed.pack.shards.ShardWriter`: the
-format ``h5feed pack`` writes, with its per-file index) and copied; ``--plain`` makes files
-without the pack index (files from elsewhere: the workers walk their groups).
-
-    python benchmarks/scale.py --files 1000,10000            # table + docs/bench/scale-2cores.json
-    python benchmarks/scale.py --files 1000 --plain --json /tmp/plain.json
-
-Only the public API is used to measure, so the same script measures another checkout of
-h5feed (``PYTHONPATH=/path/to/other python benchmarks/scale.py --files 1000 --data DIR``:
-``--data`` reuses files made before, by any version).
+Files are made once per N and copied (:func:`make_files`); :func:`measure` times one N with
+the public API only (``h5feed.batches``), so the figures compare across versions.
 """
 
 from __future__ import annotations
@@ -48,8 +26,8 @@ import h5py
 import numpy as np
 
 import h5feed
+from h5feed.bench.subcommands import own_arguments
 
-_DEFAULT_JSON = pathlib.Path(__file__).resolve().parent.parent / "docs/bench/scale-2cores.json"
 _FRAMES_PER_VIDEO = 4
 _DROP_CACHES = "/proc/sys/vm/drop_caches"
 
@@ -162,7 +140,7 @@ def measure(
     """Cold, warm (and dropped) first batches, the second iteration, memory, open files,
     steady rate, for ``files``."""
     shutil.rmtree(cache, ignore_errors=True)
-    options = dict(
+    options: dict[str, Any] = dict(
         clip_len=2, batch_size=32, workers=workers, index_cache=cache, epochs=None, seed=0
     )
     result: dict[str, Any] = {"files": len(files)}
@@ -223,20 +201,18 @@ def table(rows: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--files", default="1000,10000", help="file counts, comma-separated")
-    parser.add_argument("--videos", type=int, default=100, help="videos per file")
-    parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--steady-batches", type=int, default=100)
-    parser.add_argument("--plain", action="store_true", help="files without the pack index")
-    parser.add_argument("--data", default=None, help="directory of the files (kept)")
-    parser.add_argument("--json", default=str(_DEFAULT_JSON), help="where to write results")
-    parser.add_argument(
-        "--no-drop", action="store_true", help="do not drop the OS page cache (it is global)"
-    )
-    args = parser.parse_args(argv)
-    counts = [int(n) for n in args.files.split(",")]
+def run(args: argparse.Namespace) -> int:
+    """Measure each N of ``args.files``; print a table and write ``args.json``."""
+    report = scale_report(args)
+    print(table(report["rows"]))
+    print(f"wrote {args.json}")
+    return 0
+
+
+def scale_report(args: argparse.Namespace) -> dict[str, Any]:
+    """The rows of every N (each printed as it is measured), written to ``args.json`` with
+    the settings, host and commit."""
+    counts: list[int] = args.files
     own_data = args.data is None
     root = pathlib.Path(args.data or tempfile.mkdtemp(prefix="h5feed-scale-"))
     kind = "plain" if args.plain else "pack"
@@ -256,7 +232,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             shutil.rmtree(root, ignore_errors=True)
     report = {
         "benchmark": "scale",
-        "command": "python benchmarks/scale.py " + " ".join(argv or sys.argv[1:]),
+        "command": " ".join(["h5feed bench scale", *own_arguments("scale")]),
         "files_kind": kind,
         "videos_per_file": args.videos,
         "workers": args.workers,
@@ -267,10 +243,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "load_avg_at_end": os.getloadavg(),
         "rows": rows,
     }
-    print(table(rows))
     pathlib.Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     pathlib.Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
-    print(f"wrote {args.json}")
     return report
 
 
@@ -284,7 +258,3 @@ def _commit() -> str | None:
     except OSError:
         return None
     return out.stdout.strip() or None
-
-
-if __name__ == "__main__":
-    main()

@@ -1,16 +1,6 @@
-"""What keeping at most ``max_open_files`` HDF5 files open costs, end to end.
-
-2,000 small files (one video of ``--frames`` JPEG frames of ``--size`` x ``--size`` pixels
-each) are read by one local worker with a global shuffle, twice: with
-``max_open_files=128`` (the default: a shuffled read finds its file open with a chance of
-about 128 / 2,000, so nearly every clip reopens its file) and with every file open
-(``max_open_files`` = the number of files). Reported: clips/s of each, from the first batch
-to the end of ``--epochs`` epochs (the index, read when the iteration starts, is left out),
-the best of ``--repeats`` runs. Small frames make decoding cheap, so the reopen cost shows
-at its largest; with real frames (``--size 320``) it is a smaller share.
-
-    python benchmarks/open_files.py                    # prints both figures
-    python benchmarks/open_files.py --size 320 --json out.json
+"""``h5feed bench open-files``: what keeping at most ``max_open_files`` HDF5 files open
+costs, end to end: one worker, a global shuffle over many small files, read with the default
+bound and with every file open (see ``h5feed bench open-files --help``).
 """
 
 from __future__ import annotations
@@ -58,15 +48,8 @@ def clips_per_s(files: list[str], max_open: int, epochs: int, cache: str, size: 
     return clips / elapsed
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--files", type=int, default=2000)
-    parser.add_argument("--frames", type=int, default=8, help="frames per video")
-    parser.add_argument("--size", type=int, default=64, help="frame height and width")
-    parser.add_argument("--epochs", type=int, default=2)
-    parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--json", default=None, help="also write the figures here")
-    args = parser.parse_args()
+def run(args: argparse.Namespace) -> int:
+    """Both figures with ``args``, printed as measured; written to ``args.json`` when given."""
     with tempfile.TemporaryDirectory(prefix="h5feed-open-files-") as tmp:
         root = pathlib.Path(tmp)
         (root / "data").mkdir()
@@ -86,7 +69,4 @@ def main() -> None:
     results["machine"] = platform.processor() or platform.machine()
     if args.json is not None:
         pathlib.Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
-
-
-if __name__ == "__main__":
-    main()
+    return 0

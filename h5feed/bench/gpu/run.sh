@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# The GPU machine's run (issue 29): scaling of h5feed workers against the parallel per-core limit,
-# then a 3D CNN trained on the GPU from a cached batch, h5feed and DataLoader (torch and Keras 3 on
-# torch). No TensorFlow, no network: the wheels h5feed needs beyond that machine's image (pyzmq;
-# keras, namex, optree) travel in .whl/ (see README "Performance" for how to fetch them).
-#   OUT=/tmp/out bash benchmarks/gpu_run.sh            # on the GPU machine (~6 min)
-#   GPU_RUN_REHEARSAL=1 OUT=/tmp/out bash benchmarks/gpu_run.sh   # here, on the CPU, tiny
+# The GPU machine's whole run, from a checkout's root (this file is not part of the wheel):
+# scaling of h5feed workers against the parallel per-core limit (`h5feed bench`), then a 3D CNN
+# trained on the GPU from a cached batch, h5feed and DataLoader, torch and Keras 3 on torch
+# (`h5feed bench gpu-train`). No TensorFlow, no network: the wheels h5feed needs beyond that
+# machine's image (pyzmq; keras, namex, optree) travel in .whl/ (README "On a GPU").
+#   OUT=/tmp/out bash h5feed/bench/gpu/run.sh                            # on the GPU machine
+#   GPU_RUN_REHEARSAL=1 OUT=/tmp/out bash h5feed/bench/gpu/run.sh        # here, on the CPU, tiny
 # Writes $OUT/{scale.json,scale.md,scale.png,train.json,train.png,gpu.txt,log.txt}.
 set -uo pipefail
 OUT=${OUT:?set OUT}; mkdir -p "$OUT"
@@ -35,16 +36,10 @@ fi
 say "scaling: h5feed.batches (NumPy) against the parallel per-core limit"
 $PY -m h5feed bench --contenders per-core-parallel,h5feed-numpy --no-ceiling "${SCALE[@]}" \
   --data-dir "$DATA" --out "$OUT/scale" || say "the scaling run failed"
-NEED=$($PY - "$OUT/scale.json" <<'PYEOF'
-import json, sys
-rows = json.load(open(sys.argv[1]))["contenders"]
-rates = {r["workers"]: r["median"]["clips_per_s"] for r in rows
-         if r["contender"] == "h5feed-numpy" and r["status"] == "ok"}
-print(rates.get(8) or max(rates.values()))
-PYEOF
-) || NEED=0
-say "the model must take at least ${NEED} clips/s (8 workers' rate, or the most measured)"
+# The model must take at least the clips/s of 8 h5feed workers (or the most measured); without
+# the scaling figures, calibration keeps the heaviest width.
+NEED=(); [ -s "$OUT/scale.json" ] && NEED=(--need-from "$OUT/scale.json" --need-workers 8)
 say "trainer: calibrate the width, then cached / h5feed / DataLoader / keras"
-$PY benchmarks/gpu_train.py --calibrate --need-clips-per-s "$NEED" "${TRAIN[@]}" \
+$PY -m h5feed bench gpu-train --calibrate "${NEED[@]}" "${TRAIN[@]}" \
   --data-dir "$DATA" --json "$OUT/train.json" --png "$OUT/train.png" || say "the trainer run failed"
 say "done"

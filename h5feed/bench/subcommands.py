@@ -1,0 +1,331 @@
+"""The subcommands of ``h5feed bench`` beside the comparison itself: one measurement each,
+its arguments here (argparse only: cheap to import), its code in its own module, imported when
+it runs.
+
+* ``h5feed bench scale`` (:mod:`h5feed.bench.scale`): the first batch, index memory and open
+  files at thousands of files;
+* ``h5feed bench soak`` (:mod:`h5feed.bench.soak`): full rate with workers SIGKILLed, memory
+  and descriptors over time;
+* ``h5feed bench open-files`` (:mod:`h5feed.bench.open_files`): what ``max_open_files`` costs;
+* ``h5feed bench reduced-decode`` (:mod:`h5feed.bench.reduced_decode`): speed and pixels of
+  ``reduced_decode=True``;
+* ``h5feed bench gpu-train`` (:mod:`h5feed.bench.gpu.train`): a GPU trainer fed by h5feed,
+  against a cached batch and PyTorch's DataLoader.
+
+Each writes what it measured (a table on stdout, JSON where asked); none judges it: the
+figures an issue asked for live with the issue and the README, not in the installed package.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import pathlib
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from h5feed.common.cli_args import HelpFormatter, int_in, positive_int
+
+
+@dataclass(frozen=True)
+class Study:
+    """One subcommand: its name, help and arguments, and the module whose ``run(args)`` runs
+    it (imported only then)."""
+
+    name: str
+    summary: str
+    description: str
+    epilog: str
+    arguments: Callable[[argparse.ArgumentParser], None]
+    module: str
+
+
+def own_arguments(name: str) -> list[str]:
+    """The arguments after ``bench NAME`` on this process's command line (for the report;
+    empty when the command was called in process, e.g. by a test)."""
+    argv = sys.argv
+    for i in range(len(argv) - 1):
+        if argv[i] == "bench" and argv[i + 1] == name:
+            return argv[i + 2 :]
+    return []
+
+
+def _counts(text: str) -> list[int]:
+    """``1000,10000`` as [1000, 10000] (each >= 1, in the order given)."""
+    try:
+        values = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a list of integers: {text!r}") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"need integers >= 1, got {text!r}")
+    return values
+
+
+# -- scale ----------------------------------------------------------------------------------
+
+_SCALE = """\
+Time to the first batch, index memory and open files at thousands of files.
+
+Makes N files of --videos short videos each (tiny 8x8 JPEG frames: the point is counts, not
+pixels), then, for each N of --files, with --workers local workers:
+
+  cold_s     time from iter() to the first batch with an empty index cache (the files'
+             pages are in the OS page cache, as they were just written)
+  warm_s     the same with the index cache the cold run filled
+  dropped_s  warm index cache after the OS page cache was dropped (echo 3 >
+             /proc/sys/vm/drop_caches: root only, and it drops the whole machine's cache;
+             otherwise, or with --no-drop, the row says why not)
+  second_s   the second iteration of the same dataset (persistent workers: no start-up,
+             indexes in the workers' memory)
+  index_bytes_per_video   the trainer's memory for the index (arrays, names, paths)
+  open_files_per_worker   HDF5 files each worker holds open (/proc/PID/fd) after the
+             steady run
+  clips_per_s             steady rate over --steady-batches batches after the first
+
+Files are made once per N by the pack writer (the format `h5feed pack` writes, with its
+per-file index) and copied; --plain makes files without the pack index (files from
+elsewhere: the workers walk their groups). Only the public API measures."""
+
+
+def _scale_arguments(parser: argparse.ArgumentParser) -> None:
+    add = parser.add_argument
+    add(
+        "--files",
+        type=_counts,
+        default="1000,10000",
+        metavar="N,...",
+        help="file counts, comma-separated (default %(default)s)",
+    )
+    add("--videos", type=positive_int, default=100, help="videos per file (default %(default)s)")
+    add("--workers", type=positive_int, default=2, help="local workers (default %(default)s)")
+    add("--steady-batches", type=positive_int, default=100, help="batches timed (default 100)")
+    add("--plain", action="store_true", help="files without the pack index")
+    add("--data", default=None, help="directory of the files (kept; default a temporary one)")
+    add(
+        "--json",
+        default=os.path.join("docs", "bench", "scale-2cores.json"),
+        help="where to write the results (default %(default)s)",
+    )
+    add("--no-drop", action="store_true", help="do not drop the OS page cache (it is global)")
+
+
+# -- soak -----------------------------------------------------------------------------------
+
+_SOAK = """\
+A soak run: full rate for --minutes with a local worker SIGKILLed every --kill-every
+seconds; reports the trainer's and the workers' memory (RSS) and open descriptors over time.
+
+Each epoch's samples are checked to arrive exactly once (the run fails otherwise), every kill
+must be answered by a replacement, and the growth of the trainer's RSS and open descriptors
+is reported after a warm-up (the first --warmup seconds: allocator pools, caches and slots
+fill up then)."""
+
+
+def _soak_arguments(parser: argparse.ArgumentParser) -> None:
+    add = parser.add_argument
+    add("--minutes", type=float, default=10.0, help="how long (default %(default)s)")
+    add("--kill-every", type=float, default=60.0, help="seconds between kills (default 60)")
+    add("--sample-every", type=float, default=10.0, help="seconds per sample (default 10)")
+    add("--warmup", type=float, default=120.0, help="seconds left out of growth (default 120)")
+    add("--seed", type=int, default=0, help="(default %(default)s)")
+    add("--json", type=pathlib.Path, help="also write the result here")
+
+
+# -- open-files -----------------------------------------------------------------------------
+
+_OPEN_FILES = """\
+What keeping at most max_open_files HDF5 files open costs, end to end.
+
+--files small files (one video of --frames JPEG frames of --size x --size pixels each) are
+read by one local worker with a global shuffle (clips of 4 frames, batches of 32), twice:
+with max_open_files at its default (128: a shuffled read finds its file open with a chance
+of about 128 / files, so nearly every clip reopens its file) and with every file open.
+Reported: clips/s of each, from the first batch to the end of --epochs epochs (the index,
+read when the iteration starts, is left out), the best of --repeats runs. Small frames make
+decoding cheap, so the reopen cost shows at its largest; with real frames (--size 320) it is
+a smaller share."""
+
+
+def _open_files_arguments(parser: argparse.ArgumentParser) -> None:
+    add = parser.add_argument
+    add("--files", type=positive_int, default=2000, help="(default %(default)s)")
+    add("--frames", type=int_in(4), default=8, help="frames per video, >= 4 (default 8)")
+    add("--size", type=positive_int, default=64, help="frame height and width (default 64)")
+    add("--epochs", type=positive_int, default=2, help="(default %(default)s)")
+    add("--repeats", type=positive_int, default=2, help="(default %(default)s)")
+    add("--json", default=None, help="also write the figures here")
+
+
+# -- reduced-decode -------------------------------------------------------------------------
+
+_REDUCED = """\
+What reduced_decode=True does to speed and to pixels, on one core, in one process.
+
+For each stored size (640x480 and 1280x720 JPEG videos of h5feed's sample data, quality 90)
+and each target resize, every frame of a sample of clips is decoded and resized twice, with
+the code the workers run (h5feed.producer.decode): in full (cv2.imdecode then cv2.resize,
+INTER_LINEAR) and reduced (libjpeg's DCT scaling to 1/2, 1/4 or 1/8, then the same resize).
+Reported: ms per frame of each (median of --repeats passes), the speed-up, and how far the
+reduced pixels are from the full ones on the resized frame (mean and max absolute difference
+over all channels, and PSNR in dB)."""
+
+
+def _reduced_arguments(parser: argparse.ArgumentParser) -> None:
+    add = parser.add_argument
+    add("--data-dir", default="bench_data/reduced", help="sample videos (kept; %(default)s)")
+    add("--frames", type=positive_int, default=200, help="frames per case (default 200)")
+    add("--repeats", type=positive_int, default=5, help="timed passes (default 5)")
+    add("--json", default=None, help="also write the results here")
+
+
+# -- gpu-train ------------------------------------------------------------------------------
+
+_GPU_TRAIN = """\
+A GPU trainer fed by h5feed, next to the same trainer on a cached batch and fed by PyTorch's
+DataLoader: does h5feed keep a real model on a real GPU busy?
+
+Made for a GPU machine with PyTorch and CUDA, no TensorFlow needed: h5feed feeds the loop
+through h5feed.torch_batches (tensors over the batch memory) and Keras 3 on the torch backend
+through h5feed.keras_batches. --device cpu runs the same code on the CPU, as a rehearsal (its
+figures then mean nothing). Workload as `h5feed bench`: 16-frame clips of 320x240 JPEG videos
+in HDF5, resize (128, 171), random crop (112, 112), flip, batches of 8.
+
+The model is a fixed 3D CNN (six conv-BN-ReLU blocks, pooled, a linear head), trained with
+bf16 autocast and AdamW; each step copies the uint8 batch to the GPU and normalises it there.
+Its width is sized to the loader: --calibrate times the model on one batch held on the GPU (no
+loader at all: the headspace) at each of --widths and keeps the heaviest one whose clips/s is
+still at least --margin x the needed clips/s (--need-clips-per-s, or read with --need-from
+from an `h5feed bench` report: h5feed-numpy's rate at --need-workers workers): so the model
+needs at least that many workers' input, and "does the loader keep it busy" has teeth.
+
+Feeders (each in a fresh process, run in turn; --feeders):
+  cached         the headspace: the same step on one batch held on the GPU
+  h5feed         h5feed.torch_batches(workers=N)
+  h5feed-pinned  the same with pin_memory=True
+  torch          DataLoader(map-style Dataset, batch_size=8, shuffle=True, num_workers=N,
+                 persistent_workers=True, pin_memory=True), the same per-clip work
+  keras-cached / keras-h5feed   the same network in Keras 3 (torch backend), fit on one
+                 repeated batch / on h5feed.keras_batches(workers=N)
+
+Reported per feeder: steps/s and clips/s over --seconds after --warmup; the ratio to the
+cached headspace; the GPU busy share (CUDA events around each step, summed, over wall time)
+and NVML's utilisation sampled every 100 ms (with pynvml); where the trainer's time went
+(waiting on the loader, in the step's Python, the host-to-GPU copy); the trainer's and the
+loader's worker processes' CPU ms per clip. The GPU machine's whole run, with the scaling
+curve first: h5feed/bench/gpu/run.sh in a checkout."""
+
+
+def _widths(text: str) -> list[int]:
+    try:
+        values = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a list of integers: {text!r}") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"need widths >= 1, got {text!r}")
+    return values
+
+
+def _gpu_train_arguments(parser: argparse.ArgumentParser) -> None:
+    from h5feed.bench.command import parse_dataset_shape  # argparse only: cheap
+
+    add = parser.add_argument
+    add("--workers", type=positive_int, default=max(1, (os.cpu_count() or 2) - 1),
+        help="loader workers (default: the CPUs but one)")  # fmt: skip
+    add("--seconds", type=float, default=15.0, help="timed seconds per feeder (default 15)")
+    add("--warmup", type=float, default=6.0, help="untimed seconds first (default 6)")
+    add("--width", type=positive_int, default=32, help="the model's width, uncalibrated (32)")
+    add("--calibrate", action="store_true", help="choose the width (see above)")
+    add("--widths", type=_widths, default="32,48,64,96,128,160,192,256", metavar="W,...",
+        help="widths --calibrate tries (default %(default)s)")  # fmt: skip
+    add("--need-clips-per-s", type=float, default=0.0, help="what the model must take (0)")
+    add("--need-from", type=pathlib.Path, default=None, metavar="BENCH_JSON",
+        help="read it from an `h5feed bench` report instead")  # fmt: skip
+    add("--need-workers", type=positive_int, default=8,
+        help="h5feed-numpy's workers there (default 8; else the most measured)")  # fmt: skip
+    add("--margin", type=float, default=1.1, help="over the needed clips/s (default 1.1)")
+    add("--data-dir", type=pathlib.Path, default=pathlib.Path("bench_data"),
+        help="the generated dataset, reused when present (default ./bench_data)")  # fmt: skip
+    add("--dataset", type=parse_dataset_shape, default="32x12", metavar="FILESxVIDEOS",
+        help="files and videos per file (default 32x12, as h5feed bench)")  # fmt: skip
+    add("--feeders", default="cached,h5feed,torch,keras-cached,keras-h5feed",
+        help="(default %(default)s)")  # fmt: skip
+    add("--device", default="cuda", help="cuda (default) or cpu (a rehearsal)")
+    add("--json", type=pathlib.Path, help="write the results here")
+    add("--png", type=pathlib.Path, help="a bar chart of steps/s per feeder")
+
+
+STUDIES: tuple[Study, ...] = (
+    Study(
+        "scale",
+        "the first batch, index memory and open files at thousands of files",
+        _SCALE,
+        "examples:\n"
+        "  h5feed bench scale                               # N = 1,000 and 10,000\n"
+        "  h5feed bench scale --files 1000 --plain --json /tmp/plain.json",
+        _scale_arguments,
+        "h5feed.bench.scale",
+    ),
+    Study(
+        "soak",
+        "full rate with workers SIGKILLed: memory and descriptors over time",
+        _SOAK,
+        "examples:\n"
+        "  h5feed bench soak                                # 10 minutes, a kill a minute\n"
+        "  h5feed bench soak --minutes 1 --kill-every 10 --json docs/bench/soak.json",
+        _soak_arguments,
+        "h5feed.bench.soak",
+    ),
+    Study(
+        "open-files",
+        "what keeping at most max_open_files HDF5 files open costs",
+        _OPEN_FILES,
+        "examples:\n"
+        "  h5feed bench open-files                          # prints both figures\n"
+        "  h5feed bench open-files --size 320 --json out.json",
+        _open_files_arguments,
+        "h5feed.bench.open_files",
+    ),
+    Study(
+        "reduced-decode",
+        "speed and pixels of reduced_decode=True, on one core",
+        _REDUCED,
+        "examples:\n  h5feed bench reduced-decode --json docs/bench/reduced-decode-2cores.json",
+        _reduced_arguments,
+        "h5feed.bench.reduced_decode",
+    ),
+    Study(
+        "gpu-train",
+        "a 3D CNN on a GPU fed by h5feed, a cached batch and DataLoader (needs torch)",
+        _GPU_TRAIN,
+        "examples:\n"
+        "  h5feed bench gpu-train --calibrate --need-from OUT/scale.json --json OUT/train.json\n"
+        "  h5feed bench gpu-train --device cpu --workers 2 --seconds 2 --warmup 2 --widths 4,8",
+        _gpu_train_arguments,
+        "h5feed.bench.gpu.train",
+    ),
+)
+
+
+def _runner(module: str) -> Callable[[argparse.Namespace], int]:
+    def run(args: argparse.Namespace) -> int:
+        result: int = importlib.import_module(module).run(args)
+        return result
+
+    return run
+
+
+def register(subparsers: Any) -> None:
+    """One parser per study under ``h5feed bench`` (``subparsers``: its ``add_subparsers``)."""
+    for study in STUDIES:
+        parser = subparsers.add_parser(
+            study.name,
+            help=study.summary,
+            description=study.description,
+            epilog=study.epilog,
+            formatter_class=HelpFormatter,
+        )
+        study.arguments(parser)
+        parser.set_defaults(handler=_runner(study.module))

@@ -61,6 +61,10 @@ def test_a_subcommand_refuses_a_bad_value_with_a_usage_error(
         main(["bench", "open-files", "--frames", "3"])  # shorter than the 4-frame clips
     assert exited.value.code == 2
     assert "--frames" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exited:
+        main(["bench", "gpu-train", "--feeders", "cached,tpu"])
+    assert exited.value.code == 2
+    assert "feeders are cached, h5feed" in capsys.readouterr().err
 
 
 def test_open_files_measures_both_bounds(
@@ -131,6 +135,26 @@ def test_gpu_train_refuses_a_report_without_the_rate_naming_the_file(
         need_from(other, 8)
     with pytest.raises(ValueError, match=r"missing\.json: not an h5feed bench report"):
         need_from(tmp_path / "missing.json", 8)
+
+
+def test_gpu_train_reports_a_feeder_that_fails_in_its_process_with_its_error(
+    tmp_path: pathlib.Path,
+) -> None:
+    """A feeder's process that dies (here: a model of width 0, or no torch at all) gives an
+    error naming the feeder, never a number; ``run`` records it and goes on."""
+    import argparse
+
+    from h5feed.bench.gpu import train
+
+    (study,) = [s for s in STUDIES if s.name == "gpu-train"]
+    parser = argparse.ArgumentParser()
+    study.arguments(parser)
+    args = parser.parse_args(
+        ["--device", "cpu", "--dataset", "1x8", "--data-dir", str(tmp_path / "data"),
+         "--seconds", "0.1", "--warmup", "0"]
+    )  # fmt: skip
+    with pytest.raises(RuntimeError, match=r"'feeder': 'cached'.*exit 1, no result"):
+        train.run_child(args, {"feeder": "cached", "width": 0})
 
 
 def imported_modules(path: pathlib.Path) -> set[str]:

@@ -7,7 +7,10 @@ travel alone, innocents never reach the limit, a BYE or a silence blames nothing
 
 from __future__ import annotations
 
+import pytest
+
 from h5feed.common import messages
+from h5feed.common.errors import FileReadError
 from h5feed.consumer.core.ledger import Peer
 from h5feed.consumer.core.scheduler import Send
 from h5feed.consumer.hdf5.index_attempts import IndexAttempts
@@ -56,3 +59,22 @@ def test_a_bye_or_a_refusal_blames_nothing_and_answered_jobs_are_forgotten() -> 
     attempts.answered(a, [0])
     assert attempts.left(a, "exited") == [] and attempts.deaths == {1: 1}
     assert IndexAttempts(limit=0).limit == 2  # never 1: a file that shared a JOB once is safe
+
+
+def test_a_file_at_the_limit_raises_a_file_read_error_naming_file_host_and_last_death() -> None:
+    attempts = IndexAttempts(limit=2)
+    paths = ("f0.h5", "f1.h5")
+    for name in ("a", "b"):
+        lost = peer(name)
+        lost.lost_cause = "exited"
+        attempts.sent([Send(lost, job(1))])
+        if name == "a":
+            attempts.check_left(lost, paths)  # one death: not yet
+    with pytest.raises(FileReadError, match=r"died \(2 times; the last: worker b") as raised:
+        attempts.check_left(lost, paths)
+    assert raised.value.file == "f1.h5" and raised.value.host == "host"
+    assert raised.value.number == 1
+    quiet = peer("c")
+    quiet.lost_cause = "deadline"  # a silence blames nothing, so raises nothing
+    attempts.sent([Send(quiet, job(1))])
+    attempts.check_left(quiet, paths)

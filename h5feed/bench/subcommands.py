@@ -228,6 +228,17 @@ def _widths(text: str) -> list[int]:
     return values
 
 
+FEEDERS = ("cached", "h5feed", "h5feed-pinned", "torch", "keras-cached", "keras-h5feed")
+
+
+def _feeders(text: str) -> str:
+    names = [part.strip() for part in text.split(",") if part.strip()]
+    unknown = [name for name in names if name not in FEEDERS]
+    if not names or unknown:
+        raise argparse.ArgumentTypeError(f"feeders are {', '.join(FEEDERS)}; got {text!r}")
+    return ",".join(names)
+
+
 def _gpu_train_arguments(parser: argparse.ArgumentParser) -> None:
     from h5feed.bench.command import parse_dataset_shape  # argparse only: cheap
 
@@ -250,7 +261,7 @@ def _gpu_train_arguments(parser: argparse.ArgumentParser) -> None:
         help="the generated dataset, reused when present (default ./bench_data)")  # fmt: skip
     add("--dataset", type=parse_dataset_shape, default="32x12", metavar="FILESxVIDEOS",
         help="files and videos per file (default 32x12, as h5feed bench)")  # fmt: skip
-    add("--feeders", default="cached,h5feed,torch,keras-cached,keras-h5feed",
+    add("--feeders", type=_feeders, default="cached,h5feed,torch,keras-cached,keras-h5feed",
         help="(default %(default)s)")  # fmt: skip
     add("--device", default="cuda", help="cuda (default) or cpu (a rehearsal)")
     add("--json", type=pathlib.Path, help="write the results here")

@@ -20,8 +20,8 @@ Guarantees:
 3. A file at ``limit`` deaths (the restart rule's attempts: ``max_unit_attempts``, as for a
    poison unit, but at least 2, so a file that merely shared a JOB with the culprit once is
    never reported) is returned by
-   :meth:`left`; the scheduler ends the iteration with a ``FileReadError`` naming the file,
-   the host and the last death.
+   :meth:`left`; :meth:`check_left` raises it as a ``FileReadError`` naming the file, the
+   host and the last death, which ends the iteration.
 4. Not thread-safe: the loop's thread owns it.
 """
 
@@ -32,6 +32,7 @@ from collections.abc import Iterable, Sequence
 from typing import Final
 
 from h5feed.common import messages
+from h5feed.common.errors import FileReadError
 from h5feed.consumer.core.ledger import Peer
 from h5feed.consumer.core.scheduler import Send
 
@@ -86,3 +87,16 @@ class IndexAttempts:
         for file_index in blamed:
             self.deaths[file_index] += 1
         return [f for f in blamed if self.deaths[f] >= self.limit]
+
+    def check_left(self, peer: Peer, paths: Sequence[str]) -> None:
+        """:meth:`left` for ``peer``, gone for its ``lost_cause``; raises FileReadError for the
+        first file at the limit (``paths``: the files' paths, by file index)."""
+        for file_index in self.left(peer, peer.lost_cause):
+            raise FileReadError(
+                f"every worker that indexed it died ({self.deaths[file_index]} times; the last: "
+                f"worker {peer}, {peer.lost_cause}): a file that crashes HDF5 or the reader "
+                "(crafted or damaged) is refused",
+                file=paths[file_index],
+                host=peer.host,
+                number=file_index,
+            )

@@ -54,7 +54,7 @@ import os
 from collections.abc import Hashable, Iterator, Sequence
 
 from h5feed.common import messages
-from h5feed.common.errors import DataError, FileReadError
+from h5feed.common.errors import DataError
 from h5feed.common.logs import consumer_log
 from h5feed.consumer.core.assembly import Batch
 from h5feed.consumer.core.credits import CreditGate
@@ -71,8 +71,8 @@ from h5feed.consumer.hdf5.units import (
     assign_files,
     file_size,
     first_difference,
+    job_parts,
     merge_jobs,
-    split_job,
 )
 from h5feed.consumer.options import HdfConfig
 from h5feed.consumer.plan import Cursor, FileColumns, Index, epoch_length_of
@@ -164,17 +164,11 @@ class HdfScheduler:
         return sends
 
     def _job(self, peer: Peer, files: list[int], send_index: bool = True) -> list[Send]:
-        """The job, with ``files`` to open, in parts (:func:`split_job`: a worker that has
-        the job already adds the files of the next part)."""
-        refs = tuple(messages.FileRef(i, self.config.files[i]) for i in files)
-        clip = self.config.clip
+        """The JOB of ``files`` for ``peer`` (:func:`job_parts`), which owes their INDEX."""
         if send_index and files:
             self._debts.ask(peer, files)
-        job = messages.Job(
-            self.job_id, refs, clip.to_wire(), self.config.layout.to_wire(),
-            self.config.options.index_cache, self.config.options.on_error, send_index,
-        )  # fmt: skip
-        return [Send(peer, part) for part in split_job(job)]
+        parts = job_parts(self.config, self.job_id, files, send_index)
+        return [Send(peer, part) for part in parts]
 
     def on_control(self, peer: Peer, message: messages.Message) -> list[Send]:
         files = indexed_files(message)
@@ -307,16 +301,7 @@ class HdfScheduler:
         # Its own files, and those it was to take over from a lost owner (a live owner keeps
         # the files it was to hand over in a join).
         files = self.owners.release(lost)
-        for file_index in self._attempts.left(lost, lost.lost_cause):
-            deaths = self._attempts.deaths[file_index]
-            raise FileReadError(
-                f"every worker that indexed it died ({deaths} times; the last: worker {lost}, "
-                f"{lost.lost_cause}): a file that crashes HDF5 or the reader (crafted or "
-                "damaged) is refused",
-                file=self.config.files[file_index],
-                host=lost.host,
-                number=file_index,
-            )
+        self._attempts.check_left(lost, self.config.files)
         self._debts.forget(lost)
         dispatch = self._dispatch
         units = [] if dispatch is None else dispatch.take_back(lost)  # none before the plan

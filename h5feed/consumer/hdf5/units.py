@@ -1,6 +1,6 @@
-"""What the HDF5 scheduler sends, as plain functions: files shared out by size, UNIT rows of a
-planned batch (and the record kept of each unit, :data:`Work`), JOBs merged per worker and cut
-into parts, and two indexes of one file compared."""
+"""What the HDF5 scheduler sends, as plain functions: files shared out by size, the JOB of a
+worker's files, UNIT rows of a planned batch (and the record kept of each unit, :data:`Work`),
+JOBs merged per worker and cut into parts, and two indexes of one file compared."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import numpy as np
 from h5feed.common import messages
 from h5feed.consumer.core.ledger import Peer
 from h5feed.consumer.core.scheduler import Send
+from h5feed.consumer.options import HdfConfig
 from h5feed.consumer.plan import FileColumns, Index, PlannedBatch
 
 #: A JOB lists at most this many files, and paths of at most this many UTF-8 bytes in all: a
@@ -31,6 +32,20 @@ JOB_PATH_BYTES = 1 << 20
 
 #: A unit's record: the positions of its rows in the batch, and whether they go to a slot.
 Work = tuple[np.ndarray, bool]
+
+
+def job_parts(
+    config: HdfConfig, job_id: str, files: Sequence[int], send_index: bool = True
+) -> list[messages.Job]:
+    """The JOB that gives a worker ``files`` to open (and, with ``send_index``, asks for their
+    INDEX), in parts (:func:`split_job`: a worker that has the job already adds the files of
+    the next part)."""
+    refs = tuple(messages.FileRef(i, config.files[i]) for i in files)
+    job = messages.Job(
+        job_id, refs, config.clip.to_wire(), config.layout.to_wire(),
+        config.options.index_cache, config.options.on_error, send_index,
+    )  # fmt: skip
+    return split_job(job)
 
 
 def split_job(job: messages.Job) -> list[messages.Job]:

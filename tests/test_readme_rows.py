@@ -1,0 +1,98 @@
+"""README "Who owns what" and "Where to change what" stay true: every file a row names exists,
+and every code name a row places in a file is defined there.
+
+A row is the newcomer's map (issue 24): a renamed module or a moved class must change the row
+in the same commit, or this test names the row and what it no longer finds."""
+
+from __future__ import annotations
+
+import importlib
+import pathlib
+import re
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+TABLES = ("**Who owns what.**", "**Where to change what.**")
+# `path/x.py` or `path/folder/`, relative to h5feed/ (or the repository root for tests/, docs/)
+PATH = re.compile(r"`((?:[\w.]+/)+(?:[\w.]+\.(?:py|json|yml|md))?)`")
+# `Name` or `Class.attr` in `path.py` (also: `Name` of `path.py`, `Name` there)
+PLACED = re.compile(r"`([A-Za-z_][\w.]*)`(?: \([^)]*\))? (?:in|of) `([\w/]+\.py)`")
+
+
+def table_rows() -> list[tuple[str, str]]:
+    lines = (ROOT / "README.md").read_text().splitlines()
+    rows: list[tuple[str, str]] = []
+    for title in TABLES:
+        start = next(i for i, line in enumerate(lines) if line.startswith(title))
+        body = [line for line in lines[start + 1 : start + 40] if line.startswith("| ")]
+        table = body[: next((i for i, b in enumerate(body) if not b.startswith("| ")), len(body))]
+        rows += [(row.split("|")[1].strip(), row) for row in table[1:]]  # no header
+    return rows
+
+
+def resolve(path: str) -> pathlib.Path:
+    top = path.split("/")[0]
+    return ROOT / path if top in {"tests", "docs", "deploy", "h5feed"} else ROOT / "h5feed" / path
+
+
+def defined_in(name: str, path: str) -> bool:
+    module = importlib.import_module("h5feed." + path.removesuffix(".py").replace("/", "."))
+    obj: object = module
+    for part in name.split("."):
+        if not hasattr(obj, part):
+            return False
+        obj = getattr(obj, part)
+    return True
+
+
+ROWS = table_rows()
+
+
+def test_both_tables_are_found_and_have_rows() -> None:
+    assert len(ROWS) >= 15, [title for title, _ in ROWS]
+
+
+@pytest.mark.parametrize("row", [row for _, row in ROWS], ids=[title for title, _ in ROWS])
+def test_every_file_a_row_names_exists(row: str) -> None:
+    for path in PATH.findall(row):
+        assert resolve(path).exists(), f"{path} (named in: {row[:60]}...)"
+
+
+@pytest.mark.parametrize("row", [row for _, row in ROWS], ids=[title for title, _ in ROWS])
+def test_every_name_a_row_places_in_a_file_is_defined_there(row: str) -> None:
+    for match in PLACED.finditer(row):
+        name, path = match.groups()
+        if "/" not in path:  # `kind.py` beside the last folder the row named before it
+            folder = [p for p in PATH.findall(row[: match.start()]) if "/" in p][-1]
+            path = folder.rsplit("/", 1)[0] + "/" + path
+        if path.startswith("tests/"):
+            assert name in resolve(path).read_text(), (name, path)
+        else:
+            assert defined_in(name, path), f"`{name}` is not in {path} (row: {row[:60]}...)"
+
+
+def test_the_check_sees_a_name_that_moved() -> None:
+    row = "| x | `FeedLoop` in `consumer/core/loop.py`, `Nowhere` in `consumer/core/loop.py` |"
+    placed = PLACED.findall(row)
+    assert [defined_in(name, path) for name, path in placed] == [True, False]
+    assert not resolve("consumer/core/no_such.py").exists()
+
+
+METHOD = re.compile(r"`([A-Z]\w+)\.(\w+)`")
+
+
+def module_defining(cls: str) -> str:
+    """The h5feed module whose source defines ``class cls``."""
+    (path,) = [
+        p
+        for p in (ROOT / "h5feed").rglob("*.py")
+        if re.search(rf"^class {cls}\b", p.read_text(), re.M)
+    ]
+    return str(path.relative_to(ROOT / "h5feed"))
+
+
+@pytest.mark.parametrize("row", [row for _, row in ROWS], ids=[title for title, _ in ROWS])
+def test_every_class_attribute_a_row_names_exists(row: str) -> None:
+    for cls, attr in METHOD.findall(row):
+        assert defined_in(f"{cls}.{attr}", module_defining(cls)), f"{cls}.{attr} ({row[:60]}...)"

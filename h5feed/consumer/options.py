@@ -30,7 +30,7 @@ from h5feed.common.messages import ON_ERROR_CHOICES
 from h5feed.common.metrics_http import metrics_address
 from h5feed.common.wire import DEFAULT_LIMITS, DEFAULT_MAX_MESSAGE_BYTES
 from h5feed.consumer.hdf5.files import resolve_files
-from h5feed.consumer.plan import EpochPlan, Index, PlanOptions
+from h5feed.consumer.plan import EpochPlan, Index, PlanOptions, epoch_length_of
 from h5feed.consumer.sources.options import SOURCE_FIELDS, SourceConfig
 
 
@@ -174,13 +174,12 @@ class FeedOptions:
 
     @classmethod
     def of(cls, kwargs: Mapping[str, Any]) -> FeedOptions:
-        """The options of ``dataset()``'s keywords (each group takes its own; others are
-        left to the caller); ValueError for a bad value."""
+        """The options of ``dataset()``'s keywords (each group takes its own, the caller
+        checks the rest); ValueError for a bad value."""
         return cls(*(group(**_taken(group, kwargs)) for group in GROUPS))
 
     @staticmethod
-    def names() -> tuple[str, ...]:
-        """The keywords of every group, in order."""
+    def names() -> tuple[str, ...]:  # the keywords of every group, in order
         return tuple(name for group in GROUPS for name in _field_names(group))
 
 
@@ -193,8 +192,7 @@ def _field_names(cls: type[Any]) -> tuple[str, ...]:
 
 
 def _taken(cls: type[Any], kwargs: Mapping[str, Any]) -> dict[str, Any]:
-    names = _field_names(cls)
-    return {k: v for k, v in kwargs.items() if k in names}
+    return {k: v for k, v in kwargs.items() if k in _field_names(cls)}
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -239,6 +237,10 @@ class HdfConfig:
         """``epoch``'s plan: the plan group's, clips placed as the data group says."""
         data, plan = self.data, self.options.plan
         return EpochPlan(index, self.clip, plan, epoch, data.clips_per_video, data.clip_start)
+
+    def epoch_length(self, index: Index) -> int:
+        """Batches per epoch of this shard of ``index``'s clips (:func:`epoch_length_of`)."""
+        return epoch_length_of(index, self.options.plan, self.data.clips_per_video)
 
 
 #: A feed's configuration: HDF5 files, or the user's code in the workers (``source=``).

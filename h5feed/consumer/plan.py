@@ -175,6 +175,20 @@ def shard_size(total: int, shard: tuple[int, int]) -> int:
     return total // shard[1]
 
 
+def epoch_length(samples: int, options: PlanOptions) -> int:
+    """Batches in one epoch of one shard of ``samples`` samples (videos x clips per video, or
+    a map source's items): the shard's share, by ``batch_size``, the last batch kept unless
+    ``drop_remainder``. The one place an epoch's length is computed (:class:`EpochPlan` and
+    every ``Scheduler.epoch_length`` use it)."""
+    size, batch = shard_size(samples, options.shard), options.batch_size
+    return size // batch if options.drop_remainder else -(-size // batch)
+
+
+def epoch_length_of(index: Index, options: PlanOptions, clips_per_video: int) -> int:
+    """Batches in one epoch of one shard of the clips of ``index``'s videos."""
+    return epoch_length(index.num_videos * clips_per_video, options)
+
+
 class EpochPlan:
     """The batches of one epoch of one shard (see the module docstring for the guarantees)."""
 
@@ -202,8 +216,7 @@ class EpochPlan:
         self._seeds = rng.integers(0, 2**63, size=total, dtype=np.uint64)
 
     def __len__(self) -> int:
-        size, batch = len(self.order), self.options.batch_size
-        return size // batch if self.options.drop_remainder else -(-size // batch)
+        return epoch_length_of(self.index, self.options, self.clips_per_video)
 
     def batch(self, position: int) -> PlannedBatch:
         batch = self.options.batch_size

@@ -132,7 +132,7 @@ class FeedLoop:
             self.session.say_bye()
             # The scheduler (its shared-memory slots) is not closed here: workers may still
             # make units of this job that name those slots. The stream closes it once they
-            # cannot (:func:`h5feed.consumer.stream._shutdown`, ``WorkerPool.retire``).
+            # cannot (:func:`h5feed.consumer.stream._end`, ``WorkerPool.retire``).
             if not self._keep_socket:
                 self._router.close()
                 self._waker.close()  # a credit returned later wakes nothing (Waker allows it)

@@ -59,7 +59,7 @@ from h5feed.common.logs import consumer_log
 from h5feed.consumer.core.assembly import Batch
 from h5feed.consumer.core.credits import CreditGate
 from h5feed.consumer.core.ledger import Peer
-from h5feed.consumer.core.scheduler import Reassignment, Send
+from h5feed.consumer.core.scheduler import Figures, Reassignment, Send
 from h5feed.consumer.hdf5.bad_data import SkipLog
 from h5feed.consumer.hdf5.batch_slots import BatchSlots
 from h5feed.consumer.hdf5.dispatch import Dispatch, planned_batches
@@ -274,9 +274,17 @@ class HdfScheduler:
         return [] if self._dispatch is None else self._dispatch.samples_of(unit_id)
 
     @property
-    def shared_memory_slots(self) -> int:
-        """Shared-memory batch slots made so far (0: batches come over the socket)."""
-        return self._slots.size if self._slots is not None else 0
+    def learnt(self) -> Index | None:  # what a later iteration starts from, once built
+        return self.index
+
+    @property
+    def epoch_length(self) -> int | None:
+        index = self.index
+        return None if index is None else self.config.epoch_length(index)
+
+    def figures(self) -> Figures:  # shared-memory slots made, files owned, samples skipped
+        slots = self._slots.size if self._slots is not None else 0
+        return Figures(slots, self.owners.count, self.skips.snapshot())
 
     def close(self) -> None:
         if self._slots is not None:

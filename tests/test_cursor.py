@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import h5feed
+from h5feed.consumer.iteration import IterationStart
 from h5feed.consumer.plan import Cursor
 from h5feed.consumer.stream import BatchStream
 
@@ -41,7 +42,7 @@ def test_an_iteration_started_at_a_cursor_continues_the_full_run_exactly(
     full = h5feed.batches(small_dataset, **CLIP, epochs=2)
     reference = [(b["epoch"][0], b["batch"][0], b["sample"], b["start"], b["frames"]) for b in full]
     config = h5feed.batches(small_dataset, **CLIP, epochs=2).config
-    with BatchStream(config, Cursor(0, 3), 2) as resumed:
+    with BatchStream(config, IterationStart(Cursor(0, 3))) as resumed:
         rest = [
             (b["epoch"][0], b["batch"][0], b["sample"], b["start"], b["frames"]) for b in resumed
         ]

@@ -383,7 +383,7 @@ def test_hdf_parts_written_into_shared_memory_are_assembled_with_the_others() ->
     try:
         fleet.handshake()
         taken = fleet.run(random.Random(0))
-        assert scheduler.shared_memory_slots >= 1
+        assert scheduler.figures().shared_memory_slots >= 1
         assert [check_hdf_batch(b) for b in taken] == planned_batches(config, INDEX, [0])
         assert all(b.arrays["frames"].shape[1:] == (2, 4, 6, 3) for b in taken)
         assert not fleet.counters.parts_copied_into_slots
@@ -435,7 +435,7 @@ def expected_items(
 ) -> list[tuple[int, int, list[int]]]:
     out = []
     for epoch in epochs:
-        order = epoch_order(length, config.options.plan_options(), epoch).tolist()
+        order = epoch_order(length, config.options.plan, epoch).tolist()
         for position in range(-(-len(order) // per_batch)):
             out.append((epoch, position, order[position * per_batch : (position + 1) * per_batch]))
     return out

@@ -15,8 +15,9 @@ from h5feed.common.errors import H5FeedError
 from h5feed.common.exposure import warn_insecure_listen
 from h5feed.consumer import resume
 from h5feed.consumer.hdf5 import known_index
+from h5feed.consumer.iteration import IterationStart, Outcome
 from h5feed.consumer.metrics import start_feed_metrics
-from h5feed.consumer.options import FeedConfig, HdfConfig
+from h5feed.consumer.options import FeedConfig, HdfConfig, data_root
 from h5feed.consumer.plan import Cursor, Index
 from h5feed.consumer.processes.worker_pool import PoolSlot
 from h5feed.consumer.sources.options import Learnt
@@ -53,50 +54,55 @@ class Feed:
                 "a worker never starts workers"
             )
         self.config = config
-        self.fingerprint = resume.fingerprint(config)
-        self.length: int | None = None
+        self._fingerprint = resume.fingerprint(config)
+        self._length: int | None = None
+        self._learnt: Learnt | None = None
         self._index_digests = resume.IndexDigests()
         # What identified the files when the last index was learnt (known_index.key): an
         # iteration whose files still match it starts from that index (HdfScheduler.start).
         self._index_key: str | None = None
-        self._stream_key: str | None = None  # the files' key when the current stream began
+        # The iterations started and not yet read to their end: each one's stream (weakly),
+        # what it found, and the files' key when it began (see _read).
+        self._iterations: list[tuple[weakref.ref[BatchStream], Outcome, str | None]] = []
+        self._lock = threading.RLock()
         if isinstance(config, HdfConfig):
             key = known_index.key(config)
             known = known_index.load(config, key) if key is not None else None
             if known is not None:
-                self._learn_index(self._index_digests(known), known.num_videos)
-                self._index_key = key
+                length = config.epoch_length(known)
+                self._learn_index(self._index_digests(known), length, key)
         point = resume.resume_point(resume_from) if resume_from is not None else None
         if point is not None and point.fingerprint:
-            resume.check(point.fingerprint, self.fingerprint)
-            if self.length is None and point.length is not None:
+            resume.check(point.fingerprint, self._fingerprint)
+            if self._length is None and point.length is not None:
                 # The saver's epoch length (the index it came from is checked at the first
                 # batch, as the fingerprint's "index"): Keras needs it up front, see
                 # resume.ResumePoint.length.
-                self.length = point.length
+                self._length = point.length
         start = point.cursor if point is not None else Cursor()
-        if self.length is not None and start.batch >= self.length:  # (e, len) is (e + 1, 0)
-            start = Cursor(start.epoch + start.batch // self.length, start.batch % self.length)
+        if self._length is not None and start.batch >= self._length:  # (e, len) is (e + 1, 0)
+            start = Cursor(start.epoch + start.batch // self._length, start.batch % self._length)
         #: Where the first iteration starts (a resumed feed's position, else (0, 0)).
         self.start = start
         self._resume = point
         self._next_epoch = start.epoch
-        self._lock = threading.Lock()
         self._current: weakref.ref[BatchStream] | None = None
         self._last_stats: dict[str, Any] | None = None
         options = config.options
-        if options.listen is not None:  # seen by default, unlike h5feed's log lines
+        if options.network.listen is not None:  # seen by default, unlike h5feed's log lines
             warn_insecure_listen(
-                options.listen, keyed=options.curve_key is not None, insecure=options.insecure
+                options.network.listen,
+                keyed=options.network.curve_key is not None,
+                insecure=options.network.insecure,
             )
         # /metrics and /stats (metrics_port= or $H5FEED_METRICS_PORT, read here, once); the
         # server stops when the feed is garbage collected.
-        self._metrics = start_feed_metrics(self, config.options.metrics_port)
+        self._metrics = start_feed_metrics(self, config.options.network.metrics_port)
         if self._metrics is not None:
             weakref.finalize(self, self._metrics.server.close)
         self._slot: PoolSlot | None = None
         if self._keeps_workers():
-            self._slot = PoolSlot(options)
+            self._slot = PoolSlot(options, data_root(config))
             weakref.finalize(self, self._slot.close)  # the kept workers stop with the feed
 
     def _keeps_workers(self) -> bool:
@@ -105,7 +111,7 @@ class Feed:
         indexes; a source's keep the user's modules imported (torch, TensorFlow: seconds
         each) and build a new copy of the user's object for each iteration (a new job)."""
         options = self.config.options
-        return options.workers > 0 and not options.listen
+        return options.processes.workers > 0 and not options.network.listen
 
     def close(self) -> None:
         """Stop the workers kept across iterations (a running iteration keeps its workers
@@ -118,83 +124,110 @@ class Feed:
         """The port serving ``/metrics`` and ``/stats`` (the one bound when asked for 0)."""
         return self._metrics.port if self._metrics is not None else None
 
+    @property
+    def fingerprint(self) -> dict[str, Any]:
+        """This feed's fingerprint (:mod:`h5feed.consumer.resume`), its ``index`` part once
+        an iteration (or the known index) told it."""
+        self._read()
+        return self._fingerprint
+
+    @property
+    def length(self) -> int | None:
+        """Batches per epoch, once known (None before; a generator source: always None)."""
+        self._read()
+        return self._length
+
+    @property
+    def learnt(self) -> Learnt | None:
+        """A source's kind and element spec, once an iteration's workers told them; then
+        never changed (every later iteration gives its workers that spec: no probe, the same
+        structure as the batches before and as the tf.data signature). None before, and for
+        an HDF5 feed."""
+        self._read()
+        return self._learnt
+
     def stream(self) -> BatchStream:
         """Start the next iteration: takes ``epochs`` epoch numbers at once, so an iteration
         abandoned midway does not make the next one repeat its epochs."""
-        epochs = self.config.options.epochs
+        epochs = self.config.options.plan.epochs
+        self._read()  # what the iterations before learnt: the index, a source's spec
         with self._lock:
             first = self._next_epoch
             self._next_epoch = first + epochs if epochs is not None else first
             point, self._resume = self._resume, None
-        pool = self._slot.take() if self._slot is not None else None  # None: it is lent
-        start, skip = Cursor(first, 0), frozenset[tuple[int, int]]()
-        fingerprint = dict(self.fingerprint)
-        known, sizes = self._known_index()
-        saved_index = None
-        if point is not None:  # the first iteration of a resumed feed
-            start, skip = self.start, point.taken
-            saved_index = (point.fingerprint or {}).get("index")  # checked once it is built
-        stream = BatchStream(
-            self.config,
-            start,
-            epochs,
-            on_close=self._keep_stats,
-            learnt=self._known(),
-            skip=skip,
-            fingerprint=fingerprint,
-            resume_index=saved_index,
-            on_index=self._learn_index,
-            index_digest=self._index_digests,
-            known=known,
-            file_sizes=sizes,
-            pool=(pool, self._slot) if pool is not None and self._slot is not None else None,
-        )
-        self._started(stream)
-        self._current = weakref.ref(stream)
+            start, files_key = self._start(first, point)
+        lease = self._slot.take() if self._slot is not None else None  # None: it is lent
+        stream = BatchStream(self.config, start, lease)
+        with self._lock:
+            self._iterations.append((weakref.ref(stream), stream.outcome, files_key))
+            self._current = weakref.ref(stream)
         return stream
 
-    def _known_index(self) -> tuple[Index | None, list[int] | None]:
+    def _start(
+        self, epoch: int, point: resume.ResumePoint | None
+    ) -> tuple[IterationStart, str | None]:
+        """The next iteration's start, and the files' key as they are now (HDF5)."""
+        known, sizes, files_key = self._known_index()
+        cursor, skip, saved_index = Cursor(epoch, 0), frozenset[tuple[int, int]](), None
+        if point is not None:  # the first iteration of a resumed feed
+            cursor, skip = self.start, point.taken
+            saved_index = (point.fingerprint or {}).get("index")  # checked once it is built
+        start = IterationStart(
+            cursor, skip, dict(self._fingerprint), saved_index, known, sizes, self._learnt,
+            self._index_digests,
+        )  # fmt: skip
+        return start, files_key
+
+    def _known_index(self) -> tuple[Index | None, tuple[int, ...] | None, str | None]:
         """The last index learnt, if the files are still what they were then (same devices
-        and inodes, sizes, modification times), and the files' sizes: one stat per file."""
+        and inodes, sizes, modification times), the files' sizes (one stat per file) and
+        their key."""
         if not isinstance(self.config, HdfConfig):
-            return None, None
+            return None, None, None
         stats = known_index.file_stats(self.config)
         if stats is None:
-            self._stream_key = None
-            return None, None
-        self._stream_key = known_index.key_of(self.config, stats)
-        sizes = [st.st_size for st in stats]
+            return None, None, None
+        files_key = known_index.key_of(self.config, stats)
+        sizes = tuple(st.st_size for st in stats)
         last = self._index_digests.last
-        if last is None or self._stream_key != self._index_key:
-            return None, sizes
-        return last, sizes
+        if last is None or files_key != self._index_key:
+            return None, sizes, files_key
+        return last, sizes, files_key
 
-    def _learn_index(self, digest: str, videos: int) -> None:
+    def _read(self) -> None:
+        """Take in what the iterations found (see :class:`~h5feed.consumer.iteration.Outcome`),
+        in the order they started; an iteration is forgotten once it ended (its final figures
+        kept) or its stream is gone."""
+        with self._lock:
+            for entry in list(self._iterations):
+                ref, outcome, files_key = entry
+                learnt = outcome.learnt
+                if outcome.digest is not None and outcome.epoch_length is not None:
+                    self._learn_index(outcome.digest, outcome.epoch_length, files_key)
+                elif isinstance(learnt, Learnt) and self._learnt is None:
+                    self._learnt = learnt  # a source's: never changes after
+                    if self._length is None:
+                        self._length = outcome.epoch_length
+                if outcome.stats is not None:
+                    self._last_stats = outcome.stats
+                    if self._metrics is not None:
+                        self._metrics.totals.add(outcome.stats)
+                if outcome.stats is not None or ref() is None:
+                    self._iterations.remove(entry)
+
+    def _learn_index(self, digest: str, length: int, files_key: str | None) -> None:
         """The index of the files is known: its hash joins the fingerprint, and the epoch's
-        length is known from now on."""
-        if self._stream_key is not None:
-            self._index_key = self._stream_key  # the files as they were when it was read
-        self.fingerprint["index"] = digest
-        samples = videos * self.config.options.clips_per_video
-        self.length = resume.epoch_batches(samples, self.config)
-
-    def _known(self) -> Learnt | None:
-        """What the next iteration starts from, learnt by earlier ones (a source's kind and
-        spec); an HDF5 feed learns nothing."""
-        return None
-
-    def _started(self, stream: BatchStream) -> None:
-        """Called with each new iteration (a source feed learns from it)."""
-
-    def _keep_stats(self, stats: dict[str, Any]) -> None:
-        self._last_stats = stats
-        if self._metrics is not None:
-            self._metrics.totals.add(stats)
+        length is known from now on; ``files_key``: the files as they were when it was read."""
+        if files_key is not None:
+            self._index_key = files_key
+        self._fingerprint["index"] = digest
+        self._length = length
 
     def stats(self) -> dict[str, Any]:
         """The statistics of the running iteration, else the last one's final figures, as a
         plain dict (see :meth:`BatchStream.stats`); ``{"running": False}`` before the first.
         Cheap: call it as often as you like, from any thread."""
+        self._read()
         stream = self._current() if self._current is not None else None
         if stream is not None:
             stats = stream.stats()

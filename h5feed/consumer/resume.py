@@ -49,7 +49,7 @@ import numpy as np
 from h5feed.common.atomic import atomic_file
 from h5feed.common.errors import ResumeError
 from h5feed.consumer.options import FeedConfig, HdfConfig
-from h5feed.consumer.plan import Cursor, Index, shard_size
+from h5feed.consumer.plan import Cursor, Index
 
 FORMAT_VERSION = 1
 #: The file in a backup directory (``h5feed.BackupAndRestore``) holding h5feed's position.
@@ -69,18 +69,18 @@ def fingerprint(config: FeedConfig) -> dict[str, Any]:
     """The up-front parts of ``config``'s fingerprint (everything but ``index``)."""
     options = config.options
     parts: dict[str, Any] = {
-        "seed": options.seed,
-        "shuffle": options.shuffle,
-        "batch_size": options.batch_size,
-        "drop_remainder": options.drop_remainder,
-        "shard": list(options.shard),
+        "seed": options.plan.seed,
+        "shuffle": options.plan.shuffle,
+        "batch_size": options.plan.batch_size,
+        "drop_remainder": options.plan.drop_remainder,
+        "shard": list(options.plan.shard),
     }
     if isinstance(config, HdfConfig):
         parts.update(
             files=_digest([os.path.basename(f) for f in config.files]),
             file_count=len(config.files),
-            clips_per_video=options.clips_per_video,
-            clip_start=options.clip_start,
+            clips_per_video=config.data.clips_per_video,
+            clip_start=config.data.clip_start,
             clip=_digest(config.clip.to_wire()),
             layout=_digest(config.layout.to_wire()),
         )
@@ -280,15 +280,6 @@ def write_position(backup_dir: str, state: Mapping[str, Any]) -> None:
     final = os.path.join(backup_dir, POSITION_FILE)
     with atomic_file(final) as tmp, open(tmp, "w") as out:
         json.dump(state, out, sort_keys=True)
-
-
-def epoch_batches(samples: int, config: FeedConfig) -> int:
-    """Batches in one epoch of a plan over ``samples`` samples (videos x clips per video, or
-    a map source's items), for this config's shard, batch size and ``drop_remainder``."""
-    options = config.options
-    size = shard_size(samples, options.shard)
-    batch = options.batch_size
-    return size // batch if options.drop_remainder else -(-size // batch)
 
 
 class Progress:

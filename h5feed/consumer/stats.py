@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from h5feed.consumer.core.credits import CreditGate
     from h5feed.consumer.core.ledger import Peer
+    from h5feed.consumer.core.scheduler import Figures
 
 #: Seconds of history behind the "recent" rates.
 RECENT_WINDOW_S = 10.0
@@ -214,21 +215,43 @@ def iteration_stats(
     workers_asked: int,
     gate: CreditGate,
     queue_depth: int,
-    shared_memory_slots: int,
+    figures: Figures,
     slots_refused: int,
     counters: Counters,
     refused_keys: int,
     cursor: tuple[int, int],
-    skipped: dict[str, Any],
-    files_owned: Callable[[Peer], int] | None = None,
 ) -> dict[str, Any]:
-    """The plain dict of ``BatchStream.stats()`` (its docstring says what each key means):
-    the trainer's intake, the waits, the credit gate, every counter, and the verdict.
-    ``workers_asked``: the workers the feed was given, for the verdict before any joined;
-    ``files_owned``: how many HDF5 files a worker owns (None: a source feed)."""
+    """The plain dict of ``BatchStream.stats()``: the trainer's intake, the waits, the credit
+    gate, the scheduler's figures, every counter, and the verdict. ``workers_asked``: the
+    workers the feed was given, for the verdict before any joined.
+
+    ``batches``/``clips``/``bytes``: taken by the trainer, with ``per_s_recent`` (last
+    10 s) and ``per_s_total`` rates; ``startup_s``: until the first batch;
+    ``wait_share_recent``/``wait_share_total``: share of time since the first batch that
+    ``next()`` waited for a batch not yet ready; ``inflight_batches`` of
+    ``credit_budget``; ``queue_depth``: complete batches not yet taken;
+    ``shared_memory_slots`` (made), ``parts_copied_into_slots`` (parts whose rows came
+    over the socket because their worker could not map the slot), ``slots_refused`` (jobs
+    whose slots a local worker could not map, summed over this iteration's workers since
+    they started: kept workers count across iterations); ``workers`` and
+    ``hosts``: what each delivered; ``malformed_messages``, ``dropped_parts``,
+    ``reassigned_units`` (re-sent after their worker was lost), ``peers_lost``,
+    ``workers_replaced`` (local processes started in place of dead ones),
+    ``peers_joined`` (during the iteration), ``refused_reconnects`` (a lost process back
+    without a new nonce, or under another CURVE key), ``refused_keys`` (connections
+    refused for a CURVE key that is not listed), ``index_mismatches`` (a worker
+    refused for a file whose copy differs), ``unreadable_files`` (a file moved from a worker
+    that cannot read it); ``cursor``: the next
+    batch (epoch, batch); and the verdict: ``input_bound``, ``suggested_extra_workers``,
+    ``verdict`` (one line).
+
+    Bad data: ``skipped``, ``skipped_per_epoch`` and ``skipped_samples`` (samples skipped
+    for bad frames under ``on_error="skip"``, the first 100 listed with file, video,
+    frame: see ``h5feed/consumer/hdf5/bad_data.py``).
+    """
     intake = taken.snapshot()
     waits = waited.snapshot()
-    workers = worker_figures(peers, files_owned)
+    workers = worker_figures(peers, figures.files_owned)
     bound, extra, line = verdict(waits["wait_share_recent"], len(workers) or workers_asked)
     return {
         "job": job,
@@ -242,7 +265,7 @@ def iteration_stats(
         "inflight_batches": gate.inflight,
         "credit_budget": gate.budget,
         "queue_depth": queue_depth,
-        "shared_memory_slots": shared_memory_slots,
+        "shared_memory_slots": figures.shared_memory_slots,
         "parts_copied_into_slots": counters.parts_copied_into_slots,
         "slots_refused": slots_refused,
         "workers": workers,
@@ -260,7 +283,7 @@ def iteration_stats(
         "batches_dispatched": gate.dispatched,
         "max_inflight_batches": gate.most_inflight,
         "cursor": list(cursor),
-        **skipped,
+        **figures.skipped,
         "input_bound": bound,
         "suggested_extra_workers": extra,
         "verdict": line,

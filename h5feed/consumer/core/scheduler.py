@@ -13,13 +13,18 @@ for one to :meth:`Scheduler.join`); what it cannot move comes back as
 :attr:`Reassignment.unmovable`, and the loop fails the iteration as that kind's contract says.
 :meth:`Scheduler.join` gives a peer that joined during the iteration (a replacement, a
 restarted or an added producer) a share of the work from the next unit on.
+
+What a scheduler hands back beyond batches is read, never pushed: :attr:`Scheduler.learnt`
+(what its handshake taught, which a later iteration starts from), :attr:`Scheduler.epoch_length`
+(the one place an epoch's batch count is computed for an iteration) and
+:meth:`Scheduler.figures` (what ``stats()`` reports of it: :mod:`h5feed.consumer.stats`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Hashable, Sequence
-from typing import Protocol
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from typing import Any, Protocol
 
 from h5feed.common import messages
 from h5feed.consumer.core.assembly import Batch
@@ -43,6 +48,23 @@ class Reassignment:
     sends: list[Send]
     moved_units: int
     unmovable: str | None = None
+
+
+def no_skips() -> dict[str, Any]:
+    """The bad-data keys of ``stats()`` for a kind that skips nothing (see
+    ``h5feed.consumer.hdf5.bad_data.SkipLog.snapshot``): every feed has the same keys."""
+    return {"skipped": 0, "skipped_per_epoch": {}, "skipped_samples": []}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Figures:
+    """What a scheduler counts that ``stats()`` reports: shared-memory slots made (0: batches
+    come over the socket), the files a peer owns (None: this kind has no files), and the
+    samples skipped for bad data."""
+
+    shared_memory_slots: int = 0
+    files_owned: Callable[[Peer], int] | None = None
+    skipped: Mapping[str, Any] = dataclasses.field(default_factory=no_skips)
 
 
 class Scheduler(Protocol):
@@ -124,6 +146,23 @@ class Scheduler(Protocol):
         when the work is sent again in another unit (its epoch included), and as an error
         names it (HDF5: file, video and frames; a map item; a keras batch; a generator's
         pull). Empty for a unit not in flight."""
+        ...
+
+    @property
+    def learnt(self) -> object | None:
+        """What the handshake taught that a later iteration of the same feed starts from
+        (HDF5: the files' ``Index``; a source: its kind, element spec and length, a
+        ``Learnt``); None until known. Read by the stream (never pushed to the feed)."""
+        ...
+
+    @property
+    def epoch_length(self) -> int | None:
+        """Batches per epoch of this shard, once the handshake told it (None before, and for
+        a kind whose epochs have no length: a generator)."""
+        ...
+
+    def figures(self) -> Figures:
+        """Its figures now, for ``stats()`` (cheap; read from any thread)."""
         ...
 
     def close(self) -> None:

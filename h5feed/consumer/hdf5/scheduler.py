@@ -59,7 +59,7 @@ from h5feed.common.logs import consumer_log
 from h5feed.consumer.core.assembly import Batch
 from h5feed.consumer.core.credits import CreditGate
 from h5feed.consumer.core.ledger import Peer
-from h5feed.consumer.core.scheduler import Reassignment, Send
+from h5feed.consumer.core.scheduler import Figures, Reassignment, Send
 from h5feed.consumer.hdf5.bad_data import SkipLog
 from h5feed.consumer.hdf5.batch_slots import BatchSlots
 from h5feed.consumer.hdf5.dispatch import Dispatch, planned_batches
@@ -114,10 +114,10 @@ class HdfScheduler:
         options = config.options
         # Which files a worker was indexing when it died: reported after as many deaths as a
         # unit may cost (max_unit_attempts; hdf5/index_attempts.py), never left to a timeout.
-        self._attempts = IndexAttempts(options.max_unit_attempts)
+        self._attempts = IndexAttempts(options.processes.max_unit_attempts)
         self.skips = SkipLog(  # on_error: samples skipped for bad frames
-            options.on_error, options.max_skipped, options.shard, options.clips_per_video,
-            self._log,
+            config.data.on_error, config.data.max_skipped, options.plan.shard,
+            config.data.clips_per_video, self._log,
         )  # fmt: skip
 
     @property
@@ -128,7 +128,7 @@ class HdfScheduler:
     # -- handshake -------------------------------------------------------------------------
 
     def start(self, peers: Sequence[Peer]) -> list[Send]:
-        root = self.config.options.data_root
+        root = self.config.data.data_root
         files = self.config.files
         sizes = self.file_sizes
         if sizes is None or len(sizes) != len(files):
@@ -274,9 +274,17 @@ class HdfScheduler:
         return [] if self._dispatch is None else self._dispatch.samples_of(unit_id)
 
     @property
-    def shared_memory_slots(self) -> int:
-        """Shared-memory batch slots made so far (0: batches come over the socket)."""
-        return self._slots.size if self._slots is not None else 0
+    def learnt(self) -> Index | None:  # what a later iteration starts from, once built
+        return self.index
+
+    @property
+    def epoch_length(self) -> int | None:
+        index = self.index
+        return None if index is None else self.config.epoch_length(index)
+
+    def figures(self) -> Figures:  # shared-memory slots made, files owned, samples skipped
+        slots = self._slots.size if self._slots is not None else 0
+        return Figures(slots, self.owners.count, self.skips.snapshot())
 
     def close(self) -> None:
         if self._slots is not None:

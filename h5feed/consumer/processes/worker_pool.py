@@ -1,5 +1,9 @@
 """Local workers kept across the iterations of one dataset, with the socket they connect to.
 
+Every iteration runs on a :class:`WorkerPool` through a :class:`Lease`: its feed's kept one,
+or one of its own (``persistent=False``: a BYE ends its workers; closed with the iteration,
+when the feed keeps no workers, ``listen``, or lent its pool to another iteration).
+
 Why: every ``model.fit`` epoch of an ``epochs=1`` dataset and every validation pass is a new
 iteration; starting workers for each one costs their start-up and their index (seconds at
 10,000 files). A :class:`WorkerPool` belongs to one :class:`~h5feed.consumer.feed.Feed`; each
@@ -47,6 +51,7 @@ import weakref
 from typing import Protocol
 
 from h5feed.common.errors import WorkerDiedError
+from h5feed.common.exposure import is_local_address
 from h5feed.common.logs import with_ids
 from h5feed.consumer.core.router import Router
 from h5feed.consumer.core.session import describe_exit
@@ -55,6 +60,8 @@ from h5feed.consumer.options import FeedOptions
 from h5feed.consumer.processes.local_workers import LocalWorkers
 
 _log = with_ids(logging.getLogger("h5feed.consumer"), "consumer")
+#: How long an iteration's own workers get to leave after the loop's BYE before SIGTERM.
+_BYE_GRACE_S = 2.0
 
 
 class Closable(Protocol):
@@ -64,31 +71,48 @@ class Closable(Protocol):
 
 
 class WorkerPool:
-    """A bound ROUTER socket, its waker, and local workers started with ``--persistent``."""
+    """A bound ROUTER socket, its waker, and local workers started with ``--persistent``
+    (``persistent=False``: one iteration's own workers, which a BYE ends: the pool of an
+    iteration that could not take its feed's, closed when that iteration ends)."""
 
-    def __init__(self, options: FeedOptions) -> None:
+    def __init__(
+        self,
+        options: FeedOptions,
+        data_root: str | None,
+        persistent: bool = True,
+        prefix: str = "p",
+    ) -> None:
         self.tmpdir = tempfile.mkdtemp(prefix="h5feed-")
         self.address = f"ipc://{self.tmpdir}/feed.sock"
         with contextlib.ExitStack() as undo:  # what is made so far goes if a step fails
             undo.callback(shutil.rmtree, self.tmpdir, ignore_errors=True)
             self.waker = Waker()
             undo.callback(self.waker.close)
-            listen = [options.listen] if options.listen else []
+            listen = [options.network.listen] if options.network.listen else []
+            if listen and options.network.curve_key is None and not is_local_address(listen[0]):
+                # Only insecure=True gets here (FeedOptions refuses the rest); the feed
+                # already warned (InsecureWarning), and this line puts it in the logs.
+                _log.warning(
+                    "h5feed listens on %s without CURVE keys (insecure=True): any host that "
+                    "reaches it can join as a producer",
+                    listen[0],
+                )
             self.router = Router(options, [self.address, *listen], self.waker.fileno)
             undo.callback(self.router.close)
             self.workers = LocalWorkers(
-                options.workers,
+                options.processes.workers,
                 self.address,
-                prefix=f"p{uuid.uuid4().hex[:6]}",
+                prefix=f"{prefix}{uuid.uuid4().hex[:6]}",
                 keys=self.router.local_keys,
                 server_public=self.router.server_public,
-                data_root=options.data_root,
-                max_message_bytes=options.max_message_bytes,
-                max_open_files=options.max_open_files,
-                max_restarts=options.max_restarts,
-                persistent=True,
+                data_root=data_root,
+                max_message_bytes=options.network.max_message_bytes,
+                max_open_files=options.processes.max_open_files,
+                max_restarts=options.processes.max_restarts,
+                persistent=persistent,
             )
             undo.pop_all()
+        self._persistent = persistent
         self._closed = False
         self._retired: list[Closable] = []  # schedulers of ended iterations, slots open
         self._retired_lock = threading.Lock()  # retire (the trainer) vs settle (tf.data)
@@ -128,7 +152,8 @@ class WorkerPool:
         if self._closed:
             return
         self._closed = True
-        self.workers.stop(grace_s=0)  # persistent workers leave on SIGTERM, not on BYE
+        # Persistent workers leave on SIGTERM, not on BYE; one iteration's own leave on BYE.
+        self.workers.stop(grace_s=0 if self._persistent else _BYE_GRACE_S)
         self._close_retired()  # no worker left to make a unit naming their slots
         if not socket_in_use:
             self.router.close()
@@ -136,18 +161,59 @@ class WorkerPool:
         shutil.rmtree(self.tmpdir, ignore_errors=True)
 
 
+class Lease:
+    """One iteration's hold on a pool: its feed's kept one (``slot``: given back at the end)
+    or one of its own (:meth:`own`: closed at the end). Every iteration runs on one."""
+
+    def __init__(self, pool: WorkerPool, slot: PoolSlot | None = None) -> None:
+        self.pool = pool
+        self.slot = slot
+
+    @classmethod
+    def own(cls, options: FeedOptions, data_root: str | None) -> Lease:
+        """A pool of one iteration's own workers (its feed keeps none, or lent them to
+        another iteration): a BYE ends them."""
+        return cls(WorkerPool(options, data_root, persistent=False, prefix="w"))
+
+    @property
+    def kept(self) -> bool:
+        """Whether the pool outlives the iteration (its socket too)."""
+        return self.slot is not None
+
+    def abandon(self) -> None:
+        """The iteration could not start: its own pool is closed, a kept one given back to
+        be closed (its workers may hold a half-begun job)."""
+        if self.slot is not None:
+            self.slot.give_back(self.pool, reusable=False)
+        else:
+            self.pool.close()
+
+    def end(self, scheduler: Closable, stopped: bool, clean: bool) -> None:
+        """The iteration ended (its loop told to stop: ``stopped`` when its thread ended,
+        ``clean`` when without an error). Its scheduler is retired to the pool (see
+        :meth:`WorkerPool.retire`). An own pool is closed, its socket left to the loop's
+        thread, which closes it as it ends; a kept pool goes back to its slot, reusable when
+        the loop stopped cleanly and every worker still runs (guarantee 2)."""
+        self.pool.retire(scheduler)
+        if self.slot is None:
+            self.pool.close(socket_in_use=True)
+            return
+        reusable = stopped and clean and not self.pool.workers.exited()
+        self.slot.give_back(self.pool, reusable, socket_in_use=not stopped)
+
+
 class PoolSlot:
     """The one pool of a feed, lent to one iteration at a time (thread-safe)."""
 
-    def __init__(self, options: FeedOptions) -> None:
-        self._options = options
+    def __init__(self, options: FeedOptions, data_root: str | None) -> None:
+        self._options, self._data_root = options, data_root
         self._lock = threading.Lock()
         self._pool: WorkerPool | None = None
         self._lent = False
         self._closed = False
         _live_slots.add(self)
 
-    def take(self) -> WorkerPool | None:
+    def take(self) -> Lease | None:
         """The pool for a new iteration (started now if there is none); None when another
         iteration holds it or the slot is closed. WorkerDiedError when a worker of the pool
         exited since the last iteration (the pool is closed then)."""
@@ -163,9 +229,9 @@ class PoolSlot:
                     pool.close()
                     raise
             else:
-                pool = self._pool = WorkerPool(self._options)
+                pool = self._pool = WorkerPool(self._options, self._data_root)
             self._lent = True
-            return pool
+            return Lease(pool, self)
 
     def give_back(self, pool: WorkerPool, reusable: bool, socket_in_use: bool = False) -> None:
         """The iteration that took ``pool`` is over: keep it for the next one if

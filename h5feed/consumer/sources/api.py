@@ -11,31 +11,23 @@ the leaf becomes the pair ``(x, lengths)``), or, with ``ragged=``, given as a
 
 from __future__ import annotations
 
-import dataclasses
 import sys
-import weakref
 from collections.abc import Mapping
 from typing import Any
 
 from h5feed.consumer.feed import Feed
 from h5feed.consumer.options import FeedOptions, check_main_path
-from h5feed.consumer.sources.kinds import kind_class
-from h5feed.consumer.sources.options import SOURCE_KEYS, Learnt, SourceConfig
+from h5feed.consumer.sources.options import SOURCE_KEYS, SourceConfig
 from h5feed.consumer.sources.scheduler import check_ragged
 from h5feed.consumer.sources.tf_elements import ragged_paths, spec_from_signature
-from h5feed.consumer.stream import BatchStream
 
 
 def make_source_config(files: Any, kwargs: Mapping[str, Any]) -> SourceConfig:
     """The configuration of a source feed; TypeError for arguments that do not apply."""
     if files is not None:
         raise TypeError("h5feed: give either files or source=, not both")
-    option_names = {f.name for f in dataclasses.fields(FeedOptions)}
-    # on_error/max_skipped: bad frames of HDF5 files; a source handles its own data
-    not_here = {"clips_per_video", "clip_start", "index_cache", "data_root", "on_error"}
-    not_here |= {"max_skipped"}
-    unknown = set(kwargs) - set(SOURCE_KEYS) - option_names
-    unknown |= set(kwargs) & not_here
+    # A source feed has no data group (DataOptions: HDF5 files' clips, index, bad frames).
+    unknown = set(kwargs) - set(SOURCE_KEYS) - set(FeedOptions.names())
     if unknown:
         raise TypeError(f"h5feed: arguments {sorted(unknown)} do not apply to source=")
     ragged = kwargs.get("ragged", False)
@@ -43,9 +35,7 @@ def make_source_config(files: Any, kwargs: Mapping[str, Any]) -> SourceConfig:
     spec = spec_from_signature(signature) if signature is not None else None
     if signature is not None:
         ragged = ragged_paths(signature, ragged)
-    options = {k: v for k, v in kwargs.items() if k in option_names}
-    options["index_cache"] = None
-    feed_options = FeedOptions(**options)
+    feed_options = FeedOptions.of(kwargs)
     if isinstance(kwargs["source"], str):
         check_main_path("source", kwargs["source"], feed_options)
     config = SourceConfig(
@@ -63,52 +53,13 @@ def make_source_config(files: Any, kwargs: Mapping[str, Any]) -> SourceConfig:
     return config
 
 
-def source_epoch_batches(config: SourceConfig, learnt: Learnt) -> int | None:
-    """Batches per epoch of a map or keras source, from its length; None for a generator
-    (its epoch ends when its passes do, even with ``steps_per_epoch``: shorter when they all
-    end first)."""
-    return kind_class(learnt.kind).epoch_batches(learnt.length, config.options)
-
-
 class SourceFeed(Feed):
     """A :class:`Feed` of a user source.
 
     Guarantees: the configuration never changes. What the workers tell (kind and element
-    spec) is :attr:`learnt`, kept by the feed once an iteration's handshake has finished;
-    every iteration started after that gives its workers that spec (no probe), so its batches
-    have the same structure as the ones before (and as the tf.data signature).
+    spec) is :attr:`~Feed.learnt`, kept by the feed once an iteration's handshake has
+    finished; every iteration started after that gives its workers that spec (no probe), so
+    its batches have the same structure as the ones before (and as the tf.data signature).
     """
 
     config: SourceConfig
-
-    def __init__(self, config: SourceConfig, resume_from: Any = None) -> None:
-        super().__init__(config, resume_from)
-        self._learnt: Learnt | None = None
-        self._learning: weakref.ref[BatchStream] | None = None  # the iteration that probes
-
-    @property
-    def learnt(self) -> Learnt | None:
-        """The source's kind and element spec, once an iteration's workers told them; then
-        never changed. None before."""
-        self._remember()
-        return self._learnt
-
-    def _remember(self) -> None:
-        """Keep what the probing iteration's workers told, once they told it; a map or
-        keras source's epoch length is known from then on (:attr:`length`)."""
-        stream = self._learning() if self._learning is not None else None
-        if self._learnt is None and stream is not None:
-            self._learnt = learnt = stream.learnt
-            if learnt is not None and self.length is None:
-                self.length = source_epoch_batches(self.config, learnt)
-
-    def _known(self) -> Learnt | None:
-        return self.learnt
-
-    def _started(self, stream: BatchStream) -> None:
-        if self._learnt is None:
-            self._learning = weakref.ref(stream)
-
-    def _keep_stats(self, stats: dict[str, Any]) -> None:
-        self._remember()  # an iteration that ends tells what it learnt before it goes
-        super()._keep_stats(stats)

@@ -37,13 +37,13 @@ class MapKind:
 
     @staticmethod
     def items_per_batch(options: FeedOptions) -> int:
-        return options.batch_size
+        return options.plan.batch_size
 
     @staticmethod
     def batches_of(items: int, options: FeedOptions) -> int:
-        if options.drop_remainder:
-            return items // options.batch_size
-        return -(-items // options.batch_size)
+        if options.plan.drop_remainder:
+            return items // options.plan.batch_size
+        return -(-items // options.plan.batch_size)
 
     @staticmethod
     def batch(parts: Parts, epoch: int, index: int, fields: list[Field], items: int) -> Batch:

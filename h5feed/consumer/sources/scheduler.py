@@ -26,7 +26,7 @@ from h5feed.common.source_kinds import SourceKind
 from h5feed.consumer.core.assembly import Batch
 from h5feed.consumer.core.credits import CreditGate
 from h5feed.consumer.core.ledger import Peer
-from h5feed.consumer.core.scheduler import Reassignment, Send
+from h5feed.consumer.core.scheduler import Figures, Reassignment, Send
 from h5feed.consumer.plan import Cursor
 from h5feed.consumer.sources.agreement import check_agreement
 from h5feed.consumer.sources.kind import KindClass, KindScheduler, KindSetup
@@ -74,7 +74,7 @@ class SourceScheduler:
         return [self._source(peer, self._spec) for peer in self._peers]
 
     def _source(self, peer: Peer, spec: ElementSpec | None) -> Send:
-        shard_index, shard_count = self.config.options.shard
+        shard_index, shard_count = self.config.options.plan.shard
         workers = len(self._peers)
         return Send(
             peer,
@@ -86,7 +86,7 @@ class SourceScheduler:
                 # The worker's shard of this trainer's shard (shard=(i, n)): i * W + w of n * W.
                 worker=shard_index * workers + self._peers.index(peer),
                 workers=shard_count * workers,
-                seed=self.config.options.seed,
+                seed=self.config.options.plan.seed,
                 epoch=self._start.epoch,
                 spec=spec.to_wire() if spec is not None else None,
                 batched=self.source.batched,
@@ -265,6 +265,19 @@ class SourceScheduler:
 
     def samples_of(self, unit_id: int) -> list[tuple[Hashable, str]]:
         return self._kind.samples_of(unit_id) if self._kind else []
+
+    @property
+    def epoch_length(self) -> int | None:
+        """A map or keras source's batches per epoch, from its length (its kind's
+        ``epoch_batches``); None for a generator (its epoch ends when its passes do) and
+        before the workers told the length."""
+        learnt = self.learnt
+        if learnt is None:
+            return None
+        return kind_class(learnt.kind).epoch_batches(learnt.length, self.source.options)
+
+    def figures(self) -> Figures:
+        return Figures()  # no slots, no files, nothing skipped
 
     def close(self) -> None:
         return None

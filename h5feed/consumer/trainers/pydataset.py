@@ -37,9 +37,6 @@ from typing import Any, Final
 import numpy as np
 
 from h5feed.consumer.api import PathsLike, batches
-from h5feed.consumer.hdf5.scheduler import HdfScheduler
-from h5feed.consumer.options import HdfConfig
-from h5feed.consumer.plan import EpochPlan
 from h5feed.consumer.stream import BATCH_KEYS, POSITION_KEYS, BatchStream
 
 _STRING_KEYS = ("file", "video")
@@ -87,12 +84,9 @@ def keras_batches(
     stream = feed.stream()
     try:
         first = next(stream)  # the workers have read the index: the plan's length is known
-        scheduler = stream.scheduler
-        config = feed.config
-        index = scheduler.index if isinstance(scheduler, HdfScheduler) else None
-        if index is None or not isinstance(config, HdfConfig):
+        length = stream.scheduler.epoch_length
+        if length is None:  # unreachable: an HDF5 iteration's first batch follows its index
             raise TypeError("h5feed.keras_batches: an HDF5 feed's index is needed")
-        length = len(EpochPlan(index, config.clip, config.options.plan_options(), 0))
     except BaseException:
         stream.close()
         raise
@@ -104,15 +98,11 @@ def keras_batches(
 def _source_dataset(files: PathsLike | None, max_queue_size: int, kwargs: dict[str, Any]) -> Any:
     """keras_batches(source=...): the feed started, its first batch taken (the workers told
     the kind and length by then)."""
-    from h5feed.consumer.sources.api import SourceFeed
-
     feed = batches(files, **kwargs, epochs=None, deterministic=True)
-    if not isinstance(feed, SourceFeed):  # unreachable: source= makes a SourceFeed
-        raise TypeError("h5feed.keras_batches: source= did not make a source feed")
     stream = feed.stream()
     try:
-        first = next(stream)
-        length = feed.length if feed.learnt is not None else None
+        first = next(stream)  # the workers told the kind and length by then
+        length = stream.scheduler.epoch_length
         if length is None:
             raise TypeError(
                 f"h5feed.keras_batches: source {kwargs['source']!r} is a generator, whose "

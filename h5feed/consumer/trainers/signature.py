@@ -18,7 +18,7 @@ Guarantees of the peek:
    peeked iteration is closed.
 3. HDF5 with a transform: ``frames`` has the first batch's shape (after the batch axis) and
    dtype; the workers check every later sample against them. Source: the signature is
-   ``tf_signature`` of the kind and element spec the workers told (``SourceFeed.learnt``);
+   ``tf_signature`` of the kind and element spec the workers told (``Feed.learnt``);
    every later iteration gives its workers that spec, so every batch fits the signature. An
    iteration that ends before its first batch still tells a source's spec (its first
    ``iter()`` then yields nothing); with an HDF5 transform it is an error.
@@ -36,7 +36,6 @@ import numpy as np
 from h5feed.common.errors import H5FeedError, SourceError
 from h5feed.consumer.memory import TensorFlowBuffers
 from h5feed.consumer.options import FeedConfig, HdfConfig
-from h5feed.consumer.sources.api import SourceFeed
 from h5feed.consumer.sources.options import Learnt, SourceConfig
 from h5feed.consumer.sources.tf_elements import tf_signature, to_tf
 from h5feed.consumer.stream import BATCH_KEYS, BatchStream
@@ -88,7 +87,7 @@ def feed_signature(
                     f"of transform {config.clip.transform!r} are unknown"
                 )
             return hdf5_signature(config, iteration.first, keys), iteration
-        learnt = feed.learnt if isinstance(feed, SourceFeed) else None
+        learnt = feed.learnt
         if learnt is None:
             raise SourceError(f"the workers did not tell the element spec of {config.source!r}")
         return source_signature(config, learnt), iteration
@@ -106,7 +105,7 @@ def hdf5_signature(
     import tensorflow as tf
 
     clip, options = config.clip, config.options
-    rows = options.batch_size if options.drop_remainder else None
+    rows = options.plan.batch_size if options.plan.drop_remainder else None
     if first is None:
         height, width = clip.frame_shape
         frames = tf.TensorSpec((rows, clip.clip_len, height, width, 3), tf.uint8)

@@ -42,6 +42,6 @@ def directory_classes(
     directory, searched recursively, a glob or a list, as ``h5feed.dataset`` takes them).
     Give the training set's to every split (``Video(classes=...)``): a class missing from
     the validation set then does not renumber the others."""
-    from h5feed.consumer.options import resolve_files  # the consumer's file search
+    from h5feed.consumer.hdf5.files import resolve_files  # the consumer's file search
 
     return classes_of(resolve_files(files))

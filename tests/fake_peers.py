@@ -42,8 +42,8 @@ from h5feed.consumer.core.events import LossCause, PeerLost
 from h5feed.consumer.core.ledger import Peer
 from h5feed.consumer.core.scheduler import Reassignment, Scheduler, Send
 from h5feed.consumer.core.session import PeerSession
-from h5feed.consumer.options import FeedOptions, HdfConfig, LayoutArgs
-from h5feed.consumer.plan import EpochPlan, Index
+from h5feed.consumer.options import DataOptions, FeedOptions, HdfConfig, LayoutArgs
+from h5feed.consumer.plan import Index
 from h5feed.consumer.sources.options import SourceConfig
 from h5feed.consumer.stats import Counters
 
@@ -55,6 +55,7 @@ DEFAULT_FRAME_HW = (2, 2)
 # -- configurations ---------------------------------------------------------------------
 
 _CLIP_FIELDS = frozenset(f.name for f in dataclasses.fields(ClipSpec))
+_DATA_FIELDS = frozenset(f.name for f in dataclasses.fields(DataOptions))
 _OPTION_DEFAULTS: dict[str, Any] = {
     "batch_size": 4,
     "workers": 1,
@@ -71,7 +72,12 @@ def hdf_config(files: Sequence[str], **options: Any) -> HdfConfig:
     values = {**_HDF_DEFAULTS, **options}
     clip = ClipSpec.of(**{k: v for k, v in values.items() if k in _CLIP_FIELDS})
     rest = {k: v for k, v in values.items() if k not in _CLIP_FIELDS}
-    return HdfConfig(tuple(files), clip, LayoutArgs().resolve(), FeedOptions(**rest))
+    data = {k: v for k, v in rest.items() if k in _DATA_FIELDS}
+    unknown = set(rest) - set(data) - set(FeedOptions.names())
+    if unknown:
+        raise TypeError(f"hdf_config: unknown options {sorted(unknown)}")
+    options = FeedOptions.of(rest)
+    return HdfConfig(tuple(files), clip, LayoutArgs().resolve(), options, DataOptions(**data))
 
 
 def source_config(
@@ -84,14 +90,17 @@ def source_config(
 ) -> SourceConfig:
     """A user source's feed; ``spec`` stands for ``output_signature``; ``options`` are feed
     options, over small test defaults."""
-    values = {**_OPTION_DEFAULTS, **options}
+    values = {k: v for k, v in {**_OPTION_DEFAULTS, **options}.items() if k != "index_cache"}
+    unknown = set(values) - set(FeedOptions.names())
+    if unknown:
+        raise TypeError(f"source_config: options {sorted(unknown)} do not apply to a source")
     return SourceConfig(
         source=source,
         ragged=ragged,
         steps_per_epoch=steps_per_epoch,
         spec=spec,
         sys_path=("/nonexistent",),
-        options=FeedOptions(**values),
+        options=FeedOptions.of(values),
     )
 
 
@@ -240,7 +249,7 @@ def planned_batches(config: HdfConfig, index: Index, epochs: Iterable[int]) -> l
     """The samples of every planned batch of ``epochs``, straight from :class:`EpochPlan`."""
     out = []
     for epoch in epochs:
-        plan = EpochPlan(index, config.clip, config.options.plan_options(), epoch)
+        plan = config.epoch_plan(index, epoch)
         out += [batch.samples.tolist() for batch in plan]
     return out
 
@@ -453,7 +462,7 @@ class Fleet:
         self.session = PeerSession("fleet", FakeTransport(), self.local, 60.0, counters)
         for peer in self.live:
             self.session.peers[peer.identity] = peer
-        self._attempts = recovery.UnitAttempts(FeedOptions().max_unit_attempts)
+        self._attempts = recovery.UnitAttempts(FeedOptions().processes.max_unit_attempts)
         self.inbox: dict[Peer, collections.deque[messages.Message]] = {
             w.peer: collections.deque() for w in workers
         }

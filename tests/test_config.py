@@ -18,14 +18,19 @@ from h5feed.common import layouts
 from h5feed.common.config import ClipSpec
 from h5feed.consumer import api
 from h5feed.consumer.options import (
+    GROUPS,
+    DataOptions,
     FeedConfig,
     FeedKwargs,
     FeedOptions,
     HdfConfig,
     LayoutArgs,
+    NetworkOptions,
+    ProcessOptions,
     describe_parameters,
     hdf_config,
 )
+from h5feed.consumer.plan import Index, PlanOptions
 from h5feed.consumer.sources.api import make_source_config
 from h5feed.consumer.sources.options import SOURCE_KEYS, SourceConfig
 
@@ -62,7 +67,9 @@ def _split_top_level(text: str) -> list[str]:
 
 
 def test_feed_kwargs_are_the_fields_of_the_dataclasses_and_the_source_keys() -> None:
-    groups = [_names(ClipSpec), _names(LayoutArgs), _names(FeedOptions), list(SOURCE_KEYS)]
+    options = [name for group in GROUPS for name in _names(group)]
+    assert options == list(FeedOptions.names())
+    groups = [_names(ClipSpec), _names(LayoutArgs), options, _names(DataOptions), list(SOURCE_KEYS)]
     every = [name for group in groups for name in group]
     assert len(every) == len(set(every)), "an argument belongs to two dataclasses"
     assert set(FeedKwargs.__annotations__) == set(every)
@@ -74,7 +81,7 @@ def test_describe_parameters_renders_the_dataclass_defaults() -> None:
     assert described["clip_len"] == str(ClipSpec().clip_len)
     assert described["crop_mode"] == f'"{ClipSpec().crop_mode}"'
     assert described["shard"] == "(0, 1)"
-    assert described["start_timeout_s"] == f"{FeedOptions().start_timeout_s:g}"
+    assert described["start_timeout_s"] == f"{FeedOptions().processes.start_timeout_s:g}"
     assert described["label_key"] == '"label"'
     assert described["index_cache"] == "True"  # the argument's default: the default directory
     assert described["ragged"] == "False"
@@ -135,7 +142,7 @@ def test_a_wrong_readme_default_is_caught() -> None:
 
 def test_feed_config_is_an_hdf5_or_a_source_config() -> None:
     assert typing.get_args(FeedConfig) == (HdfConfig, SourceConfig)
-    assert _names(HdfConfig) == ["files", "clip", "layout", "options", "file_labels"]
+    assert _names(HdfConfig) == ["files", "clip", "layout", "options", "data", "file_labels"]
     assert "clip" not in _names(SourceConfig) and "kind" not in _names(SourceConfig)
     assert not {"layout", "frames_key", "label_key"} & set(_names(ClipSpec))
 
@@ -147,11 +154,12 @@ def test_hdf_config_resolves_the_layout_apart_from_the_clip(tmp_path: pathlib.Pa
     assert config.files == (str(path),)
     assert config.clip == ClipSpec(clip_len=4, resize=(32, 32))
     assert config.layout == layouts.Auto(frames="jpeg", label="label")
-    assert config.options == FeedOptions(index_cache=config.options.index_cache)
+    assert config.options == FeedOptions()
+    assert config.data == DataOptions(index_cache=config.data.index_cache)
     with pytest.raises(dataclasses.FrozenInstanceError):
         config.clip = ClipSpec()  # type: ignore[misc]
     flat = hdf_config(str(path), {"layout": "flat", "index_cache": False})
-    assert flat.layout == layouts.Flat() and flat.options.index_cache is None
+    assert flat.layout == layouts.Flat() and flat.data.index_cache is None
     with pytest.raises(TypeError, match=r"unknown arguments.*'ragged'"):
         hdf_config(str(path), {"ragged": True})
     with pytest.raises(TypeError, match="give the HDF5 files"):
@@ -163,12 +171,43 @@ def test_hdf_config_resolves_the_layout_apart_from_the_clip(tmp_path: pathlib.Pa
 def test_a_source_config_holds_no_clip_and_only_the_given_spec() -> None:
     config = make_source_config(None, {"source": "user_sources:Squares", "batch_size": 3})
     assert isinstance(config, SourceConfig)
-    assert config.spec is None and config.options.batch_size == 3
-    assert config.options.index_cache is None
+    assert config.spec is None and config.options.plan.batch_size == 3
+    assert not hasattr(config, "data")  # no data group: no index cache, no clip placement
     with pytest.raises(TypeError, match="do not apply to source="):
         make_source_config(None, {"source": "user_sources:Squares", "layout": "flat"})
     arguments = {"source": "user_sources:Squares", "workers": 1}
     assert h5feed.batches(**arguments).config == make_source_config(None, arguments)
+
+
+@pytest.mark.parametrize("name", _names(DataOptions))
+def test_a_source_refuses_every_option_of_the_data_group_by_name(name: str) -> None:
+    """A source feed has no data group: each HDF5-only argument is refused, named, even at
+    its default value (it would be silently ignored otherwise)."""
+    default = describe_parameters()[name]
+    arguments = {"source": "user_sources:Squares", name: ast.literal_eval(default)}
+    with pytest.raises(TypeError, match=rf"arguments \['{name}'\] do not apply to source="):
+        make_source_config(None, arguments)
+
+
+def test_options_are_grouped_and_the_plan_group_is_the_plan_options() -> None:
+    options = FeedOptions.of({"batch_size": 3, "workers": 5, "listen": None, "seed": 9})
+    assert options.plan == PlanOptions(batch_size=3, seed=9)
+    assert options.processes == ProcessOptions(workers=5)
+    assert options.network == NetworkOptions()
+    assert options.processes.inflight_batches == 10
+    with pytest.raises(ValueError, match=r"workers must be >= 1, or 0 with listen="):
+        FeedOptions.of({"workers": 0})
+    assert FeedOptions.of({"workers": 0, "listen": "tcp://127.0.0.1:0"}).processes.workers == 0
+
+
+def test_an_hdf5_plan_places_clips_as_its_data_group_says(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "a.h5"
+    path.write_bytes(b"")
+    config = hdf_config(str(path), {"clips_per_video": 2, "clip_start": "first", "seed": 4})
+    index = Index.build([str(path)], [[("v0", 9, 0), ("v1", 9, 1)]])
+    plan = config.epoch_plan(index, 1)
+    assert plan.options is config.options.plan and len(plan.order) == 4
+    assert (plan.clips_per_video, plan.clip_start) == (2, "first")
 
 
 # -- ClipSpec: validated, never rewritten ----------------------------------------------------

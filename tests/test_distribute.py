@@ -41,7 +41,7 @@ def test_equal_shards_drop_the_remainder_of_each_epoch() -> None:
     index = Index.build(["f"], [[(f"v{i}", 10, 0) for i in range(VIDEOS)]])
     for count in (2, 3, 4):
         for batch_size in (1, 4, 5):
-            options = dict(shuffle=True, seed=5, clips_per_video=1, clip_start="first")
+            options = dict(shuffle=True, seed=5)
             dropped = []
             for epoch in (0, 1, 2):
                 plans = [
@@ -50,6 +50,8 @@ def test_equal_shards_drop_the_remainder_of_each_epoch() -> None:
                         ClipSpec(clip_len=2),
                         PlanOptions(batch_size, drop_remainder=False, shard=(i, count), **options),
                         epoch,
+                        clips_per_video=1,
+                        clip_start="first",
                     )
                     for i in range(count)
                 ]

@@ -89,12 +89,12 @@ def test_batches_mix_files_as_the_global_plan_says(small_dataset: list[pathlib.P
             batch_size=6,
             shuffle=True,
             seed=3,
-            clips_per_video=1,
-            clip_start="random",
             drop_remainder=False,
             shard=(0, 1),
         ),
         epoch=0,
+        clips_per_video=1,
+        clip_start="random",
     )
     assert len(batches) == len(plan)
     for got, want in zip(batches, plan, strict=True):

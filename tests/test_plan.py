@@ -60,8 +60,11 @@ def _index(frames: list[int]) -> Index:
 
 @pytest.mark.parametrize("shuffle", [True, False])
 def test_epoch_plan_covers_each_sample_once(shuffle: bool) -> None:
-    options = PlanOptions(7, shuffle, 0, 3, "random", False, (0, 1))
-    plan = EpochPlan(_index([20, 5, 40, 16, 17]), ClipSpec(clip_len=16), options, epoch=4)
+    options = PlanOptions(7, shuffle, 0, False, (0, 1))
+    index = _index([20, 5, 40, 16, 17])
+    plan = EpochPlan(
+        index, ClipSpec(clip_len=16), options, 4, clips_per_video=3, clip_start="random"
+    )
     samples = np.concatenate([b.samples for b in plan])
     assert sorted(samples.tolist()) == list(range(15))
     assert (samples.tolist() == list(range(15))) is not shuffle

@@ -435,7 +435,7 @@ def expected_items(
 ) -> list[tuple[int, int, list[int]]]:
     out = []
     for epoch in epochs:
-        order = epoch_order(length, config.options.plan_options(), epoch).tolist()
+        order = epoch_order(length, config.options.plan, epoch).tolist()
         for position in range(-(-len(order) // per_batch)):
             out.append((epoch, position, order[position * per_batch : (position + 1) * per_batch]))
     return out

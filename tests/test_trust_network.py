@@ -123,7 +123,7 @@ def test_loopback_ipc_and_keys_need_nothing(
             small_dataset, **CLIP, listen=f"tcp://*:{free_port()}",
             curve_key=str(secret), curve_authorized=str(authorized),
         )  # fmt: skip
-        assert keyed.config.options.insecure is False
+        assert keyed.config.options.network.insecure is False
         feed = h5feed.batches(
             small_dataset, **CLIP, workers=1, listen=f"ipc://{tmp_path}/listen.sock"
         )

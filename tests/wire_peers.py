@@ -141,8 +141,10 @@ class LoopDriver:
         self.counters = Counters()
         self.waker = Waker()
         self.router = Router(options, [self.address], self.waker.fileno)
-        self.gate = CreditGate(options.inflight_batches, self.waker.wake)
-        self.session = PeerSession(job, self.router, local, options.unit_timeout_s, self.counters)
+        self.gate = CreditGate(options.processes.inflight_batches, self.waker.wake)
+        self.session = PeerSession(
+            job, self.router, local, options.processes.unit_timeout_s, self.counters
+        )
         self.scheduler = make_scheduler(self.counters, self.gate)
         expected = len(local.names) if local is not None else 0
         self.loop = FeedLoop(

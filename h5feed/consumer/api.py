@@ -63,16 +63,16 @@ def dataset(
       crop_mode="random", flip=False, short_video="loop", transform=None,
       transform_args=None, reduced_decode=False, max_frame_pixels=64000000``;
     * layout (``LayoutArgs``): ``layout="auto", frames_key="frames", label_key="label"``;
-    * plan (``FeedOptions``): ``batch_size=8, shuffle=True, seed=0, clips_per_video=1,
-      clip_start="random", drop_remainder=False, deterministic=True, epochs=1,
-      shard=(0, 1)``;
-    * processes (``FeedOptions``): ``workers=2, max_inflight_batches=None,
-      start_timeout_s=60, unit_timeout_s=120, peer_timeout_s=5, max_restarts=3,
-      max_unit_attempts=3, index_cache=True, tune_malloc=True,
-      listen=None, data_root=None, join_grace_s=1.5, curve_key=None,
-      curve_authorized=None, shared_memory=True, metrics_port=None,
-      max_message_bytes=1073741824, insecure=False, max_open_files=128,
-      on_error="raise", max_skipped=None``;
+    * plan (``PlanOptions``, ``FeedOptions.plan``): ``batch_size=8, shuffle=True, seed=0,
+      drop_remainder=False, shard=(0, 1), epochs=1, deterministic=True``;
+    * processes (``ProcessOptions``): ``workers=2, max_inflight_batches=None,
+      start_timeout_s=60, unit_timeout_s=120, max_restarts=3, max_unit_attempts=3,
+      tune_malloc=True, shared_memory=True, max_open_files=128``;
+    * network (``NetworkOptions``): ``listen=None, peer_timeout_s=5, join_grace_s=1.5,
+      curve_key=None, curve_authorized=None, metrics_port=None,
+      max_message_bytes=1073741824, insecure=False``;
+    * data, HDF5 files only (``DataOptions``): ``clips_per_video=1, clip_start="random",
+      index_cache=True, data_root=None, on_error="raise", max_skipped=None``;
     * your own code instead of files (``SourceConfig``): ``source=None, source_args=None,
       output_signature=None, ragged=False, steps_per_epoch=None, source_batched=False``.
 
@@ -207,7 +207,7 @@ def feed_dataset(
     if prefetch:
         ds = ds.prefetch(tf.data.AUTOTUNE if prefetch < 0 else prefetch)
     ds = without_auto_shard(ds)  # h5feed shards itself; tf.distribute must not shard again
-    epochs = feed.config.options.epochs
+    epochs = feed.config.options.plan.epochs
     if feed.length is not None and epochs is not None:
         cardinality = feed.length * epochs
         if feed.start.batch == 0:

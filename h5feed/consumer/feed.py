@@ -17,8 +17,8 @@ from h5feed.consumer import resume
 from h5feed.consumer.hdf5 import known_index
 from h5feed.consumer.iteration import IterationStart, Outcome
 from h5feed.consumer.metrics import start_feed_metrics
-from h5feed.consumer.options import FeedConfig, HdfConfig
-from h5feed.consumer.plan import Cursor, Index, epoch_length_of
+from h5feed.consumer.options import FeedConfig, HdfConfig, data_root
+from h5feed.consumer.plan import Cursor, Index
 from h5feed.consumer.processes.worker_pool import PoolSlot
 from h5feed.consumer.sources.options import Learnt
 from h5feed.consumer.stream import BatchStream
@@ -69,7 +69,7 @@ class Feed:
             key = known_index.key(config)
             known = known_index.load(config, key) if key is not None else None
             if known is not None:
-                length = epoch_length_of(known, config.options.plan_options())
+                length = config.epoch_length(known)
                 self._learn_index(self._index_digests(known), length, key)
         point = resume.resume_point(resume_from) if resume_from is not None else None
         if point is not None and point.fingerprint:
@@ -89,18 +89,20 @@ class Feed:
         self._current: weakref.ref[BatchStream] | None = None
         self._last_stats: dict[str, Any] | None = None
         options = config.options
-        if options.listen is not None:  # seen by default, unlike h5feed's log lines
+        if options.network.listen is not None:  # seen by default, unlike h5feed's log lines
             warn_insecure_listen(
-                options.listen, keyed=options.curve_key is not None, insecure=options.insecure
+                options.network.listen,
+                keyed=options.network.curve_key is not None,
+                insecure=options.network.insecure,
             )
         # /metrics and /stats (metrics_port= or $H5FEED_METRICS_PORT, read here, once); the
         # server stops when the feed is garbage collected.
-        self._metrics = start_feed_metrics(self, config.options.metrics_port)
+        self._metrics = start_feed_metrics(self, config.options.network.metrics_port)
         if self._metrics is not None:
             weakref.finalize(self, self._metrics.server.close)
         self._slot: PoolSlot | None = None
         if self._keeps_workers():
-            self._slot = PoolSlot(options)
+            self._slot = PoolSlot(options, data_root(config))
             weakref.finalize(self, self._slot.close)  # the kept workers stop with the feed
 
     def _keeps_workers(self) -> bool:
@@ -109,7 +111,7 @@ class Feed:
         indexes; a source's keep the user's modules imported (torch, TensorFlow: seconds
         each) and build a new copy of the user's object for each iteration (a new job)."""
         options = self.config.options
-        return options.workers > 0 and not options.listen
+        return options.processes.workers > 0 and not options.network.listen
 
     def close(self) -> None:
         """Stop the workers kept across iterations (a running iteration keeps its workers
@@ -147,7 +149,7 @@ class Feed:
     def stream(self) -> BatchStream:
         """Start the next iteration: takes ``epochs`` epoch numbers at once, so an iteration
         abandoned midway does not make the next one repeat its epochs."""
-        epochs = self.config.options.epochs
+        epochs = self.config.options.plan.epochs
         self._read()  # what the iterations before learnt: the index, a source's spec
         with self._lock:
             first = self._next_epoch

@@ -85,7 +85,7 @@ def make_scheduler(
     """The scheduler of this config's kind for one iteration (job id ``job``): the epochs
     from ``start.cursor`` on (``epochs`` of them; None: forever), and what earlier
     iterations learnt (an HDF5 feed's known index, a source's kind and spec)."""
-    first, epochs = start.cursor.epoch, config.options.epochs
+    first, epochs = start.cursor.epoch, config.options.plan.epochs
     numbers: Iterator[int] = (
         itertools.count(first) if epochs is None else iter(range(first, first + epochs))
     )
@@ -124,7 +124,7 @@ class Position:
         self._skip = set(start.skip)
         self._fingerprint = dict(start.fingerprint)  # its index part: this iteration's
         point = resume.ResumePoint(start.cursor, start.skip)
-        self._progress = resume.Progress(point, config.options.deterministic)
+        self._progress = resume.Progress(point, config.options.plan.deterministic)
 
     def learn(self, learnt: object | None, length: int | None) -> None:
         """The handshake is over (the first batch is here): an HDF5 index is checked against

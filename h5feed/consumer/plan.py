@@ -114,13 +114,30 @@ class Cursor:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class PlanOptions:
-    batch_size: int
-    shuffle: bool
-    seed: int
-    clips_per_video: int
-    clip_start: str
-    drop_remainder: bool
-    shard: tuple[int, int]
+    """The plan group of a feed's options (``FeedOptions.plan``), HDF5 files and user sources
+    alike: which samples go in which batch of which epoch, and in which order they are released.
+    Its defaults are ``dataset()``'s. Where an HDF5 feed's clips sit in its videos
+    (``clips_per_video``, ``clip_start``) is its data group's (``DataOptions``), given to
+    :class:`EpochPlan` beside this."""
+
+    batch_size: int = 8
+    shuffle: bool = True
+    seed: int = 0
+    drop_remainder: bool = False
+    shard: tuple[int, int] = (0, 1)
+    epochs: int | None = 1
+    deterministic: bool = True
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
+        if self.epochs is not None and self.epochs < 1:
+            raise ValueError(f"epochs must be >= 1 or None (forever), got {self.epochs}")
+        index, count = self.shard
+        if not (count >= 1 and 0 <= index < count):
+            raise ValueError(
+                f"shard must be (index, count) with 0 <= index < count, got {self.shard}"
+            )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -175,20 +192,29 @@ def batch_count(size: int, batch_size: int, drop_remainder: bool) -> int:
     return size // batch_size if drop_remainder else -(-size // batch_size)
 
 
-def epoch_length_of(index: Index, options: PlanOptions) -> int:
+def epoch_length_of(index: Index, options: PlanOptions, clips_per_video: int) -> int:
     """Batches in one epoch of one shard of the clips of ``index``'s videos."""
-    return epoch_length(index.num_videos * options.clips_per_video, options)
+    return epoch_length(index.num_videos * clips_per_video, options)
 
 
 class EpochPlan:
     """The batches of one epoch of one shard (see the module docstring for the guarantees)."""
 
-    def __init__(self, index: Index, spec: ClipSpec, options: PlanOptions, epoch: int) -> None:
+    def __init__(
+        self,
+        index: Index,
+        spec: ClipSpec,
+        options: PlanOptions,
+        epoch: int,
+        clips_per_video: int,
+        clip_start: str,
+    ) -> None:
         self.index = index
         self.spec = spec
         self.options = options
         self.epoch = epoch
-        k = options.clips_per_video
+        self.clips_per_video, self.clip_start = clips_per_video, clip_start
+        k = clips_per_video
         total = index.num_videos * k
         self.order = epoch_order(total, options, epoch)
         rng = np.random.default_rng([options.seed, epoch, _AUGMENTATION_STREAM])
@@ -198,19 +224,19 @@ class EpochPlan:
         self._seeds = rng.integers(0, 2**63, size=total, dtype=np.uint64)
 
     def __len__(self) -> int:
-        return epoch_length_of(self.index, self.options)
+        return epoch_length_of(self.index, self.options, self.clips_per_video)
 
     def batch(self, position: int) -> PlannedBatch:
         batch = self.options.batch_size
         samples = self.order[position * batch : (position + 1) * batch]
-        k = self.options.clips_per_video
+        k = self.clips_per_video
         videos = samples // k
         starts = np.fromiter(
             (
                 clip_start(
                     int(self.index.frames[v]),
                     self.spec.span,
-                    self.options.clip_start,
+                    self.clip_start,
                     int(s % k),
                     k,
                     float(self._start_uniform[s]),

@@ -69,18 +69,18 @@ def fingerprint(config: FeedConfig) -> dict[str, Any]:
     """The up-front parts of ``config``'s fingerprint (everything but ``index``)."""
     options = config.options
     parts: dict[str, Any] = {
-        "seed": options.seed,
-        "shuffle": options.shuffle,
-        "batch_size": options.batch_size,
-        "drop_remainder": options.drop_remainder,
-        "shard": list(options.shard),
+        "seed": options.plan.seed,
+        "shuffle": options.plan.shuffle,
+        "batch_size": options.plan.batch_size,
+        "drop_remainder": options.plan.drop_remainder,
+        "shard": list(options.plan.shard),
     }
     if isinstance(config, HdfConfig):
         parts.update(
             files=_digest([os.path.basename(f) for f in config.files]),
             file_count=len(config.files),
-            clips_per_video=options.clips_per_video,
-            clip_start=options.clip_start,
+            clips_per_video=config.data.clips_per_video,
+            clip_start=config.data.clip_start,
             clip=_digest(config.clip.to_wire()),
             layout=_digest(config.layout.to_wire()),
         )

@@ -36,7 +36,7 @@ from h5feed.consumer.core.loop import END, FAILED, FeedLoop
 from h5feed.consumer.core.session import PeerSession
 from h5feed.consumer.iteration import IterationStart, Position, make_scheduler
 from h5feed.consumer.memory import keep_freed_memory_mapped
-from h5feed.consumer.options import FeedConfig
+from h5feed.consumer.options import FeedConfig, data_root
 from h5feed.consumer.plan import Cursor
 from h5feed.consumer.processes.worker_pool import Lease, close_all_slots
 from h5feed.consumer.stats import Counters, RateMeter, WaitMeter, iteration_stats
@@ -81,11 +81,11 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
         self._waited = WaitMeter()
         self._taken = RateMeter()
         options = config.options
-        if options.tune_malloc:
+        if options.processes.tune_malloc:
             keep_freed_memory_mapped()
         # One direction of wiring: the pool (socket, keys, workers), then the parts of the
         # loop, then the loop.
-        lease = lease if lease is not None else Lease.own(options)
+        lease = lease if lease is not None else Lease.own(options, data_root(config))
         self._pool = lease.pool
         with contextlib.ExitStack() as undo:  # what is made so far goes if a step fails
             undo.callback(lease.abandon)
@@ -93,14 +93,14 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
             self._router = router = self._pool.router  # read by stats(): refused CURVE keys
             self._keys_refused_before = router.refused_keys  # by earlier iterations
             self.counters = Counters()
-            self._gate = CreditGate(options.inflight_batches, self._pool.waker.wake)
+            self._gate = CreditGate(options.processes.inflight_batches, self._pool.waker.wake)
             session = PeerSession(
                 self.job_id,
                 router,
                 self._pool.workers,
-                options.unit_timeout_s,
+                options.processes.unit_timeout_s,
                 self.counters,
-                curve=options.curve_key is not None,
+                curve=options.network.curve_key is not None,
             )
             # (the HDF5 one makes its shared-memory pool here)
             self.scheduler = make_scheduler(config, start, self.job_id, self.counters, self._gate)
@@ -112,7 +112,7 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
             session,
             self._gate,
             self.scheduler,
-            options.workers,
+            options.processes.workers,
             self.counters,
             self._pool.workers,
             # A kept pool's socket outlives this iteration; an own pool's is the loop's to
@@ -211,7 +211,7 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
             taken=self._taken,
             waited=self._waited,
             peers=list(self._loop.session.peers.values()),
-            workers_asked=self.config.options.workers,
+            workers_asked=self.config.options.processes.workers,
             gate=self._gate,
             queue_depth=self._loop.out.qsize(),
             figures=self.scheduler.figures(),

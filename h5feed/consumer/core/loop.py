@@ -93,7 +93,7 @@ class FeedLoop:
         self._waker = waker
         self._expected = expected_workers
         self._workers = workers  # the local processes, to kill and replace
-        self._attempts = recovery.UnitAttempts(options.max_unit_attempts)
+        self._attempts = recovery.UnitAttempts(options.processes.max_unit_attempts)
         self._counters = counters
         self._started = False  # the scheduler has shared out the work
         self._waiting_since: float | None = None  # work waits for a worker to join
@@ -150,13 +150,15 @@ class FeedLoop:
         """Wait for the workers, share out the work, wait for the scheduler to be ready;
         False if stopped meanwhile."""
         options, session = self.options, self.session
-        deadline = time.monotonic() + options.start_timeout_s
-        while not all_connected(session.peers.values(), self._expected, options.listen):
+        deadline = time.monotonic() + options.processes.start_timeout_s
+        while not all_connected(session.peers.values(), self._expected, options.network.listen):
             if time.monotonic() > deadline:
                 raise NoWorkersError(self._no_workers())
             if not self._pass():
                 return False
-        grace_end = time.monotonic() + (options.join_grace_s if options.listen else 0)
+        grace_end = time.monotonic() + (
+            options.network.join_grace_s if options.network.listen else 0
+        )
         while time.monotonic() < grace_end:  # producers already waiting say hello within 1 s
             if not self._pass():
                 return False
@@ -168,12 +170,12 @@ class FeedLoop:
                 return False
             if self._handshake_progress() != progress:
                 progress, last_progress = self._handshake_progress(), time.monotonic()
-            elif time.monotonic() - last_progress > options.unit_timeout_s and not any(
+            elif time.monotonic() - last_progress > options.processes.unit_timeout_s and not any(
                 peer.owes_since is not None and not peer.local for peer in session.peers.values()
             ):  # a producer that owes an answer is lost by its own deadline first
                 raise WorkerTimeoutError(
-                    f"{self.scheduler.handshake_waiting()} within {options.unit_timeout_s:g} s "
-                    "(unit_timeout_s)"
+                    f"{self.scheduler.handshake_waiting()} within "
+                    f"{options.processes.unit_timeout_s:g} s (unit_timeout_s)"
                 )
         return True
 
@@ -272,21 +274,24 @@ class FeedLoop:
         if self._waiting_since is None:
             self._waiting_since = now
             self.session.log.warning("every worker that could take some work is gone: waiting")
-        elif now - self._waiting_since > self.options.start_timeout_s:
+        elif now - self._waiting_since > self.options.processes.start_timeout_s:
             raise NoWorkersError(
-                f"work waited {self.options.start_timeout_s:g} s (start_timeout_s) for a worker "
-                f"after its workers were lost; {len(self.session.peers)} connected"
+                f"work waited {self.options.processes.start_timeout_s:g} s (start_timeout_s) "
+                f"for a worker after its workers were lost; {len(self.session.peers)} connected"
             )
 
     def _no_workers(self) -> str:
         options = self.options
-        if options.listen and not self._expected:
-            text = f"no producer connected to {options.listen} within {options.start_timeout_s:g} s"
+        if options.network.listen and not self._expected:
+            text = (
+                f"no producer connected to {options.network.listen} within "
+                f"{options.processes.start_timeout_s:g} s"
+            )
         else:
             local = sum(peer.local for peer in self.session.peers.values())
             text = (
                 f"only {local} of {self._expected} local workers connected within "
-                f"{options.start_timeout_s:g} s"
+                f"{options.processes.start_timeout_s:g} s"
             )
         if self.session.refused:
             text += f"; refused: {'; '.join(self.session.refused)}"

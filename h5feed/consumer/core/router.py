@@ -61,9 +61,9 @@ class Router:
         self._context = zmq.Context()
         self._socket = self._context.socket(zmq.ROUTER)
         self._curve: CurveServer | None = None
-        if options.curve_key is not None:
+        if options.network.curve_key is not None:
             self._curve = CurveServer(
-                self._context, options.curve_key, options.curve_authorized or ""
+                self._context, options.network.curve_key, options.network.curve_authorized or ""
             )
             self._curve.secure(self._socket)
         # The local workers' CURVE keys (made for this iteration) and the consumer's key.
@@ -75,8 +75,8 @@ class Router:
         self._socket.setsockopt(zmq.HANDSHAKE_IVL, int(HANDSHAKE_TIMEOUT_S * 1000))
         # Per frame, before bind: libzmq reads a frame's declared size and disconnects a
         # peer that declares more, before buffering any of it (a 2 GB frame costs nothing).
-        self._socket.setsockopt(zmq.MAXMSGSIZE, options.max_message_bytes)
-        enable_heartbeats(self._socket, consumer_heartbeat_timeout(options.peer_timeout_s))
+        self._socket.setsockopt(zmq.MAXMSGSIZE, options.network.max_message_bytes)
+        enable_heartbeats(self._socket, consumer_heartbeat_timeout(options.network.peer_timeout_s))
         for address in addresses:
             self._socket.bind(address)
         self._wake_fd = wake_fd

@@ -54,13 +54,13 @@ class BatchSlots:
         socket (see guarantee 1)."""
         clip, options = config.clip, config.options
         height, width = clip.frame_shape
-        if not (options.shared_memory and supported()):
+        if not (options.processes.shared_memory and supported()):
             return None
         if height is None or width is None or clip.transform is not None:
             return None
         clip_shape = (clip.clip_len, height, width, 3)
-        pool = SlotPool(options.batch_size * int(np.prod(clip_shape)), job_id)
-        return cls(pool, clip_shape, options.batch_size)
+        pool = SlotPool(options.plan.batch_size * int(np.prod(clip_shape)), job_id)
+        return cls(pool, clip_shape, options.plan.batch_size)
 
     @property
     def size(self) -> int:

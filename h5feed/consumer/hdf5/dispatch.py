@@ -52,7 +52,7 @@ from h5feed.consumer.hdf5.file_owners import FileOwners
 from h5feed.consumer.hdf5.parts import bad_frames, is_expected
 from h5feed.consumer.hdf5.units import Work, unit_rows
 from h5feed.consumer.options import HdfConfig
-from h5feed.consumer.plan import Cursor, EpochPlan, Index, PlannedBatch
+from h5feed.consumer.plan import Cursor, Index, PlannedBatch
 from h5feed.consumer.stats import Counters
 
 
@@ -63,12 +63,13 @@ def planned_batches(
     for an epoch with no batch (else endless epochs would spin through empty ones)."""
     options = config.options
     for epoch in epochs:
-        plan = EpochPlan(index, config.clip, options.plan_options(), epoch)
+        plan = config.epoch_plan(index, epoch)
         if len(plan) == 0:
             raise H5FeedError(
-                f"an epoch has no batch: {len(plan.order)} samples in shard {options.shard} "
-                f"of {index.num_videos} videos, batch_size={options.batch_size}, "
-                f"drop_remainder={options.drop_remainder}"
+                f"an epoch has no batch: {len(plan.order)} samples in shard "
+                f"{options.plan.shard} of {index.num_videos} videos, "
+                f"batch_size={options.plan.batch_size}, "
+                f"drop_remainder={options.plan.drop_remainder}"
             )
         first = start.batch if epoch == start.epoch else 0
         yield from plan.batches_from(first)
@@ -103,7 +104,7 @@ class Dispatch:
         pool = None if slots is None else (slots.pool, slots.clip_shape)
         self._assembler = BatchAssembler(index, config.clip.transform, pool)
         self._planned: PlannedRelease[PlannedBatch, Batch] = PlannedRelease(
-            batches, config.options.deterministic
+            batches, config.options.plan.deterministic
         )
 
     @property

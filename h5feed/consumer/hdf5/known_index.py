@@ -44,7 +44,7 @@ def key(config: HdfConfig) -> str | None:
 
 def file_stats(config: HdfConfig) -> list[os.stat_result] | None:
     """One ``stat`` of each of ``config``'s files, or None if one cannot be stat'ed here."""
-    root = config.options.data_root
+    root = config.data.data_root
     try:
         return [os.stat(os.path.join(root, path) if root else path) for path in config.files]
     except OSError:
@@ -63,7 +63,7 @@ def key_of(config: HdfConfig, stats: list[os.stat_result]) -> str:
 
 
 def _path(config: HdfConfig, files_key: str | None = None) -> pathlib.Path | None:
-    cache = config.options.index_cache
+    cache = config.data.index_cache
     if not cache:
         return None
     if files_key is None:

@@ -75,7 +75,7 @@ from h5feed.consumer.hdf5.units import (
     merge_jobs,
 )
 from h5feed.consumer.options import HdfConfig
-from h5feed.consumer.plan import Cursor, FileColumns, Index, epoch_length_of
+from h5feed.consumer.plan import Cursor, FileColumns, Index
 from h5feed.consumer.stats import Counters
 
 
@@ -114,10 +114,10 @@ class HdfScheduler:
         options = config.options
         # Which files a worker was indexing when it died: reported after as many deaths as a
         # unit may cost (max_unit_attempts; hdf5/index_attempts.py), never left to a timeout.
-        self._attempts = IndexAttempts(options.max_unit_attempts)
+        self._attempts = IndexAttempts(options.processes.max_unit_attempts)
         self.skips = SkipLog(  # on_error: samples skipped for bad frames
-            options.on_error, options.max_skipped, options.shard, options.clips_per_video,
-            self._log,
+            config.data.on_error, config.data.max_skipped, options.plan.shard,
+            config.data.clips_per_video, self._log,
         )  # fmt: skip
 
     @property
@@ -128,7 +128,7 @@ class HdfScheduler:
     # -- handshake -------------------------------------------------------------------------
 
     def start(self, peers: Sequence[Peer]) -> list[Send]:
-        root = self.config.options.data_root
+        root = self.config.data.data_root
         files = self.config.files
         sizes = self.file_sizes
         if sizes is None or len(sizes) != len(files):
@@ -279,8 +279,8 @@ class HdfScheduler:
 
     @property
     def epoch_length(self) -> int | None:
-        index, plan = self.index, self.config.options.plan_options()
-        return None if index is None else epoch_length_of(index, plan)
+        index = self.index
+        return None if index is None else self.config.epoch_length(index)
 
     def figures(self) -> Figures:  # shared-memory slots made, files owned, samples skipped
         slots = self._slots.size if self._slots is not None else 0

@@ -43,7 +43,7 @@ def job_parts(
     refs = tuple(messages.FileRef(i, config.files[i]) for i in files)
     job = messages.Job(
         job_id, refs, config.clip.to_wire(), config.layout.to_wire(),
-        config.options.index_cache, config.options.on_error, send_index,
+        config.data.index_cache, config.data.on_error, send_index,
     )  # fmt: skip
     return split_job(job)
 

@@ -75,15 +75,21 @@ class WorkerPool:
     (``persistent=False``: one iteration's own workers, which a BYE ends: the pool of an
     iteration that could not take its feed's, closed when that iteration ends)."""
 
-    def __init__(self, options: FeedOptions, persistent: bool = True, prefix: str = "p") -> None:
+    def __init__(
+        self,
+        options: FeedOptions,
+        data_root: str | None,
+        persistent: bool = True,
+        prefix: str = "p",
+    ) -> None:
         self.tmpdir = tempfile.mkdtemp(prefix="h5feed-")
         self.address = f"ipc://{self.tmpdir}/feed.sock"
         with contextlib.ExitStack() as undo:  # what is made so far goes if a step fails
             undo.callback(shutil.rmtree, self.tmpdir, ignore_errors=True)
             self.waker = Waker()
             undo.callback(self.waker.close)
-            listen = [options.listen] if options.listen else []
-            if listen and options.curve_key is None and not is_local_address(listen[0]):
+            listen = [options.network.listen] if options.network.listen else []
+            if listen and options.network.curve_key is None and not is_local_address(listen[0]):
                 # Only insecure=True gets here (FeedOptions refuses the rest); the feed
                 # already warned (InsecureWarning), and this line puts it in the logs.
                 _log.warning(
@@ -94,15 +100,15 @@ class WorkerPool:
             self.router = Router(options, [self.address, *listen], self.waker.fileno)
             undo.callback(self.router.close)
             self.workers = LocalWorkers(
-                options.workers,
+                options.processes.workers,
                 self.address,
                 prefix=f"{prefix}{uuid.uuid4().hex[:6]}",
                 keys=self.router.local_keys,
                 server_public=self.router.server_public,
-                data_root=options.data_root,
-                max_message_bytes=options.max_message_bytes,
-                max_open_files=options.max_open_files,
-                max_restarts=options.max_restarts,
+                data_root=data_root,
+                max_message_bytes=options.network.max_message_bytes,
+                max_open_files=options.processes.max_open_files,
+                max_restarts=options.processes.max_restarts,
                 persistent=persistent,
             )
             undo.pop_all()
@@ -164,10 +170,10 @@ class Lease:
         self.slot = slot
 
     @classmethod
-    def own(cls, options: FeedOptions) -> Lease:
+    def own(cls, options: FeedOptions, data_root: str | None) -> Lease:
         """A pool of one iteration's own workers (its feed keeps none, or lent them to
         another iteration): a BYE ends them."""
-        return cls(WorkerPool(options, persistent=False, prefix="w"))
+        return cls(WorkerPool(options, data_root, persistent=False, prefix="w"))
 
     @property
     def kept(self) -> bool:
@@ -199,8 +205,8 @@ class Lease:
 class PoolSlot:
     """The one pool of a feed, lent to one iteration at a time (thread-safe)."""
 
-    def __init__(self, options: FeedOptions) -> None:
-        self._options = options
+    def __init__(self, options: FeedOptions, data_root: str | None) -> None:
+        self._options, self._data_root = options, data_root
         self._lock = threading.Lock()
         self._pool: WorkerPool | None = None
         self._lent = False
@@ -223,7 +229,7 @@ class PoolSlot:
                     pool.close()
                     raise
             else:
-                pool = self._pool = WorkerPool(self._options)
+                pool = self._pool = WorkerPool(self._options, self._data_root)
             self._lent = True
             return Lease(pool, self)
 

@@ -11,7 +11,6 @@ the leaf becomes the pair ``(x, lengths)``), or, with ``ragged=``, given as a
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 from collections.abc import Mapping
 from typing import Any
@@ -27,12 +26,8 @@ def make_source_config(files: Any, kwargs: Mapping[str, Any]) -> SourceConfig:
     """The configuration of a source feed; TypeError for arguments that do not apply."""
     if files is not None:
         raise TypeError("h5feed: give either files or source=, not both")
-    option_names = {f.name for f in dataclasses.fields(FeedOptions)}
-    # on_error/max_skipped: bad frames of HDF5 files; a source handles its own data
-    not_here = {"clips_per_video", "clip_start", "index_cache", "data_root", "on_error"}
-    not_here |= {"max_skipped"}
-    unknown = set(kwargs) - set(SOURCE_KEYS) - option_names
-    unknown |= set(kwargs) & not_here
+    # A source feed has no data group (DataOptions: HDF5 files' clips, index, bad frames).
+    unknown = set(kwargs) - set(SOURCE_KEYS) - set(FeedOptions.names())
     if unknown:
         raise TypeError(f"h5feed: arguments {sorted(unknown)} do not apply to source=")
     ragged = kwargs.get("ragged", False)
@@ -40,9 +35,7 @@ def make_source_config(files: Any, kwargs: Mapping[str, Any]) -> SourceConfig:
     spec = spec_from_signature(signature) if signature is not None else None
     if signature is not None:
         ragged = ragged_paths(signature, ragged)
-    options = {k: v for k, v in kwargs.items() if k in option_names}
-    options["index_cache"] = None
-    feed_options = FeedOptions(**options)
+    feed_options = FeedOptions.of(kwargs)
     if isinstance(kwargs["source"], str):
         check_main_path("source", kwargs["source"], feed_options)
     config = SourceConfig(

@@ -95,7 +95,7 @@ class GeneratorScheduler:
             self._asked += 1
             peer = min(live, key=lambda p: (len(p.outstanding), p.identity))
             seq, self._next_seq = self._next_seq, self._next_seq + 1
-            count = self.config.options.batch_size
+            count = self.config.options.plan.batch_size
             pass_ = self._passes[peer]
             unit = self._ledger.issue(peer, seq, (self._epoch, count, pass_))
             pull = messages.Pull(self.job_id, unit.id, seq, self._epoch, count, pass_)
@@ -118,7 +118,7 @@ class GeneratorScheduler:
             raise H5FeedError(
                 f"epoch {epoch} of source {self.source.source!r} has no batch: every "
                 "worker's generator ended at once"
-                + (dropped if self.config.options.drop_remainder else "")
+                + (dropped if self.config.options.plan.drop_remainder else "")
             )
         if steps is not None and self._batches < steps:
             self._built.log.warning(
@@ -148,7 +148,7 @@ class GeneratorScheduler:
         elif rows < count:  # this worker's pass has ended
             self._active.discard(peer)
             self._ended.add(peer)
-        if rows == 0 or (rows < count and self.config.options.drop_remainder):
+        if rows == 0 or (rows < count and self.config.options.plan.drop_remainder):
             self._gate.refund()  # a credit that yields no batch returns at once
             self._asked -= 1
             return []

@@ -67,7 +67,7 @@ def epoch_batches(of: ItemKind, length: int | None, options: FeedOptions) -> int
     the shard's share of the indices, batched as the options say)."""
     if length is None:
         return None
-    return of.batches_of(len(epoch_order(length, options.plan_options(), 0)), options)
+    return of.batches_of(len(epoch_order(length, options.plan, 0)), options)
 
 
 class ItemScheduler:
@@ -81,7 +81,7 @@ class ItemScheduler:
         epochs, start, config = setup.epochs, setup.start, setup.config
         self._ledger: Ledger[tuple[int, int, tuple[int, ...]]] = Ledger()  # epoch, pos, items
         self._planned: PlannedRelease[tuple[int, int, list[int]], Batch] = PlannedRelease(
-            self._batches(epochs, start), config.options.deterministic
+            self._batches(epochs, start), config.options.plan.deterministic
         )
         self._serving: set[Peer] = set()  # peers that loaded the source and agreed on it
         self._orphans: list[Unit[tuple[int, int, tuple[int, ...]]]] = []  # nobody to take them
@@ -102,13 +102,13 @@ class ItemScheduler:
         options = self.config.options
         per_batch = self._of.items_per_batch(options)
         for epoch in epochs:
-            order = epoch_order(self._length, options.plan_options(), epoch)
+            order = epoch_order(self._length, options.plan, epoch)
             batches = self._of.batches_of(len(order), options)
             if batches == 0:
                 raise H5FeedError(
-                    f"an epoch has no batch: {len(order)} items in shard {options.shard} of "
-                    f"{self._length}, batch_size={options.batch_size}, "
-                    f"drop_remainder={options.drop_remainder}"
+                    f"an epoch has no batch: {len(order)} items in shard {options.plan.shard} of "
+                    f"{self._length}, batch_size={options.plan.batch_size}, "
+                    f"drop_remainder={options.plan.drop_remainder}"
                 )
             first = start.batch if epoch == start.epoch else 0
             for position in range(first, batches):
@@ -181,7 +181,7 @@ class ItemScheduler:
     def _check_overdue(self) -> None:
         """WorkerTimeoutError when a worker has not answered its CHECK within the unit
         timeout (its ``on_epoch_end`` or ``__getitem__`` hangs): nothing waits forever."""
-        limit = self.config.options.unit_timeout_s
+        limit = self.config.options.processes.unit_timeout_s
         now = time.monotonic()
         asked = {**self._check_waiting, **self._probation}
         late = sorted(str(p) for p, at in asked.items() if now - at > limit)

@@ -38,11 +38,11 @@ class MapKind:
 
     @staticmethod
     def items_per_batch(options: FeedOptions) -> int:
-        return options.batch_size
+        return options.plan.batch_size
 
     @staticmethod
     def batches_of(items: int, options: FeedOptions) -> int:
-        return batch_count(items, options.batch_size, options.drop_remainder)
+        return batch_count(items, options.plan.batch_size, options.plan.drop_remainder)
 
     @staticmethod
     def batch(parts: Parts, epoch: int, index: int, fields: list[Field], items: int) -> Batch:

@@ -42,7 +42,7 @@ class SourceConfig:
     ``sys_path``: where local workers look for the user's modules too (the trainer's
     ``sys.path``); ``batched``: the source is a generator of whole batches (every field's
     first dimension is the batch's, the last batch may be shorter), split into samples in the
-    workers and batched again with ``options.batch_size``.
+    workers and batched again with ``options.plan.batch_size``.
 
     Guarantees: validated on construction (ValueError naming the argument); never changed
     afterwards, also not by what the workers tell (that is a :class:`Learnt`, which the feed

@@ -74,7 +74,7 @@ class SourceScheduler:
         return [self._source(peer, self._spec) for peer in self._peers]
 
     def _source(self, peer: Peer, spec: ElementSpec | None) -> Send:
-        shard_index, shard_count = self.config.options.shard
+        shard_index, shard_count = self.config.options.plan.shard
         workers = len(self._peers)
         return Send(
             peer,
@@ -86,7 +86,7 @@ class SourceScheduler:
                 # The worker's shard of this trainer's shard (shard=(i, n)): i * W + w of n * W.
                 worker=shard_index * workers + self._peers.index(peer),
                 workers=shard_count * workers,
-                seed=self.config.options.seed,
+                seed=self.config.options.plan.seed,
                 epoch=self._start.epoch,
                 spec=spec.to_wire() if spec is not None else None,
                 batched=self.source.batched,

@@ -72,7 +72,7 @@ def tf_signature(source: SourceConfig, learnt: Learnt) -> Any:
 
     spec = learnt.spec
     whole = kind_class(learnt.kind).whole_batches  # keras: items are batches already
-    rows = source.options.batch_size if source.options.drop_remainder else None
+    rows = source.options.plan.batch_size if source.options.plan.drop_remainder else None
 
     def dtype(leaf: LeafSpec) -> Any:
         return tf.string if leaf.is_string else tf.as_dtype(np.dtype(leaf.dtype))

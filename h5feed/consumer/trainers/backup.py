@@ -59,10 +59,10 @@ def backup_and_restore(
             "h5feed.BackupAndRestore: dataset= must be the dataset h5feed.dataset() returned"
         )
     feed: Feed = found
-    if feed.config.options.epochs != 1:
+    if feed.config.options.plan.epochs != 1:
         raise ValueError(
             "h5feed.BackupAndRestore needs a dataset with epochs=1 (one Keras epoch is one "
-            f"plan epoch), got epochs={feed.config.options.epochs}"
+            f"plan epoch), got epochs={feed.config.options.plan.epochs}"
         )
 
     class BackupAndRestore(keras.callbacks.BackupAndRestore):  # type: ignore[misc]

@@ -105,7 +105,7 @@ def hdf5_signature(
     import tensorflow as tf
 
     clip, options = config.clip, config.options
-    rows = options.batch_size if options.drop_remainder else None
+    rows = options.plan.batch_size if options.plan.drop_remainder else None
     if first is None:
         height, width = clip.frame_shape
         frames = tf.TensorSpec((rows, clip.clip_len, height, width, 3), tf.uint8)

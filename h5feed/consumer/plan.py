@@ -178,10 +178,18 @@ def shard_size(total: int, shard: tuple[int, int]) -> int:
 def epoch_length(samples: int, options: PlanOptions) -> int:
     """Batches in one epoch of one shard of ``samples`` samples (videos x clips per video, or
     a map source's items): the shard's share, by ``batch_size``, the last batch kept unless
-    ``drop_remainder``. The one place an epoch's length is computed (:class:`EpochPlan` and
-    every ``Scheduler.epoch_length`` use it)."""
-    size, batch = shard_size(samples, options.shard), options.batch_size
-    return size // batch if options.drop_remainder else -(-size // batch)
+    ``drop_remainder``. :class:`EpochPlan` and the HDF5 scheduler's ``epoch_length`` use it;
+    a map source's kind counts its shard's items with :func:`batch_count` (a keras source's
+    items are its batches)."""
+    return batch_count(
+        shard_size(samples, options.shard), options.batch_size, options.drop_remainder
+    )
+
+
+def batch_count(size: int, batch_size: int, drop_remainder: bool) -> int:
+    """Batches of ``batch_size`` in ``size`` samples: the last, shorter one kept unless
+    ``drop_remainder`` (a map source's epoch too: ``map_kind``)."""
+    return size // batch_size if drop_remainder else -(-size // batch_size)
 
 
 def epoch_length_of(index: Index, options: PlanOptions, clips_per_video: int) -> int:

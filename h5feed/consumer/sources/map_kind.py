@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, ClassVar
 from h5feed.common.elements import Field
 from h5feed.common.source_kinds import SourceKind
 from h5feed.consumer.core.assembly import Batch
+from h5feed.consumer.plan import batch_count
 from h5feed.consumer.sources.item_scheduler import ItemScheduler, epoch_batches
 from h5feed.consumer.sources.kind import KindSetup
 from h5feed.consumer.sources.parts import Parts
@@ -41,9 +42,7 @@ class MapKind:
 
     @staticmethod
     def batches_of(items: int, options: FeedOptions) -> int:
-        if options.plan.drop_remainder:
-            return items // options.plan.batch_size
-        return -(-items // options.plan.batch_size)
+        return batch_count(items, options.plan.batch_size, options.plan.drop_remainder)
 
     @staticmethod
     def batch(parts: Parts, epoch: int, index: int, fields: list[Field], items: int) -> Batch:

@@ -150,6 +150,20 @@ class _ExitsLeavingAWorker(registry.Contender):
         os._exit(3)
 
 
+class _OneEpoch(registry.Contender):
+    """One clip per video in a one-epoch instance (it passes the check), endless otherwise."""
+
+    def __init__(self, setup: Setup) -> None:
+        super().__init__(setup)
+        self.clips = 0
+
+    def next_frames(self) -> np.ndarray:
+        if self.setup.epochs == 1 and self.clips == len(self.setup.videos):
+            raise StopIteration
+        self.clips += 1
+        return np.zeros((1, *CLIP_SHAPE), np.uint8)
+
+
 def synthetic_process(
     name: str, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
 ) -> ContenderProcess:
@@ -218,6 +232,38 @@ def test_a_child_that_exits_is_reported_with_its_code_while_its_worker_holds_the
         if pid_file.exists():
             with contextlib.suppress(ProcessLookupError):
                 os.kill(int(pid_file.read_text()), signal.SIGKILL)
+
+
+def test_a_silent_per_core_limit_ends_the_run_instead_of_failing_one_row(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A late answer of the limit would pair with the next row's request: no row after it
+    could be judged, so its silence is LimitFailed, which run_row does not swallow."""
+    from h5feed.bench import runner
+    from h5feed.bench.workload import VideoRef
+
+    limit = synthetic_process("_HangsAfterOne", tmp_path, monkeypatch)
+    monkeypatch.setattr(runner, "_WINDOW_SILENCE_S", 2.0)
+    plan = Plan(
+        paths=(),
+        videos=(VideoRef(0, "a", 16), VideoRef(0, "b", 16)),
+        contenders=(),
+        workers=(1,),
+        window_s=0.5,
+        warmup_s=0.0,
+        repeats=1,
+        seed=0,
+        cache_dir=str(tmp_path),
+    )
+    info = registry.Info("one-epoch", "one epoch", f"{__name__}:_OneEpoch", (), "one", "-")
+    row = Row(info, 1)
+    try:
+        limit.receive("ready", silence_s=120)
+        with pytest.raises(runner.LimitFailed, match="no answer and no progress for 2 s"):
+            run_row(row, limit=limit, plan=plan, step=lambda _: None)
+    finally:
+        limit.stop()
+    assert row.check["clips"] == 2 and row.windows == []  # it got as far as the limit
 
 
 def test_unknown_contender_names_are_refused() -> None:

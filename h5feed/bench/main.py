@@ -17,6 +17,7 @@ from h5feed.bench.procstat import available_cores
 from h5feed.bench.runner import (
     ContenderFailed,
     ContenderProcess,
+    LimitFailed,
     Plan,
     Row,
     default_workers,
@@ -189,7 +190,7 @@ def run_bench(options: Options) -> int:
         try:
             with progress(steps_of(rows, plan)) as step:
                 limit_row = run_loaders(plan, rows, registry.missing_packages, step)
-        except ContenderFailed as exc:  # without the limit no figure can be judged
+        except (ContenderFailed, LimitFailed) as exc:  # without the limit no figure is judged
             log(f"h5feed bench: error: the per-core limit failed: {exc}")
             return 1
     ceiling = socket_ceiling = None

@@ -23,7 +23,8 @@ Method (what the report states):
 6. A contender is waited on as long as it makes progress (a batch, reported at most every
    second): on a loaded machine it gives a slow figure, not a failure. One silent for
    ``_WINDOW_SILENCE_S`` (``_START_SILENCE_S`` while it starts) is reported as failed with
-   its stderr's tail (:class:`ContenderProcess`).
+   its stderr's tail (:class:`ContenderProcess`). The per-core limit failing ends the run
+   (:class:`LimitFailed`): a late answer of it would pair with the next row's request.
 """
 
 from __future__ import annotations
@@ -68,6 +69,11 @@ _STDERR_TAIL_CHARS = 2000
 
 class ContenderFailed(Exception):
     """A contender process reported an error, exited, or did not answer in time."""
+
+
+class LimitFailed(Exception):
+    """The per-core limit failed during a row: no later window could be paired (a late answer
+    would pair with the next request), so the run ends."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -311,8 +317,18 @@ def window_line(plan: Plan) -> str:
     return f"window {plan.warmup_s} {plan.window_s}"
 
 
+def limit_window(limit: ContenderProcess, plan: Plan) -> Window:
+    """One window of the per-core limit; LimitFailed if it fails or stays silent."""
+    try:
+        limit.request(window_line(plan))
+        return Window.from_dict(limit.receive("window", _WINDOW_SILENCE_S))
+    except ContenderFailed as exc:
+        raise LimitFailed(str(exc)) from exc
+
+
 def run_row(row: Row, limit: ContenderProcess, plan: Plan, step: Callable[[str], None]) -> None:
-    """Check, then time ``row`` (see the module docstring); failures end up in ``row``."""
+    """Check, then time ``row`` (see the module docstring); the row's failures end up in
+    ``row``, the limit's raise LimitFailed."""
     spec = setup_spec(plan, row.info.target, row.workers, check=True)
     process = ContenderProcess(row.key, spec)
     sampler = MemorySampler(process.pid)
@@ -323,9 +339,7 @@ def run_row(row: Row, limit: ContenderProcess, plan: Plan, step: Callable[[str],
         row.ready = process.receive("ready", _START_SILENCE_S)
         for repeat in range(plan.repeats):
             with stopped(process.pid):
-                limit.request(window_line(plan))
-                answer = limit.receive("window", _WINDOW_SILENCE_S)
-                row.limit_windows.append(Window.from_dict(answer))
+                row.limit_windows.append(limit_window(limit, plan))
             step(f"per-core limit (before {row.key}) {repeat + 1}/{plan.repeats}")
             process.request(window_line(plan))
             row.windows.append(Window.from_dict(process.receive("window", _WINDOW_SILENCE_S)))

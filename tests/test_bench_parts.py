@@ -17,11 +17,10 @@ import numpy as np
 import pytest
 
 from h5feed.bench import contender as registry
+from h5feed.bench.child import ContenderFailed, ContenderProcess
 from h5feed.bench.contender import Setup
 from h5feed.bench.measure import Window
 from h5feed.bench.runner import (
-    ContenderFailed,
-    ContenderProcess,
     Plan,
     Row,
     run_row,
@@ -277,8 +276,8 @@ def test_stopped_freezes_a_process_tree_and_always_continues_it() -> None:
     import sys
     import time
 
+    from h5feed.bench.child import stopped
     from h5feed.bench.procstat import descendants, proc_stat
-    from h5feed.bench.runner import stopped
 
     code = "import subprocess, time; subprocess.Popen(['sleep', '30']); time.sleep(30)"
     parent = subprocess.Popen([sys.executable, "-c", code])

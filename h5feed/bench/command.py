@@ -11,7 +11,7 @@ import pathlib
 import shlex
 import sys
 
-from h5feed.common.cli_args import Subcommand
+from h5feed.common.cli_args import Subcommand, int_list
 
 DESCRIPTION = """\
 Benchmark h5feed against the alternatives on one workload: 16-frame clips of 320x240 JPEG
@@ -38,17 +38,12 @@ examples:
   h5feed bench scale --help                  # one of the other measurements (listed above)"""
 
 
-def _int_list(text: str) -> list[int]:
-    try:
-        values = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a list of integers: {text!r}") from None
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError(f"need integers >= 1, got {text!r}")
-    return sorted(set(values))
-
-
 TRANSPORTS = ("ipc", "tcp", "curve")
+
+
+def _sorted_int_set(text: str) -> list[int]:
+    """``--workers 4,1,2,2`` as [1, 2, 4]."""
+    return sorted(set(int_list(text)))
 
 
 def _transports(text: str) -> list[str]:
@@ -78,7 +73,7 @@ def register(subcommand: Subcommand) -> None:
     add("--warmup-s", type=float, default=None, help="untimed seconds before each (default 3)")
     add(
         "--workers",
-        type=_int_list,
+        type=_sorted_int_set,
         default=None,
         metavar="N,N,...",
         help="worker counts (default 1, 2, 4, ... up to the cores available, and that)",

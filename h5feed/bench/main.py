@@ -13,10 +13,9 @@ from typing import Any
 from h5feed.bench import contender as registry
 from h5feed.bench import report
 from h5feed.bench.ceiling import default_producers
+from h5feed.bench.child import ContenderFailed, ContenderProcess
 from h5feed.bench.procstat import available_cores
 from h5feed.bench.runner import (
-    ContenderFailed,
-    ContenderProcess,
     LimitFailed,
     Plan,
     Row,

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from h5feed.common.cli_args import HelpFormatter, int_in, positive_int
+from h5feed.common.cli_args import HelpFormatter, int_in, int_list, positive_int
 
 
 @dataclass(frozen=True)
@@ -51,17 +51,6 @@ def own_arguments(name: str) -> list[str]:
         if argv[i] == "bench" and argv[i + 1] == name:
             return argv[i + 2 :]
     return []
-
-
-def _counts(text: str) -> list[int]:
-    """``1000,10000`` as [1000, 10000] (each >= 1, in the order given)."""
-    try:
-        values = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a list of integers: {text!r}") from None
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError(f"need integers >= 1, got {text!r}")
-    return values
 
 
 # -- scale ----------------------------------------------------------------------------------
@@ -94,7 +83,7 @@ def _scale_arguments(parser: argparse.ArgumentParser) -> None:
     add = parser.add_argument
     add(
         "--files",
-        type=_counts,
+        type=int_list,
         default="1000,10000",
         metavar="N,...",
         help="file counts, comma-separated (default %(default)s)",
@@ -218,16 +207,6 @@ loader's worker processes' CPU ms per clip. The GPU machine's whole run, with th
 curve first: h5feed/bench/gpu/run.sh in a checkout."""
 
 
-def _widths(text: str) -> list[int]:
-    try:
-        values = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a list of integers: {text!r}") from None
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError(f"need widths >= 1, got {text!r}")
-    return values
-
-
 FEEDERS = ("cached", "h5feed", "h5feed-pinned", "torch", "keras-cached", "keras-h5feed")
 
 
@@ -249,7 +228,7 @@ def _gpu_train_arguments(parser: argparse.ArgumentParser) -> None:
     add("--warmup", type=float, default=6.0, help="untimed seconds first (default 6)")
     add("--width", type=positive_int, default=32, help="the model's width, uncalibrated (32)")
     add("--calibrate", action="store_true", help="choose the width (see above)")
-    add("--widths", type=_widths, default="32,48,64,96,128,160,192,256", metavar="W,...",
+    add("--widths", type=int_list, default="32,48,64,96,128,160,192,256", metavar="W,...",
         help="widths --calibrate tries (default %(default)s)")  # fmt: skip
     add("--need-clips-per-s", type=float, default=0.0, help="what the model must take (0)")
     add("--need-from", type=pathlib.Path, default=None, metavar="BENCH_JSON",

@@ -34,3 +34,14 @@ def int_in(minimum: int, maximum: int | None = None) -> Callable[[str], int]:
 
 positive_int = int_in(1)
 non_negative_int = int_in(0)
+
+
+def int_list(text: str) -> list[int]:
+    """An argparse ``type`` for ``1,2,4``: integers >= 1, in the order given."""
+    try:
+        values = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a list of integers: {text!r}") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"need integers >= 1, got {text!r}")
+    return values

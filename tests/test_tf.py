@@ -199,6 +199,10 @@ def test_ctrl_c_stops_the_trainer_and_its_workers(small_dataset: list[pathlib.Pa
         import faulthandler, signal, time
         import h5feed
         faulthandler.register(signal.SIGUSR1, all_threads=True)  # the test's diagnosis on a hang
+        # As from a terminal: Ctrl-C raises KeyboardInterrupt. An ignored SIGINT survives exec,
+        # and an earlier test in this pytest process may have left it ignored (a child that
+        # starts with SIGINT ignored never gets Python's handler: every press is lost).
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         ds = h5feed.dataset({[str(p) for p in small_dataset]!r}, clip_len=4, resize=(24, 32),
                             epochs=None)
         for i, batch in enumerate(ds):

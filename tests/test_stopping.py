@@ -214,3 +214,39 @@ def test_the_stop_wait_is_an_option_of_the_service_and_its_workers(
     assert WorkerSettings.from_argv(argv).process.stop_wait_s == 7.5
     default = worker_settings("ipc:///x", "w", None).command()
     assert "--stop-wait-s" not in default and DEFAULT_STOP_WAIT_S == 20.0
+
+
+def test_a_refused_producer_service_exits_with_status_2_at_once(port: int) -> None:
+    """What a rolling update's rollback needs (deploy/swarm.yml ``failure_action: rollback``):
+    a producer the trainer refuses (BYE ``refused: ...``, as for another protocol version)
+    ends with a non-zero status within seconds — a failed task inside the update's
+    ``monitor`` — instead of restarting its workers (which would look healthy)."""
+    import zmq
+
+    from h5feed.common import messages
+
+    context = zmq.Context()
+    trainer = context.socket(zmq.ROUTER)  # a trainer that refuses whoever says hello
+    trainer.setsockopt(zmq.LINGER, 0)
+    trainer.bind(f"tcp://127.0.0.1:{port}")
+    producer = subprocess.Popen(
+        [sys.executable, "-m", "h5feed", "produce", "--connect", f"tcp://127.0.0.1:{port}",
+         "--workers", "2", "--name", "old"],
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert trainer.poll(_WAIT_S * 1000), "no hello from the producer"
+        identity, *frames = trainer.recv_multipart()
+        assert isinstance(messages.decode(frames), messages.Hello)
+        refusal = messages.Bye.refusing("the trainer speaks another protocol version")
+        trainer.send_multipart([identity, *messages.encode(refusal)])
+        assert producer.wait(_WAIT_S) == 2
+        _out, errors = producer.communicate(timeout=10)
+    finally:
+        if producer.poll() is None:
+            producer.kill()
+            producer.communicate(timeout=10)
+        trainer.close()
+        context.term()
+    assert f"worker {identity.decode()} was refused; stopping" in errors, errors
+    assert "restarting" not in errors, errors

@@ -41,6 +41,8 @@ _SEND_RETRY_MS = 500
 # restarts) after it finds it within a second.
 _HELLO_EVERY_S = 1.0
 _CLOSE_LINGER_MS = 2000
+#: How long a stopping worker retries its BYE while the consumer takes nothing.
+_BYE_RETRY_S = 1.0
 _log = logging.getLogger("h5feed.worker")
 #: ERROR types that are refusals of the worker's policies (code by name, data root): counted
 #: in ``refused`` and logged, besides ``errors``.
@@ -57,8 +59,10 @@ class Worker:
     Guarantees:
 
     1. It never blocks longer than ``_SEND_RETRY_MS`` or ``_POLL_MS`` without checking whether
-       it must leave, so it exits within about a second of its parent dying, even when the
-       consumer's socket is gone and a send could wait forever.
+       it must leave, so it exits within about a second of its parent dying or a SIGTERM,
+       even when the consumer's socket is gone and a send could wait forever — except that,
+       asked to stop, it tries to deliver a unit it made for up to ``stop_wait_s``
+       (guarantee 5).
     2. Every unit of the job in hand is answered, with DATA or ERROR, in the order received;
        a unit of another job (one that is over) is dropped: nobody waits for it.
     3. A malformed message is logged and dropped; a peer of another protocol version ends
@@ -67,9 +71,11 @@ class Worker:
     5. Asked to stop (:meth:`request_stop`, SIGTERM), it takes no new message: the unit in
        hand is finished and its answer sent, then BYE, which hands every unit it was sent
        and has not started back to the consumer (the consumer sends them again to others;
-       they were never made here). A send the consumer cannot take yet is retried until
-       ``stop_wait_s`` after the request; past it the worker leaves without a BYE, so the
-       consumer counts what it held as lost (made again), never as handed back. Exit code 0.
+       they were never made here). A unit's DATA the consumer cannot take yet is retried
+       until ``stop_wait_s`` after the request (any other message is not waited for: so a
+       worker that never reached a consumer leaves at once); past it the worker leaves
+       without a BYE, so the consumer counts what it held as lost (made again), never as
+       handed back. Exit code 0.
     6. User code is imported by name only if ``settings.code`` allows it (default: nothing);
        files are confined to ``data_root`` when it is set. A refusal is sent as ERROR,
        logged (WARNING) and counted in ``refused``.
@@ -155,7 +161,7 @@ class Worker:
                 self.socket.send_multipart(frames, copy=False)
                 return
             except zmq.Again:
-                self.check_send()
+                self.check_send(isinstance(message, messages.Data))
 
     def send_error(self, job_id: str, unit: int | None, exc: BaseException) -> None:
         self.send(messages.Error.of(job_id, unit, exc))
@@ -166,12 +172,14 @@ class Worker:
 
     def say_bye(self) -> None:
         """Tell the consumer this worker leaves: the units it was sent and did not start are
-        handed back (guarantee 5). Asked to stop, it retries while the stop wait lasts; else
+        handed back (guarantee 5). Asked to stop, it retries for up to ``_BYE_RETRY_S`` within
+        the stop wait (a consumer gone meanwhile sees the connection close instead); else
         (its parent is gone) it tries once."""
         if self.job is None or self.exit_code != 0 or self._undelivered:
             return
         frames = messages.encode(messages.Bye("stopping (SIGTERM)"))
-        deadline = self._stop_deadline if self._stop_deadline is not None else 0.0
+        stop = self._stop_deadline
+        deadline = 0.0 if stop is None else min(stop, time.monotonic() + _BYE_RETRY_S)
         while True:
             try:
                 self.socket.send_multipart(frames, zmq.NOBLOCK if not deadline else 0)
@@ -213,13 +221,16 @@ class Worker:
         if self.stopping or self.parent_gone():
             raise _Leave
 
-    def check_send(self) -> None:
+    def check_send(self, made: bool) -> None:
         """While a send waits for the consumer: raise _Leave when the parent is gone, or when
-        asked to stop and the stop wait is over (the message is not delivered: no BYE
-        follows); asked to stop within the wait, keep trying (the unit is made: deliver it)."""
+        asked to stop, unless the message is a unit ``made`` (DATA) and the stop wait is not
+        over: that one is worth the wait. Past the wait it is not delivered (no BYE follows).
+        Anything else (a HELLO to a consumer never reached, an INDEX) is not waited for."""
         if self.parent_gone():
             raise _Leave
         deadline = self._stop_deadline
+        if self.stopping and not made:
+            raise _Leave
         if deadline is not None and time.monotonic() >= deadline:
             _log.warning(
                 "worker %s: the consumer took no message for %g s after the stop request "
@@ -228,7 +239,7 @@ class Worker:
             )  # fmt: skip
             self._undelivered = True
             raise _Leave
-        if self.stopping and deadline is None:  # `stopping` set without request_stop()
+        if self.stopping and deadline is None:  # `stopping` set by a BYE, not request_stop()
             raise _Leave
 
     def should_say_hello(self, now: float) -> bool:

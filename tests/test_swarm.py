@@ -185,6 +185,27 @@ def swarm(docker_env: dict[str, str]) -> Iterator[dict[str, str]]:
                     docker(docker_env, "swarm", "leave", "--force", check=False)
 
 
+#: How a service update ends (``docker service inspect``'s ``UpdateStatus.State``):
+#: ``rollback_completed`` when a new task failed within ``update_config``'s ``monitor``.
+UPDATE_ENDED = frozenset({"completed", "rollback_completed", "paused", "rollback_paused"})
+
+
+def start_update(env: dict[str, str], image: str) -> None:
+    """``docker service update --image IMAGE --no-resolve-image`` of the stack's producers,
+    detached: the test reads its epoch meanwhile (``Epoch.slowly_until``) and watches
+    :func:`update_state` reach one of :data:`UPDATE_ENDED`."""
+    docker(env, "service", "update", "--detach", "--image", image, "--no-resolve-image", SERVICE)
+
+
+def update_state(env: dict[str, str]) -> str:
+    """The producers' update state now (``updating``, ``completed``, ``rollback_started``,
+    ``rollback_completed``, ...; empty before any update)."""
+    return docker(
+        env, "service", "inspect", "--format",
+        "{{if .UpdateStatus}}{{.UpdateStatus.State}}{{end}}", SERVICE, check=False,
+    ).strip()  # fmt: skip
+
+
 def containers(env: dict[str, str]) -> dict[str, str]:
     """The service's running containers: hostname (what h5feed reports as host) -> task name."""
     lines = docker(

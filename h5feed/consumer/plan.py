@@ -16,6 +16,10 @@ a file. Guarantees (all independent of the number of workers, which never see th
    is *drop*, as PyTorch's ``DistributedSampler(drop_last=True)``; with ``n = 1`` nothing is.
 4. A sample's clip start, crop offsets, flip and transform seed are drawn from
    ``(seed, epoch)`` and indexed by the sample id: they depend only on (seed, epoch, sample).
+5. An epoch resumed on another number of shards (:mod:`h5feed.consumer.rest`) deals the
+   samples the old shards did not take to the new ones by the rule of guarantee 3; its
+   batches are the last ones of the epoch's positions, so a cursor inside it means what it
+   means in any epoch (each sample keeps its clip start, crop, flip and seed: 4.).
 """
 
 from __future__ import annotations
@@ -23,10 +27,14 @@ from __future__ import annotations
 import dataclasses
 import itertools
 from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from h5feed.common.config import ClipSpec, clip_start
+
+if TYPE_CHECKING:
+    from h5feed.consumer.rest import Rest
 
 _PERMUTATION_STREAM = 0
 _AUGMENTATION_STREAM = 1
@@ -155,17 +163,27 @@ class PlannedBatch:
 
 
 def epoch_order(total: int, options: PlanOptions, epoch: int) -> np.ndarray:
-    """This shard's samples of one epoch, in order: a permutation of ``range(total)`` drawn
-    from ``(seed, epoch)`` (``shuffle``) or ``range(total)``, then every n-th from i of its
-    first ``n * (total // n)`` (``shard=(i, n)``: equal shards). Also plans the items of
-    user sources (``source=``)."""
+    """This shard's samples of one epoch, in order: :func:`full_order` dealt to the shards
+    (:func:`deal`). Also plans the items of user sources (``source=``)."""
+    return deal(full_order(total, options, epoch), options.shard)
+
+
+def full_order(total: int, options: PlanOptions, epoch: int) -> np.ndarray:
+    """All samples of one epoch, every shard's, in order: a permutation of ``range(total)``
+    drawn from ``(seed, epoch)`` (``shuffle``) or ``range(total)``."""
     if options.shuffle:
         rng = np.random.default_rng([options.seed, epoch, _PERMUTATION_STREAM])
-        order = rng.permutation(total)
-    else:
-        order = np.arange(total, dtype=np.int64)
-    shard_index, shard_count = options.shard
-    even = shard_size(total, options.shard) * shard_count  # guarantee 3 (the drop rule)
+        return rng.permutation(total)
+    return np.arange(total, dtype=np.int64)
+
+
+def deal(order: np.ndarray, shard: tuple[int, int]) -> np.ndarray:
+    """Shard ``(i, n)``'s part of ``order``: every n-th from i of its first
+    ``n * (len(order) // n)`` (guarantee 3, the drop rule: equal shards). An epoch's order
+    is dealt so; so is the rest of an epoch after a change of topology
+    (:mod:`h5feed.consumer.rest`)."""
+    shard_index, shard_count = shard
+    even = shard_size(len(order), shard) * shard_count
     return order[shard_index:even:shard_count]
 
 
@@ -198,7 +216,11 @@ def epoch_length_of(index: Index, options: PlanOptions, clips_per_video: int) ->
 
 
 class EpochPlan:
-    """The batches of one epoch of one shard (see the module docstring for the guarantees)."""
+    """The batches of one epoch of one shard (see the module docstring for the guarantees).
+
+    ``rest``: this epoch is the rest of an epoch begun on another number of shards
+    (guarantee 5): its batches are positions :attr:`first` to ``len(self) - 1``; the
+    positions before hold nothing (the old shards took their samples)."""
 
     def __init__(
         self,
@@ -208,6 +230,7 @@ class EpochPlan:
         epoch: int,
         clips_per_video: int,
         clip_start: str,
+        rest: Rest | None = None,
     ) -> None:
         self.index = index
         self.spec = spec
@@ -216,7 +239,10 @@ class EpochPlan:
         self.clips_per_video, self.clip_start = clips_per_video, clip_start
         k = clips_per_video
         total = index.num_videos * k
-        self.order = epoch_order(total, options, epoch)
+        if rest is None:
+            self.order, self.first = epoch_order(total, options, epoch), 0
+        else:
+            self.order, self.first = rest.deal(full_order(total, options, epoch), options)
         rng = np.random.default_rng([options.seed, epoch, _AUGMENTATION_STREAM])
         self._start_uniform = rng.random(total)
         self._crop_uniform = rng.random((total, 2))
@@ -228,7 +254,10 @@ class EpochPlan:
 
     def batch(self, position: int) -> PlannedBatch:
         batch = self.options.batch_size
-        samples = self.order[position * batch : (position + 1) * batch]
+        at = position - self.first  # this shard's batch ``at`` of its order
+        if at < 0:
+            raise ValueError(f"batch {position} of epoch {self.epoch} is before the rest")
+        samples = self.order[at * batch : (at + 1) * batch]
         k = self.clips_per_video
         videos = samples // k
         starts = np.fromiter(
@@ -261,5 +290,7 @@ class EpochPlan:
         return self.batches_from(0)
 
     def batches_from(self, first: int) -> Iterator[PlannedBatch]:
-        """Batches ``first``, ``first + 1``, ... to the end of the epoch."""
-        return (self.batch(position) for position in range(first, len(self)))
+        """Batches ``first``, ``first + 1``, ... to the end of the epoch (from :attr:`first`
+        on: the positions before it are empty)."""
+        start = max(first, self.first)
+        return (self.batch(position) for position in range(start, len(self)))

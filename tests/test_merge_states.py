@@ -132,6 +132,22 @@ def test_two_shards_resume_on_three(files: list[str], reference: dict[int, Rows]
     assert [sorted({b for e, b, _, _ in rows if e == 0}) for rows in new] == [[1]] * 3
 
 
+def test_batches_taken_above_the_cursor_are_not_dealt_again(
+    files: list[str], reference: dict[int, Rows]
+) -> None:
+    """deterministic=False: a rank that took batches 0 and 2 of its 3 saves cursor 1 and
+    ``taken`` [[0, 2]]; both are left out of the rest."""
+    old, states = [], []
+    for i in range(2):
+        rows = _all(files, shard=(i, 2))
+        old += [row for row in rows if row[1] in (0, 2)]
+        state = _take(files, 1, shard=(i, 2))[1]
+        states.append({**state, "taken": [[0, 2]]})
+    merged = h5feed.merge_states(states)
+    assert merged["rest"] == [[[1, [2]], [1, [2]]]]
+    _resume(files, reference, old, merged, 3)
+
+
 def test_a_second_kill_inside_the_resumed_epoch(
     files: list[str], reference: dict[int, Rows]
 ) -> None:

@@ -132,6 +132,30 @@ def test_two_shards_resume_on_three(files: list[str], reference: dict[int, Rows]
     assert [sorted({b for e, b, _, _ in rows if e == 0}) for rows in new] == [[1]] * 3
 
 
+def test_the_pad_rule_deals_every_sample_of_the_rest(
+    files: list[str], reference: dict[int, Rows]
+) -> None:
+    """shard_remainder="pad" on both sides: the rest is dealt every m-th, padded to equal
+    shares; no sample of the epoch is left out, padded rows (sample -1) take none."""
+    pad = {"shard_remainder": "pad"}
+    old, states = [], []
+    for i in range(4):  # 13 over 4: 4 rows each (shards 1-3 end with a padded row)
+        rows, state = _take(files, 1, shard=(i, 4), **pad)
+        old += rows
+        states.append(state)
+    merged = h5feed.merge_states(states)
+    assert merged["fingerprint"]["shard_remainder"] == "pad"
+    new = [_all(files, shard=(j, 2), epochs=2, resume=merged, **pad) for j in range(2)]
+    resumed = [row for rows in new for row in rows if row[0] == 0]
+    # 5 left: 3 rows per new shard (the last of shard 1 padded), batches 2 and 3 of 4.
+    assert [sorted({b for e, b, _, _ in rows if e == 0}) for rows in new] == [[2, 3]] * 2
+    assert [row[2] for row in resumed].count(-1) == 1
+    _check_epoch([r for r in old + resumed if r[2] >= 0], reference[0], 0)
+    _check_epoch([r for rows in new for r in rows if r[0] == 1 and r[2] >= 0], reference[1], 0)
+    with pytest.raises(h5feed.ResumeError, match="shard_remainder"):
+        h5feed.batches(files, resume=merged, **ARGS)  # the rule is in the fingerprint
+
+
 def test_batches_taken_above_the_cursor_are_not_dealt_again(
     files: list[str], reference: dict[int, Rows]
 ) -> None:

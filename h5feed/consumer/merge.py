@@ -172,6 +172,7 @@ def _options(fingerprint: Mapping[str, Any], shards: int) -> PlanOptions:
             batch_size=int(fingerprint["batch_size"]),
             drop_remainder=bool(fingerprint["drop_remainder"]),
             shard=(0, shards),
+            shard_remainder=str(fingerprint.get("shard_remainder", "drop")),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise ResumeError(f"merge_states: the fingerprint's plan options are bad: {exc}") from None

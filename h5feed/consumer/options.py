@@ -367,6 +367,7 @@ class FeedKwargs(TypedDict, total=False):
     drop_remainder: bool
     deterministic: bool
     shard: tuple[int, int]
+    shard_remainder: str
     workers: int
     max_inflight_batches: int | None
     start_timeout_s: float

@@ -6,17 +6,19 @@ n trainers each saved a position inside epoch ``e`` (``stream.state()`` or an
 cursor (a :class:`Layer`: its next batch and the batches it took above it), never a list of
 samples. Resumed on m shards, the samples of epoch ``e`` that no old shard took, in the
 epoch's order, are the *rest*; shard ``(j, m)`` takes its part of the rest by the plan's
-rule (:func:`~h5feed.consumer.plan.deal`: every m-th from j of the first
-``m * (len(rest) // m)``), as batches of ``batch_size`` (the last one partial unless
+rule (:func:`~h5feed.consumer.plan.deal`, ``shard_remainder``: *drop*, every m-th from j
+of the first ``m * (len(rest) // m)``; *pad*, every m-th from j of all of it, padded to
+``ceil(len(rest) / m)`` rows), as batches of ``batch_size`` (the last one partial unless
 ``drop_remainder``). Then epochs go on as usual, on m shards.
 
 Guarantees:
 
 1. Exactly once: over the old shards' batches taken in epoch ``e`` and the new shards'
    batches of the rest, each sample of the epoch is trained once, except the remainder:
-   the last ``len(rest) % m`` samples of the rest (the drop rule: never more than m - 1),
-   and with ``drop_remainder`` the samples of each new shard's short last batch. Samples
-   the old shards left out (their own remainder) are part of the rest.
+   under *drop*, the last ``len(rest) % m`` samples of the rest (never more than m - 1),
+   and with ``drop_remainder`` the samples of each new shard's short last batch; under
+   *pad*, none. Samples the old shards left out (their own remainder) are part of the
+   rest; padded rows take no sample.
 2. Positions: shard j's batches of the rest are the *last* ``P`` positions of an epoch of
    m shards (``L - P`` to ``L - 1``, ``L`` its usual batch count), so a cursor inside the
    rest, the stream's roll-over to the next epoch at ``L``, Keras's steps per epoch and
@@ -42,7 +44,7 @@ from typing import Any
 import numpy as np
 
 from h5feed.common.errors import ResumeError
-from h5feed.consumer.plan import PlanOptions, batch_count, deal, shard_size
+from h5feed.consumer.plan import PlanOptions, batch_count, deal, epoch_length, shard_size
 
 #: Layers a rest may have (a topology change each), shards a layer may have, and batches
 #: taken above the cursors of a layer (deterministic=False; bounded by the credit budget).
@@ -66,25 +68,37 @@ class Layer:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class _Dealt:
-    """``size`` samples dealt to ``shards`` shards of an epoch of ``samples``: each one's
-    share, its batches (``P``) and the position of the first (``L - P``)."""
+    """``size`` samples dealt to ``shards`` shards of an epoch of ``samples`` by the
+    remainder rule: each one's rows (``share``, padded rows included), its batches (``P``)
+    and the position of the first (``L - P``)."""
 
+    size: int
+    shards: int
     share: int
     batches: int
     first: int
+    pads: bool
 
     @classmethod
     def of(cls, size: int, shards: int, samples: int, options: PlanOptions) -> _Dealt:
-        size_, drop = options.batch_size, options.drop_remainder
-        share = shard_size(size, (0, shards))
-        batches = batch_count(share, size_, drop)
-        length = batch_count(shard_size(samples, (0, shards)), size_, drop)
-        return cls(share, batches, length - batches)
+        dealt = dataclasses.replace(options, shard=(0, shards))
+        share = shard_size(size, dealt)
+        batches = batch_count(share, options.batch_size, options.drop_remainder)
+        first = epoch_length(samples, dealt) - batches
+        return cls(size, shards, share, batches, first, options.pads)
 
-    def span(self, position: int, batch_size: int) -> tuple[int, int]:
-        """The share's samples ``[a, b)`` of batch ``position``."""
-        at = position - self.first
-        return min(at * batch_size, self.share), min((at + 1) * batch_size, self.share)
+    def real(self, shard: int) -> int:
+        """Shard ``shard``'s samples (its first rows; padded rows follow: plan.deal)."""
+        return len(range(shard, self.size, self.shards)) if self.pads else self.share
+
+    def done(self, shard: int, cursor: int, batch_size: int) -> int:
+        """The samples of shard ``shard``'s batches before position ``cursor``."""
+        return min(max(cursor - self.first, 0) * batch_size, self.real(shard))
+
+    def span(self, shard: int, position: int, batch_size: int) -> tuple[int, int]:
+        """Shard ``shard``'s samples ``[a, b)`` in batch ``position`` (no padded row)."""
+        at, real = position - self.first, self.real(shard)
+        return min(at * batch_size, real), min((at + 1) * batch_size, real)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -118,9 +132,9 @@ class Rest:
         """Samples each shard of ``layer`` took (its batches before its cursor and above)."""
         batch = options.batch_size
         counts = []
-        for cursor, above in layer.cursors:
-            done = min(max(cursor - dealt.first, 0) * batch, dealt.share)
-            counts.append(done + sum(b - a for a, b in (dealt.span(t, batch) for t in above)))
+        for shard, (cursor, above) in enumerate(layer.cursors):
+            spans = (dealt.span(shard, t, batch) for t in above)
+            counts.append(dealt.done(shard, cursor, batch) + sum(b - a for a, b in spans))
         return counts
 
     def first_batch(self, options: PlanOptions) -> int:
@@ -145,10 +159,10 @@ class Rest:
             taken = np.zeros(len(rest), dtype=bool)
             for shard, (cursor, above) in enumerate(layer.cursors):
                 # Sample k of shard i's part is sample i + k * n of the rest (plan.deal).
-                done = min(max(cursor - dealt.first, 0) * batch, dealt.share)
+                done = dealt.done(shard, cursor, batch)
                 taken[shard : shard + done * n : n] = True
                 for position in above:
-                    a, b = dealt.span(position, batch)
+                    a, b = dealt.span(shard, position, batch)
                     taken[shard + a * n : shard + b * n : n] = True
             rest = rest[~taken]
         return rest
@@ -158,7 +172,7 @@ class Rest:
         the position of its first batch (guarantee 2)."""
         rest = self.remaining(full, options)
         first = _Dealt.of(len(rest), options.shard[1], self.samples, options).first
-        return deal(rest, options.shard), first
+        return deal(rest, options), first
 
     def to_json(self) -> list[list[list[Any]]]:
         """Per layer, per shard: ``[next batch, [batches taken above it]]``."""

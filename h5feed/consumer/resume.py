@@ -17,8 +17,10 @@ Guarantees:
    ``files``, known up front; the index — every video's name, frame count and label —
    ``index``, known once the workers indexed the files), seed, shuffle, batch size,
    ``drop_remainder``, clips per video and their placement, the clip and layout options,
-   ``shard``, a source and its arguments, and the labels the trainer gives one-video files
-   (``labels``: from their directories or the user's mapping). Not the number of workers,
+   ``shard`` and its remainder rule (``shard_remainder``, stored when it is not the default
+   "drop", so states saved before the rule existed still resume), a source and its
+   arguments, and the labels the trainer gives one-video files (``labels``: from their
+   directories or the user's mapping). Not the number of workers,
    prefetch, timeouts, ``listen``, metrics or memory options: resuming with another worker
    count gives the same batches. The files' directory is not part of it (only their names),
    so a dataset moved elsewhere still resumes.
@@ -89,6 +91,8 @@ def fingerprint(config: FeedConfig) -> dict[str, Any]:
         "drop_remainder": options.plan.drop_remainder,
         "shard": list(options.plan.shard),
     }
+    if options.plan.pads:  # absent under the default rule: states saved before it resume
+        parts["shard_remainder"] = options.plan.shard_remainder
     if isinstance(config, HdfConfig):
         parts.update(
             files=_digest([os.path.basename(f) for f in config.files]),

@@ -257,6 +257,9 @@ class HdfScheduler:
     def next_units(self, gate: CreditGate, peers: Sequence[Peer]) -> list[Send]:
         return self._require_dispatch().next_units(gate)
 
+    def take_released(self) -> list[Batch]:
+        return [] if self._dispatch is None else self._dispatch.take_released()
+
     def on_data(self, peer: Peer, data: messages.Data) -> list[Batch]:
         if self._dispatch is None:  # no unit is in flight before the plan
             self._counters.dropped_parts += 1

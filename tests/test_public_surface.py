@@ -72,7 +72,7 @@ FACE = frozenset(
         "NondeterministicItemWarning", "PoisonUnitError", "ProtocolError", "ResumeError",
         "SourceError", "TooManySkippedError", "VersionMismatchError", "WorkerDiedError",
         "WorkerError", "WorkerTimeoutError", "__version__", "batches", "dataset", "distribute",
-        "input_wait_callback", "keras_batches", "layouts", "torch_batches",
+        "input_wait_callback", "keras_batches", "layouts", "merge_states", "torch_batches",
     }
 )  # fmt: skip
 #: Import paths the README names: (module, attribute).

@@ -183,11 +183,12 @@ class Worker:
         while True:
             try:
                 self.socket.send_multipart(frames, zmq.NOBLOCK if not deadline else 0)
-                _log.info(
-                    "worker %s: asked to stop: sent the %d unit(s) it had started, then BYE "
-                    "(the units it did not start go back to the consumer)",
-                    self.worker_id, self._sent_after_stop,
-                )  # fmt: skip
+                if stop is not None:
+                    _log.info(
+                        "worker %s: asked to stop: sent the %d unit(s) it had started, then "
+                        "BYE (the units it did not start go back to the consumer)",
+                        self.worker_id, self._sent_after_stop,
+                    )  # fmt: skip
                 return
             except zmq.Again:
                 if not deadline or self.parent_gone():

@@ -249,7 +249,13 @@ def test_the_backups_of_two_shards_resume_on_one(tmp_path: pathlib.Path) -> None
     merged = h5feed.merge_states(backups, into=into)
     assert read_position(into) == merged and merged["rest"] == [[[3, []], [3, []]]]
     assert os.path.exists(os.path.join(into, merged["weights"]))
-    _until_done(one, 1, {})
+    inside = tmp_path / "one-backup-after-kill-0"
+    _until_done(one, 1, {0: inside})
+    # Saved inside the rest: format 2, the rest kept (with one shard the rest is the tail of
+    # the epoch's order, so only this tells it from a plain position at batch 7).
+    saved = read_position(str(inside))
+    assert saved is not None and (saved["format"], saved["epoch"], saved["batch"]) == (2, 0, 7)
+    assert saved["rest"] == merged["rest"] and saved["fingerprint"]["shard"] == [0, 1]
 
     old = [
         sample

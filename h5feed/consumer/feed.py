@@ -13,9 +13,10 @@ import numpy as np
 from h5feed.common import trainer_main
 from h5feed.common.errors import H5FeedError
 from h5feed.common.exposure import warn_insecure_listen
-from h5feed.consumer import resume
+from h5feed.consumer import lineage, resume
 from h5feed.consumer.hdf5 import known_index
 from h5feed.consumer.iteration import IterationStart, Outcome
+from h5feed.consumer.lineage import LineageLog
 from h5feed.consumer.metrics import start_feed_metrics
 from h5feed.consumer.options import FeedConfig, HdfConfig, data_root
 from h5feed.consumer.plan import Cursor, Index
@@ -79,6 +80,14 @@ class Feed:
                 # batch, as the fingerprint's "index"): Keras needs it up front, see
                 # resume.ResumePoint.length.
                 self._length = point.length
+        #: The lineage record (``lineage=``), cut to what the resumed state took (see
+        #: :mod:`h5feed.consumer.lineage`); made here, so a bad path fails before any worker.
+        self.lineage: LineageLog | None = None
+        if config.options.record.lineage is not None:
+            taken = lineage.taken_by(point.cursor, point.taken) if point is not None else None
+            self.lineage = LineageLog(
+                config.options.record.lineage, config, self._fingerprint, taken
+            )
         start = point.cursor if point is not None else Cursor()
         if self._length is not None and start.batch >= self._length:  # (e, len) is (e + 1, 0)
             start = Cursor(start.epoch + start.batch // self._length, start.batch % self._length)
@@ -174,7 +183,7 @@ class Feed:
             saved_index = (point.fingerprint or {}).get("index")  # checked once it is built
         start = IterationStart(
             cursor, skip, dict(self._fingerprint), saved_index, known, sizes, self._learnt,
-            self._index_digests,
+            self._index_digests, self.lineage,
         )  # fmt: skip
         return start, files_key
 

@@ -33,6 +33,7 @@ from h5feed.consumer.core.credits import CreditGate
 from h5feed.consumer.core.scheduler import Scheduler
 from h5feed.consumer.hdf5 import known_index
 from h5feed.consumer.hdf5.scheduler import HdfScheduler
+from h5feed.consumer.lineage import LineageLog
 from h5feed.consumer.options import FeedConfig, HdfConfig
 from h5feed.consumer.plan import Cursor, Index
 from h5feed.consumer.resume import IndexDigests
@@ -53,7 +54,8 @@ class IterationStart:
     index as an earlier iteration learnt it, when the files are unchanged since, and their
     sizes as just stat'ed (see ``HdfScheduler.start``); ``learnt``: a source's kind and spec
     as an earlier iteration learnt them (its workers are not asked to probe again);
-    ``digests``: the feed's index hashes (one hash per index, reused across iterations)."""
+    ``digests``: the feed's index hashes (one hash per index, reused across iterations);
+    ``lineage``: the feed's record, which the stream appends each batch it takes to."""
 
     cursor: Cursor
     skip: frozenset[tuple[int, int]] = frozenset()
@@ -63,6 +65,7 @@ class IterationStart:
     file_sizes: tuple[int, ...] | None = None
     learnt: Learnt | None = None
     digests: IndexDigests = dataclasses.field(default_factory=IndexDigests, compare=False)
+    lineage: LineageLog | None = dataclasses.field(default=None, compare=False)
 
     def check_index(self, index: Index) -> str:
         """The digest of ``index`` (the fingerprint's ``index`` part); ResumeError when the
@@ -122,6 +125,10 @@ class Position:
         self.cursor = start.cursor  # the next batch the trainer takes (deterministic order)
         self.outcome = Outcome()
         self._skip = set(start.skip)
+        #: The step (see :mod:`h5feed.consumer.lineage`) of the batch taken last, and of the
+        #: next one: known once the epoch's length is (None: a generator source's).
+        self.last_step: int | None = None
+        self._next_step: int | None = None
         self._fingerprint = dict(start.fingerprint)  # its index part: this iteration's
         point = resume.ResumePoint(start.cursor, start.skip)
         self._progress = resume.Progress(point, config.options.plan.deterministic)
@@ -130,7 +137,9 @@ class Position:
         """The handshake is over (the first batch is here): an HDF5 index is checked against
         the resumed state's (ResumeError), joins the fingerprint, tells the epoch's length,
         and is remembered for the next dataset over these files; the outcome says it all."""
-        config = self.config
+        config, cursor = self.config, self.start.cursor
+        if length is not None and self._next_step is None:  # the batches taken before it
+            self._next_step = cursor.epoch * length + cursor.batch + len(self.start.skip)
         if isinstance(learnt, Index) and isinstance(config, HdfConfig):
             digest = self.start.check_index(learnt)
             if digest != self._fingerprint.get("index"):  # new to this feed: remembered
@@ -156,6 +165,9 @@ class Position:
             return False
         self.cursor = Cursor(epoch, batch + 1)
         self._progress.take(epoch, batch)
+        self.last_step = self._next_step
+        if self._next_step is not None:
+            self._next_step += 1
         return True
 
     def state(self) -> dict[str, Any]:

@@ -1,0 +1,219 @@
+"""The lineage record (``lineage=PATH``, h5feed/consumer/lineage.py): each row says which step
+trained it and what the plan made it from; steps once each across resumes; only complete
+lines after a kill. Real workers, files and processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import textwrap
+from typing import Any
+
+import numpy as np
+import pytest
+
+import h5feed
+from h5feed.consumer import lineage
+from h5feed.consumer.options import hdf_config
+from h5feed.consumer.plan import Index
+from h5feed.producer.sample_data import SampleSpec, make_sample_dataset
+
+TINY = SampleSpec(
+    files=2, videos_per_file=5, min_frames=6, max_frames=11, height=20, width=24, seed=7
+)
+# 10 videos x 2 clips = 20 samples: 7 batches of 3 per epoch (the last one of 2 rows).
+ARGS: dict[str, Any] = dict(
+    clip_len=3, batch_size=3, workers=2, seed=11, flip=True, clips_per_video=2,
+    resize=(16, 20), crop=(12, 14),
+)  # fmt: skip
+PER_EPOCH = 7
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    return [str(p) for p in make_sample_dataset(tmp_path_factory.mktemp("tiny"), TINY)]
+
+
+def _steps(rows: list[dict[str, Any]]) -> dict[int, list[dict[str, Any]]]:
+    out: dict[int, list[dict[str, Any]]] = {}
+    for row in rows:
+        out.setdefault(row["step"], []).append(row)
+    return out
+
+
+def _plan_rows(files: list[str], index: Index, epoch: int, batch: int, **args: Any) -> Any:
+    config = hdf_config(files, args)
+    return config.epoch_plan(index, epoch).batch(batch)
+
+
+def test_rows_are_the_batches_sample_ids_and_the_plan(tiny: list[str], tmp_path: Any) -> None:
+    path = str(tmp_path / "lineage.ndjson")
+    feed = h5feed.batches(tiny, epochs=2, lineage=path, **ARGS)
+    with feed.stream() as stream:
+        batches = list(stream)
+        index = stream.scheduler.index
+    assert index is not None and len(batches) == 2 * PER_EPOCH
+    rows = lineage.read_rows(path)
+    by_step = _steps(rows)
+    assert sorted(by_step) == list(range(2 * PER_EPOCH))  # step = e * L + b, once each
+    for step, batch in enumerate(batches):
+        got = by_step[step]
+        epoch, position = int(batch["epoch"][0]), int(batch["batch"][0])
+        assert step == epoch * PER_EPOCH + position
+        assert [r["sample"] for r in got] == batch["sample"].tolist()
+        assert [r["row"] for r in got] == list(range(len(got)))
+        assert [r["file"].encode() for r in got] == batch["file"].tolist()
+        assert [r["video"].encode() for r in got] == batch["video"].tolist()
+        assert [r["start"] for r in got] == batch["start"].tolist()
+        assert [r["label"] for r in got] == batch["label"].tolist()
+        planned = _plan_rows(tiny, index, epoch, position, **ARGS)
+        assert [r["flip"] for r in got] == planned.flips.tolist()
+        assert [r["crop_u"] for r in got] == planned.crop_uniforms.tolist()
+        for r in got:  # the workers' own offset function, on the resized frame
+            assert r["crop_top"] == min(int(r["crop_u"][0] * (16 - 12 + 1)), 16 - 12)
+            assert r["crop_left"] == min(int(r["crop_u"][1] * (20 - 14 + 1)), 20 - 14)
+        assert {"seed", "valid"}.isdisjoint(got[0])  # no transform, no on_error="skip"
+    head = lineage.read_header(path)
+    assert head["files"] == tiny and head["clip"]["crop"] == [12, 14]
+    assert head["fingerprint"]["seed"] == 11
+
+
+def test_pandas_reads_the_record(tiny: list[str], tmp_path: Any) -> None:
+    import pandas  # the test extra's: a reader of NDJSON, as DuckDB's read_json_auto is
+
+    path = str(tmp_path / "lineage.ndjson")
+    with h5feed.batches(tiny, lineage=path, **ARGS).stream() as stream:
+        samples = [s for b in stream for s in b["sample"].tolist()]
+    frame = pandas.read_json(path, lines=True)
+    assert frame["sample"].tolist() == samples
+    assert frame.groupby("step").size().tolist() == [3] * 6 + [2]
+
+
+def test_later_iterations_continue_the_steps_and_a_new_feed_starts_afresh(
+    tiny: list[str], tmp_path: Any
+) -> None:
+    path = str(tmp_path / "lineage.ndjson")
+    feed = h5feed.batches(tiny, lineage=path, **ARGS)
+    for _ in range(2):  # epochs 0 and 1: one iteration each
+        with feed.stream() as stream:
+            for _batch in stream:
+                pass
+    steps = [r["step"] for r in lineage.read_rows(path)]
+    assert sorted(set(steps)) == list(range(2 * PER_EPOCH)) and steps == sorted(steps)
+    h5feed.batches(tiny, lineage=path, **ARGS)  # a fresh run: the record starts empty
+    assert lineage.read_rows(path) == []
+
+
+def test_resume_cuts_the_record_to_the_state_no_step_twice(tiny: list[str], tmp_path: Any) -> None:
+    path = str(tmp_path / "lineage.ndjson")
+    reference = str(tmp_path / "reference.ndjson")
+    with h5feed.batches(tiny, epochs=2, lineage=reference, **ARGS).stream() as stream:
+        for _batch in stream:
+            pass
+    stream = h5feed.batches(tiny, epochs=2, lineage=path, **ARGS).stream()
+    for _ in range(9):  # steps 0..8; the state is saved after step 5 (epoch 0 batch ... 5)
+        next(stream)
+        if _ == 5:
+            state = stream.state()
+    stream.close()  # steps 6..8 were taken after the state: trained again after the resume
+    assert max(r["step"] for r in lineage.read_rows(path)) == 8
+    resumed = h5feed.batches(tiny, epochs=2, lineage=path, resume=state, **ARGS)
+    assert max(r["step"] for r in lineage.read_rows(path)) == 5  # cut at once
+    with resumed.stream() as again:
+        for _batch in again:
+            pass
+    rows = lineage.read_rows(path)
+    assert [r["step"] for r in rows] == [r["step"] for r in lineage.read_rows(reference)]
+    assert rows == lineage.read_rows(reference)  # exactly the uninterrupted run's record
+
+
+def test_resume_of_an_unordered_run_keeps_the_batches_its_state_took(
+    tiny: list[str], tmp_path: Any
+) -> None:
+    path = str(tmp_path / "lineage.ndjson")
+    args = {**ARGS, "deterministic": False}
+    stream = h5feed.batches(tiny, lineage=path, **args).stream()
+    taken = [next(stream) for _ in range(4)]
+    state = stream.state()
+    next(stream)  # taken after the state
+    stream.close()
+    h5feed.batches(tiny, lineage=path, resume=state, **args)
+    rows = lineage.read_rows(path)
+    assert [r["step"] for r in rows] == [s for s in range(4) for _ in range(3)]
+    assert [r["sample"] for r in rows] == [s for b in taken for s in b["sample"].tolist()]
+
+
+def test_a_file_that_is_not_a_record_is_refused_not_truncated(
+    tiny: list[str], tmp_path: Any
+) -> None:
+    path = tmp_path / "train.py"
+    path.write_text("print('my training script')\n")
+    with pytest.raises(ValueError, match="not an h5feed lineage record"):
+        h5feed.batches(tiny, lineage=str(path), **ARGS)
+    assert path.read_text() == "print('my training script')\n"
+
+
+def test_a_cut_last_line_is_left_out_and_cut_on_resume(tiny: list[str], tmp_path: Any) -> None:
+    """A machine crash may leave the last line cut: readers and a resume drop it."""
+    path = str(tmp_path / "lineage.ndjson")
+    stream = h5feed.batches(tiny, lineage=path, **ARGS).stream()
+    next(stream)
+    next(stream)
+    state = stream.state()
+    stream.close()
+    with open(path, "ab") as out:
+        out.write(b'{"step":2,"epoch":0,"batch":2,"row":0,"sam')
+    assert [r["step"] for r in lineage.read_rows(path)] == [0] * 3 + [1] * 3
+    h5feed.batches(tiny, lineage=path, resume=state, **ARGS)
+    assert pathlib.Path(path).read_bytes().endswith(b"}\n")
+    assert len(lineage.read_rows(path)) == 6
+
+
+_KILLED_TRAINER = textwrap.dedent(
+    """
+    import sys
+    import h5feed
+
+    files, path = sys.argv[1].split(","), sys.argv[2]
+    feed = h5feed.batches(files, lineage=path, epochs=None, **{args!r})
+    for i, batch in enumerate(feed.stream()):
+        if i == 3:
+            print("running", flush=True)
+    """
+)
+
+
+def test_a_trainer_killed_while_writing_leaves_only_complete_lines(
+    tiny: list[str], tmp_path: Any
+) -> None:
+    """SIGKILL while batches are being taken and written (epochs=None: it never stops):
+    every line of the record parses, and its steps run 0, 1, 2, ... without a gap."""
+    path = str(tmp_path / "lineage.ndjson")
+    script = _KILLED_TRAINER.format(args={**ARGS, "workers": 1})
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    child = subprocess.Popen(
+        [sys.executable, "-c", script, ",".join(tiny), path],
+        stdout=subprocess.PIPE,
+        env=env,
+        start_new_session=True,  # its workers go with the group
+    )
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline() == b"running\n"  # blocks until 4 batches are taken
+    finally:
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait(timeout=30)
+    raw = pathlib.Path(path).read_bytes()
+    assert raw.endswith(b"\n")
+    rows = [json.loads(line) for line in raw.splitlines()]
+    steps = [r["step"] for r in rows]
+    assert len(steps) >= 12 and steps == sorted(steps)
+    assert sorted(set(steps)) == list(range(steps[-1] + 1))
+    counts = np.bincount(steps)  # whole batches: 3 rows, 2 for an epoch's last
+    assert counts.tolist() == [
+        2 if s % PER_EPOCH == PER_EPOCH - 1 else 3 for s in range(len(counts))
+    ]

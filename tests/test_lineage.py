@@ -217,3 +217,78 @@ def test_a_trainer_killed_while_writing_leaves_only_complete_lines(
     assert counts.tolist() == [
         2 if s % PER_EPOCH == PER_EPOCH - 1 else 3 for s in range(len(counts))
     ]
+
+
+# -- h5feed lineage FILE --step N [--show ROW] -------------------------------------------
+
+
+def _run_cli(*argv: str) -> int:
+    from h5feed.cli import main
+
+    return main(list(argv))
+
+
+def test_cli_step_prints_the_rows_of_that_step(
+    tiny: list[str], tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = str(tmp_path / "lineage.ndjson")
+    with h5feed.batches(tiny, epochs=2, lineage=path, **ARGS).stream() as stream:
+        batches = list(stream)
+    assert _run_cli("lineage", path, "--step", "8") == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "step 8: epoch 1, batch 1, 3 rows"
+    assert lines[1].split() == [
+        "row", "sample", "file", "video", "label", "start", "flip", "crop_top", "crop_left",
+        "crop_u",
+    ]  # fmt: skip
+    batch = batches[8]
+    for row, line in enumerate(lines[2:]):
+        cells = line.split()
+        assert cells[:6] == [
+            str(row), str(batch["sample"][row]), batch["file"][row].decode(),
+            batch["video"][row].decode(), str(batch["label"][row]), str(batch["start"][row]),
+        ]  # fmt: skip
+    assert len(lines) == 2 + 3
+    assert _run_cli("lineage", path, "--step", "99") == 1
+    err = capsys.readouterr().err
+    assert "step 99 is not in the lineage record" in err and "holds steps 0..13" in err
+
+
+@pytest.mark.parametrize(
+    "clip",
+    [
+        {"resize": (16, 20), "crop": (12, 14)},  # offsets in pixels in the record
+        {"resize": None, "crop": (15, 17)},  # the stored size decides: from the plan's draws
+    ],
+)
+def test_cli_show_writes_exactly_the_batch_clip(
+    tiny: list[str], tmp_path: Any, clip: dict[str, Any]
+) -> None:
+    import cv2
+
+    path = str(tmp_path / "lineage.ndjson")
+    args = {**ARGS, **clip}
+    with h5feed.batches(tiny, lineage=path, **args).stream() as stream:
+        batches = [{k: np.array(v) for k, v in b.items()} for b in stream]
+    rows = lineage.read_rows(path)
+    flipped = [r for r in rows if r["flip"]]
+    plain = [r for r in rows if not r["flip"]]
+    assert flipped and plain
+    for row in (flipped[0], plain[0], rows[-1]):
+        png = str(tmp_path / f"step{row['step']}-{row['row']}.png")
+        assert _run_cli("lineage", path, "--step", str(row["step"]), "--show",
+                        str(row["row"]), "--out", png) == 0  # fmt: skip
+        strip = cv2.imread(png, cv2.IMREAD_UNCHANGED)[:, :, ::-1]  # PNG: BGR on disk
+        frames = batches[row["step"]]["frames"][row["row"]]  # [T, H, W, 3] RGB
+        assert strip.shape == (frames.shape[1], frames.shape[0] * frames.shape[2], 3)
+        np.testing.assert_array_equal(np.stack(np.split(strip, frames.shape[0], axis=1)), frames)
+
+
+def test_cli_show_of_a_row_the_step_lacks_is_an_error(
+    tiny: list[str], tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = str(tmp_path / "lineage.ndjson")
+    with h5feed.batches(tiny, lineage=path, **ARGS).stream() as stream:
+        next(stream)
+    assert _run_cli("lineage", path, "--step", "0", "--show", "3") == 1
+    assert "step 0 has 3 rows (0..2)" in capsys.readouterr().err

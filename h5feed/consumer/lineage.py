@@ -271,6 +271,29 @@ def read_rows(path: str) -> list[dict[str, Any]]:
     return rows
 
 
+def rows_of_step(path: str, step: int) -> list[dict[str, Any]]:
+    """The rows of ``step`` in the record at ``path`` (rows are in step order: the scan
+    stops past it); ValueError naming the steps the record holds when it has none."""
+    found: list[dict[str, Any]] = []
+    first = last = None
+    with open(path, "rb") as handle:
+        for line in handle:
+            match = _ROW_START.match(line)
+            if not line.endswith(b"\n") or match is None:
+                break
+            at = int(match.group(1))
+            first = at if first is None else first
+            last = at
+            if at == step:
+                found.append(json.loads(line))
+            elif at > step and found:
+                break
+    if not found:
+        held = "no step" if first is None else f"steps {first}..{last}"
+        raise ValueError(f"step {step} is not in the lineage record {path} (it holds {held})")
+    return found
+
+
 def read_header(path: str) -> dict[str, Any]:
     """The dataset's arguments of the record at ``path``."""
     with open(header_path(path), "rb") as handle:

@@ -292,3 +292,123 @@ def test_cli_show_of_a_row_the_step_lacks_is_an_error(
         next(stream)
     assert _run_cli("lineage", path, "--step", "0", "--show", "3") == 1
     assert "step 0 has 3 rows (0..2)" in capsys.readouterr().err
+
+
+# -- Keras: steps_per_execution, keras_batches' peek, BackupAndRestore ----------------------
+
+
+def _plan_of(files: list[str], epochs: int, **args: Any) -> list[tuple[int, int, list[int]]]:
+    """(epoch, batch, sample ids) of every batch of ``epochs`` epochs, from a NumPy run."""
+    with h5feed.batches(files, epochs=epochs, **args).stream() as stream:
+        return [(int(b["epoch"][0]), int(b["batch"][0]), b["sample"].tolist()) for b in stream]
+
+
+def _record_steps(path: str) -> list[tuple[int, int, list[int]]]:
+    """(epoch, batch, sample ids) of each step of the record, checking steps run 0, 1, ...
+    once each with their rows together and in order."""
+    by_step = _steps(lineage.read_rows(path))
+    assert sorted(by_step) == list(range(len(by_step)))
+    out = []
+    for step in range(len(by_step)):
+        rows = by_step[step]
+        assert [r["row"] for r in rows] == list(range(len(rows))), f"step {step} twice?"
+        out.append((rows[0]["epoch"], rows[0]["batch"], [r["sample"] for r in rows]))
+    return out
+
+
+@pytest.mark.timeout(300)
+def test_keras_batches_peek_and_steps_per_execution_each_step_once(
+    tiny: list[str], tmp_path: Any
+) -> None:
+    """``model.fit(keras_batches(...), steps_per_execution=2)``: Keras peeks at items to
+    build the model and gets them back; the record's step s is the s-th batch the model
+    trained (its train step notes the sample ids it trains, in order)."""
+    keras = pytest.importorskip("keras")  # the tf extra is part of the test install
+    import tensorflow as tf
+
+    path = str(tmp_path / "lineage.ndjson")
+    trained: list[list[int]] = []
+
+    def note(sample: np.ndarray) -> np.ndarray:
+        trained.append(sample.tolist())
+        return np.int64(0)
+
+    class Net(keras.Model):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__()
+            self.pool = keras.layers.GlobalAveragePooling3D()
+            self.dense = keras.layers.Dense(4)
+
+        def call(self, x: Any) -> Any:
+            return self.dense(self.pool(tf.cast(x["frames"], "float32") / 255.0))
+
+        def train_step(self, data: Any) -> Any:
+            x, y = data
+            mark = tf.numpy_function(note, [x["sample"]], tf.int64, stateful=True)
+            with tf.control_dependencies([mark]):
+                frames = tf.identity(x["frames"])
+            return super().train_step(({"frames": frames, "sample": x["sample"]}, y))
+
+    ds = h5feed.keras_batches(tiny, x=("frames", "sample"), y="label", lineage=path, **ARGS)
+    with ds:
+        model = Net()
+        model.compile(
+            keras.optimizers.SGD(0.01),
+            keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            steps_per_execution=2,
+            jit_compile=False,  # the train step calls back into Python
+        )
+        model.fit(ds, epochs=2, verbose=0)
+        iterations = int(model.optimizer.iterations.numpy())
+    record = _record_steps(path)
+    assert iterations == 2 * PER_EPOCH
+    assert [samples for _e, _b, samples in record] == trained  # step s: the s-th trained
+    assert record == _plan_of(tiny, 2, **ARGS)  # and the plan's batch (e, s - e * L)
+
+
+TRAINER = pathlib.Path(__file__).with_name("backup_trainer.py")
+
+
+@pytest.mark.timeout(300)
+def test_backup_and_restore_after_a_kill_cuts_the_steps_trained_again(
+    tmp_path: pathlib.Path,
+) -> None:
+    """tests/backup_trainer.py (model.fit, steps_per_execution=2, h5feed.BackupAndRestore
+    saving every 3 steps, tf.data prefetching ahead) SIGKILLed in epoch 1, then run again to
+    the end: the record holds each step of the run once, the plan's batch, although the
+    killed run had written steps past its last save (prefetched, or trained and lost)."""
+    pytest.importorskip("tensorflow")
+    data = SampleSpec(files=2, videos_per_file=9, min_frames=3, max_frames=6, height=16, width=16)
+    files = [str(p) for p in make_sample_dataset(tmp_path / "data", data)]
+    args = {"clip_len": 2, "batch_size": 2, "seed": 5, "flip": True}  # 9 batches per epoch
+    path = str(tmp_path / "lineage.ndjson")
+    config = {
+        "files": files, "clip_len": 2, "args": {**args, "lineage": path}, "epochs": 2,
+        "backup_dir": str(tmp_path / "backup"), "log": str(tmp_path / "trained.jsonl"),
+        "save_freq": 3, "steps_per_execution": 2, "workers": [1], "kill": [9 + 5],
+    }  # fmt: skip
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    env = {
+        **os.environ,
+        "TF_CPP_MIN_LOG_LEVEL": "2",
+        "PYTHONPATH": os.pathsep.join([str(TRAINER.parent.parent), *sys.path]),
+    }
+    killed_at = None
+    for run, expected in ((0, -9), (1, 0)):
+        result = subprocess.run(
+            [sys.executable, str(TRAINER), str(tmp_path / "config.json"), str(run)],
+            capture_output=True, text=True, timeout=200, env=env,
+        )  # fmt: skip
+        assert result.returncode == expected, result.stderr[-3000:]
+        if run == 0:
+            killed_at = max(r["step"] for r in lineage.read_rows(path))
+    lines = [json.loads(x) for x in (tmp_path / "trained.jsonl").read_text().splitlines()]
+    first_of_run_1 = next(x for x in lines if x["run"] == 1)
+    restore_step = first_of_run_1["epoch"] * 9 + first_of_run_1["batch"]
+    assert killed_at is not None and killed_at >= 9 + 4 > restore_step  # rows were cut
+    record = _record_steps(path)
+    assert record == _plan_of(files, 2, **args)  # 18 steps, once each, the plan's batches
+    # What the runs trained, each from its restore point: step s is the s-th batch trained.
+    union = [x for x in lines if x["run"] == 0][:restore_step]
+    union += [x for x in lines if x["run"] == 1]
+    assert [(x["epoch"], x["batch"], x["samples"]) for x in union] == record

@@ -412,3 +412,60 @@ def test_backup_and_restore_after_a_kill_cuts_the_steps_trained_again(
     union = [x for x in lines if x["run"] == 0][:restore_step]
     union += [x for x in lines if x["run"] == 1]
     assert [(x["epoch"], x["batch"], x["samples"]) for x in union] == record
+
+
+# -- source= and transform=: the columns that exist ----------------------------------------
+
+
+def test_a_map_source_records_its_item_indices(tmp_path: Any) -> None:
+    path = str(tmp_path / "lineage.ndjson")
+    feed = h5feed.batches(
+        source="user_sources:make_squares", source_args={"n": 11}, batch_size=4, workers=2,
+        epochs=2, lineage=path,
+    )  # fmt: skip
+    with feed.stream() as stream:
+        batches = [b["i"].tolist() for b in stream]
+    record = _record_steps(path)  # 3 batches an epoch: steps 0..5, (e, b) = divmod(s, 3)
+    assert [(e, b) for e, b, _ in record] == [divmod(s, 3) for s in range(6)]
+    assert [samples for _e, _b, samples in record] == batches  # item i holds "i": i
+    assert set(lineage.read_rows(path)[0]) == {"step", "epoch", "batch", "row", "sample"}
+    assert lineage.read_header(path)["kind"] == "source"
+
+
+def test_a_keras_source_records_one_row_per_batch_with_its_item(tmp_path: Any) -> None:
+    pytest.importorskip("keras")
+    path = str(tmp_path / "lineage.ndjson")
+    feed = h5feed.batches(
+        source="user_keras:Batches", source_args={"n_batches": 3, "batch": 4, "rows": 10},
+        workers=1, lineage=path,
+    )  # fmt: skip
+    with feed.stream() as stream:
+        firsts = [int(x[0, 0]) // 4 for x, _y in stream]  # batch b's rows start at 4 b
+    rows = lineage.read_rows(path)
+    assert [r["item"] for r in rows] == firsts and [r["step"] for r in rows] == [0, 1, 2]
+    assert [r["rows"] for r in rows] == [4 if i < 2 else 2 for i in firsts]
+
+
+def test_a_generator_source_records_one_row_per_batch(tmp_path: Any) -> None:
+    path = str(tmp_path / "lineage.ndjson")
+    feed = h5feed.batches(
+        source="user_sources:count_up", source_args={"n": 10}, batch_size=4, workers=1,
+        lineage=path,
+    )  # fmt: skip
+    with feed.stream() as stream:
+        sizes = [len(b["value"]) for b in stream]
+    rows = lineage.read_rows(path)
+    assert [(r["step"], r["rows"]) for r in rows] == list(enumerate(sizes))
+    assert set(rows[0]) == {"step", "epoch", "batch", "row", "rows"}
+
+
+def test_a_transform_adds_each_rows_seed(tiny: list[str], tmp_path: Any) -> None:
+    path = str(tmp_path / "lineage.ndjson")
+    args = {**ARGS, "transform": "sample_transforms:mean_pool"}
+    with h5feed.batches(tiny, lineage=path, **args).stream() as stream:
+        next(stream)
+        index = stream.scheduler.index
+    assert index is not None
+    rows = lineage.read_rows(path)
+    planned = _plan_rows(tiny, index, 0, 0, **args)
+    assert [r["seed"] for r in rows] == planned.seeds.tolist()

@@ -29,8 +29,9 @@ STATS_KEYS = frozenset(
         "parts_copied_into_slots", "slots_refused", "workers", "hosts", "malformed_messages",
         "dropped_parts", "reassigned_units", "peers_lost", "workers_replaced", "peers_joined",
         "refused_reconnects", "refused_keys", "index_mismatches", "unreadable_files",
-        "batches_dispatched", "max_inflight_batches", "cursor", "skipped", "skipped_per_epoch",
-        "skipped_samples", "input_bound", "suggested_extra_workers", "verdict",
+        "padded_samples", "batches_dispatched", "max_inflight_batches", "cursor", "skipped",
+        "skipped_per_epoch", "skipped_samples", "input_bound", "suggested_extra_workers",
+        "verdict",
     }
 )  # fmt: skip
 #: Keys of each entry of ``stats()["workers"]``.
@@ -69,7 +70,7 @@ FACE = frozenset(
         "NondeterministicItemWarning", "PoisonUnitError", "ProtocolError", "ResumeError",
         "SourceError", "TooManySkippedError", "VersionMismatchError", "WorkerDiedError",
         "WorkerError", "WorkerTimeoutError", "__version__", "batches", "dataset", "distribute",
-        "input_wait_callback", "keras_batches", "layouts", "torch_batches",
+        "input_wait_callback", "keras_batches", "layouts", "merge_states", "torch_batches",
     }
 )  # fmt: skip
 #: Import paths the README names: (module, attribute).

@@ -18,7 +18,9 @@ row's place in the batch). HDF5 files add ``sample``, ``file``, ``video``, ``lab
 ``start`` (the clip's first frame), ``flip``; with ``crop``: ``crop_top`` and ``crop_left``
 (pixels in the resized frame; null without ``resize``, when the stored size decides) and
 ``crop_u`` (the plan's two draws in [0, 1) the offsets come from); with ``transform``:
-``seed`` (the transform's per-sample seed); with ``on_error="skip"``: ``valid``. A map source
+``seed`` (the transform's per-sample seed); with ``on_error="skip"`` or
+``shard_remainder="pad"``: ``valid`` (a padded row has ``sample`` -1 and empty ``file`` and
+``video``). A map source
 adds ``sample`` (its item index); a keras source writes one row per batch with ``item`` (its
 index) and ``rows``; a generator source one row per batch with ``rows``.
 
@@ -36,7 +38,10 @@ Guarantees:
 3. A fresh feed (no ``resume``) starts the record empty; a resumed feed keeps exactly the
    rows of the batches its state says were taken and cuts the rest (batches prefetched but
    not trained, or trained after the state was saved, are trained again and written
-   again), so no step appears twice.
+   again), so no step appears twice. A resume on another number of shards
+   (``h5feed.merge_states``) starts at its shard's first batch of the epoch's rest, whose
+   batches are that epoch's last positions: its steps count ``e * L + b`` with the new
+   ``L``, and the record keeps the rows before that position.
 4. A file that exists and is not a lineage record is refused (ValueError), never truncated.
 """
 
@@ -103,7 +108,7 @@ def header(config: FeedConfig, fingerprint: Mapping[str, Any]) -> dict[str, Any]
 class HdfColumns:
     """The optional columns of an HDF5 feed's rows, from its configuration: ``crop`` turns
     the plan's two draws into pixel offsets (None: no crop), ``seed`` with a transform,
-    ``valid`` under ``on_error="skip"``."""
+    ``valid`` under ``on_error="skip"`` or ``shard_remainder="pad"``."""
 
     crop: Callable[[float, float], tuple[int | None, int | None]] | None = None
     seed: bool = False
@@ -114,7 +119,7 @@ class HdfColumns:
         return cls(
             crop_pixels(config) if config.clip.crop is not None else None,
             seed=config.clip.transform is not None,
-            valid=config.data.on_error == "skip",
+            valid=config.data.on_error == "skip" or config.options.plan.pads,
         )
 
 

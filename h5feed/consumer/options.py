@@ -32,6 +32,7 @@ from h5feed.common.metrics_http import metrics_address
 from h5feed.common.wire import DEFAULT_LIMITS, DEFAULT_MAX_MESSAGE_BYTES
 from h5feed.consumer.hdf5.files import resolve_files
 from h5feed.consumer.plan import EpochPlan, Index, PlanOptions, epoch_length_of
+from h5feed.consumer.rest import Rest
 from h5feed.consumer.sources.options import SOURCE_FIELDS, SourceConfig
 
 
@@ -253,10 +254,11 @@ class HdfConfig:
     #: None: the workers' index says.
     file_labels: tuple[int, ...] | None = None
 
-    def epoch_plan(self, index: Index, epoch: int) -> EpochPlan:
-        """``epoch``'s plan: the plan group's, clips placed as the data group says."""
+    def epoch_plan(self, index: Index, epoch: int, rest: Rest | None = None) -> EpochPlan:
+        """``epoch``'s plan: the plan group's, clips placed as the data group says; ``rest``:
+        the rest of this epoch after a change of topology (:mod:`h5feed.consumer.rest`)."""
         data, plan = self.data, self.options.plan
-        return EpochPlan(index, self.clip, plan, epoch, data.clips_per_video, data.clip_start)
+        return EpochPlan(index, self.clip, plan, epoch, data.clips_per_video, data.clip_start, rest)
 
     def epoch_length(self, index: Index) -> int:
         """Batches per epoch of this shard of ``index``'s clips (:func:`epoch_length_of`)."""
@@ -385,6 +387,7 @@ class FeedKwargs(TypedDict, total=False):
     drop_remainder: bool
     deterministic: bool
     shard: tuple[int, int]
+    shard_remainder: str
     workers: int
     max_inflight_batches: int | None
     start_timeout_s: float

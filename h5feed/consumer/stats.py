@@ -54,6 +54,9 @@ class Counters:
     index_mismatches: int = 0
     #: Files moved off a worker that cannot read them.
     unreadable_files: int = 0
+    #: Padded rows released (``shard_remainder="pad"``: no sample, zeros, ``valid`` False),
+    #: apart from samples skipped for bad data.
+    padded_samples: int = 0
 
 
 class RateMeter:
@@ -241,7 +244,9 @@ def iteration_stats(
     without a new nonce, or under another CURVE key), ``refused_keys`` (connections
     refused for a CURVE key that is not listed), ``index_mismatches`` (a worker
     refused for a file whose copy differs), ``unreadable_files`` (a file moved from a worker
-    that cannot read it); ``cursor``: the next
+    that cannot read it); ``padded_samples`` (padded rows of a padded shard,
+    ``shard_remainder="pad"``: zeros, ``valid`` False, never sent to a worker; counted
+    apart from ``skipped``); ``cursor``: the next
     batch (epoch, batch); and the verdict: ``input_bound``, ``suggested_extra_workers``,
     ``verdict`` (one line).
 
@@ -280,6 +285,7 @@ def iteration_stats(
         "refused_keys": refused_keys,
         "index_mismatches": counters.index_mismatches,
         "unreadable_files": counters.unreadable_files,
+        "padded_samples": counters.padded_samples,
         "batches_dispatched": gate.dispatched,
         "max_inflight_batches": gate.most_inflight,
         "cursor": list(cursor),

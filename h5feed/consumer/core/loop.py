@@ -199,6 +199,8 @@ class FeedLoop:
             self._check_waiting()
             taken_at_dispatch = gate.taken
             self._send(scheduler.next_units(gate, list(self.session.peers.values())))
+            for batch in scheduler.take_released():  # complete without a part (padding)
+                self.out.put(batch)
             if scheduler.finished:
                 self._account_for_exits()
                 self.out.put(END)

@@ -208,6 +208,9 @@ class ItemScheduler:
         unit = self._ledger.issue(peer, seq, (epoch, position, tuple(items)))
         return Send(peer, messages.Items(self.job_id, unit.id, seq, epoch, tuple(items)))
 
+    def take_released(self) -> list[Batch]:
+        return []  # every batch is a worker's answer
+
     def on_data(self, peer: Peer, data: messages.Data) -> list[Batch]:
         accepted = self._built.accept(self._ledger, peer, data, lambda w: w[2] == data.samples)
         if accepted is None:

@@ -26,6 +26,7 @@ class KerasKind:
     whole_batches: ClassVar[bool] = True
     shards_in_workers: ClassVar[bool] = False
     noun: ClassVar[str] = "batch"
+    pad_refusal: ClassVar[str | None] = "padded batches of a keras source are not made yet"
     checks_every_epoch: ClassVar[bool] = True  # on_epoch_end may change the object
 
     @classmethod

@@ -218,6 +218,7 @@ class ItemScheduler:
         unit, fields = accepted
         epoch, position, items = unit.work
         batch = self._of.batch(self._built, epoch, position, fields, len(items))
+        batch.items = items  # the plan's indices, for the lineage record
         peer.received.record(batch.rows, batch.nbytes)
         return self._planned.release(unit.seq, batch)
 

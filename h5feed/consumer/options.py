@@ -31,6 +31,7 @@ from h5feed.common.metrics_http import metrics_address
 from h5feed.common.wire import DEFAULT_LIMITS, DEFAULT_MAX_MESSAGE_BYTES
 from h5feed.consumer.hdf5.files import resolve_files
 from h5feed.consumer.plan import EpochPlan, Index, PlanOptions, epoch_length_of
+from h5feed.consumer.rest import Rest
 from h5feed.consumer.sources.options import SOURCE_FIELDS, SourceConfig
 
 
@@ -233,10 +234,11 @@ class HdfConfig:
     #: None: the workers' index says.
     file_labels: tuple[int, ...] | None = None
 
-    def epoch_plan(self, index: Index, epoch: int) -> EpochPlan:
-        """``epoch``'s plan: the plan group's, clips placed as the data group says."""
+    def epoch_plan(self, index: Index, epoch: int, rest: Rest | None = None) -> EpochPlan:
+        """``epoch``'s plan: the plan group's, clips placed as the data group says; ``rest``:
+        the rest of this epoch after a change of topology (:mod:`h5feed.consumer.rest`)."""
         data, plan = self.data, self.options.plan
-        return EpochPlan(index, self.clip, plan, epoch, data.clips_per_video, data.clip_start)
+        return EpochPlan(index, self.clip, plan, epoch, data.clips_per_video, data.clip_start, rest)
 
     def epoch_length(self, index: Index) -> int:
         """Batches per epoch of this shard of ``index``'s clips (:func:`epoch_length_of`)."""

@@ -25,6 +25,10 @@ a file. Guarantees (all independent of the number of workers, which never see th
      go with ``drop_remainder`` (which would leave real samples out after all).
 4. A sample's clip start, crop offsets, flip and transform seed are drawn from
    ``(seed, epoch)`` and indexed by the sample id: they depend only on (seed, epoch, sample).
+5. An epoch resumed on another number of shards (:mod:`h5feed.consumer.rest`) deals the
+   samples the old shards did not take to the new ones by the rule of guarantee 3; its
+   batches are the last ones of the epoch's positions, so a cursor inside it means what it
+   means in any epoch (each sample keeps its clip start, crop, flip and seed: 4.).
 """
 
 from __future__ import annotations
@@ -32,10 +36,14 @@ from __future__ import annotations
 import dataclasses
 import itertools
 from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from h5feed.common.config import ClipSpec, clip_start
+
+if TYPE_CHECKING:
+    from h5feed.consumer.rest import Rest
 
 _PERMUTATION_STREAM = 0
 _AUGMENTATION_STREAM = 1
@@ -201,18 +209,29 @@ class PlannedBatch:
 
 
 def epoch_order(total: int, options: PlanOptions, epoch: int) -> np.ndarray:
-    """This shard's samples of one epoch, in order: a permutation of ``range(total)`` drawn
-    from ``(seed, epoch)`` (``shuffle``) or ``range(total)``, then every n-th from i
-    (``shard=(i, n)``) of its first ``n * (total // n)`` (the drop rule), or of all of it
-    followed by :data:`PAD_SAMPLE` up to :func:`shard_size` (the pad rule): guarantee 3.
-    Also plans the items of user sources (``source=``)."""
+    """This shard's samples of one epoch, in order: :func:`full_order` dealt to the shards
+    by :func:`deal` (guarantee 3). Also plans the items of user sources (``source=``)."""
+    return deal(full_order(total, options, epoch), options)
+
+
+def full_order(total: int, options: PlanOptions, epoch: int) -> np.ndarray:
+    """All samples of one epoch, every shard's, in order: a permutation of ``range(total)``
+    drawn from ``(seed, epoch)`` (``shuffle``) or ``range(total)``."""
     if options.shuffle:
         rng = np.random.default_rng([options.seed, epoch, _PERMUTATION_STREAM])
-        order = rng.permutation(total).astype(np.int64)
-    else:
-        order = np.arange(total, dtype=np.int64)
+        order: np.ndarray = rng.permutation(total).astype(np.int64)
+        return order
+    return np.arange(total, dtype=np.int64)
+
+
+def deal(order: np.ndarray, options: PlanOptions) -> np.ndarray:
+    """Shard ``options.shard = (i, n)``'s part of ``order``: every n-th from i of its first
+    ``n * (len(order) // n)`` (the drop rule), or of all of it followed by
+    :data:`PAD_SAMPLE` up to :func:`shard_size` (the pad rule): guarantee 3. An epoch's
+    order is dealt so; so is the rest of an epoch after a change of topology
+    (:mod:`h5feed.consumer.rest`)."""
     shard_index, shard_count = options.shard
-    size = shard_size(total, options)
+    size = shard_size(len(order), options)
     if options.pads:
         taken = order[shard_index::shard_count]
         return np.concatenate([taken, np.full(size - len(taken), PAD_SAMPLE, np.int64)])
@@ -255,7 +274,11 @@ def epoch_length_of(index: Index, options: PlanOptions, clips_per_video: int) ->
 
 
 class EpochPlan:
-    """The batches of one epoch of one shard (see the module docstring for the guarantees)."""
+    """The batches of one epoch of one shard (see the module docstring for the guarantees).
+
+    ``rest``: this epoch is the rest of an epoch begun on another number of shards
+    (guarantee 5): its batches are positions :attr:`first` to ``len(self) - 1``; the
+    positions before hold nothing (the old shards took their samples)."""
 
     def __init__(
         self,
@@ -265,6 +288,7 @@ class EpochPlan:
         epoch: int,
         clips_per_video: int,
         clip_start: str,
+        rest: Rest | None = None,
     ) -> None:
         self.index = index
         self.spec = spec
@@ -273,7 +297,10 @@ class EpochPlan:
         self.clips_per_video, self.clip_start = clips_per_video, clip_start
         k = clips_per_video
         total = index.num_videos * k
-        self.order = epoch_order(total, options, epoch)
+        if rest is None:
+            self.order, self.first = epoch_order(total, options, epoch), 0
+        else:
+            self.order, self.first = rest.deal(full_order(total, options, epoch), options)
         rng = np.random.default_rng([options.seed, epoch, _AUGMENTATION_STREAM])
         self._start_uniform = rng.random(total)
         self._crop_uniform = rng.random((total, 2))
@@ -287,7 +314,10 @@ class EpochPlan:
         """Batch ``position`` of the epoch; a padded row (guarantee 3) has sample and video
         :data:`PAD_SAMPLE` and zeros for the rest."""
         batch = self.options.batch_size
-        samples = self.order[position * batch : (position + 1) * batch]
+        row = (position - self.first) * batch  # its first row in this shard's order
+        if row < 0:
+            raise ValueError(f"batch {position} of epoch {self.epoch} is before the rest")
+        samples = self.order[row : row + batch]
         k = self.clips_per_video
         real = samples != PAD_SAMPLE
         videos = np.where(real, samples // k, PAD_SAMPLE)
@@ -324,5 +354,7 @@ class EpochPlan:
         return self.batches_from(0)
 
     def batches_from(self, first: int) -> Iterator[PlannedBatch]:
-        """Batches ``first``, ``first + 1``, ... to the end of the epoch."""
-        return (self.batch(position) for position in range(first, len(self)))
+        """Batches ``first``, ``first + 1``, ... to the end of the epoch (from :attr:`first`
+        on: the positions before it are empty)."""
+        start = max(first, self.first)
+        return (self.batch(position) for position in range(start, len(self)))

@@ -266,6 +266,10 @@ class FeedLoop:
         self._remote_losses += not lost.peer.local
         self._send(moved.sends)
         self._counters.reassigned_units += moved.moved_units
+        if lost.cause == "bye":  # it finished the unit in hand first: these it never made
+            self._counters.units_handed_back += moved.moved_units
+        else:  # it may have made some before it was lost
+            self._counters.units_remade += moved.moved_units
 
     def _check_waiting(self) -> None:
         """End the iteration when work has waited ``start_timeout_s`` for a worker to join."""

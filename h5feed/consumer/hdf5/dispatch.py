@@ -58,17 +58,22 @@ from h5feed.consumer.hdf5.parts import bad_frames, is_expected
 from h5feed.consumer.hdf5.units import Work, unit_rows
 from h5feed.consumer.options import HdfConfig
 from h5feed.consumer.plan import PAD_SAMPLE, Cursor, Index, PlannedBatch
+from h5feed.consumer.rest import Rest
 from h5feed.consumer.stats import Counters
 
 
 def planned_batches(
-    index: Index, config: HdfConfig, epochs: Iterator[int], start: Cursor
+    index: Index, config: HdfConfig, epochs: Iterator[int], start: Cursor, rest: Rest | None = None
 ) -> Iterator[PlannedBatch]:
-    """The batches of ``epochs``, the first from ``start``'s batch on. Raises H5FeedError
-    for an epoch with no batch (else endless epochs would spin through empty ones)."""
+    """The batches of ``epochs``, the first from ``start``'s batch on; ``rest``'s epoch is
+    the rest of that epoch after a change of topology (:mod:`h5feed.consumer.rest`). Raises
+    H5FeedError for an epoch with no batch (else endless epochs would spin through empty
+    ones)."""
     options = config.options
     for epoch in epochs:
-        plan = config.epoch_plan(index, epoch)
+        plan = config.epoch_plan(
+            index, epoch, rest if rest is not None and rest.epoch == epoch else None
+        )
         if len(plan) == 0:
             raise H5FeedError(
                 f"an epoch has no batch: {len(plan.order)} samples in shard "

@@ -245,16 +245,22 @@ class ItemScheduler:
         self, seq: int, epoch: int, position: int, fields: list[Field] | None, items: list[int]
     ) -> Batch:
         """Batch ``seq`` of the workers' ``fields`` for its real ``items`` (None: it has
-        none), then its padded rows, with ``sample`` and ``valid`` when the shard pads."""
+        none), then its padded rows, with ``sample`` and ``valid`` when the shard pads; its
+        ``items`` are the plan's indices (a padded row's -1), for the lineage record."""
         if not self._pads:
             if fields is None:  # unreachable: only padded items are made without a unit
                 raise RuntimeError(f"batch {position} of epoch {epoch} has no rows")
-            return self._of.batch(self._built, epoch, position, fields, len(items))
+            batch = self._of.batch(self._built, epoch, position, fields, len(items))
+            batch.items = tuple(items)
+            return batch
         padding = self._padding.pop(seq, 0)
         spec = self._built.spec
-        rows = len(items) + padding
-        batch = self._built.batch(epoch, position, padded_fields(spec, fields, padding), rows)
-        batch.element = with_positions(batch.element, [*items, *[PAD_SAMPLE] * padding])
+        planned = [*items, *[PAD_SAMPLE] * padding]
+        batch = self._built.batch(
+            epoch, position, padded_fields(spec, fields, padding), len(planned)
+        )
+        batch.element = with_positions(batch.element, planned)
+        batch.items = tuple(planned)
         self._built.counters.padded_samples += padding
         return batch
 

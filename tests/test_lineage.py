@@ -350,6 +350,14 @@ def test_keras_batches_peek_and_steps_per_execution_each_step_once(
             return super().train_step(({"frames": frames, "sample": x["sample"]}, y))
 
     ds = h5feed.keras_batches(tiny, x=("frames", "sample"), y="label", lineage=path, **ARGS)
+    served = [0]
+    base = type(ds)
+
+    def counted(self: Any, index: int) -> Any:
+        served[0] += 1
+        return base.__getitem__(self, index)
+
+    ds.__class__ = type("Counted", (base,), {"__getitem__": counted})
     with ds:
         model = Net()
         model.compile(
@@ -362,6 +370,7 @@ def test_keras_batches_peek_and_steps_per_execution_each_step_once(
         iterations = int(model.optimizer.iterations.numpy())
     record = _record_steps(path)
     assert iterations == 2 * PER_EPOCH
+    assert served[0] > iterations  # Keras peeked at items and got them back
     assert [samples for _e, _b, samples in record] == trained  # step s: the s-th trained
     assert record == _plan_of(tiny, 2, **ARGS)  # and the plan's batch (e, s - e * L)
 

@@ -161,7 +161,8 @@ h5feed.batches as `h5feed bench` reads it (16-frame clips, resize (128, 171), ra
 with lineage=, in --repeats interleaved pairs. Reported: the trainer process's CPU per clip
 (time.process_time, every thread of it: ZeroMQ's, the loop's, the caller's) from the first
 batch to the end, median of each; and the record alone: LineageLog.record of one real batch
-(rows from its plan, JSON, one write) timed over --calls calls, in microseconds per clip."""
+(rows from its plan, JSON, one write) timed in five blocks of --calls calls, the median
+block in microseconds per clip."""
 
 
 def _lineage_arguments(parser: argparse.ArgumentParser) -> None:
@@ -171,7 +172,7 @@ def _lineage_arguments(parser: argparse.ArgumentParser) -> None:
     add("--epochs", type=positive_int, default=2, help="(default %(default)s)")
     add("--workers", type=positive_int, default=2, help="(default %(default)s)")
     add("--repeats", type=positive_int, default=3, help="pairs, off and on (default 3)")
-    add("--calls", type=positive_int, default=2000, help="timed records (default 2000)")
+    add("--calls", type=positive_int, default=2000, help="records per timed block (2000)")
     add("--json", default=None, help="also write the figures here")
 
 

@@ -7,7 +7,8 @@ Two figures (see ``h5feed bench lineage --help``):
   ``h5feed.batches``, without and with ``lineage=``, in interleaved pairs (the machine's load
   drifts alike for both), medians reported;
 * the record alone: :meth:`LineageLog.record` on one real batch, five blocks of many calls,
-  the median block in microseconds per clip (the part of the first figure's difference that is the record's).
+  the median block in microseconds per clip (the part of the first figure's difference
+  that is the record's).
 """
 
 from __future__ import annotations

@@ -501,3 +501,22 @@ def test_names_that_need_escaping_make_valid_json() -> None:
     assert rows[0]["file"] == 'a"b\\c\nd' and rows[1]["file"] == "\ufffd\ufffd video"
     assert rows[0]["crop_top"] is None and rows[0]["crop_left"] == 3
     assert rows[0]["crop_u"] == [0.5, 0.25] and [r["flip"] for r in rows] == [True, False]
+
+
+def test_cli_show_finds_files_under_the_data_root(
+    tiny: list[str], tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Files named relative to ``data_root`` (as producers on other hosts see them): the
+    header keeps the root, and --show reads them there, from any working directory."""
+    path = str(tmp_path / "lineage.ndjson")
+    root = str(pathlib.Path(tiny[0]).parent)
+    names = [pathlib.Path(f).name for f in tiny]
+    with h5feed.batches(names, data_root=root, lineage=path, **ARGS).stream() as stream:
+        frames = np.array(next(stream)["frames"][1])
+    monkeypatch.chdir(tmp_path)
+    assert lineage.read_rows(path)[1]["file"] in names
+    assert _run_cli("lineage", path, "--step", "0", "--show", "1", "--out", "clip.png") == 0
+    import cv2
+
+    strip = cv2.imread(str(tmp_path / "clip.png"), cv2.IMREAD_UNCHANGED)[:, :, ::-1]
+    np.testing.assert_array_equal(np.stack(np.split(strip, len(frames), axis=1)), frames)

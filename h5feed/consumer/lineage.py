@@ -43,6 +43,8 @@ Guarantees:
    batches are that epoch's last positions: its steps count ``e * L + b`` with the new
    ``L``, and the record keeps the rows before that position.
 4. A file that exists and is not a lineage record is refused (ValueError), never truncated.
+   A record belongs to one dataset: two datasets given one path (a training and a
+   validation set) cut each other's rows; give each its own.
 """
 
 from __future__ import annotations

@@ -114,6 +114,7 @@ def clip_of(head: dict[str, Any], row: dict[str, Any]) -> Any:
     from h5feed.common import layouts
     from h5feed.common.config import ClipSpec
     from h5feed.common.message_types import Row
+    from h5feed.producer import confine
     from h5feed.producer.clips import ClipMaker
     from h5feed.producer.code_policy import CodePolicy
 
@@ -123,7 +124,8 @@ def clip_of(head: dict[str, Any], row: dict[str, Any]) -> Any:
     spec = dataclasses.replace(spec, transform_args=None)
     maker = ClipMaker(spec, layouts.from_wire(head["layout"]), CodePolicy(), head["data_root"])
     try:
-        videos = maker.open_and_index(0, row["file"], None)
+        # Under the data root, as a worker resolves a JOB's path (confined there).
+        videos = maker.open_and_index(0, confine.job_path(row["file"], head["data_root"]), None)
         names = [entry[0] for entry in videos]
         if row["video"] not in names:
             raise ValueError(f"{row['file']} has no video {row['video']!r} any more")

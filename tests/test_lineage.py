@@ -350,6 +350,14 @@ def test_keras_batches_peek_and_steps_per_execution_each_step_once(
             return super().train_step(({"frames": frames, "sample": x["sample"]}, y))
 
     ds = h5feed.keras_batches(tiny, x=("frames", "sample"), y="label", lineage=path, **ARGS)
+    served = [0]
+    base = type(ds)
+
+    def counted(self: Any, index: int) -> Any:
+        served[0] += 1
+        return base.__getitem__(self, index)
+
+    ds.__class__ = type("Counted", (base,), {"__getitem__": counted})
     with ds:
         model = Net()
         model.compile(
@@ -362,6 +370,7 @@ def test_keras_batches_peek_and_steps_per_execution_each_step_once(
         iterations = int(model.optimizer.iterations.numpy())
     record = _record_steps(path)
     assert iterations == 2 * PER_EPOCH
+    assert served[0] > iterations  # Keras peeked at items and got them back
     assert [samples for _e, _b, samples in record] == trained  # step s: the s-th trained
     assert record == _plan_of(tiny, 2, **ARGS)  # and the plan's batch (e, s - e * L)
 
@@ -469,3 +478,45 @@ def test_a_transform_adds_each_rows_seed(tiny: list[str], tmp_path: Any) -> None
     rows = lineage.read_rows(path)
     planned = _plan_rows(tiny, index, 0, 0, **args)
     assert [r["seed"] for r in rows] == planned.seeds.tolist()
+
+
+def test_names_that_need_escaping_make_valid_json() -> None:
+    """File and video names are written as JSON strings: quotes, backslashes, newlines and
+    bytes that are not UTF-8 still give one line that parses."""
+    from h5feed.consumer.core.assembly import Batch
+    from h5feed.consumer.plan import PlannedBatch
+
+    names = np.array([b'a"b\\c\nd', b"\xff\xfe video"], dtype=object)
+    planned = PlannedBatch(
+        3, 4, np.array([5, 6]), np.array([0, 1]), np.array([7, 8]), np.array([[0.5, 0.25]] * 2),
+        np.array([True, False]), np.array([1, 2], np.uint64),
+    )  # fmt: skip
+    arrays = {"file": names, "video": names[::-1], "label": np.array([1, 2])}
+    columns = lineage.HdfColumns(crop=lambda uy, ux: (None, 3))
+    text = lineage.hdf5_lines(9, Batch(3, 4, arrays, planned=planned), planned, columns,
+                              lineage.JsonNames())  # fmt: skip
+    lines = text.splitlines(keepends=True)
+    assert len(lines) == 2 and all(line.endswith("}\n") for line in lines)
+    rows = [json.loads(line) for line in lines]
+    assert rows[0]["file"] == 'a"b\\c\nd' and rows[1]["file"] == "\ufffd\ufffd video"
+    assert rows[0]["crop_top"] is None and rows[0]["crop_left"] == 3
+    assert rows[0]["crop_u"] == [0.5, 0.25] and [r["flip"] for r in rows] == [True, False]
+
+
+def test_cli_show_finds_files_under_the_data_root(
+    tiny: list[str], tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Files named relative to ``data_root`` (as producers on other hosts see them): the
+    header keeps the root, and --show reads them there, from any working directory."""
+    path = str(tmp_path / "lineage.ndjson")
+    root = str(pathlib.Path(tiny[0]).parent)
+    names = [pathlib.Path(f).name for f in tiny]
+    with h5feed.batches(names, data_root=root, lineage=path, **ARGS).stream() as stream:
+        frames = np.array(next(stream)["frames"][1])
+    monkeypatch.chdir(tmp_path)
+    assert lineage.read_rows(path)[1]["file"] in names
+    assert _run_cli("lineage", path, "--step", "0", "--show", "1", "--out", "clip.png") == 0
+    import cv2
+
+    strip = cv2.imread(str(tmp_path / "clip.png"), cv2.IMREAD_UNCHANGED)[:, :, ::-1]
+    np.testing.assert_array_equal(np.stack(np.split(strip, len(frames), axis=1)), frames)

@@ -256,3 +256,23 @@ def test_a_source_that_cannot_pad_is_refused_before_any_data_moves(
     with pytest.raises(SourceError, match=f"(?s){why}.*shard_remainder='drop'"):
         next(iter(feed))
     assert feed.stats()["batches"] == 0 and feed.stats()["padded_samples"] == 0
+
+
+def test_keras_batches_weigh_the_padded_rows_out(tiny: pathlib.Path) -> None:
+    """keras_batches with pad: (x, y, w), w = valid, so Keras's loss and weighted metrics
+    leave the padded rows out; without targets, or with source=, pad is refused."""
+    with h5feed.keras_batches(
+        tiny, clip_len=2, resize=(8, 8), workers=1, batch_size=4, seed=3, shard=(1, 2),
+        shard_remainder="pad",
+    ) as ds:  # fmt: skip
+        items = [ds[i] for i in range(len(ds))]
+    assert len(items) == 3 and all(len(item) == 3 for item in items)
+    assert [item[2].tolist() for item in items] == [[1.0] * 4, [1.0] * 4, [0.0]]
+    assert not items[2][0].any() and items[2][2].dtype == np.float32
+    with pytest.raises(ValueError, match="give y="):
+        h5feed.keras_batches(tiny, y=None, shard=(0, 2), shard_remainder="pad")
+    with pytest.raises(ValueError, match=r"keras_batches\(source=...\) cannot take"):
+        h5feed.keras_batches(
+            source="user_sources:Squares", source_args={"n": 5}, shard=(0, 2),
+            shard_remainder="pad",
+        )  # fmt: skip

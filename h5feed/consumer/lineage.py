@@ -4,7 +4,8 @@ Each batch the trainer takes from the stream appends one NDJSON line (a JSON obj
 ``\\n``) per row to ``PATH``, made from the plan the consumer holds (never from what a worker
 says), and ``PATH.dataset.json`` holds the dataset's arguments (files, clip and layout
 options, plan options, fingerprint) so that ``h5feed lineage PATH --show`` can make a row's
-clip again. ``pandas.read_json(PATH, lines=True)`` and DuckDB's ``read_json_auto`` read it.
+clip again. ``pandas.read_json(PATH, lines=True)`` reads it (tested), as DuckDB's
+``read_json_auto`` reads NDJSON.
 
 A *step* is the trainer's optimizer step: the 0-based count of the batches the trainer took
 from the feed before this one, counted across epochs (and across a feed's iterations) from
@@ -20,9 +21,9 @@ row's place in the batch). HDF5 files add ``sample``, ``file``, ``video``, ``lab
 ``crop_u`` (the plan's two draws in [0, 1) the offsets come from); with ``transform``:
 ``seed`` (the transform's per-sample seed); with ``on_error="skip"`` or
 ``shard_remainder="pad"``: ``valid`` (a padded row has ``sample`` -1 and empty ``file`` and
-``video``). A map source
-adds ``sample`` (its item index); a keras source writes one row per batch with ``item`` (its
-index) and ``rows``; a generator source one row per batch with ``rows``.
+``video``). A map source adds ``sample`` (its item index); a keras source writes one row
+per batch with ``item`` (its index) and ``rows``; a generator source one row per batch with
+``rows``.
 
 Guarantees:
 

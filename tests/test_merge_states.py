@@ -268,3 +268,19 @@ def test_a_state_that_does_not_know_the_sample_count_is_refused(
     bare = [{k: v for k, v in state.items() if k != "samples"} for state in two_states]
     with pytest.raises(h5feed.ResumeError, match="sample count"):
         h5feed.merge_states(bare)
+
+
+def test_a_sources_state_is_refused() -> None:
+    """A ``source=`` dataset's states (a map source here) cannot be merged: named, before
+    anything else is read of them."""
+    states = []
+    for i in range(2):
+        feed = h5feed.batches(
+            source="user_sources:Squares", source_args={"n": 7}, batch_size=2, workers=1,
+            shard=(i, 2),
+        )  # fmt: skip
+        with feed.stream() as stream:
+            next(stream)
+            states.append(stream.state())
+    with pytest.raises(h5feed.ResumeError, match=r"state 0 is a source's \(source=\)"):
+        h5feed.merge_states(states)

@@ -192,11 +192,87 @@ def test_the_rule_is_in_the_fingerprint(tiny: pathlib.Path) -> None:
     assert len(list(resumed)) == EPOCHS * 3 - 1  # 9 rows: 3 batches an epoch, one taken
 
 
-def test_a_generator_source_refuses_pad_before_any_data_moves() -> None:
-    feed = h5feed.batches(
-        source="user_sources:count_up", source_args={"n": 10},
-        shard=(0, 2), shard_remainder="pad", workers=1,
+@pytest.mark.parametrize("count", [2, 3])
+def test_a_map_source_pads_every_item_once_with_zero_rows(count: int) -> None:
+    """Tokens (a varying-length field, a string, a number) of 13 items in batches of 2: the
+    shards' valid items are every item once, padded rows are zeros of length 0 with an empty
+    name, ``sample`` -1 and ``valid`` False; every shard the same batch sizes. With 2 shards
+    the second's last batch is its padded row alone (made without a worker)."""
+    items = 13
+    shards = []
+    for i in range(count):
+        feed = h5feed.batches(
+            source="user_sources:Tokens", source_args={"n": items}, batch_size=2, seed=4,
+            workers=1, shard=(i, count), shard_remainder="pad",
+        )  # fmt: skip
+        shards.append(list(feed))
+        padded = sum(int((b["sample"] == PAD_SAMPLE).sum()) for b in shards[-1])
+        assert (
+            feed.stats()["padded_samples"]
+            == padded
+            == -(-items // count) - len(range(i, items, count))
+        )
+    assert len({tuple(len(b["sample"]) for b in s) for s in shards}) == 1
+    valid = collections.Counter(
+        int(s) for batches in shards for b in batches for s in b["sample"][b["valid"]]
+    )
+    assert valid == collections.Counter(range(items))
+    for b in (b for batches in shards for b in batches):
+        pad = ~b["valid"]
+        assert (b["sample"][pad] == PAD_SAMPLE).all()
+        assert (b["tokens_length"][pad] == 0).all() and not b["tokens"][pad].any()
+        assert (b["label"][pad] == 0).all() and all(n == b"" for n in b["name"][pad])
+        real = b["sample"][b["valid"]]
+        assert b["label"][b["valid"]].tolist() == real.tolist()  # rows are their items
+    if count == 2:
+        assert [b["sample"].tolist() for b in shards[1]][-1] == [PAD_SAMPLE]
+
+
+def test_a_map_source_pads_in_tf_data_with_sample_and_valid() -> None:
+    ds = h5feed.dataset(
+        source="user_sources:Squares", source_args={"n": 5}, batch_size=2, shuffle=False,
+        workers=1, shard=(1, 2), shard_remainder="pad",
     )  # fmt: skip
-    with pytest.raises(SourceError, match="generator source: shard_remainder='pad' cannot"):
+    batches = list(ds.as_numpy_iterator())
+    assert [b["sample"].tolist() for b in batches] == [[1, 3], [PAD_SAMPLE]]
+    assert [b["valid"].tolist() for b in batches] == [[True, True], [False]]
+    assert batches[1]["x"].tolist() == [[0.0, 0.0, 0.0]]
+
+
+@pytest.mark.parametrize(
+    ("source", "args", "why"),
+    [
+        ("user_sources:count_up", {"n": 10}, "generator source: .* its length is unknown"),
+        ("user_keras:Batches", {"n_batches": 5, "batch": 2, "rows": 10}, "keras source: .*"),
+        ("user_sources:Nested", {}, "map source: .* not dicts"),
+    ],
+)
+def test_a_source_that_cannot_pad_is_refused_before_any_data_moves(
+    source: str, args: dict[str, Any], why: str
+) -> None:
+    feed = h5feed.batches(
+        source=source, source_args=args, shard=(0, 2), shard_remainder="pad", workers=1
+    )
+    with pytest.raises(SourceError, match=f"(?s){why}.*shard_remainder='drop'"):
         next(iter(feed))
-    assert feed.stats()["batches"] == 0
+    assert feed.stats()["batches"] == 0 and feed.stats()["padded_samples"] == 0
+
+
+def test_keras_batches_weigh_the_padded_rows_out(tiny: pathlib.Path) -> None:
+    """keras_batches with pad: (x, y, w), w = valid, so Keras's loss and weighted metrics
+    leave the padded rows out; without targets, or with source=, pad is refused."""
+    with h5feed.keras_batches(
+        tiny, clip_len=2, resize=(8, 8), workers=1, batch_size=4, seed=3, shard=(1, 2),
+        shard_remainder="pad",
+    ) as ds:  # fmt: skip
+        items = [ds[i] for i in range(len(ds))]
+    assert len(items) == 3 and all(len(item) == 3 for item in items)
+    assert [item[2].tolist() for item in items] == [[1.0] * 4, [1.0] * 4, [0.0]]
+    assert not items[2][0].any() and items[2][2].dtype == np.float32
+    with pytest.raises(ValueError, match="give y="):
+        h5feed.keras_batches(tiny, y=None, shard=(0, 2), shard_remainder="pad")
+    with pytest.raises(ValueError, match=r"keras_batches\(source=...\) cannot take"):
+        h5feed.keras_batches(
+            source="user_sources:Squares", source_args={"n": 5}, shard=(0, 2),
+            shard_remainder="pad",
+        )  # fmt: skip

@@ -197,6 +197,15 @@ class ClipSpec:
         return cls.of(**fields)
 
 
+def crop_offset(size: int, crop: int, uniform: float, mode: str) -> int:
+    """Offset of a ``crop``-long window in ``size``: from ``uniform`` in [0, 1), or centred.
+    The workers crop there; the lineage record names the same offset (one function)."""
+    room = size - crop
+    if mode == "center":
+        return room // 2
+    return min(int(uniform * (room + 1)), room)
+
+
 def clip_frame_indices(
     start: int, n_frames: int, clip_len: int, stride: int, short_video: str
 ) -> list[int]:

@@ -72,6 +72,8 @@ def dataset(
     * network (``NetworkOptions``): ``listen=None, peer_timeout_s=5, join_grace_s=1.5,
       curve_key=None, curve_authorized=None, metrics_port=None,
       max_message_bytes=1073741824, insecure=False``;
+    * record (``RecordOptions``): ``lineage=None`` (a path: one NDJSON line per row the
+      trainer takes, see :mod:`h5feed.consumer.lineage`);
     * data, HDF5 files only (``DataOptions``): ``clips_per_video=1, clip_start="random",
       index_cache=True, data_root=None, on_error="raise", max_skipped=None``;
     * your own code instead of files (``SourceConfig``): ``source=None, source_args=None,

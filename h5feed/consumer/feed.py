@@ -13,9 +13,10 @@ import numpy as np
 from h5feed.common import trainer_main
 from h5feed.common.errors import H5FeedError
 from h5feed.common.exposure import warn_insecure_listen
-from h5feed.consumer import resume
+from h5feed.consumer import lineage, resume
 from h5feed.consumer.hdf5 import known_index
 from h5feed.consumer.iteration import IterationStart, Outcome
+from h5feed.consumer.lineage import LineageLog
 from h5feed.consumer.metrics import start_feed_metrics
 from h5feed.consumer.options import FeedConfig, HdfConfig, data_root
 from h5feed.consumer.plan import Cursor, Index, epoch_length
@@ -91,6 +92,14 @@ class Feed:
         start = Cursor()
         if point is not None:
             start = resume.first_cursor(point, config.options.plan, self._length)
+        #: The lineage record (``lineage=``), cut to the batches the resumed state took (see
+        #: :mod:`h5feed.consumer.lineage`); made here, so a bad path fails before any worker.
+        self.lineage: LineageLog | None = None
+        if config.options.record.lineage is not None:
+            taken = lineage.taken_by(start, point.taken) if point is not None else None
+            self.lineage = LineageLog(
+                config.options.record.lineage, config, self._fingerprint, taken
+            )
         #: Where the first iteration starts (a resumed feed's position, else (0, 0)).
         self.start = start
         self._resume = point
@@ -197,7 +206,7 @@ class Feed:
             saved_index = (point.fingerprint or {}).get("index")  # checked once it is built
         start = IterationStart(
             cursor, skip, dict(self._fingerprint), saved_index, known, sizes, self._learnt,
-            self._index_digests, rest, self._samples,
+            self._index_digests, rest, self._samples, self.lineage,
         )  # fmt: skip
         return start, files_key
 

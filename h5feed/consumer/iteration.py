@@ -33,6 +33,7 @@ from h5feed.consumer.core.credits import CreditGate
 from h5feed.consumer.core.scheduler import Scheduler
 from h5feed.consumer.hdf5 import known_index
 from h5feed.consumer.hdf5.scheduler import HdfScheduler
+from h5feed.consumer.lineage import LineageLog
 from h5feed.consumer.options import FeedConfig, HdfConfig
 from h5feed.consumer.plan import Cursor, Index
 from h5feed.consumer.rest import Rest
@@ -58,7 +59,8 @@ class IterationStart:
     ``rest``: the rest of an epoch after a change of topology the resumed state lies in
     (:mod:`h5feed.consumer.rest`), planned for that epoch and kept in the states saved in it;
     ``samples``: the epoch's samples (all shards), when the state this iteration resumes
-    told them."""
+    told them; ``lineage``: the feed's record, which the stream appends each batch it
+    takes to."""
 
     cursor: Cursor
     skip: frozenset[tuple[int, int]] = frozenset()
@@ -70,6 +72,7 @@ class IterationStart:
     digests: IndexDigests = dataclasses.field(default_factory=IndexDigests, compare=False)
     rest: Rest | None = None
     samples: int | None = None
+    lineage: LineageLog | None = dataclasses.field(default=None, compare=False)
 
     def check_index(self, index: Index) -> str:
         """The digest of ``index`` (the fingerprint's ``index`` part); ResumeError when the
@@ -135,6 +138,10 @@ class Position:
         self.cursor = start.cursor  # the next batch the trainer takes (deterministic order)
         self.outcome = Outcome()
         self._skip = set(start.skip)
+        #: The step (see :mod:`h5feed.consumer.lineage`) of the batch taken last, and of the
+        #: next one: known once the epoch's length is (None: a generator source's).
+        self.last_step: int | None = None
+        self._next_step: int | None = None
         self._fingerprint = dict(start.fingerprint)  # its index part: this iteration's
         self._samples = start.samples  # the epoch's, all shards: states carry it
         point = resume.ResumePoint(start.cursor, start.skip)
@@ -144,7 +151,9 @@ class Position:
         """The handshake is over (the first batch is here): an HDF5 index is checked against
         the resumed state's (ResumeError), joins the fingerprint, tells the epoch's length,
         and is remembered for the next dataset over these files; the outcome says it all."""
-        config = self.config
+        config, cursor = self.config, self.start.cursor
+        if length is not None and self._next_step is None:  # the batches taken before it
+            self._next_step = cursor.epoch * length + cursor.batch + len(self.start.skip)
         if isinstance(learnt, Index) and isinstance(config, HdfConfig):
             digest = self.start.check_index(learnt)
             if digest != self._fingerprint.get("index"):  # new to this feed: remembered
@@ -172,6 +181,9 @@ class Position:
             return False
         self.cursor = Cursor(epoch, batch + 1)
         self._progress.take(epoch, batch)
+        self.last_step = self._next_step
+        if self._next_step is not None:
+            self._next_step += 1
         return True
 
     def state(self) -> dict[str, Any]:

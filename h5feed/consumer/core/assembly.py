@@ -43,6 +43,11 @@ class Batch:
     element: Any = None
     rows: int = 0
     nbytes: int = 0
+    # What the plan said of it, for the lineage record (h5feed/consumer/lineage.py): an HDF5
+    # batch's planned rows (clip starts, crop draws, flips, seeds); a map or keras source's
+    # item indices.
+    planned: PlannedBatch | None = None
+    items: tuple[int, ...] | None = None
 
 
 @dataclasses.dataclass
@@ -188,4 +193,5 @@ class BatchAssembler:
                 "batch": np.full(rows, planned.index, np.int64),
                 "valid": valid,
             },
+            planned=planned,
         )

@@ -32,6 +32,7 @@ from h5feed.consumer.sources.agreement import check_agreement
 from h5feed.consumer.sources.kind import KindClass, KindScheduler, KindSetup
 from h5feed.consumer.sources.kinds import kind_class
 from h5feed.consumer.sources.options import Learnt, SourceConfig
+from h5feed.consumer.sources.padding import pad_refusal
 from h5feed.consumer.stats import Counters
 
 
@@ -119,10 +120,11 @@ class SourceScheduler:
             self.source.source, of.noun, self._start.epoch,
             {str(p): checks for p, checks in self._reference.items()},
         )  # fmt: skip
-        if self.config.options.plan.pads and of.pad_refusal is not None:
+        refusal = of.pad_refusal or pad_refusal(spec)
+        if self.config.options.plan.pads and refusal is not None:
             raise SourceError(
                 f"source {self.source.source!r} is a {kind} source: shard_remainder='pad' "
-                f"cannot apply to it, as {of.pad_refusal}; use shard_remainder='drop' (the "
+                f"cannot apply to it, as {refusal}; or use shard_remainder='drop' (the "
                 "default)"
             )
         self._agreed = (kind, length)

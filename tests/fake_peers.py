@@ -210,6 +210,9 @@ class FakeLocalWorkers:
         with self._lock:
             self.delivered_pids.add(pid)
 
+    def kill_retired(self, pid: int) -> None:
+        return None  # nothing here is retired (workers="auto" retires real processes)
+
     @property
     def pids(self) -> list[int]:
         with self._lock:

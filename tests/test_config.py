@@ -195,7 +195,7 @@ def test_options_are_grouped_and_the_plan_group_is_the_plan_options() -> None:
     assert options.processes == ProcessOptions(workers=5)
     assert options.network == NetworkOptions()
     assert options.processes.inflight_batches == 10
-    with pytest.raises(ValueError, match=r"workers must be >= 1, or 0 with listen="):
+    with pytest.raises(ValueError, match=r"workers must be >= 1, \"auto\", or 0 with listen="):
         FeedOptions.of({"workers": 0})
     assert FeedOptions.of({"workers": 0, "listen": "tcp://127.0.0.1:0"}).processes.workers == 0
 

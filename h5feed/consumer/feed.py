@@ -130,7 +130,7 @@ class Feed:
         indexes; a source's keep the user's modules imported (torch, TensorFlow: seconds
         each) and build a new copy of the user's object for each iteration (a new job)."""
         options = self.config.options
-        return options.processes.workers > 0 and not options.network.listen
+        return options.processes.start_workers > 0 and not options.network.listen
 
     def close(self) -> None:
         """Stop the workers kept across iterations (a running iteration keeps its workers

@@ -23,6 +23,7 @@ from typing import Any, TypeAlias, TypedDict
 
 from h5feed.common import layouts, trainer_main
 from h5feed.common.config import CLIP_STARTS, DEFAULT_MAX_OPEN_FILES, ClipSpec, default_cache_dir
+from h5feed.common.cpus import available_cpus
 from h5feed.common.curve import check_secret_mode
 from h5feed.common.exposure import check_listen
 from h5feed.common.file_labels import directory_labels
@@ -41,7 +42,9 @@ class ProcessOptions:
     """The processes group (``FeedOptions.processes``): the workers, and how long and how
     often they may fail."""
 
-    workers: int = 2
+    #: Local workers: a count, or ``"auto"`` (from 1, grown and shrunk on the input-bound
+    #: verdict up to this process's cores: ``h5feed/consumer/processes/autoscale.py``).
+    workers: int | str = 2
     max_inflight_batches: int | None = None
     start_timeout_s: float = 60.0
     unit_timeout_s: float = 120.0
@@ -58,7 +61,12 @@ class ProcessOptions:
     max_open_files: int = DEFAULT_MAX_OPEN_FILES
 
     def __post_init__(self) -> None:
-        if self.workers < 0:
+        if isinstance(self.workers, str):
+            if self.workers != AUTO:
+                raise ValueError(_WORKERS.format(repr(self.workers)))
+        elif isinstance(self.workers, bool) or not isinstance(self.workers, int):
+            raise ValueError(_WORKERS.format(repr(self.workers)))
+        elif self.workers < 0:
             raise ValueError(_WORKERS.format(self.workers))
         if self.max_inflight_batches is not None and self.max_inflight_batches < 1:
             raise ValueError("max_inflight_batches must be >= 1")
@@ -78,10 +86,22 @@ class ProcessOptions:
         one it is working on."""
         if self.max_inflight_batches is not None:
             return self.max_inflight_batches
-        return max(4, 2 * self.workers)
+        return max(4, 2 * (available_cpus() if self.auto else self.start_workers))
+
+    @property
+    def auto(self) -> bool:
+        """``workers="auto"``: the count follows the input-bound verdict."""
+        return self.workers == AUTO
+
+    @property
+    def start_workers(self) -> int:
+        """The local workers a new pool starts with (``"auto"``: 1)."""
+        return 1 if isinstance(self.workers, str) else self.workers
 
 
-_WORKERS = "workers must be >= 1, or 0 with listen= (remote producers), got {}"
+#: ``workers=AUTO``: see :attr:`ProcessOptions.auto`.
+AUTO = "auto"
+_WORKERS = 'workers must be >= 1, "auto", or 0 with listen= (remote producers), got {}'
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -190,7 +210,7 @@ class FeedOptions:
     record: RecordOptions = dataclasses.field(default_factory=RecordOptions)
 
     def __post_init__(self) -> None:
-        if self.processes.workers == 0 and not self.network.listen:
+        if self.processes.start_workers == 0 and not self.network.listen:
             raise ValueError(_WORKERS.format(self.processes.workers))
 
     @classmethod
@@ -388,7 +408,7 @@ class FeedKwargs(TypedDict, total=False):
     deterministic: bool
     shard: tuple[int, int]
     shard_remainder: str
-    workers: int
+    workers: int | str
     max_inflight_batches: int | None
     start_timeout_s: float
     unit_timeout_s: float

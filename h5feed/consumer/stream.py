@@ -29,6 +29,7 @@ from typing import Any, cast
 
 import numpy as np
 
+from h5feed.common.cpus import available_cpus
 from h5feed.common.errors import H5FeedError, ResumeError
 from h5feed.consumer.core.assembly import Batch
 from h5feed.consumer.core.credits import CreditGate
@@ -38,7 +39,9 @@ from h5feed.consumer.iteration import IterationStart, Position, make_scheduler
 from h5feed.consumer.memory import keep_freed_memory_mapped
 from h5feed.consumer.options import FeedConfig, data_root
 from h5feed.consumer.plan import Cursor
+from h5feed.consumer.processes.autoscale import Autoscaler, AutoWorkers
 from h5feed.consumer.processes.worker_pool import Lease, close_all_slots
+from h5feed.consumer.sources.kinds import kind_class
 from h5feed.consumer.sources.options import Learnt
 from h5feed.consumer.stats import Counters, RateMeter, WaitMeter, iteration_stats
 
@@ -114,16 +117,40 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
             session,
             self._gate,
             self.scheduler,
-            options.processes.workers,
+            len(self._pool.workers.running),  # "auto": what the pool has grown to
             self.counters,
             self._pool.workers,
             # A kept pool's socket outlives this iteration; an own pool's is the loop's to
             # close, at the end of its thread (never under it).
             keep_socket=lease.kept,
+            autoscale=self._autoscale(session) if options.processes.auto else None,
         )
         self._loop.start()
         self._finalizer = weakref.finalize(self, _end, self._loop, lease, self._closed)
         _live_streams.add(self)
+
+    def _autoscale(self, session: PeerSession) -> AutoWorkers:
+        """``workers="auto"``: a controller capped at this process's cores, fed the
+        trainer's recent wait share from its first batch on."""
+
+        def wait_share() -> float | None:
+            if not self._first_taken:
+                return None
+            return float(self._waited.snapshot()["wait_share_recent"])
+
+        def can_grow() -> bool:  # a generator's shards live in its workers: no joiner
+            learnt = self.scheduler.learnt
+            if learnt is None:
+                return False
+            return not (isinstance(learnt, Learnt) and kind_class(learnt.kind).shards_in_workers)
+
+        return AutoWorkers(
+            Autoscaler(available_cpus()),
+            self._pool.workers,
+            wait_share,
+            can_grow,
+            session.log.info,
+        )
 
     @property
     def worker_pids(self) -> list[int]:
@@ -217,7 +244,7 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
             taken=self._taken,
             waited=self._waited,
             peers=list(self._loop.session.peers.values()),
-            workers_asked=self.config.options.processes.workers,
+            workers_asked=len(self._pool.workers.running),
             gate=self._gate,
             queue_depth=self._loop.out.qsize(),
             figures=self.scheduler.figures(),

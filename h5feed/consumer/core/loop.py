@@ -31,7 +31,7 @@ import queue
 import threading
 import time
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Protocol
 
 from h5feed.common import messages
 from h5feed.common.errors import NoWorkersError, WorkerTimeoutError
@@ -52,6 +52,13 @@ _MAX_MESSAGES_PER_PASS = 256
 
 END = object()  # queued after the last batch of the iteration
 FAILED = object()  # queued when the iteration failed; the error is ``FeedLoop.error``
+
+
+class Autoscale(Protocol):
+    """``workers="auto"`` (:class:`~h5feed.consumer.processes.autoscale.AutoWorkers`):
+    started or retired local workers join or leave as any peer does."""
+
+    def step(self, now: float, peers: Iterable[Peer]) -> None: ...
 
 
 def all_connected(peers: Iterable[Peer], local_workers: int, listen: str | None) -> bool:
@@ -79,10 +86,12 @@ class FeedLoop:
         counters: Counters,
         workers: recovery.Replacer | None = None,
         keep_socket: bool = False,
+        autoscale: Autoscale | None = None,
     ) -> None:
         """``counters``: shared with the session and the scheduler; the loop adds
         ``peers_joined`` and ``reassigned_units``. ``keep_socket``: the router and
-        waker outlive this iteration (persistent workers): the loop does not close them."""
+        waker outlive this iteration (persistent workers): the loop does not close them.
+        ``autoscale``: ``workers="auto"``, stepped between units once the work is shared."""
         self.options = options
         self.session = session
         self.gate = gate
@@ -99,6 +108,7 @@ class FeedLoop:
         self._waiting_since: float | None = None  # work waits for a worker to join
         self._remote_losses = 0  # producers (not local workers) lost in this iteration
         self._keep_socket = keep_socket
+        self._autoscale = autoscale
         self._stop = threading.Event()
         self._next_health = 0.0
         self._thread = threading.Thread(target=self._run, name="h5feed-loop", daemon=True)
@@ -197,6 +207,8 @@ class FeedLoop:
         while not self._stop.is_set():
             self._handle_events()
             self._check_waiting()
+            if self._autoscale is not None:  # between units: no message is half handled
+                self._autoscale.step(time.monotonic(), self.session.peers.values())
             taken_at_dispatch = gate.taken
             self._send(scheduler.next_units(gate, list(self.session.peers.values())))
             for batch in scheduler.take_released():  # complete without a part (padding)

@@ -56,6 +56,8 @@ class Replacer(Protocol):
 
     def delivered(self, pid: int) -> None: ...
 
+    def kill_retired(self, pid: int) -> None: ...
+
     @property
     def pids(self) -> list[int]: ...
 
@@ -105,6 +107,10 @@ def recover(
         if peer.pid not in workers.pids:
             # A process replaced already (a kept worker that died between iterations, whose
             # last HELLO was still queued on the socket): its successor runs; never kill it.
+            # Or one retired (workers="auto"): killed if it still runs, never replaced.
+            workers.kill_retired(peer.pid)
+            if cause == "bye":
+                return _hand_over(peer, reason, scheduler, session, confirmed_dead=True)
             session.log.warning("worker %s %s: replaced already", peer, reason)
             return _hand_over(peer, reason, scheduler, session, confirmed_dead=True)
         if peer.received.count:

@@ -16,7 +16,11 @@ trainer finds them. Guarantees:
    signal when the forking *thread* exits.
 3. :meth:`LocalWorkers.stop` returns within about ``grace_s + 2`` seconds: it waits for the
    workers to leave after BYE, then sends SIGTERM, then SIGKILL, and reaps every process.
-4. :meth:`LocalWorkers.replace` starts a new process under a dead (or killed) worker's name.
+4. :meth:`LocalWorkers.grow` and :meth:`LocalWorkers.retire` (``workers="auto"``) start
+   one more worker under the next reserved name, and ask the last one to leave (SIGTERM:
+   it hands its units back); a retired worker is never replaced, and is killed when its
+   loss is handled (:meth:`LocalWorkers.kill_retired`).
+5. :meth:`LocalWorkers.replace` starts a new process under a dead (or killed) worker's name.
    Only a crash loop counts: the death of a process that returned no DATA part since it
    started (:meth:`LocalWorkers.delivered` was never told of its pid). At most
    ``max_restarts`` such deaths per worker within :data:`RESTART_WINDOW_S` are replaced; one
@@ -76,8 +80,10 @@ class LocalWorkers:
         max_open_files: int | None = None,
         max_restarts: int = 3,
         persistent: bool = False,
+        reserve: int = 0,
     ) -> None:
-        """``max_open_files``: HDF5 files each worker keeps open at once (None: the
+        """``reserve``: names for this many workers in all (``workers="auto"``: those it may
+        :meth:`grow` to); ``max_open_files``: HDF5 files each worker keeps open at once (None: the
         worker's default); ``max_restarts``: see :meth:`replace`. ``persistent``: a BYE ends a
         worker's job, not the worker (it waits for the next one, keeping its indexes: see
         :mod:`h5feed.consumer.processes.worker_pool`); :meth:`stop` still ends it (SIGTERM after
@@ -98,7 +104,9 @@ class LocalWorkers:
             env[trainer_main.MAIN_ENV] = main
         else:
             env.pop(trainer_main.MAIN_ENV, None)
-        self.names = [f"{prefix}-{i}" for i in range(count)]
+        # Every name a worker of this set may have: the running ones are the first
+        # len(processes) (grow starts the next, retire ends the last).
+        self.names = [f"{prefix}-{i}" for i in range(max(count, reserve))]
         # Each worker writes its counters here (--stats-file): stats() reads slots_refused.
         self._stats_dir = tempfile.mkdtemp(prefix="h5feed-workers-")
         self._base: collections.Counter[str] = collections.Counter()  # replaced processes'
@@ -111,38 +119,92 @@ class LocalWorkers:
         self._restarted: dict[str, collections.deque[tuple[float, bool]]] = {}
         self._delivered: set[int] = set()  # pids that returned a DATA part
         self.retired: set[int] = set()  # pids replaced: whatever they said is stale
+        self._leaving: list[subprocess.Popen[bytes]] = []  # retired by retire(), not reaped
+        self._network = Network(
+            address,
+            max_message_bytes=DEFAULT_MAX_MESSAGE_BYTES
+            if max_message_bytes is None
+            else max_message_bytes,
+        )
+        self._data = Data(
+            data_root,
+            max_open_files=DEFAULT_MAX_OPEN_FILES if max_open_files is None else max_open_files,
+        )
+        self._persistent = persistent
         try:
-            for name in self.names:
-                settings = WorkerSettings(
-                    Network(
-                        address,
-                        max_message_bytes=DEFAULT_MAX_MESSAGE_BYTES
-                        if max_message_bytes is None
-                        else max_message_bytes,
-                    ),
-                    Process(
-                        name, os.getpid(), persistent=persistent, stats_file=self._stats_file(name)
-                    ),
-                    Data(
-                        data_root,
-                        max_open_files=DEFAULT_MAX_OPEN_FILES
-                        if max_open_files is None
-                        else max_open_files,
-                    ),
-                    # the trainer's own workers run what the trainer names, found where the
-                    # trainer finds it (no -P)
-                    Code(trust_code=True),
-                )
-                command = settings.command()
-                self._commands.append(command)
-                self.processes.append(spawn(command, env))
+            for name in self.names[:count]:
+                self._start(name)
         except BaseException:
             self.stop(grace_s=0)
             raise
 
+    def _start(self, name: str) -> None:
+        """Start worker ``name``, the next of :attr:`names` (the running ones come first)."""
+        settings = WorkerSettings(
+            self._network,
+            Process(
+                name, os.getpid(), persistent=self._persistent, stats_file=self._stats_file(name)
+            ),
+            self._data,
+            # the trainer's own workers run what the trainer names, found where the
+            # trainer finds it (no -P)
+            Code(trust_code=True),
+        )
+        command = settings.command()
+        self._commands.append(command)
+        self.processes.append(spawn(command, self._env))
+
     @property
     def pids(self) -> list[int]:
         return [p.pid for p in self.processes]
+
+    @property
+    def running(self) -> list[str]:
+        """The names of the started workers (running, or dead and not yet replaced)."""
+        return self.names[: len(self.processes)]
+
+    def grow(self) -> str | None:
+        """Start one more worker (``workers="auto"``); its name, or None when every
+        reserved name runs. It joins the running iteration as any peer that says hello."""
+        if len(self.processes) >= len(self.names):
+            return None
+        name = self.names[len(self.processes)]
+        self._start(name)
+        return name
+
+    def retire(self) -> str | None:
+        """Ask the last started worker to leave (SIGTERM: it sends the unit in hand, then a
+        BYE that hands back the rest, and exits); its name, or None when one worker is left.
+        It is no longer one of :attr:`pids`, so its loss is handed over, never replaced; it
+        is killed if it has not left within ``grace_s`` of :meth:`reap` (it must never write
+        into shared memory after its units went to others)."""
+        if len(self.processes) <= 1:
+            return None
+        name = self.names[len(self.processes) - 1]
+        process = self.processes.pop()
+        self._commands.pop()
+        self._delivered.discard(process.pid)
+        self._restarted.pop(name, None)
+        self.retired.add(process.pid)
+        process.terminate()
+        self._leaving.append(process)
+        return name
+
+    def reap(self) -> None:
+        """Fold the figures of retired workers that left; cheap, called between units."""
+        for process in list(self._leaving):
+            if process.poll() is not None:
+                self._leaving.remove(process)
+                self._fold_pid(process.pid)
+
+    def kill_retired(self, pid: int) -> None:
+        """SIGKILL and reap retired process ``pid`` if it still runs: its work is handed
+        to others now (a retired worker stuck in a unit must never write again)."""
+        for process in self._leaving:
+            if process.pid == pid and process.poll() is None:
+                process.kill()
+                _wait(process, _KILL_WAIT_S * 5)
+        self.reap()
 
     def _stats_file(self, name: str) -> str:
         return os.path.join(self._stats_dir, f"{name}.json")
@@ -151,11 +213,16 @@ class LocalWorkers:
         """A counter of the workers' own (``h5feed.common.worker_counters.COUNTERS``), summed
         over every process started so far, those replaced and those stopped included."""
         total = self._base[key]
-        for name, process in zip(self.names, self.processes, strict=True):
+        for name, process in zip(self.running, self.processes, strict=True):
             values = read_counters(self._stats_file(name))
             if values is not None and values.get("pid") == process.pid:
                 total += int(values[key])
         return total
+
+    def _fold_pid(self, pid: int) -> None:
+        """Keep the last figures of ended process ``pid``, whichever name it had."""
+        for name in self.names:
+            self._fold(name, pid)
 
     def _fold(self, name: str, pid: int) -> None:
         """Keep the last figures of process ``pid`` (ended) of worker ``name``."""
@@ -171,7 +238,7 @@ class LocalWorkers:
         """(name, pid, exit code) of every worker that is no longer running."""
         return [
             (name, p.pid, code)
-            for name, p in zip(self.names, self.processes, strict=True)
+            for name, p in zip(self.running, self.processes, strict=True)
             if (code := p.poll()) is not None
         ]
 
@@ -239,7 +306,7 @@ class LocalWorkers:
             (subprocess.Popen.kill, _KILL_WAIT_S),
         )
         for escalate, wait_s in steps:
-            running = [p for p in self.processes if p.poll() is None]
+            running = [p for p in (*self.processes, *self._leaving) if p.poll() is None]
             if not running:
                 break
             if escalate is not None:
@@ -249,8 +316,9 @@ class LocalWorkers:
             for process in running:
                 _wait(process, deadline - time.monotonic())
         if all(p.poll() is not None for p in self.processes):  # their last figures stay
-            for name, process in zip(self.names, self.processes, strict=True):
+            for name, process in zip(self.running, self.processes, strict=True):
                 self._fold(name, process.pid)
+            self.reap()
             shutil.rmtree(self._stats_dir, ignore_errors=True)
 
 

@@ -50,6 +50,7 @@ import uuid
 import weakref
 from typing import Protocol
 
+from h5feed.common.cpus import available_cpus
 from h5feed.common.errors import WorkerDiedError
 from h5feed.common.exposure import is_local_address
 from h5feed.common.logs import with_ids
@@ -100,7 +101,7 @@ class WorkerPool:
             self.router = Router(options, [self.address, *listen], self.waker.fileno)
             undo.callback(self.router.close)
             self.workers = LocalWorkers(
-                options.processes.workers,
+                options.processes.start_workers,
                 self.address,
                 prefix=f"{prefix}{uuid.uuid4().hex[:6]}",
                 keys=self.router.local_keys,
@@ -110,6 +111,9 @@ class WorkerPool:
                 max_open_files=options.processes.max_open_files,
                 max_restarts=options.processes.max_restarts,
                 persistent=persistent,
+                # "auto": names for every worker it may grow to (the session knows its
+                # local workers by name)
+                reserve=available_cpus() if options.processes.auto else 0,
             )
             undo.pop_all()
         self._persistent = persistent

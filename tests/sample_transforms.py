@@ -129,3 +129,11 @@ def holds_until_stopped(
     time.sleep(after_stop_s)  # the unit's remaining work (longer than the stop wait, or not)
     pathlib.Path(marker + ".finished").write_text("finished")
     return clip
+
+
+def slow(clip: np.ndarray, rng: np.random.Generator, seconds: float = 0.05) -> np.ndarray:
+    """A costly transform (a fixed time per clip): the workers, not the trainer, are slow."""
+    import time
+
+    time.sleep(seconds)
+    return clip.mean(axis=(1, 2), dtype=np.float32)

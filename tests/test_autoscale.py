@@ -5,10 +5,16 @@ option's validation, and on real processes: every epoch exactly once while it gr
 from __future__ import annotations
 
 import collections
+import itertools
+import os
 import pathlib
+from typing import Any, ClassVar
 
 import pytest
+from conftest import one_file_of_tiny_videos, wait_until_gone
 
+import h5feed
+import h5feed.consumer.stream as stream_module
 from h5feed.common.cpus import available_cpus
 from h5feed.consumer.core.ledger import Peer
 from h5feed.consumer.options import FeedOptions, ProcessOptions
@@ -84,11 +90,9 @@ def test_at_most_one_change_per_10_s() -> None:
     counts, _ = run(controller, [BOUND] * 60, current=1)
     times = [at for at, _old, _new in controller.changes]
     assert len(times) >= 4
-    assert all(b - a >= MIN_SPACING_S for a, b in zip(times, times[1:], strict=False))
+    assert all(b - a >= MIN_SPACING_S for a, b in itertools.pairwise(times))
     # a change needs a fresh streak after the last one, and the spacing: every 10 s here
-    assert [b - a for a, b in zip(times, times[1:], strict=False)] == [MIN_SPACING_S] * (
-        len(times) - 1
-    )
+    assert [b - a for a, b in itertools.pairwise(times)] == [MIN_SPACING_S] * (len(times) - 1)
     assert counts[-1] == 1 + len(times)
 
 
@@ -107,7 +111,7 @@ def test_the_spacing_holds_from_grow_to_shrink_too() -> None:
 def test_checks_count_once_per_interval_however_often_it_is_asked() -> None:
     controller = Autoscaler(cap=4)
     # 100 calls within 0.99 s are one check
-    counts, now = run(controller, [BOUND] * 100, current=1, step_s=0.0099)
+    counts, _now = run(controller, [BOUND] * 100, current=1, step_s=0.0099)
     assert set(counts) == {1}
     counts, _ = run(controller, [BOUND] * (GROW_AFTER - 1), current=1, start=1.0)
     assert counts[-1] == 2
@@ -115,7 +119,7 @@ def test_checks_count_once_per_interval_however_often_it_is_asked() -> None:
 
 def test_never_above_the_cap_nor_under_one() -> None:
     controller = Autoscaler(cap=2)
-    counts, now = run(controller, [BOUND] * 100, current=1)
+    counts, _now = run(controller, [BOUND] * 100, current=1)
     assert max(counts) == 2 and controller.changes == [(GROW_AFTER - 1.0, 1, 2)]
     controller = Autoscaler(cap=2)
     counts, _ = run(controller, [IDLE] * 100, current=1)
@@ -198,3 +202,103 @@ def test_workers_auto_is_validated() -> None:
         with pytest.raises(ValueError, match=r'workers must be >= 1, "auto"'):
             ProcessOptions(workers=bad)  # type: ignore[arg-type]
     assert FeedOptions.of({"workers": "auto"}).processes.auto
+
+
+# -- real processes ------------------------------------------------------------------------
+
+CLIP = {"clip_len": 2, "stride": 1, "resize": (24, 32)}
+VIDEOS = 60
+EPOCHS = 2
+
+
+@pytest.fixture()
+def importable_transforms(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Workers import ``sample_transforms`` by path: put tests/ on their PYTHONPATH."""
+    tests = str(pathlib.Path(__file__).parent)
+    monkeypatch.setenv(
+        "PYTHONPATH", os.pathsep.join(p for p in (tests, os.environ.get("PYTHONPATH")) if p)
+    )
+
+
+@pytest.fixture(scope="module")
+def tiny_videos(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    return one_file_of_tiny_videos(tmp_path_factory.mktemp("auto"), VIDEOS)
+
+
+def auto_epochs(directory: pathlib.Path) -> tuple[dict[int, list[int]], dict[str, Any], list[int]]:
+    """``EPOCHS`` epochs with ``workers="auto"`` and a slow transform, taken as fast as they
+    come (input-bound): the samples of each epoch, the final stats, every worker pid seen."""
+    feed = h5feed.batches(
+        [directory], **CLIP, batch_size=2, workers="auto", epochs=EPOCHS, seed=3,
+        transform="sample_transforms:slow", start_timeout_s=30, unit_timeout_s=30,
+    )  # fmt: skip
+    samples: dict[int, list[int]] = collections.defaultdict(list)
+    pids: set[int] = set()
+    with feed.stream() as stream:
+        for batch in stream:
+            for epoch, sample in zip(batch["epoch"], batch["sample"], strict=True):
+                samples[int(epoch)].append(int(sample))
+            pids |= set(stream.worker_pids)
+        stats = stream.stats()
+    return samples, stats, sorted(pids)
+
+
+@pytest.mark.usefixtures("importable_transforms")
+def test_auto_grows_when_input_bound_and_every_epoch_arrives_once(
+    tiny_videos: pathlib.Path,
+) -> None:
+    """1 worker at 0.05 s a clip: ~3 s an epoch, the trainer waits nearly all the time. The
+    controller grows after 3 checks (one a second) when the cores allow it; no speed is
+    asserted."""
+    samples, stats, pids = auto_epochs(tiny_videos)
+    assert {e: sorted(s) for e, s in samples.items()} == {
+        e: list(range(VIDEOS)) for e in range(EPOCHS)
+    }
+    assert stats["workers_replaced"] == 0 and stats["peers_lost"] == 0
+    if available_cpus() >= 2:
+        assert stats["peers_joined"] >= 1 and len(pids) >= 2
+    else:  # never above the cores: one core, one worker
+        assert stats["peers_joined"] == 0 and len(pids) == 1
+    assert wait_until_gone(pids) == []
+
+
+class Scripted(Autoscaler):
+    """The controller's word given in advance: grow at the first check after the first
+    batch, retire at the fifth (checks every 0.2 s), whatever the figures: the path from a
+    decision to the workers is the one ``workers="auto"`` takes."""
+
+    made: ClassVar[list[tuple[int, int]]] = []  # (old, new) of every change, across instances
+
+    def __init__(self, cap: int) -> None:
+        super().__init__(max(cap, 2), check_every_s=0.2)
+        self.checks = 0
+
+    def decide(self, now: float, reading: Reading, current: int, can_grow: bool = True) -> int:
+        if not self.due(now):
+            return current
+        self._next_check = now + 0.2
+        self.checks += 1
+        target = {1: current + 1, 5: current - 1}.get(self.checks, current)
+        if target != current:
+            Scripted.made.append((current, target))
+        return target
+
+
+@pytest.mark.usefixtures("importable_transforms")
+def test_a_retired_worker_hands_its_units_back_and_every_epoch_arrives_once(
+    tiny_videos: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Grow then retire, mid-epoch, on real processes: the retired worker (SIGTERM) sends
+    the unit in hand and hands the rest back with its BYE; nothing is lost, nothing is taken
+    twice, and it is never replaced."""
+    Scripted.made = []
+    monkeypatch.setattr(stream_module, "Autoscaler", Scripted)
+    samples, stats, pids = auto_epochs(tiny_videos)
+    assert Scripted.made == [(1, 2), (2, 1)]  # both happened, in the iteration
+    assert {e: sorted(s) for e, s in samples.items()} == {
+        e: list(range(VIDEOS)) for e in range(EPOCHS)
+    }
+    assert stats["peers_joined"] == 1 and stats["peers_lost"] == 1
+    assert stats["workers_replaced"] == 0  # retired, not replaced
+    assert len(pids) == 2
+    assert wait_until_gone(pids) == []

@@ -158,6 +158,12 @@ class LocalWorkers:
     def pids(self) -> list[int]:
         return [p.pid for p in self.processes]
 
+    def _pairs(self) -> list[tuple[str, subprocess.Popen[bytes]]]:
+        """(name, process) of the started workers, from one look at the list (the loop
+        thread grows and retires while the trainer's thread reads figures)."""
+        processes = list(self.processes)
+        return list(zip(self.names, processes, strict=False))  # names: the reserved ones too
+
     @property
     def running(self) -> list[str]:
         """The names of the started workers (running, or dead and not yet replaced)."""
@@ -213,7 +219,7 @@ class LocalWorkers:
         """A counter of the workers' own (``h5feed.common.worker_counters.COUNTERS``), summed
         over every process started so far, those replaced and those stopped included."""
         total = self._base[key]
-        for name, process in zip(self.running, self.processes, strict=True):
+        for name, process in self._pairs():
             values = read_counters(self._stats_file(name))
             if values is not None and values.get("pid") == process.pid:
                 total += int(values[key])
@@ -236,11 +242,7 @@ class LocalWorkers:
 
     def exited(self) -> list[tuple[str, int, int]]:
         """(name, pid, exit code) of every worker that is no longer running."""
-        return [
-            (name, p.pid, code)
-            for name, p in zip(self.running, self.processes, strict=True)
-            if (code := p.poll()) is not None
-        ]
+        return [(name, p.pid, code) for name, p in self._pairs() if (code := p.poll()) is not None]
 
     def kill(self, name: str) -> int | None:
         """SIGKILL worker ``name`` (if it still runs) and reap it; its exit code."""
@@ -316,7 +318,7 @@ class LocalWorkers:
             for process in running:
                 _wait(process, deadline - time.monotonic())
         if all(p.poll() is not None for p in self.processes):  # their last figures stay
-            for name, process in zip(self.running, self.processes, strict=True):
+            for name, process in self._pairs():
                 self._fold(name, process.pid)
             self.reap()
             shutil.rmtree(self._stats_dir, ignore_errors=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import collections
 import itertools
+import json
 import os
 import pathlib
 from typing import Any, ClassVar
@@ -302,3 +303,19 @@ def test_a_retired_worker_hands_its_units_back_and_every_epoch_arrives_once(
     assert stats["workers_replaced"] == 0  # retired, not replaced
     assert len(pids) == 2
     assert wait_until_gone(pids) == []
+
+
+def test_bench_auto_reports_every_configuration(tmp_path: pathlib.Path) -> None:
+    """``h5feed bench auto``: behaviour only (each configuration measured and written), no
+    speed judged."""
+    from h5feed.cli import main
+
+    out = tmp_path / "auto.json"
+    argv = ["--files", "1", "--videos-per-file", "4", "--epochs", "2", "--workers", "1,auto"]
+    assert main(["bench", "auto", *argv, "--json", str(out)]) == 0
+    results = json.loads(out.read_text())
+    assert set(results["summary"]) == {"1", "auto"}
+    for row in results["summary"].values():
+        assert row["clips_per_s"] > 0 and 0 <= row["wait_share"] <= 1
+        assert 1 <= row["workers_at_end"] <= max(1, results["cores"])
+    assert results["summary"]["1"]["workers_started"] == 0

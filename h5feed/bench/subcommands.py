@@ -11,6 +11,8 @@ it runs.
   ``reduced_decode=True``;
 * ``h5feed bench lineage`` (:mod:`h5feed.bench.lineage_cost`): the trainer's CPU per clip
   without and with ``lineage=``;
+* ``h5feed bench auto`` (:mod:`h5feed.bench.auto_workers`): ``workers="auto"`` against 1, 2
+  and 3 workers;
 * ``h5feed bench gpu-train`` (:mod:`h5feed.bench.gpu.train`): a GPU trainer fed by h5feed,
   against a cached batch and PyTorch's DataLoader.
 
@@ -198,6 +200,43 @@ def _reduced_arguments(parser: argparse.ArgumentParser) -> None:
     add("--json", default=None, help="also write the results here")
 
 
+# -- auto -------------------------------------------------------------------------------------
+
+_AUTO = """\
+workers="auto" against fixed counts of local workers: clips/s, the trainer's wait, workers.
+
+For each of --workers in turn (the order rotated each round), --repeats times: h5feed.batches
+over sample data (--files x --videos-per-file; the main bench's clip: 16 frames, resized,
+cropped, flipped, batches of 8) for --epochs epochs, taken as fast as they come, or with
+--step-ms of simulated training per batch. Reported, medians over the repeats:
+
+  clips/s   from the first batch to the end
+  waited    the share of that time the trainer waited for a batch
+  at end    workers running at the end ("auto": where it settled)
+  started   workers started during the run ("auto": its growth)
+
+"auto" starts at 1 and grows at most once per 10 s, so runs shorter than a few tens of
+seconds show its start more than its steady state: give --epochs accordingly."""
+
+
+def _worker_list(text: str) -> str:
+    names = [part.strip() for part in text.split(",") if part.strip()]
+    if not names or any(n != "auto" and not (n.isdigit() and int(n) >= 1) for n in names):
+        raise argparse.ArgumentTypeError(f"counts >= 1 or auto, comma-separated; got {text!r}")
+    return ",".join(names)
+
+
+def _auto_arguments(parser: argparse.ArgumentParser) -> None:
+    add = parser.add_argument
+    add("--workers", type=_worker_list, default="1,2,3,auto", help="(default %(default)s)")
+    add("--files", type=positive_int, default=4, help="(default %(default)s)")
+    add("--videos-per-file", type=positive_int, default=12, help="(default %(default)s)")
+    add("--epochs", type=positive_int, default=20, help="(default %(default)s)")
+    add("--repeats", type=positive_int, default=1, help="(default %(default)s)")
+    add("--step-ms", type=float, default=0.0, help="simulated training per batch (0)")
+    add("--json", default=None, help="also write the figures here")
+
+
 # -- gpu-train ------------------------------------------------------------------------------
 
 _GPU_TRAIN = """\
@@ -323,6 +362,16 @@ STUDIES: tuple[Study, ...] = (
         "examples:\n  h5feed bench reduced-decode --json docs/bench/reduced-decode-2cores.json",
         _reduced_arguments,
         "h5feed.bench.reduced_decode",
+    ),
+    Study(
+        "auto",
+        'workers="auto" against 1, 2 and 3 workers: clips/s, the wait, workers',
+        _AUTO,
+        "examples:\n"
+        "  h5feed bench auto                                # 1,2,3,auto, taken at full speed\n"
+        "  h5feed bench auto --step-ms 400 --json out.json  # a slow trainer",
+        _auto_arguments,
+        "h5feed.bench.auto_workers",
     ),
     Study(
         "gpu-train",

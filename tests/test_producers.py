@@ -18,8 +18,8 @@ import pytest
 from conftest import wait_until_gone
 
 import h5feed
-from h5feed.common import wire
 from h5feed.common.errors import NoWorkersError
+from h5feed.common.protocol_versions import SPOKEN
 
 CLIP = {"clip_len": 4, "resize": (48, 64), "crop": (40, 40)}
 
@@ -121,8 +121,10 @@ def test_a_producer_of_another_protocol_version_is_refused(
     script = textwrap.dedent(
         f"""
         import sys
-        import h5feed.common.wire as wire
-        wire.PROTOCOL_VERSION = 99  # a worker of a future release
+        import h5feed.common.protocol_versions as versions
+        # A worker of a future release, which speaks none of this side's versions.
+        versions.PROTOCOL_VERSION = versions.OLDEST_VERSION = 99
+        versions.SPOKEN = versions.VersionRange(99, 99)
         from h5feed.producer.worker import main
         print("imported", flush=True)
         sys.exit(main(["--connect", "tcp://127.0.0.1:{port}", "--worker-id", "future",
@@ -139,12 +141,12 @@ def test_a_producer_of_another_protocol_version_is_refused(
         assert ready and future.stdout is not None, "the future worker did not start in 60 s"
         assert future.stdout.readline() == "imported\n"
         feed = remote_feed(port, small_dataset, start_timeout_s=4.0)
-        speaks = wire.PROTOCOL_VERSION
-        with pytest.raises(NoWorkersError, match=rf"refused: .*version 99.*speaks {speaks}"):
+        with pytest.raises(NoWorkersError, match=rf"refused: .*version 99.*speaks {SPOKEN}"):
             list(feed)
         _, stderr = future.communicate(timeout=10)
         assert future.returncode == 2
-        assert f"version {speaks}" in stderr and "99" in stderr, stderr
+        # Told in the oldest version the trainer speaks, which it does not speak either.
+        assert f"version {SPOKEN.lowest}, this side speaks 99" in stderr, stderr
     finally:
         if future.poll() is None:
             future.kill()

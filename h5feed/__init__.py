@@ -38,6 +38,7 @@ logging.getLogger("h5feed").addHandler(logging.NullHandler())
 
 if TYPE_CHECKING:
     from h5feed.consumer.api import batches, dataset
+    from h5feed.consumer.merge import merge_states
     from h5feed.consumer.trainers.backup import backup_and_restore as BackupAndRestore
     from h5feed.consumer.trainers.distribute import distribute
     from h5feed.consumer.trainers.keras_callback import input_wait_callback
@@ -70,6 +71,7 @@ __all__ = [
     "input_wait_callback",
     "keras_batches",
     "layouts",
+    "merge_states",
     "torch_batches",
 ]
 
@@ -96,6 +98,10 @@ def __getattr__(name: str) -> Any:
         from h5feed.consumer.trainers import torch_tensors
 
         return torch_tensors.torch_batches
+    if name == "merge_states":  # the positions of n trainers as one (no Keras imported)
+        from h5feed.consumer import merge
+
+        return merge.merge_states
     if name == "input_wait_callback":
         from h5feed.consumer.trainers import keras_callback
 

@@ -10,6 +10,8 @@ Subcommands, each registered by the module that owns it:
   and a sample; a live view of ``/stats`` endpoints.
 * ``h5feed pack SRC OUT`` (:mod:`h5feed.pack.command`) and ``h5feed bench``
   (:mod:`h5feed.bench.command`).
+* ``h5feed lineage FILE --step N`` (:mod:`h5feed.lineage_command`): the rows one training
+  step trained, from a ``lineage=`` record; ``--show ROW``: that row's clip as a PNG.
 
 Guarantees of :func:`main`: it returns the exit status (0 success, 1 a reported error such as a
 missing file or a bad value, 2 a refused configuration such as ``h5feed produce --connect``
@@ -171,6 +173,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds one request may take (default: %(default)s)",
     )  # fmt: skip
     top.set_defaults(handler=_cmd_top)
+
+    from h5feed import lineage_command  # argparse only: cheap
+
+    lineage_command.register(subcommand)
 
     from h5feed.bench.command import register as register_bench  # argparse only: cheap
 

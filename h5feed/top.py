@@ -75,7 +75,8 @@ def _consumer_view(url: str, stats: dict[str, Any]) -> RenderableType:
         f"(all)  in flight {stats['inflight_batches']}/{stats['credit_budget']}  "
         f"queue {stats['queue_depth']}  startup {stats['startup_s']:.1f} s  "
         f"malformed {stats['malformed_messages']} dropped {stats['dropped_parts']} "
-        f"reassigned {stats['reassigned_units']}"
+        f"reassigned {stats['reassigned_units']} (handed back "
+        f"{stats.get('units_handed_back', 0)}, re-made {stats.get('units_remade', 0)})"
     )
     verdict = Text(stats["verdict"], style="bold red" if stats["input_bound"] else "bold green")
     workers = Table("worker", "host", "files", "clips", "clips/s", "MB/s", "unit ms", "last part",

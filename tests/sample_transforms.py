@@ -89,3 +89,43 @@ def kills_itself_on(
             out.write(f"{os.getpid()}\n")
         os.kill(os.getpid(), signal.SIGKILL)
     return clip
+
+
+def holds_until_stopped(
+    clip: np.ndarray, rng: np.random.Generator, marker: str, after_stop_s: float = 0.0
+) -> np.ndarray:
+    """The first call anywhere (``marker + ".lock"`` made with O_EXCL) holds its unit until its
+    worker is asked to stop (SIGTERM), works ``after_stop_s`` more, writes
+    ``marker + ".finished"`` and returns the clip; every other call is the identity.
+
+    ``marker`` holds the pid of the worker's parent (its producer service) once the hold began.
+    The worker's own SIGTERM handler still runs (it is called from this one). Bounded: with no
+    SIGTERM within 120 s it raises, and the unit's ERROR reaches the trainer."""
+    import os
+    import pathlib
+    import signal
+    import time
+
+    try:
+        os.close(os.open(marker + ".lock", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return clip
+    stopped: list[bool] = []
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def on_sigterm(signum: int, frame: object) -> None:
+        stopped.append(True)
+        if callable(previous):
+            previous(signum, frame)
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+    pathlib.Path(marker + ".tmp").write_text(str(os.getppid()))
+    os.replace(marker + ".tmp", marker)  # whole, or not there
+    deadline = time.monotonic() + 120
+    while not stopped:  # a signal cuts the sleep short; the handler runs between sleeps
+        if time.monotonic() > deadline:
+            raise TimeoutError("holds_until_stopped: no SIGTERM within 120 s")
+        time.sleep(0.05)
+    time.sleep(after_stop_s)  # the unit's remaining work (longer than the stop wait, or not)
+    pathlib.Path(marker + ".finished").write_text("finished")
+    return clip

@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 import h5feed
+from h5feed.consumer.resume import read_position
 from h5feed.producer.sample_data import SampleSpec, make_sample_dataset
 
 pytest.importorskip("tensorflow")  # the tf extra is part of the test install: never skipped
@@ -203,3 +204,76 @@ def test_killed_trainers_resume_exactly_where_the_checkpoint_is(tmp_path: pathli
     # The backup run 0 of A left, restored with another batch size: refused, naming it.
     with pytest.raises(h5feed.ResumeError, match=r"batch_size: saved 2, now 3"):
         h5feed.batches(files, resume=str(kept[0]), **{**ARGS, "batch_size": 3})
+
+
+@pytest.mark.timeout(300)
+def test_the_backups_of_two_shards_resume_on_one(tmp_path: pathlib.Path) -> None:
+    """Two trainers of shards (0, 2) and (1, 2) SIGKILLed at the same step; their backup
+    directories merged (``h5feed.merge_states(..., into=)``) and resumed on one trainer,
+    which is killed once more inside the rest of the epoch (it saves after every batch
+    there: format-2 positions) and resumed again. Every sample of the interrupted epoch is
+    trained exactly once over the old shards' batches before their saves and the new runs'
+    (one shard: nothing left out, not even the old shards' remainder), the rest in the
+    epoch's order; the next epoch is the unsharded one."""
+    files = [str(p) for p in make_sample_dataset(tmp_path / "data", DATA)]
+    order: dict[int, list[int]] = {0: [], 1: []}  # the unsharded plan, from NumPy batches
+    with h5feed.batches(files, epochs=2, **ARGS).stream() as stream:
+        for batch in stream:
+            order[int(batch["epoch"][0])] += batch["sample"].tolist()
+    # 18 samples, 9 per old shard: 5 batches; saves every 3, killed in the 4th batch.
+    shards = [{**ARGS, "shard": [i, 2]} for i in range(2)]
+    extra = {"save_freq": 3, "steps_per_execution": 1, "workers": [1], "kill": [4], "epochs": 2}
+    ranks = [
+        _config(tmp_path / f"rank{i}", files, args=args, **extra) for i, args in enumerate(shards)
+    ]
+    codes: dict[int, Any] = {}
+
+    def rank(i: int) -> None:
+        codes[i] = _run(ranks[i], 0)
+
+    threads = [threading.Thread(target=rank, args=(i,)) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=150)
+        assert not thread.is_alive()
+    for i in range(2):
+        assert codes[i].returncode == -9, f"rank {i} was not killed:\n{codes[i].stderr[-3000:]}"
+    backups = [json.loads(r.read_text())["backup_dir"] for r in ranks]
+    assert [(p["epoch"], p["batch"]) for p in map(read_position, backups)] == [(0, 3)] * 2
+    one = _config(
+        tmp_path / "one", files, args={**ARGS, "shard": [0, 1]}, save_freq=1,
+        steps_per_execution=1, workers=[1], kill=[2], epochs=2,
+    )  # fmt: skip
+    into = json.loads(one.read_text())["backup_dir"]
+    merged = h5feed.merge_states(backups, into=into)
+    assert read_position(into) == merged and merged["rest"] == [[[3, []], [3, []]]]
+    assert os.path.exists(os.path.join(into, merged["weights"]))
+    inside = tmp_path / "one-backup-after-kill-0"
+    _until_done(one, 1, {0: inside})
+    # Saved inside the rest: format 2, the rest kept (with one shard the rest is the tail of
+    # the epoch's order, so only this tells it from a plain position at batch 7).
+    saved = read_position(str(inside))
+    assert saved is not None and (saved["format"], saved["epoch"], saved["batch"]) == (2, 0, 7)
+    assert saved["rest"] == merged["rest"] and saved["fingerprint"]["shard"] == [0, 1]
+
+    old = [
+        sample
+        for r in ranks
+        for line in _records(r.parent / "trained.jsonl")
+        if (line["epoch"], line["batch"]) < (0, 3)  # before the save: in the weights
+        for sample in line["samples"]
+    ]
+    lines = _records(one.parent / "trained.jsonl")
+    assert [(line["run"], line["epoch"], line["batch"]) for line in lines[:4]] == [
+        (0, 0, 6), (0, 0, 7), (1, 0, 7), (1, 0, 8),
+    ]  # fmt: skip
+    kept = [line for line in lines if line["run"] == 1 or (line["epoch"], line["batch"]) < (0, 7)]
+    rest = [s for line in kept if line["epoch"] == 0 for s in line["samples"]]
+    assert sorted(old + rest) == sorted(order[0]), "not every sample of the epoch once"
+    assert rest == [s for s in order[0] if s not in old], "the rest, not in the epoch's order"
+    assert [s for line in kept if line["epoch"] == 1 for s in line["samples"]] == order[1]
+    resumed = _result(one, 1)  # from inside the rest: Keras told the full length
+    assert (resumed["start"], resumed["steps"], resumed["ran_out"], resumed["epochs"]) == (
+        [0, 7], LENGTH, 1, 2,
+    )  # fmt: skip

@@ -183,3 +183,17 @@ def test_the_import_scan_sees_a_benchmarks_import(tmp_path: pathlib.Path) -> Non
     path = tmp_path / "x.py"
     path.write_text("import os\nfrom benchmarks import scale\nimport benchmarks.soak as s\n")
     assert imported_modules(path) == {"os", "benchmarks", "benchmarks.soak"}
+
+
+def test_lineage_measures_the_trainer_without_and_with_the_record(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "lineage.json"
+    argv = ["--files", "1", "--videos-per-file", "9", "--epochs", "2", "--repeats", "2"]
+    assert main(["bench", "lineage", *argv, "--calls", "20", "--json", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert len(result["off"]) == len(result["on"]) == 2
+    assert result["trainer_cpu_ms_per_clip_off"] > 0 and result["trainer_cpu_ms_per_clip_on"] > 0
+    assert result["record_us_per_clip"] > 0
+    printed = capsys.readouterr().out
+    assert "lineage off" in printed and "the record alone:" in printed

@@ -13,7 +13,7 @@ import kubernetes_validate
 import pytest
 import yaml
 from docker_helpers import ROOT
-from test_swarm import dockerfile_healthcheck
+from test_swarm import dockerfile_healthcheck, dockerfile_start_period_s
 
 KUBERNETES_VERSION = "1.33.0"  # the schemas checked against (kubernetes-validate, pinned)
 MANIFESTS = sorted((ROOT / "deploy" / "kubernetes").glob("*.yaml"))
@@ -43,9 +43,35 @@ def test_the_validator_refuses_what_is_wrong() -> None:
     unknown["spec"]["template"]["spec"]["containers"][0]["probe"] = {}  # no such field
     wrong_type = copy.deepcopy(deployment)
     wrong_type["spec"]["replicas"] = "two"
-    for broken in (unknown, wrong_type):
+    strategy = copy.deepcopy(deployment)
+    strategy["spec"]["strategy"]["rollingUpdate"]["maxSurge"] = [1]  # an int or a percentage
+    for broken in (unknown, wrong_type, strategy):
         with pytest.raises(kubernetes_validate.ValidationError):
             kubernetes_validate.validate(broken, KUBERNETES_VERSION, strict=True)
+
+
+def test_a_rollout_adds_a_pod_before_it_stops_one_and_gives_it_its_stop_wait() -> None:
+    """``kubectl set image``: one pod more at a time, none fewer than asked for; a new pod
+    counts once ready for ``minReadySeconds`` (at least the image's health start period, so a
+    producer refused by the trainer, which exits within seconds, never replaces a working
+    one); the grace period covers the producer's stop wait and its exit."""
+    from h5feed.common.config import DEFAULT_STOP_WAIT_S, STOP_EXIT_MARGIN_S
+
+    (deployment,) = documents(DEPLOYMENT)
+    spec = deployment["spec"]
+    assert spec["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+    }
+    container = _container(deployment)
+    start_period = container["livenessProbe"]["initialDelaySeconds"]
+    assert start_period == dockerfile_start_period_s()
+    assert spec["minReadySeconds"] >= start_period
+    assert spec["progressDeadlineSeconds"] > spec["minReadySeconds"]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert "H5FEED_STOP_WAIT_S" not in env  # the service's default is the one to cover
+    grace = spec["template"]["spec"]["terminationGracePeriodSeconds"]
+    assert grace >= DEFAULT_STOP_WAIT_S + STOP_EXIT_MARGIN_S
 
 
 def compose_default(value: str) -> str:

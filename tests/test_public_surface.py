@@ -27,10 +27,12 @@ STATS_KEYS = frozenset(
         "startup_s", "wait_s", "elapsed_s", "wait_share_total", "wait_share_recent",
         "inflight_batches", "credit_budget", "queue_depth", "shared_memory_slots",
         "parts_copied_into_slots", "slots_refused", "workers", "hosts", "malformed_messages",
-        "dropped_parts", "reassigned_units", "peers_lost", "workers_replaced", "peers_joined",
+        "dropped_parts", "reassigned_units", "units_handed_back", "units_remade", "peers_lost",
+        "workers_replaced", "peers_joined",
         "refused_reconnects", "refused_keys", "index_mismatches", "unreadable_files",
-        "batches_dispatched", "max_inflight_batches", "cursor", "skipped", "skipped_per_epoch",
-        "skipped_samples", "input_bound", "suggested_extra_workers", "verdict",
+        "padded_samples", "batches_dispatched", "max_inflight_batches", "cursor", "skipped",
+        "skipped_per_epoch", "skipped_samples", "input_bound", "suggested_extra_workers",
+        "verdict",
     }
 )  # fmt: skip
 #: Keys of each entry of ``stats()["workers"]``.
@@ -48,7 +50,8 @@ METRIC_NAMES = frozenset(
         "h5feed_batches_total", "h5feed_clips_total", "h5feed_bytes_total",
         "h5feed_input_wait_seconds_total", "h5feed_skipped_samples_total",
         "h5feed_malformed_messages_total", "h5feed_dropped_parts_total",
-        "h5feed_reassigned_units_total", "h5feed_peers_lost_total",
+        "h5feed_reassigned_units_total", "h5feed_units_handed_back_total",
+        "h5feed_units_remade_total", "h5feed_peers_lost_total",
         "h5feed_workers_replaced_total", "h5feed_peers_joined_total",
         "h5feed_refused_reconnects_total", "h5feed_refused_keys_total",
         "h5feed_index_mismatches_total", "h5feed_unreadable_files_total",
@@ -69,7 +72,7 @@ FACE = frozenset(
         "NondeterministicItemWarning", "PoisonUnitError", "ProtocolError", "ResumeError",
         "SourceError", "TooManySkippedError", "VersionMismatchError", "WorkerDiedError",
         "WorkerError", "WorkerTimeoutError", "__version__", "batches", "dataset", "distribute",
-        "input_wait_callback", "keras_batches", "layouts", "torch_batches",
+        "input_wait_callback", "keras_batches", "layouts", "merge_states", "torch_batches",
     }
 )  # fmt: skip
 #: Import paths the README names: (module, attribute).

@@ -94,6 +94,46 @@ def test_the_stack_file_matches_the_compose_service() -> None:
         assert isinstance(port, dict), port
 
 
+def seconds(duration: str) -> float:
+    """A compose duration of whole seconds or minutes (``30s``, ``1m``) in seconds."""
+    units = {"s": 1, "m": 60}
+    assert duration[-1] in units and duration[:-1].isdigit(), duration
+    return int(duration[:-1]) * units[duration[-1]]
+
+
+def dockerfile_start_period_s() -> float:
+    """The image's HEALTHCHECK ``--start-period``, in seconds."""
+    text = (ROOT / "Dockerfile").read_text().replace("\\\n", " ")
+    line = next(x for x in text.splitlines() if x.startswith("HEALTHCHECK"))
+    (period,) = (w.split("=", 1)[1] for w in line.split() if w.startswith("--start-period="))
+    return seconds(period)
+
+
+def test_the_stack_updates_one_task_at_a_time_and_rolls_a_failed_update_back() -> None:
+    """``docker service update --image``: one task at a time, the new one started (and
+    healthy) before the old one is asked to stop; a new task that fails within ``monitor``
+    (a producer the trainer refuses exits with status 2 within seconds:
+    ``tests/test_stopping.py::test_a_refused_producer_service_exits_with_status_2_at_once``)
+    rolls the service back; the grace period covers the producer's stop wait."""
+    from h5feed.common.config import DEFAULT_STOP_WAIT_S, STOP_EXIT_MARGIN_S
+
+    producer = load_yaml(STACK_FILE)["services"]["producer"]
+    deploy = producer["deploy"]
+    update, rollback = deploy["update_config"], deploy["rollback_config"]
+    assert (update["parallelism"], update["order"], update["failure_action"]) == (
+        1, "start-first", "rollback",
+    )  # fmt: skip
+    assert update["max_failure_ratio"] == 0  # one failed task is enough
+    start_period = seconds(producer["healthcheck"]["start_period"])
+    assert start_period == dockerfile_start_period_s()
+    assert seconds(update["monitor"]) >= start_period
+    assert (rollback["parallelism"], rollback["order"]) == (1, "start-first")
+    assert seconds(rollback["monitor"]) >= start_period
+    # Not set in the stack: the service's default stop wait is the one to cover.
+    assert "H5FEED_STOP_WAIT_S" not in producer["environment"]
+    assert seconds(producer["stop_grace_period"]) >= DEFAULT_STOP_WAIT_S + STOP_EXIT_MARGIN_S
+
+
 # -- the swarm, for real -------------------------------------------------------------------
 
 
@@ -143,6 +183,27 @@ def swarm(docker_env: dict[str, str]) -> Iterator[dict[str, str]]:
                 others = docker(docker_env, "stack", "ls", "--format", "{{.Name}}", check=False)
                 if ours and not others.strip():  # never under another's stack
                     docker(docker_env, "swarm", "leave", "--force", check=False)
+
+
+#: How a service update ends (``docker service inspect``'s ``UpdateStatus.State``):
+#: ``rollback_completed`` when a new task failed within ``update_config``'s ``monitor``.
+UPDATE_ENDED = frozenset({"completed", "rollback_completed", "paused", "rollback_paused"})
+
+
+def start_update(env: dict[str, str], image: str) -> None:
+    """``docker service update --image IMAGE --no-resolve-image`` of the stack's producers,
+    detached: the test reads its epoch meanwhile (``Epoch.slowly_until``) and watches
+    :func:`update_state` reach one of :data:`UPDATE_ENDED`."""
+    docker(env, "service", "update", "--detach", "--image", image, "--no-resolve-image", SERVICE)
+
+
+def update_state(env: dict[str, str]) -> str:
+    """The producers' update state now (``updating``, ``completed``, ``rollback_started``,
+    ``rollback_completed``, ...; empty before any update)."""
+    return docker(
+        env, "service", "inspect", "--format",
+        "{{if .UpdateStatus}}{{.UpdateStatus.State}}{{end}}", SERVICE, check=False,
+    ).strip()  # fmt: skip
 
 
 def containers(env: dict[str, str]) -> dict[str, str]:

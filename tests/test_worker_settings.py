@@ -70,6 +70,7 @@ def _settings(draw: st.DrawFn) -> WorkerSettings:
             draw(st.none() | st.integers(1, 1 << 22)),
             draw(st.booleans()),
             draw(_optional_text),
+            draw(st.floats(1e-3, 1e6, allow_nan=False, allow_infinity=False)),
         ),
         Data(
             draw(_optional_text),
@@ -139,6 +140,9 @@ def test_invalid_settings_are_refused_when_built() -> None:
         Network("")
     with pytest.raises(ValueError, match="a name"):
         Process("")
+    for stop in (0.0, -1.0, float("nan"), float("inf"), True):
+        with pytest.raises(ValueError, match="stop_wait_s must be a number of seconds > 0"):
+            Process("w", stop_wait_s=stop)
 
 
 def test_the_entry_point_refuses_trust_code_with_allow_code_as_a_usage_error() -> None:

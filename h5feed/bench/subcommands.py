@@ -9,6 +9,8 @@ it runs.
 * ``h5feed bench open-files`` (:mod:`h5feed.bench.open_files`): what ``max_open_files`` costs;
 * ``h5feed bench reduced-decode`` (:mod:`h5feed.bench.reduced_decode`): speed and pixels of
   ``reduced_decode=True``;
+* ``h5feed bench lineage`` (:mod:`h5feed.bench.lineage_cost`): the trainer's CPU per clip
+  without and with ``lineage=``;
 * ``h5feed bench gpu-train`` (:mod:`h5feed.bench.gpu.train`): a GPU trainer fed by h5feed,
   against a cached batch and PyTorch's DataLoader.
 
@@ -148,6 +150,32 @@ def _open_files_arguments(parser: argparse.ArgumentParser) -> None:
     add("--json", default=None, help="also write the figures here")
 
 
+# -- lineage --------------------------------------------------------------------------------
+
+_LINEAGE = """\
+What the lineage record (lineage=PATH) costs the trainer, per clip.
+
+h5feed's sample data (--files files of --videos-per-file 320x240 JPEG videos) is read with
+h5feed.batches as `h5feed bench` reads it (16-frame clips, resize (128, 171), random crop
+(112, 112), flip, batches of 8) by --workers local workers for --epochs epochs, without and
+with lineage=, in --repeats interleaved pairs. Reported: the trainer process's CPU per clip
+(time.process_time, every thread of it: ZeroMQ's, the loop's, the caller's) from the first
+batch to the end, median of each; and the record alone: LineageLog.record of one real batch
+(rows from its plan, JSON, one write) timed in five blocks of --calls calls, the median
+block in microseconds per clip."""
+
+
+def _lineage_arguments(parser: argparse.ArgumentParser) -> None:
+    add = parser.add_argument
+    add("--files", type=positive_int, default=2, help="(default %(default)s)")
+    add("--videos-per-file", type=positive_int, default=12, help="(default %(default)s)")
+    add("--epochs", type=positive_int, default=2, help="(default %(default)s)")
+    add("--workers", type=positive_int, default=2, help="(default %(default)s)")
+    add("--repeats", type=positive_int, default=3, help="pairs, off and on (default 3)")
+    add("--calls", type=positive_int, default=2000, help="records per timed block (2000)")
+    add("--json", default=None, help="also write the figures here")
+
+
 # -- reduced-decode -------------------------------------------------------------------------
 
 _REDUCED = """\
@@ -277,6 +305,16 @@ STUDIES: tuple[Study, ...] = (
         "  h5feed bench open-files --size 320 --json out.json",
         _open_files_arguments,
         "h5feed.bench.open_files",
+    ),
+    Study(
+        "lineage",
+        "what the lineage record costs the trainer: CPU per clip without and with it",
+        _LINEAGE,
+        "examples:\n"
+        "  h5feed bench lineage                             # prints both figures\n"
+        "  h5feed bench lineage --repeats 5 --json docs/bench/lineage-2cores.json",
+        _lineage_arguments,
+        "h5feed.bench.lineage_cost",
     ),
     Study(
         "reduced-decode",

@@ -36,6 +36,17 @@ positive_int = int_in(1)
 non_negative_int = int_in(0)
 
 
+def positive_seconds(text: str) -> float:
+    """An argparse ``type`` for a duration in seconds: a finite number > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds > 0, got {text!r}")
+    return value
+
+
 def int_list(text: str) -> list[int]:
     """An argparse ``type`` for ``1,2,4``: integers >= 1, in the order given."""
     try:

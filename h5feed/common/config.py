@@ -204,6 +204,15 @@ class ClipSpec:
         return cls.of(**fields)
 
 
+def crop_offset(size: int, crop: int, uniform: float, mode: str) -> int:
+    """Offset of a ``crop``-long window in ``size``: from ``uniform`` in [0, 1), or centred.
+    The workers crop there; the lineage record names the same offset (one function)."""
+    room = size - crop
+    if mode == "center":
+        return room // 2
+    return min(int(uniform * (room + 1)), room)
+
+
 def clip_frame_indices(
     start: int, n_frames: int, clip_len: int, stride: int, short_video: str
 ) -> list[int]:
@@ -277,3 +286,16 @@ DEFAULT_MAX_OPEN_FILES = 128
 DEFAULT_MAX_CHUNK_BYTES = 64 << 20
 PRODUCER_MAX_FRAME_PIXELS = 64_000_000
 PRODUCER_MAX_CLIP_PIXELS = 16 * 3840 * 2160
+
+#: How long a producer asked to stop (SIGTERM) gives each worker to finish the unit in hand and
+#: send it (``h5feed produce --stop-wait-s``, ``$H5FEED_STOP_WAIT_S``; see
+#: ``h5feed/producer/service.py``). A unit takes well under a second at the usual clip sizes:
+#: 20 s leaves room for slow storage and large clips. A worker still working by then is killed
+#: and the trainer makes its units again (counted as ``units_remade``).
+DEFAULT_STOP_WAIT_S = 20.0
+#: What ``h5feed produce`` may take beyond the stop wait to end: a late worker's last messages
+#: flushed (its socket's 2 s linger), or its kill reaped. A container's grace period (compose
+#: and Swarm ``stop_grace_period``, Kubernetes ``terminationGracePeriodSeconds``) must be at
+#: least the stop wait plus this, or the engine kills the producer before its workers hand
+#: their units back (``tests/test_kubernetes.py`` and ``tests/test_swarm.py`` check it).
+STOP_EXIT_MARGIN_S = 5.0

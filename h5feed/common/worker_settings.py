@@ -32,8 +32,12 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from h5feed.common.cli_args import positive_int
-from h5feed.common.config import DEFAULT_MAX_CHUNK_BYTES, DEFAULT_MAX_OPEN_FILES
+from h5feed.common.cli_args import positive_int, positive_seconds
+from h5feed.common.config import (
+    DEFAULT_MAX_CHUNK_BYTES,
+    DEFAULT_MAX_OPEN_FILES,
+    DEFAULT_STOP_WAIT_S,
+)
 from h5feed.common.wire import DEFAULT_MAX_MESSAGE_BYTES
 
 __all__ = [
@@ -117,10 +121,20 @@ class Process:
     stats_file: str | None = _option(
         "--stats-file", "keep writing this worker's counters here (JSON)", None
     )
+    stop_wait_s: float = _option(
+        "--stop-wait-s",
+        "on SIGTERM, the longest it keeps trying to send the unit it finished before it "
+        "leaves (default: %(default)s)",
+        DEFAULT_STOP_WAIT_S,
+        positive_seconds,
+    )
 
     def __post_init__(self) -> None:
         if not self.worker_id:
             raise ValueError("a worker needs a name (worker_id)")
+        stop = self.stop_wait_s
+        if isinstance(stop, bool) or not isinstance(stop, (int, float)) or not 0 < stop < 1e9:
+            raise ValueError(f"stop_wait_s must be a number of seconds > 0, got {stop!r}")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

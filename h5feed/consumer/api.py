@@ -64,13 +64,16 @@ def dataset(
       transform_args=None, reduced_decode=False, max_frame_pixels=64000000``;
     * layout (``LayoutArgs``): ``layout="auto", frames_key="frames", label_key="label"``;
     * plan (``PlanOptions``, ``FeedOptions.plan``): ``batch_size=8, shuffle=True, seed=0,
-      drop_remainder=False, shard=(0, 1), epochs=1, deterministic=True``;
+      drop_remainder=False, shard=(0, 1), shard_remainder="drop", epochs=1,
+      deterministic=True``;
     * processes (``ProcessOptions``): ``workers=2, max_inflight_batches=None,
       start_timeout_s=60, unit_timeout_s=120, max_restarts=3, max_unit_attempts=3,
       tune_malloc=True, shared_memory=True, max_open_files=128``;
     * network (``NetworkOptions``): ``listen=None, peer_timeout_s=5, join_grace_s=1.5,
       curve_key=None, curve_authorized=None, metrics_port=None,
       max_message_bytes=1073741824, insecure=False``;
+    * record (``RecordOptions``): ``lineage=None`` (a path: one NDJSON line per row the
+      trainer takes, see :mod:`h5feed.consumer.lineage`);
     * data, HDF5 files only (``DataOptions``): ``clips_per_video=1, clip_start="random",
       index_cache=True, data_root=None, on_error="raise", max_skipped=None``;
     * your own code instead of files (``SourceConfig``): ``source=None, source_args=None,
@@ -107,7 +110,11 @@ def dataset(
       random place, or centred with ``crop_mode="center"``) and, with ``flip``, mirrored
       horizontally with probability 1/2.
     * ``shard=(i, n)``: this consumer gets the i-th of n disjoint, equal parts of every
-      epoch (the last ``total % n`` samples of the epoch's order are dropped). Under a
+      epoch. ``shard_remainder="drop"`` (default, for training): the last ``total % n``
+      samples of the epoch's order are dropped; ``"pad"`` (for exact evaluation): every
+      sample once across the shards, each shard brought to ``ceil(total / n)`` rows with
+      padded rows (zeros, ``sample`` -1, ``valid`` False: use ``valid`` as
+      ``sample_weight``), refused with ``drop_remainder=True``. Under a
       multi-worker ``TF_CONFIG`` the shard is the worker's, and a contradicting ``shard=``
       raises; tf.data's auto-sharding is off (see :mod:`h5feed.consumer.trainers.distribute`).
     * Errors in workers (bad file, bad frame, a raising transform) end the iteration with an
@@ -130,7 +137,8 @@ def dataset(
     batch's index in its epoch) to see where each row comes from in the plan. They are opt-in
     because an extra key breaks a Keras model whose inputs are named by the dict's keys.
     (Not for ``source=``: a source's elements are the user's own trees.) ``valid`` (bool [B],
-    False where a bad frame was skipped) is added by ``on_error="skip"``, or when asked.
+    False where a bad frame was skipped or a row is padding) is added by ``on_error="skip"``
+    and by ``shard_remainder="pad"``, or when asked.
 
     Bad data (README "Bad data"): ``on_error="raise"`` ends the iteration at a bad frame
     (undecodable, or failing the CRC32 ``h5feed pack`` stores), naming file, video and
@@ -163,7 +171,8 @@ def dataset(
     unknown = set(keys) - set(BATCH_KEYS) - set(optional)
     if unknown or len(set(keys)) != len(keys) or "frames" not in keys:
         raise ValueError(f"keys must name 'frames' and any of {optional}, once each; got {keys}")
-    keys = keys if kwargs.get("source") is not None else with_valid(keys, kwargs.get("on_error"))
+    if kwargs.get("source") is None:
+        keys = with_valid(keys, kwargs.get("on_error"), kwargs.get("shard_remainder"))
     if kwargs.get("source") is not None and keys != BATCH_KEYS:
         raise TypeError("h5feed: keys= does not apply to source= (elements are your own)")
     # Under a multi-worker TF_CONFIG: that worker's shard (a contradicting shard= raises).
@@ -188,10 +197,12 @@ def dataset(
     return feed_dataset(feed, generate, spec, prefetch)
 
 
-def with_valid(keys: tuple[str, ...], on_error: object) -> tuple[str, ...]:
-    """``keys`` with ``valid`` added under ``on_error="skip"``: the rows it skipped must be
-    told apart (``sample_weight``)."""
-    if on_error == "skip" and VALID_KEY not in keys:
+def with_valid(
+    keys: tuple[str, ...], on_error: object, shard_remainder: object = None
+) -> tuple[str, ...]:
+    """``keys`` with ``valid`` added under ``on_error="skip"`` and ``shard_remainder="pad"``:
+    the rows it skipped or padded must be told apart (``sample_weight``)."""
+    if (on_error == "skip" or shard_remainder == "pad") and VALID_KEY not in keys:
         return (*keys, VALID_KEY)
     return keys
 

@@ -13,13 +13,15 @@ import numpy as np
 from h5feed.common import trainer_main
 from h5feed.common.errors import H5FeedError
 from h5feed.common.exposure import warn_insecure_listen
-from h5feed.consumer import resume
+from h5feed.consumer import lineage, resume
 from h5feed.consumer.hdf5 import known_index
 from h5feed.consumer.iteration import IterationStart, Outcome
+from h5feed.consumer.lineage import LineageLog
 from h5feed.consumer.metrics import start_feed_metrics
 from h5feed.consumer.options import FeedConfig, HdfConfig, data_root
-from h5feed.consumer.plan import Cursor, Index
+from h5feed.consumer.plan import Cursor, Index, epoch_length
 from h5feed.consumer.processes.worker_pool import PoolSlot
+from h5feed.consumer.rest import Rest
 from h5feed.consumer.sources.options import Learnt
 from h5feed.consumer.stream import BatchStream
 
@@ -56,6 +58,7 @@ class Feed:
         self.config = config
         self._fingerprint = resume.fingerprint(config)
         self._length: int | None = None
+        self._samples: int | None = None  # per epoch, all shards (HDF5), once known
         self._learnt: Learnt | None = None
         self._index_digests = resume.IndexDigests()
         # What identified the files when the last index was learnt (known_index.key): an
@@ -71,20 +74,36 @@ class Feed:
             if known is not None:
                 length = config.epoch_length(known)
                 self._learn_index(self._index_digests(known), length, key)
+                self._samples = known.num_videos * config.data.clips_per_video
         point = resume.resume_point(resume_from) if resume_from is not None else None
         if point is not None and point.fingerprint:
-            resume.check(point.fingerprint, self._fingerprint)
+            resume.check_point(point, self._fingerprint)
+            if point.rest is not None and self._length is None:
+                # The rest of an epoch on this many shards: its length follows from the
+                # epoch's samples (checked against the index at the first batch).
+                self._length = epoch_length(point.rest.samples, config.options.plan)
             if self._length is None and point.length is not None:
                 # The saver's epoch length (the index it came from is checked at the first
                 # batch, as the fingerprint's "index"): Keras needs it up front, see
                 # resume.ResumePoint.length.
                 self._length = point.length
-        start = point.cursor if point is not None else Cursor()
-        if self._length is not None and start.batch >= self._length:  # (e, len) is (e + 1, 0)
-            start = Cursor(start.epoch + start.batch // self._length, start.batch % self._length)
+        if point is not None and self._samples is None:
+            self._samples = point.samples
+        start = Cursor()
+        if point is not None:
+            start = resume.first_cursor(point, config.options.plan, self._length)
+        #: The lineage record (``lineage=``), cut to the batches the resumed state took (see
+        #: :mod:`h5feed.consumer.lineage`); made here, so a bad path fails before any worker.
+        self.lineage: LineageLog | None = None
+        if config.options.record.lineage is not None:
+            taken = lineage.taken_by(start, point.taken) if point is not None else None
+            self.lineage = LineageLog(
+                config.options.record.lineage, config, self._fingerprint, taken
+            )
         #: Where the first iteration starts (a resumed feed's position, else (0, 0)).
         self.start = start
         self._resume = point
+        self._rest = point.rest if point is not None else None
         self._next_epoch = start.epoch
         self._current: weakref.ref[BatchStream] | None = None
         self._last_stats: dict[str, Any] | None = None
@@ -138,6 +157,18 @@ class Feed:
         return self._length
 
     @property
+    def samples(self) -> int | None:
+        """Samples per epoch, all shards' (HDF5), once known (a resume state's tell it)."""
+        self._read()
+        return self._samples
+
+    @property
+    def rest(self) -> Rest | None:
+        """The rest of an epoch after a change of topology this feed resumed in (see
+        :mod:`h5feed.consumer.rest`), else None."""
+        return self._rest
+
+    @property
     def learnt(self) -> Learnt | None:
         """A source's kind and element spec, once an iteration's workers told them; then
         never changed (every later iteration gives its workers that spec: no probe, the same
@@ -169,12 +200,13 @@ class Feed:
         """The next iteration's start, and the files' key as they are now (HDF5)."""
         known, sizes, files_key = self._known_index()
         cursor, skip, saved_index = Cursor(epoch, 0), frozenset[tuple[int, int]](), None
+        rest = None
         if point is not None:  # the first iteration of a resumed feed
-            cursor, skip = self.start, point.taken
+            cursor, skip, rest = self.start, point.taken, point.rest
             saved_index = (point.fingerprint or {}).get("index")  # checked once it is built
         start = IterationStart(
             cursor, skip, dict(self._fingerprint), saved_index, known, sizes, self._learnt,
-            self._index_digests,
+            self._index_digests, rest, self._samples, self.lineage,
         )  # fmt: skip
         return start, files_key
 
@@ -204,6 +236,7 @@ class Feed:
                 learnt = outcome.learnt
                 if outcome.digest is not None and outcome.epoch_length is not None:
                     self._learn_index(outcome.digest, outcome.epoch_length, files_key)
+                    self._samples = outcome.samples
                 elif isinstance(learnt, Learnt) and self._learnt is None:
                     self._learnt = learnt  # a source's: never changes after
                     if self._length is None:

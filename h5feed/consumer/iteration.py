@@ -33,8 +33,10 @@ from h5feed.consumer.core.credits import CreditGate
 from h5feed.consumer.core.scheduler import Scheduler
 from h5feed.consumer.hdf5 import known_index
 from h5feed.consumer.hdf5.scheduler import HdfScheduler
+from h5feed.consumer.lineage import LineageLog
 from h5feed.consumer.options import FeedConfig, HdfConfig
 from h5feed.consumer.plan import Cursor, Index
+from h5feed.consumer.rest import Rest
 from h5feed.consumer.resume import IndexDigests
 from h5feed.consumer.sources.options import Learnt, SourceConfig
 from h5feed.consumer.sources.scheduler import SourceScheduler
@@ -53,7 +55,12 @@ class IterationStart:
     index as an earlier iteration learnt it, when the files are unchanged since, and their
     sizes as just stat'ed (see ``HdfScheduler.start``); ``learnt``: a source's kind and spec
     as an earlier iteration learnt them (its workers are not asked to probe again);
-    ``digests``: the feed's index hashes (one hash per index, reused across iterations)."""
+    ``digests``: the feed's index hashes (one hash per index, reused across iterations);
+    ``rest``: the rest of an epoch after a change of topology the resumed state lies in
+    (:mod:`h5feed.consumer.rest`), planned for that epoch and kept in the states saved in it;
+    ``samples``: the epoch's samples (all shards), when the state this iteration resumes
+    told them; ``lineage``: the feed's record, which the stream appends each batch it
+    takes to."""
 
     cursor: Cursor
     skip: frozenset[tuple[int, int]] = frozenset()
@@ -63,6 +70,9 @@ class IterationStart:
     file_sizes: tuple[int, ...] | None = None
     learnt: Learnt | None = None
     digests: IndexDigests = dataclasses.field(default_factory=IndexDigests, compare=False)
+    rest: Rest | None = None
+    samples: int | None = None
+    lineage: LineageLog | None = dataclasses.field(default=None, compare=False)
 
     def check_index(self, index: Index) -> str:
         """The digest of ``index`` (the fingerprint's ``index`` part); ResumeError when the
@@ -90,8 +100,12 @@ def make_scheduler(
         itertools.count(first) if epochs is None else iter(range(first, first + epochs))
     )
     if isinstance(config, SourceConfig):
+        if start.rest is not None:  # merge_states refuses a source's states
+            raise ResumeError("a source's epoch cannot be dealt to another number of shards")
         return SourceScheduler(config, job, numbers, start.cursor, counters, gate, start.learnt)
-    return HdfScheduler(config, job, numbers, start.cursor, counters, start.known, start.file_sizes)
+    return HdfScheduler(
+        config, job, numbers, start.cursor, counters, start.known, start.file_sizes, start.rest
+    )
 
 
 class Outcome:
@@ -99,15 +113,17 @@ class Outcome:
     and read by its feed (any thread): each field is set once, from None, by one writer.
 
     ``learnt``: what the scheduler's handshake taught (``Scheduler.learnt``), with the
-    ``epoch_length``, and the index's ``digest`` (HDF5), from the first batch on (or the end,
-    when it came before one); ``stats``: the final ``stats()``, once the stream is closed."""
+    ``epoch_length``, the index's ``digest`` and the epoch's ``samples`` (HDF5: all shards'),
+    from the first batch on (or the end, when it came before one); ``stats``: the final
+    ``stats()``, once the stream is closed."""
 
-    __slots__ = ("digest", "epoch_length", "learnt", "stats")
+    __slots__ = ("digest", "epoch_length", "learnt", "samples", "stats")
 
     def __init__(self) -> None:
         self.learnt: object | None = None
         self.epoch_length: int | None = None
         self.digest: str | None = None
+        self.samples: int | None = None
         self.stats: dict[str, Any] | None = None
 
 
@@ -122,7 +138,12 @@ class Position:
         self.cursor = start.cursor  # the next batch the trainer takes (deterministic order)
         self.outcome = Outcome()
         self._skip = set(start.skip)
+        #: The step (see :mod:`h5feed.consumer.lineage`) of the batch taken last, and of the
+        #: next one: known once the epoch's length is (None: a generator source's).
+        self.last_step: int | None = None
+        self._next_step: int | None = None
         self._fingerprint = dict(start.fingerprint)  # its index part: this iteration's
+        self._samples = start.samples  # the epoch's, all shards: states carry it
         point = resume.ResumePoint(start.cursor, start.skip)
         self._progress = resume.Progress(point, config.options.plan.deterministic)
 
@@ -130,11 +151,15 @@ class Position:
         """The handshake is over (the first batch is here): an HDF5 index is checked against
         the resumed state's (ResumeError), joins the fingerprint, tells the epoch's length,
         and is remembered for the next dataset over these files; the outcome says it all."""
-        config = self.config
+        config, cursor = self.config, self.start.cursor
+        if length is not None and self._next_step is None:  # the batches taken before it
+            self._next_step = cursor.epoch * length + cursor.batch + len(self.start.skip)
         if isinstance(learnt, Index) and isinstance(config, HdfConfig):
             digest = self.start.check_index(learnt)
             if digest != self._fingerprint.get("index"):  # new to this feed: remembered
                 known_index.store(config, learnt)
+            self._samples = learnt.num_videos * config.data.clips_per_video
+            self.outcome.samples = self._samples  # before the digest: the feed reads that
             self._fingerprint["index"] = self.outcome.digest = digest
             if length is not None:
                 self._progress.set_length(length)
@@ -156,8 +181,12 @@ class Position:
             return False
         self.cursor = Cursor(epoch, batch + 1)
         self._progress.take(epoch, batch)
+        self.last_step = self._next_step
+        if self._next_step is not None:
+            self._next_step += 1
         return True
 
     def state(self) -> dict[str, Any]:
         """The resume state of what was taken (see :mod:`h5feed.consumer.resume`)."""
-        return self._progress.point(self._fingerprint).to_state()
+        point = self._progress.point(self._fingerprint, self.start.rest, self._samples)
+        return point.to_state()

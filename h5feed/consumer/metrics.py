@@ -7,7 +7,9 @@ Names and meaning (all start with ``h5feed_``):
   ``batches_total``, ``clips_total``, ``bytes_total`` (taken by the trainer),
   ``input_wait_seconds_total`` (time tf.data waited for a batch not yet ready, from each
   iteration's first batch), ``malformed_messages_total``, ``dropped_parts_total``,
-  ``reassigned_units_total``, ``peers_lost_total``, ``workers_replaced_total``,
+  ``reassigned_units_total`` (= ``units_handed_back_total`` + ``units_remade_total``),
+  ``units_handed_back_total``, ``units_remade_total``, ``peers_lost_total``,
+  ``workers_replaced_total``,
   ``peers_joined_total``, ``refused_reconnects_total``, ``refused_keys_total``,
   ``index_mismatches_total``,
   ``unreadable_files_total``, ``iterations_total``;
@@ -51,6 +53,8 @@ _TOTALS = (
     ("malformed_messages", "h5feed_malformed_messages", "Malformed messages dropped"),
     ("dropped_parts", "h5feed_dropped_parts", "Unexpected or duplicate parts dropped"),
     ("reassigned_units", "h5feed_reassigned_units", "Units re-sent after their worker was lost"),
+    ("units_handed_back", "h5feed_units_handed_back", "Units a leaving worker gave back unmade"),
+    ("units_remade", "h5feed_units_remade", "Units made again: their worker was lost"),
     ("peers_lost", "h5feed_peers_lost", "Workers lost (exited, killed, vanished, stuck, left)"),
     ("workers_replaced", "h5feed_workers_replaced", "Local workers started in place of dead ones"),
     ("peers_joined", "h5feed_peers_joined", "Workers that joined during an iteration"),

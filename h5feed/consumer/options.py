@@ -17,6 +17,7 @@ docstring and the README's parameter table against it, so none of those can drif
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeAlias, TypedDict
 
@@ -31,6 +32,7 @@ from h5feed.common.metrics_http import metrics_address
 from h5feed.common.wire import DEFAULT_LIMITS, DEFAULT_MAX_MESSAGE_BYTES
 from h5feed.consumer.hdf5.files import resolve_files
 from h5feed.consumer.plan import EpochPlan, Index, PlanOptions, epoch_length_of
+from h5feed.consumer.rest import Rest
 from h5feed.consumer.sources.options import SOURCE_FIELDS, SourceConfig
 
 
@@ -158,15 +160,34 @@ class DataOptions:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class RecordOptions:
+    """The record group (``FeedOptions.record``): what a feed writes down about its run.
+
+    ``lineage``: a path; each batch the trainer takes appends one NDJSON line per row saying
+    which step trained it and what the plan made it from (see
+    :mod:`h5feed.consumer.lineage`); None: no record. Not part of the fingerprint: a run
+    resumes with or without it."""
+
+    lineage: str | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.lineage, os.PathLike):  # a pathlib.Path: kept as its text
+            object.__setattr__(self, "lineage", os.fspath(self.lineage))
+        if self.lineage is not None and (not isinstance(self.lineage, str) or not self.lineage):
+            raise ValueError(f"lineage must be a file path or None, got {self.lineage!r}")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class FeedOptions:
     """The options every feed has, grouped by concern: ``plan`` (:class:`PlanOptions`, the
-    one the epoch plan takes), ``processes``, ``network``. An HDF5 feed's data group is
+    one the epoch plan takes), ``processes``, ``network``, ``record``. An HDF5 feed's data group is
     :attr:`HdfConfig.data`. ``dataset()`` takes every field of every group as one flat
     keyword (:meth:`of`), so a group is never copied field by field."""
 
     plan: PlanOptions = dataclasses.field(default_factory=PlanOptions)
     processes: ProcessOptions = dataclasses.field(default_factory=ProcessOptions)
     network: NetworkOptions = dataclasses.field(default_factory=NetworkOptions)
+    record: RecordOptions = dataclasses.field(default_factory=RecordOptions)
 
     def __post_init__(self) -> None:
         if self.processes.workers == 0 and not self.network.listen:
@@ -184,7 +205,7 @@ class FeedOptions:
 
 
 #: The groups of :class:`FeedOptions`, in the order of its fields.
-GROUPS: tuple[type[Any], ...] = (PlanOptions, ProcessOptions, NetworkOptions)
+GROUPS: tuple[type[Any], ...] = (PlanOptions, ProcessOptions, NetworkOptions, RecordOptions)
 
 
 def _field_names(cls: type[Any]) -> tuple[str, ...]:
@@ -233,10 +254,11 @@ class HdfConfig:
     #: None: the workers' index says.
     file_labels: tuple[int, ...] | None = None
 
-    def epoch_plan(self, index: Index, epoch: int) -> EpochPlan:
-        """``epoch``'s plan: the plan group's, clips placed as the data group says."""
+    def epoch_plan(self, index: Index, epoch: int, rest: Rest | None = None) -> EpochPlan:
+        """``epoch``'s plan: the plan group's, clips placed as the data group says; ``rest``:
+        the rest of this epoch after a change of topology (:mod:`h5feed.consumer.rest`)."""
         data, plan = self.data, self.options.plan
-        return EpochPlan(index, self.clip, plan, epoch, data.clips_per_video, data.clip_start)
+        return EpochPlan(index, self.clip, plan, epoch, data.clips_per_video, data.clip_start, rest)
 
     def epoch_length(self, index: Index) -> int:
         """Batches per epoch of this shard of ``index``'s clips (:func:`epoch_length_of`)."""
@@ -365,6 +387,7 @@ class FeedKwargs(TypedDict, total=False):
     drop_remainder: bool
     deterministic: bool
     shard: tuple[int, int]
+    shard_remainder: str
     workers: int
     max_inflight_batches: int | None
     start_timeout_s: float
@@ -391,6 +414,7 @@ class FeedKwargs(TypedDict, total=False):
     max_open_files: int
     on_error: str
     max_skipped: int | None
+    lineage: str | os.PathLike[str] | None
     # User sources (see h5feed/consumer/sources/api.py).
     source: str | None
     source_args: dict[str, Any] | None

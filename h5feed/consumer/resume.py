@@ -17,8 +17,10 @@ Guarantees:
    ``files``, known up front; the index — every video's name, frame count and label —
    ``index``, known once the workers indexed the files), seed, shuffle, batch size,
    ``drop_remainder``, clips per video and their placement, the clip and layout options,
-   ``shard``, a source and its arguments, and the labels the trainer gives one-video files
-   (``labels``: from their directories or the user's mapping). Not the number of workers,
+   ``shard`` and its remainder rule (``shard_remainder``, stored when it is not the default
+   "drop", so states saved before the rule existed still resume), a source and its
+   arguments, and the labels the trainer gives one-video files (``labels``: from their
+   directories or the user's mapping). Not the number of workers,
    prefetch, timeouts, ``listen``, metrics or memory options: resuming with another worker
    count gives the same batches. The files' directory is not part of it (only their names),
    so a dataset moved elsewhere still resumes.
@@ -32,6 +34,17 @@ Guarantees:
 4. ``{"epoch": e, "batch": b}`` alone (a custom loop's own step count) is accepted and
    checked against nothing.
 5. A state of another ``format`` is refused (ResumeError), never guessed at.
+6. ``"samples"`` (the epoch's samples, all shards) is written once the index is known:
+   :func:`h5feed.merge_states` needs it to deal an epoch's rest to another number of shards.
+7. Format 2 is a position inside the rest of an epoch after a change of topology
+   (:mod:`h5feed.consumer.rest`): format 1's fields and ``samples``, plus ``"rest"`` (per
+   earlier topology, per shard: ``[next batch, [batches taken above it]]``). A merged state
+   (``"merged": true``, :func:`h5feed.merge_states`) is the start of that rest for any
+   shard of any count: its fingerprint has no ``shard`` (every other field is checked), its
+   ``batch`` is 0 and its first batch is where the shard's part of the rest begins
+   (:func:`first_cursor`). A state saved inside the rest is format 2 with its own shard; one
+   saved once the rest is over is format 1 again. An h5feed that knows only format 1
+   refuses format 2 (it would resume the rest's epoch from its start).
 """
 
 from __future__ import annotations
@@ -49,9 +62,12 @@ import numpy as np
 from h5feed.common.atomic import atomic_file
 from h5feed.common.errors import ResumeError
 from h5feed.consumer.options import FeedConfig, HdfConfig
-from h5feed.consumer.plan import Cursor, Index
+from h5feed.consumer.plan import Cursor, Index, PlanOptions
+from h5feed.consumer.rest import Rest
 
 FORMAT_VERSION = 1
+#: The format of a state inside the rest of an epoch (guarantee 7).
+REST_FORMAT = 2
 #: The file in a backup directory (``h5feed.BackupAndRestore``) holding h5feed's position.
 POSITION_FILE = "h5feed_position.json"
 #: A state file larger than this is not a state (it is read before it is parsed).
@@ -75,6 +91,8 @@ def fingerprint(config: FeedConfig) -> dict[str, Any]:
         "drop_remainder": options.plan.drop_remainder,
         "shard": list(options.plan.shard),
     }
+    if options.plan.pads:  # absent under the default rule: states saved before it resume
+        parts["shard_remainder"] = options.plan.shard_remainder
     if isinstance(config, HdfConfig):
         parts.update(
             files=_digest([os.path.basename(f) for f in config.files]),
@@ -165,6 +183,37 @@ def differences(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[st
     return found
 
 
+def check_point(point: ResumePoint, current: Mapping[str, Any]) -> None:
+    """:func:`check` of ``point``'s fingerprint, if it has one; a merged point's is checked
+    in every field but ``shard`` (it resumes on any)."""
+    if point.fingerprint:
+        if point.merged:
+            current = {key: value for key, value in current.items() if key != "shard"}
+        check(point.fingerprint, current)
+
+
+def first_cursor(point: ResumePoint, options: PlanOptions, length: int | None) -> Cursor:
+    """Where an iteration resumed from ``point`` starts (for ``options.shard``): a merged
+    point's at the shard's first batch of the rest, an epoch's end (known ``length``) at
+    the next epoch's start. ResumeError for a rest that does not fit these options or a
+    position before the shard's part of the rest."""
+    cursor = point.cursor
+    rest = point.rest
+    if rest is not None:
+        rest.check(options)
+        first = rest.first_batch(options)
+        if point.merged:
+            cursor = Cursor(rest.epoch, first)
+        elif cursor.batch < first:
+            raise ResumeError(
+                f"resume state: batch {cursor.batch} of epoch {cursor.epoch} is before shard "
+                f"{list(options.shard)}'s part of the rest, which begins at batch {first}"
+            )
+    if length is not None and cursor.batch >= length:  # (e, len) is (e + 1, 0)
+        cursor = Cursor(cursor.epoch + cursor.batch // length, cursor.batch % length)
+    return cursor
+
+
 def check(saved: Mapping[str, Any], current: Mapping[str, Any]) -> None:
     """ResumeError naming every field of the fingerprints that differs."""
     diff = differences(saved, current)
@@ -189,16 +238,27 @@ class ResumePoint:
     #: machine) still tells Keras the epoch's length. Keras would otherwise learn it from
     #: the shorter resumed epoch and silently cut every later epoch to that many steps.
     length: int | None = None
+    #: The rest of an epoch after a change of topology this point lies in (guarantee 7).
+    rest: Rest | None = None
+    #: Samples per epoch, all shards (guarantee 6), once known.
+    samples: int | None = None
+    #: The start of ``rest`` for any shard (:func:`h5feed.merge_states`; guarantee 7).
+    merged: bool = False
 
     def to_state(self) -> dict[str, Any]:
-        """The JSON-able state (see the module docstring)."""
+        """The JSON-able state (see the module docstring): format 2 while the cursor is in
+        the rest's epoch, else format 1."""
+        rest = self.rest if self.rest is not None and self.cursor.epoch == self.rest.epoch else None
         return {
-            "format": FORMAT_VERSION,
+            "format": FORMAT_VERSION if rest is None else REST_FORMAT,
             "epoch": self.cursor.epoch,
             "batch": self.cursor.batch,
             "taken": [list(t) for t in sorted(self.taken)],
             "fingerprint": dict(self.fingerprint or {}),
             **({"length": self.length} if self.length is not None else {}),
+            **({"samples": self.samples} if self.samples is not None else {}),
+            **({"rest": rest.to_json()} if rest is not None else {}),
+            **({"merged": True} if self.merged else {}),
         }
 
     @classmethod
@@ -208,10 +268,10 @@ class ResumePoint:
         if not isinstance(state, Mapping):
             raise ResumeError(f"a resume state is a dict, got {type(state).__name__}")
         version = state.get("format", FORMAT_VERSION if "fingerprint" not in state else None)
-        if version != FORMAT_VERSION:
+        if version not in (FORMAT_VERSION, REST_FORMAT):
             raise ResumeError(
                 f"resume state format {version!r} is not supported (this h5feed writes "
-                f"{FORMAT_VERSION})"
+                f"{FORMAT_VERSION} and {REST_FORMAT})"
             )
         epoch, batch = state.get("epoch"), state.get("batch")
         if not (_count(epoch) and _count(batch)):
@@ -236,7 +296,39 @@ class ResumePoint:
         length = state.get("length")
         if length is not None and not (_count(length) and length > 0 and found is not None):
             raise ResumeError(f"resume state: length must be an integer > 0: {length!r}")
-        return cls(Cursor(int(epoch), int(batch)), frozenset(pairs), found, length)  # type: ignore[arg-type]
+        samples = state.get("samples")
+        if samples is not None and not _count(samples):
+            raise ResumeError(f"resume state: samples must be an integer >= 0: {samples!r}")
+        cursor = Cursor(int(epoch), int(batch))  # type: ignore[arg-type]
+        rest, merged = _rest_of(state, version, cursor, samples, pairs, found)
+        return cls(cursor, frozenset(pairs), found, length, rest, samples, merged)
+
+
+def _rest_of(
+    state: Mapping[str, Any],
+    version: object,
+    cursor: Cursor,
+    samples: int | None,
+    taken: set[tuple[int, int]],
+    fingerprint: Mapping[str, Any] | None,
+) -> tuple[Rest | None, bool]:
+    """A state's rest and whether it is merged (guarantee 7); ResumeError for a format-2
+    field where it does not belong."""
+    merged = state.get("merged", False)
+    if not isinstance(merged, bool):
+        raise ResumeError(f"resume state: merged must be true or false: {merged!r}")
+    if version == FORMAT_VERSION:
+        if "rest" in state or merged:
+            raise ResumeError("resume state: 'rest' and 'merged' belong to format 2")
+        return None, False
+    if samples is None or fingerprint is None or "rest" not in state:
+        raise ResumeError("resume state: format 2 needs 'rest', 'samples' and 'fingerprint'")
+    if merged and ("shard" in fingerprint or cursor.batch != 0 or taken):
+        raise ResumeError(
+            "resume state: a merged state has no shard in its fingerprint, batch 0 and "
+            "nothing taken"
+        )
+    return Rest.from_json(state["rest"], cursor.epoch, samples), merged
 
 
 def _count(value: object) -> bool:
@@ -316,5 +408,9 @@ class Progress:
                 break
         self.cursor = cursor
 
-    def point(self, fingerprint: Mapping[str, Any]) -> ResumePoint:
-        return ResumePoint(self.cursor, frozenset(self.taken), dict(fingerprint))
+    def point(
+        self, fingerprint: Mapping[str, Any], rest: Rest | None, samples: int | None
+    ) -> ResumePoint:
+        return ResumePoint(
+            self.cursor, frozenset(self.taken), dict(fingerprint), rest=rest, samples=samples
+        )

@@ -40,8 +40,15 @@ class Counters:
     malformed_messages: int = 0
     #: Parts of a unit the peer does not hold (duplicates, stale jobs), dropped.
     dropped_parts: int = 0
-    #: Units re-sent after their worker was lost.
+    #: Units re-sent after their worker was lost: ``units_handed_back + units_remade``.
     reassigned_units: int = 0
+    #: Units a worker gave back unmade when it left (its BYE: asked to stop, it sent the unit
+    #: in hand and handed these back), sent to others: made once.
+    units_handed_back: int = 0
+    #: Units sent again because their worker was lost without handing them back (it exited,
+    #: was killed, vanished, got stuck, restarted or was refused): it may have made some of
+    #: them, so these may have been made twice (each delivered once).
+    units_remade: int = 0
     #: Workers lost (exited, killed, vanished, stuck, left).
     peers_lost: int = 0
     #: Local processes started in place of dead ones.
@@ -54,6 +61,9 @@ class Counters:
     index_mismatches: int = 0
     #: Files moved off a worker that cannot read them.
     unreadable_files: int = 0
+    #: Padded rows released (``shard_remainder="pad"``: no sample, zeros, ``valid`` False),
+    #: apart from samples skipped for bad data.
+    padded_samples: int = 0
 
 
 class RateMeter:
@@ -238,13 +248,18 @@ def iteration_stats(
     whose slots a local worker could not map, summed over this iteration's workers since
     they started: kept workers count across iterations); ``workers`` and
     ``hosts``: what each delivered; ``malformed_messages``, ``dropped_parts``,
-    ``reassigned_units`` (re-sent after their worker was lost), ``peers_lost``,
+    ``reassigned_units`` (re-sent after their worker was lost: the sum of
+    ``units_handed_back``, given back unmade by a worker that left with a BYE, and
+    ``units_remade``, sent again after a worker was lost without handing them back:
+    possibly made twice), ``peers_lost``,
     ``workers_replaced`` (local processes started in place of dead ones),
     ``peers_joined`` (during the iteration), ``refused_reconnects`` (a lost process back
     without a new nonce, or under another CURVE key), ``refused_keys`` (connections
     refused for a CURVE key that is not listed), ``index_mismatches`` (a worker
     refused for a file whose copy differs), ``unreadable_files`` (a file moved from a worker
-    that cannot read it); ``cursor``: the next
+    that cannot read it); ``padded_samples`` (padded rows of a padded shard,
+    ``shard_remainder="pad"``: zeros, ``valid`` False, never sent to a worker; counted
+    apart from ``skipped``); ``cursor``: the next
     batch (epoch, batch); and the verdict: ``input_bound``, ``suggested_extra_workers``,
     ``verdict`` (one line).
 
@@ -276,6 +291,8 @@ def iteration_stats(
         "malformed_messages": counters.malformed_messages,
         "dropped_parts": counters.dropped_parts,
         "reassigned_units": counters.reassigned_units,
+        "units_handed_back": counters.units_handed_back,
+        "units_remade": counters.units_remade,
         "peers_lost": counters.peers_lost,
         "workers_replaced": counters.workers_replaced,
         "peers_joined": counters.peers_joined,
@@ -283,6 +300,7 @@ def iteration_stats(
         "refused_keys": refused_keys,
         "index_mismatches": counters.index_mismatches,
         "unreadable_files": counters.unreadable_files,
+        "padded_samples": counters.padded_samples,
         "batches_dispatched": gate.dispatched,
         "max_inflight_batches": gate.most_inflight,
         "cursor": list(cursor),

@@ -39,6 +39,7 @@ from h5feed.consumer.memory import keep_freed_memory_mapped
 from h5feed.consumer.options import FeedConfig, data_root
 from h5feed.consumer.plan import Cursor
 from h5feed.consumer.processes.worker_pool import Lease, close_all_slots
+from h5feed.consumer.sources.options import Learnt
 from h5feed.consumer.stats import Counters, RateMeter, WaitMeter, iteration_stats
 
 #: Keys of every tf.data element by default (NumPy batches also carry ``sample``, ``epoch``
@@ -75,6 +76,7 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
         self.config = config
         self.job_id = uuid.uuid4().hex
         self._position = Position(config, start)
+        self._lineage = start.lineage
         self.outcome = self._position.outcome  # what it found, read by its feed
         self._first_taken = False
         self._closed = threading.Event()
@@ -157,6 +159,10 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
                     self._first_batch()
                 if not self._position.take(batch.epoch, batch.index):
                     continue  # taken before the resume
+                if self._lineage is not None:  # before the trainer has it: see lineage.py
+                    learnt = self.scheduler.learnt
+                    kind = learnt.kind if isinstance(learnt, Learnt) else None
+                    self._lineage.record(self._position.last_step, batch, kind)
                 if batch.element is not None:  # a user source's batch (source=)
                     self._taken.record(batch.rows, batch.nbytes)
                     return cast(dict[str, np.ndarray], batch.element)

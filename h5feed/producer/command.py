@@ -9,10 +9,11 @@ import logging
 import os
 import sys
 
-from h5feed.common.cli_args import Subcommand, non_negative_int, positive_int
+from h5feed.common.cli_args import Subcommand, non_negative_int, positive_int, positive_seconds
 from h5feed.common.config import (
     DEFAULT_MAX_CHUNK_BYTES,
     DEFAULT_MAX_OPEN_FILES,
+    DEFAULT_STOP_WAIT_S,
     PRODUCER_MAX_CLIP_PIXELS,
     PRODUCER_MAX_FRAME_PIXELS,
 )
@@ -82,6 +83,15 @@ _PRODUCE_OPTIONS = (
         "cap on an HDF5 chunk's uncompressed bytes beyond one frame, checked before reading "
         f"(default {DEFAULT_MAX_CHUNK_BYTES})",
     ),
+    (
+        "--stop-wait-s",
+        "H5FEED_STOP_WAIT_S",
+        "SECONDS",
+        "on SIGTERM, how long each worker may take to finish and send the unit in hand (the "
+        "units it did not start go back to the trainer at once); a worker still working "
+        f"then is killed (default {DEFAULT_STOP_WAIT_S:g}; a container's grace period must "
+        "be at least this plus 5 s)",
+    ),
 )
 #: The options of `h5feed produce` that take a positive integer.
 _INT_OPTIONS = (
@@ -109,9 +119,10 @@ is trusted; otherwise the command refuses to start (exit status 2).
 Guarantees: the workers may start before the trainer and wait for it; they serve its jobs
 (file list, clip and preprocessing parameters come from the trainer) and outlive its
 iterations and restarts; a worker that dies is restarted (at once if it had returned a
-part, else after a backoff; a crash loop fails `h5feed health`); SIGTERM stops the service within
-10 s with exit status 0; a trainer of another protocol version is refused (exit status 2,
-both versions named)."""
+part, else after a backoff; a crash loop fails `h5feed health`); SIGTERM stops the service: each
+worker sends the unit in hand and hands the units it did not start back to the trainer, within
+--stop-wait-s (a worker still working then is killed), exit status 0; a trainer of another
+protocol version is refused (exit status 2, both versions named)."""
 
 _PRODUCE_EPILOG = """\
 examples:
@@ -140,6 +151,8 @@ def register(subcommand: Subcommand) -> None:
             if flag in _INT_OPTIONS
             else non_negative_int
             if flag == "--max-restarts"
+            else positive_seconds
+            if flag == "--stop-wait-s"
             else str,
             metavar=metavar,
             help=f"{text} (env {variable})",
@@ -261,6 +274,7 @@ def _cmd_produce(args: argparse.Namespace) -> int:
         allow_code,
         limits,
         _int_or(args.max_restarts, DEFAULT_MAX_RESTARTS),
+        DEFAULT_STOP_WAIT_S if args.stop_wait_s is None else float(args.stop_wait_s),
     )
 
 

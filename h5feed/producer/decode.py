@@ -19,17 +19,10 @@ import cv2
 import numpy as np
 
 from h5feed.common.config import ClipSpec
+from h5feed.common.config import crop_offset as crop_offset  # moved to common: the lineage's too
 from h5feed.common.errors import DataError, FrameError
 
 cv2.setNumThreads(1)
-
-
-def crop_offset(size: int, crop: int, uniform: float, mode: str) -> int:
-    """Offset of a ``crop``-long window in ``size``: from ``uniform`` in [0, 1), or centred."""
-    room = size - crop
-    if mode == "center":
-        return room // 2
-    return min(int(uniform * (room + 1)), room)
 
 
 #: (factor, imdecode flag) of libjpeg's DCT scaling, largest reduction first.

@@ -11,8 +11,15 @@ Guarantees:
    health`` fails and Swarm/Kubernetes replace the container (``h5feed/producer/restarts.py``).
    One refused by the consumer (another protocol version) is not restarted, and the service
    exits with code 2 naming both versions.
-3. SIGTERM or SIGINT: every worker is asked to stop (SIGTERM: it finishes the unit in hand),
-   and the service exits 0 within 10 s; a worker still there by then is killed.
+3. SIGTERM or SIGINT: no worker takes new work; every worker is asked to stop (SIGTERM): it
+   finishes the unit in hand and sends it, then says BYE, which hands the units it was sent
+   and did not start back to the trainer (made by others, never twice: the trainer counts
+   them in ``units_handed_back``). The service exits 0 within ``stop_wait_s`` (default
+   :data:`~h5feed.common.config.DEFAULT_STOP_WAIT_S`, 20 s) plus
+   :data:`~h5feed.common.config.STOP_EXIT_MARGIN_S`; a worker still there after the stop
+   wait and its last messages' flush is killed (logged), and the trainer makes what it held
+   again (``units_remade``). A container's grace period must cover both (README "Upgrading
+   a running fleet").
 4. With ``metrics``, one endpoint serves every worker's figures (``/metrics``, ``/stats``;
    see ``h5feed/producer/metrics.py``) on the (host, port) given (the command's default host
    is 127.0.0.1); the address bound is logged (INFO), also when asked for port 0.
@@ -42,7 +49,7 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 
-from h5feed.common.config import DEFAULT_MAX_OPEN_FILES, default_cache_dir
+from h5feed.common.config import DEFAULT_MAX_OPEN_FILES, DEFAULT_STOP_WAIT_S, default_cache_dir
 from h5feed.common.logs import with_ids
 from h5feed.common.wire import DEFAULT_MAX_MESSAGE_BYTES
 from h5feed.common.worker_settings import Code, Data, Network, Process, WorkerSettings
@@ -53,7 +60,11 @@ from h5feed.producer.worker_stats import read_counters
 _log = logging.getLogger("h5feed.producer")
 #: Where this h5feed was imported from: the workers import the same one.
 _PACKAGE_PARENT = str(pathlib.Path(__file__).resolve().parents[2])
-_STOP_WAIT_S = 10.0
+#: Beyond the stop wait, for a worker that sent its last unit at the end of it to flush it and
+#: its BYE (its socket's linger, 2 s) and exit.
+_FLUSH_S = 2.5
+#: For a killed worker to be reaped.
+_KILL_WAIT_S = 2.0
 _REFUSED_EXIT = 2
 _CRASH_LOOP = "crash-loop"  # the health file's second line, while a worker crash-loops
 
@@ -68,6 +79,7 @@ def worker_settings(
     max_open_files: int = DEFAULT_MAX_OPEN_FILES,
     allow_code: Sequence[str] = (),
     limits: ProducerLimits = NO_LIMITS,
+    stop_wait_s: float = DEFAULT_STOP_WAIT_S,
 ) -> WorkerSettings:
     """The settings of service worker ``name``: persistent, a child of this process, with this
     host's index cache (not the trainer's), importing only code matching ``allow_code``; its
@@ -81,7 +93,7 @@ def worker_settings(
             server_key,
             DEFAULT_MAX_MESSAGE_BYTES if max_message_bytes is None else max_message_bytes,
         ),
-        Process(name, os.getpid(), persistent=True, stats_file=stats_file),
+        Process(name, os.getpid(), persistent=True, stats_file=stats_file, stop_wait_s=stop_wait_s),
         Data(
             data_root,
             default_cache_dir(),
@@ -116,6 +128,7 @@ def run_producer(
     allow_code: Sequence[str] = (),
     limits: ProducerLimits = NO_LIMITS,
     max_restarts: int = DEFAULT_MAX_RESTARTS,
+    stop_wait_s: float = DEFAULT_STOP_WAIT_S,
 ) -> int:
     """Run the service until SIGTERM/SIGINT; returns the process exit code.
 
@@ -129,6 +142,9 @@ def run_producer(
     import for ``source=`` / ``transform=``; empty: none.
     ``limits``: the workers' own caps on frames, clips and chunks, which a job cannot raise
     (``h5feed/producer/read_limits.py``).
+
+    ``stop_wait_s``: on SIGTERM, how long each worker may take to finish and send the unit in
+    hand before it is killed (guarantee 3).
 
     ``metrics``: (host, port) to serve ``/metrics`` and ``/stats`` on (0: a free port, logged).
 
@@ -211,6 +227,7 @@ def run_producer(
                             max_open_files,
                             allow_code,
                             limits,
+                            stop_wait_s,
                         ).command(),
                         stdin=subprocess.DEVNULL,
                         env=worker_env(os.environ),
@@ -221,7 +238,7 @@ def run_producer(
             _write_health(health_file, running, restarts.crash_loop(time.monotonic()))
             stop.wait(0.2)
     finally:
-        _stop_all(list(processes.values()))
+        _stop_all(processes, stop_wait_s, log)
         if server is not None:
             server.close()
         shutil.rmtree(stats_dir, ignore_errors=True)
@@ -235,17 +252,28 @@ def _delivered(stats_file: str, pid: int) -> bool:
     return values is not None and values.get("pid") == pid and values["units"] > 0
 
 
-def _stop_all(processes: list[subprocess.Popen[bytes]]) -> None:
-    for process in processes:
+def _stop_all(
+    processes: Mapping[str, subprocess.Popen[bytes]],
+    stop_wait_s: float,
+    log: logging.Logger | logging.LoggerAdapter[logging.Logger],
+) -> None:
+    """Ask every worker to stop, give each ``stop_wait_s`` (and the flush of its last
+    messages), then kill the late ones (guarantee 3)."""
+    for process in processes.values():
         if process.poll() is None:
-            process.terminate()  # the worker finishes the unit in hand and leaves
-    deadline = time.monotonic() + _STOP_WAIT_S
-    for process in processes:
+            process.terminate()  # it sends the unit in hand, hands the rest back, and leaves
+    deadline = time.monotonic() + stop_wait_s + _FLUSH_S
+    for worker, process in processes.items():
         try:
             process.wait(max(deadline - time.monotonic(), 0.0))
         except subprocess.TimeoutExpired:
+            log.warning(
+                "worker %s did not finish its unit within the stop wait (%g s): killed; the "
+                "trainer makes what it held again",
+                worker, stop_wait_s,
+            )  # fmt: skip
             process.kill()
-            process.wait(5)
+            process.wait(_KILL_WAIT_S)
 
 
 def _write_health(path: str | None, running: int, crash_loop: str | None = None) -> None:

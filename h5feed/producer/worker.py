@@ -14,7 +14,9 @@ local workers this way, so the trainer's ``__main__`` is never re-imported). The
    preallocated array and sends it as DATA (zero-copy); on SOURCE, ITEMS and PULL it runs the
    user's source instead; any failure is sent back as ERROR with the file, video, frame and
    traceback, and the worker carries on (the consumer decides);
-4. on BYE, or when its parent process is gone (``--parent-pid``), or on SIGTERM, it exits 0;
+4. on BYE, or when its parent process is gone (``--parent-pid``), or on SIGTERM, it exits 0
+   (SIGTERM: after the unit in hand is sent, within ``--stop-wait-s``, then BYE hands back the
+   units it did not start);
    with ``--parent-pid`` the kernel also kills it when that parent dies, even mid-call
    (``h5feed/producer/lifetime.py``); at start it raises its soft open-files limit to the hard
    one.
@@ -109,10 +111,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def run_until_stopped(worker: Worker) -> int:
     """Run ``worker``'s event loop; SIGTERM makes it leave after the message in hand (it
-    says BYE, so its units go to others). Returns its exit code."""
+    sends that unit, then BYE, so the units it did not start go to others: see
+    :class:`~h5feed.producer.worker_loop.Worker`, guarantee 5). Returns its exit code."""
 
     def on_sigterm(signum: int, frame: object) -> None:
-        worker.stopping = True
+        worker.request_stop()
 
     signal.signal(signal.SIGTERM, on_sigterm)
     return worker.run()

@@ -10,7 +10,6 @@ sent back as ERROR and the worker carries on: the consumer decides. The command 
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import secrets
@@ -44,6 +43,8 @@ _SEND_RETRY_MS = 500
 # restarts) after it finds it within a second.
 _HELLO_EVERY_S = 1.0
 _CLOSE_LINGER_MS = 2000
+#: How long a stopping worker retries its BYE while the consumer takes nothing.
+_BYE_RETRY_S = 1.0
 _log = logging.getLogger("h5feed.worker")
 #: ERROR types that are refusals of the worker's policies (code by name, data root): counted
 #: in ``refused`` and logged, besides ``errors``.
@@ -61,15 +62,25 @@ class Worker:
 
     1. It never blocks longer than ``_SEND_RETRY_MS`` or ``_POLL_MS`` without checking whether
        it must leave, so it exits within about a second of its parent dying or a SIGTERM,
-       even when the consumer's socket is gone and a send could wait forever.
+       even when the consumer's socket is gone and a send could wait forever — except that,
+       asked to stop, it tries to deliver a unit it made for up to ``stop_wait_s``
+       (guarantee 5).
     2. Every unit of the job in hand is answered, with DATA or ERROR, in the order received;
        a unit of another job (one that is over) is dropped: nobody waits for it.
     3. A malformed message is logged and dropped; a peer of a protocol version it does not
        speak ends the worker with exit code 2 (so does a BYE that refuses it). It says HELLO
        in the oldest version it speaks, naming its range, and then speaks the version the
        consumer last spoke to it (h5feed.common.protocol_versions).
-    4. Single-threaded: a SIGTERM handler may only set :attr:`stopping`.
-    5. User code is imported by name only if ``settings.code`` allows it (default: nothing);
+    4. Single-threaded: a SIGTERM handler may only call :meth:`request_stop`.
+    5. Asked to stop (:meth:`request_stop`, SIGTERM), it takes no new message: the unit in
+       hand is finished and its answer sent, then BYE, which hands every unit it was sent
+       and has not started back to the consumer (the consumer sends them again to others;
+       they were never made here). A unit's DATA the consumer cannot take yet is retried
+       until ``stop_wait_s`` after the request (any other message is not waited for: so a
+       worker that never reached a consumer leaves at once); past it the worker leaves
+       without a BYE, so the consumer counts what it held as lost (made again), never as
+       handed back. Exit code 0.
+    6. User code is imported by name only if ``settings.code`` allows it (default: nothing);
        files are confined to ``data_root`` when it is set. A refusal is sent as ERROR,
        logged (WARNING) and counted in ``refused``.
     """
@@ -114,6 +125,12 @@ class Worker:
         self.socket.connect(settings.network.connect)
         self.job: Hdf5Job | SourceJob | None = None
         self.stopping = False
+        self.stop_wait_s = process.stop_wait_s
+        #: When a send must give up (``stop_wait_s`` after the stop request); None: not asked.
+        self._stop_deadline: float | None = None
+        #: A message it made could not be sent within the stop wait: it says no BYE.
+        self._undelivered = False
+        self._sent_after_stop = 0  # units whose DATA it sent after the stop request (logged)
         # A persistent worker keeps the indexes it read across jobs: the next iteration of the
         # same dataset is answered from memory (see index_cache.MemoryIndex).
         self.memory = MemoryIndex() if self.persistent else None
@@ -149,7 +166,7 @@ class Worker:
                 self.socket.send_multipart(frames, copy=False)
                 return
             except zmq.Again:
-                self.check_leave()
+                self.check_send(isinstance(message, messages.Data))
 
     def send_error(self, job_id: str, unit: int | None, exc: BaseException) -> None:
         self.send(messages.Error.of(job_id, unit, exc))
@@ -163,21 +180,76 @@ class Worker:
         self.send(hello)
 
     def say_bye(self) -> None:
-        """Tell the consumer this worker leaves: what it still held is given to others."""
-        if self.job is None or self.exit_code != 0:
+        """Tell the consumer this worker leaves: the units it was sent and did not start are
+        handed back (guarantee 5). Asked to stop, it retries for up to ``_BYE_RETRY_S`` within
+        the stop wait (a consumer gone meanwhile sees the connection close instead); else
+        (its parent is gone) it tries once."""
+        if self.job is None or self.exit_code != 0 or self._undelivered:
             return
-        with contextlib.suppress(zmq.ZMQError):  # nobody listening: nothing to hand over
-            frames = messages.encode(messages.Bye("stopping (SIGTERM)"), self.protocol)
-            self.socket.send_multipart(frames, zmq.NOBLOCK)
+        frames = messages.encode(messages.Bye("stopping (SIGTERM)"), self.protocol)
+        stop = self._stop_deadline
+        deadline = 0.0 if stop is None else min(stop, time.monotonic() + _BYE_RETRY_S)
+        while True:
+            try:
+                self.socket.send_multipart(frames, zmq.NOBLOCK if not deadline else 0)
+                if stop is not None:
+                    _log.info(
+                        "worker %s: asked to stop: sent the %d unit(s) it had started, then "
+                        "BYE (the units it did not start go back to the consumer)",
+                        self.worker_id, self._sent_after_stop,
+                    )  # fmt: skip
+                return
+            except zmq.Again:
+                if not deadline or self.parent_gone():
+                    return  # nobody to tell (its parent, and so its consumer, is gone)
+                if time.monotonic() >= deadline:
+                    _log.warning("worker %s: no BYE sent: the consumer took none", self.worker_id)
+                    return
+            except zmq.ZMQError:  # the socket cannot send at all: nothing to hand over
+                return
 
     # -- the loop ----------------------------------------------------------------------------
 
-    def check_leave(self) -> None:
-        """Raise _Leave when the worker must stop: asked to, or its parent process is gone."""
-        if self.stopping:
-            raise _Leave
+    def request_stop(self) -> None:
+        """Stop after the unit in hand (guarantee 5); the stop wait runs from the first
+        request (a container's SIGTERM reaches a worker both from dumb-init and from its
+        service). Safe in a signal handler: it only sets attributes."""
+        if self._stop_deadline is None:
+            self._stop_deadline = time.monotonic() + self.stop_wait_s
+        self.stopping = True
+
+    def parent_gone(self) -> bool:
+        """Whether the process that started this worker (``--parent-pid``) is gone."""
         if self.parent_pid is not None and os.getppid() != self.parent_pid:
             _log.info("worker %s: parent %d is gone, exiting", self.worker_id, self.parent_pid)
+            return True
+        return False
+
+    def check_leave(self) -> None:
+        """Raise _Leave when the worker must stop: asked to, or its parent process is gone
+        (checked between messages, never inside a unit)."""
+        if self.stopping or self.parent_gone():
+            raise _Leave
+
+    def check_send(self, made: bool) -> None:
+        """While a send waits for the consumer: raise _Leave when the parent is gone, or when
+        asked to stop, unless the message is a unit ``made`` (DATA) and the stop wait is not
+        over: that one is worth the wait. Past the wait it is not delivered (no BYE follows).
+        Anything else (a HELLO to a consumer never reached, an INDEX) is not waited for."""
+        if self.parent_gone():
+            raise _Leave
+        deadline = self._stop_deadline
+        if self.stopping and not made:
+            raise _Leave
+        if deadline is not None and time.monotonic() >= deadline:
+            _log.warning(
+                "worker %s: the consumer took no message for %g s after the stop request "
+                "(stop_wait_s): leaving without it",
+                self.worker_id, self.stop_wait_s,
+            )  # fmt: skip
+            self._undelivered = True
+            raise _Leave
+        if self.stopping and deadline is None:  # `stopping` set by a BYE, not request_stop()
             raise _Leave
 
     def should_say_hello(self, now: float) -> bool:
@@ -312,6 +384,7 @@ class Worker:
             self.counters.add("files_reopened", job.files_reopened - reopened)
         self.counters.unit(len(unit.rows), nbytes, time.monotonic() - began)
         self.send(data)
+        self._sent_after_stop += self._stop_deadline is not None
 
     def slot_target(self, job: Hdf5Job, slot: messages.SlotRef | None) -> SlotTarget | None:
         """Where a unit's rows go in its slot, or None: no slot, or one this worker cannot
@@ -373,6 +446,7 @@ class Worker:
         nbytes = sum(array.nbytes for array in data.arrays.values())
         self.counters.unit(len(data.samples), nbytes, time.monotonic() - began)
         self.send(data)
+        self._sent_after_stop += self._stop_deadline is not None
 
 
 def _nbytes(frame: object) -> int:

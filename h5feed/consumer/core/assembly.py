@@ -9,7 +9,11 @@ Guarantees of a :class:`BatchAssembler` (the order of release is
    over the socket are copied in once. Without a slot, a batch made by one part, rows in
    order, is released without a copy; otherwise each part is copied once into the batch.
 3. Every batch has ``valid``, bool [B]: False exactly at the rows a worker skipped (a bad
-   frame under ``on_error="skip"``; their frames are zeros), True elsewhere.
+   frame under ``on_error="skip"``; their frames are zeros) and at the padded rows of a
+   padded shard (``shard_remainder="pad"``: no worker makes them; frames zeros, ``sample``
+   -1, ``label`` and ``start`` 0, ``file`` and ``video`` empty), True elsewhere. A batch of
+   padded rows only has no part: :meth:`BatchAssembler.complete_padding` makes it once the
+   clips' shape is known (from the slots, or from the first part of the iteration).
 4. All parts of all batches have one frame size (and, with a transform, one sample shape and
    dtype); a part that differs raises :class:`DataError` naming one of its videos (videos of
    different sizes need ``resize``; a transform must return one shape and dtype).
@@ -39,6 +43,11 @@ class Batch:
     element: Any = None
     rows: int = 0
     nbytes: int = 0
+    # What the plan said of it, for the lineage record (h5feed/consumer/lineage.py): an HDF5
+    # batch's planned rows (clip starts, crop draws, flips, seeds); a map or keras source's
+    # item indices.
+    planned: PlannedBatch | None = None
+    items: tuple[int, ...] | None = None
 
 
 @dataclasses.dataclass
@@ -108,6 +117,13 @@ class BatchAssembler:
             video=self._index.names[video].decode(),
         )
 
+    def complete_padding(self, seq: int) -> Batch | None:
+        """Batch ``seq``, of padded rows only (expected with no part), once the clips' shape
+        is known; None before (the caller tries again after the next part)."""
+        if self._sample is None:
+            return None
+        return self._assemble(self._pending.pop(seq))
+
     def slot(self, seq: int) -> Slot | None:
         return self._pending[seq].slot
 
@@ -136,37 +152,46 @@ class BatchAssembler:
     def _assemble(self, pending: _Pending) -> Batch:
         planned, index = pending.planned, self._index
         rows = len(planned.samples)
-        first_frames = pending.parts[0][1]
+        padded = planned.padded
+        first_frames = pending.parts[0][1] if pending.parts else None
         if pending.slot is not None and self._slots is not None:
             pool, clip_shape = self._slots
             frames = pool.lease(pending.slot, (rows, *clip_shape))  # TF shares it, no copy
             for positions, part in pending.parts:
                 if part is not None:  # came over the socket
                     frames[positions] = part
+        elif not pending.parts and self._sample is not None:  # padded rows only
+            frames = aligned_empty((rows, *self._sample[1]), self._sample[0])
         elif first_frames is None:  # unreachable: the scheduler checks every part
             raise ValueError("a part without frames in a batch without a slot")
-        elif len(pending.parts) == 1:
+        elif len(pending.parts) == 1 and len(first_frames) == rows:
             frames = first_frames  # one worker made every row, in order: no copy
         else:
             # TF shares an aligned buffer, no copy
             frames = aligned_empty((rows, *first_frames.shape[1:]), first_frames.dtype)
             for positions, part in pending.parts:
                 frames[positions] = part
-        valid = np.ones(rows, bool)
+        valid = ~padded
         for skipped in pending.invalid:
             valid[skipped] = False
+        videos = planned.videos
+        labels, files, names = index.labels[videos], index.file_names[videos], index.names[videos]
+        if padded.any():  # zeros (a slot is reused: its old rows must not show through)
+            frames[padded] = 0
+            labels[padded], files[padded], names[padded] = 0, b"", b""
         return Batch(
             planned.epoch,
             planned.index,
             {
                 "frames": frames,
-                "label": index.labels[planned.videos],
-                "file": index.file_names[planned.videos],
-                "video": index.names[planned.videos],
+                "label": labels,
+                "file": files,
+                "video": names,
                 "start": planned.starts,
                 "sample": planned.samples,
                 "epoch": np.full(rows, planned.epoch, np.int64),
                 "batch": np.full(rows, planned.index, np.int64),
                 "valid": valid,
             },
+            planned=planned,
         )

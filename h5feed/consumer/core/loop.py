@@ -199,6 +199,8 @@ class FeedLoop:
             self._check_waiting()
             taken_at_dispatch = gate.taken
             self._send(scheduler.next_units(gate, list(self.session.peers.values())))
+            for batch in scheduler.take_released():  # complete without a part (padding)
+                self.out.put(batch)
             if scheduler.finished:
                 self._account_for_exits()
                 self.out.put(END)
@@ -264,6 +266,10 @@ class FeedLoop:
         self._remote_losses += not lost.peer.local
         self._send(moved.sends)
         self._counters.reassigned_units += moved.moved_units
+        if lost.cause == "bye":  # it finished the unit in hand first: these it never made
+            self._counters.units_handed_back += moved.moved_units
+        else:  # it may have made some before it was lost
+            self._counters.units_remade += moved.moved_units
 
     def _check_waiting(self) -> None:
         """End the iteration when work has waited ``start_timeout_s`` for a worker to join."""

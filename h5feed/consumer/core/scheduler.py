@@ -99,6 +99,12 @@ class Scheduler(Protocol):
         plan has batches; the units to send to ``peers`` (the live ones)."""
         ...
 
+    def take_released(self) -> list[Batch]:
+        """The batches :meth:`next_units` completed without any part (a padded shard's batch
+        of padded rows only: ``h5feed.consumer.plan`` guarantee 3), in release order, each
+        once; the loop takes them after every dispatch."""
+        ...
+
     def on_data(self, peer: Peer, data: messages.Data) -> list[Batch]:
         """A part from ``peer``: the batches complete now, in release order. An unexpected
         part (a duplicate, a re-sent unit's original) is dropped and counted."""

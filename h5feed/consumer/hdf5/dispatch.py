@@ -27,7 +27,12 @@ Guarantees:
    process is gone.
 4. A batch is released once, complete: in plan order with ``deterministic``, else as soon as
    it is complete.
-5. Not thread-safe: the loop's thread owns it.
+5. The padded rows of a padded shard (``shard_remainder="pad"``: plan.py guarantee 3) are in
+   no unit: no worker decodes or is sent them; the assembler zero-fills them. A batch of
+   padded rows only is complete without any part, once the clips' shape is known: it is
+   released from :meth:`Dispatch.next_units` (:meth:`Dispatch.take_released`) or
+   :meth:`Dispatch.on_data`. Each padded row released is counted (``padded_samples``).
+6. Not thread-safe: the loop's thread owns it.
 """
 
 from __future__ import annotations
@@ -52,24 +57,36 @@ from h5feed.consumer.hdf5.file_owners import FileOwners
 from h5feed.consumer.hdf5.parts import bad_frames, is_expected
 from h5feed.consumer.hdf5.units import Work, unit_rows
 from h5feed.consumer.options import HdfConfig
-from h5feed.consumer.plan import Cursor, Index, PlannedBatch
+from h5feed.consumer.plan import PAD_SAMPLE, Cursor, Index, PlannedBatch
+from h5feed.consumer.rest import Rest
 from h5feed.consumer.stats import Counters
 
 
 def planned_batches(
-    index: Index, config: HdfConfig, epochs: Iterator[int], start: Cursor
+    index: Index, config: HdfConfig, epochs: Iterator[int], start: Cursor, rest: Rest | None = None
 ) -> Iterator[PlannedBatch]:
-    """The batches of ``epochs``, the first from ``start``'s batch on. Raises H5FeedError
-    for an epoch with no batch (else endless epochs would spin through empty ones)."""
+    """The batches of ``epochs``, the first from ``start``'s batch on; ``rest``'s epoch is
+    the rest of that epoch after a change of topology (:mod:`h5feed.consumer.rest`). Raises
+    H5FeedError for an epoch with no batch (else endless epochs would spin through empty
+    ones)."""
     options = config.options
     for epoch in epochs:
-        plan = config.epoch_plan(index, epoch)
+        plan = config.epoch_plan(
+            index, epoch, rest if rest is not None and rest.epoch == epoch else None
+        )
         if len(plan) == 0:
             raise H5FeedError(
                 f"an epoch has no batch: {len(plan.order)} samples in shard "
                 f"{options.plan.shard} of {index.num_videos} videos, "
                 f"batch_size={options.plan.batch_size}, "
                 f"drop_remainder={options.plan.drop_remainder}"
+            )
+        if not (plan.order != PAD_SAMPLE).any():  # nothing would tell the clips' shape
+            raise H5FeedError(
+                f"shard {options.plan.shard} has no sample: {len(plan.order)} padded rows "
+                f"only (shard_remainder='pad'), as the epoch has {index.num_videos} videos x "
+                f"{config.data.clips_per_video} clips, fewer than the {options.plan.shard[1]} "
+                "shards"
             )
         first = start.batch if epoch == start.epoch else 0
         yield from plan.batches_from(first)
@@ -106,6 +123,8 @@ class Dispatch:
         self._planned: PlannedRelease[PlannedBatch, Batch] = PlannedRelease(
             batches, config.options.plan.deterministic
         )
+        self._padding_only: list[int] = []  # batches of padded rows only, not yet complete
+        self._released: list[Batch] = []  # released by a dispatch (take_released)
 
     @property
     def finished(self) -> bool:
@@ -124,7 +143,31 @@ class Dispatch:
         sends: list[Send] = []
         for seq, planned in self._planned.dispatch(gate):
             sends += self._units(seq, planned, None)
+        self._released += self._complete_padding()
         return sends
+
+    def take_released(self) -> list[Batch]:
+        """The batches released by :meth:`next_units` (of padded rows only: guarantee 5),
+        in release order; each once."""
+        released, self._released = self._released, []
+        return released
+
+    def _complete_padding(self) -> list[Batch]:
+        """The batches of padded rows only that can be made now, released (guarantee 5)."""
+        released: list[Batch] = []
+        waiting, self._padding_only = self._padding_only, []
+        for seq in waiting:
+            batch = self._assembler.complete_padding(seq)
+            if batch is None:
+                self._padding_only.append(seq)
+            else:
+                released += self._complete(seq, batch)
+        return released
+
+    def _complete(self, seq: int, batch: Batch) -> list[Batch]:
+        """Batch ``seq`` is complete: its padded rows counted, the batches released now."""
+        self._counters.padded_samples += int((batch.arrays["sample"] == PAD_SAMPLE).sum())
+        return self._planned.release(seq, batch)
 
     def unpark(self) -> list[Send]:
         """Send the parked rows whose files have owners now (the rest are parked again)."""
@@ -165,7 +208,7 @@ class Dispatch:
         """One unit per owner of the rows of batch ``seq`` (all rows, or those at ``subset``)."""
         index, assembler = self.index, self._assembler
         rows = unit_rows(index, planned)
-        chosen = np.arange(len(rows)) if subset is None else subset
+        chosen = planned.real_positions if subset is None else subset  # padding: no unit
         files = index.file_of_video[planned.videos[chosen]].tolist()
         by_owner: dict[Peer | None, list[int]] = {}
         for position, peer in zip(chosen.tolist(), self._owners.owners(files), strict=True):
@@ -174,6 +217,8 @@ class Dispatch:
         if subset is None:
             slot = None if self._slots is None else self._slots.for_batch(owners)
             assembler.expect(seq, planned, len(by_owner), slot)
+            if not by_owner:  # padded rows only: no part will come
+                self._padding_only.append(seq)
         else:
             assembler.add_expected_parts(seq, len(by_owner) - 1)
         slot = assembler.slot(seq)
@@ -219,7 +264,8 @@ class Dispatch:
         self._ledger.complete(peer, unit.id)
         peer.received.record(len(positions), nbytes)
         batch = self._assembler.add(unit.seq, positions, frames, invalid)
-        return [] if batch is None else self._planned.release(unit.seq, batch)
+        released = [] if batch is None else self._complete(unit.seq, batch)
+        return released + self._complete_padding()  # the clips' shape may be known now
 
     def describe(self, unit_id: int) -> str:
         """Unit ``unit_id`` as error messages name it (its batch and epoch, while in flight)."""

@@ -76,6 +76,7 @@ from h5feed.consumer.hdf5.units import (
 )
 from h5feed.consumer.options import HdfConfig
 from h5feed.consumer.plan import Cursor, FileColumns, Index
+from h5feed.consumer.rest import Rest
 from h5feed.consumer.stats import Counters
 
 
@@ -91,15 +92,18 @@ class HdfScheduler:
         counters: Counters,
         known: Index | None = None,
         file_sizes: Sequence[int] | None = None,
+        rest: Rest | None = None,
     ) -> None:
         """``known``: the index of these files as local workers last read them, unchanged
         since (see :meth:`start`); ``file_sizes``: their sizes, if just stat'ed (the files
-        are shared out by size)."""
+        are shared out by size); ``rest``: the rest of an epoch after a change of topology
+        (:mod:`h5feed.consumer.rest`), planned for its epoch."""
         self.config = config
         self.job_id = job_id
         self._log = consumer_log(job_id)
         self._epochs = epochs
         self._start = start
+        self._rest = rest
         self._counters = counters
         #: Who owns each file, who takes it over once its INDEX matches, who is refused it.
         self.owners = FileOwners()
@@ -230,7 +234,7 @@ class HdfScheduler:
         return sends
 
     def _plan_from(self, index: Index) -> None:
-        batches = planned_batches(index, self.config, self._epochs, self._start)
+        batches = planned_batches(index, self.config, self._epochs, self._start, self._rest)
         self._dispatch = Dispatch(
             self.config, self.job_id, index, batches, self.owners, self._slots,
             self._counters, self.skips,
@@ -252,6 +256,9 @@ class HdfScheduler:
 
     def next_units(self, gate: CreditGate, peers: Sequence[Peer]) -> list[Send]:
         return self._require_dispatch().next_units(gate)
+
+    def take_released(self) -> list[Batch]:
+        return [] if self._dispatch is None else self._dispatch.take_released()
 
     def on_data(self, peer: Peer, data: messages.Data) -> list[Batch]:
         if self._dispatch is None:  # no unit is in flight before the plan

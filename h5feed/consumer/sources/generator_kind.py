@@ -38,6 +38,10 @@ class GeneratorKind:
     whole_batches: ClassVar[bool] = False  # source_batched=True: split, batched again
     shards_in_workers: ClassVar[bool] = True
     noun: ClassVar[str] = "element"
+    pad_refusal: ClassVar[str | None] = (
+        "its length is unknown (each worker iterates its own shard until it ends), so no "
+        "shard can be padded to the others' length"
+    )
 
     @staticmethod
     def make(setup: KindSetup) -> GeneratorScheduler:
@@ -127,6 +131,9 @@ class GeneratorScheduler:
                 epoch, self._batches, steps,
             )  # fmt: skip
         self._epoch = None
+
+    def take_released(self) -> list[Batch]:
+        return []  # every batch is a worker's answer
 
     def on_data(self, peer: Peer, data: messages.Data) -> list[Batch]:
         def fits(work: tuple[int, int, int]) -> bool:

@@ -13,6 +13,11 @@ of the common items after its ``on_epoch_end`` calls); that epoch's units are di
 once the copies agree (:mod:`h5feed.consumer.sources.agreement`). A worker that joins once a
 later epoch began serves only after its CHECK of the current epoch agrees with the others'
 answers.
+
+A padded shard (``shard_remainder="pad"``; map sources only, the handshake refuses the rest):
+a unit holds a batch's real items only, a padded item goes to no worker; the batch is the
+workers' rows then zero rows, with ``sample`` and ``valid`` (:mod:`.padding`). A batch of
+padded items only is made at dispatch and handed over by :meth:`ItemScheduler.take_released`.
 """
 
 from __future__ import annotations
@@ -30,9 +35,10 @@ from h5feed.consumer.core.credits import CreditGate
 from h5feed.consumer.core.ledger import Ledger, Peer, Unit
 from h5feed.consumer.core.ordering import PlannedRelease
 from h5feed.consumer.core.scheduler import Reassignment, Send
-from h5feed.consumer.plan import Cursor, epoch_order
+from h5feed.consumer.plan import PAD_SAMPLE, Cursor, epoch_order
 from h5feed.consumer.sources.agreement import check_agreement
 from h5feed.consumer.sources.kind import KindClass, KindSetup
+from h5feed.consumer.sources.padding import padded_fields, with_positions
 from h5feed.consumer.sources.parts import Parts
 
 if TYPE_CHECKING:
@@ -94,6 +100,9 @@ class ItemScheduler:
         # theirs: asked at
         self._agreed_answers: tuple[int, dict[str, tuple[messages.ItemCheck, ...]]] | None = None
         self._probation: dict[Peer, float] = {}
+        self._pads = config.options.plan.pads
+        self._padding: dict[int, int] = {}  # seq: padded items of a dispatched batch
+        self._released: list[Batch] = []  # batches of padded items only, made at dispatch
 
     def _batches(
         self, epochs: Iterator[int], start: Cursor
@@ -149,7 +158,16 @@ class ItemScheduler:
             unchecked.append(item[0])
             return True
 
-        sends = [self._unit(seq, item, serving) for seq, item in self._planned.dispatch(gate, hold)]
+        sends = []
+        for seq, (epoch, position, items) in self._planned.dispatch(gate, hold):
+            real = [i for i in items if i != PAD_SAMPLE]  # padded items go to no worker
+            if len(real) < len(items):
+                self._padding[seq] = len(items) - len(real)
+            if real:
+                sends.append(self._unit(seq, (epoch, position, real), serving))
+            else:  # padded items only: made here
+                batch = self._batch(seq, epoch, position, None, real)
+                self._released += self._planned.release(seq, batch)
         if unchecked and self._checking is None:
             self._checking = unchecked[0]
             now = time.monotonic()
@@ -208,15 +226,43 @@ class ItemScheduler:
         unit = self._ledger.issue(peer, seq, (epoch, position, tuple(items)))
         return Send(peer, messages.Items(self.job_id, unit.id, seq, epoch, tuple(items)))
 
+    def take_released(self) -> list[Batch]:
+        released, self._released = self._released, []
+        return released
+
     def on_data(self, peer: Peer, data: messages.Data) -> list[Batch]:
         accepted = self._built.accept(self._ledger, peer, data, lambda w: w[2] == data.samples)
         if accepted is None:
             return []
         unit, fields = accepted
         epoch, position, items = unit.work
-        batch = self._of.batch(self._built, epoch, position, fields, len(items))
-        peer.received.record(batch.rows, batch.nbytes)
+        padding = self._padding.get(unit.seq, 0)
+        batch = self._batch(unit.seq, epoch, position, fields, list(items))
+        peer.received.record(batch.rows - padding, batch.nbytes)
         return self._planned.release(unit.seq, batch)
+
+    def _batch(
+        self, seq: int, epoch: int, position: int, fields: list[Field] | None, items: list[int]
+    ) -> Batch:
+        """Batch ``seq`` of the workers' ``fields`` for its real ``items`` (None: it has
+        none), then its padded rows, with ``sample`` and ``valid`` when the shard pads; its
+        ``items`` are the plan's indices (a padded row's -1), for the lineage record."""
+        if not self._pads:
+            if fields is None:  # unreachable: only padded items are made without a unit
+                raise RuntimeError(f"batch {position} of epoch {epoch} has no rows")
+            batch = self._of.batch(self._built, epoch, position, fields, len(items))
+            batch.items = tuple(items)
+            return batch
+        padding = self._padding.pop(seq, 0)
+        spec = self._built.spec
+        planned = [*items, *[PAD_SAMPLE] * padding]
+        batch = self._built.batch(
+            epoch, position, padded_fields(spec, fields, padding), len(planned)
+        )
+        batch.element = with_positions(batch.element, planned)
+        batch.items = tuple(planned)
+        self._built.counters.padded_samples += padding
+        return batch
 
     def owns(self, peer: Peer) -> bool:
         return False  # any worker serves any item

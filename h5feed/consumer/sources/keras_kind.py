@@ -26,6 +26,11 @@ class KerasKind:
     whole_batches: ClassVar[bool] = True
     shards_in_workers: ClassVar[bool] = False
     noun: ClassVar[str] = "batch"
+    pad_refusal: ClassVar[str | None] = (
+        "its items are whole batches in your own structure, e.g. (x, y), which has no place "
+        "for the 'valid' weights that tell padded rows apart (give the samples as a map "
+        "source of dicts to pad them)"
+    )
     checks_every_epoch: ClassVar[bool] = True  # on_epoch_end may change the object
 
     @classmethod

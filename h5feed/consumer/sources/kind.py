@@ -64,6 +64,8 @@ class KindScheduler(Protocol):
 
     def next_units(self, gate: CreditGate, peers: Sequence[Peer]) -> list[Send]: ...
 
+    def take_released(self) -> list[Batch]: ...
+
     def on_data(self, peer: Peer, data: messages.Data) -> list[Batch]: ...
 
     def owns(self, peer: Peer) -> bool: ...
@@ -98,6 +100,10 @@ class KindClass(Protocol):
     shards_in_workers: bool
     #: What one of its indices names in messages ("item", "batch").
     noun: str
+    #: Why it cannot pad its shards (``shard_remainder="pad"``: h5feed.consumer.plan
+    #: guarantee 3), in words; None where it can. The handshake refuses pad for it before
+    #: any unit is sent.
+    pad_refusal: str | None
 
     def epoch_batches(self, length: int | None, options: FeedOptions) -> int | None:
         """Batches per epoch, from the length the workers told; None where the epoch ends

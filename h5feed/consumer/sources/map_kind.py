@@ -26,6 +26,7 @@ class MapKind:
     whole_batches: ClassVar[bool] = False
     shards_in_workers: ClassVar[bool] = False
     noun: ClassVar[str] = "item"
+    pad_refusal: ClassVar[str | None] = None  # zero rows, with sample and valid (padding.py)
     checks_every_epoch: ClassVar[bool] = False  # the object never changes after __init__
 
     @classmethod

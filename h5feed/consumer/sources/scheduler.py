@@ -32,6 +32,7 @@ from h5feed.consumer.sources.agreement import check_agreement
 from h5feed.consumer.sources.kind import KindClass, KindScheduler, KindSetup
 from h5feed.consumer.sources.kinds import kind_class
 from h5feed.consumer.sources.options import Learnt, SourceConfig
+from h5feed.consumer.sources.padding import pad_refusal
 from h5feed.consumer.stats import Counters
 
 
@@ -119,6 +120,13 @@ class SourceScheduler:
             self.source.source, of.noun, self._start.epoch,
             {str(p): checks for p, checks in self._reference.items()},
         )  # fmt: skip
+        refusal = of.pad_refusal or pad_refusal(spec)
+        if self.config.options.plan.pads and refusal is not None:
+            raise SourceError(
+                f"source {self.source.source!r} is a {kind} source: shard_remainder='pad' "
+                f"cannot apply to it, as {refusal}; or use shard_remainder='drop' (the "
+                "default)"
+            )
         self._agreed = (kind, length)
         self.learnt = Learnt(kind, spec, length)
         if self._start.batch and of.shards_in_workers:
@@ -193,6 +201,9 @@ class SourceScheduler:
 
     def next_units(self, gate: CreditGate, peers: Sequence[Peer]) -> list[Send]:
         return self._require_kind().next_units(gate, peers)
+
+    def take_released(self) -> list[Batch]:
+        return [] if self._kind is None else self._kind.take_released()
 
     def on_data(self, peer: Peer, data: messages.Data) -> list[Batch]:
         if self._kind is None:  # no unit was sent yet: nobody may answer one

@@ -19,6 +19,7 @@ from h5feed.common import elements, tree
 from h5feed.common.elements import STRING, ElementSpec, LeafSpec, RaggedArray
 from h5feed.common.errors import SourceError
 from h5feed.consumer.sources.kinds import kind_class
+from h5feed.consumer.sources.padding import SAMPLE_KEY, VALID_KEY
 
 if TYPE_CHECKING:
     from h5feed.consumer.sources.options import Learnt, SourceConfig
@@ -97,7 +98,14 @@ def tf_signature(source: SourceConfig, learnt: Learnt) -> Any:
         return tf.TensorSpec((rows,) if k == 1 else (rows, k), tf.int64)
 
     tuples = ElementSpec(tree.with_tuples(spec.tree), spec.leaves)
-    return elements.build_batch(tuples, leaf_specs, lengths)
+    signature = elements.build_batch(tuples, leaf_specs, lengths)
+    if source.options.plan.pads:  # a padded map source's dicts: see sources/padding.py
+        signature = {
+            **signature,
+            SAMPLE_KEY: tf.TensorSpec((rows,), tf.int64),
+            VALID_KEY: tf.TensorSpec((rows,), tf.bool),
+        }
+    return signature
 
 
 def to_tf(batch: Any) -> Any:

@@ -21,7 +21,10 @@ Guarantees:
    remembered (``index_cache=False``, a fresh machine) still tells Keras the full length;
    without it Keras would take the shorter resumed epoch's length for every later epoch and
    skip their last batches (tests/test_backup_restore.py pins both).
-4. The dataset must be ``h5feed.dataset(..., resume=backup_dir)`` (``epochs=1``, the
+4. A backup written by :func:`h5feed.merge_states` (``into=``) from the backups of a job on
+   another number of shards resumes the rest of its epoch on this dataset's shard
+   (:mod:`h5feed.consumer.rest`); saves inside that epoch keep the rest (format 2).
+5. The dataset must be ``h5feed.dataset(..., resume=backup_dir)`` (``epochs=1``, the
    default: one Keras epoch is one plan epoch): a dataset that does not start where the
    backup says, or whose fingerprint differs, is a ResumeError at ``on_train_begin``.
 """
@@ -36,7 +39,8 @@ from h5feed.consumer import resume
 from h5feed.consumer.feed import Feed
 from h5feed.consumer.plan import Cursor
 
-_WEIGHTS = ("h5feed-a.weights.h5", "h5feed-b.weights.h5")
+#: The two weights files a backup alternates between (guarantee 2).
+WEIGHTS_FILES = ("h5feed-a.weights.h5", "h5feed-b.weights.h5")
 
 
 def backup_and_restore(
@@ -80,8 +84,9 @@ def backup_and_restore(
             if state is None:
                 return
             point = resume.ResumePoint.from_state(state)
-            resume.check(point.fingerprint or {}, self._feed.fingerprint)
-            cursor = self._normal(point.cursor)
+            resume.check_point(point, self._feed.fingerprint)
+            feed = self._feed
+            cursor = resume.first_cursor(point, feed.config.options.plan, feed.length)
             if cursor != self._feed.start:
                 raise ResumeError(
                     f"the backup in {self.backup_dir} is at epoch {cursor.epoch}, batch "
@@ -90,7 +95,7 @@ def backup_and_restore(
                     f"resume={self.backup_dir!r})"
                 )
             weights = state.get("weights")
-            if weights not in _WEIGHTS:
+            if weights not in WEIGHTS_FILES:
                 raise ResumeError(f"{self.backup_dir}: the position names no weights file")
             if not self.model.built:
                 raise ValueError("BackupAndRestore needs the model built before fit()")
@@ -127,11 +132,13 @@ def backup_and_restore(
 
         def _save_model(self) -> None:
             os.makedirs(self.backup_dir, exist_ok=True)
-            weights = _WEIGHTS[1] if self._weights == _WEIGHTS[0] else _WEIGHTS[0]
+            weights = WEIGHTS_FILES[1] if self._weights == WEIGHTS_FILES[0] else WEIGHTS_FILES[0]
             self.model.save_weights(os.path.join(self.backup_dir, weights), overwrite=True)
+            feed = self._feed
             state = resume.ResumePoint(
-                self._position, frozenset(), self._feed.fingerprint, self._feed.length
-            )
+                self._position, frozenset(), feed.fingerprint, feed.length, feed.rest,
+                feed.samples,
+            )  # fmt: skip
             resume.write_position(self.backup_dir, {**state.to_state(), "weights": weights})
             self._weights = weights
 

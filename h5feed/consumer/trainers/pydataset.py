@@ -16,6 +16,9 @@ over ``h5feed.batches``.
    ``_GIVE_BACK``: a Keras epoch is an h5feed epoch.
 2. Elements are ``(x, y)`` NumPy arrays (``x`` a dict when given several keys: a model with
    named inputs); string keys (``file``, ``video``) cannot become tensors and are refused.
+   With ``shard_remainder="pad"`` they are ``(x, y, w)``, ``w`` = ``valid`` as float32
+   sample weights, so the padded rows weigh nothing in the loss and ``weighted_metrics``
+   (``y=None`` is then refused: Keras takes no weights without targets).
 3. The feed runs epochs back to back (``epochs`` is ``fit``'s), ``deterministic`` (batches in
    plan order, so epochs do not interleave), with Keras's ``workers=1`` thread and no Keras
    multiprocessing: the decoding runs in h5feed's own ``workers`` processes.
@@ -25,7 +28,9 @@ over ``h5feed.batches``.
    is the batch :func:`h5feed.batches` gives (a ``Sequence``'s item as it returned it, a map
    dataset's elements stacked ``batch_size`` at a time), so ``x=``/``y=`` do not apply.
    1, 3 and 4 hold as above; ``len(ds)`` is the source's batches per epoch of this shard
-   (a ``Sequence``: its ``len()``). A generator source has no length: refused.
+   (a ``Sequence``: its ``len()``). A generator source has no length: refused. So is
+   ``shard_remainder="pad"``: your batch goes to Keras as it is, with no place for the
+   weights that would leave the padded rows out.
 """
 
 from __future__ import annotations
@@ -66,7 +71,15 @@ def keras_batches(
             f"h5feed.keras_batches sets {', '.join(taken)} itself: fit(epochs=) decides the "
             "epochs, and batches come in plan order"
         )
+    pads = kwargs.get("shard_remainder") == "pad"
     if kwargs.get("source") is not None:
+        if pads:
+            raise ValueError(
+                "h5feed.keras_batches(source=...) cannot take shard_remainder='pad': each item "
+                "is your source's batch as it is, so Keras would count the padded rows as "
+                "samples; iterate h5feed.batches(source=...) (or dataset()) and weigh them "
+                "with 'valid'"
+            )
         if x is not _X or y is not _Y:
             raise TypeError(
                 "h5feed.keras_batches: x= and y= do not apply to source= (each item is your "
@@ -80,6 +93,11 @@ def keras_batches(
             raise ValueError(f"h5feed.keras_batches: {key!r} holds strings, not a tensor")
         if key not in BATCH_KEYS + POSITION_KEYS:
             raise ValueError(f"h5feed.keras_batches: unknown key {key!r}")
+    if pads and y is None:
+        raise ValueError(
+            "h5feed.keras_batches: shard_remainder='pad' weighs the padded rows out with "
+            "sample weights, which Keras takes only with targets: give y="
+        )
     feed = batches(files, **kwargs, epochs=None, deterministic=True)
     stream = feed.stream()
     try:
@@ -90,9 +108,8 @@ def keras_batches(
     except BaseException:
         stream.close()
         raise
-    return _dataset_class()(
-        stream, first, length, names, x if isinstance(x, str) else None, y, max_queue_size
-    )
+    single = x if isinstance(x, str) else None
+    return _dataset_class()(stream, first, length, names, single, y, max_queue_size, pads)
 
 
 def _source_dataset(files: PathsLike | None, max_queue_size: int, kwargs: dict[str, Any]) -> Any:
@@ -133,6 +150,7 @@ def _dataset_class() -> type:
                 single: str | None,
                 y: str | None,
                 max_queue_size: int,
+                weights: bool = False,
             ) -> None:
                 super().__init__(
                     workers=1, use_multiprocessing=False, max_queue_size=max_queue_size
@@ -141,6 +159,7 @@ def _dataset_class() -> type:
                 self._pending: list[dict[str, np.ndarray]] = [first]
                 self._length = length
                 self._names, self._single, self._y = names, single, y
+                self._weights = weights  # (x, y, valid as sample weights): guarantee 2
                 self._lock = threading.Lock()  # Keras may call from its worker thread
                 self._served: list[dict[str, np.ndarray]] = []  # this epoch's first items
                 self._served_count = 0
@@ -164,7 +183,11 @@ def _dataset_class() -> type:
                     x: Any = batch[self._single]
                 else:
                     x = {name: batch[name] for name in self._names}
-                return (x, batch[self._y]) if self._y is not None else (x,)
+                if self._y is None:
+                    return (x,)
+                if self._weights:
+                    return (x, batch[self._y], batch["valid"].astype(np.float32))
+                return (x, batch[self._y])
 
             def on_epoch_end(self) -> None:
                 with self._lock:

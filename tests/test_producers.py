@@ -18,6 +18,7 @@ import pytest
 from conftest import wait_until_gone
 
 import h5feed
+from h5feed.common.config import CLIP_SEMANTICS
 from h5feed.common.errors import NoWorkersError
 from h5feed.common.protocol_versions import SPOKEN
 
@@ -151,6 +152,42 @@ def test_a_producer_of_another_protocol_version_is_refused(
         if future.poll() is None:
             future.kill()
     assert wait_until_gone([future.pid], 5) == []
+
+
+def test_a_producer_of_other_clip_semantics_is_refused_naming_both(
+    port: int, small_dataset: list[pathlib.Path]
+) -> None:
+    """A producer that would cut other pixels from the same plan row (a release whose decode
+    or crop changed) never serves the job: refused at its hello, naming both semantics."""
+    script = textwrap.dedent(
+        f"""
+        import sys
+        import h5feed.common.config as config
+        config.CLIP_SEMANTICS = {CLIP_SEMANTICS + 1}  # before its handshake is imported
+        from h5feed.producer.worker import main
+        print("imported", flush=True)
+        sys.exit(main(["--connect", "tcp://127.0.0.1:{port}", "--worker-id", "other",
+                       "--persistent"]))
+        """
+    )
+    other = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        ready, _, _ = select.select([other.stdout], [], [], 60)
+        assert ready and other.stdout is not None, "the worker did not start in 60 s"
+        assert other.stdout.readline() == "imported\n"
+        feed = remote_feed(port, small_dataset, start_timeout_s=4.0)
+        semantics = rf"semantics {CLIP_SEMANTICS + 1}; this trainer needs {CLIP_SEMANTICS}"
+        with pytest.raises(NoWorkersError, match=rf"refused: .*{semantics}"):
+            list(feed)
+        _, stderr = other.communicate(timeout=10)
+        assert other.returncode == 2
+        assert f"needs {CLIP_SEMANTICS}" in stderr, stderr
+    finally:
+        if other.poll() is None:
+            other.kill()
+    assert wait_until_gone([other.pid], 5) == []
 
 
 def test_the_consumer_need_not_see_the_files(

@@ -29,6 +29,7 @@ from h5feed.common.protocol_versions import (
 from h5feed.consumer.core.events import PeerLost
 from h5feed.consumer.core.session import PeerSession
 from h5feed.consumer.stats import Counters
+from h5feed.producer.hdf5_job import job_spec
 
 # -- golden bytes of version 6 (version 5's: tests/test_wire.py) ---------------------------
 
@@ -267,3 +268,11 @@ def test_a_job_that_needs_a_later_feature_refuses_an_older_peer_naming_the_field
     [(_, bye, _)] = transport.sent
     assert isinstance(bye, messages.Bye) and bye.refused and "clip_semantics" in bye.reason
     assert not any(isinstance(m, messages.Job) for _, m, _ in transport.sent)
+
+
+def test_a_worker_refuses_a_job_of_other_clip_semantics_naming_both() -> None:
+    """The worker's own check, behind the trainer's (which refuses it at its hello)."""
+    other = CLIP_SEMANTICS + 1
+    job = messages.Job("j", (), {}, {}, None, clip_semantics=other)
+    with pytest.raises(ValueError, match=rf"needs clips of semantics {other}.*semantics 1"):
+        job_spec(job)

@@ -57,7 +57,8 @@ def previous_release(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
 
 
 def env_of(code: pathlib.Path) -> dict[str, str]:
-    """The environment of a process that runs the ``h5feed`` package found at ``code``."""
+    """The environment of a process that runs the ``h5feed`` package found at ``code`` (run
+    with ``python -P``: the working directory, this repository, must not come first)."""
     return {**os.environ, "PYTHONPATH": str(code)}
 
 
@@ -65,7 +66,7 @@ def start_producer(
     port: int, data_root: pathlib.Path, name: str, code: pathlib.Path
 ) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "h5feed", "produce", "--data-root", str(data_root),
+        [sys.executable, "-P", "-m", "h5feed", "produce", "--data-root", str(data_root),
          "--workers", "1", "--name", name],
         env={**env_of(code), "H5FEED_CONNECT": f"tcp://127.0.0.1:{port}"},
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -94,7 +95,9 @@ def run_epochs(
     for batch in feed:
         seen.update(zip(batch["epoch"].tolist(), batch["sample"].tolist(), strict=True))
         for key in sorted(batch):
-            digest.update(key.encode() + np.ascontiguousarray(batch[key]).tobytes())
+            array = np.asarray(batch[key])  # names are objects: their bytes, not pointers
+            data = repr(array.tolist()).encode() if array.dtype == object else array.tobytes()
+            digest.update(key.encode() + data)
     return seen, digest.hexdigest(), feed.stats()["workers"]
 
 
@@ -103,7 +106,7 @@ EXACTLY_TWO_EPOCHS = collections.Counter({(e, s): 1 for e in range(2) for s in r
 
 def test_the_previous_release_runs_from_its_own_code(previous_release: pathlib.Path) -> None:
     said = subprocess.run(
-        [sys.executable, "-c",
+        [sys.executable, "-P", "-c",
          "import h5feed, h5feed.common.wire as w; print(h5feed.__file__, h5feed.__version__, "
          "w.PROTOCOL_VERSION)"],
         env=env_of(previous_release), capture_output=True, text=True, timeout=120, check=True,
@@ -157,11 +160,12 @@ def test_an_old_trainer_reads_every_epoch_exactly_once_from_new_producers(
     out = tmp_path / "old-trainer.json"
     files = ",".join(p.name for p in small_dataset)
     script = f"CLIP = {CLIP!r}\n{OLD_TRAINER}"
+    fleet += [start_producer(port, root, f"new{i}", REPO) for i in range(2)]
+    await_hellos(port, len(fleet))  # both join the epoch from its start
     trainer = subprocess.Popen(
-        [sys.executable, "-c", script, files, str(root), str(port), str(out)],
+        [sys.executable, "-P", "-c", script, files, str(root), str(port), str(out)],
         env=env_of(previous_release), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
-    fleet += [start_producer(port, root, f"new{i}", REPO) for i in range(2)]
     try:
         _, stderr = trainer.communicate(timeout=300)
     finally:
@@ -202,7 +206,7 @@ def test_a_mixed_fleet_gives_the_bytes_of_a_fleet_of_one_version(
 def await_hellos(port: int, count: int, timeout_s: float = 120.0) -> None:
     """Wait until ``count`` workers say hello on ``port`` (each says it every second until a
     trainer answers), so all are up when the trainer binds the port after this returns."""
-    context = zmq.Context.instance()
+    context = zmq.Context()  # its own: term() returns once the port is unbound
     router = context.socket(zmq.ROUTER)
     router.setsockopt(zmq.LINGER, 0)
     router.bind(f"tcp://127.0.0.1:{port}")
@@ -217,6 +221,7 @@ def await_hellos(port: int, count: int, timeout_s: float = 120.0) -> None:
                 heard.add(identity)
     finally:
         router.close()
+        context.term()
 
 
 def stop(processes: Sequence[subprocess.Popen[str]]) -> None:

@@ -79,12 +79,13 @@ def _consumer_view(url: str, stats: dict[str, Any]) -> RenderableType:
         f"{stats.get('units_handed_back', 0)}, re-made {stats.get('units_remade', 0)})"
     )
     verdict = Text(stats["verdict"], style="bold red" if stats["input_bound"] else "bold green")
-    workers = Table("worker", "host", "files", "clips", "clips/s", "MB/s", "unit ms", "last part",
-                    "units held", title="workers", title_justify="left")  # fmt: skip
+    workers = Table("worker", "host", "version", "files", "clips", "clips/s", "MB/s", "unit ms",
+                    "last part", "units held", title="workers", title_justify="left")  # fmt: skip
     for w in sorted(stats["workers"], key=lambda w: (w["host"], w["name"])):
         workers.add_row(
             w["name"],
             w["host"],
+            f"{w.get('package') or '?'} (p{w.get('protocol', '?')})",
             str(w["files"]),
             f"{w['clips']:,}",
             _num(w["per_s_recent"]["clips"]),

@@ -35,6 +35,7 @@ import zmq
 from h5feed.common import elements, messages
 from h5feed.common.config import ClipSpec
 from h5feed.common.elements import ElementSpec
+from h5feed.common.protocol_versions import PROTOCOL_VERSION
 from h5feed.consumer.core import recovery
 from h5feed.consumer.core.assembly import Batch
 from h5feed.consumer.core.credits import CreditGate
@@ -132,16 +133,24 @@ def over_the_wire(message: messages.Message) -> messages.Message:
 
 
 class FakeTransport:
-    """Records sends; ``send`` to an identity in :attr:`failing` raises ``zmq.ZMQError``."""
+    """Records sends; ``send`` to an identity in :attr:`failing` raises ``zmq.ZMQError``.
+    Each message is encoded in the version it is sent in, as the ROUTER does (so a field that
+    version cannot carry raises ``FeatureVersionError`` here too); :attr:`versions` holds
+    the version of each send."""
 
     def __init__(self, failing: Iterable[bytes] = ()) -> None:
         self.failing = set(failing)
         self.sent: list[tuple[bytes, messages.Message, int]] = []
+        self.versions: list[int] = []
 
-    def send(self, identity: bytes, message: messages.Message, flags: int = 0) -> None:
+    def send(
+        self, identity: bytes, message: messages.Message, flags: int = 0, version: int = 0
+    ) -> None:
         if identity in self.failing:
             raise zmq.ZMQError(zmq.EHOSTUNREACH)
+        messages.encode(message, version or PROTOCOL_VERSION)
         self.sent.append((identity, message, flags))
+        self.versions.append(version or PROTOCOL_VERSION)
 
     def to(self, identity: bytes) -> list[messages.Message]:
         """What was sent to ``identity``, in order."""

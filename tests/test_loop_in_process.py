@@ -38,6 +38,7 @@ from wire_peers import LoopDriver, WirePeer, short_ipc_address
 
 from h5feed.common import messages, wire
 from h5feed.common.errors import FileReadError, NoWorkersError, PoisonUnitError, WorkerError
+from h5feed.common.protocol_versions import OLDEST_VERSION
 from h5feed.consumer.core.assembly import Batch
 from h5feed.consumer.core.credits import CreditGate
 from h5feed.consumer.core.loop import END, FAILED
@@ -383,14 +384,14 @@ def test_a_file_one_worker_cannot_read_moves_to_another_and_every_batch_arrives_
 # -- refusals ---------------------------------------------------------------------------------
 
 
-def hello_of_version(monkeypatch: pytest.MonkeyPatch, name: str, version: int) -> list[Any]:
-    with monkeypatch.context() as patch:
-        patch.setattr(wire, "PROTOCOL_VERSION", version)
-        return messages.encode(messages.Hello(name, 5, "elsewhere", "h5feed-old", "n-old"))
+def hello_of_version(name: str, version: int) -> list[Any]:
+    """A HELLO of protocol ``version`` (one this side does not speak), packed by hand."""
+    fields = {"worker": name, "pid": 5, "host": "elsewhere", "package": "old", "nonce": "n"}
+    return [msgpack.packb([wire.MAGIC, version, "hello", fields, []], use_bin_type=True)]
 
 
 def test_refused_peers_never_get_work_and_the_others_finish_the_epoch_exactly_once(
-    rig: Callable[..., LoopDriver], address: str, monkeypatch: pytest.MonkeyPatch
+    rig: Callable[..., LoopDriver], address: str
 ) -> None:
     kind = Kind("hdf", workers=1, listen=address, join_grace_s=0)
     local = local_workers(1)
@@ -398,7 +399,7 @@ def test_refused_peers_never_get_work_and_the_others_finish_the_epoch_exactly_on
     # Before the good worker: their hellos wait on the socket when the loop starts.
     older = driver.connect(
         kind.worker("older", 90, False),
-        hello_of_version(monkeypatch, "older", wire.PROTOCOL_VERSION - 1),
+        hello_of_version("older", OLDEST_VERSION - 1),
     )
     garbled = driver.connect(
         kind.worker("garbled", 91, False),

@@ -18,8 +18,9 @@ import pytest
 from conftest import wait_until_gone
 
 import h5feed
-from h5feed.common import wire
+from h5feed.common.config import CLIP_SEMANTICS
 from h5feed.common.errors import NoWorkersError
+from h5feed.common.protocol_versions import SPOKEN
 
 CLIP = {"clip_len": 4, "resize": (48, 64), "crop": (40, 40)}
 
@@ -115,40 +116,67 @@ def test_no_producer_is_a_clear_error(port: int, small_dataset: list[pathlib.Pat
         list(feed)
 
 
-def test_a_producer_of_another_protocol_version_is_refused(
-    port: int, small_dataset: list[pathlib.Path]
-) -> None:
+def refused_worker(
+    port: int, dataset: list[pathlib.Path], name: str, patch: str, refusal: str
+) -> str:
+    """Run a worker whose module constants ``patch`` changes before it imports its handshake
+    (a release that differs from this one), check the trainer refuses it with ``refusal``
+    (a regex) and that it exits with status 2; its stderr."""
     script = textwrap.dedent(
         f"""
         import sys
-        import h5feed.common.wire as wire
-        wire.PROTOCOL_VERSION = 99  # a worker of a future release
+        {patch}
         from h5feed.producer.worker import main
         print("imported", flush=True)
-        sys.exit(main(["--connect", "tcp://127.0.0.1:{port}", "--worker-id", "future",
+        sys.exit(main(["--connect", "tcp://127.0.0.1:{port}", "--worker-id", "{name}",
                        "--persistent"]))
         """
     )
-    future = subprocess.Popen(
+    worker = subprocess.Popen(
         [sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
     try:
         # Its imports take seconds on a loaded machine: the feed's 4 s start from here, when
         # the worker is about to connect (it says hello at once, then is refused).
-        ready, _, _ = select.select([future.stdout], [], [], 60)
-        assert ready and future.stdout is not None, "the future worker did not start in 60 s"
-        assert future.stdout.readline() == "imported\n"
-        feed = remote_feed(port, small_dataset, start_timeout_s=4.0)
-        speaks = wire.PROTOCOL_VERSION
-        with pytest.raises(NoWorkersError, match=rf"refused: .*version 99.*speaks {speaks}"):
+        ready, _, _ = select.select([worker.stdout], [], [], 60)
+        assert ready and worker.stdout is not None, f"worker {name} did not start in 60 s"
+        assert worker.stdout.readline() == "imported\n"
+        feed = remote_feed(port, dataset, start_timeout_s=4.0)
+        with pytest.raises(NoWorkersError, match=rf"refused: .*{refusal}"):
             list(feed)
-        _, stderr = future.communicate(timeout=10)
-        assert future.returncode == 2
-        assert f"version {speaks}" in stderr and "99" in stderr, stderr
+        _, stderr = worker.communicate(timeout=10)
+        assert worker.returncode == 2
     finally:
-        if future.poll() is None:
-            future.kill()
-    assert wait_until_gone([future.pid], 5) == []
+        if worker.poll() is None:
+            worker.kill()
+    assert wait_until_gone([worker.pid], 5) == []
+    return stderr
+
+
+def test_a_producer_of_another_protocol_version_is_refused(
+    port: int, small_dataset: list[pathlib.Path]
+) -> None:
+    # A worker of a future release, which speaks none of this side's versions.
+    patch = (
+        "import h5feed.common.protocol_versions as versions; "
+        "versions.PROTOCOL_VERSION = versions.OLDEST_VERSION = 99; "
+        "versions.SPOKEN = versions.VersionRange(99, 99)"
+    )
+    stderr = refused_worker(port, small_dataset, "future", patch, rf"version 99.*speaks {SPOKEN}")
+    # Told in the oldest version the trainer speaks, which it does not speak either.
+    assert f"version {SPOKEN.lowest}, this side speaks 99" in stderr, stderr
+
+
+def test_a_producer_of_other_clip_semantics_is_refused_naming_both(
+    port: int, small_dataset: list[pathlib.Path]
+) -> None:
+    """A producer that would cut other pixels from the same plan row (a release whose decode
+    or crop changed) never serves the job: refused at its hello, naming both semantics."""
+    other = CLIP_SEMANTICS + 1
+    patch = f"import h5feed.common.config as config; config.CLIP_SEMANTICS = {other}"
+    refusal = rf"semantics {other}; this trainer needs {CLIP_SEMANTICS}"
+    stderr = refused_worker(port, small_dataset, "other", patch, refusal)
+    assert f"needs {CLIP_SEMANTICS}" in stderr, stderr
 
 
 def test_the_consumer_need_not_see_the_files(

@@ -38,8 +38,9 @@ STATS_KEYS = frozenset(
 #: Keys of each entry of ``stats()["workers"]``.
 WORKER_KEYS = frozenset(
     {
-        "name", "pid", "host", "files", "outstanding_units", "unit_latency_s", "count", "clips",
-        "bytes", "per_s_total", "per_s_recent", "last_seen_s_ago",
+        "name", "pid", "host", "protocol", "package", "files", "outstanding_units",
+        "unit_latency_s", "count", "clips", "bytes", "per_s_total", "per_s_recent",
+        "last_seen_s_ago",
     }
 )  # fmt: skip
 #: Keys of each entry of ``stats()["hosts"]``.
@@ -61,7 +62,7 @@ METRIC_NAMES = frozenset(
         "h5feed_running", "h5feed_worker_parts_total", "h5feed_worker_clips_total",
         "h5feed_worker_bytes_total", "h5feed_worker_unit_latency_seconds",
         "h5feed_worker_last_part_age_seconds", "h5feed_worker_outstanding_units",
-        "h5feed_worker_files",
+        "h5feed_worker_files", "h5feed_worker_info",
     }
 )  # fmt: skip
 #: The package face: ``h5feed.__all__``, the lazy names included.

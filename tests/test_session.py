@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from h5feed.common import messages, wire
+from h5feed.common.protocol_versions import OLDEST_VERSION, SPOKEN
 from h5feed.consumer.core import session as session_module
 from h5feed.consumer.core.events import Arrived, PeerJoined, PeerLost
 from h5feed.consumer.core.ledger import Ledger
@@ -114,21 +115,21 @@ def test_a_new_identity_joins_during_the_iteration() -> None:
 # -- refusal ----------------------------------------------------------------------------
 
 
-def frames_of_version(monkeypatch: pytest.MonkeyPatch, version: int) -> list[Any]:
-    with monkeypatch.context() as patch:
-        patch.setattr(wire, "PROTOCOL_VERSION", version)
-        return hello_frames("old")
+def frames_of_version(version: int) -> list[Any]:
+    """A HELLO of protocol ``version`` (one this side does not speak), packed by hand."""
+    fields = {"worker": "old", "pid": 1, "host": "h", "package": "0.1", "nonce": "n"}
+    return [msgpack.packb(["h5feed", version, "hello", fields, []], use_bin_type=True)]
 
 
-def test_another_protocol_version_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_another_protocol_version_is_refused() -> None:
     session, transport, _counters = make_session()
-    frames = frames_of_version(monkeypatch, wire.PROTOCOL_VERSION - 1)
-    session.receive(b"old", frames)
+    old = OLDEST_VERSION - 1
+    session.receive(b"old", frames_of_version(old))
     assert not session.peers
     assert not session.events
     assert len(session.refused) == 1
     assert session.refused[0].startswith("old: ")
-    assert f"version {wire.PROTOCOL_VERSION - 1}" in session.refused[0]
+    assert f"version {old}, this side speaks {SPOKEN}" in session.refused[0]
     [(identity, bye, flags)] = transport.sent
     assert identity == b"old"
     assert isinstance(bye, messages.Bye) and bye.refused
@@ -149,9 +150,9 @@ def test_a_refused_peer_is_named_once_and_never_joins() -> None:
     assert all(isinstance(m, messages.Bye) and m.refused for m in transport.to(b"new"))
 
 
-def test_a_refusal_that_cannot_be_sent_is_no_error(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_refusal_that_cannot_be_sent_is_no_error() -> None:
     session, _transport, _counters = make_session(FakeTransport(failing=[b"old"]))
-    session.receive(b"old", frames_of_version(monkeypatch, 1))
+    session.receive(b"old", frames_of_version(1))
     assert len(session.refused) == 1
     assert not session.events
 

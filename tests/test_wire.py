@@ -17,6 +17,7 @@ from hypothesis.extra import numpy as hnp
 
 from h5feed.common import wire
 from h5feed.common.errors import H5FeedError, ProtocolError, VersionMismatchError
+from h5feed.common.protocol_versions import OLDEST_VERSION, SPOKEN
 
 LITTLE_ENDIAN = sys.byteorder == "little"
 little_endian_only = pytest.mark.skipif(
@@ -33,6 +34,8 @@ VALID_FIELDS: dict[str, dict[str, Any]] = {
         "host": "node-a",
         "package": "0.1.0",
         "nonce": "ab",
+        "protocols": [5, 6],
+        "clip_semantics": 1,
     },
     wire.JOB: {
         "job": "job-1",
@@ -42,6 +45,7 @@ VALID_FIELDS: dict[str, dict[str, Any]] = {
         "cache_dir": None,
         "on_error": "raise",
         "send_index": True,
+        "clip_semantics": 1,
     },
     wire.INDEX: {"job": "job-1", "file": 0, "videos": [["v0", 120, 3], ["v1", 64, None]]},
     wire.INDEX_BATCH: {"job": "job-1", "files": [0, 2], "counts": [1, 1], "names": ["a", "b"]},
@@ -192,7 +196,8 @@ def test_error_hierarchy() -> None:
 # Protocol 3 (ITEMS, PULL, JOB layout) changed byte 8 of every header from 02 to 03; protocol
 # 4 (HELLO nonce) changed it to 04 and added HELLO's "nonce"; protocol 5 (SOURCE batched,
 # SOURCE_INFO checks, CHECK) changed it to 05. The new kinds' golden headers are in
-# tests/test_messages.py.
+# tests/test_messages.py. Protocol 6 is spoken beside 5 (negotiation): these are the goldens
+# of version 5, encoded so still; version 6's are in tests/test_protocol_versions.py.
 MAGIC_AND_VERSION = "95 a6 683566656564 05"  # fixarray(5), fixstr(6) "h5feed", fixint 5
 
 GOLDEN_HELLO_FIELDS = {
@@ -279,14 +284,14 @@ GOLDEN_BYE = bytes.fromhex(
     ids=["hello", "unit", "bye"],
 )
 def test_golden_header_without_arrays(kind: str, fields: dict[str, Any], golden: bytes) -> None:
-    frames = wire.encode(kind, fields)
+    frames = wire.encode(kind, fields, version=5)
     assert len(frames) == 1
     assert isinstance(frames[0], bytes)
     assert frames[0] == golden
     # The golden bytes decode to what they should, and back to the same fields.
     assert msgpack.unpackb(golden, raw=False) == [wire.MAGIC, 5, kind, fields, []]
     message = wire.decode([golden])
-    assert message == wire.Message(kind, fields, {})
+    assert message == wire.Message(kind, fields, {}, 5)
 
 
 @little_endian_only
@@ -295,6 +300,7 @@ def test_golden_data_message() -> None:
         wire.DATA,
         GOLDEN_DATA_FIELDS,
         [("frames", GOLDEN_DATA_FRAMES), ("labels", GOLDEN_DATA_LABELS)],
+        version=5,
     )
     assert len(frames) == 3
     assert frames[0] == GOLDEN_DATA
@@ -320,7 +326,7 @@ def test_golden_structure_explained() -> None:
         assert golden[0] == 0x95  # msgpack fixarray (0x90) of 5 elements
         assert golden[1] == 0xA0 | 6  # fixstr of 6 bytes (str type, not bin) ...
         assert golden[2:8] == b"h5feed"  # ... the magic
-        assert golden[8] == wire.PROTOCOL_VERSION == 5  # positive fixint
+        assert golden[8] == OLDEST_VERSION == 5  # positive fixint
         assert golden[9] == 0xA0 | len(kind)
         assert golden[10 : 10 + len(kind)] == kind.encode()
         magic, version, decoded_kind, fields, _ = msgpack.unpackb(golden, raw=False)
@@ -607,7 +613,7 @@ def test_property_random_header_bytes(data: bytes, extra: list[bytes]) -> None:
 @PROPERTY
 @given(
     magic=st.sampled_from([wire.MAGIC, "h5fee", b"h5feed", None]),
-    version=st.sampled_from([wire.PROTOCOL_VERSION, 1, 0, 2, 4, -1, True, 1.0, "1", None]),
+    version=st.sampled_from([6, 5, 7, 1, 0, 2, 4, -1, True, 1.0, "1", None]),
     kind=st.sampled_from([*sorted(wire.KINDS), "nope", 3, b"bye"]),
     fields=st.dictionaries(st.text(max_size=10), plain_values, max_size=9),
     use_valid_fields=st.booleans(),
@@ -647,14 +653,14 @@ def test_property_structured_random_headers(
         # Only a well-formed header with the right magic and another int version gets here.
         assert magic == wire.MAGIC
         assert isinstance(version, int) and not isinstance(version, bool)
-        assert version != wire.PROTOCOL_VERSION
+        assert version not in SPOKEN
         assert f"version {version}" in str(exc)
         return
     except ProtocolError:
         return
     assert magic == wire.MAGIC
-    assert type(version) is int and version == wire.PROTOCOL_VERSION
-    assert kind in wire.KINDS
+    assert type(version) is int and version in SPOKEN
+    assert kind in wire.SCHEMAS_BY_VERSION[version]
     decode_or_protocol_error([raw, *frames])
 
 
@@ -757,13 +763,13 @@ def test_wrong_magic(magic: Any) -> None:
     expect_protocol_error([header(magic=magic)], r"not an h5feed message \(magic ")
 
 
-@pytest.mark.parametrize("version", [0, 1, 2, 3, 4, 6, 99])  # 4: the protocol before CHECK
+@pytest.mark.parametrize("version", [0, 1, 2, 3, 4, 7, 99])  # 4: the protocol before CHECK
 def test_other_protocol_version(version: int) -> None:
     with pytest.raises(VersionMismatchError) as info:
         wire.decode([header(version=version)])
     text = str(info.value)
     assert f"version {version}" in text
-    assert f"this side speaks {wire.PROTOCOL_VERSION}" in text
+    assert f"this side speaks {SPOKEN}" in text
 
 
 def test_version_mismatch_is_a_protocol_error_and_checked_before_kind() -> None:

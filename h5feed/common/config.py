@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import msgpack
 
@@ -57,6 +57,13 @@ def _check_size(name: str, value: object) -> None:
         )
     if value[0] <= 0 or value[1] <= 0:
         raise ValueError(f"{name} must be positive, got {value!r}")
+
+
+#: What a clip is, as a version: how frames are decoded, resized, cropped and flipped, and how
+#: the plan's per-sample seeds are drawn. Bumped by any change that alters one pixel of a clip
+#: cut from the same plan row, so a trainer refuses producers that would cut another clip
+#: (a JOB carries it; a producer of protocol 5 cuts clips of semantics 1).
+CLIP_SEMANTICS: Final = 1
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

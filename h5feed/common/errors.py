@@ -15,6 +15,11 @@ class VersionMismatchError(ProtocolError):
     """The peer speaks another protocol version."""
 
 
+class FeatureVersionError(ProtocolError):
+    """A message holds a field its peer's protocol version cannot carry: the job needs a
+    feature of a later version (the message names the field and both versions)."""
+
+
 class DataError(H5FeedError):
     """Bad input data: a file, video or frame that cannot be read or decoded.
 

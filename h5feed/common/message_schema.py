@@ -40,7 +40,7 @@ from typing import Annotated, Any, get_args, get_origin, get_type_hints
 
 import numpy as np
 
-from h5feed.common.errors import ProtocolError
+from h5feed.common.errors import FeatureVersionError, ProtocolError
 
 
 class _Fault(Exception):
@@ -78,6 +78,18 @@ class OneOf:
     def check(self, name: str, value: Any) -> None:
         if value not in self.choices:
             raise _Fault(f"{name} {value!r:.50} is not one of {self.choices}")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Since:
+    """The protocol version a field (or, as a class's ``SINCE``, a kind) was added in.
+
+    A schema of an older version leaves the field out: a message decoded in that version gets
+    the field's default; one encoded for it must hold the default there, or
+    :class:`~h5feed.common.errors.FeatureVersionError` names the field (the peer could not
+    honour it: a job needing a newer feature refuses that peer, nothing is dropped)."""
+
+    version: int
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -141,6 +153,13 @@ def _part(name: str, hint: Any, kind: str) -> _Part:
     raise TypeError(f"field {name!r}: no wire form for {hint!r}")
 
 
+def _since(hint: Any) -> int:
+    """The version a field annotated ``hint`` came in (0: in every version)."""
+    if get_origin(hint) is Annotated:
+        return max((m.version for m in get_args(hint)[1:] if isinstance(m, Since)), default=0)
+    return 0
+
+
 def _is_record(hint: Any) -> bool:
     return isinstance(hint, type) and issubclass(hint, tuple) and hasattr(hint, "_fields")
 
@@ -202,22 +221,31 @@ class Schema:
     parts: tuple[tuple[str, _Part], ...]  # (attribute, part) of each header field
     arrays: tuple[str, ...]  # the named array fields (an np.ndarray annotation)
     any_arrays: str | None  # the field holding all arrays (Mapping[str, np.ndarray]), if any
+    version: int = 0  # the protocol version of this schema (0: every field)
+    #: (attribute, version it came in, default) of the fields this version leaves out
+    later: tuple[tuple[str, int, Any], ...] = ()
 
     @classmethod
-    def of(cls, message: type) -> Schema:
+    def of(cls, message: type, version: int = 0) -> Schema:
+        """The schema of ``message`` in protocol ``version`` (0: with every field)."""
         hints = get_type_hints(message, include_extras=True)
         kind: str = message.KIND  # type: ignore[attr-defined]
-        parts, arrays, any_arrays = [], [], None
+        parts, arrays, any_arrays, later = [], [], None, []
         for field in dataclasses.fields(message):
             hint = hints[field.name]
-            if hint is np.ndarray:
+            since = _since(hint)
+            if version and since > version:
+                if field.default is dataclasses.MISSING:
+                    raise TypeError(f"{kind} field {field.name!r} of version {since}: no default")
+                later.append((field.name, since, field.default))
+            elif hint is np.ndarray:
                 arrays.append(field.name)
             elif get_origin(hint) is Mapping and get_args(hint)[1] is np.ndarray:
                 any_arrays = field.name
             else:
                 wire_name = field.name.removesuffix("_")
                 parts.append((field.name, _part(wire_name, hint, kind.upper())))
-        return cls(kind, message, tuple(parts), tuple(arrays), any_arrays)
+        return cls(kind, message, tuple(parts), tuple(arrays), any_arrays, version, tuple(later))
 
     @property
     def header_types(self) -> dict[str, tuple[type, ...]]:
@@ -225,7 +253,15 @@ class Schema:
         return {part.name: part.types for _attribute, part in self.parts}
 
     def header(self, message: Any) -> dict[str, Any]:
-        """The header fields of ``message`` (tuples as lists, mappings as dicts)."""
+        """The header fields of ``message`` (tuples as lists, mappings as dicts);
+        FeatureVersionError when it holds a field this version cannot carry."""
+        for attribute, since, default in self.later:
+            value = getattr(message, attribute)
+            if value != default:
+                raise FeatureVersionError(
+                    f"{self.kind.upper()} {attribute}={value!r} needs protocol version "
+                    f"{since}; the peer speaks {self.version}"
+                )
         fields: dict[str, Any] = {}
         for attribute, part in self.parts:
             value = getattr(message, attribute)

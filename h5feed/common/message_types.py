@@ -25,7 +25,8 @@ from typing import Annotated, Any, ClassVar, Final, NamedTuple
 import numpy as np
 
 from h5feed.common.errors import DataError, FileReadError, ProtocolError
-from h5feed.common.message_schema import Label, MaxLen, Min, OneOf, Schema
+from h5feed.common.message_schema import Label, MaxLen, Min, OneOf, Schema, Since
+from h5feed.common.protocol_versions import OLDEST_VERSION, PROTOCOL_VERSION
 
 #: Start of a BYE reason that refuses a peer (e.g. another protocol version): do not retry.
 REFUSED: Final = "refused:"
@@ -98,6 +99,18 @@ class Hello:
     #: Random, fixed for the life of one worker process: a HELLO under a known identity with
     #: another nonce is a new process (a restarted worker), never the same one speaking again.
     nonce: str
+    #: [lowest, highest] protocol version the worker speaks ((): only the HELLO's own); in
+    #: version 5 said in ``package`` instead (h5feed.common.protocol_versions).
+    protocols: Annotated[tuple[int, ...], Since(6), MaxLen(2)] = ()
+    #: What a clip is to this worker (h5feed.common.config.CLIP_SEMANTICS).
+    clip_semantics: Annotated[int, Since(6), Min(1)] = 1
+
+    def validate(self) -> None:
+        said = self.protocols
+        if said and not (len(said) == 2 and 0 < said[0] <= said[-1]):
+            raise ProtocolError(
+                f"HELLO protocols must be [lowest, highest], got {list(self.protocols)}"
+            )
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -118,6 +131,8 @@ class Job:
     #: indexed before by local workers): the worker opens and checks them as usual but
     #: sends no INDEX for them, only an ERROR for a file it cannot read.
     send_index: bool = True
+    #: What a clip is to the trainer: a worker of another clip semantics refuses the job.
+    clip_semantics: Annotated[int, Since(6), Min(1)] = 1
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -380,5 +395,15 @@ CLASSES: Final = (
     Hello, Job, Index, IndexBatch, Unit, Source, SourceInfo, Items, Pull, Data, Error, Bye,
     Check, Ping,
 )  # fmt: skip
-#: Each kind's wire schema, derived from its class.
-SCHEMAS: Final[Mapping[str, Schema]] = {cls.KIND: Schema.of(cls) for cls in CLASSES}
+#: Each kind's wire schema in each protocol version spoken, derived from its class (a class's
+#: ``SINCE``: the version its kind came in; a field's ``Since``: the version it came in).
+SCHEMAS_BY_VERSION: Final[Mapping[int, Mapping[str, Schema]]] = {
+    version: {
+        cls.KIND: Schema.of(cls, version)
+        for cls in CLASSES
+        if getattr(cls, "SINCE", OLDEST_VERSION) <= version
+    }
+    for version in range(OLDEST_VERSION, PROTOCOL_VERSION + 1)
+}
+#: Each kind's wire schema in the current version.
+SCHEMAS: Final[Mapping[str, Schema]] = SCHEMAS_BY_VERSION[PROTOCOL_VERSION]

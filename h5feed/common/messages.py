@@ -39,13 +39,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from h5feed.common import wire
-from h5feed.common.errors import ProtocolError
+from h5feed.common.errors import FeatureVersionError, ProtocolError
 from h5feed.common.message_types import (
     MAX_CHECKS,
     MAX_DIGEST_BYTES,
     MAX_SKIP_REASON,
     ON_ERROR_CHOICES,
-    SCHEMAS,
+    SCHEMAS_BY_VERSION,
     Bye,
     Check,
     Data,
@@ -67,6 +67,7 @@ from h5feed.common.message_types import (
     Unit,
     VideoEntry,
 )
+from h5feed.common.protocol_versions import PROTOCOL_VERSION
 
 __all__ = [
     "MAX_CHECKS",
@@ -117,22 +118,39 @@ Message = (
 )
 
 
-def encode(message: Message) -> list[Any]:
-    """The frames of ``message`` (see :func:`h5feed.common.wire.encode`)."""
-    schema = SCHEMAS[message.KIND]
-    return wire.encode(message.KIND, schema.header(message), schema.array_frames(message))
+def encode(message: Message, version: int = PROTOCOL_VERSION) -> list[Any]:
+    """The frames of ``message`` in protocol ``version`` (see :func:`h5feed.common.wire.encode`);
+    FeatureVersionError when it holds a field that version cannot carry, ProtocolError when
+    its kind is not in that version."""
+    schema = SCHEMAS_BY_VERSION[version].get(message.KIND)
+    if schema is None:
+        raise FeatureVersionError(
+            f"{message.KIND.upper()} messages need a later protocol version than {version}"
+        )
+    header = schema.header(message)
+    return wire.encode(message.KIND, header, schema.array_frames(message), version)
 
 
 def decode(frames: Sequence[wire.Frame], limits: wire.Limits = wire.DEFAULT_LIMITS) -> Message:
     """The typed message of ``frames`` (routing frames removed). Strict: ProtocolError for
-    anything malformed, nested values included; VersionMismatchError for another version."""
+    anything malformed, nested values included; VersionMismatchError for a version not
+    spoken."""
     return parse(wire.decode(frames, limits))
+
+
+def decode_said(
+    frames: Sequence[wire.Frame], limits: wire.Limits = wire.DEFAULT_LIMITS
+) -> tuple[Message, int]:
+    """The typed message of ``frames`` and the protocol version it was said in."""
+    raw = wire.decode(frames, limits)
+    return parse(raw), raw.version
 
 
 def parse(raw: wire.Message) -> Message:
     """The typed form of a decoded wire message (top-level field types already checked by
-    ``wire``): built from its kind's schema, every nested value and bound checked."""
-    schema = SCHEMAS.get(raw.kind)
+    ``wire``): built from its kind's schema in its version, every nested value and bound
+    checked (a field its version lacks gets its default)."""
+    schema = SCHEMAS_BY_VERSION.get(raw.version, {}).get(raw.kind)
     if schema is None:  # unreachable: wire checks the kind
         raise ProtocolError(f"unknown message kind {raw.kind!r}")
     message: Message = schema.build(raw.fields, raw.arrays)

@@ -2,4 +2,4 @@
 the ``h5feed`` command, and the producer's HELLO, which must not import the package face (it
 would pull the consumer's lazy names into every worker)."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -5,11 +5,14 @@ that frame is the transport's, not part of this format)::
 
     frame 0  header  msgpack array of 5 elements:
                        [0] magic     str  "h5feed"
-                       [1] version   int  PROTOCOL_VERSION (a peer with another version is refused)
+                       [1] version   int  one of SPOKEN (PROTOCOL_VERSION, N, and N-1: see
+                                          h5feed.common.protocol_versions); another is
+                                          refused (VersionMismatchError)
                        [2] kind      str  one of KINDS ("hello", "job", "index", "unit", ...;
                                           the typed messages: h5feed.common.messages)
                        [3] fields    map  str -> msgpack value; the keys and types of each kind are
-                                          fixed by SCHEMAS (derived from the message classes of
+                                          fixed per version by SCHEMAS_BY_VERSION (derived from
+                                          the message classes of
                                           h5feed.common.message_types) and checked on decode;
                                           map keys are written sorted: one message, one encoding
                        [4] arrays    array of [name str, dtype str, shape array of int], one per
@@ -20,7 +23,9 @@ that frame is the transport's, not part of this format)::
 msgpack uses its bin type for bytes and str for text. Nothing is pickled: headers hold plain
 values only, arrays are raw bytes with a declared dtype that excludes object dtypes.
 
-Decoding is strict: wrong magic, another version, unknown kind, missing or unknown fields,
+The envelope (magic, version, kind, fields, arrays) is the same in every version; what a
+version changes is which kinds and fields its schemas hold. Decoding is strict: wrong magic,
+a version not spoken, unknown kind, missing or unknown fields,
 wrong field types, a frame count or byte length that does not match the declared arrays, an
 array beyond the size limits, or an oversized header (``Limits``: 2 MiB, and msgpack's own
 per-string, -array and -map limits, checked before it builds the object) all raise
@@ -40,6 +45,7 @@ import numpy as np
 
 from h5feed.common import message_types as typed
 from h5feed.common.errors import ProtocolError, VersionMismatchError
+from h5feed.common.protocol_versions import PROTOCOL_VERSION, SPOKEN, VersionRange
 
 MAGIC: Final = "h5feed"
 # 2: UNIT slot field; clip layout, transform. 3: ITEMS and PULL (source units, which were
@@ -47,8 +53,8 @@ MAGIC: Final = "h5feed"
 # values checked by h5feed.common.messages. 4: HELLO nonce; JOB on_error, send_index and
 # DATA skipped (bad data, a known index: added in the same round).
 # 5: SOURCE batched; SOURCE_INFO epoch and checks; CHECK (the copies of a user's object
-# agree: issue 22).
-PROTOCOL_VERSION: Final = 5
+# agree: issue 22). 6: negotiation, N and N-1 spoken (HELLO protocols and clip_semantics,
+# JOB clip_semantics): h5feed.common.protocol_versions.
 
 # The kinds, each named once by its class (h5feed.common.message_types); worker = a producer.
 HELLO: Final = typed.Hello.KIND  # worker -> consumer: who I am
@@ -70,11 +76,15 @@ INDEX_BATCH: Final = typed.IndexBatch.KIND  # worker -> consumer: files, counts,
 #: Start of a BYE reason that refuses a peer (e.g. another protocol version): do not retry.
 REFUSED: Final = typed.REFUSED
 
-#: Field names and accepted Python types of each message kind (after msgpack decoding),
-#: derived from the fields of its class in h5feed.common.message_types (the one copy).
-SCHEMAS: Final[Mapping[str, Mapping[str, tuple[type, ...]]]] = {
-    kind: schema.header_types for kind, schema in typed.SCHEMAS.items()
+#: Field names and accepted Python types of each message kind (after msgpack decoding) in
+#: each version spoken, derived from the fields of its class in
+#: h5feed.common.message_types (the one copy).
+SCHEMAS_BY_VERSION: Final[Mapping[int, Mapping[str, Mapping[str, tuple[type, ...]]]]] = {
+    version: {kind: schema.header_types for kind, schema in schemas.items()}
+    for version, schemas in typed.SCHEMAS_BY_VERSION.items()
 }
+#: Those of the current version.
+SCHEMAS: Final = SCHEMAS_BY_VERSION[PROTOCOL_VERSION]
 KINDS: Final = frozenset(SCHEMAS)
 
 ALLOWED_DTYPES: Final = frozenset(
@@ -142,21 +152,26 @@ class Message:
     kind: str
     fields: dict[str, Any]
     arrays: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
+    version: int = PROTOCOL_VERSION  # the protocol version it was said in
 
 
 Frame = Any  # bytes, memoryview or zmq.Frame: anything exposing the buffer protocol / .buffer
 
 
 def encode(
-    kind: str, fields: Mapping[str, Any], arrays: Sequence[tuple[str, np.ndarray]] = ()
+    kind: str,
+    fields: Mapping[str, Any],
+    arrays: Sequence[tuple[str, np.ndarray]] = (),
+    version: int = PROTOCOL_VERSION,
 ) -> list[Any]:
-    """Encode a message as the list of frames to send (``send_multipart(..., copy=False)``).
+    """Encode a message of protocol ``version`` as the list of frames to send
+    (``send_multipart(..., copy=False)``).
 
     Array frames are the arrays themselves (made C-contiguous if they are not), so ZeroMQ
-    sends them without a copy. ``fields`` must match ``SCHEMAS[kind]``; a mismatch raises
-    :class:`ProtocolError` here, at the sender, rather than at the peer.
+    sends them without a copy. ``fields`` must match ``SCHEMAS_BY_VERSION[version][kind]``; a
+    mismatch raises :class:`ProtocolError` here, at the sender, rather than at the peer.
     """
-    _check_fields(kind, fields)
+    _check_fields(kind, fields, version)
     meta = []
     buffers: list[Any] = []
     for name, array in arrays:
@@ -166,7 +181,7 @@ def encode(
         meta.append([name, array.dtype.str, list(array.shape)])
         buffers.append(array)
     header = msgpack.packb(
-        [MAGIC, PROTOCOL_VERSION, kind, dict(sorted(fields.items())), meta], use_bin_type=True
+        [MAGIC, version, kind, dict(sorted(fields.items())), meta], use_bin_type=True
     )
     if len(header) > DEFAULT_LIMITS.max_header_bytes:  # the peer would refuse it
         raise ProtocolError(
@@ -210,23 +225,38 @@ def decode(frames: Sequence[Frame], limits: Limits = DEFAULT_LIMITS) -> Message:
         raise ProtocolError(f"not an h5feed message (magic {magic!r})")
     if not isinstance(version, int) or isinstance(version, bool):
         raise ProtocolError(f"protocol version must be an int, got {version!r}")
-    if version != PROTOCOL_VERSION:
+    if version not in SPOKEN:
         raise VersionMismatchError(
-            f"peer speaks h5feed protocol version {version}, this side speaks {PROTOCOL_VERSION}"
+            f"peer speaks h5feed protocol version {_range_said(version, kind, fields)}, "
+            f"this side speaks {SPOKEN}"
         )
-    if not isinstance(kind, str) or kind not in KINDS:
-        raise ProtocolError(f"unknown message kind {kind!r}")
+    if not isinstance(kind, str) or kind not in SCHEMAS_BY_VERSION[version]:
+        raise ProtocolError(f"unknown message kind {kind!r} in protocol version {version}")
     if not isinstance(fields, dict):
         raise ProtocolError("header fields must be a map")
-    _check_fields(kind, fields)
+    _check_fields(kind, fields, version)
     arrays = _decode_arrays(meta, frames[1:], limits)
-    return Message(kind, fields, arrays)
+    return Message(kind, fields, arrays, version)
 
 
-def _check_fields(kind: str, fields: Mapping[str, Any]) -> None:
-    schema = SCHEMAS.get(kind)
+def _range_said(version: int, kind: Any, fields: Any) -> str:
+    """The range a HELLO of a version not spoken names (read, never trusted, for the error
+    message only), else its version alone."""
+    said = fields.get("protocols") if kind == HELLO and isinstance(fields, dict) else None
+    if (
+        isinstance(said, list)
+        and len(said) == 2
+        and all(type(v) is int for v in said)
+        and 0 < said[0] <= version <= said[1] < 1 << 16
+    ):
+        return str(VersionRange(*said))
+    return str(version)
+
+
+def _check_fields(kind: str, fields: Mapping[str, Any], version: int = PROTOCOL_VERSION) -> None:
+    schema = SCHEMAS_BY_VERSION.get(version, {}).get(kind)
     if schema is None:
-        raise ProtocolError(f"unknown message kind {kind!r}")
+        raise ProtocolError(f"unknown message kind {kind!r} in protocol version {version}")
     missing = schema.keys() - fields.keys()
     unknown = fields.keys() - schema.keys()
     if missing or unknown:

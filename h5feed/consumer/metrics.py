@@ -20,7 +20,8 @@ Names and meaning (all start with ``h5feed_``):
   with each iteration, which Prometheus' ``rate()`` reads as a counter reset:
   ``worker_parts_total``, ``worker_clips_total``, ``worker_bytes_total``,
   ``worker_unit_latency_seconds``, ``worker_last_part_age_seconds``,
-  ``worker_outstanding_units``, ``worker_files``.
+  ``worker_outstanding_units``, ``worker_files``; ``worker_info`` (1, with labels ``protocol``
+  and ``package`` besides: the protocol version spoken with it and its h5feed version).
 
 Bad data adds the counter ``skipped_samples_total``: samples zero-filled for a bad frame under
 ``on_error="skip"`` (README "Bad data").
@@ -148,13 +149,21 @@ class FeedCollector(Collector):
             (CounterMetricFamily if counter else GaugeMetricFamily)(name, text, labels=labels_)
             for _, name, counter, text in _PER_WORKER
         ]
+        info = GaugeMetricFamily(
+            "h5feed_worker_info",
+            "1 per worker: the protocol version spoken with it, its h5feed version",
+            labels=(*labels_, "protocol", "package"),
+        )
         for worker in stats.get("workers", []):
             labels = [str(worker["name"]), str(worker["host"])]
             for family, (key, _, _, _) in zip(families, _PER_WORKER, strict=True):
                 value = worker.get(key)
                 if value is not None:  # no latency before its first unit, no part yet
                     family.add_metric(labels, float(value))
+            versions = [str(worker.get("protocol", "")), str(worker.get("package", ""))]
+            info.add_metric([*labels, *versions], 1.0)
         yield from families
+        yield info
 
 
 class FeedMetrics:

@@ -188,13 +188,16 @@ class WaitMeter:
 def worker_figures(
     peers: Sequence[Peer], files_owned: Callable[[Peer], int] | None = None
 ) -> list[dict[str, Any]]:
-    """Per worker: name, pid, host, files owned (``files_owned``: HDF5 feeds; else 0), units
+    """Per worker: name, pid, host, the protocol version spoken with it and its package
+    version, files owned (``files_owned``: HDF5 feeds; else 0), units
     outstanding, unit latency and what it delivered (counts and rates)."""
     return [
         {
             "name": p.name,
             "pid": p.pid,
             "host": p.host,
+            "protocol": p.protocol,
+            "package": p.package,
             "files": files_owned(p) if files_owned is not None else 0,
             "outstanding_units": len(p.outstanding),
             "unit_latency_s": p.unit_latency_s,

@@ -16,8 +16,9 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 
 from h5feed.common import layouts, messages
-from h5feed.common.config import ClipSpec
+from h5feed.common.config import CLIP_SEMANTICS, ClipSpec
 from h5feed.common.errors import FileReadError
+from h5feed.common.version import __version__
 from h5feed.common.worker_settings import DEFAULT_DATA, NO_CODE, Code, Data
 from h5feed.producer import confine
 from h5feed.producer.clips import ClipMaker
@@ -38,7 +39,13 @@ SlotTarget = tuple[np.ndarray, Sequence[int]]
 
 
 def job_spec(job: messages.Job) -> tuple[ClipSpec, layouts.LayoutSpec]:
-    """The clip spec and the layout of ``job``; ValueError for a bad one."""
+    """The clip spec and the layout of ``job``; ValueError for a bad one, or for a job whose
+    clips mean another thing than this worker cuts (its clip semantics)."""
+    if job.clip_semantics != CLIP_SEMANTICS:
+        raise ValueError(
+            f"the job needs clips of semantics {job.clip_semantics}; this worker "
+            f"(h5feed {__version__}) cuts clips of semantics {CLIP_SEMANTICS}"
+        )
     return ClipSpec.from_wire(dict(job.clip)), layouts.from_wire(dict(job.layout))
 
 

@@ -21,7 +21,9 @@ import zmq
 from h5feed.common import messages
 from h5feed.common.curve import KeyPair, make_client
 from h5feed.common.errors import ProtocolError, VersionMismatchError
+from h5feed.common.handshake import first_hello
 from h5feed.common.liveness import WORKER_TIMEOUT_S, enable_heartbeats
+from h5feed.common.protocol_versions import SPOKEN
 from h5feed.common.version import __version__
 from h5feed.common.worker_settings import WorkerSettings
 from h5feed.producer.code_policy import policy_of
@@ -65,8 +67,10 @@ class Worker:
        (guarantee 5).
     2. Every unit of the job in hand is answered, with DATA or ERROR, in the order received;
        a unit of another job (one that is over) is dropped: nobody waits for it.
-    3. A malformed message is logged and dropped; a peer of another protocol version ends
-       the worker with exit code 2 (so does a BYE that refuses it).
+    3. A malformed message is logged and dropped; a peer of a protocol version it does not
+       speak ends the worker with exit code 2 (so does a BYE that refuses it). It says HELLO
+       in the oldest version it speaks, naming its range, and then speaks the version the
+       consumer last spoke to it (h5feed.common.protocol_versions).
     4. Single-threaded: a SIGTERM handler may only call :meth:`request_stop`.
     5. Asked to stop (:meth:`request_stop`, SIGTERM), it takes no new message: the unit in
        hand is finished and its answer sent, then BYE, which hands every unit it was sent
@@ -103,6 +107,7 @@ class Worker:
         # a service worker's own; else the consumer's (same host)
         self.cache_dir = data.cache_dir
         self.exit_code = 0
+        self.protocol = SPOKEN.lowest  # the version to send in: the consumer's last
         self._last_hello = 0.0
         self.nonce = secrets.token_hex(16)  # this process's, for every HELLO it says
         self._last_heard = 0.0
@@ -137,7 +142,7 @@ class Worker:
     def send(self, message: messages.Message) -> None:
         """Send ``message`` (arrays without a copy), re-checking whether to leave while the
         consumer cannot take it. Counts every ERROR sent."""
-        frames = messages.encode(message)
+        frames = messages.encode(message, self.protocol)
         largest = max(_nbytes(frame) for frame in frames)
         if largest > self.max_message_bytes:  # the consumer would drop us: say why instead
             message = messages.Error.of(
@@ -149,7 +154,7 @@ class Worker:
                     "h5feed produce --max-message-bytes)"
                 ),
             )
-            frames = messages.encode(message)
+            frames = messages.encode(message, self.protocol)
         if isinstance(message, messages.Error):
             self.counters.add("errors")
             if message.type in _REFUSALS:
@@ -167,8 +172,12 @@ class Worker:
         self.send(messages.Error.of(job_id, unit, exc))
 
     def hello(self) -> None:
+        """Say HELLO in the oldest version spoken, naming the range (the consumer chooses)."""
         self._last_hello = time.monotonic()
-        self.send(messages.Hello(self.worker_id, os.getpid(), self.host, __version__, self.nonce))
+        hello, self.protocol = first_hello(
+            self.worker_id, os.getpid(), self.host, __version__, self.nonce
+        )
+        self.send(hello)
 
     def say_bye(self) -> None:
         """Tell the consumer this worker leaves: the units it was sent and did not start are
@@ -177,7 +186,7 @@ class Worker:
         (its parent is gone) it tries once."""
         if self.job is None or self.exit_code != 0 or self._undelivered:
             return
-        frames = messages.encode(messages.Bye("stopping (SIGTERM)"))
+        frames = messages.encode(messages.Bye("stopping (SIGTERM)"), self.protocol)
         stop = self._stop_deadline
         deadline = 0.0 if stop is None else min(stop, time.monotonic() + _BYE_RETRY_S)
         while True:
@@ -266,7 +275,7 @@ class Worker:
                 frames = self.socket.recv_multipart(copy=False)
                 self._last_heard = time.monotonic()
                 try:
-                    message = messages.decode(frames)
+                    message, self.protocol = messages.decode_said(frames)
                 except VersionMismatchError as exc:
                     _log.error("worker %s: refused by the consumer: %s", self.worker_id, exc)
                     self.exit_code = 2

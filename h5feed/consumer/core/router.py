@@ -32,6 +32,7 @@ from h5feed.common import messages
 from h5feed.common.exposure import is_local_address
 from h5feed.common.fd_limit import raise_open_files_limit
 from h5feed.common.liveness import consumer_heartbeat_timeout, enable_heartbeats
+from h5feed.common.protocol_versions import PROTOCOL_VERSION
 from h5feed.consumer.core.security import CurveServer
 from h5feed.consumer.options import FeedOptions
 
@@ -98,10 +99,15 @@ class Router:
                 return
             yield self._socket.recv_multipart(zmq.NOBLOCK, copy=False)
 
-    def send(self, identity: bytes, message: messages.Message, flags: int = 0) -> None:
-        """Send one message to ``identity``; zmq.ZMQError when it cannot be delivered."""
+    def send(
+        self, identity: bytes, message: messages.Message, flags: int = 0, version: int = 0
+    ) -> None:
+        """Send one message to ``identity`` in protocol ``version`` (0: the current one);
+        zmq.ZMQError when it cannot be delivered, FeatureVersionError when ``version``
+        cannot carry it."""
+        frames = messages.encode(message, version or PROTOCOL_VERSION)
         # Copied: control messages are small, and a zero-copy send costs more for them.
-        self._socket.send_multipart([identity, *messages.encode(message)], flags)
+        self._socket.send_multipart([identity, *frames], flags)
 
     @property
     def refused_keys(self) -> int:

@@ -18,8 +18,15 @@ Guarantees:
    port can take over an identity. A HELLO from a local process the consumer replaced already
    (``retired``: a kept worker that died between iterations, its hello still queued on the
    socket) is ignored: it never becomes a peer, so no work is shared out to the dead.
-2. A peer that speaks another protocol version is refused (BYE ``refused: ...``, which tells it
-   not to retry), named in :attr:`refused` once, and never becomes a peer.
+2. Protocol versions (:mod:`h5feed.common.protocol_versions`): a HELLO says its sender's
+   range; the peer is spoken to in the highest version both sides speak (``Peer.protocol``),
+   and everything sent to it is encoded in that version. A peer with no version in common (or
+   whose HELLO is in a version this side does not decode), or that cuts clips of another
+   semantics (:data:`~h5feed.common.config.CLIP_SEMANTICS`), is refused (BYE ``refused:
+   ...`` naming both sides' ranges or semantics, which tells it not to retry), named in
+   :attr:`refused` once, and never becomes a peer. A message its version cannot carry (the
+   job needs a feature of a later version: ``FeatureVersionError``) is never sent: the peer
+   is refused for the job, naming the field, and lost with cause ``refused``.
 3. A message that does not decode is dropped and counted (``malformed_messages``); so is one
    from an identity that never said hello. Such drops are logged at most once per identity
    per ``_LOG_EVERY_S`` (10 s), with the count dropped since the last line. An identity whose
@@ -54,9 +61,12 @@ from typing import Protocol
 import zmq
 
 from h5feed.common import messages
-from h5feed.common.errors import ProtocolError, VersionMismatchError
+from h5feed.common.config import CLIP_SEMANTICS
+from h5feed.common.errors import FeatureVersionError, ProtocolError, VersionMismatchError
+from h5feed.common.handshake import hello_says
 from h5feed.common.liveness import PROBE_EVERY_S
 from h5feed.common.logs import consumer_log
+from h5feed.common.protocol_versions import SPOKEN
 from h5feed.consumer.core.events import Arrived, Event, LossCause, PeerJoined, PeerLost
 from h5feed.consumer.core.ledger import Peer
 from h5feed.consumer.stats import Counters
@@ -73,7 +83,9 @@ _TRACKED_IDENTITIES = 4096
 class Transport(Protocol):
     """Sends one message to one peer; raises ``zmq.ZMQError`` when it cannot be delivered."""
 
-    def send(self, identity: bytes, message: messages.Message, flags: int = 0) -> None: ...
+    def send(
+        self, identity: bytes, message: messages.Message, flags: int = 0, version: int = 0
+    ) -> None: ...
 
 
 class LocalProcesses(Protocol):
@@ -132,7 +144,7 @@ class PeerSession:
             self.counters.malformed_messages += 1
             return
         try:
-            message = messages.decode(frames)
+            message, version = messages.decode_said(frames)
         except VersionMismatchError as exc:
             self._refuse(identity, str(exc))
             return
@@ -142,7 +154,8 @@ class PeerSession:
         peer = self.peers.get(identity)
         match message:
             case messages.Hello():
-                self._on_hello(identity, message, _user_id(frames) if self._curve else None)
+                key = _user_id(frames) if self._curve else None
+                self._on_hello(identity, message, version, key)
             case _ if peer is None and identity in self._gone:
                 if isinstance(message, messages.Data):  # its units went to others
                     self.counters.dropped_parts += 1
@@ -166,9 +179,28 @@ class PeerSession:
         if peer is not None:
             peer.last_heard = time.monotonic()
 
-    def _on_hello(self, identity: bytes, hello: messages.Hello, key: str | None) -> None:
-        """See rule 1 of the module docstring."""
+    def _on_hello(
+        self, identity: bytes, hello: messages.Hello, version: int, key: str | None
+    ) -> None:
+        """See rules 1 and 2 of the module docstring."""
         if identity in self._banned or identity in self._refused_ids:
+            return
+        try:
+            says = hello_says(hello, version)
+        except ProtocolError as exc:
+            self.drop(identity, f"malformed hello: {exc}")
+            return
+        protocol = SPOKEN.common(says.versions)
+        if protocol is None:
+            why = f"no protocol version in common: it speaks {says.versions}, this side {SPOKEN}"
+            self._refuse(identity, why, version)
+            return
+        if says.clip_semantics != CLIP_SEMANTICS:
+            why = (
+                f"{hello.worker} cuts clips of semantics {says.clip_semantics}; this trainer "
+                f"needs {CLIP_SEMANTICS} (the same pixels from every worker)"
+            )
+            self._refuse(identity, why, protocol)
             return
         if self._local is not None and hello.pid in self._local.retired:
             # A local process replaced already (a kept worker that died between iterations):
@@ -178,18 +210,18 @@ class PeerSession:
         current = self.peers.get(identity)
         if hello.nonce == self._last_nonce.get(identity):
             if current is None:  # lost (its work went to others) and back as the same process
-                self._stale(identity, hello)
+                self._stale(identity, hello, protocol)
             return  # else a persistent producer's periodic hello
         if identity in self._last_key and key != self._last_key[identity]:
             self.counters.refused_reconnects += 1
-            self._refuse_once(
-                identity, f"{hello.worker} said hello with another CURVE key than before"
-            )
+            why = f"{hello.worker} said hello with another CURVE key than before"
+            self._refuse_once(identity, why, protocol)
             return
         if current is not None:
             self.lose(current, "restarted", f"restarted: pid {hello.pid} said hello under its name")
         self._gone.discard(identity)
         peer = Peer(identity, hello.worker, hello.pid, hello.host, nonce=hello.nonce, key=key)
+        peer.protocol, peer.package = protocol, says.package
         peer.local = hello.worker in self._local_names
         peer.last_heard = time.monotonic()
         self.peers[identity] = peer
@@ -197,7 +229,7 @@ class PeerSession:
         self._last_key[identity] = key
         self.events.append(PeerJoined(peer))
 
-    def _stale(self, identity: bytes, hello: messages.Hello) -> None:
+    def _stale(self, identity: bytes, hello: messages.Hello, protocol: int) -> None:
         """A lost peer's process is back with its old nonce: refused (once per process), and
         told so with a BYE that is not final, so a persistent producer starts over with a new
         nonce (a local worker is replaced by the consumer instead)."""
@@ -211,22 +243,23 @@ class PeerSession:
             hello.worker, hello.pid, hello.host,
         )  # fmt: skip
         with contextlib.suppress(zmq.ZMQError):
-            self._transport.send(identity, messages.Bye("lost: start over"), zmq.NOBLOCK)
+            bye = messages.Bye("lost: start over")
+            self._transport.send(identity, bye, zmq.NOBLOCK, protocol)
 
-    def _refuse_once(self, identity: bytes, why: str) -> None:
+    def _refuse_once(self, identity: bytes, why: str, version: int) -> None:
         if identity in self.peers:  # the listed peer keeps its place; the newcomer is refused
             self.log.error("refused a hello under %r: %s", identity, why)
             return
-        self._refuse(identity, why)
+        self._refuse(identity, why, version)
 
-    def _refuse(self, identity: bytes, why: str) -> None:
+    def _refuse(self, identity: bytes, why: str, version: int = SPOKEN.lowest) -> None:
         self._refused_ids.add(identity)
         if identity not in self._gone:
             self._gone.add(identity)
             self.refused.append(f"{identity.decode(errors='replace')}: {why}")
             self.log.error("refused worker %r: %s", identity, why)
         with contextlib.suppress(zmq.ZMQError):  # it may be gone already; nothing to tell then
-            self._transport.send(identity, messages.Bye.refusing(why), zmq.NOBLOCK)
+            self._transport.send(identity, messages.Bye.refusing(why), zmq.NOBLOCK, version)
 
     def drop(self, identity: bytes, why: str) -> None:
         """Count a malformed or stray message from ``identity``, log it at a bounded rate,
@@ -269,9 +302,14 @@ class PeerSession:
         if peer.identity not in self.peers:
             return False  # lost already: its event is queued or handled
         try:
-            self._transport.send(peer.identity, message)
+            self._transport.send(peer.identity, message, 0, peer.protocol)
         except zmq.ZMQError as exc:  # EHOSTUNREACH (gone) or EAGAIN (not reading at all)
             self.lose(peer, "unreachable", f"cannot send to it: {exc}")
+            return False
+        except FeatureVersionError as exc:  # the job needs what its version cannot say
+            why = f"{peer.name} speaks protocol {peer.protocol}, too old for this job: {exc}"
+            self._refuse(peer.identity, why, peer.protocol)
+            self.lose(peer, "refused", why)
             return False
         return True
 
@@ -279,7 +317,8 @@ class PeerSession:
         """Tell every peer the iteration is over (best effort: never blocks)."""
         for peer in self.peers.values():
             try:
-                self._transport.send(peer.identity, messages.Bye("iteration over"), zmq.NOBLOCK)
+                bye = messages.Bye("iteration over")
+                self._transport.send(peer.identity, bye, zmq.NOBLOCK, peer.protocol)
             except zmq.ZMQError as exc:
                 self.log.debug("no bye to %s: %s", peer.name, exc)
 
@@ -326,7 +365,7 @@ class PeerSession:
     def _probe(self, peer: Peer) -> None:
         """PING ``peer``: the send fails once ZeroMQ's heartbeats have closed its connection."""
         try:
-            self._transport.send(peer.identity, messages.Ping(), zmq.NOBLOCK)
+            self._transport.send(peer.identity, messages.Ping(), zmq.NOBLOCK, peer.protocol)
         except zmq.Again:
             pass  # its queue is full: it is there, only busy
         except zmq.ZMQError as exc:

@@ -13,6 +13,7 @@ from collections.abc import Collection, Sequence
 import numpy as np
 
 from h5feed.common import messages
+from h5feed.common.config import CLIP_SEMANTICS
 from h5feed.consumer.core.ledger import Peer
 from h5feed.consumer.core.scheduler import Send
 from h5feed.consumer.options import HdfConfig
@@ -43,7 +44,7 @@ def job_parts(
     refs = tuple(messages.FileRef(i, config.files[i]) for i in files)
     job = messages.Job(
         job_id, refs, config.clip.to_wire(), config.layout.to_wire(),
-        config.data.index_cache, config.data.on_error, send_index,
+        config.data.index_cache, config.data.on_error, send_index, CLIP_SEMANTICS,
     )  # fmt: skip
     return split_job(job)
 

@@ -1,0 +1,278 @@
+"""Protocol versions N and N-1 side by side: the golden bytes of both, the HELLO that names a
+range in each, the choice of a version per peer, and refusals that name both sides.
+
+The real previous code speaking to this one (a worktree of the last version-5 commit) is in
+tests/test_upgrade.py; these are the rules alone, with fakes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import msgpack
+import pytest
+from fake_peers import FakeTransport
+from test_wire import GOLDEN_BYE, VALID_FIELDS, little_endian_only
+
+from h5feed.common import messages, wire
+from h5feed.common.config import CLIP_SEMANTICS
+from h5feed.common.errors import FeatureVersionError, ProtocolError, VersionMismatchError
+from h5feed.common.handshake import first_hello, hello_says
+from h5feed.common.protocol_versions import (
+    OLDEST_VERSION,
+    PROTOCOL_VERSION,
+    SPOKEN,
+    VersionRange,
+    legacy_package,
+)
+from h5feed.consumer.core.events import PeerLost
+from h5feed.consumer.core.session import PeerSession
+from h5feed.consumer.stats import Counters
+from h5feed.producer.hdf5_job import job_spec
+
+# -- golden bytes of version 6 (version 5's: tests/test_wire.py) ---------------------------
+
+MAGIC_AND_VERSION_6 = "95 a6 683566656564 06"  # fixarray(5), fixstr(6) "h5feed", fixint 6
+
+GOLDEN_HELLO_6_FIELDS = {
+    "worker": "w0", "pid": 4242, "host": "node-a", "package": "0.1.0", "nonce": "n1",
+    "protocols": [5, 6], "clip_semantics": 1,
+}  # fmt: skip
+GOLDEN_HELLO_6 = bytes.fromhex(
+    MAGIC_AND_VERSION_6
+    + "a5 68656c6c6f"  # fixstr(5) "hello"
+    + "87"  # fixmap(7), keys sorted: clip_semantics, host, nonce, package, pid, protocols, worker
+    + "ae 636c69705f73656d616e74696373 01"  # "clip_semantics": 1 (new in 6)
+    + "a4 686f7374 a6 6e6f64652d61"  # "host": "node-a"
+    + "a5 6e6f6e6365 a2 6e31"  # "nonce": "n1"
+    + "a7 7061636b616765 a5 302e312e30"  # "package": "0.1.0"
+    + "a3 706964 cd 1092"  # "pid": uint16 4242
+    + "a9 70726f746f636f6c73 92 05 06"  # "protocols": [5, 6] (new in 6)
+    + "a6 776f726b6572 a2 7730"  # "worker": "w0"
+    + "90"  # fixarray(0): no arrays
+)
+
+#: A version-6 worker's first HELLO, said in version 5: exactly version 5's fields, its range
+#: and clip semantics in the text of "package", which a version-5 trainer never reads.
+GOLDEN_LEGACY_HELLO_FIELDS = {
+    "worker": "w0", "pid": 4242, "host": "node-a",
+    "package": "0.1.0 (protocols 5-6; clips 1)", "nonce": "n1",
+}  # fmt: skip
+GOLDEN_LEGACY_HELLO = bytes.fromhex(
+    "95 a6 683566656564 05"  # version 5
+    + "a5 68656c6c6f"
+    + "85"  # fixmap(5): version 5's HELLO fields, no more
+    + "a4 686f7374 a6 6e6f64652d61"
+    + "a5 6e6f6e6365 a2 6e31"
+    + "a7 7061636b616765 be"  # "package": fixstr(30)
+    + "302e312e30 2028 70726f746f636f6c73 20 352d36 3b20 636c697073 20 31 29"
+    + "a3 706964 cd 1092"
+    + "a6 776f726b6572 a2 7730"
+    + "90"
+)
+
+
+@little_endian_only
+def test_golden_hello_of_version_6() -> None:
+    assert wire.encode(wire.HELLO, GOLDEN_HELLO_6_FIELDS, version=6) == [GOLDEN_HELLO_6]
+    message = wire.decode([GOLDEN_HELLO_6])
+    assert (message.version, message.fields) == (6, GOLDEN_HELLO_6_FIELDS)
+    assert messages.decode([GOLDEN_HELLO_6]) == messages.Hello(
+        "w0", 4242, "node-a", "0.1.0", "n1", (5, 6), 1
+    )
+
+
+@little_endian_only
+def test_golden_first_hello_is_an_exact_version_5_hello() -> None:
+    hello, version = first_hello("w0", 4242, "node-a", "0.1.0", "n1")
+    assert version == OLDEST_VERSION == 5
+    assert messages.encode(hello, version) == [GOLDEN_LEGACY_HELLO]
+    # It holds version 5's fields exactly (a version-5 decoder refuses any other).
+    assert msgpack.unpackb(GOLDEN_LEGACY_HELLO, raw=False)[3] == GOLDEN_LEGACY_HELLO_FIELDS
+    assert set(GOLDEN_LEGACY_HELLO_FIELDS) == set(wire.SCHEMAS_BY_VERSION[5][wire.HELLO])
+
+
+def test_kinds_unchanged_in_6_differ_from_5_only_in_the_version_byte() -> None:
+    changed = {wire.HELLO, wire.JOB}  # the README's table of versions says the same
+    for kind, fields in VALID_FIELDS.items():
+        if kind in changed:
+            assert wire.SCHEMAS_BY_VERSION[5][kind] != wire.SCHEMAS_BY_VERSION[6][kind]
+            continue
+        assert wire.SCHEMAS_BY_VERSION[5][kind] == wire.SCHEMAS_BY_VERSION[6][kind], kind
+        five, six = wire.encode(kind, fields, version=5)[0], wire.encode(kind, fields)[0]
+        assert five[8] == 5 and six[8] == 6
+        assert five[:8] + five[9:] == six[:8] + six[9:], kind
+    assert GOLDEN_BYE[8] == 5 and wire.encode(wire.BYE, {"reason": "done"})[0][8] == 6
+
+
+def test_version_6_fields_are_refused_in_a_version_5_message() -> None:
+    fields = {**VALID_FIELDS[wire.JOB]}
+    with pytest.raises(ProtocolError, match="unknown fields \\['clip_semantics'\\]"):
+        wire.encode(wire.JOB, fields, version=5)
+    header = msgpack.packb(["h5feed", 5, "job", fields, []], use_bin_type=True)
+    with pytest.raises(ProtocolError, match="unknown fields \\['clip_semantics'\\]"):
+        wire.decode([header])
+
+
+def test_a_version_5_job_decodes_with_clip_semantics_1() -> None:
+    job = messages.Job("j", (), {}, {}, None)
+    said = messages.decode_said(messages.encode(job, 5))
+    assert said == (job, 5) and job.clip_semantics == 1
+
+
+def test_a_field_version_5_cannot_carry_is_refused_when_encoded_naming_it() -> None:
+    job = messages.Job("j", (), {}, {}, None, clip_semantics=2)
+    with pytest.raises(FeatureVersionError, match="JOB clip_semantics=2 needs protocol version 6"):
+        messages.encode(job, 5)
+    assert messages.decode(messages.encode(job)) == job  # version 6 carries it
+
+
+def test_versions_not_spoken_are_refused_naming_both_ranges() -> None:
+    for version, fields, said in [
+        (7, {"worker": "w", "protocols": [7, 8]}, "7-8"),
+        (4, {"worker": "w"}, "4"),
+        (7, {"worker": "w", "protocols": [1, 1 << 40]}, "7"),  # a bad range is not repeated
+    ]:
+        header = msgpack.packb(["h5feed", version, "hello", fields, []], use_bin_type=True)
+        with pytest.raises(VersionMismatchError) as info:
+            wire.decode([header])
+        assert str(info.value) == (
+            f"peer speaks h5feed protocol version {said}, this side speaks {SPOKEN}"
+        )
+    assert str(SPOKEN) == f"{OLDEST_VERSION}-{PROTOCOL_VERSION}"
+
+
+# -- ranges and what a HELLO says -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("ours", "theirs", "common"),
+    [((5, 6), (5, 6), 6), ((5, 6), (5, 5), 5), ((5, 6), (6, 7), 6), ((5, 6), (7, 8), None),
+     ((5, 6), (3, 4), None), ((6, 7), (5, 6), 6)],
+)  # fmt: skip
+def test_the_highest_common_version_is_chosen(
+    ours: tuple[int, int], theirs: tuple[int, int], common: int | None
+) -> None:
+    assert VersionRange(*ours).common(VersionRange(*theirs)) == common
+    assert VersionRange(*theirs).common(VersionRange(*ours)) == common
+
+
+def test_what_each_form_of_hello_says() -> None:
+    plain = messages.Hello("w", 1, "h", "0.5.0", "n")  # a version-5 worker
+    says = hello_says(plain, 5)
+    assert (says.versions, says.clip_semantics, says.package) == (VersionRange(5, 5), 1, "0.5.0")
+    legacy = dataclasses.replace(plain, package=legacy_package("0.6.0", VersionRange(5, 6), 3))
+    says = hello_says(legacy, 5)
+    assert (says.versions, says.clip_semantics, says.package) == (VersionRange(5, 6), 3, "0.6.0")
+    modern = messages.Hello("w", 1, "h", "0.7.0", "n", (6, 7), 2)
+    says = hello_says(modern, 6)
+    assert (says.versions, says.clip_semantics, says.package) == (VersionRange(6, 7), 2, "0.7.0")
+    # The legacy form is read in version 5 only; elsewhere "package" is only text.
+    assert hello_says(dataclasses.replace(legacy, protocols=()), 6).versions == VersionRange(6, 6)
+
+
+@pytest.mark.parametrize(
+    ("hello", "version", "error"),
+    [
+        (messages.Hello("w", 1, "h", "0.6.0 (protocols 6-5; clips 1)", "n"), 5, "bad protocol"),
+        (messages.Hello("w", 1, "h", "0.6.0 (protocols 3-4; clips 1)", "n"), 5, "names the range"),
+        (messages.Hello("w", 1, "h", "0.7.0", "n", (7, 8)), 6, "names the range 7-8"),
+    ],
+)
+def test_a_hello_whose_range_is_bad_or_leaves_out_its_own_version_is_refused(
+    hello: messages.Hello, version: int, error: str
+) -> None:
+    with pytest.raises(ProtocolError, match=error):
+        hello_says(hello, version)
+
+
+def test_a_malformed_protocols_field_is_refused_on_decode() -> None:
+    for protocols in ([6], [6, 5], [0, 6], [5, 6, 7]):
+        fields = {**GOLDEN_HELLO_6_FIELDS, "protocols": protocols}
+        with pytest.raises(ProtocolError, match="HELLO protocols"):
+            messages.decode(wire.encode(wire.HELLO, fields))
+
+
+# -- the trainer's side: a version per peer -------------------------------------------------
+
+
+def _session() -> tuple[PeerSession, FakeTransport]:
+    transport = FakeTransport()
+    return PeerSession("job-1", transport, None, 60.0, Counters()), transport
+
+
+def _hello(version: int, **fields: Any) -> list[Any]:
+    return messages.encode(messages.Hello("w", 7, "h", **fields), version)
+
+
+def test_each_peer_is_spoken_to_in_the_highest_version_both_speak() -> None:
+    session, transport = _session()
+    old = _hello(5, package="0.5.0", nonce="a")  # a version-5 worker
+    new = messages.encode(*first_hello("w", 8, "h", "0.6.0", "b"))
+    session.receive(b"old", old)
+    session.receive(b"new", new)
+    peers = session.peers
+    assert (peers[b"old"].protocol, peers[b"old"].package) == (5, "0.5.0")
+    assert (peers[b"new"].protocol, peers[b"new"].package) == (PROTOCOL_VERSION, "0.6.0")
+    for identity in (b"old", b"new"):
+        session.send(peers[identity], messages.Ping())
+    assert transport.versions == [5, PROTOCOL_VERSION]
+
+
+def test_a_peer_with_no_version_in_common_is_refused_naming_both() -> None:
+    session, transport = _session()
+    hello = _hello(5, package="0.4.9 (protocols 2-5; clips 1)", nonce="a")
+    session.receive(b"w", hello)  # speaks 5: accepted, in 5
+    assert session.peers[b"w"].protocol == 5
+    session, transport = _session()
+    session.receive(b"w", _hello(6, package="9.0", nonce="a", protocols=(6, 6)))
+    assert session.peers[b"w"].protocol == 6
+    future = msgpack.packb(
+        ["h5feed", 7, "hello", {"worker": "w", "protocols": [7, 8]}, []], use_bin_type=True
+    )
+    session, transport = _session()
+    session.receive(b"f", [future])
+    assert not session.peers and not session.events
+    [refused] = session.refused
+    assert "version 7-8" in refused and f"this side speaks {SPOKEN}" in refused
+    [(_, bye, _)] = transport.sent
+    assert isinstance(bye, messages.Bye) and bye.refused
+
+
+def test_a_peer_of_another_clip_semantics_is_refused_naming_both() -> None:
+    session, transport = _session()
+    other = CLIP_SEMANTICS + 1
+    session.receive(
+        b"w", _hello(6, package="1.0", nonce="a", protocols=(5, 6), clip_semantics=other)
+    )
+    assert not session.peers and not session.events
+    [refused] = session.refused
+    assert f"semantics {other}" in refused and f"needs {CLIP_SEMANTICS}" in refused
+    [(_, bye, _)] = transport.sent
+    assert isinstance(bye, messages.Bye) and bye.refused
+    assert transport.versions == [6]  # told in the version chosen with it
+
+
+def test_a_job_that_needs_a_later_feature_refuses_an_older_peer_naming_the_field() -> None:
+    session, transport = _session()
+    session.receive(b"old", _hello(5, package="0.5.0", nonce="a"))
+    peer = session.peers[b"old"]
+    session.events.clear()
+    job = messages.Job("job-1", (), {}, {}, None, clip_semantics=CLIP_SEMANTICS + 1)
+    assert not session.send(peer, job)  # never sent: no field is dropped
+    assert not session.peers
+    [lost] = list(session.events)
+    assert isinstance(lost, PeerLost) and lost.cause == "refused"
+    assert "clip_semantics" in lost.reason and "protocol 5" in lost.reason
+    [(_, bye, _)] = transport.sent
+    assert isinstance(bye, messages.Bye) and bye.refused and "clip_semantics" in bye.reason
+    assert not any(isinstance(m, messages.Job) for _, m, _ in transport.sent)
+
+
+def test_a_worker_refuses_a_job_of_other_clip_semantics_naming_both() -> None:
+    """The worker's own check, behind the trainer's (which refuses it at its hello)."""
+    other = CLIP_SEMANTICS + 1
+    job = messages.Job("j", (), {}, {}, None, clip_semantics=other)
+    with pytest.raises(ValueError, match=rf"needs clips of semantics {other}.*semantics 1"):
+        job_spec(job)

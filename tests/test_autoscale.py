@@ -12,7 +12,7 @@ import pathlib
 from typing import Any, ClassVar
 
 import pytest
-from conftest import one_file_of_tiny_videos, wait_until_gone
+from conftest import wait_until_gone
 
 import h5feed
 import h5feed.consumer.stream as stream_module
@@ -27,6 +27,7 @@ from h5feed.consumer.processes.autoscale import (
     AutoWorkers,
     Reading,
 )
+from h5feed.producer.sample_data import SampleSpec, make_sample_dataset
 
 BOUND = Reading(wait_share=0.6, idle_workers=0)  # input-bound
 IDLE = Reading(wait_share=0.0, idle_workers=1)  # nothing waits, a worker has nothing
@@ -58,6 +59,14 @@ def test_grows_after_a_streak_of_input_bound_checks_only() -> None:
     assert controller.changes == [(GROW_AFTER - 1.0, 1, 2)]
 
 
+def test_no_growth_while_a_worker_has_nothing_to_do() -> None:
+    """Input-bound with an idle worker: another would not help (e.g. fewer files than
+    workers), so nothing grows."""
+    controller = Autoscaler(cap=4)
+    counts, _ = run(controller, [Reading(wait_share=0.9, idle_workers=1)] * 30, current=2)
+    assert set(counts) == {2} and controller.changes == []
+
+
 def test_a_broken_streak_starts_over() -> None:
     """Hysteresis: a check between the thresholds (or an idle one) resets the grow streak."""
     controller = Autoscaler(cap=4)
@@ -78,6 +87,15 @@ def test_shrinks_only_after_a_longer_idle_streak_and_a_busy_check_resets_it() ->
     assert set(counts) == {3}
     counts, _ = run(controller, [IDLE], current=3, start=now)
     assert counts == [2]
+
+
+def test_nothing_changes_while_a_started_worker_has_not_joined() -> None:
+    controller = Autoscaler(cap=4)
+    joining = Reading(wait_share=0.6, idle_workers=0, connected=1)
+    counts, now = run(controller, [joining] * 30, current=2)
+    assert set(counts) == {2} and controller.changes == []
+    counts, _ = run(controller, [Reading(0.6, 0, connected=2)], current=2, start=now)
+    assert counts == [3]  # the streak went on meanwhile: the change comes once it joined
 
 
 def test_a_share_between_thresholds_changes_nothing_ever() -> None:
@@ -223,7 +241,15 @@ def importable_transforms(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture(scope="module")
 def tiny_videos(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
-    return one_file_of_tiny_videos(tmp_path_factory.mktemp("auto"), VIDEOS)
+    """4 files of tiny videos: a worker that joins takes files from the others (an HDF5
+    feed's work moves by file)."""
+    directory = tmp_path_factory.mktemp("auto")
+    spec = SampleSpec(
+        files=4, videos_per_file=VIDEOS // 4, min_frames=3, max_frames=5, height=24, width=32,
+        seed=1,
+    )  # fmt: skip
+    make_sample_dataset(directory, spec)
+    return directory
 
 
 def auto_epochs(directory: pathlib.Path) -> tuple[dict[int, list[int]], dict[str, Any], list[int]]:
@@ -258,6 +284,7 @@ def test_auto_grows_when_input_bound_and_every_epoch_arrives_once(
     assert stats["workers_replaced"] == 0 and stats["peers_lost"] == 0
     if available_cpus() >= 2:
         assert stats["peers_joined"] >= 1 and len(pids) >= 2
+        assert sum(worker["clips"] > 0 for worker in stats["workers"]) >= 2  # it took work
     else:  # never above the cores: one core, one worker
         assert stats["peers_joined"] == 0 and len(pids) == 1
     assert wait_until_gone(pids) == []
@@ -279,7 +306,14 @@ class Scripted(Autoscaler):
             return current
         self._next_check = now + 0.2
         self.checks += 1
-        target = {1: current + 1, 5: current - 1}.get(self.checks, current)
+        # the grown worker joined and works (it holds a unit: it owns files to hand back)
+        joined = reading.connected == current and reading.idle_workers == 0
+        if self.checks == 1:
+            target = current + 1
+        elif self.checks >= 5 and joined and Scripted.made == [(1, 2)]:
+            target = current - 1
+        else:
+            target = current
         if target != current:
             Scripted.made.append((current, target))
         return target

@@ -5,17 +5,20 @@ be replayed in a test (``tests/test_autoscale.py``).
 The rules (:meth:`Autoscaler.decide`), checked at most once per :data:`CHECK_EVERY_S`:
 
 1. **Grow** by one when the trainer's recent wait share was above the input-bound threshold
-   (``h5feed.consumer.stats.INPUT_BOUND_WAIT_SHARE``, the verdict's) at :data:`GROW_AFTER`
-   checks in a row, below the cap, and the iteration takes joiners (a generator source's
-   shards live in its workers: a worker started mid-iteration would get nothing, so such an
-   iteration never grows; its next iteration starts with what the pool has).
+   (``h5feed.consumer.stats.INPUT_BOUND_WAIT_SHARE``, the verdict's) with every worker
+   holding a unit at :data:`GROW_AFTER` checks in a row, below the cap (a worker with
+   nothing to do says another would not help: an HDF5 feed's work moves by file, so a
+   dataset of fewer files than workers leaves the extra ones idle), and the iteration takes
+   joiners (a generator source's shards live in its workers: a worker started mid-iteration
+   would get nothing, so such an iteration never grows; its next iteration starts with what
+   the pool has).
 2. **Shrink** by one when the wait share stayed under :data:`SHRINK_BELOW_WAIT_SHARE` and at
    least one worker held no unit at :data:`SHRINK_AFTER` checks in a row, above one worker.
    A share between the two thresholds breaks both streaks (hysteresis: no flapping on a
    share that hovers at one threshold).
 3. At most one change per :data:`MIN_SPACING_S` (10 s, the verdict's own window: the figures
-   after a change must describe the new count before the next change); a change resets
-   both streaks.
+   after a change must describe the new count before the next change), and none while a
+   started worker has not joined yet; a change resets both streaks.
 4. Never above ``cap`` (the cores this process may use: affinity and cgroup quota,
    :func:`h5feed.common.cpus.available_cpus`) nor under 1.
 """
@@ -45,10 +48,14 @@ MIN_SPACING_S = 10.0
 @dataclasses.dataclass(frozen=True, slots=True)
 class Reading:
     """What the controller looks at: the trainer's recent wait share (share of the last 10 s
-    that ``next()`` waited for a batch), and the local workers holding no unit now."""
+    that ``next()`` waited for a batch), the local workers holding no unit now, and those
+    connected."""
 
     wait_share: float
     idle_workers: int
+    #: Local workers that said hello (None: as many as run). Fewer than run: a started
+    #: worker has not joined yet, and nothing changes until it has.
+    connected: int | None = None
 
 
 class Autoscaler:
@@ -87,7 +94,7 @@ class Autoscaler:
         if not self.due(now):
             return current
         self._next_check = now + self._check_every_s
-        if reading.wait_share > INPUT_BOUND_WAIT_SHARE:
+        if reading.wait_share > INPUT_BOUND_WAIT_SHARE and reading.idle_workers == 0:
             self._bound_streak += 1
             self._idle_streak = 0
         elif reading.wait_share < SHRINK_BELOW_WAIT_SHARE and reading.idle_workers > 0:
@@ -96,7 +103,8 @@ class Autoscaler:
         else:  # between the thresholds, or nobody idle: neither streak goes on
             self._bound_streak = self._idle_streak = 0
         spaced = self._last_change is None or now - self._last_change >= self._min_spacing_s
-        if not spaced:
+        joining = reading.connected is not None and reading.connected < current
+        if not spaced or joining:
             return current
         if self._bound_streak >= self._grow_after and current < self.cap and can_grow:
             return self._change(now, current, current + 1)
@@ -160,9 +168,11 @@ class AutoWorkers:
         if share is None:
             return
         running = set(self._workers.running)
-        idle = sum(1 for p in peers if p.local and p.name in running and not p.outstanding)
+        local = [p for p in peers if p.local and p.name in running]
+        idle = sum(1 for p in local if not p.outstanding)
         current = len(running)
-        target = self.controller.decide(now, Reading(share, idle), current, self._can_grow())
+        reading = Reading(share, idle, connected=len(local))
+        target = self.controller.decide(now, reading, current, self._can_grow())
         if target > current and (name := self._workers.grow()) is not None:
             self.grown += 1
             self._log(

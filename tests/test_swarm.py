@@ -8,8 +8,11 @@ service."""
 from __future__ import annotations
 
 import collections
+import io
 import pathlib
+import re
 import subprocess
+import tarfile
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -26,9 +29,11 @@ from docker_helpers import (
     free_port,
     machine_lock,
 )
+from upgrade_pins import PREVIOUS_PACKAGE, PREVIOUS_PROTOCOL, PREVIOUS_RELEASE
 
 import h5feed
 from h5feed.common import curve
+from h5feed.common.protocol_versions import PROTOCOL_VERSION
 
 STACK = f"h5feedswarm-{RUN_ID}"  # another run's stack is not ours
 SERVICE = f"{STACK}_producer"
@@ -244,6 +249,7 @@ class Epoch:
         self.batches = iter(stream)
         self.samples: collections.Counter[int] = collections.Counter()
         self.clips: dict[str, int] = {}  # host -> the most clips seen from it
+        self.versions: set[tuple[int, str]] = set()  # (protocol, package) of every worker seen
         self.ended = False
 
     def take(self) -> None:
@@ -259,20 +265,27 @@ class Epoch:
         stats: dict[str, Any] = self.stream.stats()
         for worker in stats["workers"]:
             self.clips[worker["host"]] = max(self.clips.get(worker["host"], 0), worker["clips"])
+            self.versions.add((worker["protocol"], worker["package"]))
         return stats
 
     def hold_until(self, what: str, done: Callable[[], bool]) -> None:
         """Take nothing until ``done()``: the epoch stays open (credits are not given back)."""
         wait_for(what, lambda: (self.look(), done())[1], _EVENT_TIMEOUT_S)
 
-    def slowly_until(self, what: str, done: Callable[[], bool]) -> None:
-        """Take a batch every 0.1 s until ``done()``; failing if the epoch ends first."""
-        deadline = time.monotonic() + _EVENT_TIMEOUT_S
+    def slowly_until(
+        self,
+        what: str,
+        done: Callable[[], bool],
+        every_s: float = 0.1,
+        timeout_s: float = _EVENT_TIMEOUT_S,
+    ) -> None:
+        """Take a batch every ``every_s`` until ``done()``; failing if the epoch ends first."""
+        deadline = time.monotonic() + timeout_s
         while not done():
             assert not self.ended, f"the epoch ended before {what}: {self.clips}"
-            assert time.monotonic() < deadline, f"waited {_EVENT_TIMEOUT_S} s for {what}"
+            assert time.monotonic() < deadline, f"waited {timeout_s:g} s for {what}"
             self.take()
-            time.sleep(0.1)
+            time.sleep(every_s)
 
     def rest(self) -> None:
         while not self.ended:
@@ -382,3 +395,234 @@ def test_swarm_producers_survive_a_kill_and_a_scale_up_mid_epoch_exactly_once(
         tasks = docker(env, "service", "ps", "--no-trunc", SERVICE, check=False)
         logs = docker(env, "service", "logs", "--no-task-ids", SERVICE, timeout=60, check=False)
         print(tasks, logs[-3000:])
+
+
+# -- a rolling update from the previous release, and a bad image ---------------------------
+
+#: The previous release (tests/upgrade_pins.py) and a release the trainer refuses, each as this
+#: run's image with its h5feed package replaced: built in seconds, without the network.
+PREVIOUS_IMAGE = f"h5feed-producer:prev-{RUN_ID}"
+BAD_IMAGE = f"h5feed-producer:bad-{RUN_ID}"
+_BUILD_TIMEOUT_S = 300
+#: The longest an update may take: two tasks, each started, healthy (within the health check's
+#: 20 s start period) and its predecessor stopped (within the 30 s grace period), then
+#: ``monitor`` (30 s); with room for a loaded 2-core CI machine.
+_UPDATE_TIMEOUT_S = 300
+#: The trainer's pace while an update runs (a batch per this many seconds): the epoch
+#: (_SAMPLES batches) outlasts the update.
+_UPDATE_PACE_S = 0.5
+_CLIPS_PER_VIDEO = 24
+_SAMPLES = 24 * _CLIPS_PER_VIDEO  # small_dataset: 4 files of 6 videos
+
+
+def package_dir(env: dict[str, str]) -> str:
+    """Where IMAGE has its h5feed package installed."""
+    return docker(
+        env, "run", "--rm", "--entrypoint", "python3", IMAGE, "-c",
+        "import h5feed, os; print(os.path.dirname(h5feed.__file__))",
+    ).strip()  # fmt: skip
+
+
+def build_overlay(env: dict[str, str], tag: str, package: bytes, into: str) -> None:
+    """``tag``: IMAGE with ``package`` (a tar of ``h5feed/``) copied over its h5feed package."""
+    context = io.BytesIO(package)
+    dockerfile = f"FROM {IMAGE}\nCOPY h5feed {into}\n".encode()
+    with tarfile.open(fileobj=context, mode="a") as tar:
+        member = tarfile.TarInfo("Dockerfile")
+        member.size = len(dockerfile)
+        tar.addfile(member, io.BytesIO(dockerfile))
+    result = subprocess.run(
+        ["docker", "build", "-q", "-t", tag, "-"], input=context.getvalue(), cwd=ROOT, env=env,
+        capture_output=True, timeout=_BUILD_TIMEOUT_S,
+    )  # fmt: skip
+    assert result.returncode == 0, f"docker build -t {tag}:\n{result.stderr.decode()[-4000:]}"
+
+
+def previous_release_package() -> bytes:
+    """The previous release's h5feed package, a tar from this repository's history."""
+    result = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", "--format=tar", PREVIOUS_RELEASE, "h5feed"],
+        capture_output=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 0, (
+        f"the previous release {PREVIOUS_RELEASE} (protocol {PREVIOUS_PROTOCOL}) is not in this "
+        f"clone's history (a shallow clone?): {result.stderr.decode()[-2000:]}"
+    )
+    return result.stdout
+
+
+def package_of_another_protocol() -> bytes:
+    """This tree's h5feed package speaking protocol 99 only: a release the trainer refuses."""
+    versions = ROOT / "h5feed" / "common" / "protocol_versions.py"
+    text, changed = re.subn(
+        r"^(PROTOCOL_VERSION|OLDEST_VERSION): Final = \d+$", r"\1: Final = 99",
+        versions.read_text(), flags=re.MULTILINE,
+    )  # fmt: skip
+    assert changed == 2, "protocol_versions.py no longer states both versions as expected"
+    data = text.encode()
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        tar.add(
+            ROOT / "h5feed", arcname="h5feed",
+            filter=lambda m: None if "__pycache__" in m.name or m.name.endswith(
+                "common/protocol_versions.py") else m,
+        )  # fmt: skip
+        member = tarfile.TarInfo("h5feed/common/protocol_versions.py")
+        member.size, member.mode, member.mtime = len(data), 0o644, int(time.time())
+        tar.addfile(member, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+def running_images(env: dict[str, str]) -> list[str]:
+    """The images of the service's running containers."""
+    return sorted(
+        docker(
+            env, "ps", "--filter", f"label=com.docker.swarm.service.name={SERVICE}",
+            "--format", "{{.Image}}",
+        ).split()
+    )  # fmt: skip
+
+
+class Update:
+    """An update of the producers, started now; ``ended()`` polls its state."""
+
+    def __init__(self, env: dict[str, str], image: str) -> None:
+        self.env = env
+        start_update(env, image)
+        self.state = ""
+
+    def ended(self) -> bool:
+        # The update resets the state (swarmkit clears UpdateStatus with the spec), so a
+        # previous update's "completed" is never read as this one's.
+        self.state = update_state(self.env)
+        return self.state in UPDATE_ENDED
+
+
+def remove_stack_and_images(env: dict[str, str], *images: str) -> None:
+    """The stack (its containers use ``images``), then ``images`` (children of IMAGE, which the
+    fixture removes after). Never raises: it runs after the test's own outcome."""
+    docker(env, "stack", "rm", STACK, check=False)
+    label = f"label=com.docker.swarm.service.name={SERVICE}"
+    deadline = time.monotonic() + 90  # the grace period (30 s) and the engine's clean-up
+    while docker(env, "ps", "-aq", "--filter", label, check=False).strip():
+        if time.monotonic() > deadline:
+            print(f"the stack's containers are still there after 90 s: {images} kept")
+            return
+        time.sleep(1)
+    docker(env, "image", "rm", *images, check=False)
+
+
+@pytest.mark.compose
+@pytest.mark.xdist_group("machine")  # one Docker engine per machine (as tests/test_compose.py)
+@engine_timeout(1200 + SWARM_LOCK_TIMEOUT_S)
+def test_a_rolling_update_from_the_previous_release_mid_epoch_is_exactly_once(
+    swarm: dict[str, str], readable_data: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
+    """Two replicas of the previous release serve an epoch; ``docker service update --image``
+    (deploy/swarm.yml's ``update_config``) replaces them by this release one at a time while
+    the trainer reads: every sample once, no error, units handed back and none made again.
+    In the next epoch an update to an image the trainer refuses rolls back by itself, and the
+    epoch again arrives exactly once."""
+    port = free_port()
+    consumer_keys = keys(tmp_path)
+    env = {
+        **swarm,
+        "H5FEED_IMAGE": PREVIOUS_IMAGE,
+        "H5FEED_DATA": str(readable_data),
+        "H5FEED_CONNECT": f"tcp://host.docker.internal:{port}",
+        "H5FEED_WORKERS": "1",
+        "H5FEED_KEY_FILE": str(tmp_path / "producer.key_secret"),
+        "H5FEED_SERVER_KEY_FILE": str(tmp_path / "trainer.key"),
+        "H5FEED_CPUS": "0.1",  # four tasks at once (start-first) fit on a 2-core CI machine
+        "H5FEED_MEMORY": "128M",
+        "H5FEED_REPLICAS": "2",
+    }
+    subprocess.run(
+        ["docker", "compose", "-p", STACK, "build", "producer"],  # Swarm ignores build:
+        cwd=ROOT, env={**env, "H5FEED_IMAGE": IMAGE}, capture_output=True, text=True,
+        timeout=600, check=True,
+    )  # fmt: skip
+    feed = h5feed.batches(
+        sorted(p.name for p in readable_data.iterdir()),
+        data_root=str(readable_data),
+        workers=0,
+        listen=f"tcp://0.0.0.0:{port}",
+        **consumer_keys,
+        start_timeout_s=120,
+        join_grace_s=3.0,
+        clip_len=4,
+        resize=(48, 64),
+        clips_per_video=_CLIPS_PER_VIDEO,
+        batch_size=1,
+        max_inflight_batches=2,
+        seed=15,
+    )
+    previous = (PREVIOUS_PROTOCOL, PREVIOUS_PACKAGE)
+    current = (PROTOCOL_VERSION, h5feed.__version__)
+    try:
+        into = package_dir(env)
+        build_overlay(env, PREVIOUS_IMAGE, previous_release_package(), into)
+        build_overlay(env, BAD_IMAGE, package_of_another_protocol(), into)
+        docker(env, "stack", "deploy", "-c", str(STACK_FILE), "--resolve-image", "never", STACK)
+
+        # Epoch 1: the previous release serves it; mid-epoch, a rolling update to this one.
+        with feed.stream() as stream:
+            epoch = Epoch(stream)
+            epoch.take()
+            epoch.hold_until("both replicas", lambda: len(epoch.look()["workers"]) == 2)
+            assert epoch.versions == {previous}, epoch.versions
+            old = containers(env)
+            for _ in range(5):
+                epoch.take()
+            update = Update(env, IMAGE)
+            epoch.slowly_until(
+                "the rolling update to end", update.ended, _UPDATE_PACE_S, _UPDATE_TIMEOUT_S
+            )
+            assert update.state == "completed", update.state
+            assert running_images(env) == [IMAGE, IMAGE]
+            assert not set(old) & set(containers(env))  # every task replaced
+            epoch.rest()
+            stats = stream.stats()
+        assert epoch.samples == collections.Counter(range(_SAMPLES)), epoch.samples
+        assert epoch.versions == {previous, current}, epoch.versions  # both served it
+        # Each old task was stopped (SIGTERM) after its successor joined: it handed back what
+        # it had not started, and nothing had to be made again.
+        assert stats["units_remade"] == 0, stats
+        assert stats["reassigned_units"] == stats["units_handed_back"], stats
+        print(
+            f"update: hosts {epoch.clips}; units_handed_back {stats['units_handed_back']}, "
+            f"units_remade {stats['units_remade']}, peers_lost {stats['peers_lost']}"
+        )
+
+        # Epoch 2: this release serves it; mid-epoch, an update to a release it refuses.
+        with feed.stream() as stream:
+            epoch = Epoch(stream)
+            epoch.take()
+            epoch.hold_until("both updated replicas", lambda: len(epoch.look()["workers"]) == 2)
+            for _ in range(5):
+                epoch.take()
+            update = Update(env, BAD_IMAGE)
+            epoch.slowly_until(
+                "the bad image's update to end", update.ended, _UPDATE_PACE_S, _UPDATE_TIMEOUT_S
+            )
+            assert update.state == "rollback_completed", update.state
+            image = docker(
+                env, "service", "inspect", "--format",
+                "{{.Spec.TaskTemplate.ContainerSpec.Image}}", SERVICE,
+            ).strip()  # fmt: skip
+            assert image == IMAGE
+            assert running_images(env) == [IMAGE, IMAGE]
+            epoch.rest()
+            stats = stream.stats()
+        assert epoch.samples == collections.Counter(range(_SAMPLES)), epoch.samples
+        assert epoch.versions == {current}, epoch.versions  # the refused one never served
+        print(
+            f"rollback: hosts {epoch.clips}; units_handed_back {stats['units_handed_back']}, "
+            f"units_remade {stats['units_remade']}"
+        )
+    finally:
+        feed.close()
+        tasks = docker(env, "service", "ps", "--no-trunc", SERVICE, check=False)
+        logs = docker(env, "service", "logs", "--no-task-ids", SERVICE, timeout=60, check=False)
+        print(tasks, logs[-3000:])
+        remove_stack_and_images(env, PREVIOUS_IMAGE, BAD_IMAGE)

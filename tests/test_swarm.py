@@ -423,19 +423,20 @@ def package_dir(env: dict[str, str]) -> str:
     ).strip()  # fmt: skip
 
 
-def build_overlay(env: dict[str, str], tag: str, package: bytes, into: str) -> None:
-    """``tag``: IMAGE with ``package`` (a tar of ``h5feed/``) copied over its h5feed package."""
-    context = io.BytesIO(package)
-    dockerfile = f"FROM {IMAGE}\nCOPY h5feed {into}\n".encode()
-    with tarfile.open(fileobj=context, mode="a") as tar:
-        member = tarfile.TarInfo("Dockerfile")
-        member.size = len(dockerfile)
-        tar.addfile(member, io.BytesIO(dockerfile))
+def build_overlay(
+    env: dict[str, str], tag: str, package: bytes, into: str, context: pathlib.Path
+) -> None:
+    """``tag``: IMAGE with ``package`` (a tar of ``h5feed/``) copied over its h5feed package,
+    built from ``context`` (a new directory)."""
+    context.mkdir()
+    with tarfile.open(fileobj=io.BytesIO(package)) as tar:
+        tar.extractall(context, filter="data")  # our own tar: git archive's, or this tree's
+    (context / "Dockerfile").write_text(f"FROM {IMAGE}\nCOPY h5feed {into}\n")
     result = subprocess.run(
-        ["docker", "build", "-q", "-t", tag, "-"], input=context.getvalue(), cwd=ROOT, env=env,
-        capture_output=True, timeout=_BUILD_TIMEOUT_S,
+        ["docker", "build", "-q", "-t", tag, str(context)], cwd=ROOT, env=env,
+        capture_output=True, text=True, timeout=_BUILD_TIMEOUT_S,
     )  # fmt: skip
-    assert result.returncode == 0, f"docker build -t {tag}:\n{result.stderr.decode()[-4000:]}"
+    assert result.returncode == 0, f"docker build -t {tag}:\n{result.stderr[-4000:]}"
 
 
 def previous_release_package() -> bytes:
@@ -561,8 +562,8 @@ def test_a_rolling_update_from_the_previous_release_mid_epoch_is_exactly_once(
     current = (PROTOCOL_VERSION, h5feed.__version__)
     try:
         into = package_dir(env)
-        build_overlay(env, PREVIOUS_IMAGE, previous_release_package(), into)
-        build_overlay(env, BAD_IMAGE, package_of_another_protocol(), into)
+        build_overlay(env, PREVIOUS_IMAGE, previous_release_package(), into, tmp_path / "previous")
+        build_overlay(env, BAD_IMAGE, package_of_another_protocol(), into, tmp_path / "bad")
         docker(env, "stack", "deploy", "-c", str(STACK_FILE), "--resolve-image", "never", STACK)
 
         # Epoch 1: the previous release serves it; mid-epoch, a rolling update to this one.

@@ -576,10 +576,12 @@ def test_a_rolling_update_from_the_previous_release_mid_epoch_is_exactly_once(
             for _ in range(5):
                 epoch.take()
             update = Update(env, IMAGE)
+            began = time.monotonic()
             epoch.slowly_until(
                 "the rolling update to end", update.ended, _UPDATE_PACE_S, _UPDATE_TIMEOUT_S
             )
             assert update.state == "completed", update.state
+            update_s = time.monotonic() - began
             assert running_images(env) == [IMAGE, IMAGE]
             assert not set(old) & set(containers(env))  # every task replaced
             epoch.rest()
@@ -591,7 +593,8 @@ def test_a_rolling_update_from_the_previous_release_mid_epoch_is_exactly_once(
         assert stats["units_remade"] == 0, stats
         assert stats["reassigned_units"] == stats["units_handed_back"], stats
         print(
-            f"update: hosts {epoch.clips}; units_handed_back {stats['units_handed_back']}, "
+            f"update: {update_s:.0f} s; hosts {epoch.clips}; "
+            f"units_handed_back {stats['units_handed_back']}, "
             f"units_remade {stats['units_remade']}, peers_lost {stats['peers_lost']}"
         )
 
@@ -603,10 +606,12 @@ def test_a_rolling_update_from_the_previous_release_mid_epoch_is_exactly_once(
             for _ in range(5):
                 epoch.take()
             update = Update(env, BAD_IMAGE)
+            began = time.monotonic()
             epoch.slowly_until(
                 "the bad image's update to end", update.ended, _UPDATE_PACE_S, _UPDATE_TIMEOUT_S
             )
             assert update.state == "rollback_completed", update.state
+            rollback_s = time.monotonic() - began
             image = docker(
                 env, "service", "inspect", "--format",
                 "{{.Spec.TaskTemplate.ContainerSpec.Image}}", SERVICE,
@@ -618,7 +623,8 @@ def test_a_rolling_update_from_the_previous_release_mid_epoch_is_exactly_once(
         assert epoch.samples == collections.Counter(range(_SAMPLES)), epoch.samples
         assert epoch.versions == {current}, epoch.versions  # the refused one never served
         print(
-            f"rollback: hosts {epoch.clips}; units_handed_back {stats['units_handed_back']}, "
+            f"rollback: {rollback_s:.0f} s; hosts {epoch.clips}; "
+            f"units_handed_back {stats['units_handed_back']}, "
             f"units_remade {stats['units_remade']}"
         )
     finally:

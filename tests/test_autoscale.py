@@ -27,6 +27,7 @@ from h5feed.consumer.processes.autoscale import (
     AutoWorkers,
     Reading,
 )
+from h5feed.consumer.processes.local_workers import LocalWorkers
 from h5feed.producer.sample_data import SampleSpec, make_sample_dataset
 
 BOUND = Reading(wait_share=0.6, idle_workers=0)  # input-bound
@@ -353,3 +354,26 @@ def test_bench_auto_reports_every_configuration(tmp_path: pathlib.Path) -> None:
         assert row["clips_per_s"] > 0 and 0 <= row["wait_share"] <= 1
         assert 1 <= row["workers_at_end"] <= max(1, results["cores"])
     assert results["summary"]["1"]["workers_started"] == 0
+
+
+def test_local_workers_grow_retire_and_never_replace_a_retired_one(tmp_path: pathlib.Path) -> None:
+    """Real processes, no consumer: the reserved names, growth up to them, retirement from
+    the last (never under one), a retired worker killed on demand and never an exit to
+    replace, and every process reaped by stop()."""
+    workers = LocalWorkers(1, f"ipc://{tmp_path}/nobody.sock", prefix="t", reserve=3)
+    seen: list[int] = []
+    try:
+        assert workers.names == ["t-0", "t-1", "t-2"] and workers.running == ["t-0"]
+        assert (workers.grow(), workers.grow(), workers.grow()) == ("t-1", "t-2", None)
+        seen = list(workers.pids)
+        assert len(set(seen)) == 3 and workers.running == ["t-0", "t-1", "t-2"]
+        assert workers.retire() == "t-2"
+        assert seen[2] not in workers.pids and seen[2] in workers.retired
+        workers.kill_retired(seen[2])  # its units move now: it must never write again
+        assert wait_until_gone([seen[2]], timeout_s=5) == []
+        assert workers.exited() == []  # a retired worker is no exit to replace
+        assert workers.retire() == "t-1"
+        assert workers.retire() is None and workers.running == ["t-0"]
+    finally:
+        workers.stop(grace_s=0)
+    assert wait_until_gone(seen) == []

@@ -8,10 +8,12 @@ tests/test_upgrade.py; these are the rules alone, with fakes.
 from __future__ import annotations
 
 import dataclasses
+import pathlib
 from typing import Any
 
 import msgpack
 import pytest
+import zmq
 from fake_peers import FakeTransport
 from test_wire import GOLDEN_BYE, VALID_FIELDS, little_endian_only
 
@@ -26,10 +28,12 @@ from h5feed.common.protocol_versions import (
     VersionRange,
     legacy_package,
 )
+from h5feed.common.worker_settings import Network, Process, WorkerSettings
 from h5feed.consumer.core.events import PeerLost
 from h5feed.consumer.core.session import PeerSession
 from h5feed.consumer.stats import Counters
 from h5feed.producer.hdf5_job import job_spec
+from h5feed.producer.worker_loop import Worker
 
 # -- golden bytes of version 6 (version 5's: tests/test_wire.py) ---------------------------
 
@@ -276,3 +280,27 @@ def test_a_worker_refuses_a_job_of_other_clip_semantics_naming_both() -> None:
     job = messages.Job("j", (), {}, {}, None, clip_semantics=other)
     with pytest.raises(ValueError, match=rf"needs clips of semantics {other}.*semantics 1"):
         job_spec(job)
+
+
+def test_a_periodic_hello_keeps_the_version_the_consumer_chose(tmp_path: pathlib.Path) -> None:
+    """A worker says every hello in the oldest version, but what it sends after one stays in
+    the version its consumer last spoke (a persistent worker says hello after each second of
+    silence while it holds a job: its next DATA must not fall back to version 5)."""
+    address = f"ipc://{tmp_path}/consumer"
+    context = zmq.Context()
+    router = context.socket(zmq.ROUTER)
+    router.bind(address)
+    worker = Worker(WorkerSettings(Network(address), Process("w0")))
+    try:
+        worker.protocol = PROTOCOL_VERSION  # as after a trainer of version 6 spoke to it
+        worker.hello()
+        assert router.poll(10_000), "no hello in 10 s"
+        _identity, *frames = router.recv_multipart()
+        hello, version = messages.decode_said(frames)
+        assert isinstance(hello, messages.Hello) and version == OLDEST_VERSION
+        assert worker.protocol == PROTOCOL_VERSION
+    finally:
+        worker.socket.close(linger=0)
+        worker.context.term()
+        router.close(linger=0)
+        context.term()

@@ -139,10 +139,11 @@ class Worker:
 
     # -- sending -----------------------------------------------------------------------------
 
-    def send(self, message: messages.Message) -> None:
+    def send(self, message: messages.Message, version: int = 0) -> None:
         """Send ``message`` (arrays without a copy), re-checking whether to leave while the
         consumer cannot take it. Counts every ERROR sent."""
-        frames = messages.encode(message, self.protocol)
+        version = version or self.protocol
+        frames = messages.encode(message, version)
         largest = max(_nbytes(frame) for frame in frames)
         if largest > self.max_message_bytes:  # the consumer would drop us: say why instead
             message = messages.Error.of(
@@ -154,7 +155,7 @@ class Worker:
                     "h5feed produce --max-message-bytes)"
                 ),
             )
-            frames = messages.encode(message, self.protocol)
+            frames = messages.encode(message, version)
         if isinstance(message, messages.Error):
             self.counters.add("errors")
             if message.type in _REFUSALS:
@@ -174,10 +175,12 @@ class Worker:
     def hello(self) -> None:
         """Say HELLO in the oldest version spoken, naming the range (the consumer chooses)."""
         self._last_hello = time.monotonic()
-        hello, self.protocol = first_hello(
+        # In the oldest version, whoever listens; what is sent after it stays in the version
+        # the consumer chose (a periodic hello changes nothing of that).
+        hello, version = first_hello(
             self.worker_id, os.getpid(), self.host, __version__, self.nonce
         )
-        self.send(hello)
+        self.send(hello, version)
 
     def say_bye(self) -> None:
         """Tell the consumer this worker leaves: the units it was sent and did not start are

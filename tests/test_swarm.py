@@ -241,6 +241,57 @@ def keys(directory: pathlib.Path) -> dict[str, str]:
     }
 
 
+def stack_env(
+    swarm: dict[str, str], data: pathlib.Path, port: int, keys_dir: pathlib.Path, image: str
+) -> dict[str, str]:
+    """The stack's environment: ``image``'s producers, one worker each, 2 replicas, reaching
+    this test's trainer on ``port`` with the CURVE keys :func:`keys` wrote in ``keys_dir``."""
+    return {
+        **swarm,
+        "H5FEED_IMAGE": image,
+        "H5FEED_DATA": str(data),
+        "H5FEED_CONNECT": f"tcp://host.docker.internal:{port}",
+        "H5FEED_WORKERS": "1",
+        "H5FEED_KEY_FILE": str(keys_dir / "producer.key_secret"),
+        "H5FEED_SERVER_KEY_FILE": str(keys_dir / "trainer.key"),
+        # Four tasks at once (a scale to 3; start-first's 2 + 2) fit on a 2-core CI machine.
+        "H5FEED_CPUS": "0.1",
+        "H5FEED_MEMORY": "128M",
+        "H5FEED_REPLICAS": "2",
+    }
+
+
+def build_this_image(env: dict[str, str]) -> None:
+    """Build this tree's producer image as :data:`IMAGE` (Swarm ignores ``build:``)."""
+    subprocess.run(
+        ["docker", "compose", "-p", STACK, "build", "producer"],
+        cwd=ROOT, env={**env, "H5FEED_IMAGE": IMAGE}, capture_output=True, text=True,
+        timeout=600, check=True,
+    )  # fmt: skip
+
+
+def swarm_feed(
+    data: pathlib.Path, port: int, consumer_keys: dict[str, str], clips_per_video: int, seed: int
+) -> Any:
+    """The trainer's feed of the swarm's producers: one clip per batch, 2 in flight, so the
+    test paces the epoch."""
+    return h5feed.batches(
+        sorted(p.name for p in data.iterdir()),
+        data_root=str(data),
+        workers=0,
+        listen=f"tcp://0.0.0.0:{port}",
+        **consumer_keys,  # type: ignore[arg-type]
+        start_timeout_s=120,
+        join_grace_s=3.0,
+        clip_len=4,
+        resize=(48, 64),
+        clips_per_video=clips_per_video,
+        batch_size=1,
+        max_inflight_batches=2,
+        seed=seed,
+    )
+
+
 class Epoch:
     """One epoch taken by this test, at the pace it decides, recording which host delivered."""
 
@@ -299,39 +350,11 @@ def test_swarm_producers_survive_a_kill_and_a_scale_up_mid_epoch_exactly_once(
     swarm: dict[str, str], readable_data: pathlib.Path, tmp_path: pathlib.Path
 ) -> None:
     port = free_port()
-    consumer_keys = keys(tmp_path)
-    env = {
-        **swarm,
-        "H5FEED_IMAGE": IMAGE,
-        "H5FEED_DATA": str(readable_data),
-        "H5FEED_CONNECT": f"tcp://host.docker.internal:{port}",
-        "H5FEED_WORKERS": "1",
-        "H5FEED_KEY_FILE": str(tmp_path / "producer.key_secret"),
-        "H5FEED_SERVER_KEY_FILE": str(tmp_path / "trainer.key"),
-        "H5FEED_CPUS": "0.1",  # three replicas fit on a 2-core CI machine
-        "H5FEED_MEMORY": "128M",
-        "H5FEED_REPLICAS": "2",
-    }
-    subprocess.run(
-        ["docker", "compose", "-p", STACK, "build", "producer"],  # Swarm ignores build:
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=True,
-    )  # fmt: skip
+    consumer_keys = keys(tmp_path)  # the stack's secrets read the producer's key files
+    env = stack_env(swarm, readable_data, port, tmp_path, IMAGE)
+    build_this_image(env)
     docker(env, "stack", "deploy", "-c", str(STACK_FILE), "--resolve-image", "never", STACK)
-    feed = h5feed.batches(
-        sorted(p.name for p in readable_data.iterdir()),
-        data_root=str(readable_data),
-        workers=0,
-        listen=f"tcp://0.0.0.0:{port}",
-        **consumer_keys,
-        start_timeout_s=120,
-        join_grace_s=3.0,
-        clip_len=4,
-        resize=(48, 64),
-        clips_per_video=3,  # 72 samples
-        batch_size=1,
-        max_inflight_batches=2,
-        seed=14,
-    )
+    feed = swarm_feed(readable_data, port, consumer_keys, clips_per_video=3, seed=14)  # 72
     try:
         with feed.stream() as stream:
             epoch = Epoch(stream)
@@ -525,39 +548,10 @@ def test_a_rolling_update_from_the_previous_release_mid_epoch_is_exactly_once(
     In the next epoch an update to an image the trainer refuses rolls back by itself, and the
     epoch again arrives exactly once."""
     port = free_port()
-    consumer_keys = keys(tmp_path)
-    env = {
-        **swarm,
-        "H5FEED_IMAGE": PREVIOUS_IMAGE,
-        "H5FEED_DATA": str(readable_data),
-        "H5FEED_CONNECT": f"tcp://host.docker.internal:{port}",
-        "H5FEED_WORKERS": "1",
-        "H5FEED_KEY_FILE": str(tmp_path / "producer.key_secret"),
-        "H5FEED_SERVER_KEY_FILE": str(tmp_path / "trainer.key"),
-        "H5FEED_CPUS": "0.1",  # four tasks at once (start-first) fit on a 2-core CI machine
-        "H5FEED_MEMORY": "128M",
-        "H5FEED_REPLICAS": "2",
-    }
-    subprocess.run(
-        ["docker", "compose", "-p", STACK, "build", "producer"],  # Swarm ignores build:
-        cwd=ROOT, env={**env, "H5FEED_IMAGE": IMAGE}, capture_output=True, text=True,
-        timeout=600, check=True,
-    )  # fmt: skip
-    feed = h5feed.batches(
-        sorted(p.name for p in readable_data.iterdir()),
-        data_root=str(readable_data),
-        workers=0,
-        listen=f"tcp://0.0.0.0:{port}",
-        **consumer_keys,
-        start_timeout_s=120,
-        join_grace_s=3.0,
-        clip_len=4,
-        resize=(48, 64),
-        clips_per_video=_CLIPS_PER_VIDEO,
-        batch_size=1,
-        max_inflight_batches=2,
-        seed=15,
-    )
+    consumer_keys = keys(tmp_path)  # the stack's secrets read the producer's key files
+    env = stack_env(swarm, readable_data, port, tmp_path, PREVIOUS_IMAGE)
+    build_this_image(env)
+    feed = swarm_feed(readable_data, port, consumer_keys, _CLIPS_PER_VIDEO, seed=15)
     previous = (PREVIOUS_PROTOCOL, PREVIOUS_PACKAGE)
     current = (PROTOCOL_VERSION, h5feed.__version__)
     try:

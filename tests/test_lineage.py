@@ -143,7 +143,8 @@ def test_resume_of_an_unordered_run_keeps_the_batches_its_state_took(
     stream.close()
     h5feed.batches(tiny, lineage=path, resume=state, **args)
     rows = lineage.read_rows(path)
-    assert [r["step"] for r in rows] == [s for s in range(4) for _ in range(3)]
+    # Unordered: the epoch's short last batch (2 rows) may be among the four taken.
+    assert [r["step"] for r in rows] == [s for s, b in enumerate(taken) for _ in b["sample"]]
     assert [r["sample"] for r in rows] == [s for b in taken for s in b["sample"].tolist()]
 
 

@@ -5,12 +5,12 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench backends clean
+.PHONY: demo test lint bench backends docs diagrams clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[tf,test,dev]'
+	$(BIN)/python -m pip install --quiet -e '.[tf,test,dev,docs]'
 	touch $(STAMP)
 
 ## demo: make sample data (once) and train a tiny Keras model fed by local h5feed workers
@@ -45,8 +45,8 @@ backends: $(BACKENDS_STAMP)
 # each part under its own limit (minutes on a fresh machine: packages, debootstrap); that step
 # holds it while pytest runs (the container tests only connect) and gives it back afterwards.
 test: $(STAMP) $(BACKENDS_STAMP)
-	$(BIN)/ruff check h5feed tests
-	$(BIN)/ruff format --check h5feed tests
+	$(BIN)/ruff check h5feed tests tools
+	$(BIN)/ruff format --check h5feed tests tools
 	$(BIN)/mypy
 	$(BIN)/python tests/docker_helpers.py -- $(BIN)/python -m pytest -n 2 --dist loadgroup
 
@@ -65,5 +65,15 @@ $(BENCH_STAMP): $(STAMP)
 bench: $(BENCH_STAMP)
 	$(BIN)/h5feed bench
 
+## docs: the documentation site from docs/ into site/ (open site/index.html); `make test`
+##       builds it with --strict and runs the getting-started page's examples (tests/test_docs.py)
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+## diagrams: docs/diagrams/*.svg from their Graphviz sources (needs `dot`: apt install graphviz);
+##           the SVGs are committed, so building the site needs no Graphviz
+diagrams:
+	$(PYTHON) tools/docs/diagrams.py
+
 clean:
-	rm -rf $(VENV) $(BACKENDS) .pytest_cache .mypy_cache .ruff_cache build *.egg-info
+	rm -rf site $(VENV) $(BACKENDS) .pytest_cache .mypy_cache .ruff_cache build *.egg-info

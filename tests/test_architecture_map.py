@@ -1,4 +1,5 @@
-"""docs/architecture/index.md's "Who owns what" and "Where to change what" stay true: every file a row names exists,
+"""docs/architecture/index.md's "Who owns what" and "Where to change what" stay true:
+every file a row names exists,
 and every code name a row places in a file is defined there.
 
 A row is the newcomer's map (issue 24): a renamed module or a moved class must change the row

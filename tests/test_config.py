@@ -1,5 +1,6 @@
 """One configuration: the dataclasses hold every default, and every other place that states
-the arguments (``FeedKwargs``, ``dataset()``'s docstring, the parameter table of docs/trainer/parameters.md) is
+the arguments (``FeedKwargs``, ``dataset()``'s docstring, the parameter table of
+docs/trainer/parameters.md) is
 checked against them; configs are frozen and made whole before any process starts."""
 
 from __future__ import annotations

@@ -88,8 +88,8 @@ def test_every_kind_has_one_consumer_scheduler() -> None:
 
 
 def test_the_docs_row_on_adding_a_kind_names_what_exists() -> None:
-    """docs/architecture/index.md "Where to change what", "add a source kind": every file it names exists, and
-    every name it places in a file is defined there."""
+    """docs/architecture/index.md "Where to change what", "add a source kind": every file it
+    names exists, and every name it places in a file is defined there."""
     root = pathlib.Path(__file__).resolve().parents[1]
     row = next(
         line

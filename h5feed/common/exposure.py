@@ -62,7 +62,8 @@ def check_listen(address: str, *, keyed: bool, insecure: bool) -> None:
         raise ValueError(
             f"h5feed: listen={address!r} is reachable from other hosts, and without CURVE keys "
             "anyone who reaches it can join as a producer (read the file list, send batches, "
-            "end the run). Either give curve_key= and curve_authorized= (see docs/deploy/security.md), "
+            "end the run). Either give curve_key= and curve_authorized= "
+            "(see docs/deploy/security.md), "
             "or pass insecure=True if every host that can reach this address is trusted."
         )
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import html
 import inspect
 import os
 import re
@@ -173,9 +174,10 @@ def api_markdown(package: ModuleType | None = None) -> str:
 
     out: list[str] = []
     version = objects["__version__"]
+    # Raw HTML: an attr_list id with "__" would be read as bold before it is an id.
     out.append(
-        f"This reference describes h5feed {_code(str(version))} (`h5feed.__version__`, "
-        "a string).\n{: #h5feed.__version__ }"
+        f'<p id="h5feed.__version__">This reference describes h5feed '
+        f"<code>{html.escape(str(version))}</code> (<code>h5feed.__version__</code>).</p>"
     )
     for title, group in API_GROUPS:
         out.append(f"## {title}")
@@ -510,8 +512,8 @@ def _role(content: str, resolve: Callable[[str], str | None]) -> str:
     titled = _ROLE_TITLE.fullmatch(content)
     if titled is not None:
         shown, target = titled.group("title"), titled.group("target")
-    else:
-        target = content.lstrip("!")
+    else:  # a target wrapped across lines is one word
+        target = "".join(content.split()).lstrip("!")
         shown = target.removeprefix("~")
         if target.startswith("~"):
             shown = shown.rsplit(".", 1)[-1]
@@ -591,6 +593,6 @@ def cli_markdown(parser: argparse.ArgumentParser | None = None) -> str:
     with help_width():
         for words, command in subcommands(parser):
             title = " ".join((parser.prog, *words))
-            heading = "#" * min(len(words) + 2, 6)
+            heading = "#" * min(max(len(words), 1) + 1, 6)  # h5feed and its commands: h2
             parts.append(f"{heading} {title}\n\n{_fence(command.format_help().rstrip(), 'text')}")
     return "\n\n".join(parts) + "\n"

@@ -125,11 +125,15 @@ class _Face:
 
     def resolve(self, target: str) -> str | None:
         """The public path of a docstring's reference (``dataset``, ``h5feed.dataset``,
-        ``layouts.Flat``, ``Flat``), or None when it names nothing public."""
+        ``layouts.Flat``, ``Flat``, or an internal path such as
+        ``h5feed.common.errors.ProtocolError`` by its last name), or None when it names
+        nothing public."""
         key = target.removeprefix("h5feed.")
-        for candidate in (key, f"layouts.{key}"):
+        for candidate in (key, f"layouts.{key}", f"layouts.{key.rsplit('.', 1)[-1]}"):
             if candidate in self.paths:
                 return self.paths[candidate]
+        if target.startswith("h5feed.") and "." in key:
+            return self.resolve(key.rsplit(".", 1)[-1])
         return None
 
     def public_path(self, dotted: str) -> str:
@@ -155,8 +159,9 @@ def api_markdown(package: ModuleType | None = None) -> str:
     for name in layout_names:
         face.add(f"layouts.{name}")
 
-    errors = [n for n in names if isinstance(objects[n], type) and issubclass(objects[n], BaseException)]
-    placed = {n for _, group in API_GROUPS for n in group} | set(errors) | {"layouts", "__version__"}
+    errors = [n for n in names if _is_exception(objects[n])]
+    grouped = {n for _, group in API_GROUPS for n in group}
+    placed = grouped | set(errors) | {"layouts", "__version__"}
     unplaced = [n for n in names if n not in placed]
     missing = sorted(placed - set(names) - set(errors))
     if unplaced or missing:
@@ -188,6 +193,10 @@ def api_markdown(package: ModuleType | None = None) -> str:
     return "\n\n".join(out) + "\n"
 
 
+def _is_exception(obj: Any) -> bool:
+    return isinstance(obj, type) and issubclass(obj, BaseException)
+
+
 def _layouts_section(layouts: ModuleType, names: Sequence[str], face: _Face) -> str:
     parts = [
         "## Layouts: `h5feed.layouts` { #h5feed.layouts }",
@@ -199,7 +208,8 @@ def _layouts_section(layouts: ModuleType, names: Sequence[str], face: _Face) -> 
         if callable(obj) or isinstance(obj, ModuleType):
             parts.append(_entry(path, obj, face, level=3))
         else:  # a constant: its value is its documentation
-            parts.append(f"### {_code(path)} {{ #{path} }}\n\n{_fence(f'{path} = {obj!r}', 'python')}")
+            value = _fence(f"{path} = {obj!r}", "python")
+            parts.append(f"### {_code(path)} {{ #{path} }}\n\n{value}")
     return "\n\n".join(parts)
 
 
@@ -291,7 +301,7 @@ def signature_text(path: str, obj: Any, face: _Face | None = None) -> str:
     try:
         sig = inspect.signature(obj)
     except ValueError:  # a builtin's constructor: Exception(*args)
-        if isinstance(obj, type) and issubclass(obj, BaseException):
+        if _is_exception(obj):
             return f"{path}(*args)"
         raise
 
@@ -334,11 +344,11 @@ def signature_text(path: str, obj: Any, face: _Face | None = None) -> str:
 _ITEM = re.compile(r"(?P<indent> *)(?P<marker>[*+-]|\d+[.)]|#\.)[ \t]+(?P<text>\S.*)")
 _UNDERLINE = re.compile(r"([=\-~^\"'`#*+])\1{2,}")
 _INLINE = re.compile(
-    r"(?P<role>:(?:[\w-]+:)+`(?P<role_text>[^`]+)`)"
+    r"(?P<role>:(?:[\w-]+:)*?(?P<role_kind>[\w-]+):`(?P<role_text>[^`]+)`)"
     r"|``(?P<literal>[^`]+(?:`[^`]+)*?)``"
     r"|`(?P<interpreted>[^`]+)`(?P<link>_{1,2})?"
-    r"|\*\*(?P<strong>[^*\s](?:[^*]*[^*\s])?)\*\*"
-    r"|(?<![\w*\\])\*(?P<em>[^*\s](?:[^*]*[^*\s])?)\*(?![\w*])"
+    r"|\*\*(?P<strong>[^*`\s](?:[^*`]*[^*`\s])?)\*\*"
+    r"|(?<![\w*\\])\*(?P<em>[^*`\s](?:[^*`]*[^*`\s])?)\*(?![\w*])"
 )
 _ROLE_TITLE = re.compile(r"(?P<title>.*?)\s*<(?P<target>[^<>]+)>")
 _ESCAPED = re.compile(r"([\\`*_\[\]{}])")
@@ -464,7 +474,7 @@ def _render(blocks: list[_Block], resolve: Callable[[str], str | None]) -> str:
             if block.kind == "heading":
                 text = f"**{body_text}**"
             elif block.kind == "item":
-                marker = "-" if block.marker in "*+-" else block.marker.replace(")", ".").replace("#", "1")
+                marker = _markdown_marker(block.marker)
                 text = f"{'    ' * block.depth}{marker} {body_text}"
             elif block.kind == "item_para":
                 text = f"{'    ' * block.depth}{body_text}"
@@ -481,6 +491,13 @@ def _render(blocks: list[_Block], resolve: Callable[[str], str | None]) -> str:
     return "".join(out)
 
 
+def _markdown_marker(marker: str) -> str:
+    """``*``/``+``/``-`` as ``-``; ``2)`` and ``#.`` as Markdown's ``2.`` and ``1.``."""
+    if marker in ("*", "+", "-"):
+        return "-"
+    return "1." if marker == "#." else marker.replace(")", ".")
+
+
 def _inline(text: str, resolve: Callable[[str], str | None]) -> str:
     out: list[str] = []
     position = 0
@@ -488,7 +505,7 @@ def _inline(text: str, resolve: Callable[[str], str | None]) -> str:
         out.append(_escape(text[position : match.start()]))
         position = match.end()
         if match.group("role"):
-            out.append(_role(match.group("role_text"), resolve))
+            out.append(_role(match.group("role_kind"), match.group("role_text"), resolve))
         elif match.group("literal") is not None:
             out.append(_code(match.group("literal")))
         elif match.group("interpreted") is not None:
@@ -506,7 +523,7 @@ def _inline(text: str, resolve: Callable[[str], str | None]) -> str:
     return "".join(out)
 
 
-def _role(content: str, resolve: Callable[[str], str | None]) -> str:
+def _role(kind: str, content: str, resolve: Callable[[str], str | None]) -> str:
     """``:class:`~h5feed.x.Y``` -> `Y`; ``:func:`title <target>``` -> `title`; linked to the
     target's entry when it has a public path."""
     titled = _ROLE_TITLE.fullmatch(content)
@@ -519,6 +536,8 @@ def _role(content: str, resolve: Callable[[str], str | None]) -> str:
             shown = shown.rsplit(".", 1)[-1]
     target = target.lstrip("~!").removesuffix("()")
     public = resolve(target)
+    if kind == "mod" and public != f"h5feed.{target.removeprefix('h5feed.')}":
+        public = None  # a module links only to itself (h5feed.x.distribute is no function)
     return f"[{_code(shown)}](#{public})" if public else _code(shown)
 
 

@@ -256,6 +256,20 @@ def test_literal_blocks_become_fenced_code() -> None:
     )
 
 
+def test_cited_docs_pages_become_links_where_the_site_has_them() -> None:
+    def pages(src: str) -> str | None:
+        return f"../{src}" if src in ("semantics.md", "data/your_code.md") else None
+
+    text = (
+        "See docs/semantics.md#shards, docs/data/your_code.md. Not docs/gone.md or ``docs/x.md``."
+    )
+    assert reference.rest_to_markdown(text, pages=pages) == (
+        r"See [docs/semantics.md#shards](../semantics.md#shards), "
+        r"[docs/data/your\_code.md](../data/your_code.md). "
+        r"Not docs/gone.md or `docs/x.md`."
+    )
+
+
 def test_markdown_markup_in_plain_text_is_escaped() -> None:
     assert _md("[B, *its shape] of max_skipped <n> {x}") == (
         r"\[B, \*its shape\] of max\_skipped &lt;n> \{x\}"
@@ -314,17 +328,30 @@ def test_help_width_does_not_follow_the_terminal(monkeypatch: pytest.MonkeyPatch
 # The hook in MkDocs
 
 
+class _Files:
+    """MkDocs' Files, as far as the hook asks: which pages the site has."""
+
+    def __init__(self, *pages: str) -> None:
+        self.pages = pages
+
+    def get_file_from_path(self, path: str) -> object | None:
+        return path if path in self.pages else None
+
+
 def test_the_hook_replaces_only_its_markers() -> None:
     page = types.SimpleNamespace(file=types.SimpleNamespace(src_uri="reference/api.md"))
     config = types.SimpleNamespace(markdown_extensions=["toc", "attr_list"])
+    files = _Files("guarantees.md")
     text = f"# API\n\n{reference.API_MARKER}\n\n# CLI\n\n{reference.CLI_MARKER}\n"
-    out = reference.on_page_markdown(text, page, config, None)
+    out = reference.on_page_markdown(text, page, config, files)
     assert reference.API_MARKER not in out and reference.CLI_MARKER not in out
     assert "{ #h5feed.dataset }" in out and "## h5feed produce" in out
-    assert reference.on_page_markdown("# Plain\n", page, config, None) == "# Plain\n"
+    # A docs page a docstring cites is linked relative to reference/api.md.
+    assert "[docs/guarantees.md](../guarantees.md)" in out
+    assert reference.on_page_markdown("# Plain\n", page, config, files) == "# Plain\n"
     config.markdown_extensions = ["toc"]
     with pytest.raises(reference.ReferenceBuildError, match="attr_list"):
-        reference.on_page_markdown(text, page, config, None)
+        reference.on_page_markdown(text, page, config, files)
 
 
 MKDOCS_YML = """\
@@ -355,6 +382,7 @@ def test_mkdocs_build_strict_renders_both_pages(tmp_path: pathlib.Path) -> None:
     docs = tmp_path / "docs"
     docs.mkdir()
     (docs / "index.md").write_text("# Home\n\n[API](api.md), [CLI](cli.md)\n")
+    (docs / "guarantees.md").write_text("# Guarantees\n")  # cited by docstrings
     for name in ("api", "cli"):
         (docs / f"{name}.md").write_text((ROOT / "docs" / "reference" / f"{name}.md").read_text())
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1", "PYTHONPATH": str(ROOT)}
@@ -371,6 +399,7 @@ def test_mkdocs_build_strict_renders_both_pages(tmp_path: pathlib.Path) -> None:
     assert '<h3 id="h5feed.dataset"><code>h5feed.dataset</code>' in api
     assert "<li>clip (<code>ClipSpec</code>)" in api  # the docstring's list is a list
     assert '<a href="#h5feed.ProtocolError"><code>ProtocolError</code></a>' in api
+    assert '<a href="guarantees.html">docs/guarantees.md</a>' in api
     assert "h5feed:api" not in api
     cli = (tmp_path / "site" / "cli.html").read_text()
     assert '<h2 id="h5feed-produce">h5feed produce' in cli

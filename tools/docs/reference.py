@@ -87,10 +87,21 @@ def on_page_markdown(markdown: str, page: Page, config: MkDocsConfig, files: Fil
                 f"{page.file.src_uri}: the API reference needs the markdown extension "
                 "attr_list (its anchors, e.g. #h5feed.dataset); add it to mkdocs.yml"
             )
-        markdown = markdown.replace(API_MARKER, api_markdown())
+        markdown = markdown.replace(API_MARKER, api_markdown(pages=_page_links(page, files)))
     if CLI_MARKER in markdown:
         markdown = markdown.replace(CLI_MARKER, cli_markdown())
     return markdown
+
+
+def _page_links(page: Page, files: Files) -> Callable[[str], str | None]:
+    """A docs page a docstring cites (``docs/trainer/resume.md``, as ``trainer/resume.md``)
+    -> its URL relative to ``page``; None when the site has no such page (left as text)."""
+    up = "../" * page.file.src_uri.count("/")
+
+    def link(src: str) -> str | None:
+        return up + src if files.get_file_from_path(src) is not None else None
+
+    return link
 
 
 def import_h5feed() -> ModuleType:
@@ -117,8 +128,9 @@ class _Face:
     ``h5feed.layouts.X``), each also the anchor of its entry on the page. (No dataclasses
     in this file: MkDocs and the tests load it from its path, not as a module of a package.)"""
 
-    def __init__(self) -> None:
+    def __init__(self, pages: Callable[[str], str | None] | None = None) -> None:
         self.paths: dict[str, str] = {}  # "dataset", "layouts.Flat" -> "h5feed.layouts.Flat"
+        self.pages = pages  # links to the docs pages docstrings cite
 
     def add(self, key: str) -> None:
         self.paths[key] = f"h5feed.{key}"
@@ -145,15 +157,18 @@ class _Face:
         return self.resolve(name) or name
 
 
-def api_markdown(package: ModuleType | None = None) -> str:
-    """The Python API reference of ``package`` (default: this checkout's ``h5feed``)."""
+def api_markdown(
+    package: ModuleType | None = None, pages: Callable[[str], str | None] | None = None
+) -> str:
+    """The Python API reference of ``package`` (default: this checkout's ``h5feed``);
+    ``pages`` links the docs pages docstrings cite (see :func:`rest_to_markdown`)."""
     h5feed = package if package is not None else import_h5feed()
     names: list[str] = list(h5feed.__all__)
     objects = {name: getattr(h5feed, name) for name in names}  # through the lazy __getattr__
     layouts = objects.get("layouts")
     layout_names: list[str] = list(layouts.__all__) if isinstance(layouts, ModuleType) else []
 
-    face = _Face()
+    face = _Face(pages)
     for name in names:
         face.add(name)
     for name in layout_names:
@@ -272,7 +287,7 @@ def _docstring(path: str, obj: Any, face: _Face) -> str:
             f"{path} has no docstring: the API reference would publish an empty entry; "
             f"write one where it is defined ({getattr(obj, '__module__', '?')})"
         )
-    return rest_to_markdown(inspect.cleandoc(own), face.resolve)
+    return rest_to_markdown(inspect.cleandoc(own), face.resolve, face.pages)
 
 
 # --------------------------------------------------------------------------------------------
@@ -351,6 +366,7 @@ _INLINE = re.compile(
     r"|(?<![\w*\\])\*(?P<em>[^*`\s](?:[^*`]*[^*`\s])?)\*(?![\w*])"
 )
 _ROLE_TITLE = re.compile(r"(?P<title>.*?)\s*<(?P<target>[^<>]+)>")
+_DOCS_PAGE = re.compile(r"\bdocs/(?P<page>(?:[\w.-]+/)*[\w-]+\.md)(?P<anchor>#[\w-]+)?")
 _ESCAPED = re.compile(r"([\\`*_\[\]{}])")
 
 
@@ -368,7 +384,11 @@ class _Block:
         self.depth = 0  # list nesting of an item or an item's paragraph
 
 
-def rest_to_markdown(text: str, resolve: Callable[[str], str | None] | None = None) -> str:
+def rest_to_markdown(
+    text: str,
+    resolve: Callable[[str], str | None] | None = None,
+    pages: Callable[[str], str | None] | None = None,
+) -> str:
     """A docstring (already ``inspect.cleandoc``-ed) as Markdown.
 
     ``x`` and `x` become code spans; roles (``:class:`~h5feed.x.Y```, ``:func:``, ``:mod:``,
@@ -379,8 +399,25 @@ def rest_to_markdown(text: str, resolve: Callable[[str], str | None] | None = No
     continuation lines joined, nested by indentation); a literal block (after ``::``, or an
     indented block that is no list item's) and a ``>>>`` session become fenced code; a title
     underlined reST-style becomes a bold line (not a heading that would enter the page's
-    table of contents)."""
-    return _render(_blocks(text.splitlines()), resolve or (lambda _: None))
+    table of contents). A docs page cited in the text (``docs/trainer/resume.md``, with or
+    without ``#anchor``) becomes a link to the URL ``pages`` gives it (MkDocs then checks
+    that page and anchor exist); one it gives none stays text."""
+    links = _Links(resolve or _nothing, pages or _nothing)
+    return _render(_blocks(text.splitlines()), links)
+
+
+def _nothing(_: str) -> None:
+    return None
+
+
+class _Links:
+    """Where a docstring's references lead: ``names`` for roles, ``pages`` for docs pages."""
+
+    def __init__(
+        self, names: Callable[[str], str | None], pages: Callable[[str], str | None]
+    ) -> None:
+        self.names = names
+        self.pages = pages
 
 
 def _blocks(lines: list[str]) -> list[_Block]:
@@ -459,7 +496,7 @@ def _literal(lines: list[str], i: int, indent: int, doctest: bool) -> tuple[list
     return body, i
 
 
-def _render(blocks: list[_Block], resolve: Callable[[str], str | None]) -> str:
+def _render(blocks: list[_Block], links: _Links) -> str:
     out: list[str] = []
     previous: _Block | None = None
     for block in blocks:
@@ -470,7 +507,7 @@ def _render(blocks: list[_Block], resolve: Callable[[str], str | None]) -> str:
             if joined.endswith("::"):
                 joined = joined[:-2].rstrip()
                 joined = joined + ":" if joined else ""
-            body_text = _inline(joined, resolve)
+            body_text = _inline(joined, links)
             if block.kind == "heading":
                 text = f"**{body_text}**"
             elif block.kind == "item":
@@ -498,14 +535,14 @@ def _markdown_marker(marker: str) -> str:
     return "1." if marker == "#." else marker.replace(")", ".")
 
 
-def _inline(text: str, resolve: Callable[[str], str | None]) -> str:
+def _inline(text: str, links: _Links) -> str:
     out: list[str] = []
     position = 0
     for match in _INLINE.finditer(text):
-        out.append(_escape(text[position : match.start()]))
+        out.append(_plain(text[position : match.start()], links))
         position = match.end()
         if match.group("role"):
-            out.append(_role(match.group("role_kind"), match.group("role_text"), resolve))
+            out.append(_role(match.group("role_kind"), match.group("role_text"), links.names))
         elif match.group("literal") is not None:
             out.append(_code(match.group("literal")))
         elif match.group("interpreted") is not None:
@@ -519,6 +556,20 @@ def _inline(text: str, resolve: Callable[[str], str | None]) -> str:
             out.append(f"**{_escape(match.group('strong'))}**")
         else:
             out.append(f"*{_escape(match.group('em'))}*")
+    out.append(_plain(text[position:], links))
+    return "".join(out)
+
+
+def _plain(text: str, links: _Links) -> str:
+    """Text outside any markup: escaped, with the docs pages it cites linked."""
+    out: list[str] = []
+    position = 0
+    for match in _DOCS_PAGE.finditer(text):
+        url = links.pages(match.group("page"))
+        if url is not None:
+            out.append(_escape(text[position : match.start()]))
+            out.append(f"[{_escape(match.group(0))}]({url}{match.group('anchor') or ''})")
+            position = match.end()
     out.append(_escape(text[position:]))
     return "".join(out)
 

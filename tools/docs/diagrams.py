@@ -223,7 +223,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"diagrams: {exc}", file=sys.stderr)
         return 1
     for path in written:
-        print(f"diagrams: wrote {path}")
+        print(f"diagrams: wrote {os.path.relpath(path)}")
     return 0
 
 

@@ -1,7 +1,7 @@
 """The HDF5 layouts ``h5feed.dataset(layout=...)`` reads, as objects that carry their names.
 
 ``h5feed.layouts.Flat(jpeg="jpeg", offsets="video_offsets", labels="labels")`` and friends;
-see :mod:`h5feed.common.layouts` for each layout and README "HDF5 layouts".
+see :mod:`h5feed.common.layouts` for each layout and docs/data/layouts.md.
 """
 
 import os

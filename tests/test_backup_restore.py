@@ -193,7 +193,7 @@ def test_killed_trainers_resume_exactly_where_the_checkpoint_is(tmp_path: pathli
 
     # A resumed fit's shorter first epoch: Keras is told the full epoch's length (steps 9),
     # trains the 3 batches left, then ends that epoch with one "Your input ran out of data"
-    # warning and goes on with full epochs (README "Resume").
+    # warning and goes on with full epochs (docs/trainer/resume.md).
     last = _result(a, 2)
     assert (last["start"], last["steps"], last["ran_out"], last["epochs"]) == ([1, 6], 9, 1, 2)
     resumed = _result(b, 1)  # at an epoch's start: nothing short, no warning

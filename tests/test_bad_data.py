@@ -1,4 +1,4 @@
-"""Bad data (README "Bad data"): corrupt, truncated and CRC-failing frames under
+"""Bad data (docs/data/bad-data.md): corrupt, truncated and CRC-failing frames under
 ``on_error="raise"`` and ``"skip"``; missing, unreadable and frameless files. Real files, real
 worker processes and sockets; the in-process parts (reader, ClipMaker) on real files too."""
 

@@ -1,5 +1,6 @@
 """One configuration: the dataclasses hold every default, and every other place that states
-the arguments (``FeedKwargs``, ``dataset()``'s docstring, the README's parameter table) is
+the arguments (``FeedKwargs``, ``dataset()``'s docstring, the parameter table of
+docs/trainer/parameters.md) is
 checked against them; configs are frozen and made whole before any process starts."""
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from h5feed.consumer.plan import Index, PlanOptions
 from h5feed.consumer.sources.api import make_source_config
 from h5feed.consumer.sources.options import SOURCE_KEYS, SourceConfig
 
-README = pathlib.Path(__file__).resolve().parent.parent / "README.md"
+PARAMETERS = pathlib.Path(__file__).resolve().parent.parent / "docs" / "trainer" / "parameters.md"
 
 
 def _names(cls: type[object]) -> list[str]:
@@ -103,24 +104,24 @@ def test_dataset_docstring_lists_every_default_as_the_dataclasses_have_it() -> N
     assert listed == describe_parameters()
 
 
-def _readme_table() -> dict[str, str]:
-    text = README.read_text()
-    table = text[text.index("| parameter | default |", text.index("### All parameters")) :]
+def _docs_table() -> dict[str, str]:
+    text = PARAMETERS.read_text()
+    table = text[text.index("| parameter | default |", text.index("# All parameters")) :]
     table = table[: table.index("\n\n")]
     rows: dict[str, str] = {}
     for line in table.splitlines()[2:]:  # header, separator
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         names = re.findall(r"`(\w+)`", cells[0])
         defaults = _split_top_level(cells[1]) if len(names) > 1 else [cells[1]]
-        assert len(defaults) == len(names), f"README row {line!r}: a default per name"
+        assert len(defaults) == len(names), f"docs row {line!r}: a default per name"
         for name, default in zip(names, defaults, strict=True):
-            assert name not in rows, f"{name} is in the README table twice"
+            assert name not in rows, f"{name} is in the docs table twice"
             rows[name] = default
     return rows
 
 
-def test_readme_parameter_table_shows_every_default_as_the_dataclasses_have_it() -> None:
-    rows = _readme_table()
+def test_docs_parameter_table_shows_every_default_as_the_dataclasses_have_it() -> None:
+    rows = _docs_table()
     tf_only = inspect.signature(api.dataset).parameters  # dataset()'s own: prefetch, keys
     assert rows.pop("prefetch") == repr(tf_only["prefetch"].default)
     assert rows.pop("keys") == repr(tf_only["keys"].default).replace("'", '"')
@@ -128,9 +129,9 @@ def test_readme_parameter_table_shows_every_default_as_the_dataclasses_have_it()
     assert rows == describe_parameters()
 
 
-def test_a_wrong_readme_default_is_caught() -> None:
-    """The README check compares texts exactly: a drifted default is a difference."""
-    rows = _readme_table()
+def test_a_wrong_docs_default_is_caught() -> None:
+    """The docs check compares texts exactly: a drifted default is a difference."""
+    rows = _docs_table()
     rows["clip_len"] = "8"
     rows.pop("prefetch")
     rows.pop("resume")

@@ -1,4 +1,4 @@
-"""A keyless flood of held TCP connections against a CURVE trainer (README "Security", the
+"""A keyless flood of held TCP connections against a CURVE trainer (docs/deploy/security.md, the
 flood bound): 5,000 plain TCP connections that never send a ZMTP byte, held open and renewed
 as the trainer closes them, against a trainer whose soft ``RLIMIT_NOFILE`` is 1024, with its
 local worker SIGKILLed during the flood. The run completes exactly once; the trainer is never

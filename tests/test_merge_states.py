@@ -1,5 +1,5 @@
 """Resume on another topology: ``h5feed.merge_states`` of the states of n shards, resumed on
-m shards (NumPy batches, real local workers, real HDF5 files; README "Semantics").
+m shards (NumPy batches, real local workers, real HDF5 files; docs/semantics.md).
 
 What is checked, against an unsharded run of the same plan (the epoch's order and each
 sample's frames, byte for byte): over what the old shards took before their states and

@@ -98,7 +98,7 @@ def test_golden_first_hello_is_an_exact_version_5_hello() -> None:
 
 
 def test_kinds_unchanged_in_6_differ_from_5_only_in_the_version_byte() -> None:
-    changed = {wire.HELLO, wire.JOB}  # the README's table of versions says the same
+    changed = {wire.HELLO, wire.JOB}  # docs/architecture/wire-format.md's table says the same
     for kind, fields in VALID_FIELDS.items():
         if kind in changed:
             assert wire.SCHEMAS_BY_VERSION[5][kind] != wire.SCHEMAS_BY_VERSION[6][kind]

@@ -1,7 +1,7 @@
 """The public surface, pinned: what users, dashboards and process monitors read of h5feed.
 
 A refactor must keep every set here as it is. A deliberate change edits the pinned set in the
-same commit (and the README section that documents it), so the change is seen in review:
+same commit (and the docs page that documents it), so the change is seen in review:
 ``stats()`` keys (an HDF5 feed's and a source feed's, after a short real run), the ``/metrics``
 sample names, the documented import paths, and the worker's command line.
 """
@@ -20,7 +20,7 @@ from metrics_helpers import scrape
 
 import h5feed
 
-#: Keys of ``stats()`` of a feed whose iteration ran (README "Monitoring").
+#: Keys of ``stats()`` of a feed whose iteration ran (docs/performance/input-wait.md).
 STATS_KEYS = frozenset(
     {
         "job", "running", "batches", "clips", "bytes", "per_s_recent", "per_s_total",
@@ -76,7 +76,7 @@ FACE = frozenset(
         "input_wait_callback", "keras_batches", "layouts", "merge_states", "torch_batches",
     }
 )  # fmt: skip
-#: Import paths the README names: (module, attribute).
+#: Import paths the docs name: (module, attribute).
 DOCUMENTED_PATHS = (
     ("h5feed.consumer.plan", "Cursor"),
     ("h5feed.common.elements", "RaggedArray"),

@@ -1,5 +1,5 @@
 """Refusals are counted and logged at a bounded rate, and a peer that keeps sending what it
-was never asked for is refused (README "Security", "Misbehaving peers"): CURVE keys that are
+was never asked for is refused (docs/deploy/security.md, "Misbehaving peers"): CURVE keys that are
 not listed, and DATA parts of units the sender never held (forged)."""
 
 from __future__ import annotations

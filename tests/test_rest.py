@@ -19,7 +19,7 @@ from h5feed.consumer.rest import Layer, Rest, layer_of
 
 
 def _deal(order: list[int], shard: int, shards: int, pads: bool) -> list[int]:
-    """The rule as README "Shards" states it."""
+    """The rule as docs/semantics.md states it."""
     if pads:
         part = order[shard::shards]
         return part + [PAD_SAMPLE] * (-(-len(order) // shards) - len(part))

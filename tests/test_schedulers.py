@@ -935,7 +935,8 @@ def test_generator_steps_per_epoch_a_pass_that_ends_on_an_epoch_boundary_restart
 ) -> None:
     # Each worker's pass is exactly 3 batches of 2 and steps_per_epoch takes all of them:
     # epoch 0 uses every pass up without seeing its end (no answer was short), so epoch 1
-    # finds every carried-on pass over at its first pull. README: "generators continue across
+    # finds every carried-on pass over at its first pull. docs/semantics.md: "generators continue
+    # across
     # epochs; one that ends restarts at the next epoch": epoch 1 must start new passes, not
     # fail as if the generators yielded nothing.
     fleet, _scheduler, _config = generator_fleet(

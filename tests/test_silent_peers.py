@@ -1,4 +1,4 @@
-"""Peers that say hello and nothing else (README "Security", the silent-peer rule).
+"""Peers that say hello and nothing else (docs/deploy/security.md, the silent-peer rule).
 
 No peer gets rows of a file before its INDEX of that file, a file goes to a peer that has not
 shown it delivers only when no other may take it, and whoever is asked for an INDEX owes it

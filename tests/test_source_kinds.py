@@ -87,13 +87,13 @@ def test_every_kind_has_one_consumer_scheduler() -> None:
     assert all(cls.kind is kind for kind, cls in SCHEDULERS.items())
 
 
-def test_the_readme_row_on_adding_a_kind_names_what_exists() -> None:
-    """README "Where to change what", "add a source kind": every file it names exists, and
-    every name it places in a file is defined there."""
+def test_the_docs_row_on_adding_a_kind_names_what_exists() -> None:
+    """docs/architecture/index.md "Where to change what", "add a source kind": every file it
+    names exists, and every name it places in a file is defined there."""
     root = pathlib.Path(__file__).resolve().parents[1]
     row = next(
         line
-        for line in (root / "README.md").read_text().splitlines()
+        for line in (root / "docs" / "architecture" / "index.md").read_text().splitlines()
         if line.startswith("| add a source kind |")
     )
     files = re.findall(r"`([\w/]+\.py)`", row)

@@ -8,7 +8,7 @@ with ``--step-ms`` of simulated training per batch (a slow trainer: "auto" shoul
 few workers). Reported per configuration (medians over the repeats): clips/s from the first
 batch to the end, the share of that time the trainer waited for a batch, the workers running
 at the end and the workers started during the run (``peers_joined``: "auto"'s growth).
-Nothing is judged here: the figures go to the README.
+Nothing is judged here: the figures go to docs/performance/index.md.
 """
 
 from __future__ import annotations

@@ -17,7 +17,8 @@ it runs.
   against a cached batch and PyTorch's DataLoader.
 
 Each writes what it measured (a table on stdout, JSON where asked); none judges it: the
-figures an issue asked for live with the issue and the README, not in the installed package.
+figures an issue asked for live with the issue and the docs (docs/performance/), not in the
+installed package.
 """
 
 from __future__ import annotations

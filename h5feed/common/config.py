@@ -77,7 +77,8 @@ class ClipSpec:
     ``reduced_decode`` (off by default) decodes a JPEG straight to 1/2, 1/4 or 1/8 of its
     stored size (libjpeg's DCT scaling, ``cv2.IMREAD_REDUCED_COLOR_*``): the largest of those
     that is still at least ``resize`` in both dimensions; the resize then starts from there.
-    Faster, and the pixels differ slightly from a full decode (measured in the README). With
+    Faster, and the pixels differ slightly from a full decode (measured in
+    docs/performance/index.md). With
     no ``resize``, or a ``resize`` above half the stored size, it changes nothing.
 
     ``max_frame_pixels`` (default 64 megapixels: 8K UHD is 33; one decoded frame of 64 MP is

@@ -114,7 +114,7 @@ class WorkerTimeoutError(H5FeedError):
     """The workers' handshake, or a keras source's check at an epoch's start, got no answer
     within the unit timeout; or a local worker hung (held work past the unit timeout) on
     every start, ``max_restarts`` times a minute, before returning any data. (A stuck worker
-    holding units is otherwise not an error: it is replaced; see README Guarantees.)"""
+    holding units is otherwise not an error: it is replaced; see docs/guarantees.md.)"""
 
 
 class NoWorkersError(H5FeedError):

@@ -62,7 +62,8 @@ def check_listen(address: str, *, keyed: bool, insecure: bool) -> None:
         raise ValueError(
             f"h5feed: listen={address!r} is reachable from other hosts, and without CURVE keys "
             "anyone who reaches it can join as a producer (read the file list, send batches, "
-            "end the run). Either give curve_key= and curve_authorized= (see README Security), "
+            "end the run). Either give curve_key= and curve_authorized= "
+            "(see docs/deploy/security.md), "
             "or pass insecure=True if every host that can reach this address is trusted."
         )
 
@@ -96,6 +97,6 @@ def connect_refusal(address: str, *, keyed: bool, insecure: bool) -> str | None:
         return None
     return (
         f"--connect {address} leaves this host and no CURVE keys were given: whoever answers "
-        "there would send this producer its jobs. Give --key and --server-key (see README "
-        "Security), or --insecure (H5FEED_INSECURE=1) if the network is trusted."
+        "there would send this producer its jobs. Give --key and --server-key (see "
+        "docs/deploy/security.md), or --insecure (H5FEED_INSECURE=1) if the network is trusted."
     )

@@ -14,7 +14,7 @@ Guarantees:
    are kept in the layout, so every worker, the index cache and the resume fingerprint (its
    ``layout`` part; the labels themselves are its ``labels`` part) see the same numbering. A
    split whose directories differ (a class missing from validation) would be numbered
-   differently: the README says to give the training set's classes to both.
+   differently: docs/data/layouts.md says to give the training set's classes to both.
 3. A mapping is not sent to the workers: the layout they get says ``label=None`` (they
    report -1), and the trainer puts each file's label in its index as it arrives.
 """

@@ -110,8 +110,8 @@ class Groups(LayoutSpec):
     label: str | None = "label"
 
 
-#: The root attribute giving the version of the format ``h5feed pack`` writes (README "From
-#: video files: h5feed pack"). Version 2 adds :data:`CRC_DATASET` beside every video's frames.
+#: The root attribute giving the version of the format ``h5feed pack`` writes (docs/data/pack.md,
+#: "From video files: h5feed pack"). Version 2 adds :data:`CRC_DATASET` beside every video's frames.
 PACK_VERSION_ATTR = "h5feed_pack_version"
 PACK_VERSION = 2
 #: A dataset beside a video's ``frames`` in the groups layout: uint32 [frames], the

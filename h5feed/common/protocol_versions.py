@@ -2,7 +2,7 @@
 
 Every side speaks the current version N (:data:`PROTOCOL_VERSION`) and the one before it,
 N-1 (:data:`OLDEST_VERSION`), so a fleet can be upgraded one process at a time while its
-trainers run (README "Upgrading a running fleet"). The rule, on every connection:
+trainers run (docs/deploy/upgrading.md). The rule, on every connection:
 
 1. A producer says its first HELLO in the **oldest** version it speaks, which every peer of
    its range or the one before decodes, and names its whole range in it: from version 6 on

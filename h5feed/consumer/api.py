@@ -31,11 +31,11 @@ def batches(
 
     ``source="package.module:factory"`` (with ``source_args``, ``ragged``,
     ``steps_per_epoch``) runs your own code in the workers instead: see
-    ``h5feed/consumer/sources/api.py`` and README "Your own Python code in the workers".
+    ``h5feed/consumer/sources/api.py`` and docs/data/your-code.md.
 
     ``resume``: continue where an earlier run stopped: a stream's ``state()``, a bare
     ``{"epoch": e, "batch": b}`` (a custom loop's own count), or a backup directory of
-    ``h5feed.BackupAndRestore``; see :mod:`h5feed.consumer.resume` and README "Resume".
+    ``h5feed.BackupAndRestore``; see :mod:`h5feed.consumer.resume` and docs/trainer/resume.md.
     """
     if kwargs.get("source") is not None:
         from h5feed.consumer.sources.api import SourceFeed, make_source_config
@@ -95,7 +95,7 @@ def dataset(
     video's group name), ``start`` int64 [B] (the clip's first frame). B is ``batch_size``
     except for an epoch's last batch, unless ``drop_remainder``.
 
-    Semantics (see README "Semantics" for the full statement):
+    Semantics (see docs/semantics.md for the full statement):
 
     * ``epochs=1``: every video of every file yields ``clips_per_video`` clips per epoch, none
       lost, none repeated; ``epochs=None`` repeats forever. Each ``iter()`` runs ``epochs``
@@ -121,16 +121,17 @@ def dataset(
       error naming file, video and frame, raised by TensorFlow as ``tf.errors.UnknownError``
       whose message holds h5feed's error. A worker process that dies, vanishes
       (``peer_timeout_s``) or hangs (``unit_timeout_s``) is replaced or handed over, every
-      sample still exactly once (README "Guarantees").
+      sample still exactly once (docs/guarantees.md).
 
     ``source="package.module:factory"``: your own code in the workers instead of HDF5 files
     (``source_args``, ``output_signature``, ``ragged``, ``steps_per_epoch``,
     ``source_batched``: a generator of whole batches, split and batched again); see
-    ``h5feed/consumer/sources/api.py`` and README "Your own Python code in the workers".
+    ``h5feed/consumer/sources/api.py`` and docs/data/your-code.md.
 
     ``listen`` on an address other hosts reach (not loopback or ``ipc://``) needs CURVE keys
     (``curve_key``, ``curve_authorized``), else ValueError, unless ``insecure=True``: then it
-    warns (``h5feed.InsecureWarning``); see :mod:`h5feed.common.exposure` and README Security.
+    warns (``h5feed.InsecureWarning``); see :mod:`h5feed.common.exposure` and
+    docs/deploy/security.md.
 
     ``keys``: the keys of each element, default ``frames, label, file, video, start``; add
     any of ``sample``, ``epoch``, ``batch`` (int64 [B]: the global sample id, the epoch, the
@@ -140,7 +141,7 @@ def dataset(
     False where a bad frame was skipped or a row is padding) is added by ``on_error="skip"``
     and by ``shard_remainder="pad"``, or when asked.
 
-    Bad data (README "Bad data"): ``on_error="raise"`` ends the iteration at a bad frame
+    Bad data (docs/data/bad-data.md): ``on_error="raise"`` ends the iteration at a bad frame
     (undecodable, or failing the CRC32 ``h5feed pack`` stores), naming file, video and
     frame; ``"skip"`` zero-fills that sample, marks it ``valid=False`` (usable as
     ``sample_weight``), counts it in ``stats()`` and ends the iteration only when an epoch
@@ -158,7 +159,7 @@ def dataset(
     dataset carries its cardinality (batches per epoch x ``epochs``), so Keras shows the
     steps of each epoch. A dataset resumed inside an epoch (its first iteration is shorter)
     reports the full epoch's length to Keras, which ends that first epoch early, with its
-    "Your input ran out of data" warning; see README "Resume".
+    "Your input ran out of data" warning; see docs/trainer/resume.md.
 
     End the pipeline with
     ``.apply(tf.data.experimental.prefetch_to_device("/gpu:0"))`` to overlap host-to-GPU
@@ -240,7 +241,7 @@ def _reporting_length(ds: tf.data.Dataset, cardinality: int) -> tf.data.Dataset:
     """``ds`` telling ``cardinality`` to whoever asks (Keras: its steps per epoch) without
     tf.data enforcing it, and datasets derived with ``.map()``/``.prefetch()`` the same: a
     resumed first iteration is shorter, which ``assert_cardinality`` refuses with an error,
-    whereas Keras ends that epoch early and goes on (see README "Resume")."""
+    whereas Keras ends that epoch early and goes on (see docs/trainer/resume.md)."""
     import tensorflow as tf
 
     map_, prefetch_ = ds.map, ds.prefetch

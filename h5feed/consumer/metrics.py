@@ -24,7 +24,7 @@ Names and meaning (all start with ``h5feed_``):
   and ``package`` besides: the protocol version spoken with it and its h5feed version).
 
 Bad data adds the counter ``skipped_samples_total``: samples zero-filled for a bad frame under
-``on_error="skip"`` (README "Bad data").
+``on_error="skip"`` (docs/data/bad-data.md).
 """
 
 from __future__ import annotations

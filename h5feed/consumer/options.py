@@ -11,7 +11,8 @@ plan's own; ``processes``; ``network``), an HDF5 feed's :class:`DataOptions` (a 
 has none: those arguments do not apply to it) and :class:`SourceConfig`.
 :func:`describe_parameters` derives every keyword of ``dataset()``/``batches()`` and its
 default from them; ``tests/test_config.py`` checks :class:`FeedKwargs`' keys, ``dataset()``'s
-docstring and the README's parameter table against it, so none of those can drift.
+docstring and the parameter table of docs/trainer/parameters.md against it, so none of those can
+drift.
 """
 
 from __future__ import annotations

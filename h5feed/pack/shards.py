@@ -4,7 +4,7 @@ A shard is written as ``<name>.tmp`` and renamed to its final name once complete
 to disk, so a file under a final name is always whole. Each shard holds whole videos only,
 copied group by group from the per-video files of :mod:`h5feed.pack.encode` (``frames``
 and ``crc32`` datasets, ``label`` and ``source`` attributes), and the file attributes
-``h5feed_pack_version = 2`` (the pack format; README "From video files: h5feed pack"),
+``h5feed_pack_version = 2`` (the pack format; docs/data/pack.md),
 ``h5feed_layout = "group_per_video"`` and ``classes`` (the class names, UTF-8 strings, in
 label order; empty without classes), and the pack index: a root group ``h5feed_index``
 (names, frame counts, labels; :mod:`h5feed.producer.layouts.pack_index`), so a reader takes

@@ -18,8 +18,7 @@ Guarantees:
    :data:`~h5feed.common.config.DEFAULT_STOP_WAIT_S`, 20 s) plus
    :data:`~h5feed.common.config.STOP_EXIT_MARGIN_S`; a worker still there after the stop
    wait and its last messages' flush is killed (logged), and the trainer makes what it held
-   again (``units_remade``). A container's grace period must cover both (README "Upgrading
-   a running fleet").
+   again (``units_remade``). A container's grace period must cover both (docs/deploy/upgrading.md).
 4. With ``metrics``, one endpoint serves every worker's figures (``/metrics``, ``/stats``;
    see ``h5feed/producer/metrics.py``) on the (host, port) given (the command's default host
    is 127.0.0.1); the address bound is logged (INFO), also when asked for port 0.

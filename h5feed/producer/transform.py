@@ -1,6 +1,6 @@
 """User transforms: ``transform="package.module:fn"`` applied per sample in the workers.
 
-Contract (also in README "Per-sample transforms")::
+Contract (also in docs/data/transforms.md)::
 
     fn(clip: np.ndarray, rng: np.random.Generator, **transform_args) -> np.ndarray
 

@@ -3,7 +3,7 @@
 # scaling of h5feed workers against the parallel per-core limit (`h5feed bench`), then a 3D CNN
 # trained on the GPU from a cached batch, h5feed and DataLoader, torch and Keras 3 on torch
 # (`h5feed bench gpu-train`). No TensorFlow, no network: the wheels h5feed needs beyond that
-# machine's image (pyzmq; keras, namex, optree) travel in .whl/ (README "On a GPU").
+# machine's image (pyzmq; keras, namex, optree) travel in .whl/ (docs/performance/gpu.md).
 #   OUT=/tmp/out bash h5feed/bench/gpu/run.sh                            # on the GPU machine
 #   GPU_RUN_REHEARSAL=1 OUT=/tmp/out bash h5feed/bench/gpu/run.sh        # here, on the CPU, tiny
 # Writes $OUT/{scale.json,scale.md,scale.png,train.json,train.png,gpu.txt,log.txt}.

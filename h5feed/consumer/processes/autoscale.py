@@ -138,7 +138,7 @@ class AutoWorkers:
     loop calls :meth:`step` once per pass, never while it handles a message). Growing starts
     one worker, which joins the iteration as any peer that says hello; shrinking retires the
     last one, which hands its units back (its BYE): the iteration's exactly-once rules are
-    those of a producer that joins or leaves (README "Guarantees")."""
+    those of a producer that joins or leaves (docs/guarantees.md)."""
 
     def __init__(
         self,

@@ -25,7 +25,7 @@ Guarantees:
    returned a DATA part in an earlier iteration is replaced, never raised; only a crash loop
    (past ``max_restarts`` deaths a minute of processes that returned nothing) raises
    :class:`WorkerDiedError` naming it, and the pool is closed. One that exits just after is
-   replaced by that iteration's recovery, like any local worker (README "Guarantees").
+   replaced by that iteration's recovery, like any local worker (docs/guarantees.md).
 4. The workers keep every guarantee of :mod:`h5feed.consumer.processes.local_workers` (they
    die with the trainer, ignore Ctrl-C); :meth:`WorkerPool.close` stops them within about 2 s.
    It runs when the feed is closed or garbage collected, and at interpreter exit.

@@ -17,7 +17,7 @@ gives each batch as a dict of tensors. Guarantees:
    which needs CUDA (else ``ValueError`` here, not a late failure); then
    ``.to("cuda", non_blocking=True)`` is an asynchronous DMA that overlaps the training step.
    It costs one host copy per batch, in the trainer's thread: measured on an H100 with 15
-   workers (README "On a GPU"), it cost 18 ms of trainer CPU per clip and halved the steps/s
+   workers (docs/performance/gpu.md), it cost 18 ms of trainer CPU per clip and halved the steps/s
    of a model the unpinned path kept 0.89 busy, so leave it off (the default) unless you
    measured otherwise.
 5. Same batches, order and semantics as :func:`h5feed.batches` (each iteration runs

@@ -80,7 +80,7 @@ def no_match_message(h5: h5py.File, auto: Auto) -> str:
             "no known video layout recognised (layout='auto'). The file holds:",
             *lines,
             *(["What fits it (layout=...):", *suggested] if suggested else []),
-            "Describe it with layout= (names are parameters; see README 'HDF5 layouts'):",
+            "Describe it with layout= (names are parameters; see docs/data/layouts.md):",
             f"  groups:         one group per video with a vlen-uint8 {auto.frames!r} dataset "
             f"and a {auto.label!r} attribute -> frames_key=..., label_key=... "
             "or h5feed.layouts.Groups(frames=..., label=...)",

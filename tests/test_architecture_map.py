@@ -1,4 +1,5 @@
-"""README "Who owns what" and "Where to change what" stay true: every file a row names exists,
+"""docs/architecture/index.md's "Who owns what" and "Where to change what" stay true:
+every file a row names exists,
 and every code name a row places in a file is defined there.
 
 A row is the newcomer's map (issue 24): a renamed module or a moved class must change the row
@@ -21,7 +22,7 @@ PLACED = re.compile(r"`([A-Za-z_][\w.]*)`(?: \([^)]*\))? (?:in|of) `([\w/]+\.py)
 
 
 def table_rows() -> list[tuple[str, str]]:
-    lines = (ROOT / "README.md").read_text().splitlines()
+    lines = (ROOT / "docs" / "architecture" / "index.md").read_text().splitlines()
     rows: list[tuple[str, str]] = []
     for title in TABLES:
         start = next(i for i, line in enumerate(lines) if line.startswith(title))

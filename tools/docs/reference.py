@@ -1,9 +1,668 @@
-"""MkDocs hook: the reference pages generated at build time (filled in by issue 28's work)."""
+"""MkDocs hook: the reference pages, generated from the code at every build.
+
+docs/reference/api.md holds the marker ``<!-- h5feed:api -->``. The hook replaces it with every
+name of ``h5feed.__all__``, resolved through the package face (``getattr(h5feed, name)``, so
+through h5feed/__init__.py's lazy ``__getattr__``) and shown under its public name, grouped,
+each with its signature and its docstring turned from the project's reST-ish style into
+Markdown. docs/reference/cli.md holds ``<!-- h5feed:cli -->``, replaced with the
+``format_help()`` of ``h5feed.cli.build_parser()`` and of each of its subcommands, nested
+ones (``h5feed bench scale``) included.
+
+Guarantees:
+
+1. Nothing is copied by hand: both pages come from the code of this checkout at each build
+   (h5feed is imported from the directory above tools/; another h5feed is refused).
+2. A public object (function, class, module) without a docstring of its own, or a name of
+   ``h5feed.__all__`` that no section of the page places, fails the build with an error
+   naming it, rather than publish an empty or missing entry.
+3. Headings and signatures show public paths only (``h5feed.X``, ``h5feed.layouts.X``):
+   a type named by an internal path in a signature is shown by its public path, or its bare
+   name where it has none. Docstrings are shown as written (they may cite internal modules).
+4. Reproducible: the help texts are formatted as on a terminal ``HELP_COLUMNS`` wide,
+   whatever the terminal of the build; entries come in a fixed order.
+5. Only parsers are built: no command's code runs.
+"""
 
 from __future__ import annotations
 
+import argparse
+import contextlib
+import html
+import inspect
+import os
+import re
+import sys
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
+from mkdocs.config.defaults import MkDocsConfig
+from mkdocs.exceptions import PluginError
+from mkdocs.structure.files import Files
+from mkdocs.structure.pages import Page
 
-def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
+API_MARKER = "<!-- h5feed:api -->"
+CLI_MARKER = "<!-- h5feed:cli -->"
+#: The terminal width the help texts are formatted for (argparse reads $COLUMNS).
+HELP_COLUMNS = 100
+#: A signature longer than this is written one parameter a line.
+_SIGNATURE_WIDTH = 88
+
+#: The API page's sections: (title, names of ``h5feed.__all__``), in page order. The errors
+#: and warnings (every exception class of ``__all__``), ``layouts`` and ``__version__`` have
+#: sections of their own.
+API_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("Datasets and streams", ("dataset", "batches")),
+    (
+        "Trainers",
+        (
+            "keras_batches",
+            "torch_batches",
+            "distribute",
+            "BackupAndRestore",
+            "input_wait_callback",
+            "merge_states",
+        ),
+    ),
+)
+
+#: This checkout: tools/docs/reference.py -> the repository root.
+_ROOT = Path(__file__).resolve().parents[2]
+
+
+class ReferenceBuildError(PluginError):
+    """The reference cannot be generated truthfully (MkDocs prints the message and stops)."""
+
+
+# --------------------------------------------------------------------------------------------
+# The hook
+
+
+def on_page_markdown(markdown: str, page: Page, config: MkDocsConfig, files: Files) -> str:
+    """Replace the markers with the generated reference (pages without one are unchanged)."""
+    if API_MARKER in markdown:
+        if "attr_list" not in config.markdown_extensions:
+            raise ReferenceBuildError(
+                f"{page.file.src_uri}: the API reference needs the markdown extension "
+                "attr_list (its anchors, e.g. #h5feed.dataset); add it to mkdocs.yml"
+            )
+        markdown = markdown.replace(API_MARKER, api_markdown(pages=_page_links(page, files)))
+    if CLI_MARKER in markdown:
+        markdown = markdown.replace(CLI_MARKER, cli_markdown())
     return markdown
+
+
+def _page_links(page: Page, files: Files) -> Callable[[str], str | None]:
+    """A docs page a docstring cites (``docs/trainer/resume.md``, as ``trainer/resume.md``)
+    -> its URL relative to ``page``; None when the site has no such page (left as text)."""
+    up = "../" * page.file.src_uri.count("/")
+
+    def link(src: str) -> str | None:
+        return up + src if files.get_file_from_path(src) is not None else None
+
+    return link
+
+
+def import_h5feed() -> ModuleType:
+    """``h5feed`` of this checkout (guarantee 1)."""
+    if str(_ROOT) not in sys.path:
+        sys.path.insert(0, str(_ROOT))
+    import h5feed
+
+    where = Path(h5feed.__file__ or "?").resolve().parent
+    if where != _ROOT / "h5feed":
+        raise ReferenceBuildError(
+            f"h5feed was imported from {where}, not from this checkout ({_ROOT / 'h5feed'}): "
+            "the reference would describe another version of it"
+        )
+    return h5feed
+
+
+# --------------------------------------------------------------------------------------------
+# The Python API page
+
+
+class _Face:
+    """The public names: object paths as a user writes them (``h5feed.X``,
+    ``h5feed.layouts.X``), each also the anchor of its entry on the page. (No dataclasses
+    in this file: MkDocs and the tests load it from its path, not as a module of a package.)"""
+
+    def __init__(self, pages: Callable[[str], str | None] | None = None) -> None:
+        self.paths: dict[str, str] = {}  # "dataset", "layouts.Flat" -> "h5feed.layouts.Flat"
+        self.pages = pages  # links to the docs pages docstrings cite
+
+    def add(self, key: str) -> None:
+        self.paths[key] = f"h5feed.{key}"
+
+    def resolve(self, target: str) -> str | None:
+        """The public path of a docstring's reference (``dataset``, ``h5feed.dataset``,
+        ``layouts.Flat``, ``Flat``, or an internal path such as
+        ``h5feed.common.errors.ProtocolError`` by its last name), or None when it names
+        nothing public."""
+        key = target.removeprefix("h5feed.")
+        for candidate in (key, f"layouts.{key}", f"layouts.{key.rsplit('.', 1)[-1]}"):
+            if candidate in self.paths:
+                return self.paths[candidate]
+        if target.startswith("h5feed.") and "." in key:
+            return self.resolve(key.rsplit(".", 1)[-1])
+        return None
+
+    def public_path(self, dotted: str) -> str:
+        """``h5feed.common.layouts.Flat`` as ``h5feed.layouts.Flat``; an internal name
+        without a public path as its bare name (guarantee 3)."""
+        if dotted.removeprefix("h5feed.") in self.paths:
+            return dotted
+        name = dotted.rsplit(".", 1)[-1]
+        return self.resolve(name) or name
+
+
+def api_markdown(
+    package: ModuleType | None = None, pages: Callable[[str], str | None] | None = None
+) -> str:
+    """The Python API reference of ``package`` (default: this checkout's ``h5feed``);
+    ``pages`` links the docs pages docstrings cite (see :func:`rest_to_markdown`)."""
+    h5feed = package if package is not None else import_h5feed()
+    names: list[str] = list(h5feed.__all__)
+    objects = {name: getattr(h5feed, name) for name in names}  # through the lazy __getattr__
+    layouts = objects.get("layouts")
+    layout_names: list[str] = list(layouts.__all__) if isinstance(layouts, ModuleType) else []
+
+    face = _Face(pages)
+    for name in names:
+        face.add(name)
+    for name in layout_names:
+        face.add(f"layouts.{name}")
+
+    errors = [n for n in names if _is_exception(objects[n])]
+    grouped = {n for _, group in API_GROUPS for n in group}
+    placed = grouped | set(errors) | {"layouts", "__version__"}
+    unplaced = [n for n in names if n not in placed]
+    missing = sorted(placed - set(names) - set(errors))
+    if unplaced or missing:
+        raise ReferenceBuildError(
+            "tools/docs/reference.py's API_GROUPS do not match h5feed.__all__: "
+            + "; ".join(
+                part
+                for part in (
+                    f"not placed in any section: {', '.join(unplaced)}" if unplaced else "",
+                    f"not in h5feed.__all__: {', '.join(missing)}" if missing else "",
+                )
+                if part
+            )
+        )
+
+    out: list[str] = []
+    version = objects["__version__"]
+    # Raw HTML: an attr_list id with "__" would be read as bold before it is an id.
+    out.append(
+        f'<p id="h5feed.__version__">This reference describes h5feed '
+        f"<code>{html.escape(str(version))}</code> (<code>h5feed.__version__</code>).</p>"
+    )
+    for title, group in API_GROUPS:
+        out.append(f"## {title}")
+        out.extend(_entry(f"h5feed.{n}", objects[n], face, level=3) for n in group)
+    if layouts is not None:
+        out.append(_layouts_section(layouts, layout_names, face))
+    out.append(_errors_section({n: objects[n] for n in errors}, face))
+    return "\n\n".join(out) + "\n"
+
+
+def _is_exception(obj: Any) -> bool:
+    return isinstance(obj, type) and issubclass(obj, BaseException)
+
+
+def _layouts_section(layouts: ModuleType, names: Sequence[str], face: _Face) -> str:
+    parts = [
+        "## Layouts: `h5feed.layouts` { #h5feed.layouts }",
+        _docstring("h5feed.layouts", layouts, face),
+    ]
+    for name in names:
+        obj = getattr(layouts, name)
+        path = f"h5feed.layouts.{name}"
+        if callable(obj) or isinstance(obj, ModuleType):
+            parts.append(_entry(path, obj, face, level=3))
+        else:  # a constant: its value is its documentation
+            value = _fence(f"{path} = {obj!r}", "python")
+            parts.append(f"### {_code(path)} {{ #{path} }}\n\n{value}")
+    return "\n\n".join(parts)
+
+
+def _errors_section(errors: Mapping[str, Any], face: _Face) -> str:
+    """The hierarchy as a nested list, then one entry per class, in the hierarchy's order."""
+    classes: dict[type, str] = {cls: f"h5feed.{name}" for name, cls in errors.items()}
+
+    def parent(cls: type) -> type:
+        # The nearest public base, or the first base from outside h5feed (a builtin).
+        for base in cls.__mro__[1:]:
+            if base in classes or not base.__module__.startswith("h5feed"):
+                return base
+        return BaseException
+
+    children: dict[type, list[type]] = {}
+    for cls in sorted(classes, key=lambda c: (issubclass(c, Warning), classes[c])):
+        children.setdefault(parent(cls), []).append(cls)
+    roots = [base for base in children if base not in classes]
+
+    def label(cls: type) -> str:
+        if cls in classes:
+            return f"[{_code(classes[cls])}](#{classes[cls]})"
+        return _code(cls.__qualname__)
+
+    tree: list[str] = []
+    order: list[type] = []
+
+    def walk(cls: type, depth: int) -> None:
+        tree.append(f"{'    ' * depth}- {label(cls)}")
+        if cls in classes:
+            order.append(cls)
+        for child in children.get(cls, []):
+            walk(child, depth + 1)
+
+    for root in roots:
+        walk(root, 0)
+    parts = ["## Errors and warnings", "\n".join(tree)]
+    for cls in order:
+        entry = _entry(classes[cls], cls, face, level=3, base=label(parent(cls)))
+        parts.append(entry)
+    return "\n\n".join(parts)
+
+
+def _entry(path: str, obj: Any, face: _Face, *, level: int, base: str | None = None) -> str:
+    """A heading with the entry's anchor, the signature, the base class, the docstring."""
+    parts = [f"{'#' * level} {_code(path)} {{ #{path} }}"]
+    if not isinstance(obj, ModuleType):
+        parts.append(_fence(signature_text(path, obj, face), "python"))
+    if base is not None:
+        parts.append(f"Base: {base}.")
+    parts.append(_docstring(path, obj, face))
+    return "\n\n".join(parts)
+
+
+def _docstring(path: str, obj: Any, face: _Face) -> str:
+    """The object's own docstring as Markdown (a class's, not one inherited: guarantee 2)."""
+    own = obj.__dict__.get("__doc__") if isinstance(obj, type) else getattr(obj, "__doc__", None)
+    if not isinstance(own, str) or not own.strip():
+        raise ReferenceBuildError(
+            f"{path} has no docstring: the API reference would publish an empty entry; "
+            f"write one where it is defined ({getattr(obj, '__module__', '?')})"
+        )
+    return rest_to_markdown(inspect.cleandoc(own), face.resolve, face.pages)
+
+
+# --------------------------------------------------------------------------------------------
+# Signatures
+
+
+class _Text:
+    """An annotation shown as written (inspect would quote a string annotation)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+_DOTTED_H5FEED = re.compile(r"\bh5feed(?:\.\w+)+")
+_NOISE_PREFIXES = re.compile(r"\b(?:collections\.abc|typing|typing_extensions)\.")
+
+
+def signature_text(path: str, obj: Any, face: _Face | None = None) -> str:
+    """``path(...)``: the call a user writes, with annotations as written in the source; one
+    parameter a line when the line would be long. An exception class that keeps
+    ``Exception``'s constructor shows ``(*args)``."""
+    face = face if face is not None else _Face()
+    try:
+        sig = inspect.signature(obj)
+    except ValueError:  # a builtin's constructor: Exception(*args)
+        if _is_exception(obj):
+            return f"{path}(*args)"
+        raise
+
+    def shown(annotation: Any) -> _Text:
+        text = annotation if isinstance(annotation, str) else inspect.formatannotation(annotation)
+        text = _NOISE_PREFIXES.sub("", text)
+        return _Text(_DOTTED_H5FEED.sub(lambda m: face.public_path(m.group(0)), text))
+
+    parts: list[str] = []
+    pending_slash = False
+    star_needed = True
+    for param in sig.parameters.values():
+        if param.kind is param.POSITIONAL_ONLY:
+            pending_slash = True
+        elif pending_slash:
+            parts.append("/")
+            pending_slash = False
+        if param.kind is param.VAR_POSITIONAL:
+            star_needed = False
+        elif param.kind is param.KEYWORD_ONLY and star_needed:
+            parts.append("*")
+            star_needed = False
+        if param.annotation is not param.empty:
+            param = param.replace(annotation=shown(param.annotation))
+        parts.append(str(param))
+    if pending_slash:
+        parts.append("/")
+    returns = ""
+    if sig.return_annotation is not sig.empty and not isinstance(obj, type):
+        returns = f" -> {shown(sig.return_annotation)!r}"
+    one_line = f"{path}({', '.join(parts)}){returns}"
+    if len(one_line) <= _SIGNATURE_WIDTH:
+        return one_line
+    return f"{path}(\n" + "".join(f"    {part},\n" for part in parts) + f"){returns}"
+
+
+# --------------------------------------------------------------------------------------------
+# Docstrings: the project's reST-ish style as Markdown
+
+_ITEM = re.compile(r"(?P<indent> *)(?P<marker>[*+-]|\d+[.)]|#\.)[ \t]+(?P<text>\S.*)")
+_UNDERLINE = re.compile(r"([=\-~^\"'`#*+])\1{2,}")
+_INLINE = re.compile(
+    r"(?P<role>:(?:[\w-]+:)*?(?P<role_kind>[\w-]+):`(?P<role_text>[^`]+)`)"
+    r"|``(?P<literal>[^`]+(?:`[^`]+)*?)``"
+    r"|`(?P<interpreted>[^`]+)`(?P<link>_{1,2})?"
+    r"|\*\*(?P<strong>[^*`\s](?:[^*`]*[^*`\s])?)\*\*"
+    r"|(?<![\w*\\])\*(?P<em>[^*`\s](?:[^*`]*[^*`\s])?)\*(?![\w*])"
+)
+_ROLE_TITLE = re.compile(r"(?P<title>.*?)\s*<(?P<target>[^<>]+)>")
+_DOCS_PAGE = re.compile(r"\bdocs/(?P<page>(?:[\w.-]+/)*[\w-]+\.md)(?P<anchor>#[\w-]+)?")
+_ESCAPED = re.compile(r"([\\`*_\[\]{}])")
+
+
+class _Block:
+    """A paragraph, a list item (or a further paragraph of one), a literal block, a title."""
+
+    def __init__(
+        self, kind: str, indent: int, lines: list[str], marker: str = "", lang: str = "text"
+    ) -> None:
+        self.kind = kind  # "para", "item", "item_para", "code", "heading"
+        self.indent = indent
+        self.lines = lines
+        self.marker = marker  # an item's: "-", "*", "1." ...
+        self.lang = lang  # a code block's
+        self.depth = 0  # list nesting of an item or an item's paragraph
+
+
+def rest_to_markdown(
+    text: str,
+    resolve: Callable[[str], str | None] | None = None,
+    pages: Callable[[str], str | None] | None = None,
+) -> str:
+    """A docstring (already ``inspect.cleandoc``-ed) as Markdown.
+
+    ``x`` and `x` become code spans; roles (``:class:`~h5feed.x.Y```, ``:func:``, ``:mod:``,
+    ...) code spans of what Sphinx would show (with ``~``, the last dotted part), linked to
+    the entry when ``resolve`` gives the target a public path; ``*em*`` and ``**strong**``
+    stay; every other character Markdown would read as markup is escaped. Bullet and
+    numbered lists become Markdown lists (with the blank line Markdown needs before one,
+    continuation lines joined, nested by indentation); a literal block (after ``::``, or an
+    indented block that is no list item's) and a ``>>>`` session become fenced code; a title
+    underlined reST-style becomes a bold line (not a heading that would enter the page's
+    table of contents). A docs page cited in the text (``docs/trainer/resume.md``, with or
+    without ``#anchor``) becomes a link to the URL ``pages`` gives it (MkDocs then checks
+    that page and anchor exist); one it gives none stays text."""
+    links = _Links(resolve or _nothing, pages or _nothing)
+    return _render(_blocks(text.splitlines()), links)
+
+
+def _nothing(_: str) -> None:
+    return None
+
+
+class _Links:
+    """Where a docstring's references lead: ``names`` for roles, ``pages`` for docs pages."""
+
+    def __init__(
+        self, names: Callable[[str], str | None], pages: Callable[[str], str | None]
+    ) -> None:
+        self.names = names
+        self.pages = pages
+
+
+def _blocks(lines: list[str]) -> list[_Block]:
+    lines = [line.expandtabs(4).rstrip() for line in lines]
+    blocks: list[_Block] = []
+    current: _Block | None = None  # the block the next line may continue
+    after_blank = True
+    item_indents: list[int] = []  # the open list items' indents, outermost first
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        stripped = line.strip()
+        indent = len(line) - len(stripped) if stripped else 0
+        if not stripped:
+            current, after_blank = None, True
+            i += 1
+            continue
+        after_colons = bool(blocks) and blocks[-1].lines[-1].endswith("::")
+        doctest = stripped.startswith(">>>") and not after_colons
+        if after_blank and (doctest or (indent > 0 and (after_colons or not item_indents))):
+            # A literal block (after "::", or indented outside a list) or a doctest session.
+            body, i = _literal(lines, i, indent, doctest)
+            blocks.append(_Block("code", indent, body, lang="python" if doctest else "text"))
+            current = None
+            continue
+        item = _ITEM.fullmatch(line)
+        if item is not None and (
+            item.group("marker") in "*+-" or after_blank or (current and current.kind == "item")
+        ):
+            while item_indents and item_indents[-1] >= indent:
+                item_indents.pop()
+            current = _Block("item", indent, [item.group("text")], item.group("marker"))
+            current.depth = len(item_indents)
+            item_indents.append(indent)
+            blocks.append(current)
+        elif current is not None and (current.kind != "item" or indent > current.indent):
+            underlined = (
+                current.kind == "para"
+                and len(current.lines) == 1
+                and _UNDERLINE.fullmatch(stripped) is not None
+                and len(stripped) >= len(current.lines[0])
+            )
+            if underlined:
+                current.kind, current = "heading", None
+            else:
+                current.lines.append(stripped)
+        else:
+            while item_indents and item_indents[-1] >= indent:
+                item_indents.pop()
+            if item_indents and after_blank:  # a further paragraph of the open list item
+                current = _Block("item_para", indent, [stripped])
+                current.depth = len(item_indents)
+            else:
+                item_indents.clear()
+                current = _Block("para", indent, [stripped])
+            blocks.append(current)
+        after_blank = False
+        i += 1
+    return blocks
+
+
+def _literal(lines: list[str], i: int, indent: int, doctest: bool) -> tuple[list[str], int]:
+    """The literal block from line ``i`` (dedented by ``indent``; blank lines inside kept):
+    up to a line indented less, or, for a doctest session, up to a blank line."""
+    body: list[str] = []
+    while i < len(lines):
+        line = lines[i]
+        if doctest and not line:
+            break
+        if line and len(line) - len(line.lstrip(" ")) < indent:
+            break
+        body.append(line[indent:])
+        i += 1
+    while body and not body[-1]:
+        body.pop()
+    return body, i
+
+
+def _render(blocks: list[_Block], links: _Links) -> str:
+    out: list[str] = []
+    previous: _Block | None = None
+    for block in blocks:
+        if block.kind == "code":
+            text = _fence("\n".join(block.lines), block.lang)
+        else:
+            joined = " ".join(block.lines)
+            if joined.endswith("::"):
+                joined = joined[:-2].rstrip()
+                joined = joined + ":" if joined else ""
+            body_text = _inline(joined, links)
+            if block.kind == "heading":
+                text = f"**{body_text}**"
+            elif block.kind == "item":
+                marker = _markdown_marker(block.marker)
+                text = f"{'    ' * block.depth}{marker} {body_text}"
+            elif block.kind == "item_para":
+                text = f"{'    ' * block.depth}{body_text}"
+            else:
+                text = _escape_block_start(body_text)
+            if not text.strip():
+                previous = block
+                continue
+        tight = previous is not None and previous.kind == "item" and block.kind == "item"
+        if out:
+            out.append("\n" if tight else "\n\n")
+        out.append(text)
+        previous = block
+    return "".join(out)
+
+
+def _markdown_marker(marker: str) -> str:
+    """``*``/``+``/``-`` as ``-``; ``2)`` and ``#.`` as Markdown's ``2.`` and ``1.``."""
+    if marker in ("*", "+", "-"):
+        return "-"
+    return "1." if marker == "#." else marker.replace(")", ".")
+
+
+def _inline(text: str, links: _Links) -> str:
+    out: list[str] = []
+    position = 0
+    for match in _INLINE.finditer(text):
+        out.append(_plain(text[position : match.start()], links))
+        position = match.end()
+        if match.group("role"):
+            out.append(_role(match.group("role_kind"), match.group("role_text"), links.names))
+        elif match.group("literal") is not None:
+            out.append(_code(match.group("literal")))
+        elif match.group("interpreted") is not None:
+            content = match.group("interpreted")
+            titled = _ROLE_TITLE.fullmatch(content) if match.group("link") else None
+            if titled is not None:
+                out.append(f"[{_escape(titled.group('title'))}]({titled.group('target')})")
+            else:
+                out.append(_code(content))
+        elif match.group("strong") is not None:
+            out.append(f"**{_escape(match.group('strong'))}**")
+        else:
+            out.append(f"*{_escape(match.group('em'))}*")
+    out.append(_plain(text[position:], links))
+    return "".join(out)
+
+
+def _plain(text: str, links: _Links) -> str:
+    """Text outside any markup: escaped, with the docs pages it cites linked."""
+    out: list[str] = []
+    position = 0
+    for match in _DOCS_PAGE.finditer(text):
+        url = links.pages(match.group("page"))
+        if url is not None:
+            out.append(_escape(text[position : match.start()]))
+            out.append(f"[{_escape(match.group(0))}]({url}{match.group('anchor') or ''})")
+            position = match.end()
+    out.append(_escape(text[position:]))
+    return "".join(out)
+
+
+def _role(kind: str, content: str, resolve: Callable[[str], str | None]) -> str:
+    """``:class:`~h5feed.x.Y``` -> `Y`; ``:func:`title <target>``` -> `title`; linked to the
+    target's entry when it has a public path."""
+    titled = _ROLE_TITLE.fullmatch(content)
+    if titled is not None:
+        shown, target = titled.group("title"), titled.group("target")
+    else:  # a target wrapped across lines is one word
+        target = "".join(content.split()).lstrip("!")
+        shown = target.removeprefix("~")
+        if target.startswith("~"):
+            shown = shown.rsplit(".", 1)[-1]
+    target = target.lstrip("~!").removesuffix("()")
+    public = resolve(target)
+    if kind == "mod" and public != f"h5feed.{target.removeprefix('h5feed.')}":
+        public = None  # a module links only to itself (h5feed.x.distribute is no function)
+    return f"[{_code(shown)}](#{public})" if public else _code(shown)
+
+
+def _escape(text: str) -> str:
+    return _ESCAPED.sub(r"\\\1", text).replace("<", "&lt;")
+
+
+def _escape_block_start(text: str) -> str:
+    """A paragraph must not start as a heading, quote, list or rule would."""
+    numbered = re.match(r"(\d+)([.)]\s)", text)
+    if numbered is not None:
+        return f"{numbered.group(1)}\\{text[numbered.end(1) :]}"
+    return "\\" + text if text[:1] in ("#", ">", "+", "-", "=") else text
+
+
+def _code(text: str) -> str:
+    """A Markdown code span of ``text``, whatever backticks it holds."""
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    ticks = "`" * (longest + 1)
+    pad = " " if longest or text.startswith(" ") or text.endswith(" ") else ""
+    return f"{ticks}{pad}{text}{pad}{ticks}"
+
+
+def _fence(text: str, lang: str) -> str:
+    longest = max((len(run) for run in re.findall(r"`{3,}", text)), default=2)
+    ticks = "`" * (longest + 1)
+    return f"{ticks}{lang}\n{text}\n{ticks}"
+
+
+# --------------------------------------------------------------------------------------------
+# The command line page
+
+
+@contextlib.contextmanager
+def help_width(columns: int = HELP_COLUMNS) -> Iterator[None]:
+    """argparse formats for a terminal ``columns`` wide (it reads $COLUMNS) while inside."""
+    before = os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = str(columns)
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["COLUMNS"]
+        else:
+            os.environ["COLUMNS"] = before
+
+
+def subcommands(
+    parser: argparse.ArgumentParser, words: tuple[str, ...] = ()
+) -> Iterator[tuple[tuple[str, ...], argparse.ArgumentParser]]:
+    """``(words, parser)`` for ``parser`` and every subcommand below it, depth first in the
+    order they were added (an alias is not listed twice)."""
+    yield words, parser
+    seen: set[int] = set()
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                if id(sub) not in seen:
+                    seen.add(id(sub))
+                    yield from subcommands(sub, (*words, name))
+
+
+def cli_markdown(parser: argparse.ArgumentParser | None = None) -> str:
+    """Each command's ``--help`` under a heading ``h5feed WORDS`` (default: the parser of
+    this checkout's ``h5feed`` command; built, never run)."""
+    if parser is None:
+        import_h5feed()
+        from h5feed.cli import build_parser
+
+        parser = build_parser()
+    parts: list[str] = []
+    with help_width():
+        for words, command in subcommands(parser):
+            title = " ".join((parser.prog, *words))
+            heading = "#" * min(max(len(words), 1) + 1, 6)  # h5feed and its commands: h2
+            parts.append(f"{heading} {title}\n\n{_fence(command.format_help().rstrip(), 'text')}")
+    return "\n\n".join(parts) + "\n"

@@ -101,6 +101,23 @@ def test_command_help(tmp_path: pathlib.Path, command: str, options: list[str]) 
         assert option in result.stdout, option
 
 
+def test_no_help_line_runs_past_the_terminal_width(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Prose written as one long line is wrapped; laid-out examples keep their breaks."""
+    import argparse
+
+    from h5feed.cli import build_parser
+
+    monkeypatch.setenv("COLUMNS", "100")
+    parser = build_parser()
+    (commands,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    helps = {"h5feed": parser.format_help()}
+    helps |= {name: sub.format_help() for name, sub in commands.choices.items()}
+    too_long = [(name, line) for name, text in helps.items() for line in text.splitlines()
+                if len(line) > 100]  # fmt: skip
+    assert too_long == []
+    assert "Guarantees: NAME.key_secret is created mode 0600" in helps["keys"]
+
+
 def test_version(tmp_path: pathlib.Path) -> None:
     script = pathlib.Path(sys.executable).with_name("h5feed")  # the console script, if installed
     command = [str(script)] if script.exists() else [sys.executable, "-m", "h5feed"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import textwrap
 from collections.abc import Callable
 from typing import Any
 
@@ -12,7 +13,18 @@ Subcommand = Callable[[str, str, str, str], Any]
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
-    """Keeps the description's and epilog's line breaks (their examples are laid out)."""
+    """Keeps the description's and epilog's line breaks (their examples are laid out), and
+    wraps a line longer than the terminal that starts at the margin (prose written as one
+    line), so no line of ``--help`` runs past the width."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        lines = []
+        for line in text.splitlines():
+            if len(indent + line) > width and not line[:1].isspace():
+                lines += textwrap.wrap(line, width, initial_indent=indent, subsequent_indent=indent)
+            else:
+                lines.append(indent + line)
+        return "\n".join(lines)
 
 
 def int_in(minimum: int, maximum: int | None = None) -> Callable[[str], int]:

@@ -28,11 +28,17 @@ INTERNAL = ("h5feed.consumer.", "h5feed.common.", "h5feed.producer.")
 
 
 def _load_hook() -> Any:
-    """The hook as MkDocs loads it: from its file path, not as a module of a package."""
+    """The hook as MkDocs loads it: from its file path, not as a module of a package, with
+    its folder on ``sys.path`` while it loads (so its sibling module imports)."""
     spec = importlib.util.spec_from_file_location("h5feed_docs_reference", HOOK)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    saved = sys.path.copy()
+    sys.path.insert(0, str(HOOK.parent))
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path[:] = saved
     return module
 
 

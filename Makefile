@@ -48,7 +48,7 @@ test: $(STAMP) $(BACKENDS_STAMP)
 	$(BIN)/ruff check h5feed tests tools
 	$(BIN)/ruff format --check h5feed tests tools
 	$(BIN)/mypy
-	$(BIN)/python tests/docker_helpers.py -- $(BIN)/python -m pytest -n 2 --dist loadgroup
+	$(BIN)/python tests/docker_helpers.py -- $(BIN)/python -m pytest -n 2 --dist loadgroup --durations=25
 
 # A CPU-only torch wheel, where one lies on disk (PyPI serves only the large CUDA build):
 # installed before the bench extra, which then keeps it. Override: make bench TORCH_WHEEL=...

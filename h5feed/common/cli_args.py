@@ -12,15 +12,20 @@ from typing import Any
 Subcommand = Callable[[str, str, str, str], Any]
 
 
+#: The width help texts are laid out at by hand (the project's line length): a longer line of
+#: a description or epilog was written as one paragraph, and is wrapped.
+HAND_WRAPPED = 100
+
+
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
-    """Keeps the description's and epilog's line breaks (their examples are laid out), and
-    wraps a line longer than the terminal that starts at the margin (prose written as one
-    line), so no line of ``--help`` runs past the width."""
+    """Keeps the description's and epilog's line breaks (their examples and paragraphs are
+    laid out by hand, at most :data:`HAND_WRAPPED` columns), and wraps to the terminal a line
+    longer than that which starts at the margin: prose written as one line."""
 
     def _fill_text(self, text: str, width: int, indent: str) -> str:
         lines = []
         for line in text.splitlines():
-            if len(indent + line) > width and not line[:1].isspace():
+            if len(line) > HAND_WRAPPED and not line[:1].isspace():
                 lines += textwrap.wrap(line, width, initial_indent=indent, subsequent_indent=indent)
             else:
                 lines.append(indent + line)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -32,6 +33,14 @@ def _leftovers() -> set[str]:
         if ln.split(":")[1].strip().startswith("h5fb")
     }
     return found
+
+
+def _made_by_a_live_process(name: str) -> bool:
+    """A namespace ``h5feed-bench-PID`` or link ``h5fbTAGh`` (TAG: the PID's last five digits)
+    of a benchmark still running: another checkout's test run on this machine, not ours
+    (ours has exited by the time the leftovers are read)."""
+    digits = re.search(r"(\d+)[hp]?$", name)
+    return digits is not None and pathlib.Path(f"/proc/{int(digits.group(1))}").exists()
 
 
 @pytest.mark.xdist_group("machine")  # network namespaces and links: one user at a time
@@ -66,7 +75,8 @@ def test_socket_ceiling_reports_every_transport_and_removes_its_namespace(
             assert figures["trainer_cpu_ms_per_clip"] > 0, (transport, path)
         assert entry["dataset_vs_raw"] > 0 and entry["batches_vs_raw"] > 0
         assert len(entry["cpu_ms_per_clip_by_stage"]) == 3
-    assert _leftovers() <= before, "the benchmark left its network namespace or link behind"
+    left = {name for name in _leftovers() - before if not _made_by_a_live_process(name)}
+    assert not left, f"the benchmark left its network namespace or link behind: {left}"
 
 
 def test_without_root_or_ip_the_namespace_is_refused_naming_what_is_missing(

@@ -120,8 +120,9 @@ def test_a_joiner_takes_its_share_from_the_most_loaded_last_got_first() -> None:
     a, b, joiner = make_peer("a"), make_peer("b"), make_peer("c")
     owners = owners_of([a, b], [[0, 1, 2, 3], [4, 5, 6]])
     owners.add_peer(joiner)
-    # Share 7 // 3 = 2; a owns the most until the moves are confirmed, so both come from it.
-    assert owners.share_for(joiner) == [3, 2]
+    # Share 7 // 3 = 2; a file moving away no longer counts as its donor's load, so after a
+    # gives 3 the two tie at 3 and b (the higher identity) gives the second.
+    assert owners.share_for(joiner) == [3, 6]
     # Moves begun, not done: the donors keep the files until the joiner's INDEX matches.
     assert owners.owner(3) is a and owners.taker(3) is joiner
     assert owners.share_for(joiner) == []  # moves begun count towards its share
@@ -135,6 +136,37 @@ def test_a_joiner_never_takes_a_donor_below_its_share() -> None:
     owners2 = owners_of([a, b], [[0], [1]])
     owners2.add_peer(joiner)  # share 2 // 3 = 0
     assert owners2.share_for(joiner) == []
+
+
+def test_a_donor_is_never_left_below_the_share_by_files_it_is_handing_over() -> None:
+    a, b, joiner = make_peer("a"), make_peer("b"), make_peer("c")
+    owners = owners_of([a, b], [[0, 1, 2, 3, 4], [5, 6, 7, 8]])
+    owners.add_peer(joiner)  # share 9 // 3 = 3
+    assert owners.share_for(joiner) == [4, 8, 3]
+    assert [owners.load(p) for p in (a, b, joiner)] == [3, 3, 3]
+
+
+def test_a_joiner_gets_its_share_while_a_lost_peers_files_move_to_a_survivor() -> None:
+    # Issue 21's race: a local worker dies, its files begin moving to the survivor, and only
+    # then does the replacement's hello arrive. The survivor's own files are its share.
+    a, b, joiner = make_peer("a"), make_peer("b"), make_peer("c")
+    owners = owners_of([a, b], [[0, 1], [2, 3]])
+    for file_index in owners.release(a):
+        owners.begin_move(file_index, b)
+    assert owners.load(b) == 4 and owners.count(b) == 2
+    owners.add_peer(joiner)  # share 4 // 2 = 2
+    assert owners.share_for(joiner) == [3, 2]
+    assert owners.load(b) == 2 and owners.load(joiner) == 2
+    assert owners.taker(0) is b and owners.taker(1) is b  # those moves go on
+
+
+def test_load_counts_files_taken_over_and_not_those_handed_over() -> None:
+    a, b = make_peer("a"), make_peer("b")
+    owners = owners_of([a, b], [[0, 1, 2], []])
+    owners.begin_move(2, b)
+    assert (owners.count(a), owners.load(a), owners.count(b), owners.load(b)) == (3, 2, 0, 1)
+    owners.confirm(2)
+    assert (owners.load(a), owners.load(b)) == (2, 1)
 
 
 def test_a_file_moving_already_is_not_given_to_a_joiner() -> None:
@@ -158,6 +190,7 @@ class OwnersMachine(RuleBasedStateMachine):
         self.peers: list[Peer] = []
         self.lost: list[Peer] = []
         self.refused: set[tuple[bytes, int]] = set()
+        self.assigned: set[int] = set()  # files ever assigned: the share's numerator
 
     def _live(self) -> list[Peer]:
         return self.owners.live
@@ -178,6 +211,7 @@ class OwnersMachine(RuleBasedStateMachine):
         candidates = self.owners.candidates(file_index)
         if candidates:
             self.owners.assign(file_index, data.draw(st.sampled_from(candidates)))
+            self.assigned.add(file_index)
 
     @rule(file_index=st.integers(0, FILES - 1), data=st.data())
     def begin_move(self, file_index: int, data: st.DataObject) -> None:
@@ -214,9 +248,16 @@ class OwnersMachine(RuleBasedStateMachine):
     def join_share(self, data: st.DataObject) -> None:
         if self._live() and self.owners.started:
             joiner = data.draw(st.sampled_from(self._live()))
+            share = len(self.assigned) // len(self._live())
+            before = self.owners.load(joiner)
+            donors = set()
             for file_index in self.owners.share_for(joiner):
                 assert self.owners.taker(file_index) is joiner
-                assert self.owners.owner(file_index) is not joiner
+                donor = self.owners.owner(file_index)
+                assert donor is not None and donor is not joiner
+                donors.add(donor)
+            assert all(self.owners.load(d) >= share for d in donors)  # none left below it
+            assert self.owners.load(joiner) <= max(before, share)
 
     @invariant()
     def both_directions_agree(self) -> None:

@@ -21,7 +21,11 @@ Guarantees:
    handing it stay with that owner.
 5. Each peer's files are kept in the order it got them (the joiner's share is taken from the
    end: the files a donor got last).
-6. Not thread-safe: the loop's thread owns it.
+6. Shares go by :meth:`load`: the files a peer will hold once the moves begun are done (those
+   it owns and is not handing over, and those it is taking over). So a joiner that comes while a
+   lost peer's files are moving to a survivor still gets its share (from the survivor's own
+   files), and a lost peer's files spread over the survivors instead of all going to one.
+7. Not thread-safe: the loop's thread owns it.
 """
 
 from __future__ import annotations
@@ -69,6 +73,12 @@ class FileOwners:
     def count(self, peer: Peer) -> int:
         """How many files ``peer`` owns."""
         return len(self._files.get(peer, ()))
+
+    def load(self, peer: Peer) -> int:
+        """How many files ``peer`` will own once the moves begun are done: those it owns and
+        is not handing over, and those it is taking over."""
+        staying = sum(1 for f in self._files.get(peer, ()) if f not in self._moving)
+        return staying + sum(1 for p in self._moving.values() if p is peer)
 
     def taker(self, file_index: int) -> Peer | None:
         """The peer taking ``file_index`` over (None: no move begun)."""
@@ -147,22 +157,19 @@ class FileOwners:
         return owned + [f for f in taking if self._owner.get(f) is None]
 
     def share_for(self, joiner: Peer) -> list[int]:
-        """Begin moving to ``joiner`` files from the peers that own the most until it holds
-        its share (the files over the live peers, rounded down; files it owns or takes over
-        already count): each donor gives the file it got last that is not moving already,
-        and none gives below the share. Returns the files whose moves began, in order."""
+        """Begin moving to ``joiner`` files from the peers with the highest :meth:`load` until
+        its load is its share (the files over the live peers, rounded down): each donor gives
+        the file it got last that is not moving already, and none is left below the share.
+        Returns the files whose moves began, in order."""
         share = len(self._owner) // max(1, len(self._live))
-        mine = self.count(joiner) + sum(1 for p in self._moving.values() if p is joiner)
         taken: list[int] = []
-        while mine < share:
-            donor = max(self._live.values(), key=lambda p: (self.count(p), p.identity))
-            owned = self._files.get(donor, [])
-            movable = [f for f in owned if f not in self._moving]
-            if donor is joiner or len(owned) <= share or not movable:
+        while self.load(joiner) < share:
+            donor = max(self._live.values(), key=lambda p: (self.load(p), p.identity))
+            movable = [f for f in self._files.get(donor, []) if f not in self._moving]
+            if donor is joiner or self.load(donor) <= share or not movable:
                 break
             self.begin_move(movable[-1], joiner)
             taken.append(movable[-1])
-            mine += 1
         return taken
 
     def _drop(self, peer: Peer, file_index: int) -> None:

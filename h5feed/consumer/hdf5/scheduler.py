@@ -10,11 +10,13 @@ parts assembled and released by a :class:`~h5feed.consumer.hdf5.dispatch.Dispatc
 and data; shared-memory slots: :mod:`~h5feed.consumer.hdf5.batch_slots`; which parts are
 taken: :mod:`~h5feed.consumer.hdf5.parts`).
 
-Hand-over: a lost worker's files go to the live workers (fewest files first) with a JOB
+Hand-over: a lost worker's files go to the live workers, lowest load first (files it is
+taking over count: :meth:`~h5feed.consumer.hdf5.file_owners.FileOwners.load`), with a JOB
 each, and every unit it had not answered is sent again to the files' new owners. A part the
 lost worker sends after all is no longer expected and is dropped by unit id: exactly once
 still holds. A worker that joins during the iteration gets the files nobody owns, then files
-from the most loaded workers until it holds its share (elastic join); batches do not change
+from the most loaded workers until it holds its share (elastic join; also while a lost
+worker's files are still moving to a survivor); batches do not change
 (they depend on seed, epoch and sample only).
 
 Who owns each file, who takes it over and who is refused it is one record,
@@ -342,7 +344,7 @@ class HdfScheduler:
 
     def unreadable(self, peer: Peer, file_index: int, unit_id: int | None) -> list[Send] | None:
         """``peer`` is refused for a file it cannot read, which moves to the live worker with
-        the fewest files not refused for it (checked by its INDEX like any move); the failed
+        the lowest load not refused for it (checked by its INDEX like any move); the failed
         unit is sent again (rows of that file wait for the new owner). None when no live
         worker is left to try: the run ends with the worker's error, naming host and file."""
         if not 0 <= file_index < len(self.config.files):
@@ -376,7 +378,7 @@ class HdfScheduler:
         return set() if self._dispatch is None else self._dispatch.parked_batches
 
     def _move(self, file_index: int, exclude: Peer | None = None) -> list[Send] | None:
-        """Ask the live worker with the fewest files (not refused for it; one that has shown
+        """Ask the live worker with the lowest load (not refused for it; one that has shown
         it delivers, or a local one, before any other) to take over ``file_index``; None if
         there is none. An indexed file is owned once the worker's INDEX matches; one not
         indexed yet is owned at once (its INDEX is the first); either way the worker owes
@@ -384,9 +386,9 @@ class HdfScheduler:
         candidates = self.owners.candidates(file_index, exclude)
         if not candidates:
             return None
-        count = self.owners.count
+        load = self.owners.load
         proven = self._debts.proven
-        heir = min(candidates, key=lambda p: (not proven(p), count(p), p.identity))
+        heir = min(candidates, key=lambda p: (not proven(p), load(p), p.identity))
         if self.index is not None or file_index in self._answers:
             self.owners.begin_move(file_index, heir)
         else:

@@ -98,7 +98,8 @@ def test_golden_first_hello_is_an_exact_version_5_hello() -> None:
 
 
 def test_kinds_unchanged_in_6_differ_from_5_only_in_the_version_byte() -> None:
-    changed = {wire.HELLO, wire.JOB}  # docs/architecture/wire-format.md's table says the same
+    # docs/architecture/wire-format.md's table says the same
+    changed = {wire.HELLO, wire.JOB, wire.SOURCE}
     for kind, fields in VALID_FIELDS.items():
         if kind in changed:
             assert wire.SCHEMAS_BY_VERSION[5][kind] != wire.SCHEMAS_BY_VERSION[6][kind]
@@ -112,10 +113,11 @@ def test_kinds_unchanged_in_6_differ_from_5_only_in_the_version_byte() -> None:
 
 def test_version_6_fields_are_refused_in_a_version_5_message() -> None:
     fields = {**VALID_FIELDS[wire.JOB]}
-    with pytest.raises(ProtocolError, match="unknown fields \\['clip_semantics'\\]"):
+    unknown = "unknown fields \\['clip_semantics', 'code'\\]"
+    with pytest.raises(ProtocolError, match=unknown):
         wire.encode(wire.JOB, fields, version=5)
     header = msgpack.packb(["h5feed", 5, "job", fields, []], use_bin_type=True)
-    with pytest.raises(ProtocolError, match="unknown fields \\['clip_semantics'\\]"):
+    with pytest.raises(ProtocolError, match=unknown):
         wire.decode([header])
 
 

@@ -250,6 +250,7 @@ def test_a_header_over_the_cap_is_refused_at_the_sender() -> None:
                 "on_error": "raise",
                 "send_index": True,
                 "clip_semantics": 1,
+                "code": [],
             },
         )
 

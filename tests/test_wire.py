@@ -46,6 +46,7 @@ VALID_FIELDS: dict[str, dict[str, Any]] = {
         "on_error": "raise",
         "send_index": True,
         "clip_semantics": 1,
+        "code": [["aug", b"\x03" * 32, "/home/me/project/aug.py"]],
     },
     wire.INDEX: {"job": "job-1", "file": 0, "videos": [["v0", 120, 3], ["v1", 64, None]]},
     wire.INDEX_BATCH: {"job": "job-1", "files": [0, 2], "counts": [1, 1], "names": ["a", "b"]},
@@ -82,6 +83,7 @@ VALID_FIELDS: dict[str, dict[str, Any]] = {
         "epoch": 0,
         "spec": None,
         "batched": False,
+        "code": [],
     },
     wire.SOURCE_INFO: {
         "job": "job-1",

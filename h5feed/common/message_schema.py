@@ -87,9 +87,12 @@ class Since:
     A schema of an older version leaves the field out: a message decoded in that version gets
     the field's default; one encoded for it must hold the default there, or
     :class:`~h5feed.common.errors.FeatureVersionError` names the field (the peer could not
-    honour it: a job needing a newer feature refuses that peer, nothing is dropped)."""
+    honour it: a job needing a newer feature refuses that peer, nothing is dropped) — unless
+    ``advisory``: a check only a peer of that version can make (a JOB's code identities), left
+    out for an older peer, which goes on without it, rather than refused."""
 
     version: int
+    advisory: bool = False
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -153,11 +156,12 @@ def _part(name: str, hint: Any, kind: str) -> _Part:
     raise TypeError(f"field {name!r}: no wire form for {hint!r}")
 
 
-def _since(hint: Any) -> int:
-    """The version a field annotated ``hint`` came in (0: in every version)."""
+def _since(hint: Any) -> Since:
+    """When a field annotated ``hint`` came in (version 0: in every version)."""
     if get_origin(hint) is Annotated:
-        return max((m.version for m in get_args(hint)[1:] if isinstance(m, Since)), default=0)
-    return 0
+        marks = [m for m in get_args(hint)[1:] if isinstance(m, Since)]
+        return max(marks, key=lambda m: m.version, default=Since(0))
+    return Since(0)
 
 
 def _is_record(hint: Any) -> bool:
@@ -222,8 +226,8 @@ class Schema:
     arrays: tuple[str, ...]  # the named array fields (an np.ndarray annotation)
     any_arrays: str | None  # the field holding all arrays (Mapping[str, np.ndarray]), if any
     version: int = 0  # the protocol version of this schema (0: every field)
-    #: (attribute, version it came in, default) of the fields this version leaves out
-    later: tuple[tuple[str, int, Any], ...] = ()
+    #: (attribute, when it came in, default) of the fields this version leaves out
+    later: tuple[tuple[str, Since, Any], ...] = ()
 
     @classmethod
     def of(cls, message: type, version: int = 0) -> Schema:
@@ -234,7 +238,7 @@ class Schema:
         for field in dataclasses.fields(message):
             hint = hints[field.name]
             since = _since(hint)
-            if version and since > version:
+            if version and since.version > version:
                 if field.default is dataclasses.MISSING:
                     raise TypeError(f"{kind} field {field.name!r} of version {since}: no default")
                 later.append((field.name, since, field.default))
@@ -254,13 +258,14 @@ class Schema:
 
     def header(self, message: Any) -> dict[str, Any]:
         """The header fields of ``message`` (tuples as lists, mappings as dicts);
-        FeatureVersionError when it holds a field this version cannot carry."""
+        FeatureVersionError when it holds a field this version cannot carry (an advisory
+        one is left out: :class:`Since`)."""
         for attribute, since, default in self.later:
             value = getattr(message, attribute)
-            if value != default:
+            if value != default and not since.advisory:
                 raise FeatureVersionError(
                     f"{self.kind.upper()} {attribute}={value!r} needs protocol version "
-                    f"{since}; the peer speaks {self.version}"
+                    f"{since.version}; the peer speaks {self.version}"
                 )
         fields: dict[str, Any] = {}
         for attribute, part in self.parts:

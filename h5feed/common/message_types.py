@@ -33,6 +33,17 @@ REFUSED: Final = "refused:"
 #: At most this many items in a SOURCE_INFO's checks; each digest at most this many bytes.
 MAX_CHECKS: Final = 16
 MAX_DIGEST_BYTES: Final = 64
+#: At most this many code identities in a JOB or SOURCE (one per import path it names).
+MAX_CODE_IDENTITIES: Final = 4
+
+
+class CodeIdentity(NamedTuple):
+    """A user module a job names, as the trainer found it: its name, the SHA-256 of its file
+    and the file's path (h5feed.common.code_identity)."""
+
+    module: Annotated[str, MaxLen(1024)]
+    digest: Annotated[bytes, MaxLen(MAX_DIGEST_BYTES)]
+    file: Annotated[str, MaxLen(4096)]
 
 
 class FileRef(NamedTuple):
@@ -133,6 +144,10 @@ class Job:
     send_index: bool = True
     #: What a clip is to the trainer: a worker of another clip semantics refuses the job.
     clip_semantics: Annotated[int, Since(6), Min(1)] = 1
+    #: The transform's module as the trainer has it: a worker running another copy refuses.
+    code: Annotated[
+        tuple[CodeIdentity, ...], Since(6, advisory=True), MaxLen(MAX_CODE_IDENTITIES)
+    ] = ()
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -349,6 +364,10 @@ class Source:
     epoch: int  # the iteration's first epoch
     spec: Mapping[str, Any] | None  # ElementSpec.to_wire(), or None: probe and tell
     batched: bool = False  # source_batched=True: a generator of batches, split into samples
+    #: The factory's module as the trainer has it: a worker running another copy refuses.
+    code: Annotated[
+        tuple[CodeIdentity, ...], Since(6, advisory=True), MaxLen(MAX_CODE_IDENTITIES)
+    ] = ()
 
 
 class ItemCheck(NamedTuple):

@@ -42,12 +42,14 @@ from h5feed.common import wire
 from h5feed.common.errors import FeatureVersionError, ProtocolError
 from h5feed.common.message_types import (
     MAX_CHECKS,
+    MAX_CODE_IDENTITIES,
     MAX_DIGEST_BYTES,
     MAX_SKIP_REASON,
     ON_ERROR_CHOICES,
     SCHEMAS_BY_VERSION,
     Bye,
     Check,
+    CodeIdentity,
     Data,
     Error,
     FileRef,
@@ -71,11 +73,13 @@ from h5feed.common.protocol_versions import PROTOCOL_VERSION
 
 __all__ = [
     "MAX_CHECKS",
+    "MAX_CODE_IDENTITIES",
     "MAX_DIGEST_BYTES",
     "MAX_SKIP_REASON",
     "ON_ERROR_CHOICES",
     "Bye",
     "Check",
+    "CodeIdentity",
     "Data",
     "Error",
     "FileRef",

@@ -20,10 +20,11 @@ from h5feed.common.config import CLIP_SEMANTICS, ClipSpec
 from h5feed.common.errors import FileReadError
 from h5feed.common.version import __version__
 from h5feed.common.worker_settings import DEFAULT_DATA, NO_CODE, Code, Data
-from h5feed.producer import confine
+from h5feed.producer import confine, loaded_code
 from h5feed.producer.clips import ClipMaker
 from h5feed.producer.code_policy import policy_of
 from h5feed.producer.index_cache import MemoryIndex
+from h5feed.producer.loaded_code import CodeVersionRefused
 from h5feed.producer.open_files import OpenFiles, check_readable
 from h5feed.producer.read_limits import ProducerLimits
 from h5feed.producer.shm import SlotMaps
@@ -56,7 +57,8 @@ class Hdf5Job:
 
     1. Creating it imports the user's transform if ``policy`` allows it, so a bad or refused
        import path fails the job when it starts (the caller reports it), before any file is
-       opened; a refused one imports nothing (``CodeRefused``).
+       opened; a refused one imports nothing (``CodeRefused``); a copy of the module other
+       than the trainer's is refused (``CodeVersionRefused``: :mod:`~h5feed.producer.loaded_code`).
     2. Files are opened in the worker process that reads them (h5py handles never cross a
        fork); at most ``max_open_files`` are open at once (least recently used closed
        first, reopened on demand), all closed by :meth:`close`.
@@ -89,12 +91,14 @@ class Hdf5Job:
         data: Data = DEFAULT_DATA,
         memory: MemoryIndex | None = None,
         files: OpenFiles | None = None,
+        identities: Sequence[messages.CodeIdentity] = (),
     ) -> None:
         """``code``, ``data``: the worker's settings (:mod:`h5feed.common.worker_settings`):
         which user code it may import, its data root, open-files cap and the producer's own
         caps (``h5feed produce``), which lower the job's (a job over ``max_clip_pixels`` is
         refused here: LimitRefused). ``memory``, ``files``: a persistent worker's indexes and
-        open files, kept across its jobs, if any."""
+        open files, kept across its jobs, if any. ``identities``: the transform module as the
+        trainer has it (another copy loaded here: CodeVersionRefused)."""
         self.id = job_id
         self.skip = on_error == "skip"
         self.data_root = data.data_root
@@ -109,6 +113,11 @@ class Hdf5Job:
             files,
             ProducerLimits.of(data),
         )
+        try:
+            loaded_code.check(identities)
+        except CodeVersionRefused:
+            self.maker.close()
+            raise
         self.spec = self.maker.spec  # the job's, under the producer's caps
         self.slots = SlotMaps()
         self.slots_failed = False  # a slot of this job could not be mapped: stop trying

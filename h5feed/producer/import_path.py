@@ -3,7 +3,9 @@
 Only such paths travel to the workers, never pickled code. Both user hooks (``transform=``
 and ``source=``) load through :func:`load_callable`, each wrapping its failures in its own
 error type with its own prefix. The worker's :class:`~h5feed.producer.code_policy.CodePolicy`
-is checked first: a refused path raises ``CodeRefused`` (not wrapped) and imports nothing.
+is checked first: a refused path raises ``CodeRefused`` (not wrapped) and imports nothing. The
+module loaded is recorded (:mod:`~h5feed.producer.loaded_code`) so that a job naming another
+copy of it is refused.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 
 from h5feed.common import trainer_main
 from h5feed.common.import_paths import ImportPath, ImportPathError
+from h5feed.producer import loaded_code
 from h5feed.producer.code_policy import CodePolicy
 
 
@@ -42,6 +45,7 @@ def load_callable(path: str, policy: CodePolicy) -> Callable[..., Any]:
             f"cannot import module {module_name!r}: {type(exc).__name__}: {exc} "
             f"(the worker's sys.path: {sys.path})"
         ) from exc
+    loaded_code.record(module_name, obj)  # the copy this process runs from now on
     for attribute in parsed.attributes:
         try:
             obj = getattr(obj, attribute)

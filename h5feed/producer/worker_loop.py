@@ -48,7 +48,7 @@ _BYE_RETRY_S = 1.0
 _log = logging.getLogger("h5feed.worker")
 #: ERROR types that are refusals of the worker's policies (code by name, data root): counted
 #: in ``refused`` and logged, besides ``errors``.
-_REFUSALS = ("CodeRefused", "PathRefused", "LimitRefused")
+_REFUSALS = ("CodeRefused", "CodeVersionRefused", "PathRefused", "LimitRefused")
 
 
 class _Leave(Exception):
@@ -362,7 +362,7 @@ class Worker:
                 clip, layout = job_spec(job)
                 self.job = Hdf5Job(
                     job.job, clip, layout, job.on_error, self.settings.code, self.settings.data,
-                    self.memory, self.files,
+                    self.memory, self.files, job.code,
                 )  # fmt: skip
             except Exception as exc:  # a bad spec or transform import path: tell the trainer
                 self.send_error(job.job, None, exc)

@@ -58,6 +58,7 @@ from collections.abc import Hashable, Iterator, Sequence
 from h5feed.common import messages
 from h5feed.common.errors import DataError
 from h5feed.common.logs import consumer_log
+from h5feed.consumer.code_identities import identities_of
 from h5feed.consumer.core.assembly import Batch
 from h5feed.consumer.core.credits import CreditGate
 from h5feed.consumer.core.ledger import Peer
@@ -102,6 +103,8 @@ class HdfScheduler:
         (:mod:`h5feed.consumer.rest`), planned for its epoch."""
         self.config = config
         self.job_id = job_id
+        # The transform's module as its file is now: a worker running another copy refuses.
+        self._code = identities_of(config.clip.transform)
         self._log = consumer_log(job_id)
         self._epochs = epochs
         self._start = start
@@ -173,7 +176,7 @@ class HdfScheduler:
         """The JOB of ``files`` for ``peer`` (:func:`job_parts`), which owes their INDEX."""
         if send_index and files:
             self._debts.ask(peer, files)
-        parts = job_parts(self.config, self.job_id, files, send_index)
+        parts = job_parts(self.config, self.job_id, files, send_index, self._code)
         return [Send(peer, part) for part in parts]
 
     def on_control(self, peer: Peer, message: messages.Message) -> list[Send]:

@@ -36,15 +36,19 @@ Work = tuple[np.ndarray, bool]
 
 
 def job_parts(
-    config: HdfConfig, job_id: str, files: Sequence[int], send_index: bool = True
+    config: HdfConfig,
+    job_id: str,
+    files: Sequence[int],
+    send_index: bool = True,
+    code: tuple[messages.CodeIdentity, ...] = (),
 ) -> list[messages.Job]:
     """The JOB that gives a worker ``files`` to open (and, with ``send_index``, asks for their
     INDEX), in parts (:func:`split_job`: a worker that has the job already adds the files of
-    the next part)."""
+    the next part); ``code``: the transform module's identity (h5feed.common.code_identity)."""
     refs = tuple(messages.FileRef(i, config.files[i]) for i in files)
     job = messages.Job(
         job_id, refs, config.clip.to_wire(), config.layout.to_wire(),
-        config.data.index_cache, config.data.on_error, send_index, CLIP_SEMANTICS,
+        config.data.index_cache, config.data.on_error, send_index, CLIP_SEMANTICS, code,
     )  # fmt: skip
     return split_job(job)
 

@@ -23,6 +23,7 @@ from h5feed.common.elements import ElementSpec
 from h5feed.common.errors import SourceError
 from h5feed.common.logs import consumer_log
 from h5feed.common.source_kinds import SourceKind
+from h5feed.consumer.code_identities import identities_of
 from h5feed.consumer.core.assembly import Batch
 from h5feed.consumer.core.credits import CreditGate
 from h5feed.consumer.core.ledger import Peer
@@ -51,6 +52,8 @@ class SourceScheduler:
     ) -> None:
         self.config = self.source = config
         self.job_id = job_id
+        # The factory's module as its file is now: a worker running another copy refuses.
+        self._code = identities_of(config.source)
         self.learnt = learnt
         self._epochs = epochs
         self._start = start
@@ -91,6 +94,7 @@ class SourceScheduler:
                 epoch=self._start.epoch,
                 spec=spec.to_wire() if spec is not None else None,
                 batched=self.source.batched,
+                code=self._code,
             ),
         )
 

@@ -10,7 +10,7 @@ from h5feed.common import elements, messages
 from h5feed.common.elements import ElementSpec
 from h5feed.common.errors import SourceError
 from h5feed.common.source_kinds import SourceKind
-from h5feed.producer import import_path
+from h5feed.producer import import_path, loaded_code
 from h5feed.producer.code_policy import CodePolicy
 from h5feed.producer.sources.detect import detect_kind
 from h5feed.producer.sources.kind import KindSource
@@ -29,7 +29,8 @@ class SourceJob:
 
     def __init__(self, source: messages.Source, local: bool, policy: CodePolicy) -> None:
         self.id = source.job
-        self.code = UserCode(source, local, policy)
+        self.code = UserCode(source, local, policy)  # loads the factory's module
+        loaded_code.check(source.code)  # another copy of it than the trainer's: refused
         self.path = self.code.path
         self.first_epoch = source.epoch
         obj = self.code.construct()

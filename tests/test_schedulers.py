@@ -362,6 +362,27 @@ def test_hdf_work_of_the_last_worker_waits_for_a_joiner() -> None:
     assert [check_hdf_batch(b) for b in taken] == planned_batches(config, INDEX, [0, 1])
 
 
+def test_hdf_a_replacement_joining_while_the_lost_files_move_gets_its_share() -> None:
+    # Issue 21's proof, round 1: a local worker dies, its file begins moving to a survivor,
+    # and only then does its replacement say hello. It gets a share at once (it idled for the
+    # rest of the iteration when only files owned, not files being taken over, counted).
+    peers = [make_peer(f"p{i}", local=True) for i in range(3)]
+    fleet, scheduler, config = hdf_fleet(peers, budget=2)
+    fleet.handshake()
+    fleet.dispatch()
+    assert [scheduler.owners.count(p) for p in peers] == [1, 1, 1]
+    moved = fleet.lose(peers[2])
+    [heir] = {s.peer for s in moved.sends if isinstance(s.message, messages.Job)}
+    assert scheduler.owners.load(heir) == 2 and scheduler.owners.count(heir) == 1
+    replacement = FakeWorker(make_peer("p2-again", local=True), videos=VIDEOS)
+    assert job_files(fleet.join(replacement)) != []
+    assert scheduler.owners.load(replacement.peer) == 1 and scheduler.owners.load(heir) == 1
+    taken = fleet.run(random.Random(7))
+    assert_each_sample_once_per_epoch(taken, [0, 1])
+    assert [check_hdf_batch(b) for b in taken] == planned_batches(config, INDEX, [0, 1])
+    assert scheduler.owners.count(replacement.peer) == 1
+
+
 @pytest.mark.parametrize("cursor", [Cursor(1, 2), Cursor(0, 4), Cursor(2, 0)])
 def test_hdf_starting_at_a_cursor_gives_the_rest_of_the_full_run(cursor: Cursor) -> None:
     full, _s, _c = hdf_fleet(2, epochs=3)

@@ -22,15 +22,14 @@ from h5feed.consumer.options import (
     GROUPS,
     DataOptions,
     FeedConfig,
-    FeedKwargs,
     FeedOptions,
     HdfConfig,
     LayoutArgs,
     NetworkOptions,
     ProcessOptions,
-    describe_parameters,
     hdf_config,
 )
+from h5feed.consumer.parameters import FeedKwargs, describe_parameters
 from h5feed.consumer.plan import Index, PlanOptions
 from h5feed.consumer.sources.api import make_source_config
 from h5feed.consumer.sources.options import SOURCE_KEYS, SourceConfig

@@ -7,7 +7,8 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Unpack, cast
 
 from h5feed.consumer.feed import Feed
-from h5feed.consumer.options import FeedKwargs, hdf_config
+from h5feed.consumer.options import hdf_config
+from h5feed.consumer.parameters import FeedKwargs
 from h5feed.consumer.stream import BATCH_KEYS, POSITION_KEYS, VALID_KEY
 from h5feed.consumer.trainers.distribute import cluster_kwargs, without_auto_shard
 
@@ -56,7 +57,7 @@ def dataset(
 
     ``files``: a glob, a directory (its ``*.h5``/``*.hdf5``/``*.hdf``/``*.he5`` files,
     searched recursively) or a list of paths. The
-    keyword arguments are :class:`h5feed.consumer.options.FeedKwargs`. Defaults (those of the
+    keyword arguments are :class:`h5feed.consumer.parameters.FeedKwargs`. Defaults (those of the
     dataclasses that hold them, as ``describe_parameters()`` lists them; a test checks these):
 
     * clip (``ClipSpec``): ``clip_len=16, stride=1, resize=None, crop=None,

@@ -383,6 +383,28 @@ def test_hdf_a_replacement_joining_while_the_lost_files_move_gets_its_share() ->
     assert scheduler.owners.count(replacement.peer) == 1
 
 
+def test_hdf_a_late_index_of_a_file_handed_on_to_a_local_joiner_is_not_counted() -> None:
+    # A remote producer that just joined owes the INDEX of its share; a local worker joins
+    # before it answers and takes that file over (a proven worker before an unproven one).
+    # The remote's answer is late, not malformed: dropped without counting, nothing lost.
+    peers = [make_peer(f"p{i}", local=True) for i in range(2)]
+    fleet, scheduler, config = hdf_fleet(peers, budget=2)
+    fleet.handshake()
+    fleet.dispatch()
+    remote = FakeWorker(make_peer("remote"), videos=VIDEOS)
+    [file_index] = job_files(fleet.join(remote))
+    local = FakeWorker(make_peer("local", local=True), videos=VIDEOS)
+    assert file_index in job_files(fleet.join(local))
+    assert scheduler.owners.taker(file_index) is local.peer
+    fleet.answer_all(remote.peer)  # its INDEX of the file handed on
+    assert fleet.counters.malformed_messages == 0
+    taken = fleet.run(random.Random(8))
+    assert_each_sample_once_per_epoch(taken, [0, 1])
+    assert [check_hdf_batch(b) for b in taken] == planned_batches(config, INDEX, [0, 1])
+    assert fleet.counters.malformed_messages == 0
+    assert scheduler.owners.owner(file_index) is local.peer
+
+
 @pytest.mark.parametrize("cursor", [Cursor(1, 2), Cursor(0, 4), Cursor(2, 0)])
 def test_hdf_starting_at_a_cursor_gives_the_rest_of_the_full_run(cursor: Cursor) -> None:
     full, _s, _c = hdf_fleet(2, epochs=3)

@@ -37,7 +37,8 @@ Proof before work (:class:`~h5feed.consumer.hdf5.index_debts.IndexDebts`): a pee
 it can deliver once it sent an INDEX that was taken or a part that was expected; local
 workers are the trainer's own. A file moves to a peer that has not (a remote producer that
 only said hello) only when no live peer that has, and no local worker, is there; a local
-worker that joins takes over every file still waiting for such a peer's INDEX. Whoever is
+worker that joins takes over every file still waiting for such a peer's INDEX (that peer's
+answer for it, when it comes, is late: dropped without counting it malformed). Whoever is
 asked for an INDEX owes it from then (``Peer.owes_since``, renewed by each INDEX it sends):
 one that sends none for ``unit_timeout_s`` is lost by the session's deadline and the file
 moves on. No peer gets rows of a file before its INDEX of that file: rows wait (parked), and
@@ -114,6 +115,9 @@ class HdfScheduler:
         self.owners = FileOwners()
         self._answers = IndexAnswers(config.files, config.file_labels)  # each file's videos
         self._debts = IndexDebts()  # who owes an INDEX since when; who has shown it delivers
+        # Files whose INDEX a peer was asked for, handed on to a joiner before it answered:
+        # its answer for them is late, not unexpected (dropped without counting).
+        self._handed_on: dict[Peer, set[int]] = {}
         self._known = known
         self.file_sizes = file_sizes
         #: Whether the plan started from the known index (no INDEX asked of the owners).
@@ -190,6 +194,9 @@ class HdfScheduler:
         """``peer``'s index of ``files``: the plan's first (its owner's), or a check of a
         file it takes over; anything else is dropped and counted."""
         owners = self.owners
+        files = self._without_handed_on(peer, files)
+        if not files:
+            return []
         if not all(owners.taker(f) is peer or owners.owner(f) is peer for f, _c in files):
             self._unexpected(peer, messages.IndexBatch.KIND)
             return []
@@ -206,6 +213,23 @@ class HdfScheduler:
         if self._answers.complete and self.index is None:
             self._plan_from(self._answers.index())
         return self._sent(sends)
+
+    def _without_handed_on(
+        self, peer: Peer, files: list[tuple[int, FileColumns]]
+    ) -> list[tuple[int, FileColumns]]:
+        """``files`` less those handed on from ``peer`` to a joiner before it answered (its
+        late answer for them: dropped, not counted as unexpected; it still delivers)."""
+        handed_on = self._handed_on.get(peer)
+        if not handed_on:
+            return files
+        late = {f for f, _c in files if f in handed_on}
+        handed_on -= late
+        if not handed_on:
+            del self._handed_on[peer]
+        if late:
+            self._debts.delivered(peer)
+            self._log.debug("%s indexed %s, handed on meanwhile: dropped", peer, sorted(late))
+        return [(f, c) for f, c in files if f not in late]
 
     def _unexpected(self, peer: Peer, message: messages.Message | str) -> None:
         kind = message if isinstance(message, str) else message.KIND
@@ -315,6 +339,7 @@ class HdfScheduler:
         files = self.owners.release(lost)
         self._attempts.check_left(lost, self.config.files)
         self._debts.forget(lost)
+        self._handed_on.pop(lost, None)
         dispatch = self._dispatch
         units = [] if dispatch is None else dispatch.take_back(lost)  # none before the plan
         if not files and not units:
@@ -338,6 +363,7 @@ class HdfScheduler:
                 if not self._debts.proven(heir) and heir is not peer:
                     self.owners.begin_move(file_index, peer)
                     self._debts.unask(heir, file_index)
+                    self._handed_on.setdefault(heir, set()).add(file_index)
                     self._attempts.answered(heir, [file_index])  # nor is it blamed should it die
                     sends += self._job(peer, [file_index])
         if self.index is not None:  # its share, taken from the most loaded

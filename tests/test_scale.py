@@ -25,6 +25,7 @@ from h5feed.common import messages
 from h5feed.common.config import ClipSpec
 from h5feed.common.errors import DataError, ProtocolError
 from h5feed.common.layouts import Auto, Groups
+from h5feed.common.worker_settings import DEFAULT_DATA
 from h5feed.consumer.hdf5 import units as hdf5_work
 from h5feed.consumer.hdf5.scheduler import HdfScheduler
 from h5feed.consumer.options import hdf_config
@@ -144,6 +145,31 @@ def test_a_cached_index_opens_no_file_until_a_row_needs_it(tmp_path: pathlib.Pat
         assert (warm.files.opened, warm.files.reopened) == (1, 0)  # opened on the first read
     finally:
         warm.close()
+
+
+@pytest.mark.parametrize("max_open", [3, 5])
+def test_a_job_of_more_files_than_may_be_open_closes_each_once_indexed(
+    tmp_path: pathlib.Path, max_open: int
+) -> None:
+    paths = [tmp_path / f"f{i}.h5" for i in range(5)]
+    for path in paths:
+        packed_file(path)
+    data = dataclasses.replace(DEFAULT_DATA, max_open_files=max_open)
+    job = hdf5_job.Hdf5Job("j", ClipSpec(clip_len=2), Auto(), data=data)
+    files = job.maker.files
+    try:
+        refs = [messages.FileRef(i, str(p)) for i, p in enumerate(paths)]
+        assert [type(a).__name__ for a in job.open_files(refs, None)] == ["IndexBatch"]
+        many = len(paths) > max_open
+        assert (files.opened, files.open_count) == (5, 0 if many else 5)
+        rows = [messages.Row(i, i, 2, 0, 0.0, 0.0, False, 0) for i in range(5)]
+        clips, _skipped = job.maker.produce(rows)
+        assert clips.shape == (5, 2, 8, 8, 3)
+        # Opened again for the rows, as first openings: nothing counted as a reopening.
+        assert (files.opened, files.reopened) == (10 if many else 5, 0)
+        assert files.open_count == min(max_open, 5)
+    finally:
+        job.close()
 
 
 def test_index_answers_are_batched_and_bounded(

@@ -28,6 +28,9 @@ Guarantees of :class:`OpenFiles`:
 7. Every reader checks its datasets against :attr:`bounds` (a job's, see
    :mod:`h5feed.producer.read_limits`); :meth:`use_bounds` with other bounds closes the
    readers opened under the old ones, so no dataset is read unchecked against a job's own.
+8. :meth:`release` closes a file as if it had never been opened: it stays known and is
+   opened on its next :meth:`get`, not counted as a reopening (a job of more files than may
+   be open closes each once indexed: :class:`~h5feed.producer.hdf5_job.Hdf5Job`).
 """
 
 from __future__ import annotations
@@ -129,6 +132,14 @@ class OpenFiles:
             self.reopened += 1
         self._seen.add(number)
         return reader
+
+    def release(self, number: int) -> None:
+        """Close file ``number`` if it is open; it stays known, and its next :meth:`get`
+        opens it as a first opening (see guarantee 8)."""
+        reader = self._open.pop(number, None)
+        if reader is not None:
+            reader.close()
+        self._seen.discard(number)
 
     def use_bounds(self, bounds: DatasetBounds) -> None:
         """Check datasets against ``bounds`` from now on (a new job's); readers opened under

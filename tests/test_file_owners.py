@@ -226,6 +226,7 @@ class OwnersMachine(RuleBasedStateMachine):
         if taker is not None:
             assert self.owners.confirm(file_index) is taker
             assert self.owners.owner(file_index) is taker
+            self.assigned.add(file_index)  # owned now: counts towards the share
 
     @rule(file_index=st.integers(0, FILES - 1), data=st.data())
     def refuse(self, file_index: int, data: st.DataObject) -> None:

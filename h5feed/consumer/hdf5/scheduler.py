@@ -12,7 +12,8 @@ taken: :mod:`~h5feed.consumer.hdf5.parts`).
 
 Hand-over: a lost worker's files go to the live workers, lowest load first (files it is
 taking over count: :meth:`~h5feed.consumer.hdf5.file_owners.FileOwners.load`), with a JOB
-each, and every unit it had not answered is sent again to the files' new owners. A part the
+each (a file a live peer was taking over from it, a joiner's share, stays with that peer: its
+INDEX decides), and every unit it had not answered is sent again to the files' new owners. A part the
 lost worker sends after all is no longer expected and is dropped by unit id: exactly once
 still holds. A worker that joins during the iteration gets the files nobody owns, then files
 from the most loaded workers until it holds its share (elastic join; also while a lost
@@ -346,6 +347,8 @@ class HdfScheduler:
             return Reassignment([], 0)
         sends: list[Send] = []
         for file_index in files:
+            if self.owners.taker(file_index) is not None:
+                continue  # a live peer takes it over already (a joiner's share): its INDEX decides
             sends += self._move(file_index) or []  # nobody left: it waits for a joiner
         if dispatch is not None and units:  # to the files' owners now (or parked)
             sends += dispatch.send_again(units, lost, confirmed_dead)

@@ -13,10 +13,10 @@ taken: :mod:`~h5feed.consumer.hdf5.parts`).
 Hand-over: a lost worker's files go to the live workers, lowest load first (files it is
 taking over count: :meth:`~h5feed.consumer.hdf5.file_owners.FileOwners.load`), with a JOB
 each (a file a live peer was taking over from it, a joiner's share, stays with that peer: its
-INDEX decides), and every unit it had not answered is sent again to the files' new owners. A part the
-lost worker sends after all is no longer expected and is dropped by unit id: exactly once
-still holds. A worker that joins during the iteration gets the files nobody owns, then files
-from the most loaded workers until it holds its share (elastic join; also while a lost
+INDEX decides), and every unit it had not answered is sent again to the files' new owners. A
+part the lost worker sends after all is no longer expected and is dropped by unit id: exactly
+once still holds. A worker that joins during the iteration gets the files nobody owns, then
+files from the most loaded workers until it holds its share (elastic join; also while a lost
 worker's files are still moving to a survivor); batches do not change
 (they depend on seed, epoch and sample only).
 

@@ -22,7 +22,10 @@ Guarantees:
    never reported) is returned by
    :meth:`left`; :meth:`check_left` raises it as a ``FileReadError`` naming the file, the
    host and the last death, which ends the iteration.
-4. Not thread-safe: the loop's thread owns it.
+4. Only files that waited for the dead worker are blamed: the HDF5 scheduler marks a joiner's
+   share (a file its live owner goes on making) answered when the joiner is lost, so a peer
+   that dies, or re-says hello under new nonces, while taking one over never refuses it.
+5. Not thread-safe: the loop's thread owns it.
 """
 
 from __future__ import annotations

@@ -337,6 +337,12 @@ class HdfScheduler:
         the restart rule's number of times: see :mod:`~h5feed.consumer.hdf5.index_attempts`.)"""
         # Its own files, and those it was to take over from a lost owner (a live owner keeps
         # the files it was to hand over in a join).
+        # A joiner's share, still made by its live owner, never waited for ``lost``: its death
+        # blames none of those files (a peer that re-says hello under new nonces, dying each
+        # time, would otherwise end the run by refusing a good file).
+        owner = self.owners.owner
+        shares = [f for f, taker in self.owners.moves() if taker is lost and owner(f) is not None]
+        self._attempts.answered(lost, shares)
         files = self.owners.release(lost)
         self._attempts.check_left(lost, self.config.files)
         self._debts.forget(lost)

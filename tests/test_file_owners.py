@@ -275,6 +275,15 @@ class OwnersMachine(RuleBasedStateMachine):
         assert self.owners.owners(every) == [self.owners.owner(f) for f in every]
 
     @invariant()
+    def load_is_what_the_moves_make_it(self) -> None:
+        moves = self.owners.moves()
+        for peer in self.peers:
+            owned = self.owners.files_of(peer)
+            staying = sum(1 for f in owned if self.owners.taker(f) is None)
+            coming = sum(1 for _f, taker in moves if taker is peer)
+            assert self.owners.load(peer) == staying + coming
+
+    @invariant()
     def a_taker_is_never_the_owner(self) -> None:
         for file_index, taker in self.owners.moves():
             assert self.owners.owner(file_index) is not taker

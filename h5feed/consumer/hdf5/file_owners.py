@@ -30,6 +30,7 @@ Guarantees:
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable
 
 from h5feed.consumer.core.ledger import Peer
@@ -42,6 +43,10 @@ class FileOwners:
         self._owner: dict[int, Peer | None] = {}  # file -> its owner (None: nobody now)
         self._files: dict[Peer, list[int]] = {}  # owner -> its files, in the order it got them
         self._moving: dict[int, Peer] = {}  # file -> the peer to own it once confirmed
+        # Kept with every change of a move, so that load() costs O(1): it is asked per
+        # candidate for every file moved, and a lost worker may hand over 50,000 files.
+        self._incoming: Counter[Peer] = Counter()  # taker -> files moving to it
+        self._outgoing: Counter[Peer] = Counter()  # owner -> its files moving away
         self._refused: dict[bytes, set[int]] = {}  # identity -> files it may never have
         self._live: dict[bytes, Peer] = {}  # identity -> the live peers that may own files
 
@@ -77,8 +82,7 @@ class FileOwners:
     def load(self, peer: Peer) -> int:
         """How many files ``peer`` will own once the moves begun are done: those it owns and
         is not handing over, and those it is taking over."""
-        staying = sum(1 for f in self._files.get(peer, ()) if f not in self._moving)
-        return staying + sum(1 for p in self._moving.values() if p is peer)
+        return self.count(peer) - self._outgoing[peer] + self._incoming[peer]
 
     def taker(self, file_index: int) -> Peer | None:
         """The peer taking ``file_index`` over (None: no move begun)."""
@@ -121,12 +125,19 @@ class FileOwners:
         file is handed to ``taker`` instead). Raises ValueError for the owner itself."""
         if self._owner.get(file_index) is taker:
             raise ValueError(f"file {file_index} is owned by its taker already")
+        if file_index in self._moving:
+            self._end_move(file_index)
         self._moving[file_index] = taker
+        self._incoming[taker] += 1
+        owner = self._owner.get(file_index)
+        if owner is not None:
+            self._outgoing[owner] += 1
 
     def confirm(self, file_index: int) -> Peer:
         """The taker of ``file_index`` owns it now; its previous owner no longer does.
         Returns the new owner. Raises KeyError when no move was begun."""
-        taker = self._moving.pop(file_index)
+        taker = self._moving[file_index]  # KeyError: no move begun
+        self._end_move(file_index)
         previous = self._owner.get(file_index)
         if previous is not None:
             self._drop(previous, file_index)
@@ -139,8 +150,10 @@ class FileOwners:
         cancelled and, if it owns the file, the file has no owner now."""
         self._refused.setdefault(peer.identity, set()).add(file_index)
         if self._moving.get(file_index) is peer:
-            del self._moving[file_index]
+            self._end_move(file_index)
         if self._owner.get(file_index) is peer:
+            if file_index in self._moving:
+                self._outgoing[peer] -= 1
             self._drop(peer, file_index)
             self._owner[file_index] = None
 
@@ -150,10 +163,11 @@ class FileOwners:
         self._live.pop(lost.identity, None)
         taking = [f for f, p in self._moving.items() if p is lost]
         for file_index in taking:
-            del self._moving[file_index]
+            self._end_move(file_index)
         owned = self._files.pop(lost, [])
         for file_index in owned:
             self._owner[file_index] = None
+        del self._outgoing[lost]  # its files moving away have no owner now
         return owned + [f for f in taking if self._owner.get(f) is None]
 
     def share_for(self, joiner: Peer) -> list[int]:
@@ -171,6 +185,14 @@ class FileOwners:
             self.begin_move(movable[-1], joiner)
             taken.append(movable[-1])
         return taken
+
+    def _end_move(self, file_index: int) -> None:
+        """The move of ``file_index`` is over (confirmed, cancelled or handed to another)."""
+        taker = self._moving.pop(file_index)
+        self._incoming[taker] -= 1
+        owner = self._owner.get(file_index)
+        if owner is not None:
+            self._outgoing[owner] -= 1
 
     def _drop(self, peer: Peer, file_index: int) -> None:
         files = self._files.get(peer)

@@ -137,3 +137,32 @@ def test_the_deployment_runs_what_the_compose_service_runs() -> None:
     assert annotations["prometheus.io/port"] == str(port["containerPort"])
     assert env["H5FEED_METRICS_PORT"] == f"0.0.0.0:{port['containerPort']}"
     assert annotations["prometheus.io/path"] == "/metrics"
+
+
+AUTOSCALER = ROOT / "deploy" / "kubernetes" / "producer-autoscaler.yaml"
+ADAPTER_VALUES = ROOT / "deploy" / "kubernetes" / "prometheus-adapter" / "values.yaml"
+
+
+def test_the_autoscaler_owns_the_deployments_count_on_the_trainers_gauge() -> None:
+    """The HorizontalPodAutoscaler scales the producers' Deployment to exactly the replicas the
+    trainer's gauge names (External metric, AverageValue 1); the Deployment states no count of
+    its own (an apply would reset the autoscaler's); scale-down waits out a window; the
+    adapter serves the metric under the name the trainer exports."""
+    from h5feed.consumer.metrics import FLEET_GAUGES
+
+    (deployment,) = documents(DEPLOYMENT)
+    (autoscaler,) = documents(AUTOSCALER)
+    assert "replicas" not in deployment["spec"]
+    spec = autoscaler["spec"]
+    target = spec["scaleTargetRef"]
+    assert (target["kind"], target["name"]) == ("Deployment", deployment["metadata"]["name"])
+    (metric,) = spec["metrics"]
+    gauge = next(name for key, name, _ in FLEET_GAUGES if key == "replicas_needed")
+    assert metric["type"] == "External"
+    assert metric["external"]["metric"]["name"] == gauge
+    assert metric["external"]["target"] == {"type": "AverageValue", "averageValue": "1"}
+    assert 1 <= spec["minReplicas"] <= spec["maxReplicas"]
+    assert spec["behavior"]["scaleDown"]["stabilizationWindowSeconds"] >= 60
+    (rule,) = yaml.safe_load(ADAPTER_VALUES.read_text())["rules"]["external"]
+    assert rule["name"]["as"] == gauge and gauge in rule["seriesQuery"]
+    assert rule["metricsQuery"].startswith(f"max({gauge}{{")

@@ -47,6 +47,7 @@ SAMPLES: list[messages.Message] = [
         (0, 1),
         {"frames": np.arange(6, dtype=np.uint8).reshape(2, 3)},
         (SkippedRow(1, 4, "frame fails its CRC32 check"),),
+        0.0125,
     ),
     messages.Error("job-1", 7, "DataError", "cannot decode", "Traceback...", "a.h5", "v0", 3),
     messages.Bye("iteration over"),
@@ -592,6 +593,7 @@ scalars = st.none() | st.booleans() | ints | st.floats(allow_nan=False) | texts
 records = st.lists(scalars | st.lists(ints, max_size=3), min_size=2, max_size=9)
 FIELD_VALUES: dict[type, st.SearchStrategy[Any]] = {
     int: ints,
+    float: st.floats(),  # NaN and infinities too: a float field's range refuses them
     bool: st.booleans(),
     str: texts,
     type(None): st.none(),

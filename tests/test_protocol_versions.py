@@ -8,6 +8,7 @@ tests/test_upgrade.py; these are the rules alone, with fakes.
 from __future__ import annotations
 
 import dataclasses
+import math
 import pathlib
 from typing import Any
 
@@ -99,7 +100,7 @@ def test_golden_first_hello_is_an_exact_version_5_hello() -> None:
 
 def test_kinds_unchanged_in_6_differ_from_5_only_in_the_version_byte() -> None:
     # docs/architecture/wire-format.md's table says the same
-    changed = {wire.HELLO, wire.JOB, wire.SOURCE}
+    changed = {wire.HELLO, wire.JOB, wire.SOURCE, wire.DATA}
     for kind, fields in VALID_FIELDS.items():
         if kind in changed:
             assert wire.SCHEMAS_BY_VERSION[5][kind] != wire.SCHEMAS_BY_VERSION[6][kind]
@@ -132,6 +133,44 @@ def test_a_field_version_5_cannot_carry_is_refused_when_encoded_naming_it() -> N
     with pytest.raises(FeatureVersionError, match="JOB clip_semantics=2 needs protocol version 6"):
         messages.encode(job, 5)
     assert messages.decode(messages.encode(job)) == job  # version 6 carries it
+
+
+GOLDEN_DATA_6 = bytes.fromhex(
+    MAGIC_AND_VERSION_6
+    + "a4 64617461"  # "data"
+    + "86"  # fixmap(6), keys sorted: batch, busy_s, job, samples, skipped, unit
+    + "a5 6261746368 02"  # "batch": 2
+    + "a6 627573795f73 cb 3fe8000000000000"  # "busy_s": float64 0.75 (new in 6)
+    + "a3 6a6f62 a2 6a31"  # "job": "j1"
+    + "a7 73616d706c6573 91 05"  # "samples": [5]
+    + "a7 736b6970706564 90"  # "skipped": []
+    + "a4 756e6974 07"  # "unit": 7
+    + "90"  # no arrays
+)
+
+
+@little_endian_only
+def test_golden_data_of_version_6_says_its_busy_seconds() -> None:
+    data = messages.Data("j1", 7, 2, (5,), busy_s=0.75)
+    assert messages.encode(data) == [GOLDEN_DATA_6]
+    assert messages.decode([GOLDEN_DATA_6]) == data
+
+
+def test_busy_seconds_are_left_out_for_a_version_5_peer_not_refused() -> None:
+    """Advisory: a version-5 trainer goes on without them (its sizing gauge stays unknown)."""
+    data = messages.Data("j1", 7, 2, (5,), busy_s=0.75)
+    (header,) = messages.encode(data, 5)
+    assert "busy_s" not in msgpack.unpackb(header, raw=False)[3]
+    assert messages.decode_said([header]) == (dataclasses.replace(data, busy_s=0.0), 5)
+
+
+@pytest.mark.parametrize("busy", [-0.5, math.nan, math.inf, 1e9])
+def test_busy_seconds_out_of_range_are_refused_on_decode(busy: float) -> None:
+    header = msgpack.packb(
+        ["h5feed", 6, "data", {**VALID_FIELDS[wire.DATA], "busy_s": busy}, []], use_bin_type=True
+    )
+    with pytest.raises(ProtocolError, match=r"DATA has .* busy_s, outside \[0, 86400\]"):
+        messages.decode([header])
 
 
 def test_versions_not_spoken_are_refused_naming_both_ranges() -> None:

@@ -58,7 +58,14 @@ VALID_FIELDS: dict[str, dict[str, Any]] = {
         "rows": [[0, "v0", 16]],
         "slot": None,
     },
-    wire.DATA: {"job": "job-1", "unit": 7, "batch": 2, "samples": [[0, "v0", 16]], "skipped": []},
+    wire.DATA: {
+        "job": "job-1",
+        "unit": 7,
+        "batch": 2,
+        "samples": [[0, "v0", 16]],
+        "skipped": [],
+        "busy_s": 0.25,
+    },
     wire.ERROR: {
         "job": "job-1",
         "unit": 7,
@@ -168,10 +175,14 @@ def assert_same_array(got: np.ndarray, want: np.ndarray) -> None:
 
 
 def round_trip(
-    kind: str, fields: dict[str, Any], arrays: Sequence[tuple[str, np.ndarray]] = ()
+    kind: str,
+    fields: dict[str, Any],
+    arrays: Sequence[tuple[str, np.ndarray]] = (),
+    version: int = wire.PROTOCOL_VERSION,
 ) -> wire.Message:
-    """Encode, turn every frame into immutable ``bytes`` (as a copying receive would), decode."""
-    frames = wire.encode(kind, fields, arrays)
+    """Encode in ``version``, turn every frame into immutable ``bytes`` (as a copying receive
+    would), decode."""
+    frames = wire.encode(kind, fields, arrays, version=version)
     return wire.decode([frame_bytes(f) for f in frames])
 
 
@@ -596,9 +607,9 @@ def decode_or_protocol_error(frames: list[Any], limits: wire.Limits = wire.DEFAU
     except ProtocolError:
         return
     assert message.kind in wire.KINDS
-    assert set(message.fields) == set(wire.SCHEMAS[message.kind])
+    assert set(message.fields) == set(wire.SCHEMAS_BY_VERSION[message.version][message.kind])
     # A decoded message is valid: the encoder accepts it again and it survives a round trip.
-    again = round_trip(message.kind, message.fields, list(message.arrays.items()))
+    again = round_trip(message.kind, message.fields, list(message.arrays.items()), message.version)
     assert again.fields == message.fields
     assert list(again.arrays) == list(message.arrays)
     for name, array in message.arrays.items():

@@ -22,9 +22,10 @@ annotation                 header holds           built as
 ``Mapping[str, ndarray]``  the array frames       all of them (DATA)
 =========================  =====================  ==========================================
 
-Bounds ride on the annotation as ``Annotated`` metadata (:class:`Min`, :class:`MaxLen`,
-:class:`OneOf`), checked before the value is built (a list too long is refused unread); a
-rule that spans fields is the message's ``validate()`` method, which ``build`` calls last.
+Bounds ride on the annotation as ``Annotated`` metadata (:class:`Min`, :class:`Within`,
+:class:`MaxLen`, :class:`OneOf`), checked before the value is built (a list too long is
+refused unread); a rule that spans fields is the message's ``validate()`` method, which
+``build`` calls last.
 A nested value is named in errors by its kind and field, less a plural ``s`` (``UNIT row``),
 or by a :class:`Label`. An annotation with no wire form raises ``TypeError`` when the schema
 is made, at import: a new field cannot go unchecked.
@@ -56,6 +57,18 @@ class Min:
     def check(self, name: str, value: Any) -> None:
         if value < self.least:
             raise _Fault(f"has {value} {name}, below {self.least}")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Within:
+    """A float field's range, ends included; NaN and infinities are outside every range."""
+
+    least: float
+    most: float
+
+    def check(self, name: str, value: Any) -> None:
+        if not self.least <= value <= self.most:  # False for NaN
+            raise _Fault(f"has {value} {name}, outside [{self.least:g}, {self.most:g}]")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -102,7 +115,7 @@ class Label:
     text: str
 
 
-Bound = Min | MaxLen | OneOf
+Bound = Min | Within | MaxLen | OneOf
 _SCALARS: Mapping[Any, tuple[type, ...]] = {
     str: (str,), int: (int,), bool: (bool,), bytes: (bytes,), float: (float, int),
 }  # fmt: skip
@@ -128,7 +141,7 @@ def _part(name: str, hint: Any, kind: str) -> _Part:
     label = name.removesuffix("s")
     if get_origin(hint) is Annotated:
         hint, *meta = get_args(hint)
-        bounds = tuple(m for m in meta if isinstance(m, Min | MaxLen | OneOf))
+        bounds = tuple(m for m in meta if isinstance(m, Bound))
         label = next((m.text for m in meta if isinstance(m, Label)), label)
     what = f"{kind} {label}"
     origin, args = get_origin(hint), get_args(hint)

@@ -25,7 +25,7 @@ from typing import Annotated, Any, ClassVar, Final, NamedTuple
 import numpy as np
 
 from h5feed.common.errors import DataError, FileReadError, ProtocolError
-from h5feed.common.message_schema import Label, MaxLen, Min, OneOf, Schema, Since
+from h5feed.common.message_schema import Label, MaxLen, Min, OneOf, Schema, Since, Within
 from h5feed.common.protocol_versions import OLDEST_VERSION, PROTOCOL_VERSION
 
 #: Start of a BYE reason that refuses a peer (e.g. another protocol version): do not retry.
@@ -35,6 +35,8 @@ MAX_CHECKS: Final = 16
 MAX_DIGEST_BYTES: Final = 64
 #: At most this many code identities in a JOB or SOURCE (one per import path it names).
 MAX_CODE_IDENTITIES: Final = 4
+#: The most busy seconds a DATA part may say it took (a day: far past any unit_timeout_s).
+MAX_BUSY_S: Final = 86400.0
 
 
 class CodeIdentity(NamedTuple):
@@ -291,6 +293,9 @@ class Data:
     samples: tuple[Any, ...]
     arrays: Mapping[str, np.ndarray] = dataclasses.field(default_factory=dict)
     skipped: Annotated[tuple[SkippedRow, ...], Label("skipped row")] = ()
+    #: Seconds the worker spent making this part (reading, decoding, writing it), for the
+    #: fleet's capacity (h5feed.consumer.fleet_demand); 0 from a version-5 worker.
+    busy_s: Annotated[float, Since(6, advisory=True), Within(0.0, MAX_BUSY_S)] = 0.0
 
     def validate(self) -> None:
         """At most one skipped row per sample, each at a position of the samples."""

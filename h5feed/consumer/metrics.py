@@ -16,10 +16,13 @@ Names and meaning (all start with ``h5feed_``):
 * gauges of now: ``input_wait_ratio`` (recent 10 s share), ``input_bound`` (0/1),
   ``suggested_extra_workers``, ``inflight_batches``, ``credit_budget_batches``,
   ``queue_depth_batches``, ``startup_seconds``, ``running``;
+* the fleet's sizing (``h5feed/consumer/fleet_demand.py``), each gauge absent while unknown:
+  ``fleet_replicas_needed``, ``fleet_demand_clips_per_second``,
+  ``fleet_replica_capacity_clips_per_second``;
 * per worker (labels ``worker``, ``host``) of the running iteration — they start again at 0
   with each iteration, which Prometheus' ``rate()`` reads as a counter reset:
   ``worker_parts_total``, ``worker_clips_total``, ``worker_bytes_total``,
-  ``worker_unit_latency_seconds``, ``worker_last_part_age_seconds``,
+  ``worker_busy_seconds_total``, ``worker_unit_latency_seconds``, ``worker_last_part_age_seconds``,
   ``worker_outstanding_units``, ``worker_files``; ``worker_info`` (1, with labels ``protocol``
   and ``package`` besides: the protocol version spoken with it and its h5feed version).
 
@@ -77,11 +80,28 @@ _GAUGES = (
     ("running", "h5feed_running", "1 while an iteration runs"),
 )
 
+#: stats()["fleet"] keys shown as gauges, each only while known: (key, metric name, help)
+#: (the autoscaler manifests name the first: tests/test_kubernetes.py).
+FLEET_GAUGES = (
+    ("replicas_needed", "h5feed_fleet_replicas_needed", "Producer replicas that would keep up"),
+    (
+        "demand_clips_per_s",
+        "h5feed_fleet_demand_clips_per_second",
+        "Clips/s the trainer would take never waiting, less its local workers' rate",
+    ),
+    (
+        "replica_capacity_clips_per_s",
+        "h5feed_fleet_replica_capacity_clips_per_second",
+        "Clips/s a producer replica makes with every worker busy (mean over replicas)",
+    ),
+)
+
 #: Per-worker figures: (key in a worker's stats, metric name, counter?, help).
 _PER_WORKER = (
     ("count", "h5feed_worker_parts", True, "Parts (units) received from the worker"),
     ("clips", "h5feed_worker_clips", True, "Clips received from the worker"),
     ("bytes", "h5feed_worker_bytes", True, "Bytes of frames received from the worker"),
+    ("busy_s", "h5feed_worker_busy_seconds", True, "Seconds the worker says its parts took"),
     ("unit_latency_s", "h5feed_worker_unit_latency_seconds", False, "Unit sent to data back"),
     ("last_seen_s_ago", "h5feed_worker_last_part_age_seconds", False, "Since its last part"),
     ("outstanding_units", "h5feed_worker_outstanding_units", False, "Units it holds"),
@@ -144,6 +164,10 @@ class FeedCollector(Collector):
         yield CounterMetricFamily("h5feed_iterations", "Iterations started", value=iterations)
         for key, name, text in _GAUGES:
             yield GaugeMetricFamily(name, text, value=float(stats.get(key) or 0))
+        fleet = stats.get("fleet", {})
+        for key, name, text in FLEET_GAUGES:
+            if fleet.get(key) is not None:  # absent while unknown: an autoscaler holds still
+                yield GaugeMetricFamily(name, text, value=float(fleet[key]))
         labels_ = ("worker", "host")
         families: list[CounterMetricFamily | GaugeMetricFamily] = [
             (CounterMetricFamily if counter else GaugeMetricFamily)(name, text, labels=labels_)

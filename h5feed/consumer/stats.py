@@ -15,6 +15,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from h5feed.consumer.fleet_demand import fleet_demand
+
 if TYPE_CHECKING:
     from h5feed.consumer.core.credits import CreditGate
     from h5feed.consumer.core.ledger import Peer
@@ -67,25 +69,28 @@ class Counters:
 
 
 class RateMeter:
-    """Counts events (clips and bytes) in total and over the last :data:`RECENT_WINDOW_S`."""
+    """Counts events (clips and bytes) in total and over the last :data:`RECENT_WINDOW_S`,
+    with the busy seconds the sender says each took (a worker's DATA parts; 0 otherwise)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._started = time.monotonic()
-        self._events: collections.deque[tuple[float, int, int]] = collections.deque()
+        self._events: collections.deque[tuple[float, int, int, float]] = collections.deque()
         self.count = 0  # events (batches or parts)
         self.clips = 0
         self.bytes = 0
+        self.busy_s = 0.0
         self.last_seen: float | None = None
 
-    def record(self, clips: int, nbytes: int) -> None:
+    def record(self, clips: int, nbytes: int, busy_s: float = 0.0) -> None:
         now = time.monotonic()
         with self._lock:
             self.count += 1
             self.clips += clips
             self.bytes += nbytes
+            self.busy_s += busy_s
             self.last_seen = now
-            self._events.append((now, clips, nbytes))
+            self._events.append((now, clips, nbytes, busy_s))
             self._trim(now)
 
     def _trim(self, now: float) -> None:
@@ -93,22 +98,27 @@ class RateMeter:
             self._events.popleft()
 
     def snapshot(self) -> dict[str, Any]:
-        """Totals, total rates since creation, recent rates, seconds since the last event."""
+        """Totals, total rates since creation, recent rates, seconds since the last event;
+        the clips and busy seconds of the recent events."""
         now = time.monotonic()
         with self._lock:
             self._trim(now)
             recent = list(self._events)
             count, clips, nbytes, last = self.count, self.clips, self.bytes, self.last_seen
+            busy = self.busy_s
         elapsed = max(now - self._started, 1e-9)
         window = min(RECENT_WINDOW_S, elapsed)
         return {
             "count": count,
             "clips": clips,
             "bytes": nbytes,
+            "busy_s": busy,
             "per_s_total": _rates(count, clips, nbytes, elapsed),
             "per_s_recent": _rates(
                 len(recent), sum(e[1] for e in recent), sum(e[2] for e in recent), window
             ),
+            "clips_recent": sum(e[1] for e in recent),
+            "busy_s_recent": sum(e[3] for e in recent),
             "last_seen_s_ago": None if last is None else now - last,
         }
 
@@ -189,8 +199,10 @@ def worker_figures(
     peers: Sequence[Peer], files_owned: Callable[[Peer], int] | None = None
 ) -> list[dict[str, Any]]:
     """Per worker: name, pid, host, the protocol version spoken with it and its package
-    version, files owned (``files_owned``: HDF5 feeds; else 0), units
-    outstanding, unit latency and what it delivered (counts and rates)."""
+    version, whether it is one of the feed's own processes (``local``), files owned
+    (``files_owned``: HDF5 feeds; else 0), units outstanding, unit latency and what it
+    delivered (counts, rates, and the busy seconds its parts took: ``busy_s``, and
+    ``clips_recent`` with ``busy_s_recent`` over the last 10 s)."""
     return [
         {
             "name": p.name,
@@ -198,6 +210,7 @@ def worker_figures(
             "host": p.host,
             "protocol": p.protocol,
             "package": p.package,
+            "local": p.local,
             "files": files_owned(p) if files_owned is not None else 0,
             "outstanding_units": len(p.outstanding),
             "unit_latency_s": p.unit_latency_s,
@@ -261,7 +274,8 @@ def iteration_stats(
     ``shard_remainder="pad"``: zeros, ``valid`` False, never sent to a worker; counted
     apart from ``skipped``); ``cursor``: the next
     batch (epoch, batch); and the verdict: ``input_bound``, ``suggested_extra_workers``,
-    ``verdict`` (one line).
+    ``verdict`` (one line); ``fleet``: the replicas of remote producers that would keep up
+    (:func:`h5feed.consumer.fleet_demand.fleet_demand`).
 
     Bad data: ``skipped``, ``skipped_per_epoch`` and ``skipped_samples`` (samples skipped
     for bad frames under ``on_error="skip"``, the first 100 listed with file, video,
@@ -308,4 +322,5 @@ def iteration_stats(
         "input_bound": bound,
         "suggested_extra_workers": extra,
         "verdict": line,
+        "fleet": fleet_demand(intake["per_s_recent"]["clips"], waits["wait_share_recent"], workers),
     }

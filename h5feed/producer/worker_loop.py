@@ -10,6 +10,7 @@ sent back as ERROR and the worker carries on: the consumer decides. The command 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import secrets
@@ -385,8 +386,9 @@ class Worker:
             return
         finally:
             self.counters.add("files_reopened", job.files_reopened - reopened)
-        self.counters.unit(len(unit.rows), nbytes, time.monotonic() - began)
-        self.send(data)
+        busy = time.monotonic() - began
+        self.counters.unit(len(unit.rows), nbytes, busy)
+        self.send(dataclasses.replace(data, busy_s=busy))
         self._sent_after_stop += self._stop_deadline is not None
 
     def slot_target(self, job: Hdf5Job, slot: messages.SlotRef | None) -> SlotTarget | None:
@@ -447,8 +449,9 @@ class Worker:
             self.send_error(job.id, unit.unit, exc)
             return
         nbytes = sum(array.nbytes for array in data.arrays.values())
-        self.counters.unit(len(data.samples), nbytes, time.monotonic() - began)
-        self.send(data)
+        busy = time.monotonic() - began
+        self.counters.unit(len(data.samples), nbytes, busy)
+        self.send(dataclasses.replace(data, busy_s=busy))
         self._sent_after_stop += self._stop_deadline is not None
 
 

@@ -262,7 +262,7 @@ class Dispatch:
             planned = self._assembler.planned(unit.seq)
             invalid = self._skips.record(self.index, planned, positions, data.skipped, str(peer))
         self._ledger.complete(peer, unit.id)
-        peer.received.record(len(positions), nbytes)
+        peer.received.record(len(positions), nbytes, data.busy_s)
         batch = self._assembler.add(unit.seq, positions, frames, invalid)
         released = [] if batch is None else self._complete(unit.seq, batch)
         return released + self._complete_padding()  # the clips' shape may be known now

@@ -160,7 +160,7 @@ class GeneratorScheduler:
             self._asked -= 1
             return []
         batch = self._built.batch(epoch, self._batches, fields, rows)
-        peer.received.record(rows, batch.nbytes)
+        peer.received.record(rows, batch.nbytes, data.busy_s)
         self._batches += 1
         return [batch]
 

@@ -238,7 +238,7 @@ class ItemScheduler:
         epoch, position, items = unit.work
         padding = self._padding.get(unit.seq, 0)
         batch = self._batch(unit.seq, epoch, position, fields, list(items))
-        peer.received.record(batch.rows - padding, batch.nbytes)
+        peer.received.record(batch.rows - padding, batch.nbytes, data.busy_s)
         return self._planned.release(unit.seq, batch)
 
     def _batch(

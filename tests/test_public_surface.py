@@ -32,17 +32,21 @@ STATS_KEYS = frozenset(
         "refused_reconnects", "refused_keys", "index_mismatches", "unreadable_files",
         "padded_samples", "batches_dispatched", "max_inflight_batches", "cursor", "skipped",
         "skipped_per_epoch", "skipped_samples", "input_bound", "suggested_extra_workers",
-        "verdict",
+        "verdict", "fleet",
     }
 )  # fmt: skip
 #: Keys of each entry of ``stats()["workers"]``.
 WORKER_KEYS = frozenset(
     {
-        "name", "pid", "host", "protocol", "package", "files", "outstanding_units",
-        "unit_latency_s", "count", "clips", "bytes", "per_s_total", "per_s_recent",
-        "last_seen_s_ago",
+        "name", "pid", "host", "protocol", "package", "local", "files", "outstanding_units",
+        "unit_latency_s", "count", "clips", "bytes", "busy_s", "per_s_total", "per_s_recent",
+        "clips_recent", "busy_s_recent", "last_seen_s_ago",
     }
 )  # fmt: skip
+#: Keys of ``stats()["fleet"]`` (docs/deploy/sizing.md).
+FLEET_KEYS = frozenset(
+    {"demand_clips_per_s", "replicas", "replica_capacity_clips_per_s", "replicas_needed"}
+)
 #: Keys of each entry of ``stats()["hosts"]``.
 HOST_KEYS = frozenset({"workers", "clips", "clips_per_s"})
 #: Sample names of a feed's ``/metrics`` once an iteration ran (h5feed/consumer/metrics.py).
@@ -62,7 +66,8 @@ METRIC_NAMES = frozenset(
         "h5feed_running", "h5feed_worker_parts_total", "h5feed_worker_clips_total",
         "h5feed_worker_bytes_total", "h5feed_worker_unit_latency_seconds",
         "h5feed_worker_last_part_age_seconds", "h5feed_worker_outstanding_units",
-        "h5feed_worker_files", "h5feed_worker_info",
+        "h5feed_worker_files", "h5feed_worker_info", "h5feed_worker_busy_seconds_total",
+        "h5feed_fleet_demand_clips_per_second",
     }
 )  # fmt: skip
 #: The package face: ``h5feed.__all__``, the lazy names included.
@@ -110,6 +115,7 @@ def _assert_keys(stats: dict[str, Any]) -> None:
         assert set(worker) == WORKER_KEYS
     for host in stats["hosts"].values():
         assert set(host) == HOST_KEYS
+    assert set(stats["fleet"]) == FLEET_KEYS
 
 
 def test_an_hdf5_feeds_stats_keys_and_metric_names_are_the_pinned_ones(

@@ -5,8 +5,8 @@ Design: ``top`` reads the ``/stats`` JSON endpoint that a consumer serves with
 serves, over plain HTTP: the same numbers as ``ds.stats()``, from any machine that reaches the
 port, without joining the trainer's ZeroMQ socket (which is for workers, may need CURVE keys,
 and must not be slowed by observers). A consumer shows one row per worker and per host and
-the input-bound verdict; a producer service one row per worker (with rates between two
-refreshes).
+the input-bound verdict and the producer replicas needed; a producer service one row per
+worker (with rates between two refreshes).
 
 Guarantees: every request is bounded by ``--timeout``; an endpoint that does not answer is
 shown as such (and with ``--once`` the exit status is 1) — ``top`` never hangs on one.
@@ -79,6 +79,7 @@ def _consumer_view(url: str, stats: dict[str, Any]) -> RenderableType:
         f"{stats.get('units_handed_back', 0)}, re-made {stats.get('units_remade', 0)})"
     )
     verdict = Text(stats["verdict"], style="bold red" if stats["input_bound"] else "bold green")
+    fleet = Text(fleet_line(stats.get("fleet") or {}))
     workers = Table("worker", "host", "version", "files", "clips", "clips/s", "MB/s", "unit ms",
                     "last part", "units held", title="workers", title_justify="left")  # fmt: skip
     for w in sorted(stats["workers"], key=lambda w: (w["host"], w["name"])):
@@ -97,7 +98,19 @@ def _consumer_view(url: str, stats: dict[str, Any]) -> RenderableType:
     hosts = Table("host", "workers", "clips", "clips/s", title="hosts", title_justify="left")
     for name, h in sorted(stats["hosts"].items()):
         hosts.add_row(name, str(h["workers"]), f"{h['clips']:,}", _num(h["clips_per_s"]))
-    return Group(head, Text(line), verdict, workers, hosts)
+    return Group(head, Text(line), verdict, fleet, workers, hosts)
+
+
+def fleet_line(fleet: dict[str, Any]) -> str:
+    """The producer replicas that would keep up (docs/deploy/sizing.md), or why unknown."""
+    if fleet.get("replicas_needed") is None:
+        return "replicas needed: unknown (no remote producer has said its busy time)"
+    return (
+        f"replicas needed: {fleet['replicas_needed']} (demand "
+        f"{fleet['demand_clips_per_s']:.1f} clips/s; a replica makes "
+        f"{fleet['replica_capacity_clips_per_s']:.1f} with every worker busy; "
+        f"{fleet['replicas']} measured)"
+    )
 
 
 def _producer_view(

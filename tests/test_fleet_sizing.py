@@ -104,6 +104,16 @@ def test_unknown_before_the_first_batch_and_without_busy_time() -> None:
     assert fleet_demand(100.0, 0.5, [])["replicas"] == 0  # local workers only: no fleet
 
 
+def test_top_says_the_replicas_needed_and_the_figures_behind_them() -> None:
+    from h5feed.top import fleet_line
+
+    figures = fleet_demand(300.0, 0.5, [worker("a", clips_recent=1000, busy_s_recent=10.0)])
+    assert fleet_line(figures) == (
+        "replicas needed: 6 (demand 600.0 clips/s; a replica makes 100.0 with every worker "
+        "busy; 1 measured)"
+    )
+
+
 # -- on real processes ------------------------------------------------------------------------
 
 CLIP = {"clip_len": 4, "resize": (48, 64), "crop": (40, 40)}

@@ -56,6 +56,8 @@ def test_top_once_shows_each_worker_host_and_the_verdict(
     ]
     assert len(verdicts) == 1, out
     assert "consumer job" in out and "batches 5" in out
+    # Local workers only: no fleet to size (tests/test_fleet_sizing.py has one).
+    assert "replicas needed: unknown (no remote producer has said its busy time)" in out
 
 
 def test_top_once_shows_a_producer_services_workers(

@@ -199,6 +199,9 @@ def test_a_mixed_fleet_gives_the_bytes_of_a_fleet_of_one_version(
         assert protocols == expected, workers
         if fleet_of == "mixed":  # each did its share: both versions made bytes of the run
             assert all(int(str(w["clips"])) > 0 for w in workers), workers
+            # Busy seconds (version 6, advisory) come from the new producer only.
+            busy = {int(str(w["protocol"])): float(str(w["busy_s"])) for w in workers}
+            assert busy[PREVIOUS_PROTOCOL] == 0.0 < busy[PROTOCOL_VERSION], workers
         stop(started)
     assert digests["mixed"] == digests["new"]
 

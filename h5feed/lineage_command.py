@@ -113,7 +113,7 @@ def clip_of(head: dict[str, Any], row: dict[str, Any]) -> Any:
 
     from h5feed.common import layouts
     from h5feed.common.config import ClipSpec
-    from h5feed.common.message_types import Row
+    from h5feed.common.message_records import Row
     from h5feed.producer import confine
     from h5feed.producer.clips import ClipMaker
     from h5feed.producer.code_policy import CodePolicy

@@ -5,9 +5,9 @@ from their annotations what the header holds (``wire.SCHEMAS``, checked by ``wir
 sides) and how :func:`h5feed.common.messages.parse` builds the message from it, every nested
 value checked before anything trusts it: a UNIT row has 8 fields of fixed types, an INDEX
 video 3, a slot reference 4; bounds ride on the annotations (``Min``, ``MaxLen``, ``OneOf``)
-and a rule across fields is the message's ``validate()``. Small records (:class:`Row`,
-:class:`SlotRef`, :class:`FileRef`, :class:`VideoEntry`) are ``NamedTuple``\\ s, so msgpack
-writes them as the plain arrays the wire format describes, with no conversion per row.
+and a rule across fields is the message's ``validate()``. The small records inside them
+(:class:`~h5feed.common.message_records.Row`, ``SlotRef``, ``FileRef``, ``VideoEntry``, ...)
+and the bounds they share are in :mod:`h5feed.common.message_records`.
 
 This module imports neither ``wire`` nor ``messages``: they import it (``wire`` for the
 schemas it checks, ``messages`` for the codec), so the layering runs one way. Code imports
@@ -20,86 +20,29 @@ import dataclasses
 import itertools
 import traceback
 from collections.abc import Mapping, Sequence
-from typing import Annotated, Any, ClassVar, Final, NamedTuple
+from typing import Annotated, Any, ClassVar, Final
 
 import numpy as np
 
 from h5feed.common.errors import DataError, FileReadError, ProtocolError
+from h5feed.common.message_records import (
+    MAX_BUSY_S,
+    MAX_CHECKS,
+    MAX_CODE_IDENTITIES,
+    ON_ERROR_CHOICES,
+    CodeIdentity,
+    FileRef,
+    ItemCheck,
+    Row,
+    SkippedRow,
+    SlotRef,
+    VideoEntry,
+)
 from h5feed.common.message_schema import Label, MaxLen, Min, OneOf, Schema, Since, Within
 from h5feed.common.protocol_versions import OLDEST_VERSION, PROTOCOL_VERSION
 
 #: Start of a BYE reason that refuses a peer (e.g. another protocol version): do not retry.
 REFUSED: Final = "refused:"
-#: At most this many items in a SOURCE_INFO's checks; each digest at most this many bytes.
-MAX_CHECKS: Final = 16
-MAX_DIGEST_BYTES: Final = 64
-#: At most this many code identities in a JOB or SOURCE (one per import path it names).
-MAX_CODE_IDENTITIES: Final = 4
-#: The most busy seconds a DATA part may say it took (a day: far past any unit_timeout_s).
-MAX_BUSY_S: Final = 86400.0
-
-
-class CodeIdentity(NamedTuple):
-    """A user module a job names, as the trainer found it: its name, the SHA-256 of its file
-    and the file's path (h5feed.common.code_identity)."""
-
-    module: Annotated[str, MaxLen(1024)]
-    digest: Annotated[bytes, MaxLen(MAX_DIGEST_BYTES)]
-    file: Annotated[str, MaxLen(4096)]
-
-
-class FileRef(NamedTuple):
-    """A file of a JOB: its number in the dataset and its path (relative to the data root)."""
-
-    number: int
-    path: str
-
-
-class VideoEntry(NamedTuple):
-    """A video of an INDEX: its name in the file, its frame count (>= 1) and its label."""
-
-    name: str
-    frames: Annotated[int, Min(1)]
-    label: int
-
-
-class Row(NamedTuple):
-    """One row of an HDF5 UNIT: the sample and everything needed to make its clip."""
-
-    sample: int  # global sample id
-    file: int  # file index in the dataset
-    video: int  # position of the video in its file's index
-    start: int  # first frame of the clip
-    crop_top: float  # uniform [0, 1): where the crop goes
-    crop_left: float
-    flip: bool
-    seed: int  # per-sample seed of the user's transform
-
-
-#: The longest ``reason`` of a :class:`SkippedRow` (the worker cuts a longer message).
-MAX_SKIP_REASON: Final = 1000
-#: What a JOB's ``on_error`` may say.
-ON_ERROR_CHOICES: Final = ("raise", "skip")
-
-
-class SkippedRow(NamedTuple):
-    """A row of a DATA skipped under ``on_error="skip"`` (its clip is all zeros): its position
-    in the DATA's ``samples``, the frame that failed, and why (the worker's message, at most
-    :data:`MAX_SKIP_REASON` characters)."""
-
-    position: int  # distinct, within the DATA's samples: Data.validate
-    frame: Annotated[int, Min(0)]
-    reason: Annotated[str, MaxLen(MAX_SKIP_REASON)]
-
-
-class SlotRef(NamedTuple):
-    """Where a UNIT's rows go in shared memory: the consumer's pid and the slot's fd (the
-    worker opens ``/proc/PID/fd/FD``), the batch's row count, the rows' positions in it."""
-
-    pid: Annotated[int, Min(0)]
-    fd: Annotated[int, Min(0)]
-    batch_rows: Annotated[int, Min(0)]
-    positions: tuple[int, ...]  # as many as the UNIT's rows, distinct: Unit.validate
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -373,15 +316,6 @@ class Source:
     code: Annotated[
         tuple[CodeIdentity, ...], Since(6, advisory=True), MaxLen(MAX_CODE_IDENTITIES)
     ] = ()
-
-
-class ItemCheck(NamedTuple):
-    """One common item as one copy of a user's object makes it: its digest, and whether two
-    fetches under the same seeding gave the same (see h5feed.consumer.sources.agreement)."""
-
-    item: int
-    digest: Annotated[bytes, MaxLen(MAX_DIGEST_BYTES)]
-    reproducible: bool
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

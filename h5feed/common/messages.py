@@ -6,7 +6,8 @@ above it that code uses: a sender builds a message with its constructor (mypy ch
 field) and calls :func:`encode`; a receiver calls :func:`decode` and dispatches with
 ``match``. Nothing outside this module and ``wire`` builds or reads a header dict.
 
-The classes are written once, in :mod:`h5feed.common.message_types` (re-exported here): their
+The classes are written once, in :mod:`h5feed.common.message_types` and
+:mod:`h5feed.common.message_records` (both re-exported here): their
 fields' annotations are the wire schema, so :func:`encode` writes and :func:`parse` builds
 each message from that one schema (:mod:`h5feed.common.message_schema`), every nested value
 checked on decode before anything trusts it; a bad one raises :class:`ProtocolError`, like
@@ -40,34 +41,36 @@ from typing import Any
 
 from h5feed.common import wire
 from h5feed.common.errors import FeatureVersionError, ProtocolError
-from h5feed.common.message_types import (
+from h5feed.common.message_records import (
     MAX_CHECKS,
     MAX_CODE_IDENTITIES,
     MAX_DIGEST_BYTES,
     MAX_SKIP_REASON,
     ON_ERROR_CHOICES,
+    CodeIdentity,
+    FileRef,
+    ItemCheck,
+    Row,
+    SkippedRow,
+    SlotRef,
+    VideoEntry,
+)
+from h5feed.common.message_types import (
     SCHEMAS_BY_VERSION,
     Bye,
     Check,
-    CodeIdentity,
     Data,
     Error,
-    FileRef,
     Hello,
     Index,
     IndexBatch,
-    ItemCheck,
     Items,
     Job,
     Ping,
     Pull,
-    Row,
-    SkippedRow,
-    SlotRef,
     Source,
     SourceInfo,
     Unit,
-    VideoEntry,
 )
 from h5feed.common.protocol_versions import PROTOCOL_VERSION
 

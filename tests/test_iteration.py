@@ -16,7 +16,7 @@ import h5feed
 from h5feed.common import elements
 from h5feed.common.errors import ResumeError
 from h5feed.common.source_kinds import SourceKind
-from h5feed.consumer import resume
+from h5feed.consumer.fingerprint import index_digest
 from h5feed.consumer.iteration import IterationStart, Position
 from h5feed.consumer.plan import Cursor, Index
 from h5feed.consumer.sources.options import Learnt
@@ -26,7 +26,7 @@ SPEC = elements.infer_spec([{"x": np.zeros(2)}, {"x": np.ones(2)}])
 
 
 def test_the_index_check_returns_the_digest_or_names_both_digests() -> None:
-    digest = resume.index_digest(INDEX)
+    digest = index_digest(INDEX)
     assert IterationStart(Cursor()).check_index(INDEX) == digest  # nothing resumed: no check
     assert IterationStart(Cursor(), resume_index=digest).check_index(INDEX) == digest
     with pytest.raises(ResumeError, match=f"index: saved '0{{16}}', now '{digest}'"):
@@ -38,13 +38,13 @@ def test_a_resumed_position_leaves_out_the_taken_batches_and_rolls_over_at_the_e
     start = IterationStart(Cursor(0, 1), frozenset({(0, 2)}), {"seed": 0})
     position = Position(config, start)
     position.learn(INDEX, 3)  # three videos, one clip each: 3 batches of 1
-    assert position.outcome.digest == resume.index_digest(INDEX)
+    assert position.outcome.digest == index_digest(INDEX)
     assert position.outcome.learnt is INDEX and position.outcome.epoch_length == 3
     assert not position.take(0, 2)  # taken before the resume: made, not yielded
     assert position.take(0, 1)
     state = position.state()
     assert (state["epoch"], state["batch"], state["taken"]) == (1, 0, [])  # (0, 3) is (1, 0)
-    assert state["fingerprint"] == {"seed": 0, "index": resume.index_digest(INDEX)}
+    assert state["fingerprint"] == {"seed": 0, "index": index_digest(INDEX)}
 
 
 def test_a_resumed_index_that_differs_is_refused_when_the_first_batch_comes() -> None:

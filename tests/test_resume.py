@@ -128,8 +128,8 @@ def test_the_index_is_remembered_so_the_next_feed_knows_its_length(tiny: list[st
 
 
 def test_the_index_digest_tells_indexes_apart_and_is_reused_while_the_same() -> None:
+    from h5feed.consumer.fingerprint import IndexDigests, index_digest
     from h5feed.consumer.plan import Index
-    from h5feed.consumer.resume import IndexDigests, index_digest
 
     def index(label: int = 1, name: str = "v1", files: tuple[str, ...] = ("a.h5", "b.h5")) -> Index:
         return Index.build(files, [[("v0", 5, 0), (name, 6, label)], [("w0", 7, 2)]])

@@ -17,8 +17,8 @@ from conftest import one_file_of_tiny_videos
 import h5feed
 from h5feed.common.config import ClipSpec
 from h5feed.common.errors import H5FeedError, ResumeError, SourceError
+from h5feed.consumer.fingerprint import fingerprint
 from h5feed.consumer.plan import PAD_SAMPLE, EpochPlan, Index, PlanOptions, epoch_order
-from h5feed.consumer.resume import fingerprint
 
 VIDEOS = 17  # 2 shards: 9 + 8 real (the second padded); 3 shards: 6 + 6 + 5
 EPOCHS = 2

@@ -13,6 +13,7 @@ import numpy as np
 from h5feed.common import trainer_main
 from h5feed.common.errors import H5FeedError
 from h5feed.common.exposure import warn_insecure_listen
+from h5feed.consumer import fingerprint as fingerprints
 from h5feed.consumer import lineage, resume
 from h5feed.consumer.hdf5 import known_index
 from h5feed.consumer.iteration import IterationStart, Outcome
@@ -56,11 +57,11 @@ class Feed:
                 "a worker never starts workers"
             )
         self.config = config
-        self._fingerprint = resume.fingerprint(config)
+        self._fingerprint = fingerprints.fingerprint(config)
         self._length: int | None = None
         self._samples: int | None = None  # per epoch, all shards (HDF5), once known
         self._learnt: Learnt | None = None
-        self._index_digests = resume.IndexDigests()
+        self._index_digests = fingerprints.IndexDigests()
         # What identified the files when the last index was learnt (known_index.key): an
         # iteration whose files still match it starts from that index (HdfScheduler.start).
         self._index_key: str | None = None
@@ -145,7 +146,7 @@ class Feed:
 
     @property
     def fingerprint(self) -> dict[str, Any]:
-        """This feed's fingerprint (:mod:`h5feed.consumer.resume`), its ``index`` part once
+        """This feed's fingerprint (:mod:`h5feed.consumer.fingerprint`), its ``index`` part once
         an iteration (or the known index) told it."""
         self._read()
         return self._fingerprint

@@ -31,13 +31,13 @@ from h5feed.common.errors import ResumeError
 from h5feed.consumer import resume
 from h5feed.consumer.core.credits import CreditGate
 from h5feed.consumer.core.scheduler import Scheduler
+from h5feed.consumer.fingerprint import IndexDigests
 from h5feed.consumer.hdf5 import known_index
 from h5feed.consumer.hdf5.scheduler import HdfScheduler
 from h5feed.consumer.lineage import LineageLog
 from h5feed.consumer.options import FeedConfig, HdfConfig
 from h5feed.consumer.plan import Cursor, Index
 from h5feed.consumer.rest import Rest
-from h5feed.consumer.resume import IndexDigests
 from h5feed.consumer.sources.options import Learnt, SourceConfig
 from h5feed.consumer.sources.scheduler import SourceScheduler
 from h5feed.consumer.stats import Counters
@@ -49,7 +49,7 @@ class IterationStart:
 
     ``cursor``: the first batch (epoch, batch); ``skip``: batches above it the trainer took
     already (a resumed ``deterministic=False`` run: made, not yielded); ``fingerprint``: the
-    feed's (:mod:`h5feed.consumer.resume`; its ``index`` part, when known, replaced by the
+    feed's (:mod:`h5feed.consumer.fingerprint`; its ``index`` part, when known, replaced by the
     index this iteration's workers build); ``resume_index``: the index part of the state this
     iteration resumes, checked by :meth:`check_index`; ``known``/``file_sizes``: the files'
     index as an earlier iteration learnt it, when the files are unchanged since, and their

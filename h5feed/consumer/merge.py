@@ -31,6 +31,7 @@ from typing import Any
 
 from h5feed.common.atomic import atomic_file
 from h5feed.common.errors import ResumeError
+from h5feed.consumer import fingerprint as fingerprints
 from h5feed.consumer import resume
 from h5feed.consumer.plan import Cursor, PlanOptions, epoch_length
 from h5feed.consumer.rest import Layer, Rest, layer_of
@@ -59,7 +60,9 @@ def merge_states(
     first_label, first = points[0]
     fingerprint = dict(first.fingerprint or {})
     for label, point in points[1:]:
-        others = resume.differences(_unsharded(fingerprint), _unsharded(point.fingerprint or {}))
+        others = fingerprints.differences(
+            _unsharded(fingerprint), _unsharded(point.fingerprint or {})
+        )
         if others:
             raise ResumeError(
                 f"merge_states: the fingerprints differ in more than the shard (saved: "

@@ -1,4 +1,4 @@
-"""Where an iteration resumes: the state format, the fingerprint, and the position file.
+"""Where an iteration resumes: the state format and the position file.
 
 A *state* is a small JSON-able dict saying how far a trainer got::
 
@@ -13,21 +13,8 @@ first run took and what the resumed one yields is exactly the uninterrupted stre
 
 Guarantees:
 
-1. The fingerprint covers what decides the batches: the files (their names in plan order,
-   ``files``, known up front; the index — every video's name, frame count and label —
-   ``index``, known once the workers indexed the files), seed, shuffle, batch size,
-   ``drop_remainder``, clips per video and their placement, the clip and layout options,
-   ``shard`` and its remainder rule (``shard_remainder``, stored when it is not the default
-   "drop", so states saved before the rule existed still resume), a source and its
-   arguments, and the labels the trainer gives one-video files (``labels``: from their
-   directories or the user's mapping). Not the number of workers,
-   prefetch, timeouts, ``listen``, metrics or memory options: resuming with another worker
-   count gives the same batches. The files' directory is not part of it (only their names),
-   so a dataset moved elsewhere still resumes.
-2. Each part is stored, not only one hash, so a mismatch (:class:`~h5feed.common.errors.
-   ResumeError`) names every field that differs. The up-front parts are checked when the
-   dataset is made; ``index`` when the plan starts (or up front when the index is known from
-   :mod:`h5feed.consumer.hdf5.known_index`).
+1. and 2. What the fingerprint covers and how a mismatch is named:
+   :mod:`h5feed.consumer.fingerprint`.
 3. An optional ``"length"`` (batches per epoch; ``h5feed.BackupAndRestore`` writes it) gives
    a resumed feed its length when the index is not remembered where it resumes, so Keras
    runs full epochs after the shorter resumed one (see :attr:`ResumePoint.length`).
@@ -50,19 +37,16 @@ Guarantees:
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import os
 import pathlib
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
-
 from h5feed.common.atomic import atomic_file
 from h5feed.common.errors import ResumeError
-from h5feed.consumer.options import FeedConfig, HdfConfig
-from h5feed.consumer.plan import Cursor, Index, PlanOptions
+from h5feed.consumer import fingerprint as fingerprints
+from h5feed.consumer.plan import Cursor, PlanOptions
 from h5feed.consumer.rest import Rest
 
 FORMAT_VERSION = 1
@@ -76,120 +60,13 @@ _MAX_STATE_BYTES = 1 << 20
 _MAX_TAKEN = 1 << 16
 
 
-def _digest(value: Any) -> str:
-    text = json.dumps(value, sort_keys=True, default=repr, separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def fingerprint(config: FeedConfig) -> dict[str, Any]:
-    """The up-front parts of ``config``'s fingerprint (everything but ``index``)."""
-    options = config.options
-    parts: dict[str, Any] = {
-        "seed": options.plan.seed,
-        "shuffle": options.plan.shuffle,
-        "batch_size": options.plan.batch_size,
-        "drop_remainder": options.plan.drop_remainder,
-        "shard": list(options.plan.shard),
-    }
-    if options.plan.pads:  # absent under the default rule: states saved before it resume
-        parts["shard_remainder"] = options.plan.shard_remainder
-    if isinstance(config, HdfConfig):
-        parts.update(
-            files=_digest([os.path.basename(f) for f in config.files]),
-            file_count=len(config.files),
-            clips_per_video=config.data.clips_per_video,
-            clip_start=config.data.clip_start,
-            clip=_digest(config.clip.to_wire()),
-            layout=_digest(config.layout.to_wire()),
-        )
-        if config.file_labels is not None:  # labels the trainer decided (one video per file)
-            parts["labels"] = _digest(list(config.file_labels))
-    else:
-        parts.update(
-            source=config.source,
-            source_args=_digest(dict(config.args)),
-            steps_per_epoch=config.steps_per_epoch,
-            ragged=_digest(config.ragged),
-        )
-    return parts
-
-
-def index_digest(index: Index) -> str:
-    """A hash of the index: per video, its file's name, its name, frame count and label.
-
-    Array operations only (a Python loop over a million videos took seconds, on every
-    iteration's first batch): the base name of each file that has videos, then per video
-    its file's rank among those, the names joined by NUL (which no HDF5 name holds), frame
-    counts and labels."""
-    digest = hashlib.sha256()
-    files, first = np.unique(index.file_of_video, return_index=True)
-    for path in index.file_names[first].tolist():
-        digest.update(os.path.basename(path.decode(errors="replace")).encode() + b"\0")
-    digest.update(np.searchsorted(files, index.file_of_video).astype("<i8").tobytes())
-    digest.update(b"\0".join(index.names.tolist()))
-    for column in (index.frames, index.labels):
-        digest.update(np.asarray(column).astype("<i8").tobytes())
-    return digest.hexdigest()[:16]
-
-
-class IndexDigests:
-    """:func:`index_digest`, reused while the index stays the same: every iteration of a
-    dataset indexes its files again, and comparing the arrays with the last index costs a
-    fraction of hashing them (0.05 against 0.2 s at a million videos). Holds the last index
-    between iterations (the current one's arrays during an iteration: no copy)."""
-
-    def __init__(self) -> None:
-        self._last: tuple[Index, str] | None = None
-
-    @property
-    def last(self) -> Index | None:
-        """The last index hashed."""
-        return None if self._last is None else self._last[0]
-
-    def __call__(self, index: Index) -> str:
-        last = self._last
-        if last is not None and (last[0] is index or _same_index(last[0], index)):
-            digest = last[1]
-        else:
-            digest = index_digest(index)
-        self._last = (index, digest)
-        return digest
-
-
-def _same_index(a: Index, b: Index) -> bool:
-    """Whether two indexes hash the same (``file_names`` follow from ``files`` and
-    ``file_of_video``); about 0.05 s at a million videos."""
-    return a.files == b.files and all(
-        np.array_equal(x, y)
-        for x, y in (
-            (a.file_of_video, b.file_of_video),
-            (a.frames, b.frames),
-            (a.labels, b.labels),
-            (a.names, b.names),
-        )
-    )
-
-
-def differences(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
-    """``"field: saved X, now Y"`` for every field both have and that differs, and for a
-    field only one has (``index`` aside: it is compared once both know it)."""
-    found = []
-    for key in sorted(set(saved) | set(current)):
-        if key == "index" and (key not in saved or key not in current):
-            continue
-        if saved.get(key, "(absent)") != current.get(key, "(absent)"):
-            found.append(f"{key}: saved {saved.get(key, '(absent)')!r}, now "
-                         f"{current.get(key, '(absent)')!r}")  # fmt: skip
-    return found
-
-
 def check_point(point: ResumePoint, current: Mapping[str, Any]) -> None:
-    """:func:`check` of ``point``'s fingerprint, if it has one; a merged point's is checked
-    in every field but ``shard`` (it resumes on any)."""
+    """:func:`~h5feed.consumer.fingerprint.check` of ``point``'s fingerprint, if it has one;
+    a merged point's is checked in every field but ``shard`` (it resumes on any)."""
     if point.fingerprint:
         if point.merged:
             current = {key: value for key, value in current.items() if key != "shard"}
-        check(point.fingerprint, current)
+        fingerprints.check(point.fingerprint, current)
 
 
 def first_cursor(point: ResumePoint, options: PlanOptions, length: int | None) -> Cursor:
@@ -212,17 +89,6 @@ def first_cursor(point: ResumePoint, options: PlanOptions, length: int | None) -
     if length is not None and cursor.batch >= length:  # (e, len) is (e + 1, 0)
         cursor = Cursor(cursor.epoch + cursor.batch // length, cursor.batch % length)
     return cursor
-
-
-def check(saved: Mapping[str, Any], current: Mapping[str, Any]) -> None:
-    """ResumeError naming every field of the fingerprints that differs."""
-    diff = differences(saved, current)
-    if diff:
-        raise ResumeError(
-            "the resume state was saved by another dataset (or other data): "
-            + "; ".join(diff)
-            + ". Resume with the same files and plan options, or start afresh."
-        )
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

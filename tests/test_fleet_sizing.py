@@ -175,7 +175,9 @@ def test_the_gauge_is_scraped_from_the_trainer_and_moves_with_demand(
 FAKE_DOCKER = """#!/usr/bin/env bash
 # Stands in for the docker CLI: the service's replicas in a file, each scale call recorded.
 case "$1 $2" in
-  "service inspect") cat "$FAKE_DOCKER_STATE" ;;
+  "service inspect")  # fails once where the .fail file is: a manager not answering
+    if [ -e "$FAKE_DOCKER_STATE.fail" ]; then rm "$FAKE_DOCKER_STATE.fail"; exit 1; fi
+    cat "$FAKE_DOCKER_STATE" ;;
   "service scale") echo "${4#*=}" >"$FAKE_DOCKER_STATE"; echo "$4" >>"$FAKE_DOCKER_STATE.calls" ;;
   *) echo "unexpected: $*" >&2; exit 2 ;;
 esac
@@ -207,8 +209,8 @@ def test_the_swarm_loop_scales_up_at_once_down_after_steady_readings_and_within_
     """The loop's decisions on a sequence of gauge readings, against a stand-in for the docker
     CLI (the real ``docker service scale`` is Swarm's; the stack itself is tested in
     tests/test_swarm.py): up at once, down one step after 3 lower readings in a row, clamped
-    to [MIN, MAX], nothing while the gauge is absent."""
-    readings: list[int | None] = [None, 3, 3, 1, 1, 2, 1, 1, 1, 9, None]
+    to [MIN, MAX], nothing while the gauge is absent or the manager does not answer."""
+    readings: list[int | None] = [None, 3, 3, 3, 1, 1, 2, 1, 1, 1, 9, None]
     handler = type("Readings", (GaugeSequence,), {"readings": list(readings)})
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
@@ -219,6 +221,7 @@ def test_the_swarm_loop_scales_up_at_once_down_after_steady_readings_and_within_
     (bin_dir / "docker").chmod(0o755)
     state = tmp_path / "replicas"
     state.write_text("2\n")
+    (tmp_path / "replicas.fail").touch()  # the first read of the replicas fails
     env = {
         **os.environ,
         "PATH": f"{bin_dir}:{os.environ['PATH']}",
@@ -239,3 +242,4 @@ def test_the_swarm_loop_scales_up_at_once_down_after_steady_readings_and_within_
     calls = (tmp_path / "replicas.calls").read_text().split()
     assert calls == [f"h5feed_producer={n}" for n in (3, 2, 1, 4)], done.stdout
     assert state.read_text().strip() == "4"
+    assert "cannot read the replicas of h5feed_producer" in done.stderr

@@ -79,6 +79,56 @@ def test_socket_ceiling_reports_every_transport_and_removes_its_namespace(
     assert not left, f"the benchmark left its network namespace or link behind: {left}"
 
 
+def _holder(name: str, subnet: int) -> None:
+    """A namespace ``name`` whose veth end here holds 10.213.SUBNET.1, as a run makes one."""
+    link = f"h5fbt{subnet:03d}{name[-3:]}"[:15]
+    for args in (
+        ["netns", "add", name],
+        ["link", "add", link, "type", "veth", "peer", "name", f"{link[:-1]}p"],
+        ["link", "set", f"{link[:-1]}p", "netns", name],
+        ["addr", "add", f"10.213.{subnet}.1/24", "dev", link],
+    ):
+        subprocess.run(["ip", *args], check=True, capture_output=True, timeout=10)
+
+
+def _dead_pid() -> int:
+    """A pid no process has now, near pid_max and apart for each run (two at once)."""
+    pid = int(pathlib.Path("/proc/sys/kernel/pid_max").read_text()) - 1 - os.getpid() % 10000
+    while pathlib.Path(f"/proc/{pid}").exists():
+        pid -= 1
+    return pid
+
+
+@pytest.mark.xdist_group("machine")
+@pytest.mark.skipif(netns.missing() is not None, reason=str(netns.missing()))
+def test_a_killed_runs_namespace_is_removed_and_a_subnet_in_use_is_never_drawn() -> None:
+    """A live run's namespace (named for this process's parent: alive) holds the subnet this
+    process draws first: it is kept, and that subnet skipped. A killed run's (named for a pid
+    gone) holds the next: it is removed, and its subnet taken. A run on a subnet another
+    namespace held lost its replies to it (issue 21's proof)."""
+    drawn = os.getpid() % 250 + 1
+    after = drawn % 250 + 1
+    leftover, live = f"{netns.NAME_PREFIX}{_dead_pid()}", f"{netns.NAME_PREFIX}{os.getppid()}"
+    try:
+        with netns.machine_lock():  # as a run takes a subnet: none picked meanwhile
+            _holder(leftover, after)
+            _holder(live, drawn)
+        with netns.network_namespace() as net:
+            names = subprocess.run(
+                ["ip", "netns", "list"], capture_output=True, text=True, timeout=10
+            ).stdout
+            assert leftover not in names and live in names
+            assert net.host_address == f"10.213.{after}.1", net
+            assert {drawn, after} <= netns.used_subnets()
+    finally:
+        for name in (leftover, live):
+            subprocess.run(["ip", "netns", "del", name], capture_output=True, timeout=10)
+        for subnet in (drawn, after):  # the host ends, should a step above have failed
+            for link in _leftovers():
+                if link.startswith(f"h5fbt{subnet:03d}"):
+                    subprocess.run(["ip", "link", "del", link], capture_output=True, timeout=10)
+
+
 def test_without_root_or_ip_the_namespace_is_refused_naming_what_is_missing(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -13,15 +13,21 @@ Guarantees of :func:`network_namespace`:
    block ends, however it ends, and again at interpreter exit if that removal failed
    (``atexit``); removal is idempotent. A SIGKILL leaves them behind: their names start with
    :data:`NAME_PREFIX` and hold the creating pid, and ``ip netns del NAME`` removes both.
-3. Names are per process (the pid), and the /24 subnet is drawn from the pid, so two runs at
-   once do not collide.
+3. Names are per process (the pid). The /24 subnet is one no interface of this host holds
+   (drawn from the pid, else the next free one), picked and taken under a machine-wide lock
+   (:data:`LOCK_FILE`), so two runs at once never share one. Namespaces that a killed run
+   left behind (named for a pid no longer running) are removed first: their addresses would
+   otherwise answer for the subnet and take a new run's replies (seen: a run that drew a
+   leftover's subnet timed out waiting for its sender).
 """
 
 from __future__ import annotations
 
 import atexit
 import dataclasses
+import fcntl
 import os
+import re
 import shutil
 import subprocess
 from collections.abc import Iterator, Sequence
@@ -29,6 +35,10 @@ from contextlib import contextmanager
 
 #: Start of every namespace this module creates (tests look for leftovers by it).
 NAME_PREFIX = "h5feed-bench-"
+#: The namespaces' subnets are 10.213.N.0/24, N in 1..250.
+SUBNETS = range(1, 251)
+#: Held while a subnet is picked and taken (guarantee 3).
+LOCK_FILE = "/run/h5feed-bench-netns.lock"
 _IP_TIMEOUT_S = 10.0
 
 
@@ -86,44 +96,89 @@ def _remove(net: Netns) -> None:
         _ip("netns", "del", net.name)
 
 
+def remove_stale() -> list[str]:
+    """Remove the namespaces named for a pid that no longer runs (a killed run's); deleting
+    a namespace deletes the veth end in it, and with it the pair. Returns their names."""
+    stale = []
+    for line in _ip("netns", "list", check=False).stdout.splitlines():
+        name = line.split(" ")[0]
+        pid = name.removeprefix(NAME_PREFIX)
+        if name.startswith(NAME_PREFIX) and pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
+            _ip("netns", "del", name, check=False)
+            stale.append(name)
+    return stale
+
+
+def used_subnets() -> set[int]:
+    """The N of every 10.213.N.x address an interface of this namespace holds."""
+    shown = _ip("-o", "-4", "addr", "show", check=False).stdout
+    return {int(n) for n in re.findall(r"\binet 10\.213\.(\d+)\.\d+/", shown)}
+
+
+def _free_subnet(start: int) -> int:
+    used = used_subnets()
+    for offset in range(len(SUBNETS)):
+        candidate = SUBNETS[(start - SUBNETS[0] + offset) % len(SUBNETS)]
+        if candidate not in used:
+            return candidate
+    raise NetnsUnavailable(f"every subnet 10.213.N.0/24 (N in 1..250) is in use: {sorted(used)}")
+
+
+@contextmanager
+def machine_lock() -> Iterator[None]:
+    with open(LOCK_FILE, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 @contextmanager
 def network_namespace(name: str | None = None, subnet: int | None = None) -> Iterator[Netns]:
     """A fresh namespace ``name`` (default ``h5feed-bench-PID``) linked to this one by a veth
     pair with addresses 10.213.SUBNET.1 (here) and .2 (there), both up (and the namespace's
-    loopback). See the module docstring for what is guaranteed."""
+    loopback); ``subnet`` None: a free one (guarantee 3), else that one if free. See the
+    module docstring for what is guaranteed."""
     why = missing()
     if why is not None:
         raise NetnsUnavailable(why)
     pid = os.getpid()
-    third = pid % 250 + 1 if subnet is None else subnet
     tag = f"{pid % 100000:05d}"  # link names are at most 15 characters
-    net = Netns(
-        name=name or f"{NAME_PREFIX}{pid}",
-        host_address=f"10.213.{third}.1",
-        peer_address=f"10.213.{third}.2",
-        host_link=f"h5fb{tag}h",
-        peer_link=f"h5fb{tag}p",
-    )
-    if exists(net.name):
-        raise NetnsUnavailable(f"a network namespace named {net.name} exists already")
     removed = False
+    net: Netns | None = None
 
     def remove() -> None:
         nonlocal removed
-        if not removed:
+        if not removed and net is not None:
             _remove(net)
             removed = True
 
-    atexit.register(remove)
     try:
-        _ip("netns", "add", net.name)
-        _ip("link", "add", net.host_link, "type", "veth", "peer", "name", net.peer_link)
-        _ip("link", "set", net.peer_link, "netns", net.name)
-        _ip("addr", "add", f"{net.host_address}/24", "dev", net.host_link)
-        _ip("link", "set", net.host_link, "up")
-        _ip("-n", net.name, "addr", "add", f"{net.peer_address}/24", "dev", net.peer_link)
-        _ip("-n", net.name, "link", "set", net.peer_link, "up")
-        _ip("-n", net.name, "link", "set", "lo", "up")
+        with machine_lock():
+            remove_stale()
+            third = _free_subnet(pid % len(SUBNETS) + 1) if subnet is None else subnet
+            if third in used_subnets():
+                raise NetnsUnavailable(f"subnet 10.213.{third}.0/24 is in use on this host")
+            made = Netns(
+                name=name or f"{NAME_PREFIX}{pid}",
+                host_address=f"10.213.{third}.1",
+                peer_address=f"10.213.{third}.2",
+                host_link=f"h5fb{tag}h",
+                peer_link=f"h5fb{tag}p",
+            )
+            if exists(made.name):  # not ours: never removed here
+                raise NetnsUnavailable(f"a network namespace named {made.name} exists already")
+            net = made  # from here on, ours to remove however this ends
+            atexit.register(remove)
+            _ip("netns", "add", net.name)
+            _ip("link", "add", net.host_link, "type", "veth", "peer", "name", net.peer_link)
+            _ip("link", "set", net.peer_link, "netns", net.name)
+            _ip("addr", "add", f"{net.host_address}/24", "dev", net.host_link)
+            _ip("link", "set", net.host_link, "up")
+            _ip("-n", net.name, "addr", "add", f"{net.peer_address}/24", "dev", net.peer_link)
+            _ip("-n", net.name, "link", "set", net.peer_link, "up")
+            _ip("-n", net.name, "link", "set", "lo", "up")
         yield net
     finally:
         remove()

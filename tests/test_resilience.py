@@ -33,6 +33,7 @@ from test_producers import (
 )
 
 import h5feed
+from h5feed.bench import netns
 from h5feed.common.errors import DataError
 from h5feed.producer.sample_data import make_sample_dataset
 from h5feed.producer.service import check_health
@@ -300,28 +301,10 @@ def test_an_heir_with_another_copy_ends_the_run_naming_host_file_and_video(
 @pytest.fixture()
 def namespace() -> Iterator[tuple[str, str, str]]:
     """A network namespace joined to this one by a veth pair: (its name, the host-side link,
-    this side's address). Needs root (CI runs as root); removed whatever happens."""
-    tag = f"h5f{os.getpid() % 100000}"
-    name, host_link, ns_link = f"{tag}ns", f"{tag}h", f"{tag}n"
-    octet = os.getpid() % 250 + 1
-    host_ip, ns_ip = f"10.231.{octet}.1", f"10.231.{octet}.2"
-    steps = [
-        ["ip", "netns", "add", name],
-        ["ip", "link", "add", host_link, "type", "veth", "peer", "name", ns_link],
-        ["ip", "link", "set", ns_link, "netns", name],
-        ["ip", "addr", "add", f"{host_ip}/30", "dev", host_link],
-        ["ip", "link", "set", host_link, "up"],
-        ["ip", "netns", "exec", name, "ip", "addr", "add", f"{ns_ip}/30", "dev", ns_link],
-        ["ip", "netns", "exec", name, "ip", "link", "set", ns_link, "up"],
-        ["ip", "netns", "exec", name, "ip", "link", "set", "lo", "up"],
-    ]
-    try:
-        for step in steps:
-            subprocess.run(step, check=True, capture_output=True, timeout=30)
-        yield name, host_link, host_ip
-    finally:
-        subprocess.run(["ip", "link", "del", host_link], capture_output=True, timeout=30)
-        subprocess.run(["ip", "netns", "del", name], capture_output=True, timeout=30)
+    this side's address); a subnet no other run holds (h5feed/bench/netns.py). Needs root
+    (CI runs as root); removed whatever happens."""
+    with netns.network_namespace() as net:
+        yield net.name, net.host_link, net.host_address
 
 
 def test_a_producer_whose_link_goes_down_is_reassigned_within_peer_timeout(

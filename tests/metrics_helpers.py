@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Sequence
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -67,14 +68,21 @@ def start_producer(
     log: pathlib.Path,
     workers: int = 2,
     verbose: str = "-v",
+    extra: Sequence[str] = (),
+    pythonpath: pathlib.Path | None = None,
 ) -> subprocess.Popen[bytes]:
-    """``h5feed -v produce --metrics-port 0``, its stderr (the log) into ``log``."""
+    """``h5feed -v produce --metrics-port 0`` (and ``extra`` flags; ``pythonpath`` first on
+    its workers' ``PYTHONPATH``, e.g. for ``--allow-code``), its stderr (the log) into
+    ``log``."""
+    env = {**os.environ, "H5FEED_CONNECT": f"tcp://127.0.0.1:{connect_port}"}
+    if pythonpath is not None:
+        paths = (str(pythonpath), env.get("PYTHONPATH"))
+        env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
     with open(log, "wb") as err:
         return subprocess.Popen(
             [sys.executable, "-m", "h5feed", verbose, "produce", "--data-root", str(data_root),
-             "--workers", str(workers), "--name", name, "--metrics-port", "0"],
-            env={**os.environ, "H5FEED_CONNECT": f"tcp://127.0.0.1:{connect_port}"},
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
+             "--workers", str(workers), "--name", name, "--metrics-port", "0", *extra],
+            env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
         )  # fmt: skip
 
 

@@ -4,7 +4,6 @@ and the gauge scraped from a trainer fed by a real producer service, moving with
 from __future__ import annotations
 
 import http.server
-import math
 import os
 import pathlib
 import subprocess
@@ -117,6 +116,7 @@ def test_top_says_the_replicas_needed_and_the_figures_behind_them() -> None:
 # -- on real processes ------------------------------------------------------------------------
 
 CLIP = {"clip_len": 4, "resize": (48, 64), "crop": (40, 40)}
+TESTS = pathlib.Path(__file__).resolve().parent  # sample_transforms, for the producer
 
 
 def take(stream: Any, batches: int, pause_s: float) -> dict[str, Any]:
@@ -132,24 +132,30 @@ def take(stream: Any, batches: int, pause_s: float) -> dict[str, Any]:
 def test_the_gauge_is_scraped_from_the_trainer_and_moves_with_demand(
     small_dataset: list[pathlib.Path], tmp_path: pathlib.Path
 ) -> None:
-    """One producer replica of one worker. A trainer that steps slowly (0.3 s a batch) waits
-    for nothing and needs one replica; one that takes batches as fast as they come waits most
-    of the time and needs more. Each phase is its own iteration (its own 10 s window)."""
+    """One producer replica of one worker whose transform costs 20 ms a clip (sleeping: the
+    cost holds on a loaded machine), so the fleet is the limit. A trainer that steps slowly
+    (0.5 s a batch of 4) waits for nothing and needs one replica; one that takes batches as
+    fast as they come waits most of the time and needs more. Each phase is its own iteration
+    (its own 10 s window)."""
     connect = free_port()
     log = tmp_path / "producer.log"
-    producer = start_producer(connect, small_dataset[0].parent, "fs", log, workers=1)
+    producer = start_producer(
+        connect, small_dataset[0].parent, "fs", log, workers=1,
+        extra=["--allow-code", "sample_transforms:*"], pythonpath=TESTS,
+    )  # fmt: skip
     metrics_port = free_port()
     try:
         feed = h5feed.batches(
             [p.name for p in small_dataset], data_root=str(small_dataset[0].parent), workers=0,
             listen=f"tcp://127.0.0.1:{connect}", **CLIP, batch_size=4, epochs=None,
             start_timeout_s=30, metrics_port=metrics_port,
+            transform="sample_transforms:slow", transform_args={"seconds": 0.02},
         )  # fmt: skip
         with feed.stream() as stream:
-            slow = take(stream, 8, pause_s=0.3)
+            slow = take(stream, 6, pause_s=0.5)
             slow_scraped = scrape(metrics_port)
         with feed.stream() as stream:
-            fast = take(stream, 60, pause_s=0.0)
+            fast = take(stream, 40, pause_s=0.0)
             fast_scraped = scrape(metrics_port)
     finally:
         stop(producer)
@@ -164,9 +170,9 @@ def test_the_gauge_is_scraped_from_the_trainer_and_moves_with_demand(
     assert value(slow_scraped, "h5feed_fleet_replicas_needed") == 1, report
     assert value(fast_scraped, "h5feed_fleet_replicas_needed") >= 2, report
     capacity = value(fast_scraped, "h5feed_fleet_replica_capacity_clips_per_second")
-    assert math.isfinite(capacity) and capacity > 0
+    assert 0 < capacity < 1 / 0.02, report  # at most what 20 ms a clip allows
     busy = by_worker(fast_scraped, "h5feed_worker_busy_seconds_total")
-    assert list(busy) == ["fs-0"] and busy["fs-0"] > 0
+    assert list(busy) == ["fs-0"] and busy["fs-0"] >= 40 * 4 * 0.02, busy
     assert producer.returncode == 0, log.read_text()
 
 

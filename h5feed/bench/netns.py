@@ -97,13 +97,19 @@ def _remove(net: Netns) -> None:
 
 
 def remove_stale() -> list[str]:
-    """Remove the namespaces named for a pid that no longer runs (a killed run's); deleting
-    a namespace deletes the veth end in it, and with it the pair. Returns their names."""
+    """Remove the namespaces named for a pid that no longer runs (a killed run's), and their
+    links: each link in the namespace is deleted first, which deletes a veth pair at once
+    (the kernel destroys a deleted namespace's devices later, in the background, and until
+    then the end here still holds its address). Returns their names."""
     stale = []
     for line in _ip("netns", "list", check=False).stdout.splitlines():
         name = line.split(" ")[0]
         pid = name.removeprefix(NAME_PREFIX)
         if name.startswith(NAME_PREFIX) and pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
+            for link in _ip("-n", name, "-o", "link", "show", check=False).stdout.splitlines():
+                device = link.split(":")[1].strip().split("@")[0] if ":" in link else "lo"
+                if device != "lo":
+                    _ip("-n", name, "link", "del", device, check=False)
             _ip("netns", "del", name, check=False)
             stale.append(name)
     return stale

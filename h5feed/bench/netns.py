@@ -132,6 +132,7 @@ def _free_subnet(start: int) -> int:
 
 @contextmanager
 def machine_lock() -> Iterator[None]:
+    """Held by one process of this machine at a time (:data:`LOCK_FILE`): guarantee 3."""
     with open(LOCK_FILE, "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:

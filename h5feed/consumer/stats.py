@@ -108,16 +108,15 @@ class RateMeter:
             busy = self.busy_s
         elapsed = max(now - self._started, 1e-9)
         window = min(RECENT_WINDOW_S, elapsed)
+        clips_recent = sum(e[1] for e in recent)
         return {
             "count": count,
             "clips": clips,
             "bytes": nbytes,
             "busy_s": busy,
             "per_s_total": _rates(count, clips, nbytes, elapsed),
-            "per_s_recent": _rates(
-                len(recent), sum(e[1] for e in recent), sum(e[2] for e in recent), window
-            ),
-            "clips_recent": sum(e[1] for e in recent),
+            "per_s_recent": _rates(len(recent), clips_recent, sum(e[2] for e in recent), window),
+            "clips_recent": clips_recent,
             "busy_s_recent": sum(e[3] for e in recent),
             "last_seen_s_ago": None if last is None else now - last,
         }

@@ -14,6 +14,7 @@ from test_wire import GOLDEN_UNIT  # the one golden UNIT: its rows as the parser
 
 from h5feed.common import messages, wire
 from h5feed.common.errors import DataError, FileReadError, ProtocolError, VersionMismatchError
+from h5feed.common.message_types import MAX_PORT, TRAINER_NAME
 from h5feed.common.messages import FileRef, Row, SkippedRow, SlotRef, VideoEntry
 
 PROPERTY = settings(max_examples=200, deadline=None)
@@ -73,6 +74,8 @@ SAMPLES: list[messages.Message] = [
     ),
     messages.Check("job-1", 2),
     messages.Ping(),
+    messages.Attach(5555, "trainer-host-1234"),
+    messages.Attached("fleet-replica-1", 4, 3),
     messages.IndexBatch(
         "job-1",
         (3, 0),
@@ -275,6 +278,12 @@ any_message = st.one_of(
     ),
     st.builds(messages.Check, texts, ints),
     st.just(messages.Ping()),
+    st.builds(
+        messages.Attach,
+        st.integers(1, MAX_PORT),
+        st.from_regex(TRAINER_NAME, fullmatch=True),
+    ),
+    st.builds(messages.Attached, st.text(max_size=256), st.integers(0, 1 << 20), st.integers(1)),
 )
 
 

@@ -102,6 +102,9 @@ def test_kinds_unchanged_in_6_differ_from_5_only_in_the_version_byte() -> None:
     # docs/architecture/wire-format.md's table says the same
     changed = {wire.HELLO, wire.JOB, wire.SOURCE, wire.DATA}
     for kind, fields in VALID_FIELDS.items():
+        if kind in (wire.ATTACH, wire.ATTACHED):  # new in 6: test_kinds_new_in_6_...
+            assert kind not in wire.SCHEMAS_BY_VERSION[5]
+            continue
         if kind in changed:
             assert wire.SCHEMAS_BY_VERSION[5][kind] != wire.SCHEMAS_BY_VERSION[6][kind]
             continue
@@ -345,3 +348,54 @@ def test_a_periodic_hello_keeps_the_version_the_consumer_chose(tmp_path: pathlib
         worker.context.term()
         router.close(linger=0)
         context.term()
+
+
+GOLDEN_ATTACH_6 = bytes.fromhex(
+    MAGIC_AND_VERSION_6
+    + "a6 617474616368"  # "attach" (a kind new in 6)
+    + "82"  # fixmap(2), keys sorted: port, trainer
+    + "a4 706f7274 cd 15b3"  # "port": uint16 5555
+    + "a7 747261696e6572 a9 747261696e65722d31"  # "trainer": "trainer-1"
+    + "90"  # no arrays
+)
+GOLDEN_ATTACHED_6 = bytes.fromhex(
+    MAGIC_AND_VERSION_6
+    + "a8 6174746163686564"  # "attached" (a kind new in 6)
+    + "83"  # fixmap(3), keys sorted: replica, trainers, workers
+    + "a7 7265706c696361 a7 666c6565742d31"  # "replica": "fleet-1"
+    + "a8 747261696e657273 02"  # "trainers": 2
+    + "a7 776f726b657273 04"  # "workers": 4
+    + "90"  # no arrays
+)
+
+
+def test_kinds_new_in_6_have_their_golden_bytes_and_no_version_5_form() -> None:
+    """A shared fleet's front and its trainers (issue 26) speak 6 only: a version-5 peer
+    never sees ATTACH (the front refuses it as an unknown kind, counted)."""
+    attach, attached = messages.Attach(5555, "trainer-1"), messages.Attached("fleet-1", 4, 2)
+    assert messages.encode(attach) == [GOLDEN_ATTACH_6]
+    assert messages.encode(attached) == [GOLDEN_ATTACHED_6]
+    assert messages.decode([GOLDEN_ATTACH_6]) == attach
+    assert messages.decode([GOLDEN_ATTACHED_6]) == attached
+    for message in (attach, attached):
+        with pytest.raises(FeatureVersionError, match="need a later protocol version than 5"):
+            messages.encode(message, 5)
+    five = msgpack.packb(["h5feed", 5, "attach", {"port": 5555, "trainer": "t"}, []])
+    with pytest.raises(ProtocolError, match="unknown message kind 'attach' in protocol version 5"):
+        messages.decode([five])
+
+
+@pytest.mark.parametrize(
+    ("fields", "match"),
+    [
+        ({"port": 0, "trainer": "t"}, r"ATTACH port must be in \[1, 65535\], got 0"),
+        ({"port": 70000, "trainer": "t"}, r"ATTACH port must be in \[1, 65535\], got 70000"),
+        ({"port": 5555, "trainer": "a b"}, "ATTACH trainer name 'a b' must match"),
+        ({"port": 5555, "trainer": ""}, "ATTACH trainer name '' must match"),
+        ({"port": 5555, "trainer": "x" * 65}, "too long"),
+    ],
+)
+def test_an_attach_out_of_bounds_is_refused_on_decode(fields: dict[str, Any], match: str) -> None:
+    header = msgpack.packb(["h5feed", 6, "attach", fields, []], use_bin_type=True)
+    with pytest.raises(ProtocolError, match=match):
+        messages.decode([header])

@@ -45,7 +45,7 @@ WORKER_KEYS = frozenset(
 )  # fmt: skip
 #: Keys of ``stats()["fleet"]`` (docs/deploy/sizing.md).
 FLEET_KEYS = frozenset(
-    {"demand_clips_per_s", "replicas", "replica_capacity_clips_per_s", "replicas_needed"}
+    {"demand_clips_per_s", "replicas", "replica_capacity_clips_per_s", "replicas_needed", "shared"}
 )
 #: Keys of each entry of ``stats()["hosts"]``.
 HOST_KEYS = frozenset({"workers", "clips", "clips_per_s"})

@@ -15,8 +15,8 @@ from fake_peers import FakeTransport, frames_of, hello_frames
 from metrics_helpers import free_port
 
 import h5feed
+from h5feed.common import curve_server as security
 from h5feed.common import messages
-from h5feed.consumer.core import security
 from h5feed.consumer.core import session as session_module
 from h5feed.consumer.core.events import PeerLost
 from h5feed.consumer.core.session import PeerSession
@@ -38,7 +38,7 @@ def test_unlisted_curve_keys_are_counted_and_logged_once_per_key_per_interval(
     caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     listed, other = b"L" * 40, b"X" * 40
-    provider = security._Listed({listed})
+    provider = security._Listed({listed}, logging.getLogger("h5feed.consumer"))
     with caplog.at_level("WARNING", logger="h5feed"):
         assert provider.callback("*", listed) is True
         for _ in range(300):

@@ -101,6 +101,8 @@ VALID_FIELDS: dict[str, dict[str, Any]] = {
         "checks": [[0, b"\x01" * 16, True], [99, b"\x02" * 16, False]],
     },
     wire.CHECK: {"job": "job-1", "epoch": 3},
+    wire.ATTACH: {"port": 5555, "trainer": "host-1234"},
+    wire.ATTACHED: {"replica": "fleet-1", "workers": 4, "trainers": 2},
     wire.ITEMS: {"job": "job-1", "unit": 7, "batch": 2, "epoch": 1, "items": [4, 0, 9]},
     wire.PULL: {"job": "job-1", "unit": 7, "batch": 2, "epoch": 1, "count": 16, "pass": 1},
 }

@@ -14,7 +14,6 @@ from h5feed.bench import contender as registry
 from h5feed.bench import report
 from h5feed.bench.ceiling import default_producers
 from h5feed.bench.child import ContenderFailed, ContenderProcess
-from h5feed.bench.procstat import available_cores
 from h5feed.bench.runner import (
     LimitFailed,
     Plan,
@@ -37,6 +36,7 @@ from h5feed.bench.workload import (
     index_videos,
     prepare_dataset,
 )
+from h5feed.common.procstat import available_cores
 
 _CEILING_TIMEOUT_S = 600.0
 

@@ -18,13 +18,13 @@ import time
 from typing import Any
 
 from h5feed.bench.contender import Contender
-from h5feed.bench.procstat import (
+from h5feed.bench.workload import CLIP_LEN, CLIP_SHAPE
+from h5feed.common.procstat import (
     descendants,
     process_cpu_s,
     self_sys_and_faults,
     system_busy_s,
 )
-from h5feed.bench.workload import CLIP_LEN, CLIP_SHAPE
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

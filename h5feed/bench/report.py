@@ -14,7 +14,6 @@ from typing import Any
 
 from h5feed.bench.contender import CANNOT_RUN
 from h5feed.bench.markdown import markdown
-from h5feed.bench.procstat import available_cores
 from h5feed.bench.runner import Row
 from h5feed.bench.summary import (
     ceiling_summary,
@@ -24,6 +23,7 @@ from h5feed.bench.summary import (
     socket_ceiling_summary,
 )
 from h5feed.bench.targets import NONE, Targets
+from h5feed.common.procstat import available_cores
 
 __all__ = ["build_document", "machine_info", "markdown", "plot", "write_all"]
 

@@ -294,6 +294,12 @@ PRODUCER_MAX_CLIP_PIXELS = 16 * 3840 * 2160
 #: 20 s leaves room for slow storage and large clips. A worker still working by then is killed
 #: and the trainer makes its units again (counted as ``units_remade``).
 DEFAULT_STOP_WAIT_S = 20.0
+#: A shared fleet's replica (``h5feed produce --listen``): trainers served at once
+#: (``--max-trainers``); each has ``--workers`` processes of its own.
+DEFAULT_MAX_TRAINERS = 8
+#: ... and how long a trainer may go without saying ATTACH (it says it every second) before
+#: its workers are stopped (``--attach-timeout-s``).
+DEFAULT_ATTACH_TIMEOUT_S = 10.0
 #: What ``h5feed produce`` may take beyond the stop wait to end: a late worker's last messages
 #: flushed (its socket's 2 s linger), or its kill reaped. A container's grace period (compose
 #: and Swarm ``stop_grace_period``, Kubernetes ``terminationGracePeriodSeconds``) must be at

@@ -121,6 +121,12 @@ def _certificate(stamp: str, kind: str, public: bytes, secret: bytes | None) -> 
     return "\n".join(lines) + "\n"
 
 
+def write_public_key(path: str, public: bytes) -> str:
+    """``public`` (Z85) as a public certificate file at ``path`` (0644); returns ``path``."""
+    _create(path, _certificate(time.strftime("%Y-%m-%d %H:%M:%S"), "Public", public, None), 0o644)
+    return path
+
+
 def _create(path: str, text: str, mode: int) -> None:
     with atomic_file(path, mode) as tmp, open(tmp, "w", encoding="utf-8") as out:
         out.write(text)

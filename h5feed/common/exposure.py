@@ -100,3 +100,15 @@ def connect_refusal(address: str, *, keyed: bool, insecure: bool) -> str | None:
         "there would send this producer its jobs. Give --key and --server-key (see "
         "docs/deploy/security.md), or --insecure (H5FEED_INSECURE=1) if the network is trusted."
     )
+
+
+def fleet_refusal(address: str, *, keyed: bool, insecure: bool) -> str | None:
+    """A shared fleet's rule for ``--listen``: None when allowed, else the one-line reason."""
+    if keyed or insecure or is_local_address(address):
+        return None
+    return (
+        f"--listen {address} is reachable from other hosts and no CURVE keys were given: any "
+        "host that reaches it could attach as a trainer and have this fleet read every file "
+        "under --data-root for it. Give --key and --trainer-keys (see "
+        "docs/deploy/security.md), or --insecure (H5FEED_INSECURE=1) if the network is trusted."
+    )

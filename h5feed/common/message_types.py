@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import re
 import traceback
 from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, ClassVar, Final
@@ -348,10 +349,53 @@ class Ping:
     KIND: ClassVar[str] = "ping"
 
 
+#: Characters of a trainer's name in an ATTACH: a metrics label and a worker-name part.
+TRAINER_NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+#: The largest TCP port.
+MAX_PORT: Final = 65535
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Attach:
+    """Trainer -> a shared fleet's front (``h5feed produce --listen``): serve me, with my
+    producers connecting to ``port`` at the address this message came from (never another
+    host: the front reads the address from the connection, not from the message). Said again
+    every :data:`h5feed.consumer.fleet.ATTACH_EVERY_S`; a front that hears none for its
+    ``--attach-timeout-s`` stops that trainer's workers."""
+
+    KIND: ClassVar[str] = "attach"
+    SINCE: ClassVar[int] = 6
+    #: The trainer's ``listen=`` port.
+    port: int
+    #: A name for the fleet's figures and its workers' names (:data:`TRAINER_NAME`).
+    trainer: Annotated[str, MaxLen(64)]
+
+    def validate(self) -> None:
+        if not 1 <= self.port <= MAX_PORT:
+            raise ProtocolError(f"ATTACH port must be in [1, {MAX_PORT}], got {self.port}")
+        if not TRAINER_NAME.fullmatch(self.trainer):
+            raise ProtocolError(
+                f"ATTACH trainer name {self.trainer!r} must match {TRAINER_NAME.pattern}"
+            )
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Attached:
+    """A shared fleet's front -> trainer: this replica serves you with ``workers`` worker
+    processes, and ``trainers`` trainers in all (you among them); a refusal is a BYE
+    (:meth:`Bye.refusing`) naming the limit."""
+
+    KIND: ClassVar[str] = "attached"
+    SINCE: ClassVar[int] = 6
+    replica: Annotated[str, MaxLen(256)]
+    workers: Annotated[int, Min(0)]
+    trainers: Annotated[int, Min(1)]
+
+
 #: The message classes, in the order of the kinds table (h5feed.common.messages).
 CLASSES: Final = (
     Hello, Job, Index, IndexBatch, Unit, Source, SourceInfo, Items, Pull, Data, Error, Bye,
-    Check, Ping,
+    Check, Ping, Attach, Attached,
 )  # fmt: skip
 #: Each kind's wire schema in each protocol version spoken, derived from its class (a class's
 #: ``SINCE``: the version its kind came in; a field's ``Since``: the version it came in).

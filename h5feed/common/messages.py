@@ -31,6 +31,8 @@ PULL           consumer -> worker  generator source: the next ``count`` elements
 DATA           worker -> consumer  a unit's rows, as arrays (or written to its slot); skipped rows
 ERROR          worker -> consumer  a unit or the job failed: type, message, traceback, where
 BYE            either way          stop / I am leaving (``refused:`` reasons: do not retry)
+ATTACH         trainer -> fleet    a shared fleet's front: serve me at this port (protocol 6)
+ATTACHED       fleet -> trainer    served by this replica: its workers, its trainers (protocol 6)
 =============  ==================  ======================================================
 """
 
@@ -57,6 +59,8 @@ from h5feed.common.message_records import (
 )
 from h5feed.common.message_types import (
     SCHEMAS_BY_VERSION,
+    Attach,
+    Attached,
     Bye,
     Check,
     Data,
@@ -80,6 +84,8 @@ __all__ = [
     "MAX_DIGEST_BYTES",
     "MAX_SKIP_REASON",
     "ON_ERROR_CHOICES",
+    "Attach",
+    "Attached",
     "Bye",
     "Check",
     "CodeIdentity",
@@ -122,6 +128,8 @@ Message = (
     | SourceInfo
     | Check
     | Ping
+    | Attach
+    | Attached
 )
 
 

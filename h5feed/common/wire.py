@@ -54,7 +54,8 @@ MAGIC: Final = "h5feed"
 # DATA skipped (bad data, a known index: added in the same round).
 # 5: SOURCE batched; SOURCE_INFO epoch and checks; CHECK (the copies of a user's object
 # agree: issue 22). 6: negotiation, N and N-1 spoken (HELLO protocols and clip_semantics,
-# JOB clip_semantics): h5feed.common.protocol_versions.
+# JOB clip_semantics): h5feed.common.protocol_versions; ATTACH and ATTACHED (a shared
+# fleet's front: issue 26).
 
 # The kinds, each named once by its class (h5feed.common.message_types); worker = a producer.
 HELLO: Final = typed.Hello.KIND  # worker -> consumer: who I am
@@ -69,6 +70,8 @@ SOURCE_INFO: Final = typed.SourceInfo.KIND  # worker -> consumer: what it is (ki
 ITEMS: Final = typed.Items.KIND  # consumer -> worker: map/keras source, these items of a batch
 PULL: Final = typed.Pull.KIND  # consumer -> worker: generator source, the next elements
 PING: Final = typed.Ping.KIND  # consumer -> worker: nothing to do; a failed send: it is gone
+ATTACH: Final = typed.Attach.KIND  # trainer -> shared fleet: serve me (h5feed produce --listen)
+ATTACHED: Final = typed.Attached.KIND  # shared fleet -> trainer: served, by this many workers
 CHECK: Final = typed.Check.KIND  # consumer -> worker: digest the common items at epoch start
 # Added in protocol 4 (additive): the videos of several files at once, as columns.
 INDEX_BATCH: Final = typed.IndexBatch.KIND  # worker -> consumer: files, counts, names, arrays

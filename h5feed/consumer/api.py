@@ -72,7 +72,7 @@ def dataset(
       tune_malloc=True, shared_memory=True, max_open_files=128``;
     * network (``NetworkOptions``): ``listen=None, peer_timeout_s=5, join_grace_s=1.5,
       curve_key=None, curve_authorized=None, metrics_port=None,
-      max_message_bytes=1073741824, insecure=False``;
+      max_message_bytes=1073741824, insecure=False, fleet=None, fleet_key=None``;
     * record (``RecordOptions``): ``lineage=None`` (a path: one NDJSON line per row the
       trainer takes, see :mod:`h5feed.consumer.lineage`);
     * data, HDF5 files only (``DataOptions``): ``clips_per_video=1, clip_start="random",
@@ -133,6 +133,13 @@ def dataset(
     (``curve_key``, ``curve_authorized``), else ValueError, unless ``insecure=True``: then it
     warns (``h5feed.InsecureWarning``); see :mod:`h5feed.common.exposure` and
     docs/deploy/security.md.
+
+    ``fleet="tcp://HOST:PORT"`` (or a list of them), with ``listen="tcp://*:PORT"``: a shared
+    fleet (``h5feed produce --listen``) serves this trainer: every replica the name resolves
+    to is told this trainer's port every second and runs workers of its own for it, until
+    the iteration ends (see :mod:`h5feed.consumer.fleet`, docs/deploy/shared-fleet.md). Beyond
+    this host, ``fleet_key`` (the fleet's public ``.key``) with ``curve_key`` and
+    ``curve_authorized``, or ``insecure=True``.
 
     ``keys``: the keys of each element, default ``frames, label, file, video, start``; add
     any of ``sample``, ``epoch``, ``batch`` (int64 [B]: the global sample id, the epoch, the

@@ -24,12 +24,13 @@ from h5feed.common import layouts, trainer_main
 from h5feed.common.config import CLIP_STARTS, DEFAULT_MAX_OPEN_FILES, ClipSpec, default_cache_dir
 from h5feed.common.cpus import available_cpus
 from h5feed.common.curve import check_secret_mode
-from h5feed.common.exposure import check_listen
+from h5feed.common.exposure import check_listen, is_local_address
 from h5feed.common.file_labels import directory_labels
 from h5feed.common.layouts import LayoutSpec
 from h5feed.common.messages import ON_ERROR_CHOICES
 from h5feed.common.metrics_http import metrics_address
 from h5feed.common.wire import DEFAULT_LIMITS, DEFAULT_MAX_MESSAGE_BYTES
+from h5feed.consumer.fleet import parse_endpoint
 from h5feed.consumer.hdf5.files import resolve_files
 from h5feed.consumer.plan import EpochPlan, Index, PlanOptions, epoch_length_of
 from h5feed.consumer.rest import Rest
@@ -121,8 +122,23 @@ class NetworkOptions:
     #: h5feed.common.wire.DEFAULT_MAX_MESSAGE_BYTES for why 1 GiB).
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     insecure: bool = False
+    #: A shared fleet to attach to (``h5feed produce --listen``): its endpoint(s),
+    #: ``tcp://HOST:PORT``, each name resolved to every replica (h5feed/consumer/fleet.py).
+    fleet: str | tuple[str, ...] | None = None
+    #: The fleet's public ``.key`` file: CURVE to its fronts, with this trainer's curve_key.
+    fleet_key: str | None = None
+
+    @property
+    def fleet_endpoints(self) -> tuple[str, ...]:
+        """``fleet`` as a tuple (empty: no fleet)."""
+        if self.fleet is None:
+            return ()
+        return (self.fleet,) if isinstance(self.fleet, str) else tuple(self.fleet)
 
     def __post_init__(self) -> None:
+        if self.fleet is not None and not isinstance(self.fleet, str):
+            object.__setattr__(self, "fleet", tuple(self.fleet))  # a list: kept as a tuple
+        self._check_fleet()
         if (self.curve_key is None) != (self.curve_authorized is None):
             raise ValueError(
                 "CURVE needs both curve_key (this consumer's .key_secret file) and "
@@ -143,6 +159,38 @@ class NetworkOptions:
             raise ValueError(f"insecure must be True or False, got {self.insecure!r}")
         if self.listen is not None:  # beyond this host: CURVE keys, or insecure=True said
             check_listen(self.listen, keyed=self.curve_key is not None, insecure=self.insecure)
+
+    def _check_fleet(self) -> None:
+        """``fleet=``: trainers that announce themselves need a TCP ``listen`` (its port is
+        what they announce), and beyond this host a key for the fleet unless insecure."""
+        if self.fleet is None:
+            if self.fleet_key is not None:
+                raise ValueError("fleet_key= is the fleet's public key: it needs fleet=")
+            return
+        endpoints = self.fleet_endpoints
+        if not endpoints or not all(isinstance(e, str) for e in endpoints):
+            raise ValueError(f"fleet must be tcp://HOST:PORT or a list of them, got {self.fleet!r}")
+        for endpoint in endpoints:
+            parse_endpoint(endpoint)
+        if self.listen is None or not self.listen.startswith("tcp://"):
+            raise ValueError(
+                "fleet= needs listen='tcp://*:PORT': the fleet's workers connect to this "
+                f"trainer at that port, got listen={self.listen!r}"
+            )
+        if self.fleet_key is not None and self.curve_key is None:
+            raise ValueError(
+                "fleet_key= needs curve_key= (this trainer's .key_secret: the fleet's "
+                "--trainer-keys must list its public key)"
+            )
+        exposed = [e for e in endpoints if not is_local_address(e)]
+        if exposed and self.fleet_key is None and not self.insecure:
+            raise ValueError(
+                f"h5feed: fleet={exposed[0]!r} leaves this host, and without keys anyone "
+                "answering there is sent this trainer's jobs, and its workers reach this "
+                "trainer unchecked. Give fleet_key= (the fleet's public .key) with curve_key= "
+                "and curve_authorized= (see docs/deploy/security.md), or pass insecure=True "
+                "if the network is trusted."
+            )
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -117,6 +117,8 @@ class FeedKwargs(TypedDict, total=False):
     max_message_bytes: int
     max_frame_pixels: int | None
     insecure: bool
+    fleet: str | Sequence[str] | None
+    fleet_key: str | None
     max_open_files: int
     on_error: str
     max_skipped: int | None

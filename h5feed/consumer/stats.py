@@ -245,6 +245,7 @@ def iteration_stats(
     counters: Counters,
     refused_keys: int,
     cursor: tuple[int, int],
+    shared_fleet: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The plain dict of ``BatchStream.stats()``: the trainer's intake, the waits, the credit
     gate, the scheduler's figures, every counter, and the verdict. ``workers_asked``: the
@@ -274,7 +275,11 @@ def iteration_stats(
     apart from ``skipped``); ``cursor``: the next
     batch (epoch, batch); and the verdict: ``input_bound``, ``suggested_extra_workers``,
     ``verdict`` (one line); ``fleet``: the replicas of remote producers that would keep up
-    (:func:`h5feed.consumer.fleet_demand.fleet_demand`).
+    (:func:`h5feed.consumer.fleet_demand.fleet_demand`), and ``fleet["shared"]``: with
+    ``fleet=``, the shared fleet as this trainer sees it (the replicas serving it, how many
+    trainers share each, this trainer's share of their CPUs, refusals:
+    :meth:`h5feed.consumer.fleet.Announcer.status`), else None. On a shared fleet the
+    capacity figures are this trainer's share, not the fleet's.
 
     Bad data: ``skipped``, ``skipped_per_epoch`` and ``skipped_samples`` (samples skipped
     for bad frames under ``on_error="skip"``, the first 100 listed with file, video,
@@ -321,5 +326,8 @@ def iteration_stats(
         "input_bound": bound,
         "suggested_extra_workers": extra,
         "verdict": line,
-        "fleet": fleet_demand(intake["per_s_recent"]["clips"], waits["wait_share_recent"], workers),
+        "fleet": {
+            **fleet_demand(intake["per_s_recent"]["clips"], waits["wait_share_recent"], workers),
+            "shared": shared_fleet,
+        },
     }

@@ -124,6 +124,7 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
             # close, at the end of its thread (never under it).
             keep_socket=lease.kept,
             autoscale=self._autoscale(session) if options.processes.auto else None,
+            fleet=self._pool.announcer,
         )
         self._loop.start()
         self._finalizer = weakref.finalize(self, _end, self._loop, lease, self._closed)
@@ -252,6 +253,7 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
             counters=self.counters,
             refused_keys=self._router.refused_keys - self._keys_refused_before,
             cursor=(self.cursor.epoch, self.cursor.batch),
+            shared_fleet=None if self._pool.announcer is None else self._pool.announcer.status(),
         )
 
 

@@ -11,8 +11,10 @@ import sys
 
 from h5feed.common.cli_args import Subcommand, non_negative_int, positive_int, positive_seconds
 from h5feed.common.config import (
+    DEFAULT_ATTACH_TIMEOUT_S,
     DEFAULT_MAX_CHUNK_BYTES,
     DEFAULT_MAX_OPEN_FILES,
+    DEFAULT_MAX_TRAINERS,
     DEFAULT_STOP_WAIT_S,
     PRODUCER_MAX_CLIP_PIXELS,
     PRODUCER_MAX_FRAME_PIXELS,
@@ -23,6 +25,13 @@ from h5feed.producer.restarts import DEFAULT_MAX_RESTARTS  # a cheap import too
 #: (flag, environment variable, metavar, help) of `h5feed produce`.
 _PRODUCE_OPTIONS = (
     ("--connect", "H5FEED_CONNECT", "ADDR", "the trainer's address, e.g. tcp://trainer-host:5555"),
+    (
+        "--listen",
+        "H5FEED_LISTEN",
+        "ADDR",
+        "instead of --connect: a shared fleet's replica, serving every trainer that attaches "
+        "here (h5feed.dataset(..., fleet=...)), e.g. tcp://*:5556",
+    ),
     ("--data-root", "H5FEED_DATA_ROOT", "DIR", "the job's relative file paths resolve under this"),
     (
         "--workers",
@@ -34,6 +43,28 @@ _PRODUCE_OPTIONS = (
     ("--health-file", "H5FEED_HEALTH_FILE", "PATH", "keep writing liveness here (h5feed health)"),
     ("--key", "H5FEED_KEY", "FILE", "CURVE: this producer's .key_secret file (h5feed keys)"),
     ("--server-key", "H5FEED_SERVER_KEY", "FILE", "CURVE: the trainer's public .key file"),
+    (
+        "--trainer-keys",
+        "H5FEED_TRAINER_KEYS",
+        "DIR",
+        "CURVE with --listen: the directory of the public .key files of the trainers that may "
+        "attach (each may then read every file under --data-root)",
+    ),
+    (
+        "--max-trainers",
+        "H5FEED_MAX_TRAINERS",
+        "N",
+        f"with --listen: trainers served at once; another is refused, naming this limit "
+        f"(default {DEFAULT_MAX_TRAINERS})",
+    ),
+    (
+        "--attach-timeout-s",
+        "H5FEED_ATTACH_TIMEOUT_S",
+        "SECONDS",
+        f"with --listen: a trainer that has not attached again for this long (it says ATTACH "
+        f"every second) is gone, and its workers are stopped "
+        f"(default {DEFAULT_ATTACH_TIMEOUT_S:g})",
+    ),
     (
         "--metrics-port",
         "H5FEED_METRICS_PORT",
@@ -96,6 +127,7 @@ _PRODUCE_OPTIONS = (
 #: The options of `h5feed produce` that take a positive integer.
 _INT_OPTIONS = (
     "--workers",
+    "--max-trainers",
     "--max-message-bytes",
     "--max-open-files",
     "--max-frame-pixels",
@@ -109,12 +141,15 @@ _REFUSED = 2
 
 _PRODUCE_DESCRIPTION = """\
 Start decoding workers that serve an h5feed consumer (a trainer that called
-h5feed.dataset(..., listen="tcp://*:5555", curve_key=...)). Every flag has an H5FEED_*
-environment variable.
+h5feed.dataset(..., listen="tcp://*:5555", curve_key=...)): with --connect, the one trainer
+there; with --listen, as a replica of a shared fleet, every trainer that attaches
+(h5feed.dataset(..., listen=..., fleet="tcp://this-host:5556")), --workers processes each.
+Every flag has an H5FEED_* environment variable.
 
 Security: a --connect address beyond this host (not 127.0.0.0/8, ::1, localhost or ipc://)
-needs CURVE keys (--key, --server-key), or --insecure (H5FEED_INSECURE=1) where the network
-is trusted; otherwise the command refuses to start (exit status 2).
+needs CURVE keys (--key, --server-key), and a --listen address beyond it CURVE keys (--key,
+--trainer-keys: the trainers allowed to attach), or --insecure (H5FEED_INSECURE=1) where the
+network is trusted; otherwise the command refuses to start (exit status 2).
 
 Guarantees: the workers may start before the trainer and wait for it; they serve its jobs
 (file list, clip and preprocessing parameters come from the trainer) and outlive its
@@ -128,7 +163,9 @@ _PRODUCE_EPILOG = """\
 examples:
   h5feed produce --connect tcp://trainer-host:5555 --data-root /data --workers 8 \\
       --key keys/producer1.key_secret --server-key keys/trainer.key
-  H5FEED_CONNECT=tcp://127.0.0.1:5555 h5feed produce --data-root ./videos"""
+  H5FEED_CONNECT=tcp://127.0.0.1:5555 h5feed produce --data-root ./videos
+  h5feed produce --listen tcp://*:5556 --data-root /data --workers 4 --max-trainers 8 \\
+      --key keys/fleet.key_secret --trainer-keys keys/trainers/"""
 
 
 def register(subcommand: Subcommand) -> None:
@@ -146,13 +183,12 @@ def register(subcommand: Subcommand) -> None:
         produce.add_argument(
             flag,
             default=env.get(variable),
-            required=flag == "--connect" and variable not in env,
             type=positive_int
             if flag in _INT_OPTIONS
             else non_negative_int
             if flag == "--max-restarts"
             else positive_seconds
-            if flag == "--stop-wait-s"
+            if flag in ("--stop-wait-s", "--attach-timeout-s")
             else str,
             metavar=metavar,
             help=f"{text} (env {variable})",
@@ -211,17 +247,26 @@ def register(subcommand: Subcommand) -> None:
 
 
 def _cmd_produce(args: argparse.Namespace) -> int:
-    """Run :func:`h5feed.producer.service.run_producer` until SIGTERM/SIGINT."""
+    """Run :func:`h5feed.producer.service.run_producer` (``--connect``) or
+    :func:`~h5feed.producer.service.run_fleet` (``--listen``) until SIGTERM/SIGINT."""
     from h5feed.producer.cpus import available_cpus
     from h5feed.producer.lifetime import drop_working_directory
-    from h5feed.producer.service import run_producer
 
     drop_working_directory()  # nothing more is imported from where the command was run
 
+    if (args.connect is None) == (args.listen is None):
+        print(
+            "h5feed produce: refused: give one of --connect (serve one trainer) and --listen "
+            "(a shared fleet's replica)",
+            file=sys.stderr,
+        )
+        return _REFUSED
     workers = int(args.workers) if args.workers is not None else available_cpus()
-    if (args.key is None) != (args.server_key is None):
-        raise ValueError("CURVE needs both --key and --server-key")
-    curve = (args.key, args.server_key) if args.key is not None else None
+    peer_keys = args.server_key if args.connect is not None else args.trainer_keys
+    peer_flag = "--server-key" if args.connect is not None else "--trainer-keys"
+    if (args.key is None) != (peer_keys is None):
+        raise ValueError(f"CURVE needs both --key and {peer_flag}")
+    curve = (args.key, peer_keys) if args.key is not None else None
     if curve is not None:
         from h5feed.common.curve import check_secret_mode
 
@@ -229,26 +274,28 @@ def _cmd_produce(args: argparse.Namespace) -> int:
     insecure = args.insecure or _env_flag(args.insecure_env, "H5FEED_INSECURE")
     if insecure is None:
         return _REFUSED
-    from h5feed.common.exposure import connect_refusal, is_local_address
+    from h5feed.common.exposure import connect_refusal, fleet_refusal, is_local_address
 
-    refusal = connect_refusal(args.connect, keyed=curve is not None, insecure=insecure)
+    address = args.connect if args.connect is not None else args.listen
+    rule = connect_refusal if args.connect is not None else fleet_refusal
+    refusal = rule(address, keyed=curve is not None, insecure=insecure)
     if refusal is not None:
         print(f"h5feed produce: refused: {refusal}", file=sys.stderr)
         return _REFUSED
-    if curve is None and not is_local_address(args.connect):
+    if curve is None and not is_local_address(address):
         logging.getLogger("h5feed.producer").warning(
-            "connecting to %s without CURVE keys (--insecure): whoever answers there sends "
-            "this producer its jobs",
-            args.connect,
+            "%s %s without CURVE keys (--insecure): %s",
+            *(
+                ("connecting to", address, "whoever answers there sends this producer its jobs")
+                if args.connect is not None
+                else ("listening on", address, "any host that reaches it can attach as a trainer")
+            ),
         )
     metrics = None
     if args.metrics_port is not None:
         from h5feed.common.metrics_http import address_from_env
 
         metrics = address_from_env({"H5FEED_METRICS_PORT": args.metrics_port})
-    max_open_files = (
-        int(args.max_open_files) if args.max_open_files is not None else DEFAULT_MAX_OPEN_FILES
-    )
     from h5feed.producer.code_policy import policy_of, split_patterns
 
     # The flags replace the environment variable (as for every other option).
@@ -261,8 +308,7 @@ def _cmd_produce(args: argparse.Namespace) -> int:
         _int_or(args.max_clip_pixels, PRODUCER_MAX_CLIP_PIXELS),
         _int_or(args.max_chunk_bytes, DEFAULT_MAX_CHUNK_BYTES),
     )
-    return run_producer(
-        args.connect,
+    common = (
         args.data_root,
         workers,
         args.name,
@@ -270,11 +316,23 @@ def _cmd_produce(args: argparse.Namespace) -> int:
         curve,
         metrics,
         int(args.max_message_bytes) if args.max_message_bytes is not None else None,
-        max_open_files,
+        _int_or(args.max_open_files, DEFAULT_MAX_OPEN_FILES),
         allow_code,
         limits,
         _int_or(args.max_restarts, DEFAULT_MAX_RESTARTS),
         DEFAULT_STOP_WAIT_S if args.stop_wait_s is None else float(args.stop_wait_s),
+    )
+    if args.connect is not None:
+        from h5feed.producer.service import run_producer
+
+        return run_producer(args.connect, *common)
+    from h5feed.producer.service import run_fleet
+
+    return run_fleet(
+        args.listen,
+        *common,
+        _int_or(args.max_trainers, DEFAULT_MAX_TRAINERS),
+        DEFAULT_ATTACH_TIMEOUT_S if args.attach_timeout_s is None else float(args.attach_timeout_s),
     )
 
 

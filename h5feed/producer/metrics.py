@@ -25,7 +25,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry
@@ -61,8 +61,17 @@ _WORKER_COUNTERS = (
 class ServiceFigures:
     """The supervisor's record of its workers; written by its loop, read by scrapes."""
 
-    def __init__(self, producer: str, names: list[str], stats_dir: str) -> None:
+    def __init__(
+        self,
+        producer: str,
+        names: list[str],
+        stats_dir: str,
+        fleet: Callable[[], dict[str, Any]] | None = None,
+    ) -> None:
+        """``fleet``: a shared fleet's figures (:meth:`h5feed.producer.fleet.Front.figures`),
+        served under ``"fleet"`` in ``/stats`` and as ``h5feed_fleet_*`` metrics."""
         self.producer = producer
+        self.fleet = fleet
         self.host = socket.gethostname()
         self.stats_dir = stats_dir
         self._lock = threading.Lock()
@@ -70,6 +79,20 @@ class ServiceFigures:
         self._state: dict[str, dict[str, Any]] = {
             name: {"pid": None, "running": False, "restarts": 0} for name in names
         }
+
+    def add(self, names: list[str]) -> None:
+        """Workers of a trainer that attached to a shared fleet (h5feed/producer/fleet.py)."""
+        with self._lock:
+            for name in names:
+                self._base[name] = dict.fromkeys(COUNTERS, 0)
+                self._state[name] = {"pid": None, "running": False, "restarts": 0}
+
+    def remove(self, names: list[str]) -> None:
+        """Workers of a trainer that left a shared fleet: their figures go with them."""
+        with self._lock:
+            for name in names:
+                self._base.pop(name, None)
+                self._state.pop(name, None)
 
     def stats_file(self, name: str) -> str:
         return os.path.join(self.stats_dir, f"{name}.json")
@@ -114,13 +137,16 @@ class ServiceFigures:
                         "updated_s_ago": None if updated is None else max(now - updated, 0.0),
                     }
                 )
-        return {
+        stats = {
             "role": "producer",
             "producer": self.producer,
             "host": self.host,
             "running_workers": sum(w["running"] for w in workers),
             "workers": workers,
         }
+        if self.fleet is not None:
+            stats["fleet"] = self.fleet()
+        return stats
 
 
 class ServiceCollector(Collector):
@@ -145,6 +171,47 @@ class ServiceCollector(Collector):
                 family.add_metric(values, float(worker[key]))
         yield up
         yield from families
+        if "fleet" in stats:
+            yield from _fleet_families(stats["fleet"], service_labels)
+
+
+def _fleet_families(fleet: dict[str, Any], service_labels: list[str]) -> Iterator[Metric]:
+    """A shared fleet's figures: per trainer (label ``trainer``: its name and address; at
+    most ``--max-trainers`` of them), and what the front holds (gauges that reach 0 once
+    every trainer left)."""
+    labels = ("producer", "host")
+    for key, name, text in _FLEET_GAUGES:
+        gauge = GaugeMetricFamily(name, text, labels=labels)
+        gauge.add_metric(service_labels, float(fleet[key]))
+        yield gauge
+    refused = CounterMetricFamily(
+        "h5feed_fleet_refused", "ATTACHes refused (the trainer limit, bad messages)", labels=labels
+    )
+    refused.add_metric(service_labels, float(fleet["refused"]))
+    yield refused
+    per_trainer = (*labels, "trainer")
+    families = [
+        (key, CounterMetricFamily(name, text, labels=per_trainer))
+        for key, name, text in _TRAINER_COUNTERS
+    ]
+    for trainer in fleet["trainers"]:
+        for key, family in families:
+            family.add_metric([*service_labels, trainer["trainer"]], float(trainer[key]))
+    for _, family in families:
+        yield family
+
+
+#: (key in the fleet's figures, metric name, help): what a shared fleet's front holds.
+_FLEET_GAUGES = (
+    ("attached", "h5feed_fleet_trainers", "Trainers attached (each with its own workers)"),
+    ("worker_processes", "h5feed_fleet_worker_processes", "Worker processes of all trainers"),
+    ("stopping", "h5feed_fleet_groups_stopping", "Groups of a trainer that left, stopping"),
+)
+#: (key in a trainer's figures, metric name, help).
+_TRAINER_COUNTERS = (
+    ("cpu_s", "h5feed_fleet_trainer_cpu_seconds", "CPU seconds of this trainer's workers"),
+    ("busy_s", "h5feed_fleet_trainer_busy_seconds", "Seconds its workers spent making units"),
+)
 
 
 def start_service_metrics(figures: ServiceFigures, address: tuple[str, int]) -> MetricsServer:

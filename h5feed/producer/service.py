@@ -42,29 +42,34 @@ import pathlib
 import shutil
 import signal
 import socket
-import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
-from h5feed.common.config import DEFAULT_MAX_OPEN_FILES, DEFAULT_STOP_WAIT_S, default_cache_dir
+from h5feed.common.config import (
+    DEFAULT_ATTACH_TIMEOUT_S,
+    DEFAULT_MAX_OPEN_FILES,
+    DEFAULT_MAX_TRAINERS,
+    DEFAULT_STOP_WAIT_S,
+    default_cache_dir,
+)
 from h5feed.common.logs import with_ids
+from h5feed.common.metrics_http import MetricsServer
 from h5feed.common.wire import DEFAULT_MAX_MESSAGE_BYTES
 from h5feed.common.worker_settings import Code, Data, Network, Process, WorkerSettings
+from h5feed.producer.fleet import Front
+from h5feed.producer.metrics import ServiceFigures
 from h5feed.producer.read_limits import NO_LIMITS, ProducerLimits
 from h5feed.producer.restarts import DEFAULT_MAX_RESTARTS, Restarts
-from h5feed.producer.worker_stats import read_counters
+from h5feed.producer.worker_group import REFUSED_EXIT, WorkerGroup
 
 _log = logging.getLogger("h5feed.producer")
 #: Where this h5feed was imported from: the workers import the same one.
 _PACKAGE_PARENT = str(pathlib.Path(__file__).resolve().parents[2])
-#: Beyond the stop wait, for a worker that sent its last unit at the end of it to flush it and
-#: its BYE (its socket's linger, 2 s) and exit.
-_FLUSH_S = 2.5
-#: For a killed worker to be reaped.
-_KILL_WAIT_S = 2.0
-_REFUSED_EXIT = 2
+_REFUSED_EXIT = REFUSED_EXIT
+_FLEET = "fleet"  # after the count: a shared fleet's replica, healthy with no trainer
 _CRASH_LOOP = "crash-loop"  # the health file's second line, while a worker crash-loops
 
 
@@ -162,7 +167,6 @@ def run_producer(
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    processes: dict[str, subprocess.Popen[bytes]] = {}
     code = 0
     log.info(
         "%d workers serving %s (data root %s, code allowed: %s)",
@@ -171,119 +175,146 @@ def run_producer(
         data_root,
         ", ".join(allow_code) or "none",
     )
-    figures = server = None
-    restarts = Restarts(max_restarts)
     # Each worker's stats file says whether it returned a part (always kept: the restart rule
     # reads it; with metrics, the metrics' own directory).
     stats_dir = tempfile.mkdtemp(prefix="h5feed-producer-")
-    if metrics is not None:
-        from h5feed.common.metrics_http import host_is_any
-        from h5feed.producer.metrics import ServiceFigures, start_service_metrics
+    try:
+        figures, server = _start_metrics(metrics, prefix, names, stats_dir, log)
+    except BaseException:
+        shutil.rmtree(stats_dir, ignore_errors=True)
+        raise
 
-        figures = ServiceFigures(prefix, names, stats_dir)
-        try:
-            server = start_service_metrics(figures, metrics)
-        except BaseException:
-            shutil.rmtree(stats_dir, ignore_errors=True)
-            raise
-        # On every interface, this host's name is how others reach it; else the address bound.
-        url = f"http://{figures.host}:{server.port}" if host_is_any(server.host) else server.url
-        log.info("metrics at %s/metrics (stats at /stats)", url)
+    def settings_of(worker: str, stats_file: str) -> WorkerSettings:
+        return worker_settings(
+            connect, worker, data_root, curve, stats_file, max_message_bytes,
+            max_open_files, allow_code, limits, stop_wait_s,
+        )  # fmt: skip
+
+    restarts = Restarts(max_restarts)
+    group = WorkerGroup(
+        names, settings_of, worker_env(os.environ), stats_dir, restarts, log, figures
+    )
     try:
         while not stop.is_set():
-            for worker in names:
-                process = processes.get(worker)
-                exit_code = None if process is None else process.poll()
-                if process is not None and exit_code is None:
-                    continue
-                stats_file = os.path.join(stats_dir, f"{worker}.json")
-                if process is not None and exit_code is not None:  # a death, seen once
-                    if figures is not None:
-                        figures.set_running(worker, False)
-                    if exit_code == _REFUSED_EXIT:
-                        log.error("worker %s was refused; stopping", worker)
-                        stop.set()
-                        code = _REFUSED_EXIT
-                        break
-                    delivered = _delivered(stats_file, process.pid)
-                    delay = restarts.died(worker, delivered, time.monotonic())
-                    del processes[worker]
-                    log.warning(
-                        "worker %s exited (%s) %s; restarting %s",
-                        worker, exit_code,
-                        "after returning parts" if delivered else "before returning any part",
-                        "now" if not delay else f"in {delay:g} s",
-                    )  # fmt: skip
-                if restarts.due(worker, time.monotonic()):
-                    processes[worker] = subprocess.Popen(
-                        worker_settings(
-                            connect,
-                            worker,
-                            data_root,
-                            curve,
-                            stats_file,
-                            max_message_bytes,
-                            max_open_files,
-                            allow_code,
-                            limits,
-                            stop_wait_s,
-                        ).command(),
-                        stdin=subprocess.DEVNULL,
-                        env=worker_env(os.environ),
-                    )
-                    if figures is not None:
-                        figures.starting(worker, processes[worker].pid)
-            running = sum(p.poll() is None for p in processes.values())
-            _write_health(health_file, running, restarts.crash_loop(time.monotonic()))
+            if not group.poll():
+                log.error("stopping: a worker was refused")
+                code = _REFUSED_EXIT
+                break
+            _write_health(health_file, group.running, restarts.crash_loop(time.monotonic()))
             stop.wait(0.2)
     finally:
-        _stop_all(processes, stop_wait_s, log)
+        group.stop(stop_wait_s)
         if server is not None:
             server.close()
         shutil.rmtree(stats_dir, ignore_errors=True)
     return code
 
 
-def _delivered(stats_file: str, pid: int) -> bool:
-    """Whether process ``pid`` returned a part since it started, as its stats file says
-    (a worker writes it at once after its first part)."""
-    values = read_counters(stats_file)
-    return values is not None and values.get("pid") == pid and values["units"] > 0
+def run_fleet(
+    listen: str,
+    data_root: str | None,
+    workers: int,
+    name: str | None,
+    health_file: str | None = None,
+    keys: tuple[str, str] | None = None,
+    metrics: tuple[str, int] | None = None,
+    max_message_bytes: int | None = None,
+    max_open_files: int = DEFAULT_MAX_OPEN_FILES,
+    allow_code: Sequence[str] = (),
+    limits: ProducerLimits = NO_LIMITS,
+    max_restarts: int = DEFAULT_MAX_RESTARTS,
+    stop_wait_s: float = DEFAULT_STOP_WAIT_S,
+    max_trainers: int = DEFAULT_MAX_TRAINERS,
+    attach_timeout_s: float = DEFAULT_ATTACH_TIMEOUT_S,
+) -> int:
+    """A replica of a shared fleet (``h5feed produce --listen``): serve every trainer that
+    attaches at ``listen``, ``workers`` worker processes each, until SIGTERM/SIGINT
+    (h5feed/producer/fleet.py). ``keys``: (this replica's ``.key_secret`` file, the directory
+    of the trainers' public ``.key`` files). The other arguments are :func:`run_producer`'s;
+    the health file says ``fleet`` after the count, so no trainer attached (no worker) is
+    still healthy."""
+    prefix = name or f"{socket.gethostname()}-{os.getpid()}"
+    log = with_ids(_log, "producer", name=prefix)
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: object) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+
+    def settings_for(
+        worker: str, stats_file: str, endpoint: str, key: str | None
+    ) -> WorkerSettings:
+        curve = (keys[0], key) if keys is not None and key is not None else None
+        return worker_settings(
+            endpoint, worker, data_root, curve, stats_file, max_message_bytes,
+            max_open_files, allow_code, limits, stop_wait_s,
+        )  # fmt: skip
+
+    stats_dir = tempfile.mkdtemp(prefix="h5feed-fleet-")
+    front = None
+    server = None
+    try:
+        front = Front(
+            listen, prefix, workers, settings_for, worker_env(os.environ), stats_dir, log,
+            keys, max_trainers, attach_timeout_s, max_restarts, stop_wait_s,
+        )  # fmt: skip
+        figures, server = _start_metrics(metrics, prefix, [], stats_dir, log, front.snapshot)
+        front.figures = figures
+        log.info(
+            "a shared fleet's replica at %s: %d workers per trainer, at most %d trainers "
+            "(data root %s, code allowed: %s)",
+            front.endpoint, workers, max_trainers, data_root, ", ".join(allow_code) or "none",
+        )  # fmt: skip
+        while not stop.is_set():
+            front.step(200)
+            _write_health(
+                health_file, front.running, front.restarts.crash_loop(time.monotonic()), fleet=True
+            )
+    finally:
+        if front is not None:
+            front.close()
+        if server is not None:
+            server.close()
+        shutil.rmtree(stats_dir, ignore_errors=True)
+    return 0
 
 
-def _stop_all(
-    processes: Mapping[str, subprocess.Popen[bytes]],
-    stop_wait_s: float,
+def _start_metrics(
+    metrics: tuple[str, int] | None,
+    prefix: str,
+    names: Sequence[str],
+    stats_dir: str,
     log: logging.Logger | logging.LoggerAdapter[logging.Logger],
+    fleet: Callable[[], dict[str, Any]] | None = None,
+) -> tuple[ServiceFigures | None, MetricsServer | None]:
+    """The service's figures and their endpoint (guarantee 4); (None, None) without
+    ``metrics``."""
+    if metrics is None:
+        return None, None
+    from h5feed.common.metrics_http import host_is_any
+    from h5feed.producer.metrics import start_service_metrics
+
+    figures = ServiceFigures(prefix, list(names), stats_dir, fleet)
+    server = start_service_metrics(figures, metrics)
+    # On every interface, this host's name is how others reach it; else the address bound.
+    url = f"http://{figures.host}:{server.port}" if host_is_any(server.host) else server.url
+    log.info("metrics at %s/metrics (stats at /stats)", url)
+    return figures, server
+
+
+def _write_health(
+    path: str | None, running: int, crash_loop: str | None = None, fleet: bool = False
 ) -> None:
-    """Ask every worker to stop, give each ``stop_wait_s`` (and the flush of its last
-    messages), then kill the late ones (guarantee 3)."""
-    for process in processes.values():
-        if process.poll() is None:
-            process.terminate()  # it sends the unit in hand, hands the rest back, and leaves
-    deadline = time.monotonic() + stop_wait_s + _FLUSH_S
-    for worker, process in processes.items():
-        try:
-            process.wait(max(deadline - time.monotonic(), 0.0))
-        except subprocess.TimeoutExpired:
-            log.warning(
-                "worker %s did not finish its unit within the stop wait (%g s): killed; the "
-                "trainer makes what it held again",
-                worker, stop_wait_s,
-            )  # fmt: skip
-            process.kill()
-            process.wait(_KILL_WAIT_S)
-
-
-def _write_health(path: str | None, running: int, crash_loop: str | None = None) -> None:
-    """The health file: ``"<time> <running>"``, and a second line ``"crash-loop <why>"``
-    while a worker crash-loops."""
+    """The health file: ``"<time> <running>"`` (a shared fleet's replica: ``"<time>
+    <running> fleet"``), and a second line ``"crash-loop <why>"`` while a worker crash-loops."""
     if path is None:
         return
     tmp = f"{path}.tmp"
     try:
         with open(tmp, "w") as out:
-            out.write(f"{time.time():.3f} {running}\n")
+            out.write(f"{time.time():.3f} {running}{' fleet' if fleet else ''}\n")
             if crash_loop is not None:
                 out.write(f"{_CRASH_LOOP} {crash_loop}\n")
         os.replace(tmp, path)
@@ -295,7 +326,7 @@ def check_health(path: str, max_age_s: float = 10.0) -> str | None:
     """None when the producer at ``path`` is healthy, else what is wrong."""
     try:
         first, *rest = pathlib.Path(path).read_text().splitlines()
-        stamp, running = first.split()
+        stamp, running, *kind = first.split()
     except (OSError, ValueError) as exc:
         return f"no health file {path}: {exc}"
     for line in rest:
@@ -304,6 +335,6 @@ def check_health(path: str, max_age_s: float = 10.0) -> str | None:
     age = time.time() - float(stamp)
     if age > max_age_s:
         return f"health file {path} is {age:.0f} s old: the producer is stuck or gone"
-    if int(running) < 1:
+    if int(running) < 1 and kind != [_FLEET]:  # a fleet with no trainer has no worker
         return "no worker process is running"
     return None

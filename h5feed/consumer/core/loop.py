@@ -71,6 +71,12 @@ def all_connected(peers: Iterable[Peer], local_workers: int, listen: str | None)
     return local >= local_workers and len(connected) >= (1 if listen else 0)
 
 
+class FleetRefusal(Protocol):
+    """What the loop asks ``fleet=``'s announcer (h5feed/consumer/fleet.py)."""
+
+    def refusal(self) -> str | None: ...
+
+
 class FeedLoop:
     """Runs one iteration on its own thread; ``out`` gets batches, then END or FAILED."""
 
@@ -87,11 +93,14 @@ class FeedLoop:
         workers: recovery.Replacer | None = None,
         keep_socket: bool = False,
         autoscale: Autoscale | None = None,
+        fleet: FleetRefusal | None = None,
     ) -> None:
         """``counters``: shared with the session and the scheduler; the loop adds
         ``peers_joined`` and ``reassigned_units``. ``keep_socket``: the router and
         waker outlive this iteration (persistent workers): the loop does not close them.
-        ``autoscale``: ``workers="auto"``, stepped between units once the work is shared."""
+        ``autoscale``: ``workers="auto"``, stepped between units once the work is shared.
+        ``fleet``: ``fleet=``'s announcer: a fleet that refuses this trainer ends the wait
+        for producers at once, naming why."""
         self.options = options
         self.session = session
         self.gate = gate
@@ -109,6 +118,7 @@ class FeedLoop:
         self._remote_losses = 0  # producers (not local workers) lost in this iteration
         self._keep_socket = keep_socket
         self._autoscale = autoscale
+        self._fleet = fleet
         self._stop = threading.Event()
         self._next_health = 0.0
         self._thread = threading.Thread(target=self._run, name="h5feed-loop", daemon=True)
@@ -164,6 +174,9 @@ class FeedLoop:
         while not all_connected(session.peers.values(), self._expected, options.network.listen):
             if time.monotonic() > deadline:
                 raise NoWorkersError(self._no_workers())
+            refusal = self._fleet.refusal() if self._fleet is not None else None
+            if refusal is not None and not session.peers:
+                raise NoWorkersError(f"the shared fleet refused this trainer: {refusal}")
             if not self._pass():
                 return False
         grace_end = time.monotonic() + (

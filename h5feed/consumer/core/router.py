@@ -29,11 +29,12 @@ from typing import Final, cast
 import zmq
 
 from h5feed.common import messages
+from h5feed.common.curve import KeyPair
+from h5feed.common.curve_server import CurveServer
 from h5feed.common.exposure import is_local_address
 from h5feed.common.fd_limit import raise_open_files_limit
 from h5feed.common.liveness import consumer_heartbeat_timeout, enable_heartbeats
 from h5feed.common.protocol_versions import PROTOCOL_VERSION
-from h5feed.consumer.core.security import CurveServer
 from h5feed.consumer.options import FeedOptions
 
 _SEND_TIMEOUT_MS = 5000
@@ -62,13 +63,17 @@ class Router:
         self._context = zmq.Context()
         self._socket = self._context.socket(zmq.ROUTER)
         self._curve: CurveServer | None = None
+        # The local workers' CURVE keys (made for this iteration) and the consumer's key.
+        self.local_keys: KeyPair | None = None
         if options.network.curve_key is not None:
+            self.local_keys = KeyPair.generate()
             self._curve = CurveServer(
-                self._context, options.network.curve_key, options.network.curve_authorized or ""
+                self._context,
+                options.network.curve_key,
+                options.network.curve_authorized or "",
+                extra_keys=[self.local_keys.public],
             )
             self._curve.secure(self._socket)
-        # The local workers' CURVE keys (made for this iteration) and the consumer's key.
-        self.local_keys = self._curve.local_keys if self._curve else None
         self.server_public = self._curve.public if self._curve else None
         self._socket.setsockopt(zmq.LINGER, 0)
         self._socket.setsockopt(zmq.ROUTER_MANDATORY, 1)
@@ -80,6 +85,9 @@ class Router:
         enable_heartbeats(self._socket, consumer_heartbeat_timeout(options.network.peer_timeout_s))
         for address in addresses:
             self._socket.bind(address)
+        #: Where the last address was bound (``listen=``'s, when given: its port, when it
+        #: asked for port 0, is the one chosen).
+        self.last_endpoint = self._socket.getsockopt_string(zmq.LAST_ENDPOINT)
         self._wake_fd = wake_fd
         self._poller = zmq.Poller()
         self._poller.register(self._socket, zmq.POLLIN)

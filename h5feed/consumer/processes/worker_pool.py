@@ -51,12 +51,14 @@ import weakref
 from typing import Protocol
 
 from h5feed.common.cpus import available_cpus
+from h5feed.common.curve import KeyPair, load_public
 from h5feed.common.errors import WorkerDiedError
 from h5feed.common.exposure import is_local_address
 from h5feed.common.logs import with_ids
 from h5feed.consumer.core.router import Router
 from h5feed.consumer.core.session import describe_exit
 from h5feed.consumer.core.waker import Waker
+from h5feed.consumer.fleet import Announcer, parse_endpoint
 from h5feed.consumer.options import FeedOptions
 from h5feed.consumer.processes.local_workers import LocalWorkers
 
@@ -100,6 +102,10 @@ class WorkerPool:
                 )
             self.router = Router(options, [self.address, *listen], self.waker.fileno)
             undo.callback(self.router.close)
+            #: ``fleet=``: says ATTACH to the shared fleet while this pool listens.
+            self.announcer = announce(options, self.router.last_endpoint) if listen else None
+            if self.announcer is not None:
+                undo.callback(self.announcer.close)
             self.workers = LocalWorkers(
                 options.processes.start_workers,
                 self.address,
@@ -156,6 +162,8 @@ class WorkerPool:
         if self._closed:
             return
         self._closed = True
+        if self.announcer is not None:  # the fleet stops this trainer's workers
+            self.announcer.close()
         # Persistent workers leave on SIGTERM, not on BYE; one iteration's own leave on BYE.
         self.workers.stop(grace_s=0 if self._persistent else _BYE_GRACE_S)
         self._close_retired()  # no worker left to make a unit naming their slots
@@ -163,6 +171,18 @@ class WorkerPool:
             self.router.close()
             self.waker.close()
         shutil.rmtree(self.tmpdir, ignore_errors=True)
+
+
+def announce(options: FeedOptions, bound: str) -> Announcer | None:
+    """The announcer of a trainer with ``fleet=``, for the port ``listen`` bound to."""
+    network = options.network
+    if not network.fleet_endpoints:
+        return None
+    keys = None
+    if network.fleet_key is not None and network.curve_key is not None:
+        keys = (KeyPair.load(network.curve_key), load_public(network.fleet_key))
+    _, port = parse_endpoint(bound)
+    return Announcer(network.fleet_endpoints, port, keys, peer_timeout_s=network.peer_timeout_s)
 
 
 class Lease:

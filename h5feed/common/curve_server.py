@@ -1,18 +1,21 @@
-"""The consumer as a CURVE server: only listed producers get in.
+"""A CURVE server: only listed clients get in. The trainer is one for its producers
+(``curve_authorized=``), a shared fleet's front for its trainers (``--trainer-keys``).
 
 Guarantees: pyzmq's authenticator (a ZAP handler thread) checks every connecting key before the
-connection is accepted, so a producer whose public key is not listed never gets a message
-through, and the consumer never reads one of its messages. Each refusal is counted
+connection is accepted, so a client whose public key is not listed never gets a message
+through, and the server never reads one of its messages. Each refusal is counted
 (:attr:`CurveServer.refused_keys`, ``stats()["refused_keys"]``) and logged at most once per
-key per ``_LOG_EVERY_S`` (10 s), with the count refused since the last line. The keys made
-for this iteration's local workers are listed too (they reach the workers by environment,
-never by command line).
+key per ``_LOG_EVERY_S`` (10 s), with the count refused since the last line. A message
+through gets the client's public key as its ``User-Id`` property (Z85): the fleet's front
+reads who attached from it. ``extra_keys`` are listed too (the trainer's keys made for this
+iteration's local workers, which reach them by environment, never by command line).
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterable
 
 import zmq
 from zmq.auth.thread import ThreadAuthenticator
@@ -20,7 +23,6 @@ from zmq.auth.thread import ThreadAuthenticator
 from h5feed.common.curve import KeyPair, load_public_keys
 from h5feed.common.logs import with_ids
 
-_log = with_ids(logging.getLogger("h5feed.consumer"), "consumer")  # ids in every line
 #: At most one log line per refused key this often.
 _LOG_EVERY_S = 10.0
 #: Refused keys whose last line is remembered; beyond, the memory starts over (bounded).
@@ -28,13 +30,21 @@ _TRACKED_KEYS = 4096
 
 
 class CurveServer:
-    def __init__(self, context: zmq.Context[zmq.Socket[bytes]], key_file: str, authorized: str):
+    def __init__(
+        self,
+        context: zmq.Context[zmq.Socket[bytes]],
+        key_file: str,
+        authorized: str,
+        extra_keys: Iterable[bytes] = (),
+        role: str = "consumer",
+    ):
+        """``role``: whose log lines ("consumer", "producer")."""
         own = KeyPair.load(key_file)
         self.public = own.public
         self._secret = own.secret
-        self.local_keys = KeyPair.generate()
-        allowed = load_public_keys(authorized) | {self.local_keys.public}
-        self._listed = _Listed(allowed)
+        allowed = load_public_keys(authorized) | set(extra_keys)
+        log = with_ids(logging.getLogger(f"h5feed.{role}"), role)  # ids in every line
+        self._listed = _Listed(allowed, log)
         self._authenticator = ThreadAuthenticator(context)
         self._authenticator.start()
         self._authenticator.configure_curve_callback("*", credentials_provider=self._listed)
@@ -57,8 +67,11 @@ class CurveServer:
 class _Listed:
     """pyzmq's CURVE credentials provider: a connecting key is allowed if it is listed."""
 
-    def __init__(self, keys: set[bytes]) -> None:
+    def __init__(
+        self, keys: set[bytes], log: logging.Logger | logging.LoggerAdapter[logging.Logger]
+    ) -> None:
         self._keys = keys
+        self._log = log
         self.refused = 0  # written by the authenticator's thread only
         self._logged: dict[bytes, tuple[float, int]] = {}  # key -> (last line, refused since)
 
@@ -72,7 +85,9 @@ class _Listed:
         last, since = self._logged.get(key, (-_LOG_EVERY_S, 0))
         if now - last >= _LOG_EVERY_S:
             more = f" ({since} more refused since the last line)" if since else ""
-            _log.warning("refused a CURVE client whose key is not listed: %s%s", key.decode(), more)
+            self._log.warning(
+                "refused a CURVE client whose key is not listed: %s%s", key.decode(), more
+            )
             self._logged[key] = (now, 0)
         else:
             self._logged[key] = (last, since + 1)

@@ -1,0 +1,333 @@
+"""A shared fleet: ``h5feed produce --listen``, one set of replicas serving many trainers.
+
+Each replica runs a *front*: a ROUTER socket at ``--listen`` to which trainers announce
+themselves. A trainer started with ``h5feed.dataset(..., listen="tcp://*:5555",
+fleet="tcp://tasks.h5feed_producer:5556")`` sends every replica an ATTACH every second
+(:mod:`h5feed.consumer.fleet`); the replica starts a :class:`~h5feed.producer.worker_group.
+WorkerGroup` of ``--workers`` processes for that trainer, each connecting to it as
+``h5feed produce --connect`` would, and stops the group when the ATTACHes stop.
+
+Why trainers announce themselves (rather than each worker serving several trainers' jobs
+from per-job queues): each trainer's job runs in processes of its own, so every guarantee of
+a fleet of its own holds by the same code (exactly once per epoch, its seed and order, its
+code version, hand-over when a replica leaves), batches are byte-identical to a fleet of its
+own, and a trainer that leaves takes all its state with it when its group stops. What this
+gives up: open files and in-memory indexes are per trainer (the on-disk index cache is
+shared), and a trainer must be reachable from the fleet, as with ``--connect``.
+
+Guarantees:
+
+1. **Where the workers connect.** To the address the ATTACH came from (ZeroMQ's
+   ``Peer-Address`` of the connection), at the port the ATTACH names; never to a host the
+   message names, so a trainer cannot aim a fleet at a third host.
+2. **Who may attach.** With ``--key`` and ``--trainer-keys DIR`` the front is a CURVE server
+   that admits only the trainers whose public keys DIR lists (refusals counted); the workers
+   then check, as CURVE clients, that the trainer they reach holds the key that attached.
+   Without keys the front binds beyond loopback only with ``--insecure``. An admitted
+   trainer may ask for any file under ``--data-root`` and any code ``--allow-code`` allows.
+3. **Limits.** At most ``--max-trainers`` trainers at once; another gets a BYE refusing it,
+   naming the limit, and the count of refusals grows. Messages are bounded before they are
+   read (``MAXMSGSIZE``: :data:`MAX_FRONT_MESSAGE_BYTES`) and decoded strictly; anything but a
+   well-formed ATTACH is counted and dropped, never answered with work.
+4. **Leaving.** A trainer whose ATTACHes stop for ``--attach-timeout-s`` (it ended its
+   iteration, died, or lost the network) has its group stopped (SIGTERM, as the service's
+   own stop); once stopped, nothing of it is left: no process, no worker figures. The
+   figures ``attached``, ``worker_processes`` and ``stopping`` (``/metrics``:
+   ``h5feed_fleet_*``) say so.
+5. **Fair shares.** The groups of attached trainers have equal sizes, and the OS scheduler
+   shares the CPUs among runnable processes: two hungry trainers get equal CPU; a trainer
+   bounded by its own pace (credits) leaves its workers idle and the others take the rest.
+   Each trainer's CPU and busy seconds are exported (``h5feed_fleet_trainer_*``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import itertools
+import os
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, Final
+
+import zmq
+
+from h5feed.common import messages, wire
+from h5feed.common.config import DEFAULT_ATTACH_TIMEOUT_S, DEFAULT_MAX_TRAINERS
+from h5feed.common.curve import write_public_key
+from h5feed.common.curve_server import CurveServer
+from h5feed.common.errors import ProtocolError
+from h5feed.common.liveness import enable_heartbeats
+from h5feed.common.worker_settings import WorkerSettings
+from h5feed.producer.metrics import ServiceFigures
+from h5feed.producer.restarts import Restarts
+from h5feed.producer.worker_group import Log, WorkerGroup
+
+#: The largest message the front reads (an ATTACH is under 100 bytes).
+MAX_FRONT_MESSAGE_BYTES: Final = 4096
+#: A connection must finish its ZMTP (and CURVE) handshake within this (as the trainer's).
+_HANDSHAKE_S: Final = 5.0
+_FRONT_LIMITS: Final = wire.Limits(
+    max_header_bytes=MAX_FRONT_MESSAGE_BYTES,
+    max_str_len=256,
+    max_bin_len=0,
+    max_array_len=16,
+    max_map_len=16,
+    max_containers=16,
+)
+#: At most one line per this many seconds about refused messages.
+_LOG_EVERY_S: Final = 10.0
+
+#: (worker name, its stats file, the trainer's endpoint, its public key file or None)
+#: -> the worker's settings.
+SettingsFor = Callable[[str, str, str, str | None], WorkerSettings]
+
+
+@dataclasses.dataclass(eq=False)
+class Attachment:
+    """One attached trainer and the workers that serve it."""
+
+    trainer: str  # its name and address, the label of its figures
+    endpoint: str  # where its workers connect
+    key: bytes | None  # its CURVE public key (Z85), with keys
+    group: WorkerGroup
+    last_seen: float
+    refused: str | None = None  # its workers were refused by it: why
+
+
+class Front:
+    """The front of one replica: admits trainers and runs a group for each."""
+
+    def __init__(
+        self,
+        listen: str,
+        prefix: str,
+        workers: int,
+        settings_for: SettingsFor,
+        env: dict[str, str],
+        stats_dir: str,
+        log: Log,
+        keys: tuple[str, str] | None = None,
+        max_trainers: int = DEFAULT_MAX_TRAINERS,
+        attach_timeout_s: float = DEFAULT_ATTACH_TIMEOUT_S,
+        max_restarts: int = 3,
+        stop_wait_s: float = 20.0,
+    ) -> None:
+        """``keys``: (this replica's ``.key_secret`` file, the directory of the trainers'
+        public ``.key`` files). ``stop_wait_s``: how long each worker of a group being
+        stopped may take to finish its unit."""
+        self._stop_wait_s = stop_wait_s
+        self._prefix = prefix
+        self._workers = workers
+        self._settings_for = settings_for
+        self._env = env
+        self._stats_dir = stats_dir
+        self._log = log
+        self.max_trainers = max_trainers
+        self.attach_timeout_s = attach_timeout_s
+        self.restarts = Restarts(max_restarts)
+        self.figures: ServiceFigures | None = None
+        self.attached: dict[tuple[str, int], Attachment] = {}
+        self.refused = 0
+        self._refused_logged_at = -_LOG_EVERY_S
+        self._stopping: set[threading.Thread] = set()
+        self._lock = threading.Lock()  # attached/stopping: the loop writes, scrapes read
+        self._numbers = itertools.count()
+        self._context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+        self._socket = self._context.socket(zmq.ROUTER)
+        self._curve: CurveServer | None = None
+        if keys is not None:
+            self._curve = CurveServer(self._context, keys[0], keys[1], role="producer")
+            self._curve.secure(self._socket)
+        self._socket.setsockopt(zmq.LINGER, 0)
+        self._socket.setsockopt(zmq.MAXMSGSIZE, MAX_FRONT_MESSAGE_BYTES)
+        self._socket.setsockopt(zmq.HANDSHAKE_IVL, int(_HANDSHAKE_S * 1000))
+        self._socket.setsockopt(zmq.SNDTIMEO, 0)  # a reply that cannot go now is dropped
+        enable_heartbeats(self._socket, attach_timeout_s)
+        self._socket.bind(listen)
+        self.endpoint = self._socket.getsockopt_string(zmq.LAST_ENDPOINT)
+
+    # -- the loop ------------------------------------------------------------------------------
+
+    def step(self, timeout_ms: int) -> None:
+        """Read what arrived within ``timeout_ms``, then tend the groups: restart what died,
+        stop the groups of trainers that left."""
+        if self._socket.poll(timeout_ms):
+            for _ in range(256):  # bounded per step; the rest waits for the next
+                try:
+                    frames = self._socket.recv_multipart(zmq.NOBLOCK, copy=False)
+                except zmq.Again:
+                    break
+                self._receive(frames)
+        now = time.monotonic()
+        for key, attachment in list(self.attached.items()):
+            if now - attachment.last_seen > self.attach_timeout_s:
+                self._log.info(
+                    "trainer %s stopped attaching (%g s): stopping its %d workers",
+                    attachment.trainer, self.attach_timeout_s, len(attachment.group.names),
+                )  # fmt: skip
+                self._detach(key)
+            elif attachment.refused is None and not attachment.group.poll():
+                attachment.refused = "its workers were refused by it (another protocol version?)"
+                self._stop_group(attachment)
+
+    def _receive(self, frames: list[zmq.Frame]) -> None:
+        identity, body = frames[0], frames[1:]
+        try:
+            message = messages.decode(body, _FRONT_LIMITS)
+            if not isinstance(message, messages.Attach):
+                raise ProtocolError(f"a fleet's front takes ATTACH only, got {message.KIND}")
+        except ProtocolError as exc:  # VersionMismatchError included
+            self._count_refusal(f"a bad message: {exc}")
+            return
+        address = str(identity.get("Peer-Address"))
+        key = self._user_id(identity)
+        endpoint = (
+            f"tcp://[{address}]:{message.port}"
+            if ":" in address
+            else (f"tcp://{address}:{message.port}")
+        )
+        label = f"{message.trainer}@{endpoint.removeprefix('tcp://')}"
+        attachment = self.attached.get((address, message.port))
+        if attachment is not None and attachment.key != key:  # another trainer took the port
+            self._detach((address, message.port))
+            attachment = None
+        if attachment is None:
+            if len(self.attached) >= self.max_trainers:
+                self._count_refusal(f"trainer {label}: the limit of trainers")
+                self._reply(
+                    identity,
+                    messages.Bye.refusing(
+                        f"this fleet serves at most {self.max_trainers} trainers at once "
+                        f"(h5feed produce --max-trainers); {len(self.attached)} are attached"
+                    ),
+                )
+                return
+            attachment = self._attach(label, endpoint, key)
+            with self._lock:
+                self.attached[(address, message.port)] = attachment
+        attachment.last_seen = time.monotonic()
+        if attachment.refused is not None:
+            self._reply(identity, messages.Bye.refusing(attachment.refused))
+            return
+        self._reply(
+            identity,
+            messages.Attached(self._prefix, len(attachment.group.names), len(self.attached)),
+        )
+
+    def _attach(self, label: str, endpoint: str, key: bytes | None) -> Attachment:
+        number = next(self._numbers)
+        names = [f"{self._prefix}-t{number}-{i}" for i in range(self._workers)]
+        key_file = None
+        if key is not None:  # the workers check that the trainer they reach holds this key
+            key_file = write_public_key(os.path.join(self._stats_dir, f"t{number}.key"), key)
+
+        def settings_of(worker: str, stats_file: str) -> WorkerSettings:
+            return self._settings_for(worker, stats_file, endpoint, key_file)
+
+        if self.figures is not None:
+            self.figures.add(names)
+        group = WorkerGroup(
+            names, settings_of, self._env, self._stats_dir, self.restarts, self._log,
+            self.figures,
+        )  # fmt: skip
+        self._log.info("trainer %s attached: %d workers connect to %s", label, len(names), endpoint)
+        group.poll()  # start them now
+        return Attachment(label, endpoint, key, group, time.monotonic())
+
+    def _detach(self, key: tuple[str, int]) -> None:
+        with self._lock:
+            attachment = self.attached.pop(key)
+        if attachment.refused is None:
+            self._stop_group(attachment)
+
+    def _stop_group(self, attachment: Attachment) -> None:
+        """Stop a group on a thread of its own (a worker may take ``stop_wait_s`` to finish
+        its unit; the front goes on admitting and serving the others meanwhile)."""
+
+        def stop() -> None:
+            try:
+                attachment.group.stop(self._stop_wait_s)
+            finally:
+                if self.figures is not None:
+                    self.figures.remove(list(attachment.group.names))
+                for name in attachment.group.names:
+                    _remove(attachment.group.stats_file(name))
+                with self._lock:
+                    self._stopping.discard(thread)
+
+        thread = threading.Thread(target=stop, name="h5feed-fleet-stop", daemon=True)
+        with self._lock:
+            self._stopping.add(thread)
+        thread.start()
+
+    def _reply(self, identity: zmq.Frame, message: messages.Message) -> None:
+        # A trainer gone or not reading: its next ATTACH gets the next answer.
+        with contextlib.suppress(zmq.ZMQError):
+            self._socket.send_multipart([identity.bytes, *messages.encode(message)], zmq.NOBLOCK)
+
+    def _user_id(self, frame: zmq.Frame) -> bytes | None:
+        """The attaching trainer's CURVE public key (Z85), None without keys."""
+        if self._curve is None:
+            return None
+        return str(frame.get("User-Id")).encode()
+
+    def _count_refusal(self, what: str) -> None:
+        self.refused += 1
+        now = time.monotonic()
+        if now - self._refused_logged_at >= _LOG_EVERY_S:
+            self._refused_logged_at = now
+            self._log.warning("refused %s (%d refused in all)", what, self.refused)
+
+    # -- figures and the end -------------------------------------------------------------------
+
+    @property
+    def running(self) -> int:
+        """Worker processes running now, every trainer's."""
+        with self._lock:
+            attachments = list(self.attached.values())
+        return sum(a.group.running for a in attachments)
+
+    def snapshot(self) -> dict[str, Any]:
+        """The fleet's figures (``/stats`` ``"fleet"``; read from any thread)."""
+        with self._lock:
+            attachments = list(self.attached.values())
+            stopping = len(self._stopping)
+        return {
+            "listen": self.endpoint,
+            "max_trainers": self.max_trainers,
+            "attached": len(attachments),
+            "worker_processes": sum(a.group.running for a in attachments),
+            "stopping": stopping,
+            "refused": self.refused + (self._curve.refused_keys if self._curve else 0),
+            "trainers": [
+                {
+                    "trainer": a.trainer,
+                    "workers": len(a.group.names),
+                    "running": a.group.running,
+                    "cpu_s": a.group.cpu_seconds(),
+                    "busy_s": a.group.busy_seconds(),
+                    "refused": a.refused,
+                }
+                for a in attachments
+            ],
+        }
+
+    def close(self) -> None:
+        """Stop every group, then the socket."""
+        for key in list(self.attached):
+            self._detach(key)
+        with self._lock:
+            threads = list(self._stopping)
+        for thread in threads:
+            thread.join(self._stop_wait_s + 10.0)
+        self._socket.close(linger=0)
+        if self._curve is not None:
+            self._curve.stop()
+        self._context.term()
+
+
+def _remove(path: str) -> None:
+    with contextlib.suppress(OSError):
+        os.remove(path)

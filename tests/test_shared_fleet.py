@@ -5,6 +5,7 @@ h5feed/consumer/fleet.py)."""
 from __future__ import annotations
 
 import pathlib
+import shutil
 import signal
 import subprocess
 import time
@@ -27,6 +28,8 @@ from fleet_helpers import (
     wait_for,
 )
 from metrics_helpers import free_port, scrape, start_producer, stop
+
+from h5feed.common.curve import write_key_pair
 
 pytestmark = pytest.mark.xdist_group("shared-fleet")  # several real process trees each
 
@@ -272,3 +275,40 @@ def test_shares_of_a_replicas_cpu_follow_demand(
           f"{rates[0]:.1f} / {rates[1]:.1f} batches/s")  # fmt: skip
     assert uneven[0] >= 0.8, uneven
     assert lines(outs[1]) and rates[1] < rates[0]
+
+
+def test_with_keys_only_listed_trainers_attach_and_the_workers_check_the_trainer(
+    data: tuple[pathlib.Path, list[str]],
+    tmp_path: pathlib.Path,
+    processes: list[subprocess.Popen[bytes]],
+) -> None:
+    """``--key`` and ``--trainer-keys``: a listed trainer (``fleet_key=``, ``curve_key=``) is
+    served its epoch exactly once over CURVE both ways; an unlisted one never gets in (its
+    connections refused and counted) and its iteration ends when ``start_timeout_s`` runs out."""
+    root, files = data
+    keys, trainers, authorized = tmp_path / "keys", tmp_path / "trainers", tmp_path / "authorized"
+    for directory in (keys, trainers, authorized):
+        directory.mkdir()
+    fleet_public, fleet_secret = write_key_pair(str(keys), "fleet")
+    trainer_public, trainer_secret = write_key_pair(str(keys), "trainer")
+    _, intruder_secret = write_key_pair(str(keys), "intruder")
+    shutil.copy(trainer_public, trainers)
+    shutil.copy(fleet_public, authorized)  # the trainer admits the fleet's workers
+    fleet_port, log = free_port(), tmp_path / "replica.log"
+    keys_flags = ["--key", fleet_secret, "--trainer-keys", str(trainers)]
+    processes.append(start_replica(fleet_port, root, "r", log, workers=2, extra=keys_flags))
+    keyed = ["--fleet-key", fleet_public, "--curve-authorized", str(authorized)]
+    listed_out, intruder_out = tmp_path / "listed.jsonl", tmp_path / "intruder.jsonl"
+    processes.append(start_trainer(listed_out, free_port(), root, files[:2], [fleet_port],
+                                   extra=[*keyed, "--curve-key", trainer_secret]))  # fmt: skip
+    processes.append(start_trainer(intruder_out, free_port(), root, files[:2], [fleet_port],
+                                   extra=[*keyed, "--curve-key", intruder_secret,
+                                          "--start-timeout-s", "4"]))  # fmt: skip
+    last = wait_for("the listed trainer ended", lambda: finished(listed_out), 60, [log])
+    assert "done" in last, last
+    exactly_once(listed_out, files[:2], SPEC.videos_per_file)
+    last = wait_for("the intruder ended", lambda: finished(intruder_out), 60, [log])
+    assert "no producer connected" in last["error"], last
+    figures = fleet_figures(replica_metrics_port(log))
+    assert figures["refused"] >= 1
+    assert "refused a CURVE client whose key is not listed" in log.read_text()

@@ -102,14 +102,26 @@ def _consumer_view(url: str, stats: dict[str, Any]) -> RenderableType:
 
 
 def fleet_line(fleet: dict[str, Any]) -> str:
-    """The producer replicas that would keep up (docs/deploy/sizing.md), or why unknown."""
+    """The producer replicas that would keep up (docs/deploy/sizing.md), or why unknown; and
+    on a shared fleet, that it is shared and this trainer's share."""
+    shared = fleet.get("shared")
+    suffix = ""
+    if shared is not None:
+        share = "?" if shared["share"] is None else f"{shared['share']:.0%}"
+        suffix = (
+            f"; shared fleet: {shared['serving']} of {shared['replicas']} replicas serve this "
+            f"trainer ({shared['workers']} workers), up to {shared['trainers_max']} trainers "
+            f"a replica, share {share}"
+        )
+        if shared["refused"]:
+            suffix += f"; refused by {len(shared['refused'])}"
     if fleet.get("replicas_needed") is None:
-        return "replicas needed: unknown (no remote producer has said its busy time)"
+        return "replicas needed: unknown (no remote producer has said its busy time)" + suffix
     return (
         f"replicas needed: {fleet['replicas_needed']} (demand "
         f"{fleet['demand_clips_per_s']:.1f} clips/s; a replica makes "
         f"{fleet['replica_capacity_clips_per_s']:.1f} with every worker busy; "
-        f"{fleet['replicas']} measured)"
+        f"{fleet['replicas']} measured)" + suffix
     )
 
 
@@ -135,7 +147,34 @@ def _producer_view(
             str(w["restarts"]), f"{w['units']:,}", f"{w['clips']:,}", rate,
             _num(w["bytes"], scale=1e-6), busy, str(w["errors"]), str(w["jobs"]),
         )  # fmt: skip
-    return Group(head, table)
+    if "fleet" not in stats:
+        return Group(head, table)
+    return Group(head, table, trainers_table(stats["fleet"], previous, seconds))
+
+
+def trainers_table(
+    fleet: dict[str, Any], previous: dict[str, Any] | None, seconds: float
+) -> RenderableType:
+    """A shared fleet's replica: its trainers, each with its workers and its share of their
+    CPU since the previous refresh (h5feed/producer/fleet.py)."""
+    before = {t["trainer"]: t for t in ((previous or {}).get("fleet") or {}).get("trainers", [])}
+    used = {
+        t["trainer"]: t["cpu_s"] - before[t["trainer"]]["cpu_s"]
+        for t in fleet["trainers"]
+        if t["trainer"] in before and seconds > 0
+    }
+    total = sum(used.values())
+    table = Table("trainer", "workers", "running", "CPU s", "CPU share", "busy s", "refused",
+                  title=f"trainers: {fleet['attached']} of at most {fleet['max_trainers']} "
+                        f"(refused {fleet['refused']}, stopping {fleet['stopping']})",
+                  title_justify="left")  # fmt: skip
+    for t in sorted(fleet["trainers"], key=lambda t: t["trainer"]):
+        share = f"{used[t['trainer']] / total:.0%}" if total > 0 and t["trainer"] in used else _NONE
+        table.add_row(
+            t["trainer"], str(t["workers"]), str(t["running"]), _num(t["cpu_s"]), share,
+            _num(t["busy_s"]), t["refused"] or "",
+        )  # fmt: skip
+    return table
 
 
 class Top:

@@ -4,10 +4,12 @@ h5feed/consumer/fleet.py)."""
 
 from __future__ import annotations
 
+import os
 import pathlib
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 
@@ -162,6 +164,16 @@ def test_a_trainer_past_the_fleets_limit_is_refused_naming_it(
     assert samples["h5feed_fleet_refused_total"][0][1] >= 1
     assert samples["h5feed_fleet_trainers"][0][1] == 1
     assert fleet_figures(metrics_port)["trainers"][0]["running"] == 1
+    # h5feed top shows the replica's trainers (its stats are the same endpoint's).
+    result = subprocess.run(
+        [sys.executable, "-m", "h5feed", "top", "--once", "--timeout", "5",
+         f"127.0.0.1:{metrics_port}"],
+        capture_output=True, text=True, timeout=30, env={**os.environ, "COLUMNS": "200"},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "trainers: 1 of at most 1 (refused " in result.stdout
+    (trainer,) = fleet_figures(metrics_port)["trainers"]
+    assert trainer["trainer"] in result.stdout
 
 
 def test_twenty_trainers_killed_in_turn_leave_nothing_behind(

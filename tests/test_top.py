@@ -11,7 +11,7 @@ import time
 from metrics_helpers import free_port, metrics_port_of, start_producer, stats, stop
 
 import h5feed
-from h5feed.top import stats_url
+from h5feed.top import fleet_line, stats_url
 
 CLIP = {"clip_len": 4, "resize": (48, 64), "crop": (40, 40)}
 _TOP_TIMEOUT_S = 60
@@ -94,3 +94,23 @@ def test_stats_url_accepts_what_users_type() -> None:
     assert stats_url("trainer:9100") == "http://trainer:9100/stats"
     assert stats_url("http://trainer:9100/") == "http://trainer:9100/stats"
     assert stats_url("http://trainer:9100/stats") == "http://trainer:9100/stats"
+
+
+def test_a_trainer_on_a_shared_fleet_says_so_and_its_share() -> None:
+    shared = {
+        "endpoints": ["tcp://tasks.h5feed_producer:5556"],
+        "replicas": 3,
+        "serving": 2,
+        "workers": 8,
+        "trainers_max": 4,
+        "share": 0.3,
+        "refused": {"tcp://10.0.0.9:5556": "refused: at most 4 trainers"},
+        "bad_replies": 0,
+    }
+    line = fleet_line({"replicas_needed": None, "shared": shared})
+    assert line.startswith("replicas needed: unknown")
+    assert (
+        "shared fleet: 2 of 3 replicas serve this trainer (8 workers), up to 4 trainers a "
+        "replica, share 30%; refused by 1"
+    ) in line
+    assert "shared" not in fleet_line({"replicas_needed": None, "shared": None})

@@ -23,6 +23,7 @@ import h5feed
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, required=True, help="this trainer's listen port")
+    parser.add_argument("--listen-host", default="127.0.0.1", help="0.0.0.0 in a container")
     parser.add_argument("--fleet", action="append", default=[], help="a fleet endpoint")
     parser.add_argument("--fleet-key", default=None)
     parser.add_argument("--curve-key", default=None)
@@ -41,7 +42,7 @@ def main() -> int:
         args.files,
         data_root=args.data_root,
         workers=0,
-        listen=f"tcp://127.0.0.1:{args.port}",
+        listen=f"tcp://{args.listen_host}:{args.port}",
         fleet=args.fleet or None,
         fleet_key=args.fleet_key,
         curve_key=args.curve_key,

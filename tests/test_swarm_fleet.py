@@ -41,7 +41,7 @@ def _keys(directory: pathlib.Path) -> tuple[pathlib.Path, pathlib.Path]:
     return trainers, directory / "fleet.key_secret"
 
 
-def _trainer(env: dict[str, str], name: str, seed: int, files: list[str],
+def _trainer(env: dict[str, str], name: str, seed: int, files: list[str], step_s: float,
              data: pathlib.Path, keys: pathlib.Path, out: pathlib.Path) -> str:  # fmt: skip
     """A trainer container on the stack's network, attached to ``tasks.producer``."""
     return docker(
@@ -52,8 +52,8 @@ def _trainer(env: dict[str, str], name: str, seed: int, files: list[str],
         "--listen-host", "0.0.0.0", "--port", "5555", "--fleet", "tcp://tasks.producer:5556",
         "--fleet-key", "/keys/fleet.key", "--curve-key", f"/keys/{name}.key_secret",
         "--curve-authorized", "/keys/authorized", "--data-root", "/data", "--files", *files,
-        "--seed", str(seed), "--batch-size", "1", "--step-s", "1.0", "--start-timeout-s", "120",
-        "--out", f"/out/{name}.jsonl",
+        "--seed", str(seed), "--batch-size", "1", "--step-s", str(step_s),
+        "--start-timeout-s", "120", "--out", f"/out/{name}.jsonl",
     ).strip()  # fmt: skip
 
 
@@ -93,10 +93,11 @@ def test_two_trainer_containers_share_a_swarm_fleet_scaled_mid_epoch_exactly_onc
     }
     build_this_image(env)
     docker(env, "stack", "deploy", "-c", str(STACK_FILE), "--resolve-image", "never", STACK)
-    names = {"trainer-a": (1, files), "trainer-b": (2, files[:4])}
+    # (seed, files, step_s): epochs of about 24 s, which the scale-up lands in.
+    names = {"trainer-a": (1, files, 1.0), "trainer-b": (2, files[:4], 2.0)}
     try:
-        for name, (seed, subset) in names.items():
-            _trainer(env, name, seed, subset, data, keys, out)
+        for name, (seed, subset, step_s) in names.items():
+            _trainer(env, name, seed, subset, step_s, data, keys, out)
         wait_for(
             "both trainers' second batch",
             lambda: all(len(_lines(out / f"{n}.jsonl")) >= 2 for n in names),
@@ -112,7 +113,7 @@ def test_two_trainer_containers_share_a_swarm_fleet_scaled_mid_epoch_exactly_onc
                 timeout_s=max(deadline - time.monotonic(), 1),
                 every_s=0.5,
             )
-        for name, (_, subset) in names.items():
+        for name, (_, subset, _) in names.items():
             last = _lines(out / f"{name}.jsonl")[-1]
             assert "done" in last, last
             exactly_once(out / f"{name}.jsonl", subset, SPEC.videos_per_file)

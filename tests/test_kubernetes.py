@@ -166,3 +166,29 @@ def test_the_autoscaler_owns_the_deployments_count_on_the_trainers_gauge() -> No
     (rule,) = yaml.safe_load(ADAPTER_VALUES.read_text())["rules"]["external"]
     assert rule["name"]["as"] == gauge and gauge in rule["seriesQuery"]
     assert rule["metricsQuery"].startswith(f"max({gauge}{{")
+
+
+FLEET = ROOT / "deploy" / "kubernetes" / "fleet.yaml"
+
+
+def test_the_fleets_headless_service_answers_with_its_ready_pods_at_the_front_port() -> None:
+    """deploy/kubernetes/fleet.yaml: a trainer resolves the Service's name to every Ready
+    replica (headless), at the port each replica's front listens on."""
+    deployment, service = documents(FLEET)
+    assert (deployment["kind"], service["kind"]) == ("Deployment", "Service")
+    assert service["spec"]["clusterIP"] == "None"
+    assert service["spec"]["publishNotReadyAddresses"] is False
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"].items() <= labels.items()
+    container = _container(deployment)
+    env = {e["name"]: e["value"] for e in container["env"]}
+    listen_port = int(env["H5FEED_LISTEN"].rsplit(":", 1)[1])
+    (front,) = [p for p in container["ports"] if p["name"] == "front"]
+    assert front["containerPort"] == listen_port
+    (port,) = service["spec"]["ports"]
+    assert (port["port"], port["targetPort"]) == (listen_port, "front")
+    assert "H5FEED_CONNECT" not in env and env["H5FEED_INSECURE"] == ""
+    assert env["H5FEED_KEY"] == "/keys/fleet.key_secret"
+    mounts = {m["mountPath"] for m in container["volumeMounts"]}
+    assert env["H5FEED_TRAINER_KEYS"] in mounts
+    assert container["readinessProbe"]["exec"]["command"][:2] == ["h5feed", "health"]

@@ -230,6 +230,10 @@ def test_endpoints_resolve_to_every_ipv4_address_else_ipv6() -> None:
             "fleet_key= needs curve_key=",
         ),
         ({"fleet": [], "listen": "tcp://127.0.0.1:2"}, "fleet must be tcp://HOST:PORT or a list"),
+        (
+            {"fleet": "tcp://127.0.0.1:1", "listen": "tcp://127.0.0.1:2", "curve_key": "k"},
+            "a trainer with curve_key= needs fleet_key=",
+        ),
     ],
 )
 def test_fleet_options_are_checked_before_anything_starts(

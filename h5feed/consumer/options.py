@@ -182,6 +182,11 @@ class NetworkOptions:
                 "fleet_key= needs curve_key= (this trainer's .key_secret: the fleet's "
                 "--trainer-keys must list its public key)"
             )
+        if self.curve_key is not None and self.fleet_key is None:
+            raise ValueError(
+                "a trainer with curve_key= needs fleet_key= (the fleet's public .key) to attach: "
+                "the fleet's workers learn this trainer's key from its CURVE handshake"
+            )
         exposed = [e for e in endpoints if not is_local_address(e)]
         if exposed and self.fleet_key is None and not self.insecure:
             raise ValueError(

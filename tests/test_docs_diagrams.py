@@ -22,9 +22,7 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DIAGRAMS = ROOT / "docs" / "diagrams"
 #: The pictures the documentation pages embed (docs/diagrams/NAME.svg).
-EXPECTED = (
-    "architecture", "deployment", "deployment-across-hosts", "event-flow", "shared-fleet"
-)
+EXPECTED = ("architecture", "deployment", "deployment-across-hosts", "event-flow", "shared-fleet")
 SVG_ROOT = "{http://www.w3.org/2000/svg}svg"
 
 

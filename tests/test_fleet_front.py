@@ -257,6 +257,7 @@ def test_a_list_of_fleet_endpoints_is_kept_as_a_tuple() -> None:
         (["--listen", "tcp://0.0.0.0:5556"], "--listen tcp://0.0.0.0:5556 is reachable from other"),
         (["--listen", "tcp://127.0.0.1:5556", "--connect", "tcp://127.0.0.1:5555"], "one of"),
         ([], "give one of --connect (serve one trainer) and --listen"),
+        (["--listen", "ipc:///tmp/fleet.sock"], "a fleet's front listens on tcp://"),
     ],
 )
 def test_produce_refuses_a_listen_it_cannot_run_safely(flags: list[str], says: str) -> None:

@@ -119,6 +119,14 @@ def register(subcommand: Subcommand) -> None:
         "encrypted, next to raw ZeroMQ; needs root and `ip`) (default ipc)",
     )
     add(
+        "--io-threads",
+        type=int,
+        default=1,
+        metavar="N",
+        help="ZeroMQ I/O threads of the socket ceiling's raw receiver, where CURVE decrypts "
+        "(default 1, as the trainer's)",
+    )
+    add(
         "--dataset",
         type=parse_dataset_shape,
         metavar="FILESxVIDEOS",
@@ -190,6 +198,7 @@ def run(args: argparse.Namespace) -> int:
         ceiling=not args.no_ceiling,
         producers=args.producers,
         transports=args.transports,
+        io_threads=args.io_threads,
         quick=quick,
         dataset=args.dataset,
         command=" ".join(["h5feed bench", *(shlex.quote(a) for a in _own_arguments())]),

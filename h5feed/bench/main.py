@@ -60,6 +60,7 @@ class Options:
     command: str
     date: str
     transports: list[str] = dataclasses.field(default_factory=lambda: ["ipc"])
+    io_threads: int = 1  # ZeroMQ I/O threads of the socket ceiling's raw receiver
     dataset: tuple[int, int] | None = None  # (files, videos per file); None: FULL_SPEC
     targets: pathlib.Path | None = None  # a targets file (h5feed.bench.targets); None: none
 
@@ -72,6 +73,8 @@ class Options:
             raise ValueError("--ceiling and --no-ceiling together leave nothing to run")
         if not self.transports or set(self.transports) - {"ipc", "tcp", "curve"}:
             raise ValueError("--transports takes ipc, tcp and curve")
+        if self.io_threads < 1:
+            raise ValueError("--io-threads must be >= 1")
 
 
 def log(message: str) -> None:
@@ -141,7 +144,9 @@ def run_ceiling(plan: Plan, producers: int) -> dict[str, Any]:
     return _run_contender("ceiling", _ceiling_spec(plan, producers, "ceiling"))
 
 
-def run_socket_ceiling(plan: Plan, producers: int, transports: list[str]) -> dict[str, Any]:
+def run_socket_ceiling(
+    plan: Plan, producers: int, transports: list[str], io_threads: int = 1
+) -> dict[str, Any]:
     """The consumer ceiling over TCP between network namespaces, in a process of its own
     (see :mod:`h5feed.bench.socket_ceiling`); the namespace is made here and removed before
     this returns."""
@@ -150,7 +155,7 @@ def run_socket_ceiling(plan: Plan, producers: int, transports: list[str]) -> dic
     try:
         with network_namespace() as net:
             spec = _ceiling_spec(plan, producers, "socket_ceiling")
-            spec.update(transports=transports, netns=dataclasses.asdict(net))
+            spec.update(transports=transports, netns=dataclasses.asdict(net), io_threads=io_threads)
             return _run_contender("socket ceiling", spec)
     except NetnsUnavailable as exc:
         return {"error": str(exc)}
@@ -201,7 +206,7 @@ def run_bench(options: Options) -> int:
             ceiling = run_ceiling(plan, producers)
         if sockets:
             log(f"socket ceiling ({', '.join(sockets)}): {producers} sender(s) in a netns ...")
-            socket_ceiling = run_socket_ceiling(plan, producers, sockets)
+            socket_ceiling = run_socket_ceiling(plan, producers, sockets, options.io_threads)
             if "error" in socket_ceiling:
                 log(f"h5feed bench: socket ceiling failed: {socket_ceiling['error']}")
     settings = {

@@ -45,10 +45,14 @@ _HWM = 4
 class RawReceiver(Contender):
     """Batches from raw senders, as NumPy arrays over the received frames (no copy)."""
 
-    def __init__(self, setup: Setup, address: str, curve_secret: bytes | None = None) -> None:
+    def __init__(
+        self, setup: Setup, address: str, curve_secret: bytes | None = None, io_threads: int = 1
+    ) -> None:
+        """``io_threads``: ZeroMQ I/O threads of the receiving context (where CURVE
+        decrypts: ``h5feed bench --ceiling --io-threads N``)."""
         super().__init__(setup)
         self.address = address
-        self._context = zmq.Context()
+        self._context = zmq.Context(io_threads=io_threads)
         self._socket = self._context.socket(zmq.ROUTER)
         self._socket.setsockopt(zmq.LINGER, 0)
         self._socket.setsockopt(zmq.RCVHWM, _HWM)

@@ -19,6 +19,10 @@ With at least two CPUs the trainer is pinned to one and the senders to the rest.
 ``raw`` is the receive itself (kernel copy, ZeroMQ, CURVE decryption); ``batches - raw`` is
 h5feed's own work (protocol, scheduling, assembly and any copy into the batch); ``dataset -
 batches`` is the hand-off to TensorFlow.
+
+``--io-threads N`` gives the raw receiver N ZeroMQ I/O threads (CURVE decrypts in them: does a
+second one raise the encrypted ceiling from 2+ senders?); the h5feed paths keep the trainer's
+one.
 """
 
 from __future__ import annotations
@@ -99,11 +103,13 @@ def _popen(argv: list[str]) -> Any:
     return subprocess.Popen(argv, stdin=subprocess.DEVNULL)
 
 
-def _contender(setup: Setup, path: str, address: str, keys: _Keys | None) -> Contender:
+def _contender(
+    setup: Setup, path: str, address: str, keys: _Keys | None, io_threads: int = 1
+) -> Contender:
     if path == "raw":
         from h5feed.bench.raw_zmq import RawReceiver
 
-        return RawReceiver(setup, address, keys.trainer_secret_z85 if keys else None)
+        return RawReceiver(setup, address, keys.trainer_secret_z85 if keys else None, io_threads)
     if keys is None:  # a private veth link: no CURVE is the point of the "tcp" path
         return ListeningFeed(setup, path, address, insecure=True)
     return ListeningFeed(
@@ -125,7 +131,7 @@ def serve_socket_ceiling(spec: dict[str, Any], send: Callable[[str, dict[str, An
                 keys = _Keys(tempfile.mkdtemp(dir=tmpdir))
             for path in PATHS:
                 address = f"tcp://{host}:{free_port(host)}"
-                contender = _contender(setup, path, address, keys)
+                contender = _contender(setup, path, address, keys, spec.get("io_threads", 1))
                 with _senders(spec, path, address, keys, producer_cpus):
                     try:
                         contender.start()
@@ -154,6 +160,7 @@ def serve_socket_ceiling(spec: dict[str, Any], send: Callable[[str, dict[str, An
             "trainer_cpus": trainer_cpus,
             "producer_cpus": producer_cpus,
             "producers": spec["producers"],
+            "io_threads": spec.get("io_threads", 1),
             "netns": spec["netns"]["name"],
             "link": f"veth {spec['netns']['host_address']} <-> {spec['netns']['peer_address']}",
             "tensorflow": getattr(tf, "__version__", None),

@@ -261,6 +261,13 @@ def _cmd_produce(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return _REFUSED
+    if args.listen is not None and not args.listen.startswith("tcp://"):
+        print(
+            f"h5feed produce: refused: --listen {args.listen}: a fleet's front listens on "
+            "tcp:// (trainers' workers connect back to the address an ATTACH came from)",
+            file=sys.stderr,
+        )
+        return _REFUSED
     workers = int(args.workers) if args.workers is not None else available_cpus()
     peer_keys = args.server_key if args.connect is not None else args.trainer_keys
     peer_flag = "--server-key" if args.connect is not None else "--trainer-keys"

@@ -239,6 +239,7 @@ class Front:
     def _detach(self, key: tuple[str, int]) -> None:
         with self._lock:
             attachment = self.attached.pop(key)
+        self.restarts.forget(attachment.group.names)  # here: the loop's thread reads it
         if attachment.refused is None:
             self._stop_group(attachment)
 

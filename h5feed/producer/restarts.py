@@ -17,6 +17,7 @@ Used by the service's single loop thread only.
 from __future__ import annotations
 
 import collections
+from collections.abc import Iterable
 from typing import Final
 
 #: Deaths without delivery a minute past which a worker crash-loops (``--max-restarts``).
@@ -49,6 +50,14 @@ class Restarts:
             crashes.append(now)
         self._due[name] = now + delay
         return delay
+
+    def forget(self, names: Iterable[str]) -> None:
+        """Workers that are gone for good (a shared fleet's trainer left): their schedule
+        goes, so the record stays bounded by the workers that exist."""
+        for name in names:
+            self._due.pop(name, None)
+            self._backoff.pop(name, None)
+            self._crashes.pop(name, None)
 
     def due(self, name: str, now: float) -> bool:
         """Whether worker ``name`` may be started now."""

@@ -36,3 +36,18 @@ def test_a_crash_loop_past_max_restarts_a_minute_is_reported_deliveries_are_not(
     assert "max_restarts=3" in text and "oom" not in text
     assert restarts.crash_loop(now=CRASH_WINDOW_S - 0.5) is not None  # all 4 in the window
     assert restarts.crash_loop(now=CRASH_WINDOW_S + 0.5) is None  # the first one left it
+
+
+def test_forgotten_workers_leave_no_schedule_and_no_crash_loop() -> None:
+    """A shared fleet's trainer left: its workers' deaths no longer count, and the record
+    holds only workers that exist."""
+    restarts = Restarts(max_restarts=1)
+    for now in (0.0, 1.0, 3.0):
+        restarts.died("fleet-t0-0", delivered=False, now=now)
+    restarts.died("fleet-t1-0", delivered=False, now=3.0)
+    assert restarts.crash_loop(4.0) is not None
+    assert not restarts.due("fleet-t0-0", 4.0)
+    restarts.forget(["fleet-t0-0"])
+    assert restarts.crash_loop(4.0) is None
+    assert restarts.due("fleet-t0-0", 4.0)
+    assert not restarts.due("fleet-t1-0", 3.5)  # another trainer's worker keeps its backoff

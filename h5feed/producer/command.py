@@ -315,12 +315,13 @@ def _cmd_produce(args: argparse.Namespace) -> int:
         _int_or(args.max_clip_pixels, PRODUCER_MAX_CLIP_PIXELS),
         _int_or(args.max_chunk_bytes, DEFAULT_MAX_CHUNK_BYTES),
     )
-    common = (
+    from h5feed.producer.service import ServiceOptions, run_fleet, run_producer
+
+    options = ServiceOptions(
         args.data_root,
         workers,
         args.name,
         args.health_file,
-        curve,
         metrics,
         int(args.max_message_bytes) if args.max_message_bytes is not None else None,
         _int_or(args.max_open_files, DEFAULT_MAX_OPEN_FILES),
@@ -330,14 +331,11 @@ def _cmd_produce(args: argparse.Namespace) -> int:
         DEFAULT_STOP_WAIT_S if args.stop_wait_s is None else float(args.stop_wait_s),
     )
     if args.connect is not None:
-        from h5feed.producer.service import run_producer
-
-        return run_producer(args.connect, *common)
-    from h5feed.producer.service import run_fleet
-
+        return run_producer(args.connect, options, curve)
     return run_fleet(
         args.listen,
-        *common,
+        options,
+        curve,
         _int_or(args.max_trainers, DEFAULT_MAX_TRAINERS),
         DEFAULT_ATTACH_TIMEOUT_S if args.attach_timeout_s is None else float(args.attach_timeout_s),
     )

@@ -36,6 +36,7 @@ Guarantees:
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import pathlib
@@ -119,91 +120,92 @@ def worker_env(environ: Mapping[str, str]) -> dict[str, str]:
     return env
 
 
-def run_producer(
-    connect: str,
-    data_root: str | None,
-    workers: int,
-    name: str | None,
-    health_file: str | None = None,
-    curve: tuple[str, str] | None = None,
-    metrics: tuple[str, int] | None = None,
-    max_message_bytes: int | None = None,
-    max_open_files: int = DEFAULT_MAX_OPEN_FILES,
-    allow_code: Sequence[str] = (),
-    limits: ProducerLimits = NO_LIMITS,
-    max_restarts: int = DEFAULT_MAX_RESTARTS,
-    stop_wait_s: float = DEFAULT_STOP_WAIT_S,
-) -> int:
-    """Run the service until SIGTERM/SIGINT; returns the process exit code.
+@dataclasses.dataclass(frozen=True)
+class ServiceOptions:
+    """What ``h5feed produce`` runs its workers with, in either mode.
 
-    ``max_restarts``: deaths of one worker a minute, before it returned any part, past which
-    the health file reports a crash loop (see the module docstring).
-
-    ``max_message_bytes``: the workers' cap on one frame from the trainer (``ZMQ_MAXMSGSIZE``;
-    None: :data:`h5feed.common.wire.DEFAULT_MAX_MESSAGE_BYTES`).
-    ``max_open_files``: HDF5 files each worker keeps open at once.
-    ``allow_code``: fnmatch patterns of the import paths (``module:name``) the workers may
-    import for ``source=`` / ``transform=``; empty: none.
-    ``limits``: the workers' own caps on frames, clips and chunks, which a job cannot raise
-    (``h5feed/producer/read_limits.py``).
-
-    ``stop_wait_s``: on SIGTERM, how long each worker may take to finish and send the unit in
-    hand before it is killed (guarantee 3).
-
-    ``metrics``: (host, port) to serve ``/metrics`` and ``/stats`` on (0: a free port, logged).
-
-    ``curve``: (this producer's ``.key_secret`` file, the consumer's public ``.key`` file).
-    With ``health_file``, it rewrites that file several times a second with the time and the
-    number of running workers, and a second line while a worker crash-loops (what ``h5feed
-    health`` and the image's HEALTHCHECK read).
+    ``workers``: processes (per trainer, in a shared fleet). ``name``: their names' prefix
+    (default ``host-pid``). ``max_restarts``: deaths of one worker a minute, before it
+    returned any part, past which the health file reports a crash loop (see the module
+    docstring). ``max_message_bytes``: the workers' cap on one frame from the trainer
+    (``ZMQ_MAXMSGSIZE``; None: :data:`h5feed.common.wire.DEFAULT_MAX_MESSAGE_BYTES`).
+    ``max_open_files``: HDF5 files each worker keeps open at once. ``allow_code``: fnmatch
+    patterns of the import paths (``module:name``) the workers may import for ``source=`` /
+    ``transform=``; empty: none. ``limits``: the workers' own caps on frames, clips and chunks,
+    which a job cannot raise (``h5feed/producer/read_limits.py``). ``stop_wait_s``: on
+    SIGTERM, how long each worker may take to finish and send the unit in hand before it is
+    killed (guarantee 3). ``metrics``: (host, port) to serve ``/metrics`` and ``/stats`` on (0:
+    a free port, logged). With ``health_file``, the service rewrites that file several times
+    a second with the time and the number of running workers, and a second line while a
+    worker crash-loops (what ``h5feed health`` and the image's HEALTHCHECK read).
     """
-    prefix = name or f"{socket.gethostname()}-{os.getpid()}"
-    names = [f"{prefix}-{i}" for i in range(workers)]
+
+    data_root: str | None
+    workers: int
+    name: str | None = None
+    health_file: str | None = None
+    metrics: tuple[str, int] | None = None
+    max_message_bytes: int | None = None
+    max_open_files: int = DEFAULT_MAX_OPEN_FILES
+    allow_code: Sequence[str] = ()
+    limits: ProducerLimits = NO_LIMITS
+    max_restarts: int = DEFAULT_MAX_RESTARTS
+    stop_wait_s: float = DEFAULT_STOP_WAIT_S
+
+    @property
+    def prefix(self) -> str:
+        return self.name or f"{socket.gethostname()}-{os.getpid()}"
+
+    def worker(
+        self, connect: str, name: str, stats_file: str, curve: tuple[str, str] | None
+    ) -> WorkerSettings:
+        """Worker ``name``'s settings, serving the trainer at ``connect``."""
+        return worker_settings(
+            connect, name, self.data_root, curve, stats_file, self.max_message_bytes,
+            self.max_open_files, self.allow_code, self.limits, self.stop_wait_s,
+        )  # fmt: skip
+
+
+def run_producer(
+    connect: str, options: ServiceOptions, curve: tuple[str, str] | None = None
+) -> int:
+    """Serve the trainer at ``connect`` until SIGTERM/SIGINT; returns the process exit code.
+    ``curve``: (this producer's ``.key_secret`` file, the consumer's public ``.key`` file)."""
+    prefix = options.prefix
+    names = [f"{prefix}-{i}" for i in range(options.workers)]
     log = with_ids(_log, "producer", name=prefix)
-    stop = threading.Event()
-
-    def on_signal(signum: int, frame: object) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    stop = _stop_on_signals()
     code = 0
     log.info(
         "%d workers serving %s (data root %s, code allowed: %s)",
-        workers,
-        connect,
-        data_root,
-        ", ".join(allow_code) or "none",
-    )
+        options.workers, connect, options.data_root, ", ".join(options.allow_code) or "none",
+    )  # fmt: skip
     # Each worker's stats file says whether it returned a part (always kept: the restart rule
     # reads it; with metrics, the metrics' own directory).
     stats_dir = tempfile.mkdtemp(prefix="h5feed-producer-")
     try:
-        figures, server = _start_metrics(metrics, prefix, names, stats_dir, log)
+        figures, server = _start_metrics(options.metrics, prefix, names, stats_dir, log)
     except BaseException:
         shutil.rmtree(stats_dir, ignore_errors=True)
         raise
 
     def settings_of(worker: str, stats_file: str) -> WorkerSettings:
-        return worker_settings(
-            connect, worker, data_root, curve, stats_file, max_message_bytes,
-            max_open_files, allow_code, limits, stop_wait_s,
-        )  # fmt: skip
+        return options.worker(connect, worker, stats_file, curve)
 
-    restarts = Restarts(max_restarts)
+    restarts = Restarts(options.max_restarts)
     group = WorkerGroup(
         names, settings_of, worker_env(os.environ), stats_dir, restarts, log, figures
     )
     try:
         while not stop.is_set():
-            if not group.poll():
-                log.error("stopping: a worker was refused")
+            if not group.poll():  # a worker was refused (logged)
                 code = _REFUSED_EXIT
                 break
-            _write_health(health_file, group.running, restarts.crash_loop(time.monotonic()))
+            crash_loop = restarts.crash_loop(time.monotonic())
+            _write_health(options.health_file, group.running, crash_loop)
             stop.wait(0.2)
     finally:
-        group.stop(stop_wait_s)
+        group.stop(options.stop_wait_s)
         if server is not None:
             server.close()
         shutil.rmtree(stats_dir, ignore_errors=True)
@@ -212,66 +214,49 @@ def run_producer(
 
 def run_fleet(
     listen: str,
-    data_root: str | None,
-    workers: int,
-    name: str | None,
-    health_file: str | None = None,
+    options: ServiceOptions,
     keys: tuple[str, str] | None = None,
-    metrics: tuple[str, int] | None = None,
-    max_message_bytes: int | None = None,
-    max_open_files: int = DEFAULT_MAX_OPEN_FILES,
-    allow_code: Sequence[str] = (),
-    limits: ProducerLimits = NO_LIMITS,
-    max_restarts: int = DEFAULT_MAX_RESTARTS,
-    stop_wait_s: float = DEFAULT_STOP_WAIT_S,
     max_trainers: int = DEFAULT_MAX_TRAINERS,
     attach_timeout_s: float = DEFAULT_ATTACH_TIMEOUT_S,
 ) -> int:
     """A replica of a shared fleet (``h5feed produce --listen``): serve every trainer that
-    attaches at ``listen``, ``workers`` worker processes each, until SIGTERM/SIGINT
+    attaches at ``listen``, ``options.workers`` worker processes each, until SIGTERM/SIGINT
     (h5feed/producer/fleet.py). ``keys``: (this replica's ``.key_secret`` file, the directory
-    of the trainers' public ``.key`` files). The other arguments are :func:`run_producer`'s;
-    the health file says ``fleet`` after the count, so no trainer attached (no worker) is
-    still healthy."""
-    prefix = name or f"{socket.gethostname()}-{os.getpid()}"
+    of the trainers' public ``.key`` files). The health file says ``fleet`` after the count,
+    so no trainer attached (no worker) is still healthy."""
+    prefix = options.prefix
     log = with_ids(_log, "producer", name=prefix)
-    stop = threading.Event()
-
-    def on_signal(signum: int, frame: object) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    stop = _stop_on_signals()
 
     def settings_for(
         worker: str, stats_file: str, endpoint: str, key: str | None
     ) -> WorkerSettings:
         curve = (keys[0], key) if keys is not None and key is not None else None
-        return worker_settings(
-            endpoint, worker, data_root, curve, stats_file, max_message_bytes,
-            max_open_files, allow_code, limits, stop_wait_s,
-        )  # fmt: skip
+        return options.worker(endpoint, worker, stats_file, curve)
 
     stats_dir = tempfile.mkdtemp(prefix="h5feed-fleet-")
     front = None
     server = None
     try:
         front = Front(
-            listen, prefix, workers, settings_for, worker_env(os.environ), stats_dir, log,
-            keys, max_trainers, attach_timeout_s, max_restarts, stop_wait_s,
+            listen, prefix, options.workers, settings_for, worker_env(os.environ), stats_dir,
+            log, keys, max_trainers, attach_timeout_s, options.max_restarts,
+            options.stop_wait_s,
         )  # fmt: skip
-        figures, server = _start_metrics(metrics, prefix, [], stats_dir, log, front.snapshot)
+        figures, server = _start_metrics(
+            options.metrics, prefix, [], stats_dir, log, front.snapshot
+        )
         front.figures = figures
         log.info(
             "a shared fleet's replica at %s: %d workers per trainer, at most %d trainers "
             "(data root %s, code allowed: %s)",
-            front.endpoint, workers, max_trainers, data_root, ", ".join(allow_code) or "none",
+            front.endpoint, options.workers, max_trainers, options.data_root,
+            ", ".join(options.allow_code) or "none",
         )  # fmt: skip
         while not stop.is_set():
             front.step(200)
-            _write_health(
-                health_file, front.running, front.restarts.crash_loop(time.monotonic()), fleet=True
-            )
+            crash_loop = front.restarts.crash_loop(time.monotonic())
+            _write_health(options.health_file, front.running, crash_loop, fleet=True)
     finally:
         if front is not None:
             front.close()
@@ -279,6 +264,18 @@ def run_fleet(
             server.close()
         shutil.rmtree(stats_dir, ignore_errors=True)
     return 0
+
+
+def _stop_on_signals() -> threading.Event:
+    """An event SIGTERM and SIGINT set: the service's loop ends when it is."""
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: object) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    return stop
 
 
 def _start_metrics(

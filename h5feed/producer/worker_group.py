@@ -84,7 +84,7 @@ class WorkerGroup:
                 if self._figures is not None:
                     self._figures.set_running(worker, False)
                 if exit_code == REFUSED_EXIT:
-                    self._log.error("worker %s was refused by its trainer", worker)
+                    self._log.error("worker %s was refused; stopping", worker)
                     return False
                 delivered = _delivered(self.stats_file(worker), process.pid)
                 delay = self._restarts.died(worker, delivered, time.monotonic())

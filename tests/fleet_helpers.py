@@ -102,7 +102,7 @@ def wait_for(
         value = check()
         if value:
             return value
-        time.sleep(0.1)
+        time.sleep(0.05)
     tails = "\n".join(f"--- {log}:\n{log.read_text()[-3000:]}" for log in logs if log.exists())
     raise AssertionError(f"{what}: not within {timeout_s:g} s\n{tails}")
 

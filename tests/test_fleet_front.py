@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 import zmq
+from fleet_helpers import wait_for
 from metrics_helpers import free_port
 
 from h5feed.common import messages
@@ -71,13 +72,8 @@ def fronts(tmp_path: pathlib.Path) -> Iterator[Callable[..., RunningFront]]:
 
 
 def wait_until(check: Callable[[], Any], timeout_s: float = 10.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"not within {timeout_s} s")
+    """``check()``'s first true value, polled; AssertionError after ``timeout_s``."""
+    return wait_for("the condition", check, timeout_s)
 
 
 def test_replicas_that_join_the_answer_are_attached_and_those_that_leave_it_detached(

@@ -146,6 +146,17 @@ class Limits:
 
 
 DEFAULT_LIMITS: Final = Limits()
+#: The largest message between a trainer and a shared fleet's front (an ATTACH or ATTACHED is
+#: under 200 bytes), and the limits both decode them with.
+FLEET_MESSAGE_BYTES: Final = 4096
+FLEET_LIMITS: Final = Limits(
+    max_header_bytes=FLEET_MESSAGE_BYTES,
+    max_str_len=1024,
+    max_bin_len=0,
+    max_array_len=16,
+    max_map_len=16,
+    max_containers=16,
+)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

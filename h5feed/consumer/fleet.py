@@ -56,18 +56,10 @@ from h5feed.common.message_types import TRAINER_NAME
 ATTACH_EVERY_S: Final = 1.0
 #: How often each fleet endpoint's name is resolved again.
 RESOLVE_EVERY_S: Final = 5.0
-#: The largest reply read from a front (an ATTACHED is under 200 bytes).
-MAX_REPLY_BYTES: Final = 4096
+#: The largest reply read from a front.
+MAX_REPLY_BYTES: Final = wire.FLEET_MESSAGE_BYTES
 #: The most replica addresses announced to at once.
 MAX_REPLICAS: Final = 256
-_REPLY_LIMITS: Final = wire.Limits(
-    max_header_bytes=MAX_REPLY_BYTES,
-    max_str_len=1024,
-    max_bin_len=0,
-    max_array_len=16,
-    max_map_len=16,
-    max_containers=16,
-)
 _STEP_S: Final = 0.1
 _LOG_EVERY_S: Final = 60.0
 _ENDPOINT: Final = re.compile(r"tcp://(?P<host>\[[0-9A-Fa-f:.]+\]|[^:/\[\]]+):(?P<port>\d{1,5})")
@@ -211,7 +203,7 @@ class Announcer:
 
     def _answer(self, endpoint: str, frames: list[bytes]) -> None:
         try:
-            reply = messages.decode(frames, _REPLY_LIMITS)
+            reply = messages.decode(frames, wire.FLEET_LIMITS)
         except ProtocolError as exc:
             self.bad_replies += 1
             self._log_once(endpoint, "a bad reply from fleet replica %s: %s", endpoint, exc)

@@ -64,18 +64,10 @@ from h5feed.producer.metrics import ServiceFigures
 from h5feed.producer.restarts import Restarts
 from h5feed.producer.worker_group import Log, WorkerGroup
 
-#: The largest message the front reads (an ATTACH is under 100 bytes).
-MAX_FRONT_MESSAGE_BYTES: Final = 4096
+#: The largest message the front reads.
+MAX_FRONT_MESSAGE_BYTES: Final = wire.FLEET_MESSAGE_BYTES
 #: A connection must finish its ZMTP (and CURVE) handshake within this (as the trainer's).
 _HANDSHAKE_S: Final = 5.0
-_FRONT_LIMITS: Final = wire.Limits(
-    max_header_bytes=MAX_FRONT_MESSAGE_BYTES,
-    max_str_len=256,
-    max_bin_len=0,
-    max_array_len=16,
-    max_map_len=16,
-    max_containers=16,
-)
 #: At most one line per this many seconds about refused messages.
 _LOG_EVERY_S: Final = 10.0
 
@@ -175,7 +167,7 @@ class Front:
     def _receive(self, frames: list[zmq.Frame]) -> None:
         identity, body = frames[0], frames[1:]
         try:
-            message = messages.decode(body, _FRONT_LIMITS)
+            message = messages.decode(body, wire.FLEET_LIMITS)
             if not isinstance(message, messages.Attach):
                 raise ProtocolError(f"a fleet's front takes ATTACH only, got {message.KIND}")
         except ProtocolError as exc:  # VersionMismatchError included

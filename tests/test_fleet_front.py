@@ -276,3 +276,30 @@ def test_a_fleet_with_no_trainer_is_healthy_and_a_producer_with_no_worker_is_not
     assert check_health(producer) == "no worker process is running"
     _write_health(fleet, 0, "worker f-t0-0 died 4 times in a minute", fleet=True)
     assert check_health(fleet) == "worker f-t0-0 died 4 times in a minute"
+
+
+def test_a_slow_dns_answer_never_delays_an_attach(
+    fronts: Callable[..., RunningFront], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Resolving takes 3 s (a DNS server timing out) while the front's attach timeout is 1 s:
+    the ATTACHes go on from the last answer, and the trainer stays attached."""
+    monkeypatch.setattr(announcing, "RESOLVE_EVERY_S", 0.1)
+    monkeypatch.setattr(announcing, "ATTACH_EVERY_S", 0.1)
+    one = fronts(attach_timeout_s=1.0)
+    calls = []
+
+    def slow(host: str, port: int) -> list[str]:
+        calls.append(time.monotonic())
+        if len(calls) > 1:
+            time.sleep(3.0)
+        return [endpoint_of("127.0.0.1", one.port)]
+
+    announcer = Announcer(["tcp://fleet.example:5556"], 7005, name="t", resolver=slow)
+    try:
+        wait_until(lambda: announcer.status()["serving"] == 1)
+        time.sleep(3.5)  # the second resolution is under way the whole time
+        assert len(calls) >= 2 and len(one.front.attached) == 1
+        (attachment,) = one.front.attached.values()
+        assert time.monotonic() - attachment.last_seen < 1.0
+    finally:
+        announcer.close()

@@ -16,7 +16,8 @@ Guarantees:
    added later is announced to within that (and joins the epoch as a producer joins), and a
    replica whose address left the answer is no longer announced to (its workers are handed
    over as any producer's that leaves). A name that does not resolve keeps the addresses it
-   had (a DNS outage does not detach a trainer) and is logged once a minute.
+   had (a DNS outage does not detach a trainer) and is logged once a minute. Names are
+   resolved on a thread of their own, so a slow DNS server never delays an ATTACH.
 2. **Refusals are said.** A replica that refuses the trainer (its ``--max-trainers`` reached,
    or its workers refused by this trainer) answers with a BYE naming why;
    :meth:`Announcer.refusal` says it once every replica that answered refused and none
@@ -124,7 +125,8 @@ class Announcer:
         self._sockets: dict[str, zmq.Socket[bytes]] = {}  # replica endpoint -> its socket
         self._lock = threading.Lock()  # the answers: this thread writes, stats() reads
         self._answers: dict[str, messages.Attached | str] = {}  # endpoint -> served / refused
-        self._resolved: dict[tuple[str, int], list[str]] = {}
+        self._resolved: dict[tuple[str, int], list[str]] = {}  # the DNS thread's only
+        self._found: list[str] | None = None  # the latest answer, not yet connected to
         self._logged: dict[str, float] = {}
         self.bad_replies = 0
         self._stop = threading.Event()
@@ -134,13 +136,17 @@ class Announcer:
     # -- the thread ----------------------------------------------------------------------------
 
     def _run(self) -> None:
-        next_resolve = next_attach = 0.0
+        next_attach = 0.0
+        resolving = threading.Thread(target=self._resolve_forever, name="h5feed-fleet-dns")
+        resolving.daemon = True
+        resolving.start()
         try:
             while not self._stop.is_set():
                 now = time.monotonic()
-                if now >= next_resolve:
-                    self._connect(self._replicas())
-                    next_resolve = now + RESOLVE_EVERY_S
+                with self._lock:
+                    found, self._found = self._found, None
+                if found is not None:
+                    self._connect(found)
                 if now >= next_attach:
                     for socket_ in self._sockets.values():
                         # Not connected yet (zmq.Again): the next round says it.
@@ -152,6 +158,16 @@ class Announcer:
             for socket_ in self._sockets.values():
                 socket_.close(linger=0)
             self._context.term()
+
+    def _resolve_forever(self) -> None:
+        """Resolve the fleet every :data:`RESOLVE_EVERY_S` on a thread of its own: a DNS
+        server that takes seconds to answer never delays an ATTACH (the fleet would take
+        the silence for a trainer that left)."""
+        while not self._stop.is_set():
+            found = self._replicas()
+            with self._lock:
+                self._found = found
+            self._stop.wait(RESOLVE_EVERY_S)
 
     def _replicas(self) -> list[str]:
         """Every replica endpoint of every fleet endpoint now (guarantee 1)."""

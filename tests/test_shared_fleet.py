@@ -227,9 +227,11 @@ def test_shares_of_a_replicas_cpu_follow_demand(
     tmp_path: pathlib.Path,
     processes: list[subprocess.Popen[bytes]],
 ) -> None:
-    """Shares in the replica's own figures (CPU seconds of each trainer's workers): two
-    hungry trainers get 0.5 ± 0.1 each; with one slowed to a quarter of its rate, the other
-    gets at least 0.8. Rates are reported, not gated (trainers and workers share 2 cores)."""
+    """Shares in the replica's own figures: two hungry trainers get 0.5 ± 0.1 each of its
+    workers' CPU seconds and of their busy seconds; with one slowed to a quarter of its rate,
+    the other gets at least 0.8 of the CPU seconds (its busy share is reported: busy wall time
+    also counts a slowed trainer's units waiting for the CPU the other holds). Rates are
+    reported, not gated (trainers and workers share 2 cores)."""
     root, files = data
     fleet_port, log = free_port(), tmp_path / "replica.log"
     processes.append(start_replica(fleet_port, root, "r", log, workers=2))
@@ -237,25 +239,27 @@ def test_shares_of_a_replicas_cpu_follow_demand(
 
     def shares(
         outs: list[pathlib.Path], ports: list[int], window_s: float
-    ) -> tuple[list[float], list[float]]:
-        """Each trainer's share of the CPU seconds of the replica's workers over
-        ``window_s`` (a trainer is known by its listen port), and its batches a second."""
+    ) -> tuple[list[float], list[float], list[float]]:
+        """Each trainer's share of the CPU seconds and of the busy seconds of the replica's
+        workers over ``window_s`` (a trainer is known by its listen port), and its batches a
+        second."""
         wait_for("both served", lambda: all(len(batches(o)) >= 5 for o in outs), 60, [log])
         wait_for("both attached", lambda: len(fleet_figures(metrics_port)["trainers"]) == 2, 10)
 
-        def sample() -> tuple[list[float], list[int]]:
+        def sample() -> tuple[list[tuple[float, float]], list[int]]:
             by_port = {
-                int(t["trainer"].rsplit(":", 1)[1]): t["cpu_s"]
+                int(t["trainer"].rsplit(":", 1)[1]): (t["cpu_s"], t["busy_s"])
                 for t in fleet_figures(metrics_port)["trainers"]
             }
             return [by_port[p] for p in ports], [len(batches(o)) for o in outs]
 
-        (cpu0, taken0), start = sample(), time.monotonic()
+        (used0, taken0), start = sample(), time.monotonic()
         time.sleep(window_s)
-        (cpu1, taken1), elapsed = sample(), time.monotonic() - start
-        used = [b - a for a, b in zip(cpu0, cpu1, strict=True)]
+        (used1, taken1), elapsed = sample(), time.monotonic() - start
+        cpu = [b[0] - a[0] for a, b in zip(used0, used1, strict=True)]
+        busy = [b[1] - a[1] for a, b in zip(used0, used1, strict=True)]
         rates = [(b - a) / elapsed for a, b in zip(taken0, taken1, strict=True)]
-        return [u / sum(used) for u in used], rates
+        return [c / sum(cpu) for c in cpu], [b / sum(busy) for b in busy], rates
 
     # Units of 8 clips of 8 frames: the workers' CPU goes to clips, not to per-message costs.
     units = {"clip_len": 8, "batch_size": 8}
@@ -266,10 +270,11 @@ def test_shares_of_a_replicas_cpu_follow_demand(
         for out, port in zip(hungry, ports, strict=True)
     ]
     processes.extend(pair)
-    even, rates = shares(hungry, ports, 8.0)
-    print(f"two hungry trainers: CPU shares {even[0]:.2f} / {even[1]:.2f}, "
-          f"{rates[0]:.1f} / {rates[1]:.1f} batches/s")  # fmt: skip
+    even, busy, rates = shares(hungry, ports, 8.0)
+    print(f"two hungry trainers: CPU shares {even[0]:.2f} / {even[1]:.2f}, busy shares "
+          f"{busy[0]:.2f} / {busy[1]:.2f}, {rates[0]:.1f} / {rates[1]:.1f} batches/s")  # fmt: skip
     assert all(abs(share - 0.5) <= 0.1 for share in even), even
+    assert all(abs(share - 0.5) <= 0.1 for share in busy), busy
     for trainer in pair:
         trainer.kill()
         trainer.wait(10)
@@ -282,8 +287,9 @@ def test_shares_of_a_replicas_cpu_follow_demand(
                                    **units))  # fmt: skip
     processes.append(start_trainer(outs[1], ports[1], root, files, [fleet_port], epochs=0,
                                    step_s=step_s, **units))  # fmt: skip
-    uneven, rates = shares(outs, ports, 8.0)
+    uneven, busy, rates = shares(outs, ports, 8.0)
     print(f"one slowed to {step_s:.2f} s a batch: CPU shares {uneven[0]:.2f} / {uneven[1]:.2f}, "
+          f"busy shares {busy[0]:.2f} / {busy[1]:.2f}, "
           f"{rates[0]:.1f} / {rates[1]:.1f} batches/s")  # fmt: skip
     assert uneven[0] >= 0.8, uneven
     assert lines(outs[1]) and rates[1] < rates[0]

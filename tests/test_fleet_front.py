@@ -140,9 +140,9 @@ def test_a_trainer_past_the_limit_is_refused_and_learns_why(
     front = fronts(max_trainers=1)
     endpoint = [f"tcp://127.0.0.1:{front.port}"]
     first = Announcer(endpoint, 7002, name="first")
+    wait_until(lambda: first.status()["serving"] == 1)  # then the second: it is the one refused
     second = Announcer(endpoint, 7003, name="second")
     try:
-        wait_until(lambda: first.status()["serving"] == 1)
         why = wait_until(second.refusal)
         assert "this fleet serves at most 1 trainers at once (h5feed produce --max-trainers)" in why
         assert first.refusal() is None
@@ -303,3 +303,26 @@ def test_a_slow_dns_answer_never_delays_an_attach(
         assert time.monotonic() - attachment.last_seen < 1.0
     finally:
         announcer.close()
+
+
+def test_a_refusal_ends_the_wait_only_once_every_replica_refused(
+    fronts: Callable[..., RunningFront], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One replica full, another not there yet: no refusal (the other may serve); once every
+    replica known has refused, the refusal names each."""
+    monkeypatch.setattr(announcing, "ATTACH_EVERY_S", 0.1)
+    full = fronts(max_trainers=1)
+    holder = Announcer([f"tcp://127.0.0.1:{full.port}"], 7006, name="holder")
+    wait_until(lambda: holder.status()["serving"] == 1)
+    absent = free_port()  # nothing listens there yet
+    trainer = Announcer(
+        [f"tcp://127.0.0.1:{full.port}", f"tcp://127.0.0.1:{absent}"], 7007, name="late"
+    )
+    try:
+        wait_until(lambda: trainer.status()["refused"])
+        time.sleep(0.5)
+        assert trainer.refusal() is None  # the absent replica has not answered
+        assert trainer.status()["replicas"] == 2
+    finally:
+        holder.close()
+        trainer.close()

@@ -20,8 +20,8 @@ Guarantees:
    resolved on a thread of their own, so a slow DNS server never delays an ATTACH.
 2. **Refusals are said.** A replica that refuses the trainer (its ``--max-trainers`` reached,
    or its workers refused by this trainer) answers with a BYE naming why;
-   :meth:`Announcer.refusal` says it once every replica that answered refused and none
-   serves, and the iteration ends with :class:`~h5feed.common.errors.NoWorkersError`
+   :meth:`Announcer.refusal` says it once every replica announced to has refused, and the
+   iteration ends with :class:`~h5feed.common.errors.NoWorkersError`
    naming it rather than waiting out ``start_timeout_s``.
 3. **Bounded.** Replies are read with ``MAXMSGSIZE`` :data:`MAX_REPLY_BYTES` and decoded
    strictly; anything but ATTACHED or BYE is counted (``bad_replies``) and dropped. At most
@@ -127,6 +127,7 @@ class Announcer:
         self._answers: dict[str, messages.Attached | str] = {}  # endpoint -> served / refused
         self._resolved: dict[tuple[str, int], list[str]] = {}  # the DNS thread's only
         self._found: list[str] | None = None  # the latest answer, not yet connected to
+        self._known: set[str] = set()  # the replicas announced to (refusal() reads it)
         self._logged: dict[str, float] = {}
         self.bad_replies = 0
         self._stop = threading.Event()
@@ -200,6 +201,8 @@ class Announcer:
                 make_client(socket_, *self._keys)
             socket_.connect(new)
             self._sockets[new] = socket_
+        with self._lock:
+            self._known = set(self._sockets)
 
     def _read(self, timeout_s: float) -> None:
         poller = zmq.Poller()
@@ -251,11 +254,14 @@ class Announcer:
     # -- what the trainer reads ----------------------------------------------------------------
 
     def refusal(self) -> str | None:
-        """Why the fleet refuses this trainer, once every replica that answered refused and
-        none serves it (guarantee 2); else None."""
+        """Why the fleet refuses this trainer, once every replica it knows answered with a
+        refusal (guarantee 2); else None (one serves it, or one has not answered yet: a
+        replica that never answers leaves the wait to ``start_timeout_s``)."""
         with self._lock:
-            answers = dict(self._answers)
-        if not answers or any(isinstance(a, messages.Attached) for a in answers.values()):
+            answers, known = dict(self._answers), set(self._known)
+        if not known or known - set(answers):
+            return None
+        if any(isinstance(a, messages.Attached) for a in answers.values()):
             return None
         return "; ".join(f"fleet replica {e}: {a}" for e, a in sorted(answers.items()))
 

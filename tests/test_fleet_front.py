@@ -115,11 +115,11 @@ def test_a_name_that_stops_resolving_keeps_the_replicas_it_had(
     monkeypatch.setattr(announcing, "RESOLVE_EVERY_S", 0.1)
     monkeypatch.setattr(announcing, "ATTACH_EVERY_S", 0.1)
     one = fronts(attach_timeout_s=1.0)
-    answers: list[list[str] | OSError] = [[endpoint_of("127.0.0.1", one.port)]]
+    answers: list[list[str] | Exception] = [[endpoint_of("127.0.0.1", one.port)]]
 
     def resolver(host: str, port: int) -> list[str]:
         answer = answers[-1]
-        if isinstance(answer, OSError):
+        if isinstance(answer, Exception):
             raise answer
         return answer
 
@@ -128,6 +128,9 @@ def test_a_name_that_stops_resolving_keeps_the_replicas_it_had(
         wait_until(lambda: announcer.status()["serving"] == 1)
         answers.append(OSError("Temporary failure in name resolution"))
         time.sleep(2.0)  # twice the attach timeout: still attached
+        assert announcer.status()["serving"] == 1 and len(one.front.attached) == 1
+        answers.append(UnicodeError("encoding with 'idna' codec failed (label too long)"))
+        time.sleep(2.0)  # a name the resolver cannot even encode: the same
         assert announcer.status()["serving"] == 1 and len(one.front.attached) == 1
     finally:
         announcer.close()

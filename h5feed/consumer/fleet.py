@@ -155,6 +155,8 @@ class Announcer:
                             socket_.send_multipart(self._attach, zmq.NOBLOCK)
                     next_attach = now + ATTACH_EVERY_S
                 self._read(_STEP_S)
+        except Exception:  # said, not swallowed: the fleet stops serving this trainer
+            _log.exception("attaching to the fleet failed: no more ATTACH from this trainer")
         finally:
             for socket_ in self._sockets.values():
                 socket_.close(linger=0)
@@ -176,7 +178,7 @@ class Announcer:
         for host, port in self._fleet:
             try:
                 self._resolved[(host, port)] = self._resolver(host, port)
-            except OSError as exc:  # keep what it had
+            except (OSError, ValueError) as exc:  # keep what it had (ValueError: a bad name)
                 self._log_once(f"{host}:{port}", "fleet host %s does not resolve: %s", host, exc)
             found.update(self._resolved.get((host, port), []))
         if len(found) > MAX_REPLICAS:

@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from metrics_helpers import metrics_port_of, stats
+from metrics_helpers import stats
 
 from h5feed.producer.sample_data import SampleSpec, make_sample_dataset
 
@@ -124,10 +124,6 @@ def exactly_once(out: pathlib.Path, files: Sequence[str], videos: int) -> None:
 def fleet_figures(metrics_port: int) -> dict[str, Any]:
     figures: dict[str, Any] = stats(metrics_port)["fleet"]
     return figures
-
-
-def replica_metrics_port(log: pathlib.Path) -> int:
-    return metrics_port_of(log)
 
 
 def rss_kb(pid: int) -> int:

@@ -21,9 +21,10 @@ from fleet_helpers import wait_for
 from metrics_helpers import free_port
 
 from h5feed.common import messages
+from h5feed.common.exposure import endpoint_of
 from h5feed.common.worker_settings import WorkerSettings
 from h5feed.consumer import fleet as announcing
-from h5feed.consumer.fleet import Announcer, endpoint_of, parse_endpoint, resolve
+from h5feed.consumer.fleet import Announcer, parse_endpoint, resolve
 from h5feed.consumer.options import NetworkOptions
 from h5feed.producer.fleet import Front
 from h5feed.producer.service import _write_health, check_health

@@ -23,13 +23,12 @@ from fleet_helpers import (
     fleet_dataset,
     fleet_figures,
     lines,
-    replica_metrics_port,
     rss_kb,
     start_replica,
     start_trainer,
     wait_for,
 )
-from metrics_helpers import free_port, scrape, start_producer, stop
+from metrics_helpers import free_port, metrics_port_of, scrape, start_producer, stop
 
 from h5feed.common.curve import write_key_pair
 
@@ -124,7 +123,7 @@ def test_three_trainers_share_a_fleet_exactly_once_each_as_on_a_fleet_of_their_o
         assert stats["fleet"]["shared"]["serving"] == 2, stats["fleet"]["shared"]
     # Every trainer left: each replica stops their workers within the attach timeout.
     for log in logs:
-        port = replica_metrics_port(log)
+        port = metrics_port_of(log)
         wait_for(f"{log.name}: no trainer, no worker", lambda p=port: _all_gone(p),
                  ATTACH_TIMEOUT_S + 5 + 5, [log])  # fmt: skip
     # Byte for byte what a producer of its own gives (h5feed produce --connect, 2 workers).
@@ -159,7 +158,7 @@ def test_a_trainer_past_the_fleets_limit_is_refused_naming_it(
     last = wait_for("the second trainer ended", lambda: finished(second_out), 30, [log])
     assert "NoWorkersError" in last["error"], last
     assert "at most 1 trainers at once (h5feed produce --max-trainers)" in last["error"], last
-    metrics_port = replica_metrics_port(log)
+    metrics_port = metrics_port_of(log)
     samples = scrape(metrics_port)
     assert samples["h5feed_fleet_refused_total"][0][1] >= 1
     assert samples["h5feed_fleet_trainers"][0][1] == 1
@@ -189,7 +188,7 @@ def test_twenty_trainers_killed_in_turn_leave_nothing_behind(
     fleet_port, log = free_port(), tmp_path / "replica.log"
     replica = start_replica(fleet_port, root, "r", log, workers=1)
     processes.append(replica)
-    metrics_port = replica_metrics_port(log)
+    metrics_port = metrics_port_of(log)
     rss = []
     for cycle in range(20):
         out, port = tmp_path / f"cycle-{cycle}.jsonl", free_port()
@@ -235,7 +234,7 @@ def test_shares_of_a_replicas_cpu_follow_demand(
     root, files = data
     fleet_port, log = free_port(), tmp_path / "replica.log"
     processes.append(start_replica(fleet_port, root, "r", log, workers=2))
-    metrics_port = replica_metrics_port(log)
+    metrics_port = metrics_port_of(log)
 
     def shares(
         outs: list[pathlib.Path], ports: list[int], window_s: float
@@ -327,6 +326,6 @@ def test_with_keys_only_listed_trainers_attach_and_the_workers_check_the_trainer
     exactly_once(listed_out, files[:2], SPEC.videos_per_file)
     last = wait_for("the intruder ended", lambda: finished(intruder_out), 60, [log])
     assert "no producer connected" in last["error"], last
-    figures = fleet_figures(replica_metrics_port(log))
+    figures = fleet_figures(metrics_port_of(log))
     assert figures["refused"] >= 1
     assert "refused a CURVE client whose key is not listed" in log.read_text()

@@ -40,6 +40,13 @@ def is_local_address(address: str) -> bool:
     return is_loopback_host(host)
 
 
+def endpoint_of(address: str, port: int) -> str:
+    """The ZeroMQ TCP endpoint of an IP address (a zone suffix allowed) and a port, IPv6 in
+    brackets."""
+    version = ipaddress.ip_address(address.split("%", 1)[0]).version
+    return f"tcp://[{address}]:{port}" if version == 6 else f"tcp://{address}:{port}"
+
+
 def is_loopback_host(host: str) -> bool:
     """True for ``localhost``, an address of ``127.0.0.0/8`` and ``::1`` (bracketed or not)."""
     host = host.strip()

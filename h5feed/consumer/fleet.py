@@ -49,6 +49,7 @@ import zmq
 from h5feed.common import messages, wire
 from h5feed.common.curve import KeyPair, make_client
 from h5feed.common.errors import ProtocolError
+from h5feed.common.exposure import endpoint_of
 from h5feed.common.liveness import enable_heartbeats
 from h5feed.common.logs import with_ids
 from h5feed.common.message_types import TRAINER_NAME
@@ -87,12 +88,6 @@ def resolve(host: str, port: int) -> list[str]:
     addresses = {str(info[4][0]) for info in answers}
     ipv4 = {a for a in addresses if ipaddress.ip_address(a.split("%", 1)[0]).version == 4}
     return sorted(endpoint_of(address, port) for address in (ipv4 or addresses))
-
-
-def endpoint_of(address: str, port: int) -> str:
-    """The ZeroMQ endpoint of an IP address and a port (IPv6 bracketed)."""
-    version = ipaddress.ip_address(address.split("%", 1)[0]).version
-    return f"tcp://[{address}]:{port}" if version == 6 else f"tcp://{address}:{port}"
 
 
 def trainer_name() -> str:

@@ -58,6 +58,7 @@ from h5feed.common.config import DEFAULT_ATTACH_TIMEOUT_S, DEFAULT_MAX_TRAINERS
 from h5feed.common.curve import write_public_key
 from h5feed.common.curve_server import CurveServer
 from h5feed.common.errors import ProtocolError
+from h5feed.common.exposure import endpoint_of
 from h5feed.common.liveness import enable_heartbeats
 from h5feed.common.worker_settings import WorkerSettings
 from h5feed.producer.metrics import ServiceFigures
@@ -175,11 +176,7 @@ class Front:
             return
         address = str(identity.get("Peer-Address"))
         key = self._user_id(identity)
-        endpoint = (
-            f"tcp://[{address}]:{message.port}"
-            if ":" in address
-            else (f"tcp://{address}:{message.port}")
-        )
+        endpoint = endpoint_of(address, message.port)
         label = f"{message.trainer}@{endpoint.removeprefix('tcp://')}"
         attachment = self.attached.get((address, message.port))
         if attachment is not None and attachment.key != key:  # another trainer took the port

@@ -69,7 +69,6 @@ from h5feed.producer.worker_group import REFUSED_EXIT, WorkerGroup
 _log = logging.getLogger("h5feed.producer")
 #: Where this h5feed was imported from: the workers import the same one.
 _PACKAGE_PARENT = str(pathlib.Path(__file__).resolve().parents[2])
-_REFUSED_EXIT = REFUSED_EXIT
 _FLEET = "fleet"  # after the count: a shared fleet's replica, healthy with no trainer
 _CRASH_LOOP = "crash-loop"  # the health file's second line, while a worker crash-loops
 
@@ -199,7 +198,7 @@ def run_producer(
     try:
         while not stop.is_set():
             if not group.poll():  # a worker was refused (logged)
-                code = _REFUSED_EXIT
+                code = REFUSED_EXIT
                 break
             crash_loop = restarts.crash_loop(time.monotonic())
             _write_health(options.health_file, group.running, crash_loop)

@@ -283,7 +283,9 @@ any_message = st.one_of(
         st.integers(1, MAX_PORT),
         st.from_regex(TRAINER_NAME, fullmatch=True),
     ),
-    st.builds(messages.Attached, st.text(max_size=256), st.integers(0, 1 << 20), st.integers(1)),
+    st.builds(
+        messages.Attached, st.text(max_size=256), st.integers(0, 1 << 20), st.integers(1, 1 << 20)
+    ),
 )
 
 

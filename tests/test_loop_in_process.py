@@ -478,3 +478,44 @@ def test_with_every_worker_gone_and_nobody_joining_the_iteration_ends_after_star
     assert isinstance(kind.config, HdfConfig)
     planned = planned_batches(kind.config, INDEX, EPOCHS)
     assert [check_hdf_batch(b) for b in driver.taken] == planned[: len(driver.taken)]
+
+
+# -- the join grace ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind_name", KINDS)
+def test_a_producer_lost_in_the_join_grace_is_a_lost_producer_and_a_joiner_finishes_exactly_once(
+    rig: Callable[..., LoopDriver], address: str, kind_name: str
+) -> None:
+    """The grace after the first hello waits for more producers; one that says BYE inside it
+    (a rolling update, a scale-down) leaves nobody to share the work with: the loop waits
+    again, up to ``start_timeout_s``, instead of starting the plan with no worker."""
+    kind = Kind(kind_name, workers=0, listen=address, join_grace_s=1.0, start_timeout_s=30)
+    driver = rig(kind)
+    leaver = driver.connect(kind.worker("p0", 80, False))
+    driver.start()
+    driver.pump(lambda: bool(driver.session.peers), "p0's hello to be seen")
+    leaver.send(messages.Bye("scaled down"))
+    driver.pump(lambda: not driver.session.peers, "p0's BYE to be seen")
+    driver.pump_for(1.5)  # past the grace: still waiting, not failed
+    assert driver.error is None and not driver.loop.stopped, driver.error
+    joiner = driver.connect(kind.worker("p1", 81, False))
+    assert driver.finish() is END, driver.error
+    kind.assert_exactly_once_in_plan_order(driver.taken)
+    assert any(work_of(m) for m in joiner.received)
+    assert not any(work_of(m) for m in leaver.received)
+
+
+def test_with_everyone_lost_in_the_join_grace_and_nobody_joining_the_wait_ends_naming_it(
+    rig: Callable[..., LoopDriver], address: str
+) -> None:
+    kind = Kind("hdf", workers=0, listen=address, join_grace_s=0.5, start_timeout_s=1.0)
+    driver = rig(kind)
+    leaver = driver.connect(kind.worker("p0", 80, False))
+    driver.start()
+    driver.pump(lambda: bool(driver.session.peers), "p0's hello to be seen")
+    leaver.send(messages.Bye("scaled down"))
+    assert driver.finish() is FAILED
+    error = driver.error
+    assert isinstance(error, NoWorkersError), repr(error)
+    assert "no producer connected" in str(error) and "lost 1 in the join grace" in str(error)

@@ -170,21 +170,8 @@ class FeedLoop:
         """Wait for the workers, share out the work, wait for the scheduler to be ready;
         False if stopped meanwhile."""
         options, session = self.options, self.session
-        deadline = time.monotonic() + options.processes.start_timeout_s
-        while not all_connected(session.peers.values(), self._expected, options.network.listen):
-            if time.monotonic() > deadline:
-                raise NoWorkersError(self._no_workers())
-            refusal = self._fleet.refusal() if self._fleet is not None else None
-            if refusal is not None and not session.peers:
-                raise NoWorkersError(f"the shared fleet refused this trainer: {refusal}")
-            if not self._pass():
-                return False
-        grace_end = time.monotonic() + (
-            options.network.join_grace_s if options.network.listen else 0
-        )
-        while time.monotonic() < grace_end:  # producers already waiting say hello within 1 s
-            if not self._pass():
-                return False
+        if not self._await_workers():
+            return False
         self._send(self.scheduler.start(list(session.peers.values())))
         self._started = True
         progress, last_progress = self._handshake_progress(), time.monotonic()
@@ -201,6 +188,38 @@ class FeedLoop:
                     f"{options.processes.unit_timeout_s:g} s (unit_timeout_s)"
                 )
         return True
+
+    def _await_workers(self) -> bool:
+        """Wait for the workers the iteration starts with, then ``join_grace_s`` for more
+        producers; False if stopped meanwhile.
+
+        A producer lost inside the grace (BYE, disconnect, silence) is a lost producer like
+        any other: when the ones left still make a start (:func:`all_connected`) the work is
+        shared out among them; when nobody is left the wait starts again, up to
+        ``start_timeout_s`` from that loss, and the grace with it. The plan never starts
+        with no worker to share it with."""
+        options, session = self.options, self.session
+        listen = options.network.listen
+        deadline = time.monotonic() + options.processes.start_timeout_s
+        lost_in_grace = 0
+        while True:
+            while not all_connected(session.peers.values(), self._expected, listen):
+                if time.monotonic() > deadline:
+                    raise NoWorkersError(self._no_workers(lost_in_grace))
+                refusal = self._fleet.refusal() if self._fleet is not None else None
+                if refusal is not None and not session.peers:
+                    raise NoWorkersError(f"the shared fleet refused this trainer: {refusal}")
+                if not self._pass():
+                    return False
+            grace_end = time.monotonic() + (options.network.join_grace_s if listen else 0)
+            while time.monotonic() < grace_end:  # producers already waiting say hello in 1 s
+                if not self._pass():
+                    return False
+            if all_connected(session.peers.values(), self._expected, listen):
+                return True
+            lost_in_grace = self._counters.peers_lost
+            session.log.warning("every producer was lost in the join grace: waiting again")
+            deadline = time.monotonic() + options.processes.start_timeout_s
 
     def _handshake_progress(self) -> tuple[int, int]:
         """What counts as progress in the handshake: answers, and producers lost (their
@@ -311,7 +330,7 @@ class FeedLoop:
                 f"for a worker after its workers were lost; {len(self.session.peers)} connected"
             )
 
-    def _no_workers(self) -> str:
+    def _no_workers(self, lost_in_grace: int = 0) -> str:
         options = self.options
         if options.network.listen and not self._expected:
             text = (
@@ -324,6 +343,8 @@ class FeedLoop:
                 f"only {local} of {self._expected} local workers connected within "
                 f"{options.processes.start_timeout_s:g} s"
             )
+        if lost_in_grace:
+            text += f" (lost {lost_in_grace} in the join grace)"
         if self.session.refused:
             text += f"; refused: {'; '.join(self.session.refused)}"
         return text

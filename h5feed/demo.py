@@ -30,13 +30,13 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import IO, Any
 
 from h5feed.producer.sample_data import SampleSpec, make_sample_dataset
 from h5feed.progress import progress_bar
 
-__all__ = ["Progress", "run_demo", "worker_children"]
+__all__ = ["Progress", "input_wait_lines", "run_demo", "worker_children"]
 
 #: Input geometry of the demo's training workload: the classic C3D/R(2+1)D recipe.
 RESIZE = (128, 171)
@@ -194,6 +194,49 @@ def _build_model(keras: Any, clip_len: int, num_classes: int) -> Any:
     return model
 
 
+def input_wait_lines(wait_s: float, compute_s: float, feed: Mapping[str, Any]) -> list[str]:
+    """The report's input-wait lines: two waits with names that say where each is measured,
+    and one verdict on what to do (pure: tested in tests/test_demo_verdict.py).
+
+    * ``step wait``: the share of the training loop's measured time spent in ``next(it)``,
+      ``wait_s / (wait_s + compute_s)``: what the trainer feels, after tf.data's prefetch.
+    * ``feed wait``: ``feed["wait_share_recent"]`` (``stats()``): the share of the last 10 s
+      that tf.data's reader waited for h5feed's next batch, before the prefetch buffer: it is
+      the higher of the two when the buffer hides part of the waits from the step.
+    * ``verdict``: the step wait decides whether training waits for input at all
+      (:data:`~h5feed.consumer.stats.INPUT_BOUND_WAIT_SHARE`); if it does, the feed wait
+      decides where: in h5feed's workers (the advice of ``feed["verdict"]``, capped by the
+      cores the workers may use) or downstream of them, in tf.data, where workers do not help.
+    """
+    from h5feed.consumer.stats import INPUT_BOUND_WAIT_SHARE
+
+    step = wait_s / (wait_s + compute_s) if wait_s + compute_s > 0 else 0.0
+    lines = [
+        f"step wait: {step:.1%} of the measured step time was spent in next(), waiting for a "
+        f"batch (wait {wait_s:.2f}s, compute {compute_s:.2f}s)"
+    ]
+    share = feed.get("wait_share_recent")
+    if share is None:  # no figures from h5feed: training did not finish
+        return [*lines, f"verdict: {feed.get('verdict', 'no figures')}"]
+    lines.append(
+        f"feed wait: {share:.0%} of the last 10 s tf.data's reader waited for h5feed's next "
+        "batch (before tf.data's prefetch buffer, which hides part of it from the step)"
+    )
+    if step <= INPUT_BOUND_WAIT_SHARE:
+        verdict = (
+            f"not input-bound: the step waited {step:.0%} of the time (at most "
+            f"{INPUT_BOUND_WAIT_SHARE:.0%} counts as fed); more workers would not make it faster"
+        )
+    elif not feed.get("input_bound"):
+        verdict = (
+            f"input-bound, but not on h5feed's workers: they keep up (feed wait {share:.0%}), "
+            "so the step waits on tf.data's own work after them; more workers would not help"
+        )
+    else:
+        verdict = str(feed["verdict"])
+    return [*lines, f"verdict: {verdict}"]
+
+
 def run_demo(
     data_dir: str | os.PathLike[str],
     steps: int = 60,
@@ -215,7 +258,8 @@ def run_demo(
     has ``steps``, ``warmup_steps``, ``measured_steps``, ``measured_clips``, ``measured_s``,
     ``clips_per_s``, ``wait_s``, ``compute_s``, ``input_wait_share`` (wait / (wait + compute)
     over the measured steps), ``final_loss``, ``val_clips``, ``val_accuracy``, ``data_s``,
-    ``total_s`` and ``workers_left`` (worker processes still running at the end: 0).
+    ``total_s``, ``workers_left`` (worker processes still running at the end: 0) and
+    ``verdict`` (the report's last input-wait line: :func:`input_wait_lines`).
 
     What the numbers do not hide: the first measured step finds the buffers full (workers run
     ahead during warm-up: up to ``max(4, 2 * workers)`` batches in h5feed plus tf.data's
@@ -354,11 +398,9 @@ def run_demo(
         f"({measured_clips} clips in {measured_s:.2f}s; the first {warmup} steps are warm-up "
         "and not counted)"
     )
-    say(
-        f"input wait share: {share:.1%} of the measured step time was spent waiting for input "
-        f"(wait {wait_s:.2f}s, compute {compute_s:.2f}s)"
-    )
-    say(f"h5feed says: {pipeline['verdict']}")
+    wait_lines = input_wait_lines(wait_s, compute_s, pipeline)
+    for line in wait_lines:
+        say(line)
     say(
         f"validation accuracy: {val_accuracy:.3f} on {val_clips} clips "
         f"(chance {1 / spec.num_classes:.3f}; {val_s:.1f}s), final train loss {final_loss:.3f}"
@@ -380,5 +422,5 @@ def run_demo(
         "data_s": data_s,
         "total_s": total_s,
         "workers_left": len(workers_left),
-        "verdict": pipeline["verdict"],
+        "verdict": wait_lines[-1].removeprefix("verdict: "),
     }

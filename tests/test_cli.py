@@ -234,7 +234,7 @@ def test_demo_runs_reports_and_leaves_no_worker(tmp_path: pathlib.Path) -> None:
     assert process.returncode == 0, stderr
     assert "Traceback" not in stderr
     rate = re.search(r"throughput: ([0-9.]+) clips/s over steps 4-8", stdout)
-    share = re.search(r"input wait share: ([0-9.]+)%", stdout)
+    share = re.search(r"step wait: ([0-9.]+)%", stdout)
     assert rate and float(rate.group(1)) > 0, stdout
     assert share and 0.0 <= float(share.group(1)) <= 100.0, stdout
     assert re.search(r"validation accuracy: [0-9.]+ on 8 clips", stdout), stdout

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from h5feed.common.cpus import available_cpus
 from h5feed.consumer.fleet_demand import fleet_demand
 
 if TYPE_CHECKING:
@@ -126,7 +127,7 @@ def _rates(count: int, clips: int, nbytes: int, seconds: float) -> dict[str, flo
     return {"events": count / seconds, "clips": clips / seconds, "bytes": nbytes / seconds}
 
 
-def verdict(wait_share: float, workers: int) -> tuple[bool, int, str]:
+def verdict(wait_share: float, workers: int, cores: int | None = None) -> tuple[bool, int, str]:
     """(input-bound?, suggested extra workers, a one-line explanation).
 
     ``wait_share`` is the share of time the consumer of batches (tf.data's prefetch thread, or
@@ -135,6 +136,12 @@ def verdict(wait_share: float, workers: int) -> tuple[bool, int, str]:
     this share says whether the workers keep up with what tf.data asks of them. If it waited
     a share ``w`` of the time, it could take batches ``1 / (1 - w)`` times faster, so about
     ``workers / (1 - w)`` workers would keep up (assuming workers scale: cores to spare).
+
+    ``cores``: the CPUs the workers may use when they all run on this host
+    (:func:`h5feed.common.cpus.available_cpus`); None when some run elsewhere. The advice
+    never goes past it: local processes beyond the cores only share the same cores (with the
+    trainer), so past it the line says so, suggests what still fits (possibly 0) and points
+    at producers on other hosts (docs/deploy/which-setup.md).
     """
     if wait_share <= INPUT_BOUND_WAIT_SHARE:
         return (
@@ -143,13 +150,29 @@ def verdict(wait_share: float, workers: int) -> tuple[bool, int, str]:
             f"not input-bound: tf.data waited for h5feed's next batch {wait_share:.0%} of the time",
         )
     needed = math.ceil(workers / max(1.0 - wait_share, 0.05))
-    extra = max(needed - workers, 1)
+    head = f"input-bound: tf.data waited for h5feed's next batch {wait_share:.0%} of the time; "
+    if cores is None or needed <= cores:
+        extra = max(needed - workers, 1)
+        where = "given free cores on their hosts" if cores is None else f"on the {cores} cores here"
+        plural = "s" if extra > 1 else ""
+        return (
+            True,
+            extra,
+            f"{head}about {extra} more worker{plural} ({needed} in all) would keep up, {where}",
+        )
+    room = max(cores - workers, 0)
+    if room:
+        return (
+            True,
+            room,
+            f"{head}about {needed} workers would keep up, but this host gives {cores} cores: "
+            f"{room} more ({cores} in all) fit here, the rest needs producers on other hosts",
+        )
     return (
         True,
-        extra,
-        f"input-bound: tf.data waited for h5feed's next batch {wait_share:.0%} of the time; "
-        f"about {extra} more worker{'s' if extra > 1 else ''} ({needed} in all) would keep up, "
-        "given free cores",
+        0,
+        f"{head}more workers would not help here: {workers} already share the {cores} cores this "
+        "host gives (with the trainer); add cores, or producers on other hosts",
     )
 
 
@@ -288,7 +311,10 @@ def iteration_stats(
     intake = taken.snapshot()
     waits = waited.snapshot()
     workers = worker_figures(peers, figures.files_owned)
-    bound, extra, line = verdict(waits["wait_share_recent"], len(workers) or workers_asked)
+    # Local workers only share this host's cores: the advice is capped by them (none elsewhere).
+    local = all(w["local"] for w in workers)
+    cores = available_cpus() if local else None
+    bound, extra, line = verdict(waits["wait_share_recent"], len(workers) or workers_asked, cores)
     return {
         "job": job,
         "running": running,

@@ -2,11 +2,13 @@
 
 ``h5feed.dataset(...)`` (needs the ``tf`` extra) returns a ``tf.data.Dataset`` of batches decoded
 in worker processes; ``h5feed.batches(...)`` yields the same batches as NumPy dicts, without
-TensorFlow. Importing ``h5feed`` imports neither TensorFlow nor the worker code.
+TensorFlow: a :class:`Feed`, whose iteration is a :class:`BatchStream`. Importing ``h5feed``
+imports neither TensorFlow nor the worker code.
 """
 
 from __future__ import annotations
 
+import importlib
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -37,8 +39,12 @@ from h5feed.common.version import __version__
 logging.getLogger("h5feed").addHandler(logging.NullHandler())
 
 if TYPE_CHECKING:
+    from h5feed.common.element_batches import RaggedArray
     from h5feed.consumer.api import batches, dataset
+    from h5feed.consumer.feed import Feed
     from h5feed.consumer.merge import merge_states
+    from h5feed.consumer.plan import Cursor
+    from h5feed.consumer.stream import BatchStream
     from h5feed.consumer.trainers.backup import backup_and_restore as BackupAndRestore
     from h5feed.consumer.trainers.distribute import distribute
     from h5feed.consumer.trainers.keras_callback import input_wait_callback
@@ -47,7 +53,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BackupAndRestore",
+    "BatchStream",
+    "Cursor",
     "DataError",
+    "Feed",
     "FileReadError",
     "FrameError",
     "H5FeedError",
@@ -57,6 +66,7 @@ __all__ = [
     "NondeterministicItemWarning",
     "PoisonUnitError",
     "ProtocolError",
+    "RaggedArray",
     "ResumeError",
     "SourceError",
     "TooManySkippedError",
@@ -75,35 +85,27 @@ __all__ = [
     "torch_batches",
 ]
 
+#: The lazy names: public name -> (module, attribute). Lazy because `import h5feed` in a
+#: producer must not pull in the consumer (or TensorFlow, Keras, torch: each is imported by
+#: its module when used, not here).
+_LAZY = {
+    "dataset": ("h5feed.consumer.api", "dataset"),
+    "batches": ("h5feed.consumer.api", "batches"),
+    "Feed": ("h5feed.consumer.feed", "Feed"),  # what batches() returns
+    "BatchStream": ("h5feed.consumer.stream", "BatchStream"),  # what iterating a Feed gives
+    "Cursor": ("h5feed.consumer.plan", "Cursor"),  # a stream's position: BatchStream.cursor
+    "RaggedArray": ("h5feed.common.element_batches", "RaggedArray"),  # ragged= in NumPy
+    "BackupAndRestore": ("h5feed.consumer.trainers.backup", "backup_and_restore"),
+    "distribute": ("h5feed.consumer.trainers.distribute", "distribute"),  # tf.distribute
+    "keras_batches": ("h5feed.consumer.trainers.pydataset", "keras_batches"),  # any backend
+    "torch_batches": ("h5feed.consumer.trainers.torch_tensors", "torch_batches"),
+    "merge_states": ("h5feed.consumer.merge", "merge_states"),  # no Keras imported
+    "input_wait_callback": ("h5feed.consumer.trainers.keras_callback", "input_wait_callback"),
+}
+
 
 def __getattr__(name: str) -> Any:
-    # Lazy: `import h5feed` in a producer must not pull in the consumer (or TensorFlow).
-    if name in ("dataset", "batches"):
-        from h5feed.consumer import api
-
-        return getattr(api, name)
-    if name == "BackupAndRestore":  # Keras is imported when one is made, not here
-        from h5feed.consumer.trainers import backup
-
-        return backup.backup_and_restore
-    if name == "distribute":  # tf.distribute (TensorFlow when called)
-        from h5feed.consumer.trainers import distribute
-
-        return distribute.distribute
-    if name == "keras_batches":  # a keras PyDataset: any Keras 3 backend, no TensorFlow
-        from h5feed.consumer.trainers import pydataset
-
-        return pydataset.keras_batches
-    if name == "torch_batches":  # torch tensors over the batch memory
-        from h5feed.consumer.trainers import torch_tensors
-
-        return torch_tensors.torch_batches
-    if name == "merge_states":  # the positions of n trainers as one (no Keras imported)
-        from h5feed.consumer import merge
-
-        return merge.merge_states
-    if name == "input_wait_callback":
-        from h5feed.consumer.trainers import keras_callback
-
-        return keras_callback.input_wait_callback
+    if name in _LAZY:
+        module, attribute = _LAZY[name]
+        return getattr(importlib.import_module(module), attribute)
     raise AttributeError(f"module 'h5feed' has no attribute {name!r}")

@@ -130,6 +130,36 @@ def test_errors_are_listed_with_their_bases(api_page: str) -> None:
     )
 
 
+def test_the_objects_a_user_holds_are_listed_with_their_methods(api_page: str) -> None:
+    # batches() returns a Feed; iterating it gives a BatchStream (issue 41).
+    anchors = _anchors(api_page)
+    signatures = _python_blocks(api_page)
+    for cls, members in (
+        (h5feed.Feed, ("stream", "stats", "close", "length", "metrics_port")),
+        (h5feed.BatchStream, ("state", "cursor", "stats", "close", "worker_pids")),
+    ):
+        for member in members:
+            path = f"h5feed.{cls.__name__}.{member}"
+            assert path in anchors, path
+            assert any(block.startswith((f"{path}(", f"{path}: ")) for block in signatures), path
+    assert "h5feed.Feed.stats() -> dict[str, Any]" in signatures
+    assert "h5feed.BatchStream.cursor: Cursor  # property" in signatures
+    assert not [p for p in anchors if re.search(r"\.(Feed|BatchStream)\._", p)], "a private member"
+
+
+def test_a_public_method_without_a_docstring_fails_the_build() -> None:
+    class Feed:
+        """A feed."""
+
+        def stats(self) -> dict[str, Any]:
+            return {}
+
+    with pytest.raises(
+        reference.ReferenceBuildError, match=r"h5feed\.Feed\.stats has no docstring"
+    ):
+        reference.api_markdown(_fake_package(Feed=Feed))
+
+
 def test_signature_shows_an_internal_type_by_its_public_path() -> None:
     def take(
         layout: h5feed.common.layouts.Flat,  # type: ignore[name-defined]

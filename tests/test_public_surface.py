@@ -73,18 +73,18 @@ METRIC_NAMES = frozenset(
 #: The package face: ``h5feed.__all__``, the lazy names included.
 FACE = frozenset(
     {
-        "BackupAndRestore", "DataError", "FileReadError", "FrameError", "H5FeedError",
-        "InsecureWarning", "MalformedPartWarning", "NoWorkersError",
-        "NondeterministicItemWarning", "PoisonUnitError", "ProtocolError", "ResumeError",
-        "SourceError", "TooManySkippedError", "VersionMismatchError", "WorkerDiedError",
-        "WorkerError", "WorkerTimeoutError", "__version__", "batches", "dataset", "distribute",
-        "input_wait_callback", "keras_batches", "layouts", "merge_states", "torch_batches",
+        "BackupAndRestore", "BatchStream", "Cursor", "DataError", "Feed", "FileReadError",
+        "FrameError", "H5FeedError", "InsecureWarning", "MalformedPartWarning",
+        "NoWorkersError", "NondeterministicItemWarning", "PoisonUnitError", "ProtocolError",
+        "RaggedArray", "ResumeError", "SourceError", "TooManySkippedError",
+        "VersionMismatchError", "WorkerDiedError", "WorkerError", "WorkerTimeoutError",
+        "__version__", "batches", "dataset", "distribute", "input_wait_callback",
+        "keras_batches", "layouts", "merge_states", "torch_batches",
     }
 )  # fmt: skip
 #: Import paths the docs name: (module, attribute).
 DOCUMENTED_PATHS = (
-    ("h5feed.consumer.plan", "Cursor"),
-    ("h5feed.common.elements", "RaggedArray"),
+    *(("h5feed", name) for name in ("Feed", "BatchStream", "Cursor", "RaggedArray")),
     ("h5feed.pack.shards", "ShardWriter"),
     *(
         ("h5feed.layouts", name)

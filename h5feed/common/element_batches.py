@@ -78,6 +78,7 @@ class RaggedArray:
     axis: int = 0
 
     def rows(self) -> list[np.ndarray]:
+        """Each element cut to its length: a list of ``n`` arrays, views of ``values``."""
         rows = []
         for i, n in enumerate(self.lengths.tolist()):
             cut: list[Any] = [i, *[slice(None)] * self.axis, slice(0, int(n))]

@@ -28,7 +28,9 @@ from h5feed.consumer.stream import BatchStream
 
 
 class Feed:
-    """A re-iterable source of batches: every ``iter()`` runs ``epochs`` epochs, continuing
+    """What ``h5feed.batches()`` returns (and ``h5feed.dataset()`` wraps): a re-iterable
+    source of batches; each ``iter()`` is a new :class:`~h5feed.consumer.stream.BatchStream`.
+    Every ``iter()`` runs ``epochs`` epochs, continuing
     the epoch count of the previous iteration (so three iterations of a one-epoch feed see
     epochs 0, 1 and 2: three different plans). Thread-safe to iterate from several threads.
 

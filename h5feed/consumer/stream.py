@@ -63,10 +63,23 @@ _live_streams: weakref.WeakSet[BatchStream] = weakref.WeakSet()
 
 
 class BatchStream(Iterator[dict[str, np.ndarray]]):
-    """Iterates the batches of the config's ``epochs`` epochs (None: forever) from
-    ``start.cursor`` (see :class:`~h5feed.consumer.iteration.IterationStart` for the rest of
-    what it starts from); :attr:`outcome` says what it found. :meth:`state` says exactly what
-    ``next()`` has returned."""
+    """One iteration of a :class:`~h5feed.consumer.feed.Feed`: ``iter(feed)`` or
+    ``feed.stream()`` makes one (not made by hand); ``next()`` gives its batches, dicts of
+    NumPy arrays, ``epochs`` epochs of them (None: forever) from :attr:`cursor`.
+
+    1. :meth:`state` says exactly what ``next()`` has returned: ``h5feed.batches(...,
+       resume=state)`` in a new process continues with the next batch.
+    2. The stream ends (StopIteration) after its last batch, after :meth:`close`, or on
+       leaving a ``with`` block; each of these stops the workers it started (a feed's kept
+       workers wait for its next iteration). A stream garbage-collected while running is
+       closed by its finalizer, and every stream still running is closed at exit.
+    3. A failure reaches ``next()`` as an ``h5feed.H5FeedError`` (a subclass naming it: see
+       docs/troubleshooting.md), after which the stream is closed.
+    4. :meth:`stats` is cheap and callable from any thread, during and after the iteration.
+
+    Inside: it iterates from ``start.cursor`` (see
+    :class:`~h5feed.consumer.iteration.IterationStart` for the rest of what it starts from);
+    :attr:`outcome` says what it found, read by its feed."""
 
     def __init__(
         self,
@@ -155,6 +168,7 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
 
     @property
     def worker_pids(self) -> list[int]:
+        """The process ids of the local worker processes serving this iteration now."""
         return self._pool.workers.pids
 
     @property

@@ -15,12 +15,16 @@ Guarantees:
 2. A public object (function, class, module) without a docstring of its own, or a name of
    ``h5feed.__all__`` that no section of the page places, fails the build with an error
    naming it, rather than publish an empty or missing entry.
-3. Headings and signatures show public paths only (``h5feed.X``, ``h5feed.layouts.X``):
+3. A class of a section (``Feed``, ``BatchStream``) is listed with its public methods and
+   properties, those it defines itself, each under its own heading (``h5feed.Feed.stats``)
+   with its signature (``self`` left out) and docstring: one without a docstring fails the
+   build too (guarantee 2).
+4. Headings and signatures show public paths only (``h5feed.X``, ``h5feed.layouts.X``):
    a type named by an internal path in a signature is shown by its public path, or its bare
    name where it has none. Docstrings are shown as written (they may cite internal modules).
-4. Reproducible: the help texts are formatted as on a terminal ``HELP_COLUMNS`` wide,
+5. Reproducible: the help texts are formatted as on a terminal ``HELP_COLUMNS`` wide,
    whatever the terminal of the build; entries come in a fixed order.
-5. Only parsers are built: no command's code runs.
+6. Only parsers are built: no command's code runs.
 """
 
 from __future__ import annotations
@@ -56,7 +60,10 @@ _SIGNATURE_WIDTH = 88
 #: and warnings (every exception class of ``__all__``), ``layouts`` and ``__version__`` have
 #: sections of their own.
 API_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("Datasets and streams", ("dataset", "batches")),
+    (
+        "Datasets and streams",
+        ("dataset", "batches", "Feed", "BatchStream", "Cursor", "RaggedArray"),
+    ),
     (
         "Trainers",
         (
@@ -153,7 +160,7 @@ class _Face:
 
     def public_path(self, dotted: str) -> str:
         """``h5feed.common.layouts.Flat`` as ``h5feed.layouts.Flat``; an internal name
-        without a public path as its bare name (guarantee 3)."""
+        without a public path as its bare name (guarantee 4)."""
         if dotted.removeprefix("h5feed.") in self.paths:
             return dotted
         name = dotted.rsplit(".", 1)[-1]
@@ -174,6 +181,9 @@ def api_markdown(
     face = _Face(pages)
     for name in names:
         face.add(name)
+        if isinstance(objects[name], type) and not _is_exception(objects[name]):
+            for member, _ in public_members(objects[name]):
+                face.add(f"{name}.{member}")
     for name in layout_names:
         face.add(f"layouts.{name}")
 
@@ -204,7 +214,7 @@ def api_markdown(
     )
     for title, group in API_GROUPS:
         out.append(f"## {title}")
-        out.extend(_entry(f"h5feed.{n}", objects[n], face, level=3) for n in group)
+        out.extend(_entry(f"h5feed.{n}", objects[n], face, level=3, members=True) for n in group)
     if layouts is not None:
         out.append(_layouts_section(layouts, layout_names, face))
     out.append(_errors_section({n: objects[n] for n in errors}, face))
@@ -271,15 +281,53 @@ def _errors_section(errors: Mapping[str, Any], face: _Face) -> str:
     return "\n\n".join(parts)
 
 
-def _entry(path: str, obj: Any, face: _Face, *, level: int, base: str | None = None) -> str:
-    """A heading with the entry's anchor, the signature, the base class, the docstring."""
+def _entry(
+    path: str,
+    obj: Any,
+    face: _Face,
+    *,
+    level: int,
+    base: str | None = None,
+    members: bool = False,
+) -> str:
+    """A heading with the entry's anchor, the signature, the base class, the docstring; with
+    ``members``, a class's public methods and properties after it (guarantee 3)."""
     parts = [f"{'#' * level} {code_span(path)} {{ #{path} }}"]
     if not isinstance(obj, ModuleType):
         parts.append(fence(signature_text(path, obj, face), "python"))
     if base is not None:
         parts.append(f"Base: {base}.")
     parts.append(_docstring(path, obj, face))
+    if members and isinstance(obj, type):
+        for name, member in public_members(obj):
+            parts.append(_member_entry(f"{path}.{name}", member, face, level=level + 1))
     return "\n\n".join(parts)
+
+
+def public_members(cls: type) -> list[tuple[str, Any]]:
+    """The public methods and properties ``cls`` defines itself, in source order (a
+    dataclass's fields are its signature's, not members)."""
+    return [
+        (name, attr)
+        for name, attr in cls.__dict__.items()
+        if not name.startswith("_")
+        and (inspect.isfunction(attr) or isinstance(attr, (property, classmethod, staticmethod)))
+    ]
+
+
+def _member_entry(path: str, member: Any, face: _Face, *, level: int) -> str:
+    """A method as its call (``self`` left out), a property as ``path: type``."""
+    heading = f"{'#' * level} {code_span(path)} {{ #{path} }}"
+    if isinstance(member, property):
+        function = member.fget
+        returns = inspect.signature(function).return_annotation
+        shown = "" if returns is inspect.Signature.empty else f": {_shown(returns, face)!r}"
+        signature = f"{path}{shown}  # property"
+    else:
+        function = member.__func__ if isinstance(member, (classmethod, staticmethod)) else member
+        bound = not isinstance(member, staticmethod)
+        signature = signature_text(path, function, face, bound=bound)
+    return "\n\n".join([heading, fence(signature, "python"), _docstring(path, function, face)])
 
 
 def _docstring(path: str, obj: Any, face: _Face) -> str:
@@ -311,10 +359,18 @@ _DOTTED_H5FEED = re.compile(r"\bh5feed(?:\.\w+)+")
 _NOISE_PREFIXES = re.compile(r"\b(?:collections\.abc|typing|typing_extensions)\.")
 
 
-def signature_text(path: str, obj: Any, face: _Face | None = None) -> str:
+def _shown(annotation: Any, face: _Face) -> _Text:
+    """An annotation as written, internal paths shown by their public ones (guarantee 4)."""
+    text = annotation if isinstance(annotation, str) else inspect.formatannotation(annotation)
+    text = _NOISE_PREFIXES.sub("", text)
+    return _Text(_DOTTED_H5FEED.sub(lambda m: face.public_path(m.group(0)), text))
+
+
+def signature_text(path: str, obj: Any, face: _Face | None = None, *, bound: bool = False) -> str:
     """``path(...)``: the call a user writes, with annotations as written in the source; one
     parameter a line when the line would be long. An exception class that keeps
-    ``Exception``'s constructor shows ``(*args)``."""
+    ``Exception``'s constructor shows ``(*args)``. ``bound``: a method's, whose first
+    parameter (``self``, ``cls``) the call does not write."""
     face = face if face is not None else _Face()
     try:
         sig = inspect.signature(obj)
@@ -322,11 +378,11 @@ def signature_text(path: str, obj: Any, face: _Face | None = None) -> str:
         if _is_exception(obj):
             return f"{path}(*args)"
         raise
+    if bound:
+        sig = sig.replace(parameters=list(sig.parameters.values())[1:])
 
     def shown(annotation: Any) -> _Text:
-        text = annotation if isinstance(annotation, str) else inspect.formatannotation(annotation)
-        text = _NOISE_PREFIXES.sub("", text)
-        return _Text(_DOTTED_H5FEED.sub(lambda m: face.public_path(m.group(0)), text))
+        return _shown(annotation, face)
 
     parts: list[str] = []
     pending_slash = False

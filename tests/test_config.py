@@ -27,6 +27,7 @@ from h5feed.consumer.options import (
     LayoutArgs,
     NetworkOptions,
     ProcessOptions,
+    RecordOptions,
     hdf_config,
 )
 from h5feed.consumer.parameters import FeedKwargs, describe_parameters
@@ -103,20 +104,60 @@ def test_dataset_docstring_lists_every_default_as_the_dataclasses_have_it() -> N
     assert listed == describe_parameters()
 
 
-def _docs_table() -> dict[str, str]:
+#: The docs page's sections (``## Title (`Class`)``) and the names each must hold: the code's
+#: groups of the same arguments, in dataset()'s docstring's order.
+DOCS_GROUPS = {
+    "ClipSpec": _names(ClipSpec),
+    "LayoutArgs": _names(LayoutArgs),
+    "PlanOptions": _names(PlanOptions),
+    "ProcessOptions": _names(ProcessOptions),
+    "NetworkOptions": _names(NetworkOptions),
+    "RecordOptions": _names(RecordOptions),
+    "DataOptions": _names(DataOptions),
+    "SourceConfig": list(SOURCE_KEYS),
+    "dataset()": ["prefetch", "keys", "resume"],  # dataset()'s own arguments
+}
+
+
+def _docs_tables() -> dict[str, dict[str, str]]:
+    """Each section's table of the parameters page: its group (the class its title names,
+    or ``dataset()``) -> {parameter: default as written}."""
     text = PARAMETERS.read_text()
-    table = text[text.index("| parameter | default |", text.index("# All parameters")) :]
-    table = table[: table.index("\n\n")]
+    tables: dict[str, dict[str, str]] = {}
+    for section in re.split(r"^## ", text, flags=re.MULTILINE)[1:]:
+        title, _, body = section.partition("\n")
+        if "| parameter | default |" not in body:
+            continue
+        group = re.findall(r"`([\w()]+)`", title)[-1]
+        table = body[body.index("| parameter | default |") :]
+        table = table[: table.index("\n\n")] if "\n\n" in table else table
+        rows: dict[str, str] = {}
+        for line in table.strip().splitlines()[2:]:  # header, separator
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            names = re.findall(r"`(\w+)`", cells[0])
+            defaults = _split_top_level(cells[1]) if len(names) > 1 else [cells[1]]
+            assert len(defaults) == len(names), f"docs row {line!r}: a default per name"
+            for name, default in zip(names, defaults, strict=True):
+                assert name not in rows, f"{name} is in the docs table twice"
+                rows[name] = default
+        assert group not in tables, f"two sections for {group}"
+        tables[group] = rows
+    return tables
+
+
+def _docs_table() -> dict[str, str]:
     rows: dict[str, str] = {}
-    for line in table.splitlines()[2:]:  # header, separator
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        names = re.findall(r"`(\w+)`", cells[0])
-        defaults = _split_top_level(cells[1]) if len(names) > 1 else [cells[1]]
-        assert len(defaults) == len(names), f"docs row {line!r}: a default per name"
-        for name, default in zip(names, defaults, strict=True):
-            assert name not in rows, f"{name} is in the docs table twice"
-            rows[name] = default
+    for table in _docs_tables().values():
+        assert not set(rows) & set(table), f"in two tables: {sorted(set(rows) & set(table))}"
+        rows.update(table)
     return rows
+
+
+def test_docs_parameter_tables_are_the_codes_groups() -> None:
+    tables = _docs_tables()
+    assert list(tables) == list(DOCS_GROUPS), "the page's sections are not the code's groups"
+    for group, names in DOCS_GROUPS.items():
+        assert sorted(tables[group]) == sorted(names), (group, sorted(tables[group]), names)
 
 
 def test_docs_parameter_table_shows_every_default_as_the_dataclasses_have_it() -> None:

@@ -440,3 +440,46 @@ def test_mkdocs_build_strict_renders_both_pages(tmp_path: pathlib.Path) -> None:
     cli = (tmp_path / "site" / "cli.html").read_text()
     assert '<h2 id="h5feed-produce">h5feed produce' in cli
     assert "usage: h5feed produce" in cli
+
+
+# --------------------------------------------------------------------------------------------
+# The stats() and /metrics page
+
+stats_reference = sys.modules["stats_reference"]  # loaded by the hook, as MkDocs loads it
+
+
+def _pinned() -> Any:
+    import test_public_surface  # the pinned keys and names (tests/ is on sys.path)
+
+    return test_public_surface
+
+
+def test_every_pinned_stats_key_has_a_description_and_no_other() -> None:
+    pinned = _pinned()
+    for described, keys in (
+        (stats_reference.STATS, pinned.STATS_KEYS),
+        (stats_reference.WORKER, pinned.WORKER_KEYS),
+        (stats_reference.HOST, pinned.HOST_KEYS),
+        (stats_reference.FLEET, pinned.FLEET_KEYS),
+    ):
+        assert set(described) == set(keys), (
+            f"no description: {sorted(set(keys) - set(described))}; "
+            f"described but not pinned: {sorted(set(described) - set(keys))}"
+        )
+        assert all(text.strip() for text in described.values())
+
+
+def test_every_pinned_metric_is_generated_with_its_help() -> None:
+    families = {name: (kind, text) for name, kind, text in stats_reference.metric_families()}
+    missing = sorted(_pinned().METRIC_NAMES - set(families))
+    assert not missing, f"pinned metrics the reference does not list: {missing}"
+    assert "h5feed_fleet_replicas_needed" in families  # known in the sample: listed too
+    assert all(kind in ("counter", "gauge") and text for kind, text in families.values())
+
+
+def test_the_stats_page_lists_every_key_and_metric() -> None:
+    page = stats_reference.stats_markdown()
+    for key in (*stats_reference.STATS, *stats_reference.WORKER, *stats_reference.FLEET):
+        assert f"| `{key}` |" in page, key
+    for name in _pinned().METRIC_NAMES:
+        assert f"| `{name}` |" in page, name

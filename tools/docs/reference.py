@@ -6,7 +6,9 @@ through h5feed/__init__.py's lazy ``__getattr__``) and shown under its public na
 each with its signature and its docstring turned from the project's reST-ish style into
 Markdown. docs/reference/cli.md holds ``<!-- h5feed:cli -->``, replaced with the
 ``format_help()`` of ``h5feed.cli.build_parser()`` and of each of its subcommands, nested
-ones (``h5feed bench scale``) included.
+ones (``h5feed bench scale``) included (tools/docs/cli_reference.py). docs/reference/stats.md
+holds ``<!-- h5feed:stats -->``, replaced with the ``stats()`` keys and the ``/metrics``
+families (tools/docs/stats_reference.py).
 
 Guarantees:
 
@@ -30,31 +32,28 @@ Guarantees:
 from __future__ import annotations
 
 import argparse
-import contextlib
 import html
 import inspect
-import os
-import re
 import sys
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+# Sibling modules: MkDocs puts this hook's folder on sys.path while it loads the hook.
+import cli_reference
+import stats_reference
+from cli_reference import HELP_COLUMNS as HELP_COLUMNS  # re-exported: the tests read it
 from mkdocs.config.defaults import MkDocsConfig
 from mkdocs.exceptions import PluginError
 from mkdocs.structure.files import Files
 from mkdocs.structure.pages import Page
-
-# A sibling module: MkDocs puts this hook's folder on sys.path while it loads the hook.
 from rest_markdown import code_span, fence, rest_to_markdown
+from signatures import shown_annotation, signature_text
+from stats_reference import STATS_MARKER
 
 API_MARKER = "<!-- h5feed:api -->"
 CLI_MARKER = "<!-- h5feed:cli -->"
-#: The terminal width the help texts are formatted for (argparse reads $COLUMNS).
-HELP_COLUMNS = 100
-#: A signature longer than this is written one parameter a line.
-_SIGNATURE_WIDTH = 88
 
 #: The API page's sections: (title, names of ``h5feed.__all__``), in page order. The errors
 #: and warnings (every exception class of ``__all__``), ``layouts`` and ``__version__`` have
@@ -100,6 +99,8 @@ def on_page_markdown(markdown: str, page: Page, config: MkDocsConfig, files: Fil
         markdown = markdown.replace(API_MARKER, api_markdown(pages=_page_links(page, files)))
     if CLI_MARKER in markdown:
         markdown = markdown.replace(CLI_MARKER, cli_markdown())
+    if STATS_MARKER in markdown:
+        markdown = markdown.replace(STATS_MARKER, stats_reference.stats_markdown())
     return markdown
 
 
@@ -321,7 +322,9 @@ def _member_entry(path: str, member: Any, face: _Face, *, level: int) -> str:
     if isinstance(member, property):
         function = member.fget
         returns = inspect.signature(function).return_annotation
-        shown = "" if returns is inspect.Signature.empty else f": {_shown(returns, face)!r}"
+        shown = (
+            "" if returns is inspect.Signature.empty else f": {shown_annotation(returns, face)!r}"
+        )
         signature = f"{path}{shown}  # property"
     else:
         function = member.__func__ if isinstance(member, (classmethod, staticmethod)) else member
@@ -341,122 +344,12 @@ def _docstring(path: str, obj: Any, face: _Face) -> str:
     return rest_to_markdown(inspect.cleandoc(own), face.resolve, face.pages)
 
 
-# --------------------------------------------------------------------------------------------
-# Signatures
-
-
-class _Text:
-    """An annotation shown as written (inspect would quote a string annotation)."""
-
-    def __init__(self, text: str) -> None:
-        self.text = text
-
-    def __repr__(self) -> str:
-        return self.text
-
-
-_DOTTED_H5FEED = re.compile(r"\bh5feed(?:\.\w+)+")
-_NOISE_PREFIXES = re.compile(r"\b(?:collections\.abc|typing|typing_extensions)\.")
-
-
-def _shown(annotation: Any, face: _Face) -> _Text:
-    """An annotation as written, internal paths shown by their public ones (guarantee 4)."""
-    text = annotation if isinstance(annotation, str) else inspect.formatannotation(annotation)
-    text = _NOISE_PREFIXES.sub("", text)
-    return _Text(_DOTTED_H5FEED.sub(lambda m: face.public_path(m.group(0)), text))
-
-
-def signature_text(path: str, obj: Any, face: _Face | None = None, *, bound: bool = False) -> str:
-    """``path(...)``: the call a user writes, with annotations as written in the source; one
-    parameter a line when the line would be long. An exception class that keeps
-    ``Exception``'s constructor shows ``(*args)``. ``bound``: a method's, whose first
-    parameter (``self``, ``cls``) the call does not write."""
-    face = face if face is not None else _Face()
-    try:
-        sig = inspect.signature(obj)
-    except ValueError:  # a builtin's constructor: Exception(*args)
-        if _is_exception(obj):
-            return f"{path}(*args)"
-        raise
-    if bound:
-        sig = sig.replace(parameters=list(sig.parameters.values())[1:])
-
-    def shown(annotation: Any) -> _Text:
-        return _shown(annotation, face)
-
-    parts: list[str] = []
-    pending_slash = False
-    star_needed = True
-    for param in sig.parameters.values():
-        if param.kind is param.POSITIONAL_ONLY:
-            pending_slash = True
-        elif pending_slash:
-            parts.append("/")
-            pending_slash = False
-        if param.kind is param.VAR_POSITIONAL:
-            star_needed = False
-        elif param.kind is param.KEYWORD_ONLY and star_needed:
-            parts.append("*")
-            star_needed = False
-        if param.annotation is not param.empty:
-            param = param.replace(annotation=shown(param.annotation))
-        parts.append(str(param))
-    if pending_slash:
-        parts.append("/")
-    returns = ""
-    if sig.return_annotation is not sig.empty and not isinstance(obj, type):
-        returns = f" -> {shown(sig.return_annotation)!r}"
-    one_line = f"{path}({', '.join(parts)}){returns}"
-    if len(one_line) <= _SIGNATURE_WIDTH:
-        return one_line
-    return f"{path}(\n" + "".join(f"    {part},\n" for part in parts) + f"){returns}"
-
-
-# --------------------------------------------------------------------------------------------
-# The command line page
-
-
-@contextlib.contextmanager
-def help_width(columns: int = HELP_COLUMNS) -> Iterator[None]:
-    """argparse formats for a terminal ``columns`` wide (it reads $COLUMNS) while inside."""
-    before = os.environ.get("COLUMNS")
-    os.environ["COLUMNS"] = str(columns)
-    try:
-        yield
-    finally:
-        if before is None:
-            del os.environ["COLUMNS"]
-        else:
-            os.environ["COLUMNS"] = before
-
-
-def subcommands(
-    parser: argparse.ArgumentParser, words: tuple[str, ...] = ()
-) -> Iterator[tuple[tuple[str, ...], argparse.ArgumentParser]]:
-    """``(words, parser)`` for ``parser`` and every subcommand below it, depth first in the
-    order they were added (an alias is not listed twice)."""
-    yield words, parser
-    seen: set[int] = set()
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for name, sub in action.choices.items():
-                if id(sub) not in seen:
-                    seen.add(id(sub))
-                    yield from subcommands(sub, (*words, name))
-
-
 def cli_markdown(parser: argparse.ArgumentParser | None = None) -> str:
-    """Each command's ``--help`` under a heading ``h5feed WORDS`` (default: the parser of
-    this checkout's ``h5feed`` command; built, never run)."""
+    """The command line page (:func:`cli_reference.cli_markdown`) of ``parser``, by default
+    the parser of this checkout's ``h5feed`` command (built, never run)."""
     if parser is None:
         import_h5feed()
         from h5feed.cli import build_parser
 
         parser = build_parser()
-    parts: list[str] = []
-    with help_width():
-        for words, command in subcommands(parser):
-            title = " ".join((parser.prog, *words))
-            heading = "#" * min(max(len(words), 1) + 1, 6)  # h5feed and its commands: h2
-            parts.append(f"{heading} {title}\n\n{fence(command.format_help().rstrip(), 'text')}")
-    return "\n\n".join(parts) + "\n"
+    return cli_reference.cli_markdown(parser)

@@ -235,3 +235,25 @@ def test_no_user_page_points_at_an_internal_import_path() -> None:
         if _INTERNAL_PATH.search(line)
     ]
     assert not leaks, f"internal import paths (use the public h5feed.X): {leaks}"
+
+
+# --------------------------------------------------------------------------------------------
+# The package layout of docs/architecture/index.md
+
+
+def _layout_block() -> str:
+    text = (DOCS / "architecture" / "index.md").read_text()
+    after = text[text.index("Package layout") :]
+    return after[after.index("```") + 3 : after.index("```", after.index("```") + 3)]
+
+
+def test_the_package_layout_names_every_module_and_only_modules_that_exist() -> None:
+    named = set(re.findall(r"\b(\w+\.py)\b", _layout_block()))
+    modules = {
+        path.name
+        for path in (ROOT / "h5feed").rglob("*.py")
+        if path.name != "__init__.py" and "bench" not in path.relative_to(ROOT).parts
+    }
+    every = {path.name for path in (ROOT / "h5feed").rglob("*.py")}
+    assert not modules - named, f"modules the layout does not name: {sorted(modules - named)}"
+    assert not named - every, f"the layout names files that do not exist: {sorted(named - every)}"

@@ -319,8 +319,11 @@ def public_members(cls: type) -> list[tuple[str, Any]]:
 def _member_entry(path: str, member: Any, face: _Face, *, level: int) -> str:
     """A method as its call (``self`` left out), a property as ``path: type``."""
     heading = f"{'#' * level} {code_span(path)} {{ #{path} }}"
+    function: Any
     if isinstance(member, property):
         function = member.fget
+        if function is None:  # a property without a getter: nothing to read
+            raise ReferenceBuildError(f"{path} is a property without a getter")
         returns = inspect.signature(function).return_annotation
         shown = (
             "" if returns is inspect.Signature.empty else f": {shown_annotation(returns, face)!r}"

@@ -12,6 +12,15 @@ runs. Guarantees:
    the same frames read, decoded, resized, cropped and flipped), so the PNG holds exactly the
    pixels of the batch's clip: its frames left to right. With ``transform=``, the clip the
    transform was given (its input); a ``source=`` record has no clip to show (exit 1).
+3. A record is a file, and what it claims never costs what it claims: ``--show`` makes a
+   clip under the caps of ``h5feed produce`` (``max_clip_pixels``: 16 frames of 4K UHD;
+   ``max_frame_pixels``; ``max_chunk_bytes``: :mod:`h5feed.producer.read_limits`), so a
+   header asking for clips of 40000x40000 is refused before anything is allocated; it
+   reads only a file the header's ``files`` lists, confined to the data root
+   (``--data-root``, else the header's: :func:`h5feed.producer.confine.job_path`; a path
+   resolving outside it is refused); lines, steps and the header are read within the
+   bounds of :mod:`h5feed.consumer.lineage`. A malformed record is an error line naming
+   what is wrong (exit 1), never a traceback.
 """
 
 from __future__ import annotations
@@ -36,7 +45,10 @@ files, and writes its frames left to right as one PNG: exactly the pixels the ba
 (before a transform=, if any).
 
 Guarantees: a step the record does not hold is an error (exit status 1) naming the steps
-it holds; a last line cut by a machine crash is left out."""
+it holds; a last line cut by a machine crash is left out. A record is read within bounds
+(64 KiB a line): --show reads only a file the header lists, under --data-root (else the
+header's data root), and makes its clip under the caps of `h5feed produce` (16 frames of
+4K UHD); a malformed record is an error (exit status 1)."""
 
 EPILOG = """\
 examples:
@@ -68,6 +80,10 @@ def register(subcommand: Subcommand) -> None:
         "--out", default=None, metavar="PNG",
         help="where --show writes (default: lineage-step-N-row-ROW.png here)",
     )  # fmt: skip
+    parser.add_argument(
+        "--data-root", default=None, metavar="DIR",
+        help="--show reads the row's file only under DIR (default: the record's data root)",
+    )  # fmt: skip
     parser.set_defaults(handler=run_command)
 
 
@@ -81,7 +97,11 @@ def run_command(args: argparse.Namespace) -> int:
     if args.show >= len(rows):
         raise ValueError(f"step {args.step} has {len(rows)} rows (0..{len(rows) - 1})")
     out = args.out or f"lineage-step-{args.step}-row-{args.show}.png"
-    write_strip(lineage.read_header(args.file), rows[args.show], out)
+    head = lineage.read_header(args.file)
+    try:
+        write_strip(head, rows[args.show], out, args.data_root)
+    except (KeyError, TypeError, IndexError) as exc:  # a field missing or of another type
+        raise ValueError(f"{args.file}: not a lineage record h5feed wrote ({exc!r})") from None
     print(f"row {args.show}: its clip written to {out}")
     return 0
 
@@ -106,26 +126,37 @@ def _cell(value: Any) -> str:
     return "-" if value is None else json.dumps(value) if isinstance(value, bool) else str(value)
 
 
-def clip_of(head: dict[str, Any], row: dict[str, Any]) -> Any:
+def clip_of(head: dict[str, Any], row: dict[str, Any], data_root: str | None = None) -> Any:
     """The clip of ``row`` (uint8 [T, H, W, 3] RGB), made as a local worker makes it from
-    the dataset's arguments ``head`` (a transform left out: its input)."""
+    the dataset's arguments ``head`` (a transform left out: its input), under the caps of
+    ``h5feed produce``, from a file ``head`` lists, under ``data_root`` (None: the header's
+    data root): module docstring, 3."""
     import dataclasses
 
     from h5feed.common import layouts
-    from h5feed.common.config import ClipSpec
+    from h5feed.common.config import (
+        DEFAULT_MAX_CHUNK_BYTES,
+        PRODUCER_MAX_CLIP_PIXELS,
+        PRODUCER_MAX_FRAME_PIXELS,
+        ClipSpec,
+    )
     from h5feed.common.message_records import Row
-    from h5feed.producer import confine
     from h5feed.producer.clips import ClipMaker
     from h5feed.producer.code_policy import CodePolicy
+    from h5feed.producer.read_limits import ProducerLimits
 
     if head.get("kind") != "hdf5":
         raise ValueError("a source= record has no clip to show (its rows are your items)")
+    root = data_root if data_root is not None else head["data_root"]
+    path = _listed_file(head, row["file"], root)
     spec = dataclasses.replace(ClipSpec.from_wire(head["clip"]), transform=None)
     spec = dataclasses.replace(spec, transform_args=None)
-    maker = ClipMaker(spec, layouts.from_wire(head["layout"]), CodePolicy(), head["data_root"])
+    caps = ProducerLimits(
+        PRODUCER_MAX_FRAME_PIXELS, PRODUCER_MAX_CLIP_PIXELS, DEFAULT_MAX_CHUNK_BYTES
+    )  # a record is a file: no more than a producer makes for any peer
+    maker = ClipMaker(spec, layouts.from_wire(head["layout"]), CodePolicy(), root, limits=caps)
     try:
-        # Under the data root, as a worker resolves a JOB's path (confined there).
-        videos = maker.open_and_index(0, confine.job_path(row["file"], head["data_root"]), None)
+        videos = maker.open_and_index(0, path, None)
         names = [entry[0] for entry in videos]
         if row["video"] not in names:
             raise ValueError(f"{row['file']} has no video {row['video']!r} any more")
@@ -138,12 +169,34 @@ def clip_of(head: dict[str, Any], row: dict[str, Any]) -> Any:
     return clips[0]
 
 
-def write_strip(head: dict[str, Any], row: dict[str, Any], out: str) -> None:
+def _listed_file(head: dict[str, Any], file: Any, root: str | None) -> str:
+    """The path to open for the row's ``file``: one the header lists, resolved under
+    ``root`` as a worker resolves a JOB's path (confined there); ValueError otherwise."""
+    from h5feed.producer import confine
+
+    files = head["files"]
+    if not isinstance(files, list) or not isinstance(file, str) or file not in files:
+        raise ValueError(f"the row's file {file!r:.300} is not among the files the header lists")
+    if root is None:
+        return file
+    if not isinstance(root, str):
+        raise ValueError(f"the header's data_root {root!r:.100} is not a path")
+    if os.path.isabs(file):  # a record without a root: its files must lie under this one
+        resolved = os.path.realpath(file)
+        if os.path.commonpath([os.path.realpath(root), resolved]) != os.path.realpath(root):
+            raise ValueError(f"{file!r:.300} is outside the data root {root!r}: refused")
+        return resolved
+    return confine.job_path(file, root)
+
+
+def write_strip(
+    head: dict[str, Any], row: dict[str, Any], out: str, data_root: str | None = None
+) -> None:
     """Write ``row``'s clip to ``out`` as one PNG, its frames left to right."""
     import cv2
     import numpy as np
 
-    clip = clip_of(head, row)
+    clip = clip_of(head, row, data_root)
     strip = np.concatenate(list(clip), axis=1)  # [H, T * W, 3] RGB
     if not cv2.imwrite(os.fspath(out), strip[:, :, ::-1]):  # OpenCV writes BGR
         raise OSError(f"cannot write {out}")

@@ -521,3 +521,156 @@ def test_cli_show_finds_files_under_the_data_root(
 
     strip = cv2.imread(str(tmp_path / "clip.png"), cv2.IMREAD_UNCHANGED)[:, :, ::-1]
     np.testing.assert_array_equal(np.stack(np.split(strip, len(frames), axis=1)), frames)
+
+
+# -- what a record claims never costs what it claims (issue 38, item 5) ----------------------
+
+
+@pytest.fixture(scope="module")
+def record(tiny: list[str], tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A record of one epoch of ``tiny`` (absolute paths, no data root)."""
+    path = str(tmp_path_factory.mktemp("record") / "lineage.ndjson")
+    with h5feed.batches(tiny, lineage=path, **ARGS).stream() as stream:
+        next(stream)
+    return path
+
+
+def _copy_record(record: str, tmp_path: Any, **header: Any) -> str:
+    """A copy of ``record`` whose header has ``header``'s keys changed (None: removed)."""
+    path = str(tmp_path / "copy.ndjson")
+    pathlib.Path(path).write_bytes(pathlib.Path(record).read_bytes())
+    head = json.loads(pathlib.Path(lineage.header_path(record)).read_text())
+    for key, value in header.items():
+        if value is None:
+            head.pop(key)
+        else:
+            head[key] = value
+    pathlib.Path(lineage.header_path(path)).write_text(json.dumps(head))
+    return path
+
+
+def _show(path: str, tmp_path: Any, *more: str) -> int:
+    out = str(tmp_path / "clip.png")
+    return _run_cli("lineage", path, "--step", "0", "--show", "0", "--out", out, *more)
+
+
+@pytest.mark.parametrize(
+    ("clip", "said"),
+    [
+        # 3 frames of 5000x9000: 135 MP of output, past the producers' 16 x 4K UHD (133 MP)
+        ({"clip_len": 3, "resize": [5000, 9000], "crop": None}, "max_clip_pixels"),
+        # a 12x14 crop of frames resized to 40000x40000 (4.5 GB a frame, before the crop)
+        ({"resize": [40000, 40000], "crop": [12, 14]}, "max_frame_pixels"),
+        ({"clip_len": 16, "resize": [40000, 40000], "crop": None}, "max_clip_pixels"),
+    ],
+)
+def test_cli_show_makes_no_clip_past_the_producers_caps(
+    record: str, tmp_path: Any, capsys: pytest.CaptureFixture[str], clip: dict[str, Any], said: str
+) -> None:
+    """A header asking for huge clips is refused before anything is allocated (today: 2.5
+    GiB for 6000x6000, a 71.5 GiB attempt and a traceback for 40000x40000)."""
+    head = json.loads(pathlib.Path(lineage.header_path(record)).read_text())
+    path = _copy_record(record, tmp_path, clip={**head["clip"], **clip})
+    assert _show(path, tmp_path) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("h5feed lineage: error:") and said in err
+    assert not (tmp_path / "clip.png").exists()
+
+
+@pytest.mark.parametrize("size", [lineage.MAX_LINE_BYTES + 1, 1 << 30])
+def test_a_line_past_the_bound_is_refused_unread(
+    tmp_path: Any, capsys: pytest.CaptureFixture[str], size: int
+) -> None:
+    """A record of one 1 GiB line (sparse: 4 KiB on disk) costs what a 64 KiB line does
+    (today: read whole, 2 GiB); it is no row, and the command says so."""
+    import tracemalloc
+
+    path = tmp_path / "huge.ndjson"
+    start = b'{"step":0,"epoch":0,"batch":0,"row":0,"pad":"'
+    with open(path, "wb") as handle:
+        handle.write(start)
+        handle.truncate(size - 3)  # NUL bytes, never written
+        handle.seek(0, os.SEEK_END)
+        handle.write(b'"}\n')
+    tracemalloc.start()
+    try:
+        assert _run_cli("lineage", str(path), "--step", "0") == 1
+        _now, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 << 20
+    assert f"line 1 of {path} is longer than {lineage.MAX_LINE_BYTES} bytes" in (
+        capsys.readouterr().err
+    )
+    with pytest.raises(ValueError, match="longer than"):
+        lineage.read_rows(str(path))
+
+
+def test_cli_show_reads_only_a_file_the_header_lists(
+    record: str, tiny: list[str], tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A row naming a file the header does not list is refused, with a data root of null or
+    "/" as with none (today: read, whatever it is)."""
+    import shutil
+
+    other = tmp_path / "other.h5"
+    shutil.copy(tiny[0], other)  # a readable HDF5 file, listed nowhere
+    rows = pathlib.Path(record).read_text().splitlines(keepends=True)
+    first = json.loads(rows[0])
+    for root, named in ((None, str(other)), ("/", str(other).lstrip("/"))):
+        path = _copy_record(record, tmp_path, data_root=root or "")
+        if root is None:  # null, as a record of absolute paths has it
+            head = json.loads(pathlib.Path(lineage.header_path(path)).read_text())
+            head["data_root"] = None
+            pathlib.Path(lineage.header_path(path)).write_text(json.dumps(head))
+        forged = json.dumps({**first, "file": named}, separators=(",", ":")) + "\n"
+        pathlib.Path(path).write_text(forged + "".join(rows[1:]))
+        assert _show(path, tmp_path) == 1
+        assert "is not among the files the header lists" in capsys.readouterr().err
+    assert not (tmp_path / "clip.png").exists()
+
+
+def test_cli_show_reads_only_under_the_data_root_given(
+    record: str, tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--data-root`` confines --show to a directory, whatever the header says."""
+    (tmp_path / "root").mkdir()
+    assert _show(record, tmp_path, "--data-root", str(tmp_path / "root")) == 1
+    assert "is outside the data root" in capsys.readouterr().err
+    tiny_root = str(pathlib.Path(lineage.read_rows(record)[0]["file"]).parent)
+    assert _show(record, tmp_path, "--data-root", tiny_root) == 0
+
+
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        ({"layout": None}, "not a lineage record h5feed wrote"),
+        ({"files": None}, "not a lineage record h5feed wrote"),
+        ({"clip": "16"}, ""),
+    ],
+)
+def test_a_malformed_record_is_an_error_line_not_a_traceback(
+    record: str,
+    tmp_path: Any,
+    capsys: pytest.CaptureFixture[str],
+    change: dict[str, Any],
+    said: str,
+) -> None:
+    path = _copy_record(record, tmp_path, **change)
+    assert _show(path, tmp_path) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("h5feed lineage: error:") and said in err
+
+
+def test_a_deeply_nested_header_or_row_is_an_error_line(
+    record: str, tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """1 MiB of "[" is a ValueError naming the file (today: RecursionError)."""
+    path = _copy_record(record, tmp_path)
+    pathlib.Path(lineage.header_path(path)).write_text("[" * ((1 << 20) - 1))
+    assert _show(path, tmp_path) == 1
+    assert "nested too deeply" in capsys.readouterr().err
+    deep = '{"step":0,"epoch":0,"batch":0,"row":' + "[" * 60_000 + "\n"
+    pathlib.Path(path).write_text(deep)
+    assert _run_cli("lineage", path, "--step", "0") == 1
+    assert "nested too deeply" in capsys.readouterr().err

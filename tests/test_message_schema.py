@@ -16,7 +16,7 @@ import pytest
 
 from h5feed.common import message_types, messages, wire
 from h5feed.common.errors import ProtocolError
-from h5feed.common.message_schema import Label, MaxLen, Min, OneOf, Schema
+from h5feed.common.message_schema import EachLen, Label, MaxLen, Min, OneOf, Schema
 
 
 def test_every_field_of_every_class_is_on_the_wire_and_nothing_else() -> None:
@@ -42,7 +42,7 @@ class _Probe:
     """A kind made up here: one dataclass is all a new kind needs to have a schema."""
 
     KIND: ClassVar[str] = "probe"
-    job: str
+    job: Annotated[str, MaxLen(8)]
     mode: Annotated[str, OneOf(("a", "b"))]
     points: Annotated[tuple[_Point, ...], Label("point"), MaxLen(2)]
     corner: _Point | None
@@ -115,3 +115,53 @@ def test_messages_reexports_every_class() -> None:
         assert getattr(messages, cls.__name__) is cls
     assert isinstance(messages.parse(wire.decode(wire.encode(wire.PING, {}))), messages.Ping)
     assert isinstance(wire.SCHEMAS, Mapping)
+
+
+@pytest.mark.parametrize(
+    ("hint", "match"),
+    [
+        (str, "field 'odd': a str needs a bound"),
+        (str | None, "field 'odd': a str needs a bound"),
+        (bytes, "field 'odd': a bytes needs a bound"),
+        (Annotated[str, Min(0)], "field 'odd': a str needs a bound"),
+        (tuple[str, ...], "field 'odd': a list of str needs EachLen"),
+        (Annotated[tuple[bytes, ...], MaxLen(3)], "field 'odd': a list of bytes needs EachLen"),
+    ],
+)
+def test_a_string_field_without_a_bound_is_refused_when_the_class_is_made(
+    hint: Any, match: str
+) -> None:
+    """Every string a peer sends has a bound of its own: one cannot be added without."""
+    cls = dataclasses.make_dataclass("Odd", [("odd", hint)], frozen=True)
+    cls.KIND = "odd"  # type: ignore[attr-defined]
+    with pytest.raises(TypeError, match=match):
+        Schema.of(cls)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Texts:
+    KIND: ClassVar[str] = "texts"
+    note: Annotated[str | None, MaxLen(4)]
+    names: Annotated[tuple[str, ...], MaxLen(3), EachLen(2)]
+
+
+def test_bounds_of_optional_strings_and_of_each_listed_string() -> None:
+    texts = Schema.of(_Texts)
+    assert texts.build({"note": None, "names": ["ab", ""]}, {}).names == ("ab", "")
+    assert texts.build({"note": "abcd", "names": []}, {}).note == "abcd"
+    with pytest.raises(ProtocolError, match="TEXTS note too long: 5 note, at most 4"):
+        texts.build({"note": "abcde", "names": []}, {})
+    with pytest.raises(ProtocolError, match="TEXTS names holds an entry of 3, at most 2"):
+        texts.build({"note": None, "names": ["abc"]}, {})
+    with pytest.raises(ProtocolError, match="TEXTS names must be a list of str"):
+        texts.build({"note": None, "names": [1]}, {})  # a non-string reaches the type check
+
+
+def test_every_string_of_every_kind_has_a_bound_under_the_wire_limit() -> None:
+    """The bounds are each field's own, and each is under what the wire lets a string hold
+    (so they, not msgpack's 1 MiB, decide what a peer's text may cost)."""
+    for schema in message_types.SCHEMAS.values():
+        for _attribute, part in schema.parts:
+            for bound in part.bounds:
+                if isinstance(bound, MaxLen | EachLen) and str in part.types:
+                    assert bound.most < wire.DEFAULT_LIMITS.max_str_len, (schema.kind, part.name)

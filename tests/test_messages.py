@@ -11,11 +11,20 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_wire import GOLDEN_UNIT  # the one golden UNIT: its rows as the parser takes them
+from upgrade_pins import PREVIOUS_PACKAGE
 
 from h5feed.common import messages, wire
 from h5feed.common.errors import DataError, FileReadError, ProtocolError, VersionMismatchError
+from h5feed.common.message_records import (
+    MAX_HOST,
+    MAX_MESSAGE,
+    MAX_NONCE,
+    MAX_PACKAGE,
+    MAX_WORKER_NAME,
+)
 from h5feed.common.message_types import MAX_PORT, TRAINER_NAME
 from h5feed.common.messages import FileRef, Row, SkippedRow, SlotRef, VideoEntry
+from h5feed.common.protocol_versions import VersionRange, legacy_package
 
 PROPERTY = settings(max_examples=200, deadline=None)
 
@@ -675,3 +684,66 @@ def _source_info_frames(checks: Any) -> list[bytes]:
 def test_malformed_source_info_checks_raise_protocol_error(checks: Any, match: str) -> None:
     with pytest.raises(ProtocolError, match=match):
         messages.decode(_source_info_frames(checks))
+
+
+# Every string a peer sends has a bound of its own (issue 38, item 4): a HELLO's host is a DNS
+# name (253 characters), its worker a ZeroMQ routing id (255 bytes), its package the h5feed
+# version or the version-5 legacy text.
+LONGEST_HELLO = messages.Hello(
+    "w" * MAX_WORKER_NAME, 1, "h" * MAX_HOST, "p" * MAX_PACKAGE, "n" * MAX_NONCE
+)
+
+
+def test_the_longest_legal_hello_is_accepted() -> None:
+    assert round_trip(LONGEST_HELLO) == LONGEST_HELLO
+    legacy = legacy_package("0.1.0+" + "g" * 58, VersionRange(5, 6), 1)  # a 64-char version
+    pod = "trainer-" + "x" * 245  # a pod name as long as a DNS name may be
+    hello = messages.Hello("worker-0", 1, pod, legacy, "5f0c2a" * 5)
+    assert round_trip(hello) == hello
+    assert round_trip(messages.Hello("w", 1, "node-a", PREVIOUS_PACKAGE, "n")).package == "0.1.0"
+
+
+@pytest.mark.parametrize(
+    ("field", "length", "match"),
+    [
+        ("host", MAX_HOST + 1, "HELLO host too long: 254 host, at most 253"),
+        ("host", 1 << 20, "HELLO host too long"),
+        ("worker", MAX_WORKER_NAME + 1, "HELLO worker too long"),
+        ("package", MAX_PACKAGE + 1, "HELLO package too long"),
+        ("nonce", MAX_NONCE + 1, "HELLO nonce too long"),
+    ],
+)
+def test_a_hello_with_a_string_past_its_bound_is_refused(
+    field: str, length: int, match: str
+) -> None:
+    fields = {**fields_of(LONGEST_HELLO), field: "x" * length}
+    frames = wire.encode(wire.HELLO, fields)  # wire checks types only: the schema refuses
+    with pytest.raises(ProtocolError, match=match):
+        messages.decode([frame_bytes(f) for f in frames])
+
+
+@PROPERTY
+@given(
+    st.sampled_from(["worker", "host", "package", "nonce"]),
+    st.text(min_size=0, max_size=600),
+)
+def test_property_a_hello_string_decodes_exactly_when_within_its_bound(
+    field: str, text: str
+) -> None:
+    bound = {"worker": MAX_WORKER_NAME, "host": MAX_HOST}.get(field)
+    bound = bound or {"package": MAX_PACKAGE, "nonce": MAX_NONCE}[field]
+    frames = [
+        frame_bytes(f) for f in wire.encode(wire.HELLO, {**fields_of(LONGEST_HELLO), field: text})
+    ]
+    if len(text) <= bound:
+        assert getattr(messages.decode(frames), field) == text  # kept whole, never cut
+    else:
+        with pytest.raises(ProtocolError, match=f"HELLO {field} too long"):
+            messages.decode(frames)
+
+
+def test_an_error_of_a_long_exception_is_cut_by_its_sender_and_says_so() -> None:
+    """The worker cuts its own text to the bounds (a peer's longer text is refused)."""
+    error = messages.Error.of("job-1", 3, ValueError("x" * (MAX_MESSAGE + 5)))
+    assert len(error.message) <= MAX_MESSAGE and error.message.endswith("characters cut] ")
+    assert round_trip(error) == error

@@ -14,7 +14,9 @@ import random
 import socket
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import cv2
 import h5py
@@ -26,6 +28,8 @@ from conftest import own_worker_pids, wait_until_gone
 from fake_peers import frames_of, hello_frames
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 from zmq.utils.monitor import recv_monitor_message
 
 import h5feed
@@ -33,6 +37,8 @@ from h5feed.common import messages, wire
 from h5feed.common.config import ClipSpec
 from h5feed.common.errors import DataError, ProtocolError, VersionMismatchError, WorkerError
 from h5feed.common.layouts import Raw
+from h5feed.common.message_records import MAX_HOST, MAX_PACKAGE, MAX_WORKER_NAME
+from h5feed.consumer import metrics
 from h5feed.producer.clips import ClipMaker
 from h5feed.producer.code_policy import NOTHING
 from h5feed.producer.decode import decode_frame, jpeg_size
@@ -354,3 +360,89 @@ def test_a_worker_whose_part_exceeds_max_message_bytes_says_so_instead_of_being_
     )  # fmt: skip
     with pytest.raises(WorkerError, match=rf"exceeds max_message_bytes={limit}"):
         next(iter(feed))
+
+
+# -- a peer's strings, kept and repeated by every scrape (issue 38, item 4) -----------------
+
+
+class _ManyWorkers:
+    """A feed whose stats() list ``count`` workers, each with the longest legal strings."""
+
+    def __init__(self, count: int) -> None:
+        self.workers = [
+            {
+                "name": f"{i:06d}".ljust(MAX_WORKER_NAME, "w"),
+                "host": f"{i:06d}".ljust(MAX_HOST, "h"),
+                "protocol": 6,
+                "package": "p" * MAX_PACKAGE,
+                "count": 2,
+                "clips": 8,
+                "bytes": 100,
+                "busy_s": 0.5,
+                "unit_latency_s": 0.1 * i,
+                "last_seen_s_ago": 1.0,
+                "outstanding_units": 1,
+                "files": 3,
+            }
+            for i in range(count)
+        ]
+
+    def stats(self) -> dict[str, Any]:
+        return {"job": "j", "workers": self.workers}
+
+
+def test_a_scrape_of_many_peers_with_the_longest_strings_is_bounded() -> None:
+    """The first MAX_WORKER_SERIES workers have series of their own, the rest one sum: 4,000
+    peers of max-size strings cost a scrape no more than 512 do (today: 4,000 of each)."""
+    sizes = {}
+    for count in (metrics.MAX_WORKER_SERIES, 4000):
+        feed = _ManyWorkers(count)
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(metrics.FeedCollector(feed, metrics.IterationTotals()))
+        text = generate_latest(registry)
+        sizes[count] = len(text)
+        families = {f.name: f for f in text_string_to_metric_families(text.decode())}
+        parts = families["h5feed_worker_parts"].samples
+        assert len(parts) <= metrics.MAX_WORKER_SERIES + 1
+    assert sizes[4000] < sizes[metrics.MAX_WORKER_SERIES] * 1.05
+    assert sizes[4000] < 4 * _MB
+    others = {s.labels["worker"]: s.value for s in families["h5feed_worker_parts"].samples}
+    assert others[metrics.OTHERS] == 2 * (4000 - metrics.MAX_WORKER_SERIES)  # nothing lost
+    latency = families["h5feed_worker_unit_latency_seconds"].samples
+    assert max(s.value for s in latency) == pytest.approx(0.1 * 3999)  # the largest
+    info = {s.labels["worker"]: s.value for s in families["h5feed_worker_info"].samples}
+    assert info[metrics.OTHERS] == 4000 - metrics.MAX_WORKER_SERIES
+
+
+def test_hellos_with_megabyte_strings_are_refused_and_counted_never_kept(
+    small_dataset: list[pathlib.Path],
+) -> None:
+    """A HELLO whose host is 1 MiB (the wire's per-string limit) is a malformed message: the
+    trainer counts it and keeps none of it; its stats and /metrics stay small."""
+    feed = h5feed.batches(small_dataset, **CLIP, batch_size=4, workers=1, metrics_port=0)
+    context = zmq.Context()
+    rogues = [context.socket(zmq.DEALER) for _ in range(8)]
+    try:
+        with feed.stream() as stream:
+            got = next(stream)["sample"].tolist()
+            for i, rogue in enumerate(rogues):
+                rogue.setsockopt(zmq.LINGER, 0)
+                rogue.setsockopt(zmq.SNDTIMEO, 5_000)
+                rogue.connect(stream.address)
+                host = "h" * (wire.DEFAULT_LIMITS.max_str_len - 64)
+                rogue.send_multipart(frames_of(messages.Hello(f"r{i}", 1, host, "p" * 4000, "n")))
+            wait_for(lambda: stream.stats()["malformed_messages"] >= len(rogues), 20, "HELLOs")
+            assert feed.metrics_port is not None
+            body = urllib.request.urlopen(
+                f"http://127.0.0.1:{feed.metrics_port}/metrics", timeout=10
+            ).read()
+            got += [s for batch in stream for s in batch["sample"].tolist()]
+            stats = stream.stats()
+    finally:
+        for rogue in rogues:
+            rogue.close()
+        context.term()
+    assert sorted(got) == list(range(SAMPLES))
+    assert stats["malformed_messages"] == len(rogues)
+    assert all(len(w["host"]) <= MAX_HOST for w in stats["workers"])
+    assert len(body) < 64 << 10  # one local worker's series: no rogue's text in them

@@ -10,6 +10,31 @@ from typing import Annotated, Final, NamedTuple
 
 from h5feed.common.message_schema import MaxLen, Min
 
+# Every string a peer sends has a bound of its own (message_schema refuses a str field
+# without one at import), sized for the largest real value with room, far under the wire's
+# 1 MiB per string: a peer's claim is kept and repeated (stats, /metrics, logs) at most so.
+#: A worker's name: its ZeroMQ routing id, which libzmq caps at 255 bytes.
+MAX_WORKER_NAME: Final = 255
+#: A host name: a DNS name (a Kubernetes pod name too) is at most 253 characters.
+MAX_HOST: Final = 253
+#: An h5feed version, or the version-5 HELLO's legacy form (a 64-character version and its
+#: range, ~100 characters: h5feed.common.protocol_versions.legacy_package).
+MAX_PACKAGE: Final = 256
+#: A HELLO nonce (32 hex characters sent).
+MAX_NONCE: Final = 64
+#: A job id (32 hex characters sent).
+MAX_JOB_ID: Final = 128
+#: A path (a file of a JOB, a cache directory, a file named in an ERROR): Linux's PATH_MAX.
+MAX_PATH: Final = 4096
+#: A name inside a file (a video, an ERROR's video), and a Python name or import path.
+MAX_NAME: Final = 1024
+#: An ERROR's message, and a BYE's reason; an ERROR's traceback (the longest legal text). A
+#: worker cuts its own to these (Error.of), a peer that sends more is refused.
+MAX_MESSAGE: Final = 16 << 10
+MAX_TRACEBACK: Final = 256 << 10
+#: Entries of a SOURCE's sys_path.
+MAX_SYS_PATH: Final = 1024
+
 #: At most this many items in a SOURCE_INFO's checks; each digest at most this many bytes.
 MAX_CHECKS: Final = 16
 MAX_DIGEST_BYTES: Final = 64
@@ -32,13 +57,13 @@ class FileRef(NamedTuple):
     """A file of a JOB: its number in the dataset and its path (relative to the data root)."""
 
     number: int
-    path: str
+    path: Annotated[str, MaxLen(MAX_PATH)]
 
 
 class VideoEntry(NamedTuple):
     """A video of an INDEX: its name in the file, its frame count (>= 1) and its label."""
 
-    name: str
+    name: Annotated[str, MaxLen(MAX_NAME)]
     frames: Annotated[int, Min(1)]
     label: int
 

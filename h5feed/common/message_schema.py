@@ -23,9 +23,13 @@ annotation                 header holds           built as
 =========================  =====================  ==========================================
 
 Bounds ride on the annotation as ``Annotated`` metadata (:class:`Min`, :class:`Within`,
-:class:`MaxLen`, :class:`OneOf`), checked before the value is built (a list too long is
-refused unread); a rule that spans fields is the message's ``validate()`` method, which
-``build`` calls last.
+:class:`MaxLen`, :class:`OneOf`, :class:`EachLen`), checked before the value is built (a
+list too long is refused unread); a rule that spans fields is the message's ``validate()``
+method, which ``build`` calls last. Every string a peer sends has a bound of its own: a
+``str`` or ``bytes`` field (in a record too) with neither ``MaxLen`` nor ``OneOf``, or a
+list of them without ``EachLen``, raises ``TypeError`` when the schema is made, so no text
+is kept or repeated at the size the wire's per-string limit (1 MiB) allows. A value over its
+bound is refused (a ``ProtocolError``: a malformed message, counted), never cut.
 A nested value is named in errors by its kind and field, less a plural ``s`` (``UNIT row``),
 or by a :class:`Label`. An annotation with no wire form raises ``TypeError`` when the schema
 is made, at import: a new field cannot go unchecked.
@@ -83,6 +87,21 @@ class MaxLen:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class EachLen:
+    """The most characters (or bytes) each string of a list field may hold."""
+
+    most: int
+
+    def check(self, name: str, value: Any) -> None:
+        try:
+            longest = max(map(len, value), default=0)  # C speed: no Python object per entry
+        except TypeError:
+            return  # not all strings: the element check that follows names it
+        if longest > self.most:
+            raise _Fault(f"{name} holds an entry of {longest}, at most {self.most}")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class OneOf:
     """The values a str field may take."""
 
@@ -115,7 +134,7 @@ class Label:
     text: str
 
 
-Bound = Min | Within | MaxLen | OneOf
+Bound = Min | Within | MaxLen | OneOf | EachLen
 _SCALARS: Mapping[Any, tuple[type, ...]] = {
     str: (str,), int: (int,), bool: (bool,), bytes: (bytes,), float: (float, int),
 }  # fmt: skip
@@ -139,6 +158,7 @@ def _part(name: str, hint: Any, kind: str) -> _Part:
     """The part of the field ``name`` annotated ``hint``, in a message of ``kind``."""
     bounds: tuple[Bound, ...] = ()
     label = name.removesuffix("s")
+    meta: list[Any] = []
     if get_origin(hint) is Annotated:
         hint, *meta = get_args(hint)
         bounds = tuple(m for m in meta if isinstance(m, Bound))
@@ -147,11 +167,13 @@ def _part(name: str, hint: Any, kind: str) -> _Part:
     origin, args = get_origin(hint), get_args(hint)
     if origin in (types.UnionType, typing.Union) and _NONE in args:
         (inner,) = (a for a in args if a is not _NONE)
-        part = _part(name, inner, kind)
+        part = _part(name, Annotated[(inner, *meta)] if meta else inner, kind)
         build = part.build
         optional = None if build is None else (lambda v: None if v is None else build(v))
         return _Part(name, (*part.types, _NONE), optional, bounds)
     if hint in _SCALARS:
+        if hint in (str, bytes) and not any(isinstance(b, MaxLen | OneOf) for b in bounds):
+            raise TypeError(f"field {name!r}: a {hint.__name__} needs a bound (MaxLen or OneOf)")
         return _Part(name, _SCALARS[hint], None, bounds)
     if origin is Mapping:
         return _Part(name, (dict,), None, bounds)
@@ -165,6 +187,8 @@ def _part(name: str, hint: Any, kind: str) -> _Part:
             read = _record_reader(element, what)
             return _Part(name, (list,), lambda v: tuple(map(read, v)), bounds)
         if element in _ELEMENTS:
+            if element in (str, bytes) and not any(isinstance(b, EachLen) for b in bounds):
+                raise TypeError(f"field {name!r}: a list of {element.__name__} needs EachLen")
             return _Part(name, (list,), _scalars_reader(name, element), bounds)
     raise TypeError(f"field {name!r}: no wire form for {hint!r}")
 

@@ -30,6 +30,16 @@ from h5feed.common.message_records import (
     MAX_BUSY_S,
     MAX_CHECKS,
     MAX_CODE_IDENTITIES,
+    MAX_HOST,
+    MAX_JOB_ID,
+    MAX_MESSAGE,
+    MAX_NAME,
+    MAX_NONCE,
+    MAX_PACKAGE,
+    MAX_PATH,
+    MAX_SYS_PATH,
+    MAX_TRACEBACK,
+    MAX_WORKER_NAME,
     ON_ERROR_CHOICES,
     CodeIdentity,
     FileRef,
@@ -39,23 +49,46 @@ from h5feed.common.message_records import (
     SlotRef,
     VideoEntry,
 )
-from h5feed.common.message_schema import Label, MaxLen, Min, OneOf, Schema, Since, Within
+from h5feed.common.message_schema import (
+    EachLen,
+    Label,
+    MaxLen,
+    Min,
+    OneOf,
+    Schema,
+    Since,
+    Within,
+)
 from h5feed.common.protocol_versions import OLDEST_VERSION, PROTOCOL_VERSION
 
 #: Start of a BYE reason that refuses a peer (e.g. another protocol version): do not retry.
 REFUSED: Final = "refused:"
 
+#: A job id, as every message of a job names it.
+JobId = Annotated[str, MaxLen(MAX_JOB_ID)]
+
+
+def cut(text: str, most: int, *, tail: bool = False) -> str:
+    """``text`` if it has at most ``most`` characters, else ``most`` of them saying how many
+    were cut (its start, or with ``tail`` its end): what a sender does with its own text
+    before a field's bound, never what a receiver does with a peer's."""
+    if len(text) <= most:
+        return text
+    keep = most - len(f" [{len(text)} characters cut] ")  # the count has no more digits
+    mark = f" [{len(text) - keep} characters cut] "
+    return mark + text[-keep:] if tail else text[:keep] + mark
+
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Hello:
     KIND: ClassVar[str] = "hello"
-    worker: str
+    worker: Annotated[str, MaxLen(MAX_WORKER_NAME)]
     pid: int
-    host: str
-    package: str
+    host: Annotated[str, MaxLen(MAX_HOST)]
+    package: Annotated[str, MaxLen(MAX_PACKAGE)]
     #: Random, fixed for the life of one worker process: a HELLO under a known identity with
     #: another nonce is a new process (a restarted worker), never the same one speaking again.
-    nonce: str
+    nonce: Annotated[str, MaxLen(MAX_NONCE)]
     #: [lowest, highest] protocol version the worker speaks ((): only the HELLO's own); in
     #: version 5 said in ``package`` instead (h5feed.common.protocol_versions).
     protocols: Annotated[tuple[int, ...], Since(6), MaxLen(2)] = ()
@@ -76,11 +109,11 @@ class Job:
     its files to it: a job of many files comes as several JOBs (at most 1,024 files each)."""
 
     KIND: ClassVar[str] = "job"
-    job: str
+    job: JobId
     files: tuple[FileRef, ...]
     clip: Mapping[str, Any]  # ClipSpec.to_wire(); ClipSpec.from_wire validates it
     layout: Mapping[str, Any]  # LayoutSpec.to_wire(): how the files store videos
-    cache_dir: str | None
+    cache_dir: Annotated[str | None, MaxLen(MAX_PATH)]
     #: "raise": a bad frame (FrameError) is an ERROR; "skip": its row is zero-filled and
     #: listed in the DATA's ``skipped``. Errors of whole files are ERRORs either way.
     on_error: Annotated[str, OneOf(ON_ERROR_CHOICES)] = "raise"
@@ -99,7 +132,7 @@ class Job:
 @dataclasses.dataclass(frozen=True, slots=True)
 class Index:
     KIND: ClassVar[str] = "index"
-    job: str
+    job: JobId
     file: int
     videos: tuple[VideoEntry, ...]
 
@@ -112,10 +145,10 @@ class IndexBatch:
     Columns, so a 10,000-file handshake decodes without a Python object per video."""
 
     KIND: ClassVar[str] = "index_batch"
-    job: str
+    job: JobId
     files: tuple[int, ...]
     counts: tuple[int, ...]
-    names: tuple[bytes, ...]
+    names: Annotated[tuple[bytes, ...], EachLen(MAX_NAME)]
     frames: np.ndarray
     labels: np.ndarray
 
@@ -174,7 +207,7 @@ class IndexBatch:
 @dataclasses.dataclass(frozen=True, slots=True)
 class Unit:
     KIND: ClassVar[str] = "unit"
-    job: str
+    job: JobId
     unit: int
     batch: int  # the batch's sequence number in the iteration
     epoch: int
@@ -199,7 +232,7 @@ class Items:
     """A map-style source's element indices, or a keras source's one batch index."""
 
     KIND: ClassVar[str] = "items"
-    job: str
+    job: JobId
     unit: int
     batch: int
     epoch: int
@@ -211,7 +244,7 @@ class Pull:
     """A generator source: the next ``count`` elements of the worker's pass ``pass_``."""
 
     KIND: ClassVar[str] = "pull"
-    job: str
+    job: JobId
     unit: int
     batch: int
     epoch: int
@@ -231,7 +264,7 @@ class Data:
     "skip"``), at distinct positions of ``samples`` (checked on decode)."""
 
     KIND: ClassVar[str] = "data"
-    job: str
+    job: JobId
     unit: int
     batch: int
     samples: tuple[Any, ...]
@@ -254,13 +287,13 @@ class Data:
 @dataclasses.dataclass(frozen=True, slots=True)
 class Error:
     KIND: ClassVar[str] = "error"
-    job: str
+    job: JobId
     unit: int | None
-    type: str
-    message: str
-    traceback: str
-    file: str | None = None
-    video: str | None = None
+    type: Annotated[str, MaxLen(MAX_NAME)]
+    message: Annotated[str, MaxLen(MAX_MESSAGE)]
+    traceback: Annotated[str, MaxLen(MAX_TRACEBACK)]
+    file: Annotated[str | None, MaxLen(MAX_PATH)] = None
+    video: Annotated[str | None, MaxLen(MAX_NAME)] = None
     frame: int | None = None
     #: A file that cannot be read (``FileReadError``): its number in the JOB, so the trainer
     #: knows which file, whatever path the worker resolved it to.
@@ -269,17 +302,20 @@ class Error:
     @classmethod
     def of(cls, job: str, unit: int | None, exc: BaseException, file: str | None = None) -> Error:
         """The ERROR reporting ``exc``; a :class:`DataError` names its file, video, frame,
-        a :class:`FileReadError` also the file's number."""
+        a :class:`FileReadError` also the file's number. Each text is cut to its field's
+        bound here, at the sender, and says so (a peer's longer text is refused on decode):
+        the traceback keeps its end, where the exception is."""
         data_error = exc if isinstance(exc, DataError) else None
         number = exc.number if isinstance(exc, FileReadError) else None
+        where = (data_error.file, data_error.video) if data_error else (file, None)
         return cls(
             job=job,
             unit=unit,
-            type=type(exc).__name__,
-            message=str(exc),
-            traceback="".join(traceback.format_exception(exc)),
-            file=data_error.file if data_error else file,
-            video=data_error.video if data_error else None,
+            type=cut(type(exc).__name__, MAX_NAME),
+            message=cut(str(exc), MAX_MESSAGE),
+            traceback=cut("".join(traceback.format_exception(exc)), MAX_TRACEBACK, tail=True),
+            file=None if where[0] is None else cut(where[0], MAX_PATH),
+            video=None if where[1] is None else cut(where[1], MAX_NAME),
             frame=data_error.frame if data_error else None,
             file_number=number,
         )
@@ -288,12 +324,12 @@ class Error:
 @dataclasses.dataclass(frozen=True, slots=True)
 class Bye:
     KIND: ClassVar[str] = "bye"
-    reason: str
+    reason: Annotated[str, MaxLen(MAX_MESSAGE)]
 
     @classmethod
     def refusing(cls, why: str) -> Bye:
         """A BYE that refuses a peer (another protocol version, say): it must not retry."""
-        return cls(f"{REFUSED} {why}")
+        return cls(cut(f"{REFUSED} {why}", MAX_MESSAGE))
 
     @property
     def refused(self) -> bool:
@@ -303,10 +339,10 @@ class Bye:
 @dataclasses.dataclass(frozen=True, slots=True)
 class Source:
     KIND: ClassVar[str] = "source"
-    job: str
-    source: str  # "package.module:factory"
+    job: JobId
+    source: Annotated[str, MaxLen(MAX_NAME)]  # "package.module:factory"
     args: Mapping[str, Any]
-    sys_path: tuple[str, ...]
+    sys_path: Annotated[tuple[str, ...], MaxLen(MAX_SYS_PATH), EachLen(MAX_PATH)]
     worker: int  # this worker's shard index among ``workers``
     workers: int
     seed: int
@@ -322,8 +358,8 @@ class Source:
 @dataclasses.dataclass(frozen=True, slots=True)
 class SourceInfo:
     KIND: ClassVar[str] = "source_info"
-    job: str
-    kind: str  # "map", "keras" or "generator"
+    job: JobId
+    kind: Annotated[str, MaxLen(16)]  # "map", "keras" or "generator"
     length: int | None
     spec: Mapping[str, Any]
     epoch: int = 0  # the epoch the checks were made at
@@ -336,7 +372,7 @@ class Check:
     ``epoch`` (keras: after ``on_epoch_end`` up to it), before any batch of it is sent."""
 
     KIND: ClassVar[str] = "check"
-    job: str
+    job: JobId
     epoch: int
 
 

@@ -46,6 +46,12 @@ Guarantees:
 4. A file that exists and is not a lineage record is refused (ValueError), never truncated.
    A record belongs to one dataset: two datasets given one path (a training and a
    validation set) cut each other's rows; give each its own.
+5. What a record claims costs at most a bound, whoever wrote it: a line is read up to
+   :data:`MAX_LINE_BYTES` (a longer one is not a row: ValueError naming it, or for a resume
+   the end of the rows kept), a step's rows up to :data:`MAX_STEP_BYTES`, the header up to
+   :data:`MAX_HEADER_BYTES` (a regular file, not a FIFO), and malformed or deeply nested
+   JSON is a ValueError, never a RecursionError. (``h5feed lineage --show`` bounds the clip
+   it makes again: h5feed.lineage_command.)
 """
 
 from __future__ import annotations
@@ -57,10 +63,11 @@ import re
 import threading
 import weakref
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, BinaryIO
 
 from h5feed.common.atomic import atomic_file
 from h5feed.common.config import crop_offset
+from h5feed.common.regular_files import read_regular
 from h5feed.common.source_kinds import SourceKind
 from h5feed.consumer.core.assembly import Batch
 from h5feed.consumer.options import FeedConfig, HdfConfig
@@ -72,6 +79,13 @@ HEADER_SUFFIX = ".dataset.json"
 #: The first keys of every row, in this order (so a resume reads them without parsing JSON).
 _ROW_START = re.compile(rb'\{"step":(\d+),"epoch":(\d+),"batch":(\d+)[,}]')
 _JSON = json.JSONEncoder(separators=(",", ":"), default=repr)
+#: The longest line a record may hold: a row is a few hundred bytes and its file and video
+#: names (a path is at most 4,096 bytes); a longer line is no row of ours.
+MAX_LINE_BYTES = 64 << 10
+#: The most bytes of rows one step may hold (a batch of 16,384 rows of 1 KiB).
+MAX_STEP_BYTES = 16 << 20
+#: The largest header (``PATH.dataset.json``): its file list is most of it.
+MAX_HEADER_BYTES = 1 << 20
 
 
 def header_path(path: str) -> str:
@@ -270,16 +284,28 @@ def _first_line(path: str) -> bytes:
         return b""
 
 
+def _lines(handle: BinaryIO) -> Iterator[bytes]:
+    """The lines of ``handle``, each read up to :data:`MAX_LINE_BYTES` + 1 bytes: a longer
+    one comes out cut (no ``\n`` at its end), so it is never read whole."""
+    while line := handle.readline(MAX_LINE_BYTES + 1):
+        yield line
+
+
+def _too_long(line: bytes) -> bool:
+    return len(line) > MAX_LINE_BYTES
+
+
 def _kept(path: str, taken: Callable[[int, int], bool]) -> tuple[int, int]:
     """The bytes of ``path`` to keep (the rows of batches ``taken`` says were taken, up to
-    the first that was not, or a cut line) and the step after the last kept row."""
+    the first that was not, or a cut or over-long line) and the step after the last kept
+    row."""
     kept, next_step = 0, 0
     if not os.path.exists(path):
         return 0, 0
     with open(path, "rb") as handle:
-        for line in handle:
+        for line in _lines(handle):
             match = _ROW_START.match(line)
-            if not line.endswith(b"\n") or match is None:
+            if _too_long(line) or not line.endswith(b"\n") or match is None:
                 break
             step, epoch, batch = (int(g) for g in match.groups())
             if not taken(epoch, batch):
@@ -298,14 +324,42 @@ def taken_by(cursor: Cursor, taken: frozenset[tuple[int, int]]) -> Callable[[int
 
 def read_rows(path: str) -> list[dict[str, Any]]:
     """Every complete row of the record at ``path``, in order (a last line cut by a
-    machine crash is left out)."""
+    machine crash is left out); ValueError for a line longer than :data:`MAX_LINE_BYTES`."""
     rows = []
     with open(path, "rb") as handle:
-        for line in handle:
+        for number, line in enumerate(_lines(handle), 1):
+            _check_length(path, number, line)
             if not line.endswith(b"\n"):
                 break
-            rows.append(json.loads(line))
+            rows.append(_row(path, number, line))
     return rows
+
+
+def _check_length(path: str, number: int, line: bytes) -> None:
+    if _too_long(line):
+        raise ValueError(
+            f"line {number} of {path} is longer than {MAX_LINE_BYTES} bytes: not a lineage "
+            "row (refused before reading the rest of it)"
+        )
+
+
+def _row(path: str, number: int, line: bytes) -> dict[str, Any]:
+    """Line ``number`` of ``path`` as a row; ValueError when it is not a JSON object."""
+    row = _json(line, f"line {number} of {path}")
+    if not isinstance(row, dict):
+        raise ValueError(f"line {number} of {path} is not a JSON object: not a lineage row")
+    return row
+
+
+def _json(text: bytes, what: str) -> Any:
+    """``text`` parsed; ValueError naming ``what`` when it is not JSON, or nested too deeply
+    for the parser (a RecursionError: 1 MiB of ``[`` is no record)."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError(f"{what} is nested too deeply to be a lineage record") from None
+    except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise ValueError(f"{what} is not JSON: {exc}") from None
 
 
 def rows_of_step(path: str, step: int) -> list[dict[str, Any]]:
@@ -313,8 +367,10 @@ def rows_of_step(path: str, step: int) -> list[dict[str, Any]]:
     stops past it); ValueError naming the steps the record holds when it has none."""
     found: list[dict[str, Any]] = []
     first = last = None
+    size = 0
     with open(path, "rb") as handle:
-        for line in handle:
+        for number, line in enumerate(_lines(handle), 1):
+            _check_length(path, number, line)
             match = _ROW_START.match(line)
             if not line.endswith(b"\n") or match is None:
                 break
@@ -322,7 +378,13 @@ def rows_of_step(path: str, step: int) -> list[dict[str, Any]]:
             first = at if first is None else first
             last = at
             if at == step:
-                found.append(json.loads(line))
+                size += len(line)
+                if size > MAX_STEP_BYTES:
+                    raise ValueError(
+                        f"step {step} of {path} holds more than {MAX_STEP_BYTES} bytes of "
+                        "rows: not a lineage record's step"
+                    )
+                found.append(_row(path, number, line))
             elif at > step and found:
                 break
     if not found:
@@ -332,9 +394,10 @@ def rows_of_step(path: str, step: int) -> list[dict[str, Any]]:
 
 
 def read_header(path: str) -> dict[str, Any]:
-    """The dataset's arguments of the record at ``path``."""
-    with open(header_path(path), "rb") as handle:
-        head = json.loads(handle.read(1 << 20))
+    """The dataset's arguments of the record at ``path`` (a regular file of at most
+    :data:`MAX_HEADER_BYTES`: ValueError for another file or a longer one)."""
+    where = header_path(path)
+    head = _json(read_regular(where, MAX_HEADER_BYTES), where)
     if not isinstance(head, dict) or head.get("h5feed_lineage") != FORMAT_VERSION:
         raise ValueError(f"{header_path(path)} is not a lineage header of format {FORMAT_VERSION}")
     return head

@@ -25,6 +25,12 @@ Names and meaning (all start with ``h5feed_``):
   ``worker_busy_seconds_total``, ``worker_unit_latency_seconds``, ``worker_last_part_age_seconds``,
   ``worker_outstanding_units``, ``worker_files``; ``worker_info`` (1, with labels ``protocol``
   and ``package`` besides: the protocol version spoken with it and its h5feed version).
+  What a scrape costs is bounded whatever peers join: the first :data:`MAX_WORKER_SERIES`
+  workers of ``stats()["workers"]`` (in the order they joined) have series of their own;
+  the rest are summed under ``worker="_others", host="_others"`` (counters, units and files
+  summed, latency and last-part age their largest; ``worker_info`` of ``_others`` counts
+  them). Each label value is at most :data:`MAX_LABEL` characters (a peer's strings are
+  bounded on decode already: h5feed.common.message_records).
 
 Bad data adds the counter ``skipped_samples_total``: samples zero-filled for a bad frame under
 ``on_error="skip"`` (docs/data/bad-data.md).
@@ -109,6 +115,16 @@ _PER_WORKER = (
 )
 
 
+#: Workers with per-worker series of their own; the rest are summed under OTHERS.
+MAX_WORKER_SERIES = 512
+#: The ``worker`` and ``host`` labels of the workers past MAX_WORKER_SERIES.
+OTHERS = "_others"
+#: The most characters of one label value (a longer one is cut, saying so with "...").
+MAX_LABEL = 256
+#: Per-worker gauges summed over OTHERS (the rest: their largest).
+_SUMMED_GAUGES = frozenset({"outstanding_units", "files"})
+
+
 class _HasStats(Protocol):
     def stats(self) -> dict[str, Any]: ...
 
@@ -178,16 +194,31 @@ class FeedCollector(Collector):
             "1 per worker: the protocol version spoken with it, its h5feed version",
             labels=(*labels_, "protocol", "package"),
         )
-        for worker in stats.get("workers", []):
-            labels = [str(worker["name"]), str(worker["host"])]
+        workers = stats.get("workers", [])
+        for worker in workers[:MAX_WORKER_SERIES]:
+            labels = [_label(worker["name"]), _label(worker["host"])]
             for family, (key, _, _, _) in zip(families, _PER_WORKER, strict=True):
                 value = worker.get(key)
                 if value is not None:  # no latency before its first unit, no part yet
                     family.add_metric(labels, float(value))
-            versions = [str(worker.get("protocol", "")), str(worker.get("package", ""))]
+            versions = [_label(worker.get("protocol", "")), _label(worker.get("package", ""))]
             info.add_metric([*labels, *versions], 1.0)
+        others = workers[MAX_WORKER_SERIES:]
+        if others:
+            for family, (key, _, counter, _) in zip(families, _PER_WORKER, strict=True):
+                values = [float(w[key]) for w in others if w.get(key) is not None]
+                if values:
+                    summed = counter or key in _SUMMED_GAUGES
+                    family.add_metric([OTHERS, OTHERS], sum(values) if summed else max(values))
+            info.add_metric([OTHERS, OTHERS, "", ""], float(len(others)))
         yield from families
         yield info
+
+
+def _label(value: Any) -> str:
+    """``value`` as a label, at most :data:`MAX_LABEL` characters."""
+    text = str(value)
+    return text if len(text) <= MAX_LABEL else text[: MAX_LABEL - 3] + "..."
 
 
 class FeedMetrics:

@@ -26,7 +26,8 @@ first takes it (:func:`h5feed.producer.dataset_checks.check_dataset`), never per
 
 :class:`ProducerLimits` (``h5feed produce --max-frame-pixels --max-clip-pixels
 --max-chunk-bytes``): a producer service's own caps. A job's ``max_frame_pixels`` is lowered to
-the producer's (a consumer asking for more, or for None, gets the producer's); a job whose
+the producer's (a consumer asking for more, or for None, gets the producer's), and a job
+whose ``resize`` passes it is refused (each frame is resized whole before its crop); a job whose
 clips would hold more than ``max_clip_pixels`` output pixels (``clip_len`` x height x width,
 from ``resize``/``crop``, or from the first decoded frame without them) is refused with
 :class:`LimitRefused` before a clip is allocated. Local workers of a trainer have none: the
@@ -159,6 +160,14 @@ class ProducerLimits:
         if height is not None and width is not None:
             self.check_clip(spec.clip_len, height, width)
         cap, asked = self.max_frame_pixels, spec.max_frame_pixels
+        if cap is not None and spec.resize is not None and math.prod(spec.resize) > cap:
+            # Every frame is resized whole before the crop: a small crop of a huge resize
+            # would allocate the huge frame (a header asking 40000x40000: 4.5 GB a frame).
+            raise LimitRefused(
+                f"resize {spec.resize} makes frames of {math.prod(spec.resize)} pixels, more "
+                f"than this producer's max_frame_pixels={cap} (`h5feed produce "
+                "--max-frame-pixels`): ask for a smaller resize"
+            )
         if cap is None or (asked is not None and asked <= cap):
             return spec
         return dataclasses.replace(spec, max_frame_pixels=cap)

@@ -32,13 +32,22 @@ Guarantees:
    rate: a group holds its place at least ``--attach-timeout-s`` (a trainer is detached
    only after that long without an ATTACH, never replaced: guarantee 6), so at most
    ``--max-trainers`` groups start within any ``--attach-timeout-s``, however trainers
-   come and go (a worker's own restarts follow its backoff). Messages are bounded before they are read (``MAXMSGSIZE``:
-   :data:`MAX_FRONT_MESSAGE_BYTES`) and decoded strictly; anything but a well-formed ATTACH
-   is counted and dropped, never answered with work. Connections are bounded too
-   (:mod:`h5feed.producer.connection_guard`: a flood is shed, descriptors stay in reserve
-   for worker starts), and a worker that cannot start is retried with a backoff, never an
-   exit of the replica. Refusals are logged at most once per 10 s in all, with counts
-   (``h5feed/common/refusal_log.py``).
+   come and go (a worker's own restarts follow its backoff). Messages are bounded before
+   they are read (``MAXMSGSIZE``: :data:`MAX_FRONT_MESSAGE_BYTES`) and decoded strictly;
+   anything but a well-formed ATTACH is counted and dropped, never answered with work.
+   Connections are bounded too (:mod:`h5feed.producer.connection_guard`: a flood is shed,
+   descriptors stay in reserve for worker starts), and a worker that cannot start is
+   retried with a backoff, never an exit of the replica. Refusals are logged at most once
+   per 10 s in all, with counts (``h5feed/common/refusal_log.py``).
+4. **Leaving.** A trainer whose ATTACHes stop for ``--attach-timeout-s`` (it ended its
+   iteration, died, or lost the network) has its group stopped (SIGTERM, as the service's
+   own stop); once stopped, nothing of it is left: no process, no worker figures. The
+   figures ``attached``, ``worker_processes`` and ``stopping`` (``/metrics``:
+   ``h5feed_fleet_*``) say so.
+5. **Fair shares.** The groups of attached trainers have equal sizes, and the OS scheduler
+   shares the CPUs among runnable processes: two hungry trainers get equal CPU; a trainer
+   bounded by its own pace (credits) leaves its workers idle and the others take the rest.
+   Each trainer's CPU and busy seconds are exported (``h5feed_fleet_trainer_*``).
 6. **One trainer cannot take another's workers.** A port of an address attached under one
    CURVE key is that key's until ``--attach-timeout-s`` after its last ATTACH: an ATTACH
    for it under another key is refused (BYE naming why) and counted, and the attached
@@ -49,15 +58,6 @@ Guarantees:
    reach itself, and what they send there is a ZMTP greeting and, with keys, a CURVE hello
    that must find the key that attached, never a byte the sender chose. The rate of group
    starts (guarantee 3) bounds the groups it can aim there.
-4. **Leaving.** A trainer whose ATTACHes stop for ``--attach-timeout-s`` (it ended its
-   iteration, died, or lost the network) has its group stopped (SIGTERM, as the service's
-   own stop); once stopped, nothing of it is left: no process, no worker figures. The
-   figures ``attached``, ``worker_processes`` and ``stopping`` (``/metrics``:
-   ``h5feed_fleet_*``) say so.
-5. **Fair shares.** The groups of attached trainers have equal sizes, and the OS scheduler
-   shares the CPUs among runnable processes: two hungry trainers get equal CPU; a trainer
-   bounded by its own pace (credits) leaves its workers idle and the others take the rest.
-   Each trainer's CPU and busy seconds are exported (``h5feed_fleet_trainer_*``).
 """
 
 from __future__ import annotations

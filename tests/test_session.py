@@ -203,21 +203,23 @@ def test_a_peer_that_keeps_sending_malformed_messages_is_refused_then_ignored() 
     assert len(transport.to(b"a")) == 1  # refused once
 
 
-def test_malformed_messages_are_logged_once_per_identity_per_interval(
-    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+def test_drops_and_refusals_of_any_number_of_identities_make_one_line_per_interval(
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
+    """Identities cost a sender nothing: 5,000 of them sending garbage, and 200 refused for
+    another protocol version, make one line within the interval (issue 38 item 7: one line
+    per identity made 5,000), and every message is still counted."""
     session, _transport, counters = make_session()
     joined(session, "a")
     with caplog.at_level("WARNING", logger="h5feed"):
-        for _ in range(5):
-            session.receive(b"a", [b"\x00not msgpack"])
-        session.receive(b"x", [b"\x00not msgpack"])  # another identity has its own line
-        assert len(caplog.records) == 2
-        monkeypatch.setattr(session_module, "_LOG_EVERY_S", 0.0)
-        session.receive(b"a", [b"\x00not msgpack"])
-    assert counters.malformed_messages == 7
-    assert len(caplog.records) == 3
-    assert "(4 more dropped from it since the last line)" in caplog.records[-1].getMessage()
+        for i in range(5000):
+            session.receive(f"x{i}".encode(), [b"\x00not msgpack"])
+        for i in range(200):
+            session._refuse(f"old{i}".encode(), "no protocol version in common")
+    assert counters.malformed_messages == 5000 and len(session.refused) == 200
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1, lines[:5]
+    assert "worker messages: dropped from b'x0'" in lines[0]
 
 
 def test_a_message_from_an_identity_that_never_said_hello_is_counted() -> None:

@@ -5,7 +5,8 @@ Guarantees: pyzmq's authenticator (a ZAP handler thread) checks every connecting
 connection is accepted, so a client whose public key is not listed never gets a message
 through, and the server never reads one of its messages. Each refusal is counted
 (:attr:`CurveServer.refused_keys`, ``stats()["refused_keys"]``) and logged at most once per
-key per ``_LOG_EVERY_S`` (10 s), with the count refused since the last line. A message
+10 s for all keys together (``h5feed/common/refusal_log.py``: a fresh key costs nothing),
+with the count refused since the last line. A message
 through gets the client's public key as its ``User-Id`` property (Z85): the fleet's front
 reads who attached from it. ``extra_keys`` are listed too (the trainer's keys made for this
 iteration's local workers, which reach them by environment, never by command line).
@@ -14,7 +15,6 @@ iteration's local workers, which reach them by environment, never by command lin
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Iterable
 
 import zmq
@@ -22,11 +22,7 @@ from zmq.auth.thread import ThreadAuthenticator
 
 from h5feed.common.curve import KeyPair, load_public_keys
 from h5feed.common.logs import with_ids
-
-#: At most one log line per refused key this often.
-_LOG_EVERY_S = 10.0
-#: Refused keys whose last line is remembered; beyond, the memory starts over (bounded).
-_TRACKED_KEYS = 4096
+from h5feed.common.refusal_log import RefusalLog
 
 
 class CurveServer:
@@ -71,24 +67,13 @@ class _Listed:
         self, keys: set[bytes], log: logging.Logger | logging.LoggerAdapter[logging.Logger]
     ) -> None:
         self._keys = keys
-        self._log = log
         self.refused = 0  # written by the authenticator's thread only
-        self._logged: dict[bytes, tuple[float, int]] = {}  # key -> (last line, refused since)
+        # One line per 10 s for all keys together: a fresh key costs a client nothing.
+        self._lines = RefusalLog(log, "CURVE clients")
 
     def callback(self, domain: str, key: bytes) -> bool:
         if key in self._keys:
             return True
         self.refused += 1
-        now = time.monotonic()
-        if len(self._logged) >= _TRACKED_KEYS and key not in self._logged:
-            self._logged.clear()
-        last, since = self._logged.get(key, (-_LOG_EVERY_S, 0))
-        if now - last >= _LOG_EVERY_S:
-            more = f" ({since} more refused since the last line)" if since else ""
-            self._log.warning(
-                "refused a CURVE client whose key is not listed: %s%s", key.decode(), more
-            )
-            self._logged[key] = (now, 0)
-        else:
-            self._logged[key] = (last, since + 1)
+        self._lines.refused("refused (key not listed)", key.decode(errors="replace"))
         return False

@@ -25,10 +25,20 @@ Guarantees:
    then check, as CURVE clients, that the trainer they reach holds the key that attached.
    Without keys the front binds beyond loopback only with ``--insecure``. An admitted
    trainer may ask for any file under ``--data-root`` and any code ``--allow-code`` allows.
-3. **Limits.** At most ``--max-trainers`` trainers at once; another gets a BYE refusing it,
-   naming the limit, and the count of refusals grows. Messages are bounded before they are
-   read (``MAXMSGSIZE``: :data:`MAX_FRONT_MESSAGE_BYTES`) and decoded strictly; anything but a
-   well-formed ATTACH is counted and dropped, never answered with work.
+3. **Limits.** At most ``--max-trainers`` groups at once, the groups of trainers that left
+   still stopping included (their processes are not gone yet); another trainer gets a BYE
+   refusing it, naming the limit, and the count of refusals grows. So the worker processes
+   are bounded in number (``--max-trainers`` x ``--workers``) and their groups' starts in
+   rate: a group holds its place at least ``--attach-timeout-s`` (a trainer is detached
+   only after that long without an ATTACH, never replaced: guarantee 6), so at most
+   ``--max-trainers`` groups start within any ``--attach-timeout-s``, however trainers
+   come and go (a worker's own restarts follow its backoff). Messages are bounded before
+   they are read (``MAXMSGSIZE``: :data:`MAX_FRONT_MESSAGE_BYTES`) and decoded strictly;
+   anything but a well-formed ATTACH is counted and dropped, never answered with work.
+   Connections are bounded too (:mod:`h5feed.producer.connection_guard`: a flood is shed,
+   descriptors stay in reserve for worker starts), and a worker that cannot start is
+   retried with a backoff, never an exit of the replica. Refusals are logged at most once
+   per 10 s in all, with counts (``h5feed/common/refusal_log.py``).
 4. **Leaving.** A trainer whose ATTACHes stop for ``--attach-timeout-s`` (it ended its
    iteration, died, or lost the network) has its group stopped (SIGTERM, as the service's
    own stop); once stopped, nothing of it is left: no process, no worker figures. The
@@ -38,6 +48,16 @@ Guarantees:
    shares the CPUs among runnable processes: two hungry trainers get equal CPU; a trainer
    bounded by its own pace (credits) leaves its workers idle and the others take the rest.
    Each trainer's CPU and busy seconds are exported (``h5feed_fleet_trainer_*``).
+6. **One trainer cannot take another's workers.** A port of an address attached under one
+   CURVE key is that key's until ``--attach-timeout-s`` after its last ATTACH: an ATTACH
+   for it under another key is refused (BYE naming why) and counted, and the attached
+   trainer's group goes on. Without keys nothing tells two trainers apart: a front without
+   keys serves only its own host (or a network trusted with ``--insecure``).
+7. **The port an ATTACH names** is documented, not probed: the workers connect to the
+   sender's own address (guarantee 1), so an ATTACH aims them at nothing its sender cannot
+   reach itself, and what they send there is a ZMTP greeting and, with keys, a CURVE hello
+   that must find the key that attached, never a byte the sender chose. The rate of group
+   starts (guarantee 3) bounds the groups it can aim there.
 """
 
 from __future__ import annotations
@@ -60,7 +80,9 @@ from h5feed.common.curve_server import CurveServer
 from h5feed.common.errors import ProtocolError
 from h5feed.common.exposure import endpoint_of
 from h5feed.common.liveness import enable_heartbeats
+from h5feed.common.refusal_log import RefusalLog
 from h5feed.common.worker_settings import WorkerSettings
+from h5feed.producer.connection_guard import ConnectionGuard, connection_limit
 from h5feed.producer.metrics import ServiceFigures
 from h5feed.producer.restarts import Restarts
 from h5feed.producer.worker_group import Log, WorkerGroup
@@ -69,8 +91,6 @@ from h5feed.producer.worker_group import Log, WorkerGroup
 MAX_FRONT_MESSAGE_BYTES: Final = wire.FLEET_MESSAGE_BYTES
 #: A connection must finish its ZMTP (and CURVE) handshake within this (as the trainer's).
 _HANDSHAKE_S: Final = 5.0
-#: At most one line per this many seconds about refused messages.
-_LOG_EVERY_S: Final = 10.0
 
 #: (worker name, its stats file, the trainer's endpoint, its public key file or None)
 #: -> the worker's settings.
@@ -87,6 +107,7 @@ class Attachment:
     group: WorkerGroup
     last_seen: float
     refused: str | None = None  # its workers were refused by it: why
+    detached: bool = False  # its trainer left: its group, stopping, still holds a place
 
 
 class Front:
@@ -123,8 +144,8 @@ class Front:
         self.figures: ServiceFigures | None = None
         self.attached: dict[tuple[str, int], Attachment] = {}
         self.refused = 0
-        self._refused_logged_at = -_LOG_EVERY_S
-        self._stopping: set[threading.Thread] = set()
+        self._refusals = RefusalLog(log, "fleet front")
+        self._stopping: dict[threading.Thread, Attachment] = {}
         self._lock = threading.Lock()  # attached/stopping: the loop writes, scrapes read
         self._numbers = itertools.count()
         self._context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
@@ -138,6 +159,7 @@ class Front:
         self._socket.setsockopt(zmq.HANDSHAKE_IVL, int(_HANDSHAKE_S * 1000))
         self._socket.setsockopt(zmq.SNDTIMEO, 0)  # a reply that cannot go now is dropped
         enable_heartbeats(self._socket, attach_timeout_s)
+        self._guard = ConnectionGuard(self._socket, connection_limit(max_trainers))
         self._socket.bind(listen)
         self.endpoint = self._socket.getsockopt_string(zmq.LAST_ENDPOINT)
 
@@ -146,7 +168,13 @@ class Front:
     def step(self, timeout_ms: int) -> None:
         """Read what arrived within ``timeout_ms``, then tend the groups: restart what died,
         stop the groups of trainers that left."""
-        if self._socket.poll(timeout_ms):
+        poller = zmq.Poller()
+        poller.register(self._socket, zmq.POLLIN)
+        poller.register(self._guard.monitor, zmq.POLLIN)
+        ready = dict(poller.poll(timeout_ms))
+        if self._guard.monitor in ready and self._guard.tend():
+            self._refusals.refused("shed", f"connections past {self._guard.limit}")
+        if self._socket in ready:
             for _ in range(256):  # bounded per step; the rest waits for the next
                 try:
                     frames = self._socket.recv_multipart(zmq.NOBLOCK, copy=False)
@@ -164,6 +192,7 @@ class Front:
             elif attachment.refused is None and not attachment.group.poll():
                 attachment.refused = "its workers were refused by it (another protocol version?)"
                 self._stop_group(attachment)
+        self._refusals.flush()
 
     def _receive(self, frames: list[zmq.Frame]) -> None:
         identity, body = frames[0], frames[1:]
@@ -172,31 +201,32 @@ class Front:
             if not isinstance(message, messages.Attach):
                 raise ProtocolError(f"a fleet's front takes ATTACH only, got {message.KIND}")
         except ProtocolError as exc:  # VersionMismatchError included
-            self._count_refusal(f"a bad message: {exc}")
+            self._count_refusal("a bad message", str(exc))
             return
         address = str(identity.get("Peer-Address"))
         key = self._user_id(identity)
         endpoint = endpoint_of(address, message.port)
         label = f"{message.trainer}@{endpoint.removeprefix('tcp://')}"
+        now = time.monotonic()
         attachment = self.attached.get((address, message.port))
-        if attachment is not None and attachment.key != key:  # another trainer took the port
-            self._detach((address, message.port))
+        if attachment is not None and now - attachment.last_seen > self.attach_timeout_s:
+            self._detach((address, message.port))  # its trainer left; the loop had not seen
             attachment = None
+        if attachment is not None and attachment.key != key:  # guarantee 6
+            self._refuse(
+                identity, "another key's port", label,
+                f"port {message.port} of {address} is attached under another CURVE key until "
+                f"{self.attach_timeout_s:g} s after that trainer's last ATTACH "
+                f"(h5feed produce --attach-timeout-s): give this trainer a port of its own",
+            )  # fmt: skip
+            return
         if attachment is None:
-            if len(self.attached) >= self.max_trainers:
-                self._count_refusal(f"trainer {label}: the limit of trainers")
-                self._reply(
-                    identity,
-                    messages.Bye.refusing(
-                        f"this fleet serves at most {self.max_trainers} trainers at once "
-                        f"(h5feed produce --max-trainers); {len(self.attached)} are attached"
-                    ),
-                )
+            attachment = self._admit(identity, label, endpoint, key)
+            if attachment is None:
                 return
-            attachment = self._attach(label, endpoint, key)
             with self._lock:
                 self.attached[(address, message.port)] = attachment
-        attachment.last_seen = time.monotonic()
+        attachment.last_seen = now
         if attachment.refused is not None:
             self._reply(identity, messages.Bye.refusing(attachment.refused))
             return
@@ -204,6 +234,27 @@ class Front:
             identity,
             messages.Attached(self._prefix, len(attachment.group.names), len(self.attached)),
         )
+
+    def _admit(
+        self, identity: zmq.Frame, label: str, endpoint: str, key: bytes | None
+    ) -> Attachment | None:
+        """A group for a trainer not attached yet, or None (refused: guarantee 3; or no
+        descriptor for its key file now: its next ATTACH tries again)."""
+        held = self.groups_held
+        if held >= self.max_trainers:
+            self._refuse(
+                identity, "the limit of trainers", label,
+                f"this fleet serves at most {self.max_trainers} trainers at once (h5feed "
+                f"produce --max-trainers); {len(self.attached)} are attached and "
+                f"{held - len(self.attached)} that left are stopping",
+            )  # fmt: skip
+            return None
+        try:
+            attachment = self._attach(label, endpoint, key)
+        except OSError as exc:  # no descriptor for its key file: the next ATTACH tries again
+            self._count_refusal("a group not started", f"trainer {label}: {exc}")
+            return None
+        return attachment
 
     def _attach(self, label: str, endpoint: str, key: bytes | None) -> Attachment:
         number = next(self._numbers)
@@ -228,6 +279,7 @@ class Front:
     def _detach(self, key: tuple[str, int]) -> None:
         with self._lock:
             attachment = self.attached.pop(key)
+            attachment.detached = True
         self.restarts.forget(attachment.group.names)  # here: the loop's thread reads it
         if attachment.refused is None:
             self._stop_group(attachment)
@@ -245,11 +297,11 @@ class Front:
                 for name in attachment.group.names:
                     _remove(attachment.group.stats_file(name))
                 with self._lock:
-                    self._stopping.discard(thread)
+                    self._stopping.pop(thread, None)
 
         thread = threading.Thread(target=stop, name="h5feed-fleet-stop", daemon=True)
         with self._lock:
-            self._stopping.add(thread)
+            self._stopping[thread] = attachment
         thread.start()
 
     def _reply(self, identity: zmq.Frame, message: messages.Message) -> None:
@@ -263,14 +315,25 @@ class Front:
             return None
         return str(frame.get("User-Id")).encode()
 
-    def _count_refusal(self, what: str) -> None:
+    def _refuse(self, identity: zmq.Frame, kind: str, label: str, why: str) -> None:
+        """Refuse trainer ``label``'s ATTACH with a BYE naming ``why`` (counted, logged at a
+        bounded rate under ``kind``)."""
+        self._count_refusal(kind, f"trainer {label}: {why}")
+        self._reply(identity, messages.Bye.refusing(why))
+
+    def _count_refusal(self, kind: str, detail: str) -> None:
         self.refused += 1
-        now = time.monotonic()
-        if now - self._refused_logged_at >= _LOG_EVERY_S:
-            self._refused_logged_at = now
-            self._log.warning("refused %s (%d refused in all)", what, self.refused)
+        self._refusals.refused(kind, detail)
 
     # -- figures and the end -------------------------------------------------------------------
+
+    @property
+    def groups_held(self) -> int:
+        """Groups whose processes may not be gone yet: the attached trainers' and those of
+        trainers that left, still stopping (guarantee 3)."""
+        with self._lock:
+            leaving = sum(a.detached for a in self._stopping.values())
+            return len(self.attached) + leaving
 
     @property
     def running(self) -> int:
@@ -291,6 +354,9 @@ class Front:
             "worker_processes": sum(a.group.running for a in attachments),
             "stopping": stopping,
             "refused": self.refused + (self._curve.refused_keys if self._curve else 0),
+            "connections": self._guard.connections,
+            "connections_shed": self._guard.shed,
+            "worker_start_failures": self.restarts.start_failures,
             "trainers": [
                 {
                     "trainer": a.trainer,
@@ -312,6 +378,7 @@ class Front:
             threads = list(self._stopping)
         for thread in threads:
             thread.join(self._stop_wait_s + 10.0)
+        self._guard.close()
         self._socket.close(linger=0)
         if self._curve is not None:
             self._curve.stop()

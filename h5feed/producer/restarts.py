@@ -11,6 +11,11 @@ since it started (its stats file says so: ``h5feed/producer/worker_stats.py``):
   of one worker within a minute the service reports the crash loop in its health check
   (``h5feed health`` fails), so Swarm or Kubernetes replace the container.
 
+A worker that cannot even be started (``OSError`` from the start: no descriptor left,
+``EMFILE``; no memory to fork, ``ENOMEM``) counts as a death without delivery: the same
+backoff, the same crash-loop rule, its error named in the report; every such start is
+counted in :attr:`Restarts.start_failures`. The service never exits for it.
+
 Used by the service's single loop thread only.
 """
 
@@ -37,6 +42,8 @@ class Restarts:
         self._due: dict[str, float] = {}  # name -> when it may start again (monotonic)
         self._backoff: dict[str, float] = {}  # name -> the next backoff of a crash death
         self._crashes: dict[str, collections.deque[float]] = {}  # name -> crash deaths
+        self._start_errors: dict[str, str] = {}  # name -> why its last start failed
+        self.start_failures = 0  # starts that raised, every worker's
 
     def died(self, name: str, delivered: bool, now: float) -> float:
         """Worker ``name`` died at ``now``; the seconds until it may be started again."""
@@ -51,6 +58,17 @@ class Restarts:
         self._due[name] = now + delay
         return delay
 
+    def start_failed(self, name: str, error: OSError, now: float) -> float:
+        """Worker ``name`` could not be started at ``now``; the seconds until it may be
+        tried again (a death without delivery, see the module docstring)."""
+        self.start_failures += 1
+        self._start_errors[name] = str(error)[:200]
+        return self.died(name, False, now)
+
+    def started(self, name: str) -> None:
+        """Worker ``name`` started: a later crash loop is not blamed on an old start error."""
+        self._start_errors.pop(name, None)
+
     def forget(self, names: Iterable[str]) -> None:
         """Workers that are gone for good (a shared fleet's trainer left): their schedule
         goes, so the record stays bounded by the workers that exist."""
@@ -58,6 +76,7 @@ class Restarts:
             self._due.pop(name, None)
             self._backoff.pop(name, None)
             self._crashes.pop(name, None)
+            self._start_errors.pop(name, None)
 
     def due(self, name: str, now: float) -> bool:
         """Whether worker ``name`` may be started now."""
@@ -71,7 +90,9 @@ class Restarts:
             while crashes and now - crashes[0] > CRASH_WINDOW_S:
                 crashes.popleft()
             if len(crashes) > self.max_restarts:
-                looping.append(f"worker {name} died {len(crashes)} times")
+                error = self._start_errors.get(name)
+                how = f"could not start ({error})" if error else "died"
+                looping.append(f"worker {name} {how} {len(crashes)} times")
         if not looping:
             return None
         return (

@@ -32,6 +32,11 @@ Guarantees:
    (:func:`h5feed.producer.lifetime.drop_working_directory`). A package
    planted there cannot shadow an installed one; user code is installed, or on
    ``PYTHONPATH`` as the operator sets it.
+7. The service raises its soft ``RLIMIT_NOFILE`` to the hard limit when it starts
+   (``h5feed/common/fd_limit.py``), and logs both; a shared fleet's replica holds a bounded
+   number of connections below it, so descriptors stay in reserve for worker starts
+   (``h5feed/producer/connection_guard.py``), and a worker that cannot start is retried
+   with a backoff (``h5feed/producer/worker_group.py``), never an exit of the service.
 """
 
 from __future__ import annotations
@@ -56,6 +61,7 @@ from h5feed.common.config import (
     DEFAULT_STOP_WAIT_S,
     default_cache_dir,
 )
+from h5feed.common.fd_limit import raise_open_files_limit
 from h5feed.common.logs import with_ids
 from h5feed.common.metrics_http import MetricsServer
 from h5feed.common.wire import DEFAULT_MAX_MESSAGE_BYTES
@@ -174,6 +180,7 @@ def run_producer(
     names = [f"{prefix}-{i}" for i in range(options.workers)]
     log = with_ids(_log, "producer", name=prefix)
     stop = _stop_on_signals()
+    _raise_fd_limit(log)
     code = 0
     log.info(
         "%d workers serving %s (data root %s, code allowed: %s)",
@@ -226,6 +233,7 @@ def run_fleet(
     prefix = options.prefix
     log = with_ids(_log, "producer", name=prefix)
     stop = _stop_on_signals()
+    _raise_fd_limit(log)
 
     def settings_for(
         worker: str, stats_file: str, endpoint: str, key: str | None
@@ -263,6 +271,12 @@ def run_fleet(
             server.close()
         shutil.rmtree(stats_dir, ignore_errors=True)
     return 0
+
+
+def _raise_fd_limit(log: logging.Logger | logging.LoggerAdapter[logging.Logger]) -> None:
+    """Guarantee 7: the soft descriptor limit raised to the hard one, both logged."""
+    soft, hard = raise_open_files_limit()
+    log.info("open files limit %d (hard %d)", soft, hard)
 
 
 def _stop_on_signals() -> threading.Event:

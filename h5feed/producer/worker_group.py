@@ -14,7 +14,11 @@ Guarantees (the service's, ``h5feed/producer/service.py``, per group):
 3. :meth:`WorkerGroup.stop` asks every worker to stop (SIGTERM: it sends the unit in hand and
    hands the rest back), waits ``stop_wait_s`` and the flush of its last messages, then kills
    the late ones (logged).
-4. :meth:`WorkerGroup.cpu_seconds` is the CPU time (user + system) of every process the group
+4. A worker that cannot be started (``OSError``: no descriptor or memory left) is tried
+   again after the backoff of a death without delivery, counted
+   (:attr:`~h5feed.producer.restarts.Restarts.start_failures`) and named in the crash-loop
+   report when it goes on (``h5feed health``); :meth:`WorkerGroup.poll` never raises it.
+5. :meth:`WorkerGroup.cpu_seconds` is the CPU time (user + system) of every process the group
    ran, the ones that exited included (as last seen, at most one poll old).
 """
 
@@ -97,9 +101,17 @@ class WorkerGroup:
                 )  # fmt: skip
             if self._restarts.due(worker, time.monotonic()):
                 settings = self._settings_of(worker, self.stats_file(worker))
-                self.processes[worker] = subprocess.Popen(
-                    settings.command(), stdin=subprocess.DEVNULL, env=self._env
-                )
+                try:
+                    self.processes[worker] = subprocess.Popen(
+                        settings.command(), stdin=subprocess.DEVNULL, env=self._env
+                    )
+                except OSError as exc:  # guarantee 4: EMFILE, ENOMEM, EAGAIN
+                    delay = self._restarts.start_failed(worker, exc, time.monotonic())
+                    self._log.warning(
+                        "worker %s could not start: %s; trying again in %g s", worker, exc, delay
+                    )
+                    continue
+                self._restarts.started(worker)
                 if self._figures is not None:
                     self._figures.starting(worker, self.processes[worker].pid)
         for worker, process in self.processes.items():
@@ -112,7 +124,7 @@ class WorkerGroup:
         return sum(p.poll() is None for p in self.processes.values())
 
     def cpu_seconds(self) -> float:
-        """CPU seconds of every process this group ran (guarantee 4)."""
+        """CPU seconds of every process this group ran (guarantee 5)."""
         return sum(cpu for cpu, _ in self._seen.values())
 
     def busy_seconds(self) -> float:

@@ -28,8 +28,9 @@ Guarantees:
    job needs a feature of a later version: ``FeatureVersionError``) is never sent: the peer
    is refused for the job, naming the field, and lost with cause ``refused``.
 3. A message that does not decode is dropped and counted (``malformed_messages``); so is one
-   from an identity that never said hello. Such drops are logged at most once per identity
-   per ``_LOG_EVERY_S`` (10 s), with the count dropped since the last line. An identity whose
+   from an identity that never said hello. Such drops and the refusals are logged at most
+   once per 10 s for all identities together (``h5feed/common/refusal_log.py``: identities
+   cost a sender nothing), with the counts since the last line. An identity whose
    drops pass ``_MALFORMED_LIMIT`` (100) is refused (BYE ``refused: ...``; a peer is lost
    with cause ``refused``) and from then on its messages are not even decoded: they are
    dropped and counted in ``malformed_messages``. A DATA part from a peer that left, or of
@@ -67,6 +68,7 @@ from h5feed.common.handshake import hello_says
 from h5feed.common.liveness import PROBE_EVERY_S
 from h5feed.common.logs import consumer_log
 from h5feed.common.protocol_versions import SPOKEN
+from h5feed.common.refusal_log import RefusalLog
 from h5feed.consumer.core.events import Arrived, Event, LossCause, PeerJoined, PeerLost
 from h5feed.consumer.core.ledger import Peer
 from h5feed.consumer.stats import Counters
@@ -74,8 +76,6 @@ from h5feed.consumer.stats import Counters
 #: Malformed messages one identity may send before it is refused and ignored: enough that a
 #: peer's one-off bug is survived, few enough that a flood costs at most this many decodes.
 _MALFORMED_LIMIT = 100
-#: At most one log line per identity this often about what it sent that was dropped.
-_LOG_EVERY_S = 10.0
 #: Identities whose drops are tracked; beyond it the tracking starts over (bounded memory).
 _TRACKED_IDENTITIES = 4096
 
@@ -132,7 +132,8 @@ class PeerSession:
         self._probed: dict[bytes, float] = {}  # identity -> when it was last sent a PING
         self._lost_pids: set[int] = set()  # of peers lost: their exit is no second loss
         self._malformed: dict[bytes, int] = {}  # identity -> messages dropped as malformed
-        self._last_logged: dict[bytes, tuple[float, int]] = {}  # (when, dropped since)
+        # One line per 10 s for every identity together: identities cost a sender nothing.
+        self._refusals = RefusalLog(self.log, "worker messages")
         self._banned: set[bytes] = set()  # refused for malformed traffic: never decoded
         self._refused_ids: set[bytes] = set()  # refused (version, key): never a peer again
 
@@ -257,7 +258,7 @@ class PeerSession:
         if identity not in self._gone:
             self._gone.add(identity)
             self.refused.append(f"{identity.decode(errors='replace')}: {why}")
-            self.log.error("refused worker %r: %s", identity, why)
+            self._refusals.refused("refused", f"{identity!r}: {why}")
         with contextlib.suppress(zmq.ZMQError):  # it may be gone already; nothing to tell then
             self._transport.send(identity, messages.Bye.refusing(why), zmq.NOBLOCK, version)
 
@@ -277,16 +278,8 @@ class PeerSession:
         """One more bad message from ``identity``: see :meth:`drop`."""
         if len(self._malformed) >= _TRACKED_IDENTITIES and identity not in self._malformed:
             self._malformed.clear()
-            self._last_logged.clear()
         count = self._malformed[identity] = self._malformed.get(identity, 0) + 1
-        now = time.monotonic()
-        last, since = self._last_logged.get(identity, (-_LOG_EVERY_S, 0))
-        if now - last >= _LOG_EVERY_S:
-            more = f" ({since} more dropped from it since the last line)" if since else ""
-            self.log.warning("dropped from %r: %s%s", identity, why, more)
-            self._last_logged[identity] = (now, 0)
-        else:
-            self._last_logged[identity] = (last, since + 1)
+        self._refusals.refused("dropped", f"from {identity!r}: {why}")
         if count > _MALFORMED_LIMIT:
             self._banned.add(identity)
             reason = f"sent {count} malformed messages or unexpected parts (the last: {why})"

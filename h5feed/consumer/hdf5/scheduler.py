@@ -72,6 +72,7 @@ from h5feed.consumer.hdf5.file_owners import FileOwners
 from h5feed.consumer.hdf5.index_answers import IndexAnswers, indexed_files
 from h5feed.consumer.hdf5.index_attempts import IndexAttempts
 from h5feed.consumer.hdf5.index_debts import IndexDebts
+from h5feed.consumer.hdf5.sharing import Sharing
 from h5feed.consumer.hdf5.units import (
     assign_files,
     file_size,
@@ -114,6 +115,9 @@ class HdfScheduler:
         self._counters = counters
         #: Who owns each file, who takes it over once its INDEX matches, who is refused it.
         self.owners = FileOwners()
+        #: Who reads each file besides its owner (work follows cores, not files).
+        self.sharing = Sharing(self.owners, tuple(config.files), job_id, counters)
+        self.readers = self.sharing.readers
         self._answers = IndexAnswers(config.files, config.file_labels)  # each file's videos
         self._debts = IndexDebts()  # who owes an INDEX since when; who has shown it delivers
         # Files whose INDEX a peer was asked for, handed on to a joiner before it answered:
@@ -158,13 +162,14 @@ class HdfScheduler:
             # before: the plan starts now, and the workers open and check their files
             # without sending it again (about half of a second iteration at 10,000 files).
             # A worker that takes a file over later still sends its INDEX, compared.
-            self._plan_from(known)
+            self.sharing.learnt_here()
+            extra = self._plan_from(known)
             self.planned_from_known = True
             return [
                 s
                 for p in order
                 for s in self._job(p, sorted(self.owners.files_of(p)), send_index=False)
-            ]
+            ] + extra
         return self._sent(  # + spec
             [s for p in order for s in self._job(p, sorted(self.owners.files_of(p)))]
         )
@@ -198,7 +203,11 @@ class HdfScheduler:
         files = self._without_handed_on(peer, files)
         if not files:
             return []
-        if not all(owners.taker(f) is peer or owners.owner(f) is peer for f, _c in files):
+        pending = self.readers.pending
+        if not all(
+            owners.taker(f) is peer or owners.owner(f) is peer or pending(f, peer)
+            for f, _c in files
+        ):
             self._unexpected(peer, messages.IndexBatch.KIND)
             return []
         self._debts.delivered(peer)
@@ -207,13 +216,18 @@ class HdfScheduler:
         self._attempts.answered(peer, [f for f, _c in files])
         sends: list[Send] = []
         for file_index, columns in files:
-            if self.owners.taker(file_index) is peer:
+            if pending(file_index, peer):  # an extra reader: rows once its copy is checked
+                planned = self._answers.planned(file_index, self.index)
+                self.sharing.check(peer, file_index, planned, columns)
+            elif self.owners.taker(file_index) is peer:
                 sends += self._check_moved(peer, file_index, columns)
             else:
+                if peer.local and file_index not in self._answers:
+                    self.sharing.learnt_here(file_index)  # the plan's index, read here
                 self._answers.add(file_index, columns)  # the first stays
         if self._answers.complete and self.index is None:
-            self._plan_from(self._answers.index())
-        return self._sent(sends)
+            sends += self._plan_from(self._answers.index())
+        return self._sent(sends, merge=True)
 
     def _without_handed_on(
         self, peer: Peer, files: list[tuple[int, FileColumns]]
@@ -244,6 +258,8 @@ class HdfScheduler:
         what = first_difference(planned, columns)
         if what is None:
             self.owners.confirm(file_index)
+            if peer.local:
+                self.sharing.learnt_here(file_index)
             # Rows parked for it go now (none before the plan: a file moved while others index).
             return [] if self._dispatch is None else self._dispatch.unpark()
         path = self.config.files[file_index]
@@ -263,13 +279,23 @@ class HdfScheduler:
             )
         return sends
 
-    def _plan_from(self, index: Index) -> None:
+    def _plan_from(self, index: Index) -> list[Send]:
+        """Start the plan from ``index``; the JOBs of the extra readers dealt now."""
         batches = planned_batches(index, self.config, self._epochs, self._start, self._rest)
         self._dispatch = Dispatch(
             self.config, self.job_id, index, batches, self.owners, self._slots,
-            self._counters, self.skips,
+            self._counters, self.skips, self.readers,
         )  # fmt: skip
         self._log.info("indexed %d files, %d videos", len(self.config.files), index.num_videos)
+        return self._deal()
+
+    def _deal(self) -> list[Send]:
+        """Extra readers dealt among the live workers (:mod:`~h5feed.consumer.hdf5.sharing`),
+        once the plan's index is known; their JOBs."""
+        index = self.index
+        if index is None:
+            return []
+        return self.sharing.deal(index, lambda p, files, ask: self._job(p, files, ask))
 
     @property
     def ready(self) -> bool:
@@ -321,7 +347,7 @@ class HdfScheduler:
 
     def figures(self) -> Figures:  # shared-memory slots made, files owned, samples skipped
         slots = self._slots.size if self._slots is not None else 0
-        return Figures(slots, self.owners.count, self.skips.snapshot())
+        return Figures(slots, self.sharing.files_read, self.skips.snapshot())
 
     def close(self) -> None:
         if self._slots is not None:
@@ -330,7 +356,7 @@ class HdfScheduler:
     # -- failures --------------------------------------------------------------------------
 
     def owns(self, peer: Peer) -> bool:
-        return self.owners.holds(peer)
+        return self.sharing.holds(peer)
 
     def reassign(self, lost: Peer, heirs: Sequence[Peer], confirmed_dead: bool) -> Reassignment:
         """(Also: FileReadError when ``lost`` died indexing a file that killed its holders
@@ -344,19 +370,21 @@ class HdfScheduler:
         shares = [f for f, taker in self.owners.moves() if taker is lost and owner(f) is not None]
         self._attempts.answered(lost, shares)
         files = self.owners.release(lost)
+        extra = self.readers.release(lost)  # files others read on: its units go to them
         self._attempts.check_left(lost, self.config.files)
         self._debts.forget(lost)
         self._handed_on.pop(lost, None)
         dispatch = self._dispatch
         units = [] if dispatch is None else dispatch.take_back(lost)  # none before the plan
-        if not files and not units:
+        if not files and not units and not extra:
             return Reassignment([], 0)
         sends: list[Send] = []
         for file_index in files:
             if self.owners.taker(file_index) is not None:
                 continue  # a live peer takes it over already (a joiner's share): its INDEX decides
             sends += self._move(file_index) or []  # nobody left: it waits for a joiner
-        if dispatch is not None and units:  # to the files' owners now (or parked)
+        sends += self._deal()  # the survivors share its files out again
+        if dispatch is not None and units:  # to the files' readers now (or parked)
             sends += dispatch.send_again(units, lost, confirmed_dead)
         return Reassignment(self._sent(sends, merge=True), len(units))
 
@@ -378,6 +406,7 @@ class HdfScheduler:
         if self.index is not None:  # its share, taken from the most loaded
             for file_index in self.owners.share_for(peer):
                 sends += self._job(peer, [file_index])
+            sends += self._deal()  # and extra reads, so that it reads a share of samples
         return self._sent(sends, merge=True)
 
     def unreadable(self, peer: Peer, file_index: int, unit_id: int | None) -> list[Send] | None:
@@ -389,6 +418,7 @@ class HdfScheduler:
             self._unexpected(peer, f"{messages.Error.KIND} of file {file_index}")
             return None
         self.owners.refuse(file_index, peer)  # it no longer owns or takes the file
+        self.readers.refuse(file_index, peer)  # nor reads it besides the owner
         self._attempts.answered(peer, [file_index])
         self._counters.unreadable_files += 1
         self._log.error(
@@ -408,7 +438,7 @@ class HdfScheduler:
 
     @property
     def waiting_for_workers(self) -> bool:
-        return bool(self.owners.unowned())  # files with neither an owner nor a taker
+        return self.owners.any_unowned  # files with neither an owner nor a taker (O(1))
 
     @property
     def parked_batches(self) -> set[int]:
@@ -425,8 +455,12 @@ class HdfScheduler:
         if not candidates:
             return None
         load = self.owners.load
+        if self.sharing.heir(file_index, candidates, load) is not None:
+            # A reader of the file already (its copy checked): it owns it now, no JOB.
+            return [] if self._dispatch is None else self._dispatch.unpark()
         proven = self._debts.proven
         heir = min(candidates, key=lambda p: (not proven(p), load(p), p.identity))
+        self.sharing.taking(file_index, heir)  # a pending extra reader: the taker's INDEX
         if self.index is not None or file_index in self._answers:
             self.owners.begin_move(file_index, heir)
         else:

@@ -22,27 +22,18 @@ Guarantees:
 2. A lost peer (:meth:`FileReaders.release`) reads nothing from then on; a refused one
    (:meth:`FileReaders.refuse`) no longer reads that file (the refusal itself is kept by
    ``FileOwners``, which every deal consults).
-3. :func:`deal` only adds readers, each to a file whose current readers keep at least the
-   share the newcomer gets (a share never goes below another's by a deal), so the shares end
-   within one file's weight of fair whenever a deal can move them; it runs at plan start,
-   at each join and after each loss, not per batch.
+3. :func:`deal` only adds readers: with the reads it deals (a transfer plan from the peers
+   above fair to those below, file by file), a routing exists that gives every live peer
+   exactly its fair share of the held samples, unless refusals forbid it; it runs at plan
+   start, at each join, loss and refusal, never per batch.
 4. Not thread-safe: the loop's thread owns it.
 """
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable, Sequence
 
 from h5feed.consumer.core.ledger import Peer
-
-#: The files of a donor a deal looks at per read, heaviest first: a deal runs per topology
-#: change, and a donor of 100,000 files must not cost a scan of them all per read (the
-#: heaviest decide, and a read that keeps shares in order is rare further down).
-_SCAN = 64
-
-#: Float slack when comparing shares (they are sums of fractions of file weights).
-_SLACK = 1e-9
 
 
 class FileReaders:
@@ -126,91 +117,58 @@ class FileReaders:
 def deal(
     weights: Sequence[float],
     peers: Sequence[Peer],
-    holders: Callable[[int], list[Peer]],
+    holder: Callable[[int], Peer | None],
     may_read: Callable[[int, Peer], bool],
-    limit: int | None = None,
 ) -> list[tuple[int, Peer]]:
-    """The (file, peer) extra reads to add so that every peer in ``peers`` reads its share.
+    """The (file, peer) reads that let every peer in ``peers`` make exactly its fair share.
 
-    ``weights``: each file's samples (videos); ``holders(f)``: who reads ``f`` now (owner or
-    taker, then extra readers); ``may_read(f, p)``: whether ``p`` may be added (not refused,
-    not a holder). A file is assumed shared evenly among its readers (the dispatch balances it
-    by load): a peer's share is the sum of ``weight / readers`` over its files. Repeatedly,
-    the peer with the smallest share reads one more file: of the peers above it (largest
-    first), the file that gives it most while each current reader keeps at least what the
-    newcomer ends with (guarantee 3). Stops when no such file is left, or after ``limit``
-    reads (default: twice the peers). Costs O(files + reads x peers² x 64): run per
-    topology change, never per batch.
+    ``weights``: each file's samples (videos); ``holder(f)``: the peer that reads ``f`` in
+    full now (its owner, or the peer taking it over; None: nobody, ignored); ``may_read(f,
+    p)``: whether ``p`` may read ``f`` (not refused; the holder itself is never asked). Each
+    peer holds the weight of its files; fair is the held weight over the peers. Each peer
+    below fair takes what it lacks from the peers above (most loaded first), from their
+    heaviest files first, reading each file it takes from: a transfer plan, so with these
+    reads (and any others) a routing exists that gives every peer exactly fair
+    (guarantee 3; the dispatch approaches it by load). A peer refused the files it would
+    take stays below. Costs O(files + reads): run per topology change, never per batch.
+    The reads returned may include some the caller has already (it filters them).
     """
     if len(peers) < 2:
         return []
-    readers = {f: list(holders(f)) for f in range(len(weights)) if weights[f] > 0}
-    share = dict.fromkeys(peers, 0.0)
+    load = dict.fromkeys(peers, 0.0)
     files_of: dict[Peer, list[int]] = {p: [] for p in peers}
-    for file_index, held in readers.items():
-        for peer in held:
-            if peer in share:
-                share[peer] += weights[file_index] / len(held)
-                files_of[peer].append(file_index)
-    for files in files_of.values():  # heaviest first: a donor's scan stops early
-        files.sort(key=lambda f: -weights[f])
-    added: list[tuple[int, Peer]] = []
-    budget = 2 * len(peers) if limit is None else limit
-    while len(added) < budget:
-        best = _best_read(weights, readers, share, files_of, may_read)
-        if best is None:
-            break
-        file_index, peer = best
-        held = readers[file_index]
-        weight = weights[file_index]
-        for reader in held:
-            if reader in share:
-                share[reader] -= weight / len(held) - weight / (len(held) + 1)
-        share[peer] += weight / (len(held) + 1)
-        held.append(peer)
-        _insert_by_weight(files_of[peer], file_index, weights)
-        added.append((file_index, peer))
-    return added
-
-
-def _best_read(
-    weights: Sequence[float],
-    readers: dict[int, list[Peer]],
-    share: dict[Peer, float],
-    files_of: dict[Peer, list[int]],
-    may_read: Callable[[int, Peer], bool],
-) -> tuple[int, Peer] | None:
-    """The next extra read of :func:`deal`: for the peers in ascending share, the best file
-    from the peers above it (None: no read keeps guarantee 3)."""
-    order = sorted(share, key=lambda p: (share[p], p.identity))
-    fair = sum(share.values()) / len(share)
-    for receiver in order:
-        if share[receiver] >= fair - _SLACK:
-            break  # only peers below fair read more, only from peers above it
-        for donor in reversed(order):
-            if share[donor] <= fair + _SLACK:
+    for file_index, weight in enumerate(weights):
+        held = holder(file_index) if weight > 0 else None
+        if held is not None and held in load:
+            load[held] += weight
+            files_of[held].append(file_index)
+    total = sum(load.values())
+    fair = total / len(peers)
+    slack = total * 1e-12
+    donors = sorted(
+        (p for p in peers if load[p] > fair + slack), key=lambda p: (-load[p], p.identity)
+    )
+    excess = {p: load[p] - fair for p in donors}
+    for files in files_of.values():
+        files.sort(key=lambda f: (-weights[f], f))  # heaviest first
+    left = {f: float(weights[f]) for p in donors for f in files_of[p]}  # not yet given away
+    receivers = sorted(
+        (p for p in peers if load[p] < fair - slack), key=lambda p: (load[p], p.identity)
+    )
+    reads: list[tuple[int, Peer]] = []
+    for receiver in receivers:
+        need = fair - load[receiver]
+        for donor in donors:
+            if need <= slack:
                 break
-            best: tuple[float, int] | None = None
-            for file_index in itertools.islice(files_of[donor], _SCAN):  # heaviest first
-                if best is not None and weights[file_index] / 2 <= best[0]:
-                    break  # no lighter file can give more
-                held = readers[file_index]
-                if receiver in held or not may_read(file_index, receiver):
+            for file_index in files_of[donor]:
+                if excess[donor] <= slack or need <= slack:
+                    break
+                amount = min(need, excess[donor], left[file_index])
+                if amount <= slack or not may_read(file_index, receiver):
                     continue
-                gain = weights[file_index] / (len(held) + 1)
-                cut = weights[file_index] / len(held) - gain
-                kept = min((share[r] for r in held if r in share), default=0.0) - cut
-                if kept + _SLACK >= share[receiver] + gain and (best is None or gain > best[0]):
-                    best = (gain, file_index)
-            if best is not None:
-                return best[1], receiver
-    return None
-
-
-def _insert_by_weight(files: list[int], file_index: int, weights: Sequence[float]) -> None:
-    """Insert ``file_index`` into ``files`` (heaviest first), after those as heavy."""
-    weight = weights[file_index]
-    position = len(files)
-    while position > 0 and weights[files[position - 1]] < weight:
-        position -= 1
-    files.insert(position, file_index)
+                left[file_index] -= amount
+                excess[donor] -= amount
+                need -= amount
+                reads.append((file_index, receiver))
+    return reads

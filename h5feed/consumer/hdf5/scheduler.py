@@ -129,6 +129,7 @@ class HdfScheduler:
         self.planned_from_known = False
         self._slots = BatchSlots.for_iteration(config, job_id)  # None: over the socket
         self._dispatch: Dispatch | None = None  # once the plan starts (the index is known)
+        self._deal_due = False  # extra readers to deal at the next dispatch (sharing.py)
         options = config.options
         # Which files a worker was indexing when it died: reported after as many deaths as a
         # unit may cost (max_unit_attempts; hdf5/index_attempts.py), never left to a timeout.
@@ -163,13 +164,13 @@ class HdfScheduler:
             # without sending it again (about half of a second iteration at 10,000 files).
             # A worker that takes a file over later still sends its INDEX, compared.
             self.sharing.learnt_here()
-            extra = self._plan_from(known)
+            self._plan_from(known)
             self.planned_from_known = True
             return [
                 s
                 for p in order
                 for s in self._job(p, sorted(self.owners.files_of(p)), send_index=False)
-            ] + extra
+            ]
         return self._sent(  # + spec
             [s for p in order for s in self._job(p, sorted(self.owners.files_of(p)))]
         )
@@ -218,7 +219,8 @@ class HdfScheduler:
         for file_index, columns in files:
             if pending(file_index, peer):  # an extra reader: rows once its copy is checked
                 planned = self._answers.planned(file_index, self.index)
-                self.sharing.check(peer, file_index, planned, columns)
+                if not self.sharing.check(peer, file_index, planned, columns):
+                    self._deal_due = True  # refused: its share from other files
             elif self.owners.taker(file_index) is peer:
                 sends += self._check_moved(peer, file_index, columns)
             else:
@@ -226,8 +228,8 @@ class HdfScheduler:
                     self.sharing.learnt_here(file_index)  # the plan's index, read here
                 self._answers.add(file_index, columns)  # the first stays
         if self._answers.complete and self.index is None:
-            sends += self._plan_from(self._answers.index())
-        return self._sent(sends, merge=True)
+            self._plan_from(self._answers.index())
+        return self._sent(sends)
 
     def _without_handed_on(
         self, peer: Peer, files: list[tuple[int, FileColumns]]
@@ -279,23 +281,27 @@ class HdfScheduler:
             )
         return sends
 
-    def _plan_from(self, index: Index) -> list[Send]:
-        """Start the plan from ``index``; the JOBs of the extra readers dealt now."""
+    def _plan_from(self, index: Index) -> None:
+        """Start the plan from ``index`` (extra readers are dealt at the first dispatch)."""
         batches = planned_batches(index, self.config, self._epochs, self._start, self._rest)
         self._dispatch = Dispatch(
             self.config, self.job_id, index, batches, self.owners, self._slots,
             self._counters, self.skips, self.readers,
         )  # fmt: skip
         self._log.info("indexed %d files, %d videos", len(self.config.files), index.num_videos)
-        return self._deal()
+        self._deal_due = True
 
     def _deal(self) -> list[Send]:
-        """Extra readers dealt among the live workers (:mod:`~h5feed.consumer.hdf5.sharing`),
-        once the plan's index is known; their JOBs."""
+        """Extra readers dealt among the live workers (:mod:`~h5feed.consumer.hdf5.sharing`)
+        when the topology changed since the last deal (plan start, a join, a loss, a
+        refusal: one deal for all the changes of a loop pass), once the plan's index is
+        known; their JOBs, which go ahead of any unit."""
         index = self.index
-        if index is None:
+        if index is None or not self._deal_due:
             return []
-        return self.sharing.deal(index, lambda p, files, ask: self._job(p, files, ask))
+        self._deal_due = False
+        sends = self.sharing.deal(index, lambda p, files, ask: self._job(p, files, ask))
+        return self._sent(sends, merge=True)
 
     @property
     def ready(self) -> bool:
@@ -311,7 +317,9 @@ class HdfScheduler:
     # -- dispatch and data (the plan's: see dispatch.py) ------------------------------------
 
     def next_units(self, gate: CreditGate, peers: Sequence[Peer]) -> list[Send]:
-        return self._require_dispatch().next_units(gate)
+        dispatch = self._require_dispatch()
+        jobs = self._deal()  # extra readers' JOBs first: their units come after
+        return jobs + dispatch.next_units(gate) if jobs else dispatch.next_units(gate)
 
     def take_released(self) -> list[Batch]:
         return [] if self._dispatch is None else self._dispatch.take_released()
@@ -383,7 +391,7 @@ class HdfScheduler:
             if self.owners.taker(file_index) is not None:
                 continue  # a live peer takes it over already (a joiner's share): its INDEX decides
             sends += self._move(file_index) or []  # nobody left: it waits for a joiner
-        sends += self._deal()  # the survivors share its files out again
+        self._deal_due = True  # the survivors share its files out again
         if dispatch is not None and units:  # to the files' readers now (or parked)
             sends += dispatch.send_again(units, lost, confirmed_dead)
         return Reassignment(self._sent(sends, merge=True), len(units))
@@ -406,7 +414,7 @@ class HdfScheduler:
         if self.index is not None:  # its share, taken from the most loaded
             for file_index in self.owners.share_for(peer):
                 sends += self._job(peer, [file_index])
-            sends += self._deal()  # and extra reads, so that it reads a share of samples
+            self._deal_due = True  # and extra reads, so that it reads a share of samples
         return self._sent(sends, merge=True)
 
     def unreadable(self, peer: Peer, file_index: int, unit_id: int | None) -> list[Send] | None:
@@ -434,6 +442,7 @@ class HdfScheduler:
             sends += moved
         if unit_id is not None and self._dispatch is not None:  # none in flight before the plan
             sends += self._dispatch.send_one_again(peer, unit_id)
+        self._deal_due = True  # its share from files it can read
         return self._sent(sends, merge=True)
 
     @property

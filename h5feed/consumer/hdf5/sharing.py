@@ -77,19 +77,17 @@ class Sharing:
         owners, readers = self.owners, self.readers
         weights = np.bincount(index.file_of_video, minlength=len(self._files)).tolist()
 
-        def holders(file_index: int) -> list[Peer]:
-            holder = owners.taker(file_index) or owners.owner(file_index)
-            return ([] if holder is None else [holder]) + readers.readers(file_index)
+        def holder(file_index: int) -> Peer | None:
+            return owners.taker(file_index) or owners.owner(file_index)
 
         def may_read(file_index: int, peer: Peer) -> bool:
-            return (
-                owners.owner(file_index) is not peer
-                and owners.taker(file_index) is not peer
-                and not readers.reads(file_index, peer)
-                and not owners.refused(file_index, peer)
-            )
+            return not owners.refused(file_index, peer) and owners.owner(file_index) is not peer
 
-        added = deal(weights, owners.live, holders, may_read)
+        added = [
+            (f, p)
+            for f, p in dict.fromkeys(deal(weights, owners.live, holder, may_read))
+            if not readers.reads(f, p) and owners.owner(f) is not p and owners.taker(f) is not p
+        ]
         confirmed: dict[Peer, list[int]] = {}
         pending: dict[Peer, list[int]] = {}
         for file_index, peer in added:

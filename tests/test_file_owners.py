@@ -299,9 +299,16 @@ class OwnersMachine(RuleBasedStateMachine):
 
     @invariant()
     def unowned_is_neither_owned_nor_moving(self) -> None:
-        for file_index in self.owners.unowned():
-            assert self.owners.owner(file_index) is None
-            assert self.owners.taker(file_index) is None
+        # Kept with every change (O(changes), not a scan): exactly the files once held that
+        # have neither an owner nor a taker now.
+        expected = {
+            f
+            for f in self.assigned
+            if self.owners.owner(f) is None and self.owners.taker(f) is None
+        }
+        assert set(self.owners.unowned()) == expected
+        assert len(self.owners.unowned()) == len(expected)
+        assert self.owners.any_unowned == bool(expected)
 
 
 OwnersMachine.TestCase.settings = settings(max_examples=60, stateful_step_count=30, deadline=None)

@@ -146,6 +146,9 @@ def test_hdf_batches_are_the_same_whatever_the_number_of_peers() -> None:
 
 
 def test_hdf_files_are_shared_out_and_units_go_to_the_owners() -> None:
+    # Units go to the files' owners, and to a file's extra readers once confirmed (files of
+    # 4, 5 and 3 videos on 2 workers: 5 and 7 owned; the first dispatch deals one of the 7 to
+    # the other worker too, as a JOB ahead of its units: hdf5/sharing.py).
     fleet, scheduler, _config = hdf_fleet(2)
     fleet.handshake()
     a, b = fleet.live
@@ -154,6 +157,9 @@ def test_hdf_files_are_shared_out_and_units_go_to_the_owners() -> None:
     fleet.dispatch()
     for peer in (a, b):
         for message in fleet.inbox[peer]:
+            if isinstance(message, messages.Job):  # an extra read: rows once its INDEX matches
+                assert all(scheduler.readers.pending(f.number, peer) for f in message.files)
+                continue
             assert isinstance(message, messages.Unit)
             assert {row.file for row in message.rows} <= set(scheduler.owners.files_of(peer))
     assert scheduler.index is not None and scheduler.index.num_videos == 12
@@ -197,7 +203,7 @@ def test_hdf_an_index_batch_naming_a_file_of_another_peer_is_dropped_whole() -> 
 def test_hdf_the_credit_gate_bounds_what_is_dispatched() -> None:
     fleet, scheduler, _config = hdf_fleet(2, budget=2, epochs=1)
     fleet.handshake()
-    first = fleet.dispatch()
+    first = [s for s in fleet.dispatch() if not isinstance(s.message, messages.Job)]
     assert {batch_of(s.message) for s in first} == {0, 1}
     assert fleet.gate.inflight == 2
     assert fleet.dispatch() == []  # no credit left
@@ -289,11 +295,21 @@ def test_hdf_hand_over_of_a_lost_peer_mid_epoch(seed: int) -> None:
     assert moved.unmovable is None
     assert moved.moved_units == held
     assert not lost.outstanding and not scheduler.owners.files_of(lost) and not scheduler.owns(lost)
-    assert sorted(job_files(moved.sends)) == files
+    # Each of its files goes to a survivor: by a JOB and its INDEX, or at once to a confirmed
+    # extra reader of it (its copy checked already: h5feed.consumer.hdf5.sharing); a survivor
+    # may also be dealt a file as an extra reader, never a file twice.
+    promoted = {f for f in files if scheduler.owners.owner(f) is not None}
+    given = [
+        (f.number, s.peer) for s in moved.sends if isinstance(s.message, messages.Job)
+        for f in s.message.files
+    ]  # fmt: skip
+    assert set(files) <= {f for f, _p in given} | promoted and len(set(given)) == len(given)
+    owner, taker, reads = scheduler.owners.owner, scheduler.owners.taker, scheduler.readers.reads
+    assert all(taker(f) is p or owner(f) is p or reads(f, p) for f, p in given)
     assert all(s.peer is not lost for s in moved.sends)
     # No row of a moved file goes anywhere before its heir's INDEX matched the plan.
     resent = [s.message for s in moved.sends if isinstance(s.message, messages.Unit)]
-    assert not {r.file for u in resent for r in u.rows} & set(files)
+    assert not {r.file for u in resent for r in u.rows} & (set(files) - promoted)
     before = len(fleet.posted)
     for heir in {s.peer for s in moved.sends if isinstance(s.message, messages.Job)}:
         while any(isinstance(m, messages.Job) for m in fleet.inbox[heir]):
@@ -302,6 +318,8 @@ def test_hdf_hand_over_of_a_lost_peer_mid_epoch(seed: int) -> None:
     assert sorted(r.sample for u in resent for r in u.rows) == sorted(
         r.sample for u in late if isinstance(u, messages.Unit) for r in u.rows
     )
+    while isinstance(fleet.inbox[lost][0], messages.Job):  # an extra read it never began
+        fleet.inbox[lost].popleft()
     fleet.answer_one(lost)  # a late part from the lost peer: no longer expected
     assert fleet.counters.dropped_parts == 1
     taken = fleet.run(rng)
@@ -1110,8 +1128,11 @@ def test_hdf_local_workers_start_from_a_known_index_and_send_none() -> None:
     files = sorted(scheduler.owners.files_of(lost))
     moved = fleet.lose(lost)
     heir_jobs = [s.message for s in moved.sends if isinstance(s.message, messages.Job)]
-    assert heir_jobs and all(j.send_index for j in heir_jobs)
-    assert sorted(job_files(moved.sends)) == files
+    # ... unless the heir reads the file already as an extra reader (its copy is the one
+    # this host indexed): then it owns the file at once, with no JOB (hdf5/sharing.py).
+    promoted = [f for f in files if scheduler.owners.owner(f) is not None]
+    assert all(j.send_index for j in heir_jobs)
+    assert sorted(job_files(moved.sends) + promoted) == files
     taken = fleet.run(random.Random(6))
     assert [check_hdf_batch(b) for b in taken] == planned_batches(config, INDEX, [0, 1])
     assert fleet.counters.index_mismatches == 0

@@ -14,7 +14,7 @@ when the plan starts and decides when files and units move; this keeps the units
 Guarantees:
 
 1. Until its batch is released, every row of a dispatched batch is in exactly one unit in
-   flight, issued to the owner of the row's file, or parked (its file has no owner now:
+   flight, issued to a reader of the row's file (guarantee 7), or parked (its file has no owner now:
    :attr:`Dispatch.parked_batches`) until :meth:`Dispatch.unpark` finds it one.
 2. A part is taken only as :mod:`~h5feed.consumer.hdf5.parts` says (from its unit's peer, for
    its samples, frames well formed); an unexpected part (a re-sent unit's original, a
@@ -33,11 +33,18 @@ Guarantees:
    released from :meth:`Dispatch.next_units` (:meth:`Dispatch.take_released`) or
    :meth:`Dispatch.on_data`. Each padded row released is counted (``padded_samples``).
 6. Not thread-safe: the loop's thread owns it.
+7. A file may have several readers (its owner, and extra readers:
+   :mod:`~h5feed.consumer.hdf5.file_readers`): a batch's rows of one file go whole to one
+   of them, the one with the fewest rows in flight (ties: the owner, then the extra readers in
+   the order they came), so a reader at half speed gets about half of that file's rows, and
+   two workers never read (nor decompress the chunks of) one file's rows of one batch. A
+   batch is still one unit per peer that makes some of its rows.
 """
 
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import Hashable, Iterator
 
 import numpy as np
@@ -54,6 +61,7 @@ from h5feed.consumer.core.scheduler import Send
 from h5feed.consumer.hdf5.bad_data import SkipLog
 from h5feed.consumer.hdf5.batch_slots import BatchSlots, shares_memory
 from h5feed.consumer.hdf5.file_owners import FileOwners
+from h5feed.consumer.hdf5.file_readers import FileReaders
 from h5feed.consumer.hdf5.parts import bad_frames, is_expected
 from h5feed.consumer.hdf5.units import Work, unit_rows
 from h5feed.consumer.options import HdfConfig
@@ -105,13 +113,17 @@ class Dispatch:
         slots: BatchSlots | None,
         counters: Counters,
         skips: SkipLog,
+        readers: FileReaders | None = None,
     ) -> None:
-        """``batches``: the plan (:func:`planned_batches`); ``owners``: who makes each file's
-        rows (read only); ``slots``: None where batches come over the socket."""
+        """``batches``: the plan (:func:`planned_batches`); ``owners``, ``readers``: who may
+        make each file's rows (read only); ``slots``: None where batches come over the socket."""
         self.config = config
         self.job_id = job_id
         self.index = index
         self._owners = owners
+        self._readers = FileReaders() if readers is None else readers
+        # Rows in flight per peer: a file's rows go to its reader with the fewest (guarantee 7).
+        self._in_flight: dict[Peer, int] = {}
         self._slots = slots
         self._counters = counters
         self._skips = skips
@@ -181,6 +193,7 @@ class Dispatch:
 
     def take_back(self, lost: Peer) -> list[Unit[Work]]:
         """Every unit ``lost`` holds, oldest first, no longer held by it."""
+        self._in_flight.pop(lost, None)
         return self._ledger.take_back(lost)
 
     def send_again(self, units: list[Unit[Work]], lost: Peer, confirmed_dead: bool) -> list[Send]:
@@ -201,6 +214,7 @@ class Dispatch:
         unit = self._ledger.take_one(peer, unit_id)
         if unit is None:
             return []
+        self._done(peer, len(unit.work[0]))
         positions, _in_slot = unit.work  # it answered: it writes no more into the slot
         return self._units(unit.seq, self._assembler.planned(unit.seq), positions)
 
@@ -211,7 +225,7 @@ class Dispatch:
         chosen = planned.real_positions if subset is None else subset  # padding: no unit
         files = index.file_of_video[planned.videos[chosen]].tolist()
         by_owner: dict[Peer | None, list[int]] = {}
-        for position, peer in zip(chosen.tolist(), self._owners.owners(files), strict=True):
+        for position, peer in zip(chosen.tolist(), self._readers_of(files), strict=True):
             by_owner.setdefault(peer, []).append(position)
         owners = [peer for peer in by_owner if peer is not None]
         if subset is None:
@@ -229,6 +243,7 @@ class Dispatch:
                 continue
             in_slot = slot is not None and shares_memory(peer)
             unit = self._ledger.issue(peer, seq, (np.asarray(positions, np.int64), in_slot))
+            self._in_flight[peer] = self._in_flight.get(peer, 0) + len(positions)
             ref = None
             if in_slot and slot is not None:
                 ref = messages.SlotRef(os.getpid(), slot.fd, len(rows), tuple(positions))
@@ -236,6 +251,41 @@ class Dispatch:
             message = messages.Unit(self.job_id, unit.id, seq, planned.epoch, unit_rows_, ref)
             sends.append(Send(peer, message))
         return sends
+
+    def _readers_of(self, files: list[int]) -> list[Peer | None]:
+        """The peer to make each row of ``files`` (a batch's rows, in order): the file's owner
+        when it has no confirmed extra reader (the fast path: one lookup per row), else for
+        each file of the batch its reader (owner or extra) with the fewest rows in flight,
+        counting the rows just given (guarantee 7); None: nobody reads the file now."""
+        owners = self._owners.owners(files)
+        if not self._readers.any:
+            return owners
+        chosen: dict[int, Peer | None] = {}
+        in_flight = self._in_flight
+        given: dict[Peer, int] = {}
+        for file_index, count in Counter(files).items():  # in order of first row
+            extras = self._readers.confirmed(file_index)
+            owner = self._owners.owner(file_index)
+            if not extras:
+                chosen[file_index] = owner
+                continue
+            candidates = extras if owner is None else [owner, *extras]
+
+            def load(peer: Peer) -> int:
+                return in_flight.get(peer, 0) + given.get(peer, 0)
+
+            peer = min(candidates, key=load)  # the first of the least loaded: stable
+            given[peer] = given.get(peer, 0) + count
+            chosen[file_index] = peer
+        return [chosen[f] for f in files]
+
+    def _done(self, peer: Peer, rows: int) -> None:
+        """``rows`` of ``peer``'s are no longer in flight."""
+        left = self._in_flight.get(peer, 0) - rows
+        if left > 0:
+            self._in_flight[peer] = left
+        else:
+            self._in_flight.pop(peer, None)
 
     # -- data ------------------------------------------------------------------------------
 
@@ -262,6 +312,7 @@ class Dispatch:
             planned = self._assembler.planned(unit.seq)
             invalid = self._skips.record(self.index, planned, positions, data.skipped, str(peer))
         self._ledger.complete(peer, unit.id)
+        self._done(peer, len(positions))
         peer.received.record(len(positions), nbytes, data.busy_s)
         batch = self._assembler.add(unit.seq, positions, frames, invalid)
         released = [] if batch is None else self._complete(unit.seq, batch)

@@ -72,6 +72,7 @@ from h5feed.consumer.hdf5.file_owners import FileOwners
 from h5feed.consumer.hdf5.index_answers import IndexAnswers, indexed_files
 from h5feed.consumer.hdf5.index_attempts import IndexAttempts
 from h5feed.consumer.hdf5.index_debts import IndexDebts
+from h5feed.consumer.hdf5.sharing import Sharing
 from h5feed.consumer.hdf5.units import (
     assign_files,
     file_size,
@@ -114,6 +115,9 @@ class HdfScheduler:
         self._counters = counters
         #: Who owns each file, who takes it over once its INDEX matches, who is refused it.
         self.owners = FileOwners()
+        #: Who reads each file besides its owner (work follows cores, not files).
+        self.sharing = Sharing(self.owners, tuple(config.files), job_id, counters)
+        self.readers = self.sharing.readers
         self._answers = IndexAnswers(config.files, config.file_labels)  # each file's videos
         self._debts = IndexDebts()  # who owes an INDEX since when; who has shown it delivers
         # Files whose INDEX a peer was asked for, handed on to a joiner before it answered:
@@ -125,6 +129,7 @@ class HdfScheduler:
         self.planned_from_known = False
         self._slots = BatchSlots.for_iteration(config, job_id)  # None: over the socket
         self._dispatch: Dispatch | None = None  # once the plan starts (the index is known)
+        self._deal_due = False  # extra readers to deal at the next dispatch (sharing.py)
         options = config.options
         # Which files a worker was indexing when it died: reported after as many deaths as a
         # unit may cost (max_unit_attempts; hdf5/index_attempts.py), never left to a timeout.
@@ -158,6 +163,7 @@ class HdfScheduler:
             # before: the plan starts now, and the workers open and check their files
             # without sending it again (about half of a second iteration at 10,000 files).
             # A worker that takes a file over later still sends its INDEX, compared.
+            self.sharing.learnt_here()
             self._plan_from(known)
             self.planned_from_known = True
             return [
@@ -198,7 +204,11 @@ class HdfScheduler:
         files = self._without_handed_on(peer, files)
         if not files:
             return []
-        if not all(owners.taker(f) is peer or owners.owner(f) is peer for f, _c in files):
+        pending = self.readers.pending
+        if not all(
+            owners.taker(f) is peer or owners.owner(f) is peer or pending(f, peer)
+            for f, _c in files
+        ):
             self._unexpected(peer, messages.IndexBatch.KIND)
             return []
         self._debts.delivered(peer)
@@ -207,9 +217,15 @@ class HdfScheduler:
         self._attempts.answered(peer, [f for f, _c in files])
         sends: list[Send] = []
         for file_index, columns in files:
-            if self.owners.taker(file_index) is peer:
+            if pending(file_index, peer):  # an extra reader: rows once its copy is checked
+                planned = self._answers.planned(file_index, self.index)
+                if not self.sharing.check(peer, file_index, planned, columns):
+                    self._deal_due = True  # refused: its share from other files
+            elif self.owners.taker(file_index) is peer:
                 sends += self._check_moved(peer, file_index, columns)
             else:
+                if peer.local and file_index not in self._answers:
+                    self.sharing.learnt_here(file_index)  # the plan's index, read here
                 self._answers.add(file_index, columns)  # the first stays
         if self._answers.complete and self.index is None:
             self._plan_from(self._answers.index())
@@ -244,6 +260,8 @@ class HdfScheduler:
         what = first_difference(planned, columns)
         if what is None:
             self.owners.confirm(file_index)
+            if peer.local:
+                self.sharing.learnt_here(file_index)
             # Rows parked for it go now (none before the plan: a file moved while others index).
             return [] if self._dispatch is None else self._dispatch.unpark()
         path = self.config.files[file_index]
@@ -264,12 +282,26 @@ class HdfScheduler:
         return sends
 
     def _plan_from(self, index: Index) -> None:
+        """Start the plan from ``index`` (extra readers are dealt at the first dispatch)."""
         batches = planned_batches(index, self.config, self._epochs, self._start, self._rest)
         self._dispatch = Dispatch(
             self.config, self.job_id, index, batches, self.owners, self._slots,
-            self._counters, self.skips,
+            self._counters, self.skips, self.readers,
         )  # fmt: skip
         self._log.info("indexed %d files, %d videos", len(self.config.files), index.num_videos)
+        self._deal_due = True
+
+    def _deal(self) -> list[Send]:
+        """Extra readers dealt among the live workers (:mod:`~h5feed.consumer.hdf5.sharing`)
+        when the topology changed since the last deal (plan start, a join, a loss, a
+        refusal: one deal for all the changes of a loop pass), once the plan's index is
+        known; their JOBs, which go ahead of any unit."""
+        index = self.index
+        if index is None or not self._deal_due:
+            return []
+        self._deal_due = False
+        sends = self.sharing.deal(index, lambda p, files, ask: self._job(p, files, ask))
+        return self._sent(sends, merge=True)
 
     @property
     def ready(self) -> bool:
@@ -285,7 +317,9 @@ class HdfScheduler:
     # -- dispatch and data (the plan's: see dispatch.py) ------------------------------------
 
     def next_units(self, gate: CreditGate, peers: Sequence[Peer]) -> list[Send]:
-        return self._require_dispatch().next_units(gate)
+        dispatch = self._require_dispatch()
+        jobs = self._deal()  # extra readers' JOBs first: their units come after
+        return jobs + dispatch.next_units(gate) if jobs else dispatch.next_units(gate)
 
     def take_released(self) -> list[Batch]:
         return [] if self._dispatch is None else self._dispatch.take_released()
@@ -321,7 +355,7 @@ class HdfScheduler:
 
     def figures(self) -> Figures:  # shared-memory slots made, files owned, samples skipped
         slots = self._slots.size if self._slots is not None else 0
-        return Figures(slots, self.owners.count, self.skips.snapshot())
+        return Figures(slots, self.sharing.files_read, self.skips.snapshot())
 
     def close(self) -> None:
         if self._slots is not None:
@@ -330,7 +364,7 @@ class HdfScheduler:
     # -- failures --------------------------------------------------------------------------
 
     def owns(self, peer: Peer) -> bool:
-        return self.owners.holds(peer)
+        return self.sharing.holds(peer)
 
     def reassign(self, lost: Peer, heirs: Sequence[Peer], confirmed_dead: bool) -> Reassignment:
         """(Also: FileReadError when ``lost`` died indexing a file that killed its holders
@@ -344,19 +378,21 @@ class HdfScheduler:
         shares = [f for f, taker in self.owners.moves() if taker is lost and owner(f) is not None]
         self._attempts.answered(lost, shares)
         files = self.owners.release(lost)
+        extra = self.readers.release(lost)  # files others read on: its units go to them
         self._attempts.check_left(lost, self.config.files)
         self._debts.forget(lost)
         self._handed_on.pop(lost, None)
         dispatch = self._dispatch
         units = [] if dispatch is None else dispatch.take_back(lost)  # none before the plan
-        if not files and not units:
+        if not files and not units and not extra:
             return Reassignment([], 0)
         sends: list[Send] = []
         for file_index in files:
             if self.owners.taker(file_index) is not None:
                 continue  # a live peer takes it over already (a joiner's share): its INDEX decides
             sends += self._move(file_index) or []  # nobody left: it waits for a joiner
-        if dispatch is not None and units:  # to the files' owners now (or parked)
+        self._deal_due = True  # the survivors share its files out again
+        if dispatch is not None and units:  # to the files' readers now (or parked)
             sends += dispatch.send_again(units, lost, confirmed_dead)
         return Reassignment(self._sent(sends, merge=True), len(units))
 
@@ -378,6 +414,7 @@ class HdfScheduler:
         if self.index is not None:  # its share, taken from the most loaded
             for file_index in self.owners.share_for(peer):
                 sends += self._job(peer, [file_index])
+            self._deal_due = True  # and extra reads, so that it reads a share of samples
         return self._sent(sends, merge=True)
 
     def unreadable(self, peer: Peer, file_index: int, unit_id: int | None) -> list[Send] | None:
@@ -389,6 +426,7 @@ class HdfScheduler:
             self._unexpected(peer, f"{messages.Error.KIND} of file {file_index}")
             return None
         self.owners.refuse(file_index, peer)  # it no longer owns or takes the file
+        self.readers.refuse(file_index, peer)  # nor reads it besides the owner
         self._attempts.answered(peer, [file_index])
         self._counters.unreadable_files += 1
         self._log.error(
@@ -404,11 +442,12 @@ class HdfScheduler:
             sends += moved
         if unit_id is not None and self._dispatch is not None:  # none in flight before the plan
             sends += self._dispatch.send_one_again(peer, unit_id)
+        self._deal_due = True  # its share from files it can read
         return self._sent(sends, merge=True)
 
     @property
     def waiting_for_workers(self) -> bool:
-        return bool(self.owners.unowned())  # files with neither an owner nor a taker
+        return self.owners.any_unowned  # files with neither an owner nor a taker (O(1))
 
     @property
     def parked_batches(self) -> set[int]:
@@ -425,8 +464,12 @@ class HdfScheduler:
         if not candidates:
             return None
         load = self.owners.load
+        if self.sharing.heir(file_index, candidates, load) is not None:
+            # A reader of the file already (its copy checked): it owns it now, no JOB.
+            return [] if self._dispatch is None else self._dispatch.unpark()
         proven = self._debts.proven
         heir = min(candidates, key=lambda p: (not proven(p), load(p), p.identity))
+        self.sharing.taking(file_index, heir)  # a pending extra reader: the taker's INDEX
         if self.index is not None or file_index in self._answers:
             self.owners.begin_move(file_index, heir)
         else:

@@ -70,10 +70,13 @@ def split_job(job: messages.Job) -> list[messages.Job]:
 
 
 def merge_jobs(sends: list[Send], alone: Collection[int] = ()) -> list[Send]:
-    """Per peer, its JOBs merged (every file it was given, in order) and cut again into parts
+    """Per peer, its JOBs merged (every file it was given, in order; those that ask for the
+    INDEX apart from those that do not) and cut again into parts
     (:func:`split_job`), ahead of its units; a JOB of one file in ``alone`` (a suspect: see
     :mod:`h5feed.consumer.hdf5.index_attempts`) stays a JOB of its own, after the merged ones."""
-    jobs: dict[Peer, messages.Job] = {}
+    # Keyed by peer and send_index: an extra reader's JOB that asks for no INDEX
+    # (h5feed.consumer.hdf5.sharing) never merges into one that does, nor the reverse.
+    jobs: dict[tuple[Peer, bool], messages.Job] = {}
     apart: list[Send] = []
     rest: list[Send] = []
     for send in sends:
@@ -82,15 +85,16 @@ def merge_jobs(sends: list[Send], alone: Collection[int] = ()) -> list[Send]:
             for ref in message.files:  # each file alone: a death names its file
                 apart.append(Send(send.peer, dataclasses.replace(message, files=(ref,))))
         elif isinstance(message, messages.Job):
-            before = jobs.get(send.peer)
-            jobs[send.peer] = (
+            key = (send.peer, message.send_index)
+            before = jobs.get(key)
+            jobs[key] = (
                 message
                 if before is None
                 else dataclasses.replace(before, files=before.files + message.files)
             )
         else:
             rest.append(send)
-    parts = [Send(peer, part) for peer, job in jobs.items() for part in split_job(job)]
+    parts = [Send(peer, part) for (peer, _i), job in jobs.items() for part in split_job(job)]
     return parts + apart + rest
 
 

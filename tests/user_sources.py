@@ -126,12 +126,34 @@ def not_a_source() -> int:
     return 3
 
 
-def failing_generator(n: int, fail_at: int, shard_index: int) -> Iterator[int]:
-    """Shard 0 raises after ``fail_at`` elements; other shards yield n elements."""
+def failing_generator(n: int, fail_at: int, shard_index: int, shard_count: int) -> Iterator[int]:
+    """Shard 0 raises after ``fail_at`` elements; other shards yield n elements (each shard
+    its own: element #i of shard w is i * shard_count + w)."""
     for value in range(n):
         if shard_index == 0 and value == fail_at:
             raise RuntimeError(f"sensor {value} unplugged")
-        yield value
+        yield value * shard_count + shard_index
+
+
+def forgot_to_shard(n: int, shard_index: int = 0, shard_count: int = 1) -> Iterator[dict[str, int]]:
+    """Takes the shard arguments and ignores them: every worker yields every sample."""
+    for value in range(n):
+        yield {"value": value}
+
+
+def unsharded(n: int) -> Iterator[dict[str, int]]:
+    """Does not take the shard arguments: every worker yields every sample."""
+    for value in range(n):
+        yield {"value": value}
+
+
+def header_first(n: int, shard_index: int = 0, shard_count: int = 1) -> Iterator[dict[str, int]]:
+    """Sharded, but every shard begins with the same few elements (a header, or warm-up
+    rows of a synthetic feed): ``value`` -1 four times, then this shard's numbers below n."""
+    for _ in range(4):
+        yield {"value": -1}
+    for value in range(shard_index, n, shard_count):
+        yield {"value": value}
 
 
 def varlen(n: int = 10, shard_index: int = 0, shard_count: int = 1) -> Iterator[Any]:
@@ -203,3 +225,9 @@ def noisy(n: int, shard_index: int, shard_count: int) -> Iterator[dict[str, Any]
 def single_label_batches() -> Iterator[tuple[np.ndarray, int]]:
     """Batches whose label is one number, not one per sample."""
     yield np.zeros((3, 2), np.float32), 1
+
+
+def given(items: list[int], shard_index: int = 0, shard_count: int = 1) -> Iterator[dict[str, int]]:
+    """This shard's part of ``items`` (``items[shard_index::shard_count]``)."""
+    for value in items[shard_index::shard_count]:
+        yield {"value": value}

@@ -78,7 +78,8 @@ def dataset(
     * data, HDF5 files only (``DataOptions``): ``clips_per_video=1, clip_start="random",
       index_cache=True, data_root=None, on_error="raise", max_skipped=None``;
     * your own code instead of files (``SourceConfig``): ``source=None, source_args=None,
-      output_signature=None, ragged=False, steps_per_epoch=None, source_batched=False``.
+      output_signature=None, ragged=False, steps_per_epoch=None, source_batched=False,
+      shards_start_alike=False``.
 
     ``layout``: how the files store videos — ``"auto"`` (recognised per file), ``"groups"``,
     ``"frame_datasets"``, ``"raw"``, ``"flat"``, or an ``h5feed.layouts`` object with its
@@ -126,7 +127,9 @@ def dataset(
 
     ``source="package.module:factory"``: your own code in the workers instead of HDF5 files
     (``source_args``, ``output_signature``, ``ragged``, ``steps_per_epoch``,
-    ``source_batched``: a generator of whole batches, split and batched again); see
+    ``source_batched``: a generator of whole batches, split and batched again;
+    ``shards_start_alike``: a generator whose workers may begin with the same elements, not
+    refused as one that forgot to shard); see
     ``h5feed/consumer/sources/api.py`` and docs/data/your-code.md.
 
     ``listen`` on an address other hosts reach (not loopback or ``ipc://``) needs CURVE keys

@@ -130,3 +130,4 @@ class FeedKwargs(TypedDict, total=False):
     ragged: bool | Sequence[str]
     steps_per_epoch: int | None
     source_batched: bool
+    shards_start_alike: bool

@@ -1,4 +1,5 @@
-"""Whether the copies of a user's object in the workers are one object.
+"""Whether the copies of a user's object in the workers are one object (map, keras), or
+different shards (generator).
 
 A map or keras source runs as one copy of the user's object per worker, and exactly once
 holds only if item ``i`` is the same item in every copy. The workers seed the global
@@ -17,6 +18,21 @@ twice under the same seeding. Per item:
    different objects; :class:`~h5feed.common.errors.SourceError` naming the item and which
    workers hold which version. No batch of that epoch has been sent for (the keras scheduler
    dispatches an epoch's units only once its check agreed).
+
+A generator is the other way round: each copy must iterate its own shard, so copies that
+begin alike are what is refused (:func:`check_distinct_shards`). Each copy digests its
+shard's first few elements (``h5feed.producer.sources.generator_kind``); two non-empty shards
+with the same digest yield the same elements: a factory that takes ``shard_index`` and
+``shard_count`` but ignores them (or does not take them) and "forgot to shard", which would
+give every element once per worker. Refused at the handshake, before any PULL is sent, with
+a :class:`~h5feed.common.errors.SourceError` naming the shard arguments and the workers.
+Never refused: an empty shard (no digest), shards that differ in any one of their first
+elements or in how many they have, one worker. What it cannot see: copies whose elements
+differ although their data does not (each shard's pass is seeded by its shard index, so a
+generator that ignores its shard but augments every element with ``np.random`` gives every
+sample once per worker, augmented differently). The opt-out, ``shards_start_alike=True``,
+is for generators whose shards may legitimately begin with equal elements (synthetic
+constant data, a header element every shard yields first).
 """
 
 from __future__ import annotations
@@ -35,6 +51,35 @@ _HINT = (
     "seed= and epoch= keyword arguments the factory may take, or use random / np.random, "
     "which h5feed seeds the same in every worker"
 )
+
+
+_SHARD_HINT = (
+    "the factory ignores shard_index and shard_count (or does not take them), so every "
+    "worker would yield every element, each once per worker. Split the data by them, e.g. "
+    "items[shard_index::shard_count]; if the shards may legitimately begin with the same "
+    "elements, pass shards_start_alike=True"
+)
+
+
+def check_distinct_shards(
+    source: str, answers: Mapping[str, Sequence[messages.ItemCheck]], *, alike_ok: bool = False
+) -> None:
+    """Raise SourceError where two workers' generators (worker name -> its checks: one
+    digest of its first elements, none for an empty shard) begin alike; ``alike_ok`` (the
+    ``shards_start_alike=True`` opt-out) skips the comparison (see the module docstring)."""
+    if alike_ok:
+        return
+    holders: dict[bytes, list[str]] = collections.defaultdict(list)
+    for worker, checks in sorted(answers.items()):
+        for check in checks:
+            holders[check.digest].append(worker)
+    same = [workers for workers in holders.values() if len(set(workers)) > 1]
+    if same:
+        groups = "; ".join(str(sorted(set(workers))) for workers in same)
+        raise SourceError(
+            f"source {source!r}: the generators of workers {groups} begin with the same "
+            f"elements (shard_index and shard_count differ between them): {_SHARD_HINT}"
+        )
 
 
 def check_agreement(

@@ -44,6 +44,7 @@ def make_source_config(files: Any, kwargs: Mapping[str, Any]) -> SourceConfig:
         ragged=ragged if isinstance(ragged, bool) else tuple(ragged),
         steps_per_epoch=kwargs.get("steps_per_epoch"),
         batched=kwargs.get("source_batched", False),
+        shards_start_alike=kwargs.get("shards_start_alike", False),
         spec=spec,
         sys_path=tuple(p for p in sys.path if isinstance(p, str)),
         options=feed_options,

@@ -4,14 +4,16 @@ A PULL asks one worker for its next ``batch_size`` elements, and that answer is 
 (released as it arrives). A worker that answers fewer has finished its pass. Without
 ``steps_per_epoch`` an epoch ends when every worker's pass has ended, and the next epoch
 starts new passes; with it, an epoch is ``steps_per_epoch`` batches and passes carry on
-across epochs (an epoch ends short, with a warning, if every pass ends first). Not resumable
-inside an epoch; a lost worker's shard cannot move: its place waits for a new process
+across epochs (an epoch ends short, with a warning, if every pass ends first). Copies whose
+first elements agree forgot to shard: refused at the handshake, before any PULL
+(:func:`~h5feed.consumer.sources.agreement.check_distinct_shards`). Not resumable inside an
+epoch; a lost worker's shard cannot move: its place waits for a new process
 (:attr:`GeneratorKind.shards_in_workers`), whose pass starts over.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from typing import TYPE_CHECKING, ClassVar
 
 from h5feed.common import messages
@@ -22,7 +24,9 @@ from h5feed.consumer.core.assembly import Batch
 from h5feed.consumer.core.credits import CreditGate
 from h5feed.consumer.core.ledger import Ledger, Peer
 from h5feed.consumer.core.scheduler import Reassignment, Send
+from h5feed.consumer.sources.agreement import check_distinct_shards
 from h5feed.consumer.sources.kind import KindSetup
+from h5feed.consumer.sources.options import SourceConfig
 from h5feed.consumer.sources.parts import Parts
 
 if TYPE_CHECKING:
@@ -42,6 +46,12 @@ class GeneratorKind:
         "its length is unknown (each worker iterates its own shard until it ends), so no "
         "shard can be padded to the others' length"
     )
+
+    @staticmethod
+    def check_copies(
+        config: SourceConfig, epoch: int, answers: Mapping[str, Sequence[messages.ItemCheck]]
+    ) -> None:
+        check_distinct_shards(config.source, answers, alike_ok=config.shards_start_alike)
 
     @staticmethod
     def make(setup: KindSetup) -> GeneratorScheduler:

@@ -4,14 +4,17 @@ index per unit, not batched again; every later epoch's copies are checked after 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, ClassVar
 
 from h5feed.common.elements import Field
+from h5feed.common.messages import ItemCheck
 from h5feed.common.source_kinds import SourceKind
 from h5feed.consumer.core.assembly import Batch
+from h5feed.consumer.sources.agreement import check_agreement
 from h5feed.consumer.sources.item_scheduler import ItemScheduler, epoch_batches
 from h5feed.consumer.sources.kind import KindSetup
+from h5feed.consumer.sources.options import SourceConfig
 from h5feed.consumer.sources.parts import Parts
 
 if TYPE_CHECKING:
@@ -32,6 +35,12 @@ class KerasKind:
         "source of dicts to pad them)"
     )
     checks_every_epoch: ClassVar[bool] = True  # on_epoch_end may change the object
+
+    @classmethod
+    def check_copies(
+        cls, config: SourceConfig, epoch: int, answers: Mapping[str, Sequence[ItemCheck]]
+    ) -> None:
+        check_agreement(config.source, cls.noun, epoch, answers)  # one object in every worker
 
     @classmethod
     def make(cls, setup: KindSetup) -> ItemScheduler:

@@ -13,7 +13,7 @@ every member has both.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Hashable, Iterator, Sequence
+from collections.abc import Hashable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from h5feed.common import messages
@@ -112,4 +112,14 @@ class KindClass(Protocol):
 
     def make(self, setup: KindSetup) -> KindScheduler:
         """The kind's scheduler for one iteration."""
+        ...
+
+    def check_copies(
+        self, config: SourceConfig, epoch: int, answers: Mapping[str, Sequence[messages.ItemCheck]]
+    ) -> None:
+        """SourceError where the workers' copies (worker name -> the checks it sent when it
+        loaded the source, at ``epoch``) are not what the kind needs: one object for a
+        dataset (:func:`~h5feed.consumer.sources.agreement.check_agreement`), different
+        shards for a generator
+        (:func:`~h5feed.consumer.sources.agreement.check_distinct_shards`)."""
         ...

@@ -3,15 +3,18 @@ consecutive items of the epoch's order (:mod:`h5feed.consumer.sources.item_sched
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, ClassVar
 
 from h5feed.common.elements import Field
+from h5feed.common.messages import ItemCheck
 from h5feed.common.source_kinds import SourceKind
 from h5feed.consumer.core.assembly import Batch
 from h5feed.consumer.plan import batch_count
+from h5feed.consumer.sources.agreement import check_agreement
 from h5feed.consumer.sources.item_scheduler import ItemScheduler, epoch_batches
 from h5feed.consumer.sources.kind import KindSetup
+from h5feed.consumer.sources.options import SourceConfig
 from h5feed.consumer.sources.parts import Parts
 
 if TYPE_CHECKING:
@@ -28,6 +31,12 @@ class MapKind:
     noun: ClassVar[str] = "item"
     pad_refusal: ClassVar[str | None] = None  # zero rows, with sample and valid (padding.py)
     checks_every_epoch: ClassVar[bool] = False  # the object never changes after __init__
+
+    @classmethod
+    def check_copies(
+        cls, config: SourceConfig, epoch: int, answers: Mapping[str, Sequence[ItemCheck]]
+    ) -> None:
+        check_agreement(config.source, cls.noun, epoch, answers)  # one object in every worker
 
     @classmethod
     def make(cls, setup: KindSetup) -> ItemScheduler:

@@ -25,6 +25,7 @@ SOURCE_FIELDS: dict[str, str] = {
     "ragged": "ragged",
     "steps_per_epoch": "steps_per_epoch",
     "source_batched": "batched",
+    "shards_start_alike": "shards_start_alike",
 }
 SOURCE_KEYS = tuple(SOURCE_FIELDS)
 
@@ -42,7 +43,10 @@ class SourceConfig:
     ``sys_path``: where local workers look for the user's modules too (the trainer's
     ``sys.path``); ``batched``: the source is a generator of whole batches (every field's
     first dimension is the batch's, the last batch may be shorter), split into samples in the
-    workers and batched again with ``options.plan.batch_size``.
+    workers and batched again with ``options.plan.batch_size``; ``shards_start_alike``:
+    generator sources only, the workers' generators may legitimately begin with the same
+    elements, so they are not refused for it (else copies that begin alike forgot to shard:
+    :func:`h5feed.consumer.sources.agreement.check_distinct_shards`).
 
     Guarantees: validated on construction (ValueError naming the argument); never changed
     afterwards, also not by what the workers tell (that is a :class:`Learnt`, which the feed
@@ -56,6 +60,7 @@ class SourceConfig:
     spec: ElementSpec | None = None
     sys_path: tuple[str, ...] = ()
     batched: bool = False
+    shards_start_alike: bool = False
     options: FeedOptions
 
     def __post_init__(self) -> None:
@@ -71,6 +76,10 @@ class SourceConfig:
             ) from exc
         if not isinstance(self.batched, bool):
             raise ValueError(f"source_batched must be True or False, got {self.batched!r}")
+        if not isinstance(self.shards_start_alike, bool):
+            raise ValueError(
+                f"shards_start_alike must be True or False, got {self.shards_start_alike!r}"
+            )
         if self.steps_per_epoch is not None and self.steps_per_epoch < 1:
             raise ValueError(f"steps_per_epoch must be >= 1 or None, got {self.steps_per_epoch}")
 

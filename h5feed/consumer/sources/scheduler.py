@@ -5,8 +5,9 @@ spec when it is known: the user's ``output_signature``, or the one an earlier it
 learnt), loads the user's code and answers SOURCE_INFO (kind, length, the spec of its first
 elements). The kinds and lengths must agree; the spec is the given one or the merge of the
 workers' (dimensions that differ become ``None``); the copies must agree on the common items
-each digested (:mod:`h5feed.consumer.sources.agreement`). A second SOURCE gives every worker
-that spec, which it checks every element against. Then the kind's scheduler
+each digested, or, for a generator, begin with different elements (the kind's
+``check_copies``, :mod:`h5feed.consumer.sources.agreement`). A second SOURCE gives every
+worker that spec, which it checks every element against. Then the kind's scheduler
 (:mod:`h5feed.consumer.sources.kinds`: map, keras, generator; each following
 :class:`~h5feed.consumer.sources.kind.KindScheduler`) takes over, behind the same protocol as
 the HDF5 one; what differs between kinds here is read from the kind's class
@@ -29,7 +30,6 @@ from h5feed.consumer.core.credits import CreditGate
 from h5feed.consumer.core.ledger import Peer
 from h5feed.consumer.core.scheduler import Figures, Reassignment, Send
 from h5feed.consumer.plan import Cursor
-from h5feed.consumer.sources.agreement import check_agreement
 from h5feed.consumer.sources.kind import KindClass, KindScheduler, KindSetup
 from h5feed.consumer.sources.kinds import kind_class
 from h5feed.consumer.sources.options import Learnt, SourceConfig
@@ -120,8 +120,8 @@ class SourceScheduler:
         kind, length, spec = self._agree()
         of = self._of = kind_class(kind)
         self._reference = {p: self._infos[p].checks for p in self._peers}
-        check_agreement(
-            self.source.source, of.noun, self._start.epoch,
+        of.check_copies(
+            self.source, self._start.epoch,
             {str(p): checks for p, checks in self._reference.items()},
         )  # fmt: skip
         refusal = of.pad_refusal or pad_refusal(spec)
@@ -257,9 +257,14 @@ class SourceScheduler:
                 peer, self.source.source, info.kind, info.length, self._agreed,
             )  # fmt: skip
             return []
-        answers = {str(p): checks for p, checks in self._reference.items()}
+        # A joiner of a generator took a lost worker's place (and shard): the lost copy's
+        # check is no longer compared, the joiner's is from now on.
+        answers = {str(p): c for p, c in self._reference.items() if p in self._peers}
         answers[str(peer)] = info.checks
-        check_agreement(self.source.source, self._of.noun, self._start.epoch, answers)
+        self._of.check_copies(self.source, self._start.epoch, answers)
+        if self._of.shards_in_workers:
+            self._reference = {p: c for p, c in self._reference.items() if p in self._peers}
+            self._reference[peer] = info.checks
         return self._kind.add(peer)
 
     def _log_once(self, line: str) -> None:

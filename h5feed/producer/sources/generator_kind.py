@@ -7,11 +7,19 @@ object with ``generate_data()`` (each pass calls it); one with ``__iter__`` (eac
 Units are PULLs: the next ``count`` elements of pass ``pass_`` (a new pass number starts a
 new iteration); the DATA's samples are the elements' positions in their pass. With
 ``source_batched=True`` each item the generator yields is a batch, split into its samples.
+
+Its check (:meth:`GeneratorSource.checks`, in the SOURCE_INFO of the first epoch): one digest
+of the shard's first :data:`PROBE_GENERATOR_ELEMENTS` elements (fewer where the shard is
+shorter, none where it is empty), which the trainer compares between the workers: copies that
+begin alike forgot to shard (:func:`h5feed.consumer.sources.agreement.check_distinct_shards`).
+The check is numbered by the shard (``worker``), so no two copies share an item number and a
+trainer that compares items by number (every trainer before this check) never compares them.
 """
 
 from __future__ import annotations
 
 import collections
+import hashlib
 from collections.abc import Iterator
 from typing import Any, ClassVar, Final
 
@@ -61,12 +69,7 @@ class GeneratorSource:
         """The spec of the first :data:`PROBE_GENERATOR_ELEMENTS` elements of this shard's
         first pass, which are kept and sent as its first elements."""
         code = self._code
-        iterator = self._iterator_for(code.first_epoch)
-        while len(self._probed) < PROBE_GENERATOR_ELEMENTS:
-            element = self._next(iterator)
-            if element is _END:
-                break
-            self._probed.append(element)
+        self._take_probe()
         if not self._probed:
             raise SourceError(
                 f"source {code.path!r}: the generator of shard {code.worker} of "
@@ -82,13 +85,41 @@ class GeneratorSource:
             ) from exc
 
     def checks(self, epoch: int) -> tuple[messages.ItemCheck, ...]:
-        return ()  # each copy has its own shard: nothing in common to compare
+        """At the first epoch, before any unit: one check numbered by this shard, whose
+        digest covers how many of the first :data:`PROBE_GENERATOR_ELEMENTS` elements there
+        are and each one's :func:`~h5feed.producer.seeding.item_digest` (the elements are
+        kept and sent as the pass's first, as the probe's are); none for an empty shard (it
+        duplicates nothing) or at a later epoch (a generator is asked no CHECK)."""
+        if epoch != self._code.first_epoch or self._pass != epoch or self._ordinal:
+            return ()
+        self._take_probe()
+        if not self._probed:
+            return ()
+        digest = hashlib.blake2b(b"%d:" % len(self._probed), digest_size=16)
+        try:
+            for element in self._probed:
+                digest.update(seeding.item_digest(element, self.convention))
+        except SourceError as exc:
+            code = self._code
+            raise SourceError(
+                f"source {code.path!r}, the first elements of shard {code.worker}: {exc}"
+            ) from exc
+        return (messages.ItemCheck(self._code.worker, digest.digest(), True),)
 
     def elements(self, unit: messages.Items | messages.Pull) -> Iterator[Element]:
         if not isinstance(unit, messages.Pull):  # unreachable: the job checked the type
             raise SourceError(f"a {unit.KIND} unit for a generator source")
         for ordinal, element in self._take(unit.count, unit.pass_):
             yield ordinal, element, f"element #{ordinal} of pass {unit.pass_}"
+
+    def _take_probe(self) -> None:
+        """Keep up to :data:`PROBE_GENERATOR_ELEMENTS` of the first pass's first elements."""
+        iterator = self._iterator_for(self._code.first_epoch)
+        while len(self._probed) < PROBE_GENERATOR_ELEMENTS:
+            element = self._next(iterator)
+            if element is _END:
+                break
+            self._probed.append(element)
 
     def close(self) -> None:
         self._iterator = None

@@ -30,13 +30,14 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from typing import IO, Any
 
+from h5feed.demo_report import input_wait_lines
 from h5feed.producer.sample_data import SampleSpec, make_sample_dataset
 from h5feed.progress import progress_bar
 
-__all__ = ["Progress", "input_wait_lines", "run_demo", "worker_children"]
+__all__ = ["Progress", "run_demo", "worker_children"]
 
 #: Input geometry of the demo's training workload: the classic C3D/R(2+1)D recipe.
 RESIZE = (128, 171)
@@ -192,49 +193,6 @@ def _build_model(keras: Any, clip_len: int, num_classes: int) -> Any:
         metrics=["accuracy"],
     )
     return model
-
-
-def input_wait_lines(wait_s: float, compute_s: float, feed: Mapping[str, Any]) -> list[str]:
-    """The report's input-wait lines: two waits with names that say where each is measured,
-    and one verdict on what to do (pure: tested in tests/test_demo_verdict.py).
-
-    * ``step wait``: the share of the training loop's measured time spent in ``next(it)``,
-      ``wait_s / (wait_s + compute_s)``: what the trainer feels, after tf.data's prefetch.
-    * ``feed wait``: ``feed["wait_share_recent"]`` (``stats()``): the share of the last 10 s
-      that tf.data's reader waited for h5feed's next batch, before the prefetch buffer: it is
-      the higher of the two when the buffer hides part of the waits from the step.
-    * ``verdict``: the step wait decides whether training waits for input at all
-      (:data:`~h5feed.consumer.stats.INPUT_BOUND_WAIT_SHARE`); if it does, the feed wait
-      decides where: in h5feed's workers (the advice of ``feed["verdict"]``, capped by the
-      cores the workers may use) or downstream of them, in tf.data, where workers do not help.
-    """
-    from h5feed.consumer.stats import INPUT_BOUND_WAIT_SHARE
-
-    step = wait_s / (wait_s + compute_s) if wait_s + compute_s > 0 else 0.0
-    lines = [
-        f"step wait: {step:.1%} of the measured step time was spent in next(), waiting for a "
-        f"batch (wait {wait_s:.2f}s, compute {compute_s:.2f}s)"
-    ]
-    share = feed.get("wait_share_recent")
-    if share is None:  # no figures from h5feed: training did not finish
-        return [*lines, f"verdict: {feed.get('verdict', 'no figures')}"]
-    lines.append(
-        f"feed wait: {share:.0%} of the last 10 s tf.data's reader waited for h5feed's next "
-        "batch (before tf.data's prefetch buffer, which hides part of it from the step)"
-    )
-    if step <= INPUT_BOUND_WAIT_SHARE:
-        verdict = (
-            f"not input-bound: the step waited {step:.0%} of the time (at most "
-            f"{INPUT_BOUND_WAIT_SHARE:.0%} counts as fed); more workers would not make it faster"
-        )
-    elif not feed.get("input_bound"):
-        verdict = (
-            f"input-bound, but not on h5feed's workers: they keep up (feed wait {share:.0%}), "
-            "so the step waits on tf.data's own work after them; more workers would not help"
-        )
-    else:
-        verdict = str(feed["verdict"])
-    return [*lines, f"verdict: {verdict}"]
 
 
 def run_demo(

@@ -9,7 +9,7 @@ import re
 import pytest
 
 from h5feed.consumer.stats import verdict
-from h5feed.demo import input_wait_lines
+from h5feed.demo_report import input_wait_lines
 
 
 def _suggested_total(line: str) -> int | None:

@@ -145,6 +145,8 @@ def test_the_objects_a_user_holds_are_listed_with_their_methods(api_page: str) -
     assert "h5feed.Feed.stats() -> dict[str, Any]" in signatures
     assert "h5feed.BatchStream.cursor: Cursor  # property" in signatures
     assert not [p for p in anchors if re.search(r"\.(Feed|BatchStream)\._", p)], "a private member"
+    held = api_page[api_page.index("{ #h5feed.Feed }") : api_page.index("{ #h5feed.Cursor }")]
+    assert not [prefix for prefix in INTERNAL if prefix in held], "an internal path is cited"
 
 
 def test_a_public_method_without_a_docstring_fails_the_build() -> None:

@@ -43,7 +43,7 @@ class Feed:
     after a failed iteration, or when a kept worker exited between iterations (that
     iteration raises WorkerDiedError naming it), the next iteration starts new workers.
 
-    ``resume`` (see :mod:`h5feed.consumer.resume`): the first iteration starts there (and
+    ``resume`` (see docs/trainer/resume.md): the first iteration starts there (and
     leaves out the batches the state lists as taken); its fingerprint is checked against this
     feed's at once (ResumeError naming the fields that differ), its ``index`` part when the
     index is known. :attr:`length` is the batches per epoch once known (from the index the
@@ -148,8 +148,9 @@ class Feed:
 
     @property
     def fingerprint(self) -> dict[str, Any]:
-        """This feed's fingerprint (:mod:`h5feed.consumer.fingerprint`), its ``index`` part once
-        an iteration (or the known index) told it."""
+        """This feed's fingerprint (what decides its batches, which a resume state must match:
+        docs/trainer/resume.md), its ``index`` part once an iteration (or the known index)
+        told it."""
         self._read()
         return self._fingerprint
 
@@ -168,7 +169,7 @@ class Feed:
     @property
     def rest(self) -> Rest | None:
         """The rest of an epoch after a change of topology this feed resumed in (see
-        :mod:`h5feed.consumer.rest`), else None."""
+        docs/semantics.md), else None."""
         return self._rest
 
     @property

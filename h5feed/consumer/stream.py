@@ -232,7 +232,7 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
 
     def state(self) -> dict[str, Any]:
         """A small JSON-able dict of exactly what ``next()`` has returned (see
-        :mod:`h5feed.consumer.resume`): ``h5feed.batches(..., resume=state)`` in a new process
+        docs/trainer/resume.md): ``h5feed.batches(..., resume=state)`` in a new process
         continues with the next batch (and, ``deterministic=False``, leaves out the batches
         listed as taken). Call it between ``next()`` calls (from the thread that calls it)."""
         return self._position.state()
@@ -251,8 +251,8 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
         self.close()
 
     def stats(self) -> dict[str, Any]:
-        """A plain dict describing this iteration now; cheap, callable from any thread (the
-        keys are listed in :func:`h5feed.consumer.stats.iteration_stats`)."""
+        """A plain dict describing this iteration now; cheap, callable from any thread (every
+        key: docs/reference/stats.md)."""
         return iteration_stats(
             job=self.job_id,
             running=not self._closed.is_set(),

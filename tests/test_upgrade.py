@@ -232,3 +232,24 @@ def stop(processes: Sequence[subprocess.Popen[str]]) -> None:
         process.terminate()
     for process in processes:
         process.communicate(timeout=60)
+
+
+def test_an_old_and_a_new_producer_share_one_file_for_a_new_trainer_exactly_once(
+    previous_release: pathlib.Path,
+    small_dataset: list[pathlib.Path],
+    fleet: list[subprocess.Popen[str]],
+) -> None:
+    """A rolling upgrade of a one-file dataset: several producers read one file (the UNIT
+    rows name file and video, so the previous release needs no change to serve its part)."""
+    root = small_dataset[0].parent
+    one_file = small_dataset[:1]
+    port = free_port()
+    codes = [previous_release, REPO]
+    fleet += [start_producer(port, root, f"mixed{i}", c) for i, c in enumerate(codes)]
+    await_hellos(port, len(fleet))  # both join the epoch from its start
+    seen, _, workers = run_epochs(port, one_file)
+    per_file = SAMPLES // len(small_dataset)
+    assert seen == collections.Counter({(e, s): 1 for e in range(2) for s in range(per_file)})
+    by_protocol = {int(str(w["protocol"])): int(str(w["clips"])) for w in workers}
+    assert sorted(by_protocol) == [PREVIOUS_PROTOCOL, PROTOCOL_VERSION], workers
+    assert all(clips > 0 for clips in by_protocol.values()), workers  # both read the file

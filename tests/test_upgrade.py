@@ -10,6 +10,7 @@ one) fails here, with the command that fixes it: the test is never skipped.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import hashlib
 import json
 import os
@@ -24,12 +25,14 @@ from collections.abc import Iterator, Mapping, Sequence
 import numpy as np
 import pytest
 import zmq
+from conftest import SMALL
 from test_producers import CLIP, free_port, remote_feed
 from upgrade_pins import PREVIOUS_PACKAGE, PREVIOUS_PROTOCOL, PREVIOUS_RELEASE
 
 from h5feed.common import messages
 from h5feed.common.protocol_versions import PROTOCOL_VERSION
 from h5feed.common.version import __version__
+from h5feed.producer.sample_data import make_sample_dataset
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 SAMPLES = 24  # small_dataset's samples per epoch (as tests/test_producers.py counts them)
@@ -236,20 +239,19 @@ def stop(processes: Sequence[subprocess.Popen[str]]) -> None:
 
 def test_an_old_and_a_new_producer_share_one_file_for_a_new_trainer_exactly_once(
     previous_release: pathlib.Path,
-    small_dataset: list[pathlib.Path],
     fleet: list[subprocess.Popen[str]],
+    tmp_path: pathlib.Path,
 ) -> None:
     """A rolling upgrade of a one-file dataset: several producers read one file (the UNIT
     rows name file and video, so the previous release needs no change to serve its part)."""
-    root = small_dataset[0].parent
-    one_file = small_dataset[:1]
+    spec = dataclasses.replace(SMALL, files=1, videos_per_file=24)
+    one_file = make_sample_dataset(tmp_path, spec)
     port = free_port()
     codes = [previous_release, REPO]
-    fleet += [start_producer(port, root, f"mixed{i}", c) for i, c in enumerate(codes)]
+    fleet += [start_producer(port, tmp_path, f"mixed{i}", c) for i, c in enumerate(codes)]
     await_hellos(port, len(fleet))  # both join the epoch from its start
     seen, _, workers = run_epochs(port, one_file)
-    per_file = SAMPLES // len(small_dataset)
-    assert seen == collections.Counter({(e, s): 1 for e in range(2) for s in range(per_file)})
-    by_protocol = {int(str(w["protocol"])): int(str(w["clips"])) for w in workers}
-    assert sorted(by_protocol) == [PREVIOUS_PROTOCOL, PROTOCOL_VERSION], workers
-    assert all(clips > 0 for clips in by_protocol.values()), workers  # both read the file
+    assert seen == collections.Counter({(e, s): 1 for e in range(2) for s in range(24)})
+    clips = {int(str(w["protocol"])): int(str(w["clips"])) for w in workers}
+    assert sorted(clips) == [PREVIOUS_PROTOCOL, PROTOCOL_VERSION], workers
+    assert all(made > 0 for made in clips.values()), clips  # both read the one file

@@ -36,7 +36,8 @@ Guarantees:
 7. A file may have several readers (its owner, and extra readers:
    :mod:`~h5feed.consumer.hdf5.file_readers`): a batch's rows of one file go whole to one
    of them, the one with the fewest rows in flight (ties: the one given fewest rows so far,
-   then the owner, then the extra readers in the order they came), so a reader at half speed gets about half of that file's rows, and
+   then the owner, then the extra readers in the order they came), so a reader at half
+   speed gets about half of that file's rows, and
    two workers never read (nor decompress the chunks of) one file's rows of one batch. A
    batch is still one unit per peer that makes some of its rows.
 """

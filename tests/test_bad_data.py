@@ -489,7 +489,9 @@ def test_a_file_one_producer_cannot_read_moves_to_one_that_can(
         assert sorted(samples) == list(range(24))
         clips = {w["name"].split("-")[0]: (w["clips"], w["files"]) for w in stats["workers"]}
         assert clips["blind"] == (0, 0) and clips["sighted"][1] == len(small_dataset)
-        assert 1 <= stats["unreadable_files"] <= len(small_dataset) - 1
+        # Each file at most once for "blind": refused its own, it is dealt the others to read
+        # too (work follows cores: hdf5/sharing.py), each refused once, never again.
+        assert 1 <= stats["unreadable_files"] <= len(small_dataset)
     finally:
         for process in producers:
             if process.poll() is None:

@@ -18,6 +18,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from h5feed.common import messages
 from h5feed.consumer.core.credits import CreditGate
 from h5feed.consumer.core.ledger import Peer
+from h5feed.consumer.core.scheduler import Send
 from h5feed.consumer.hdf5.file_owners import FileOwners
 from h5feed.consumer.hdf5.file_readers import FileReaders, deal
 from h5feed.consumer.hdf5.scheduler import HdfScheduler
@@ -149,11 +150,11 @@ class ReadersMachine(RuleBasedStateMachine):
         return peer
 
     def _deal(self) -> None:
-        def job(peer: Peer, files: list[int], ask: bool) -> list[object]:
+        def job(peer: Peer, files: list[int], ask: bool) -> list[Send]:
             self.jobs.append((peer, files, ask))
             return []
 
-        self.sharing.deal(self.index, job)  # type: ignore[arg-type]
+        self.sharing.deal(self.index, job)
 
     def _place(self, file_index: int) -> None:
         """A file with neither owner nor taker goes on, as the scheduler's _move."""
@@ -169,10 +170,9 @@ class ReadersMachine(RuleBasedStateMachine):
 
     @rule(local=st.booleans())
     def join(self, local: bool) -> None:
-        peer = self._peer(local)
+        self._peer(local)
         for f in self.owners.unowned():
             self._place(f)
-        del peer
         self._deal()
 
     @precondition(lambda self: len(self.owners.live) > 0)

@@ -131,8 +131,8 @@ def register(subcommand: Subcommand) -> None:
         type=parse_dataset_shape,
         metavar="FILESxVIDEOS",
         help="the generated dataset's files and videos per file (default 32x12: 384 videos). "
-        "Each worker owns whole files, so N workers are balanced only when the files divide "
-        "evenly among them (e.g. 120x4 for 1, 2, 4, 8 and 15 workers)",
+        "Workers share files as needed (1 file on N workers: all N read it), so any file "
+        "count keeps every worker busy (e.g. 1x60, 2x30, 3x20 for a file-count sweep)",
     )
     add(
         "--targets",

@@ -221,10 +221,11 @@ def worker_figures(
     peers: Sequence[Peer], files_owned: Callable[[Peer], int] | None = None
 ) -> list[dict[str, Any]]:
     """Per worker: name, pid, host, the protocol version spoken with it and its package
-    version, whether it is one of the feed's own processes (``local``), files owned
-    (``files_owned``: HDF5 feeds; else 0), units outstanding, unit latency and what it
-    delivered (counts, rates, and the busy seconds its parts took: ``busy_s``, and
-    ``clips_recent`` with ``busy_s_recent`` over the last 10 s)."""
+    version, whether it is one of the feed's own processes (``local``), the files it reads
+    (``files_owned``: HDF5 feeds, the files it owns plus those it reads as a confirmed extra
+    reader, so a file shared by 3 workers counts once for each; else 0), units outstanding,
+    unit latency and what it delivered (counts, rates, and the busy seconds its parts took:
+    ``busy_s``, and ``clips_recent`` with ``busy_s_recent`` over the last 10 s)."""
     return [
         {
             "name": p.name,

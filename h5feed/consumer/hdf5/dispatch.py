@@ -35,8 +35,9 @@ Guarantees:
 6. Not thread-safe: the loop's thread owns it.
 7. A file may have several readers (its owner, and extra readers:
    :mod:`~h5feed.consumer.hdf5.file_readers`): a batch's rows of one file go whole to one
-   of them, the one with the fewest rows in flight (ties: the owner, then the extra readers in
-   the order they came), so a reader at half speed gets about half of that file's rows, and
+   of them, the one with the fewest rows in flight (ties: the one given fewest rows so far,
+   then the owner, then the extra readers in the order they came), so a reader at half
+   speed gets about half of that file's rows, and
    two workers never read (nor decompress the chunks of) one file's rows of one batch. A
    batch is still one unit per peer that makes some of its rows.
 """
@@ -124,6 +125,9 @@ class Dispatch:
         self._readers = FileReaders() if readers is None else readers
         # Rows in flight per peer: a file's rows go to its reader with the fewest (guarantee 7).
         self._in_flight: dict[Peer, int] = {}
+        # Rows ever issued per peer: among readers equally loaded, the one given least so far
+        # (with fewer batches in flight than readers, the idle ones take turns).
+        self._issued: dict[Peer, int] = {}
         self._slots = slots
         self._counters = counters
         self._skips = skips
@@ -244,6 +248,7 @@ class Dispatch:
             in_slot = slot is not None and shares_memory(peer)
             unit = self._ledger.issue(peer, seq, (np.asarray(positions, np.int64), in_slot))
             self._in_flight[peer] = self._in_flight.get(peer, 0) + len(positions)
+            self._issued[peer] = self._issued.get(peer, 0) + len(positions)
             ref = None
             if in_slot and slot is not None:
                 ref = messages.SlotRef(os.getpid(), slot.fd, len(rows), tuple(positions))
@@ -261,7 +266,7 @@ class Dispatch:
         if not self._readers.any:
             return owners
         chosen: dict[int, Peer | None] = {}
-        in_flight = self._in_flight
+        in_flight, issued = self._in_flight, self._issued
         given: dict[Peer, int] = {}
         for file_index, count in Counter(files).items():  # in order of first row
             extras = self._readers.confirmed(file_index)
@@ -271,10 +276,11 @@ class Dispatch:
                 continue
             candidates = extras if owner is None else [owner, *extras]
 
-            def load(peer: Peer) -> int:
-                return in_flight.get(peer, 0) + given.get(peer, 0)
+            def load(peer: Peer) -> tuple[int, int]:
+                now = given.get(peer, 0)
+                return in_flight.get(peer, 0) + now, issued.get(peer, 0) + now
 
-            peer = min(candidates, key=load)  # the first of the least loaded: stable
+            peer = min(candidates, key=load)  # ties: the one given least so far, then order
             given[peer] = given.get(peer, 0) + count
             chosen[file_index] = peer
         return [chosen[f] for f in files]

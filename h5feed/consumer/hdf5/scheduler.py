@@ -5,7 +5,7 @@ Handshake: every file goes to one worker (largest first, each to the least loade
 INDEX_BATCH); once every file is indexed the plan starts. When the index of these very files
 is known already (``known``: an earlier iteration, files unchanged) and every worker is
 local, the plan starts at once and the JOBs ask for no index (``send_index=False``). From
-then on each batch of the plan is one UNIT per worker that owns some of its rows' files, its
+then on each batch of the plan is one UNIT per worker that reads some of its rows' files, its
 parts assembled and released by a :class:`~h5feed.consumer.hdf5.dispatch.Dispatch` (dispatch
 and data; shared-memory slots: :mod:`~h5feed.consumer.hdf5.batch_slots`; which parts are
 taken: :mod:`~h5feed.consumer.hdf5.parts`).
@@ -19,6 +19,13 @@ once still holds. A worker that joins during the iteration gets the files nobody
 files from the most loaded workers until it holds its share (elastic join; also while a lost
 worker's files are still moving to a survivor); batches do not change
 (they depend on seed, epoch and sample only).
+
+Work follows cores, not files: once the index is known, and at the first dispatch after
+each join, loss or refusal, files are dealt to *extra readers* so that every worker can make
+its fair share of the samples (:mod:`~h5feed.consumer.hdf5.sharing`, the rule in
+:func:`~h5feed.consumer.hdf5.file_readers.deal`); a batch's rows of a file go whole to its
+reader with the fewest rows in flight (the dispatch). A lost owner's file goes first to a
+confirmed extra reader of it, with no JOB.
 
 Who owns each file, who takes it over and who is refused it is one record,
 :class:`~h5feed.consumer.hdf5.file_owners.FileOwners` (``owners``); this scheduler decides when

@@ -82,8 +82,8 @@ def test_balance_prints_each_workers_share_of_the_clips(
     tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "balance.json"
-    argv = ["--workers", "2", "--files", "1,2", "--videos", "8", "--clip-ms", "5"]
-    assert main(["bench", "balance", *argv, "--epochs", "1", "--json", str(out)]) == 0
+    argv = ["--workers", "2", "--files", "1,2", "--videos", "16", "--clip-ms", "5"]
+    assert main(["bench", "balance", *argv, "--epochs", "2", "--json", str(out)]) == 0
     rows = json.loads(out.read_text())["rows"]
     assert [(r["files"], r["workers"], r["slow_worker"]) for r in rows] == [
         (1, 2, False), (1, 2, True), (2, 2, False), (2, 2, True),

@@ -170,15 +170,18 @@ def test_most_inflight_is_the_high_water_mark() -> None:
     assert (gate.inflight, gate.most_inflight) == (5, 5)
 
 
-def test_the_budget_grows_to_two_batches_a_worker_within_its_memory_bound() -> None:
-    # A thousand workers do not share the 4 batches a workers=0 feed starts with.
-    assert grown_budget(4, 1000, 12_288) == 2000
-    assert grown_budget(4, 1, 12_288) == 4  # never below the feed's own
-    assert grown_budget(30, 10, 12_288) == 30
-    # 1 GiB of 4.8 MB batches (the bench's) holds 223: a thousand workers get no more.
-    assert grown_budget(4, 1000, 4_816_896) == GROWN_BUDGET_BYTES // 4_816_896 == 222
-    assert grown_budget(4, 1000, GROWN_BUDGET_BYTES * 2) == 4  # a batch above the bound
-    assert grown_budget(4, 1000, 0) == 4  # the size not known yet: the base
+def test_the_budget_grows_to_two_units_a_worker_within_its_memory_bound() -> None:
+    # A thousand workers do not share the 4 batches a workers=0 feed starts with: batches
+    # of 32 one-row units, two units each, are 63 batches.
+    assert grown_budget(4, 1000, 32, 12_288) == 63
+    assert grown_budget(4, 1000, 1, 12_288) == 2000  # one unit a batch: two batches each
+    assert grown_budget(4, 3, 2, 12_288) == 4  # never below the feed's own
+    assert grown_budget(30, 10, 1, 12_288) == 30
+    # 1 GiB of 4.8 MB batches (the bench's) holds 222: a thousand workers get no more.
+    assert grown_budget(4, 1000, 1, 4_816_896) == GROWN_BUDGET_BYTES // 4_816_896 == 222
+    assert grown_budget(4, 1000, 1, GROWN_BUDGET_BYTES * 2) == 4  # a batch above the bound
+    assert grown_budget(4, 1000, 32, 0) == 4  # the size not known yet: the base
+    assert grown_budget(4, 1000, 0, 12_288) == 4  # nothing dispatched yet: the base
 
 
 def test_grow_to_never_lowers_the_budget_under_batches_in_flight() -> None:

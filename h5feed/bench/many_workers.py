@@ -33,7 +33,7 @@ from h5feed.bench.subcommands import own_arguments
 
 _TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 _CONNECT_QUIET_S = 20.0  # no worker joined for this long: every one that will has
-_SETTLE_S = 1.0  # after the trainer stops taking: units in flight come back first
+_SETTLE_S = 0.5  # after the last unit came back: the loop is back to its poll
 _STOP_WAIT_S = 5.0
 _AFTER_S = 1.0  # batches taken after a hand-over, before the next measurement
 
@@ -115,6 +115,18 @@ class Trainer:
 
     def lost(self) -> int:
         return int(self.stream.counters.peers_lost)
+
+    def settle(self, limit_s: float) -> float:
+        """Wait (the trainer taking nothing) until no worker holds a unit: the budget is
+        spent and nothing is left to make; the seconds it took (``limit_s`` at most)."""
+        began = time.monotonic()
+        peers = self.stream._loop.session.peers
+        while time.monotonic() - began < limit_s:
+            if not any(p.outstanding for p in list(peers.values())):
+                break
+            time.sleep(0.1)
+        time.sleep(_SETTLE_S)  # the last DATA handled, the loop back to its poll
+        return round(time.monotonic() - began, 2)
 
     def budget(self) -> int:
         return int(self.stream._gate.budget)
@@ -207,7 +219,7 @@ def measure(args: argparse.Namespace, workers: int, files: list[str], root: str)
         row["all_connected_s"] = round(trainer.first_batch_s + changed - began, 2)
         row["credit_budget"] = trainer.budget()
         row["full"] = cpu_window(trainer, args.window_s, take=True)
-        time.sleep(_SETTLE_S)
+        row["settled_s"] = trainer.settle(args.limit_s)
         row["idle"] = cpu_window(trainer, args.window_s, take=False)
         first = 0
         for swarm, how in zip(swarms, (signal.SIGKILL, signal.SIGSTOP), strict=False):

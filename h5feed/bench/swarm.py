@@ -38,6 +38,7 @@ from h5feed.common.messages import decode_said
 from h5feed.common.worker_settings import Network, Process, WorkerSettings
 
 _POLL_MS = 200
+_TELL_EVERY = 15  # hellos without a job between two warnings
 _SOCKET_MARGIN = 16  # sockets of the context beyond the members' (none today; headroom)
 _log = logging.getLogger("h5feed.bench.swarm")
 
@@ -62,6 +63,7 @@ class SwarmMember(SyntheticWorker):
         enable_heartbeats(sock, WORKER_TIMEOUT_S)
         sock.connect(settings.network.connect)
         self.socket = sock
+        self.hellos = 0  # said without a job (the trainer answers the first with one)
 
     def serve_one(self) -> None:
         """Take and handle the one message waiting on the socket (its poll said so)."""
@@ -106,6 +108,9 @@ def run(connect: str, first: int, count: int, parent_pid: int | None) -> int:
             now = time.monotonic()
             for member in members:
                 if not member.stopping and member.should_say_hello(now):
+                    member.hellos += 1
+                    if member.hellos % _TELL_EVERY == 0:  # a member the trainer never took
+                        _log.warning("%s: %d hellos, no job yet", member.worker_id, member.hellos)
                     member.hello()
             for sock, _ in poller.poll(_POLL_MS):
                 by_socket[sock].serve_one()

@@ -91,7 +91,7 @@ class ProcessOptions:
     @property
     def grows_budget(self) -> bool:
         """Whether the loop grows the budget with the connected workers, local or remote
-        (``2 * connected`` within 1 GiB of batches: h5feed/consumer/core/credits.py): unless
+        (two units each, within 1 GiB of batches: h5feed/consumer/core/credits.py): unless
         ``max_inflight_batches`` was given, which is then the budget, fixed."""
         return self.max_inflight_batches is None
 

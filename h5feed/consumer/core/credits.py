@@ -22,16 +22,22 @@ Growth with the workers (:func:`grown_budget`): the budget a feed starts with is
 its local workers (``max(4, 2 * workers)``: every worker a unit in hand and one queued). A
 trainer fed by remote producers (``workers=0, listen=``) would keep it however many joined,
 and a thousand workers would share 4 batches. So while ``max_inflight_batches`` is not set,
-the loop raises the budget to the same rule for every connected worker, local or remote,
-``2 * connected``, within :data:`GROWN_BUDGET_BYTES` of batches in flight (the trainer's
-memory for them: slots, parts, assembled batches), learnt from the first batch assembled.
-The budget only grows within an iteration (:meth:`CreditGate.grow_to`), so the invariant
-holds at every moment: a worker that leaves does not take back credits already dispatched;
-the next iteration starts again from the base.
+the loop raises the budget to the same rule for every connected worker, local or remote: two
+units each, in batches of as many units as the loop has been sending per batch
+(``ceil(2 * connected / units_per_batch)``: a batch of 32 one-row units serves 32 workers),
+within :data:`GROWN_BUDGET_BYTES` of batches in flight (the trainer's memory for them: slots,
+parts, assembled batches), the batch's size learnt from the first batch assembled. Two
+batches per worker would do too, but queue ``units_per_batch`` times more units on each
+worker than it needs: the simulation of a thousand workers (``h5feed bench many-workers``)
+measured deeper queues as slower hand-overs and a busier loop. The budget only grows within
+an iteration (:meth:`CreditGate.grow_to`), so the invariant holds at every moment: a worker
+that leaves does not take back credits already dispatched; the next iteration starts again
+from the base.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 #: The most bytes of batches the budget may grow to hold in flight (see the module
@@ -41,14 +47,19 @@ GROWN_BUDGET_BYTES = 1 << 30
 
 
 def grown_budget(
-    base: int, workers: int, batch_bytes: int, cap_bytes: int = GROWN_BUDGET_BYTES
+    base: int,
+    workers: int,
+    units_per_batch: float,
+    batch_bytes: int,
+    cap_bytes: int = GROWN_BUDGET_BYTES,
 ) -> int:
-    """The budget for ``workers`` connected workers: ``2 * workers`` batches, at most
-    ``cap_bytes`` of batches of ``batch_bytes`` each, and never below ``base`` (the feed's
-    own). ``batch_bytes`` <= 0 (not known yet): ``base``."""
-    if batch_bytes <= 0:
+    """The budget for ``workers`` connected workers: two units each in batches of
+    ``units_per_batch`` units, at most ``cap_bytes`` of batches of ``batch_bytes`` each, and
+    never below ``base`` (the feed's own). Either figure not known yet (<= 0): ``base``."""
+    if batch_bytes <= 0 or units_per_batch <= 0:
         return base
-    return max(base, min(2 * workers, cap_bytes // batch_bytes))
+    wanted = math.ceil(2 * workers / units_per_batch)
+    return max(base, min(wanted, cap_bytes // batch_bytes))
 
 
 class CreditGate:

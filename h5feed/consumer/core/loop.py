@@ -123,6 +123,7 @@ class FeedLoop:
         self._stop = threading.Event()
         self._next_health = 0.0
         self._batch_bytes = 0  # of the first batch assembled: the budget's memory bound
+        self._units_sent = 0  # by next_units: units per batch dispatched, for the budget
         self._thread = threading.Thread(target=self._run, name="h5feed-loop", daemon=True)
 
     def start(self) -> None:
@@ -244,7 +245,9 @@ class FeedLoop:
             if self._autoscale is not None:  # between units: no message is half handled
                 self._autoscale.step(time.monotonic(), self.session.peers.values())
             taken_at_dispatch = gate.taken
-            self._send(scheduler.next_units(gate, list(self.session.peers.values())))
+            units = scheduler.next_units(gate, list(self.session.peers.values()))
+            self._units_sent += len(units)
+            self._send(units)
             for batch in scheduler.take_released():  # complete without a part (padding)
                 self.out.put(batch)
             if scheduler.finished:
@@ -317,9 +320,10 @@ class FeedLoop:
     def _grow_budget(self) -> None:
         """Grow the credit budget with the connected workers, unless the user set it
         (see :mod:`h5feed.consumer.core.credits`): a thousand producers do not share 4."""
-        if self.options.processes.grows_budget:
-            workers = len(self.session.peers)
-            self.gate.grow_to(grown_budget(self.gate.budget, workers, self._batch_bytes))
+        gate = self.gate
+        if self.options.processes.grows_budget and gate.dispatched:
+            workers, per_batch = len(self.session.peers), self._units_sent / gate.dispatched
+            gate.grow_to(grown_budget(gate.budget, workers, per_batch, self._batch_bytes))
 
     def _recover(self, lost: PeerLost) -> None:
         """A peer is gone: hand its work over (and count it), or fail as the rules say."""

@@ -13,7 +13,7 @@ from hypothesis.stateful import (
     rule,
 )
 
-from h5feed.consumer.core.credits import CreditGate
+from h5feed.consumer.core.credits import GROWN_BUDGET_BYTES, CreditGate, grown_budget
 
 
 class GateMachine(RuleBasedStateMachine):
@@ -65,6 +65,14 @@ class GateMachine(RuleBasedStateMachine):
         else:
             with pytest.raises(RuntimeError, match="not dispatched"):
                 self.gate.refund()
+
+    @rule(budget=st.integers(min_value=0, max_value=10))
+    def grow_to(self, budget: int) -> None:
+        """The loop grows the budget with the workers; a lower one (a worker left) is
+        ignored, so what is in flight never exceeds it."""
+        before = self.gate.budget
+        self.gate.grow_to(budget)
+        assert self.gate.budget == max(before, budget)
 
     @rule(wanted=st.booleans())
     def want_wakeup(self, wanted: bool) -> None:
@@ -160,3 +168,26 @@ def test_most_inflight_is_the_high_water_mark() -> None:
     for _ in range(4):
         gate.dispatch()
     assert (gate.inflight, gate.most_inflight) == (5, 5)
+
+
+def test_the_budget_grows_to_two_units_a_worker_within_its_memory_bound() -> None:
+    # A thousand workers do not share the 4 batches a workers=0 feed starts with: batches
+    # of 32 one-row units, two units each, are 63 batches.
+    assert grown_budget(4, 1000, 32, 12_288) == 63
+    assert grown_budget(4, 1000, 1, 12_288) == 2000  # one unit a batch: two batches each
+    assert grown_budget(4, 3, 2, 12_288) == 4  # never below the feed's own
+    assert grown_budget(30, 10, 1, 12_288) == 30
+    # 1 GiB of 4.8 MB batches (the bench's) holds 222: a thousand workers get no more.
+    assert grown_budget(4, 1000, 1, 4_816_896) == GROWN_BUDGET_BYTES // 4_816_896 == 222
+    assert grown_budget(4, 1000, 1, GROWN_BUDGET_BYTES * 2) == 4  # a batch above the bound
+    assert grown_budget(4, 1000, 32, 0) == 4  # the size not known yet: the base
+    assert grown_budget(4, 1000, 0, 12_288) == 4  # nothing dispatched yet: the base
+
+
+def test_grow_to_never_lowers_the_budget_under_batches_in_flight() -> None:
+    gate = CreditGate(4, lambda: None)
+    gate.grow_to(10)
+    for _ in range(10):
+        gate.dispatch()
+    gate.grow_to(4)  # workers left: the ten in flight keep their credits
+    assert (gate.budget, gate.inflight, gate.available) == (10, 10, 0)

@@ -11,7 +11,10 @@ import pathlib
 import shlex
 import sys
 
+from h5feed.bench.shapes import parse_dataset_shape, parse_dataset_shapes
 from h5feed.common.cli_args import Subcommand, int_list
+
+__all__ = ["parse_dataset_shape", "register", "run"]
 
 DESCRIPTION = """\
 Benchmark h5feed against the alternatives on one workload: 16-frame clips of 320x240 JPEG
@@ -128,11 +131,16 @@ def register(subcommand: Subcommand) -> None:
     )
     add(
         "--dataset",
-        type=parse_dataset_shape,
-        metavar="FILESxVIDEOS",
-        help="the generated dataset's files and videos per file (default 32x12: 384 videos). "
-        "Workers share files as needed (1 file on N workers: all N read it), so any file "
-        "count keeps every worker busy (e.g. 1x60, 2x30, 3x20 for a file-count sweep)",
+        type=parse_dataset_shapes,
+        metavar="SHAPE,...",
+        help="the generated dataset: FILESxVIDEOS (files and videos per file; default 32x12: "
+        "384 videos) or V1+V2+... (one file per term, of that many videos: files of unequal "
+        "sizes, e.g. 60+10+5+5). A comma-separated list is a file-count sweep: the loaders "
+        "run once per shape (e.g. --dataset 1x60,2x30,3x20,5x12,60+10+5+5 --workers 2 "
+        "--contenders per-core-parallel,h5feed,torch,grain) and PREFIX.json/.md/.png give "
+        "h5feed / the parallel limit and h5feed / the best alternative per shape (no ceiling "
+        "in a sweep). Workers share files as needed (1 file on N workers: all N read it), so "
+        "any file count keeps every worker busy",
     )
     add(
         "--targets",
@@ -164,19 +172,6 @@ def register(subcommand: Subcommand) -> None:
     )
 
 
-def parse_dataset_shape(text: str) -> tuple[int, int]:
-    """``FILESxVIDEOS`` (e.g. ``120x4``) as two positive ints."""
-    try:
-        files, videos = (int(part) for part in text.lower().split("x"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected FILESxVIDEOS (e.g. 120x4), got {text!r}"
-        ) from None
-    if files < 1 or videos < 1:
-        raise argparse.ArgumentTypeError(f"files and videos must be >= 1, got {text!r}")
-    return files, videos
-
-
 def run(args: argparse.Namespace) -> int:
     """Run the benchmark; the report goes to stdout and the files, progress to stderr."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # for the contender processes
@@ -200,7 +195,7 @@ def run(args: argparse.Namespace) -> int:
         transports=args.transports,
         io_threads=args.io_threads,
         quick=quick,
-        dataset=args.dataset,
+        datasets=tuple(args.dataset or ()),
         command=" ".join(["h5feed bench", *(shlex.quote(a) for a in _own_arguments())]),
         targets=args.targets if args.targets is not None else default_targets(),
         date=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),

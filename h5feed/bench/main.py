@@ -23,7 +23,8 @@ from h5feed.bench.runner import (
     run_loaders,
     steps_of,
 )
-from h5feed.bench.targets import NONE
+from h5feed.bench.shapes import DatasetShape, prepare_shape
+from h5feed.bench.targets import NONE, Targets
 from h5feed.bench.targets import load as load_targets
 from h5feed.bench.workload import (
     BATCH_SIZE,
@@ -37,6 +38,7 @@ from h5feed.bench.workload import (
     prepare_dataset,
 )
 from h5feed.common.procstat import available_cores
+from h5feed.producer.sample_data import SampleSpec
 
 _CEILING_TIMEOUT_S = 600.0
 
@@ -61,7 +63,9 @@ class Options:
     date: str
     transports: list[str] = dataclasses.field(default_factory=lambda: ["ipc"])
     io_threads: int = 1  # ZeroMQ I/O threads of the socket ceiling's raw receiver
-    dataset: tuple[int, int] | None = None  # (files, videos per file); None: FULL_SPEC
+    #: The dataset shapes (h5feed.bench.shapes); none: FULL_SPEC (QUICK_SPEC with --quick);
+    #: more than one: a file-count sweep (h5feed.bench.sweep).
+    datasets: tuple[DatasetShape, ...] = ()
     targets: pathlib.Path | None = None  # a targets file (h5feed.bench.targets); None: none
 
     def __post_init__(self) -> None:
@@ -163,16 +167,45 @@ def run_socket_ceiling(
 
 def run_bench(options: Options) -> int:
     """The whole benchmark; returns the exit status (0 even when contenders failed: their
-    failure is a result, written in the report)."""
+    failure is a result, written in the report). More than one dataset shape: a sweep."""
+    if len(options.datasets) > 1:
+        from h5feed.bench.sweep import run_sweep
+
+        return run_sweep(options)
     goals = load_targets(options.targets) if options.targets is not None else NONE
+    shape = options.datasets[0] if options.datasets else None
+    document = measure_dataset(options, shape, goals)
+    if document is None:
+        return 1
+    out = options.out or pathlib.Path("docs/bench") / f"bench-{available_cores()}cores"
+    notes = report.write_all(document, out)
+    print(report.markdown(document))
+    for note in notes:
+        log(f"note: {note}")
+    log(f"wrote {out}.json, {out}.md" + ("" if notes else f", {out}.png"))
+    return 0
+
+
+def base_spec(options: Options) -> SampleSpec:
+    """The sample data of ``--quick`` or of the full run, before ``--dataset``'s shape."""
+    return QUICK_SPEC if options.quick else FULL_SPEC
+
+
+def measure_dataset(
+    options: Options, shape: DatasetShape | None, goals: Targets
+) -> dict[str, Any] | None:
+    """Loaders and ceiling over the dataset of ``shape`` (None: the default one): the report's
+    document, or None when the per-core limit failed (then nothing can be judged)."""
     cores = available_cores()
-    spec = QUICK_SPEC if options.quick else FULL_SPEC
-    if options.dataset is not None:
-        files, videos_per_file = options.dataset
-        spec = dataclasses.replace(spec, files=files, videos_per_file=videos_per_file)
+    spec = base_spec(options)
     chosen = registry.by_key(options.contenders) if options.contenders else registry.CONTENDERS
     began = time.monotonic()
-    paths = prepare_dataset(options.data_dir, spec)
+    if shape is None:
+        paths = prepare_dataset(options.data_dir, spec)
+        where = dataset_dir(options.data_dir, spec).name
+    else:
+        paths = prepare_shape(options.data_dir, spec, shape)
+        where = ", ".join(dataset_dir(options.data_dir, s).name for s in shape.specs(spec))
     videos = index_videos(paths)
     log(f"dataset: {len(videos)} videos in {len(paths)} files ({time.monotonic() - began:.1f} s)")
     if options.window_s < 10 and not options.quick:
@@ -196,7 +229,7 @@ def run_bench(options: Options) -> int:
                 limit_row = run_loaders(plan, rows, registry.missing_packages, step)
         except (ContenderFailed, LimitFailed) as exc:  # without the limit no figure is judged
             log(f"h5feed bench: error: the per-core limit failed: {exc}")
-            return 1
+            return None
     ceiling = socket_ceiling = None
     sockets = [t for t in options.transports if t != "ipc"]
     if options.ceiling:
@@ -209,6 +242,9 @@ def run_bench(options: Options) -> int:
             socket_ceiling = run_socket_ceiling(plan, producers, sockets, options.io_threads)
             if "error" in socket_ceiling:
                 log(f"h5feed bench: socket ceiling failed: {socket_ceiling['error']}")
+    sizes = (
+        f"{len(paths)} HDF5 files" if shape is None else f"{len(paths)} HDF5 files ({shape.text})"
+    )
     settings = {
         "command": options.command,
         "date": options.date,
@@ -224,9 +260,9 @@ def run_bench(options: Options) -> int:
             "shuffled"
         ),
         "dataset": (
-            f"{len(videos)} videos in {len(paths)} HDF5 files of {spec.width}x{spec.height} "
+            f"{len(videos)} videos in {sizes} of {spec.width}x{spec.height} "
             f"JPEG (quality {spec.quality}), {spec.min_frames}-{spec.max_frames} frames "
-            f"({dataset_dir(options.data_dir, spec).name})"
+            f"({where})"
         ),
         "method": (
             f"Each contender in a fresh process; a one-epoch check; {plan.warmup_s:g} s "
@@ -237,11 +273,4 @@ def run_bench(options: Options) -> int:
             "other load = cores busy with anything else."
         ),
     }
-    document = report.build_document(settings, limit_row, rows, ceiling, socket_ceiling, goals)
-    out = options.out or pathlib.Path("docs/bench") / f"bench-{cores}cores"
-    notes = report.write_all(document, out)
-    print(report.markdown(document))
-    for note in notes:
-        log(f"note: {note}")
-    log(f"wrote {out}.json, {out}.md" + ("" if notes else f", {out}.png"))
-    return 0
+    return report.build_document(settings, limit_row, rows, ceiling, socket_ceiling, goals)

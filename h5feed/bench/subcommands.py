@@ -14,7 +14,10 @@ it runs.
 * ``h5feed bench auto`` (:mod:`h5feed.bench.auto_workers`): ``workers="auto"`` against 1, 2
   and 3 workers;
 * ``h5feed bench gpu-train`` (:mod:`h5feed.bench.gpu.train`): a GPU trainer fed by h5feed,
-  against a cached batch and PyTorch's DataLoader.
+  against a cached batch and PyTorch's DataLoader;
+* ``h5feed bench many-workers`` (:mod:`h5feed.bench.many_workers`) and ``h5feed bench
+  balance`` (:mod:`h5feed.bench.balance`): their help and arguments in
+  :mod:`h5feed.bench.worker_studies`.
 
 Each writes what it measured (a table on stdout, JSON where asked); none judges it: the
 figures an issue asked for live with the issue and the docs (docs/performance/), not in the
@@ -32,6 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from h5feed.bench import worker_studies
 from h5feed.common.cli_args import HelpFormatter, int_in, int_list, positive_int
 
 
@@ -383,6 +387,26 @@ STUDIES: tuple[Study, ...] = (
         "  h5feed bench gpu-train --device cpu --workers 2 --seconds 2 --warmup 2 --widths 4,8",
         _gpu_train_arguments,
         "h5feed.bench.gpu.train",
+    ),
+    Study(
+        "many-workers",
+        "one trainer with 100 to 1,000 synthetic workers: loop CPU, first batch, hand-over",
+        worker_studies.MANY_WORKERS,
+        "examples:\n"
+        "  h5feed bench many-workers                        # 100, 300 and 1,000 workers\n"
+        "  h5feed bench many-workers --workers 100,300 --json docs/bench/many-workers.json",
+        worker_studies.many_workers_arguments,
+        "h5feed.bench.many_workers",
+    ),
+    Study(
+        "balance",
+        "each worker's share of the clips with sleeping workers, over 1, 3 and 32 files",
+        worker_studies.BALANCE,
+        "examples:\n"
+        "  h5feed bench balance                             # 8 and 15 workers\n"
+        "  h5feed bench balance --workers 8 --files 1,3 --json docs/bench/balance.json",
+        worker_studies.balance_arguments,
+        "h5feed.bench.balance",
     ),
 )
 

@@ -89,6 +89,13 @@ class ProcessOptions:
         return max(4, 2 * (available_cpus() if self.auto else self.start_workers))
 
     @property
+    def grows_budget(self) -> bool:
+        """Whether the loop grows the budget with the connected workers, local or remote
+        (two units each, within 1 GiB of batches: h5feed/consumer/core/credits.py): unless
+        ``max_inflight_batches`` was given, which is then the budget, fixed."""
+        return self.max_inflight_batches is None
+
+    @property
     def auto(self) -> bool:
         """``workers="auto"``: the count follows the input-bound verdict."""
         return self.workers == AUTO

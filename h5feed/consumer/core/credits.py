@@ -17,11 +17,49 @@ wakes it anyway, which saves a wake-up of that thread per batch. No credit is mi
 sets the flag *before* its last look at ``taken`` (see :meth:`changed_since`), and
 :meth:`take` counts *before* it reads the flag, so a credit returned in between is seen by that
 look or wakes the loop.
+
+Growth with the workers (:func:`grown_budget`): the budget a feed starts with is made for
+its local workers (``max(4, 2 * workers)``: every worker a unit in hand and one queued). A
+trainer fed by remote producers (``workers=0, listen=``) would keep it however many joined,
+and a thousand workers would share 4 batches. So while ``max_inflight_batches`` is not set,
+the loop raises the budget to the same rule for every connected worker, local or remote: two
+units each, in batches of as many units as the loop has been sending per batch
+(``ceil(2 * connected / units_per_batch)``: a batch of 32 one-row units serves 32 workers),
+within :data:`GROWN_BUDGET_BYTES` of batches in flight (the trainer's memory for them: slots,
+parts, assembled batches), the batch's size learnt from the first batch assembled. Two
+batches per worker would do too, but queue ``units_per_batch`` times more units on each
+worker than it needs: the simulation of a thousand workers (``h5feed bench many-workers``)
+measured deeper queues as slower hand-overs and a busier loop. The budget only grows within
+an iteration (:meth:`CreditGate.grow_to`), so the invariant holds at every moment: a worker
+that leaves does not take back credits already dispatched; the next iteration starts again
+from the base.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
+
+#: The most bytes of batches the budget may grow to hold in flight (see the module
+#: docstring): 1 GiB, a few hundred batches of the bench's clips (4.8 MB each) and thousands
+#: of small ones. A budget set by the user (``max_inflight_batches``) is never grown.
+GROWN_BUDGET_BYTES = 1 << 30
+
+
+def grown_budget(
+    base: int,
+    workers: int,
+    units_per_batch: float,
+    batch_bytes: int,
+    cap_bytes: int = GROWN_BUDGET_BYTES,
+) -> int:
+    """The budget for ``workers`` connected workers: two units each in batches of
+    ``units_per_batch`` units, at most ``cap_bytes`` of batches of ``batch_bytes`` each, and
+    never below ``base`` (the feed's own). Either figure not known yet (<= 0): ``base``."""
+    if batch_bytes <= 0 or units_per_batch <= 0:
+        return base
+    wanted = math.ceil(2 * workers / units_per_batch)
+    return max(base, min(wanted, cap_bytes // batch_bytes))
 
 
 class CreditGate:
@@ -57,6 +95,11 @@ class CreditGate:
         if self._dispatched <= self._taken:
             raise RuntimeError("refund of a batch that was not dispatched")
         self._dispatched -= 1
+
+    def grow_to(self, budget: int) -> None:
+        """Raise the budget to ``budget``; a lower one is ignored (the budget never shrinks
+        within an iteration, so ``dispatched - taken <= budget`` keeps holding)."""
+        self.budget = max(self.budget, budget)
 
     def want_wakeup(self, wanted: bool) -> None:
         """Whether :meth:`take` must wake the loop (a worker is about to run dry)."""

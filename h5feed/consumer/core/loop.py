@@ -36,7 +36,8 @@ from typing import Any, Protocol
 from h5feed.common import messages
 from h5feed.common.errors import NoWorkersError, WorkerTimeoutError
 from h5feed.consumer.core import recovery
-from h5feed.consumer.core.credits import CreditGate
+from h5feed.consumer.core.assembly import Batch
+from h5feed.consumer.core.credits import CreditGate, grown_budget
 from h5feed.consumer.core.events import Arrived, PeerJoined, PeerLost
 from h5feed.consumer.core.ledger import Peer
 from h5feed.consumer.core.router import Router
@@ -121,6 +122,8 @@ class FeedLoop:
         self._fleet = fleet
         self._stop = threading.Event()
         self._next_health = 0.0
+        self._batch_bytes = 0  # of the first batch assembled: the budget's memory bound
+        self._units_sent = 0  # by next_units: units per batch dispatched, for the budget
         self._thread = threading.Thread(target=self._run, name="h5feed-loop", daemon=True)
 
     def start(self) -> None:
@@ -242,7 +245,9 @@ class FeedLoop:
             if self._autoscale is not None:  # between units: no message is half handled
                 self._autoscale.step(time.monotonic(), self.session.peers.values())
             taken_at_dispatch = gate.taken
-            self._send(scheduler.next_units(gate, list(self.session.peers.values())))
+            units = scheduler.next_units(gate, list(self.session.peers.values()))
+            self._units_sent += len(units)
+            self._send(units)
             for batch in scheduler.take_released():  # complete without a part (padding)
                 self.out.put(batch)
             if scheduler.finished:
@@ -291,6 +296,8 @@ class FeedLoop:
                     dropped = self._counters.dropped_parts
                     for batch in self.scheduler.on_data(peer, data):
                         self.out.put(batch)  # counted as the trainer takes it
+                        if not self._batch_bytes:
+                            self._learn_batch_bytes(batch)
                     if self._counters.dropped_parts > dropped:  # not a unit it holds
                         self.session.unexpected_part(peer, data.unit)
                 case Arrived(peer, messages.Error() as error):
@@ -303,6 +310,20 @@ class FeedLoop:
                     if self._started:  # else the handshake counts it (session.peers)
                         self._counters.peers_joined += 1
                         self._send(self.scheduler.join(peer))
+                    self._grow_budget()
+
+    def _learn_batch_bytes(self, batch: Batch) -> None:
+        """The first batch's size bounds the budget's growth; grow it now."""
+        self._batch_bytes = batch.nbytes or sum(a.nbytes for a in batch.arrays.values())
+        self._grow_budget()
+
+    def _grow_budget(self) -> None:
+        """Grow the credit budget with the connected workers, unless the user set it
+        (see :mod:`h5feed.consumer.core.credits`): a thousand producers do not share 4."""
+        gate = self.gate
+        if self.options.processes.grows_budget and gate.dispatched:
+            workers, per_batch = len(self.session.peers), self._units_sent / gate.dispatched
+            gate.grow_to(grown_budget(gate.budget, workers, per_batch, self._batch_bytes))
 
     def _recover(self, lost: PeerLost) -> None:
         """A peer is gone: hand its work over (and count it), or fail as the rules say."""

@@ -27,17 +27,23 @@ def worker(
     busy_s: float = 0.0,
     clips_recent: int = 0,
     busy_s_recent: float = 0.0,
-    clips_per_s: float = 0.0,
+    clips_per_s: float | None = None,
+    elapsed_s: float = 600.0,
 ) -> dict[str, Any]:
-    """A worker's entry of ``stats()["workers"]``, the keys the estimate reads."""
+    """A worker's entry of ``stats()["workers"]``, the keys the estimate reads: measured by
+    the trainer over the last 10 s (``clips_per_s``: ``clips_recent`` over them, unless
+    given) and ``elapsed_s`` since it joined, one part of one clip each."""
+    recent = clips_recent / 10.0 if clips_per_s is None else clips_per_s
     return {
         "host": host,
         "local": local,
+        "count": clips,
         "clips": clips,
         "busy_s": busy_s,
         "clips_recent": clips_recent,
         "busy_s_recent": busy_s_recent,
-        "per_s_recent": {"clips": clips_per_s},
+        "per_s_recent": {"clips": recent},
+        "per_s_total": {"events": clips / elapsed_s},
     }
 
 
@@ -59,6 +65,23 @@ def test_a_quiet_window_falls_back_to_the_totals_and_silence_on_busy_time_leaves
         worker("v5", clips=400),  # a version-5 worker says no busy time
     ]
     assert replica_capacities(workers) == {"a": pytest.approx(100.0)}
+
+
+def test_a_producer_claiming_more_busy_time_than_there_was_cannot_inflate_the_gauge() -> None:
+    """Two boastful peers say a million busy seconds for the 100 clips the trainer took from
+    each in the last 10 s (once: a gauge of 6.45e6, and an autoscaler went 2 -> 16): each
+    claim counts at most the 10 s the trainer measured, so a replica is worth at least what
+    it delivered, and the gauge is the demand over that: 40 / 10 = 4 (issue 38 item 7)."""
+    boastful = [
+        worker("a", clips_recent=100, busy_s_recent=1e6, clips=5000, busy_s=1e9),
+        worker("b", clips_recent=100, busy_s_recent=1e6, clips=5000, busy_s=1e9),
+    ]
+    figures = fleet_demand(20.0, 0.5, boastful)
+    assert figures["replica_capacity_clips_per_s"] == pytest.approx(10.0)
+    assert figures["replicas_needed"] == 4
+    # With nothing recent, the totals: capped by the 600 s since each joined.
+    quiet = [worker("a", clips=6000, busy_s=1e9), worker("b", clips=6000, busy_s=1e9)]
+    assert replica_capacities(quiet) == {"a": pytest.approx(10.0), "b": pytest.approx(10.0)}
 
 
 @pytest.mark.parametrize(

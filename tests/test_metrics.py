@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pathlib
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 
@@ -239,3 +241,50 @@ def test_a_killed_service_worker_is_restarted_and_its_counters_kept(
         assert "worker pk-0 exited (-9) after returning parts; restarting now" in log.read_text()
     finally:
         stop(producer)
+
+
+def test_metrics_answer_while_idle_connections_are_held() -> None:
+    """20 connections that send nothing, each opened again as soon as it is closed: every
+    scrape is still answered (issue 38 item 7). Before, 8 such connections starved the
+    endpoint (0 of 10 answered; with 5, each scrape waited seconds): each of its 4 threads
+    blocked up to 5 s reading one, and the ones opened again queued ahead of the scrapes;
+    with 20 the queue was full and a scrape was closed at once."""
+    from prometheus_client import CollectorRegistry
+
+    from h5feed.common.metrics_http import MetricsServer
+
+    server = MetricsServer(CollectorRegistry(), lambda: {"ok": 1}, 0)
+    address = ("127.0.0.1", server.port)
+    idle = [socket.create_connection(address, timeout=10) for _ in range(20)]
+    stop = threading.Event()
+
+    def hold() -> None:  # a closed one comes back at once, as a flood would
+        while not stop.is_set():
+            for i, connection in enumerate(idle):
+                connection.setblocking(False)
+                try:
+                    closed = connection.recv(1) == b""
+                except BlockingIOError:
+                    closed = False
+                except OSError:
+                    closed = True
+                if closed:
+                    connection.close()
+                    idle[i] = socket.create_connection(address, timeout=10)
+            time.sleep(0.05)
+
+    holder = threading.Thread(target=hold, daemon=True)
+    holder.start()
+    answered = 0
+    try:
+        time.sleep(0.5)
+        for _ in range(10):
+            with contextlib.suppress(OSError):  # URLError and timeouts included: not answered
+                answered += get(f"http://127.0.0.1:{server.port}/stats") == b'{"ok": 1}'
+    finally:
+        stop.set()
+        holder.join(10)
+        for connection in idle:
+            connection.close()
+        server.close()
+    assert answered == 10

@@ -25,7 +25,7 @@ from fleet_helpers import (
     start_trainer,
     wait_for,
 )
-from metrics_helpers import free_port, metrics_port_of
+from metrics_helpers import free_port, metrics_port_of, scrape
 
 pytestmark = pytest.mark.xdist_group("shared-fleet")
 
@@ -93,6 +93,10 @@ def test_a_replica_at_a_hard_limit_of_1024_survives_a_flood_and_serves_exactly_o
         time.sleep(1.0)  # the rest of the flood arrives: held, within the bound
         figures = fleet_figures(metrics)
         assert replica.poll() is None and figures["connections"] < 100, figures
+        samples = scrape(metrics)  # the replica's own /metrics say so
+        assert samples["h5feed_fleet_connections_shed_total"][0][1] >= 1000
+        assert samples["h5feed_fleet_connections"][0][1] < 100
+        assert "h5feed_fleet_worker_start_failures_total" in samples
         out = tmp_path / "trainer.jsonl"
         trainer = start_trainer(out, free_port(), tmp_path, files, [port], batch_size=3)
         last = wait_for("the trainer's epoch", lambda: finished(out), 120,

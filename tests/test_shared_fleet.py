@@ -328,4 +328,4 @@ def test_with_keys_only_listed_trainers_attach_and_the_workers_check_the_trainer
     assert "no producer connected" in last["error"], last
     figures = fleet_figures(metrics_port_of(log))
     assert figures["refused"] >= 1
-    assert "refused a CURVE client whose key is not listed" in log.read_text()
+    assert "CURVE clients: refused (key not listed)" in log.read_text()

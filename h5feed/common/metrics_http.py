@@ -12,10 +12,13 @@ Guarantees:
 2. Figures are read when scraped (collectors call the owner's snapshot), never counted twice.
 3. Requests are served by a bounded pool of daemon threads (:data:`POOL_THREADS`), away from
    training: a failing snapshot answers HTTP 500 with the error's text instead of taking
-   anything down. Clients cannot hold the process's threads or descriptors: a connection
-   that sends no complete request within :data:`IDLE_TIMEOUT_S` is closed, at most
-   :data:`QUEUED_CONNECTIONS` accepted connections wait for a thread, and one more is closed
-   at once (its scraper retries at the next scrape).
+   anything down. Clients cannot hold the process's threads or descriptors, nor starve a
+   scraper: one thread reads every request's head without blocking on any connection (an
+   idle connection costs a descriptor, never a thread); a connection that sends no
+   complete head within :data:`IDLE_TIMEOUT_S`, or a head over :data:`MAX_HEAD_BYTES`, is
+   closed; past :data:`READING_CONNECTIONS` being read, the oldest is closed, so a new
+   scrape always gets in; at most :data:`QUEUED_CONNECTIONS` complete requests wait for a
+   thread, and one more is closed at once (its scraper retries at the next scrape).
 4. :meth:`MetricsServer.close` stops serving and frees the port; it is idempotent.
 5. It listens on 127.0.0.1 unless a host is given (``"0.0.0.0:9100"``: every interface, for
    a scraper on another host): nothing is served beyond this host by default.
@@ -23,12 +26,17 @@ Guarantees:
 
 from __future__ import annotations
 
+import collections
+import contextlib
+import io
 import json
 import logging
 import os
 import queue
+import selectors
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
@@ -88,21 +96,135 @@ def address_from_env(environ: Mapping[str, str] | None = None) -> tuple[str, int
 
 #: Threads that serve requests (a scrape takes milliseconds; a few scrapers share them).
 POOL_THREADS: Final = 4
-#: Accepted connections that may wait for a thread; beyond, a new one is closed at once.
+#: Complete requests that may wait for a thread; beyond, a new one is closed at once.
 QUEUED_CONNECTIONS: Final = 16
+#: Connections whose request is still being read; past it, the oldest is closed.
+READING_CONNECTIONS: Final = 64
 #: A connection that has not sent its whole request within this is closed (slowloris).
 IDLE_TIMEOUT_S: Final = 5.0
+#: The most a request's head (request line and headers) may take; a longer one is closed.
+MAX_HEAD_BYTES: Final = 8192
+
+
+class _Reader:
+    """Reads the heads of requests on one thread of its own, without blocking on any
+    connection, and hands each complete one to ``ready`` (guarantee 3): an idle or slow
+    connection costs a descriptor and a few bytes, never a thread."""
+
+    def __init__(self, ready: queue.Queue[tuple[Any, Any, bytes] | None]) -> None:
+        self._ready = ready
+        self._selector = selectors.DefaultSelector()
+        self._wake_in, self._wake_out = socket.socketpair()
+        self._wake_in.setblocking(False)
+        self._selector.register(self._wake_out, selectors.EVENT_READ)
+        self._lock = threading.Lock()
+        self._incoming: collections.deque[tuple[Any, Any]] = collections.deque()
+        # connection -> (address, head so far, deadline); oldest first
+        self._reading: collections.OrderedDict[Any, tuple[Any, bytes, float]] = (
+            collections.OrderedDict()
+        )
+        self._stopped = False
+        self.thread = threading.Thread(target=self._run, name="h5feed-metrics-read", daemon=True)
+        self.thread.start()
+
+    def add(self, connection: Any, address: Any) -> None:
+        """Read ``connection``'s request (from the accepting thread)."""
+        with self._lock:
+            self._incoming.append((connection, address))
+        with contextlib.suppress(OSError):  # full: a wake-up is pending already
+            self._wake_in.send(b"\0")
+
+    def stop(self) -> None:
+        self._stopped = True
+        with contextlib.suppress(OSError):
+            self._wake_in.send(b"\0")
+
+    def _run(self) -> None:
+        try:
+            while not self._stopped:
+                for key, _ in self._selector.select(timeout=0.2):
+                    if key.fileobj is self._wake_out:
+                        with contextlib.suppress(OSError):
+                            self._wake_out.recv(4096)
+                    else:
+                        self._read(key.fileobj)
+                self._admit()
+                self._expire(time.monotonic())
+        finally:
+            for connection in list(self._reading):
+                self._close(connection)
+            with self._lock:
+                for connection, _ in self._incoming:
+                    _close(connection)
+            self._selector.close()
+            self._wake_in.close()
+            self._wake_out.close()
+
+    def _admit(self) -> None:
+        with self._lock:
+            incoming, self._incoming = self._incoming, collections.deque()
+        deadline = time.monotonic() + IDLE_TIMEOUT_S
+        for connection, address in incoming:
+            if len(self._reading) >= READING_CONNECTIONS:  # the oldest goes: a new one gets in
+                self._close(next(iter(self._reading)))
+            connection.setblocking(False)
+            self._selector.register(connection, selectors.EVENT_READ)
+            self._reading[connection] = (address, b"", deadline)
+
+    def _read(self, connection: Any) -> None:
+        address, head, deadline = self._reading[connection]
+        try:
+            data = connection.recv(MAX_HEAD_BYTES)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        head += data
+        if not data or len(head) > MAX_HEAD_BYTES:
+            self._close(connection)
+        elif b"\r\n\r\n" in head or b"\n\n" in head:
+            self._selector.unregister(connection)
+            del self._reading[connection]
+            connection.setblocking(True)
+            connection.settimeout(IDLE_TIMEOUT_S)  # for writing the answer
+            try:
+                self._ready.put_nowait((connection, address, head))
+            except queue.Full:  # every thread busy and the queue full: not served
+                _close(connection)
+        else:
+            self._reading[connection] = (address, head, deadline)
+
+    def _expire(self, now: float) -> None:
+        while self._reading:
+            connection, (_, _, deadline) = next(iter(self._reading.items()))
+            if now < deadline:
+                break
+            self._close(connection)
+
+    def _close(self, connection: Any) -> None:
+        self._reading.pop(connection, None)
+        with contextlib.suppress(KeyError, ValueError):
+            self._selector.unregister(connection)
+        _close(connection)
+
+
+def _close(connection: Any) -> None:
+    with contextlib.suppress(OSError):
+        connection.close()
 
 
 class _PooledServer(WSGIServer):
-    """A WSGI server whose requests are served by ``POOL_THREADS`` daemon threads from a queue
-    of at most ``QUEUED_CONNECTIONS`` (see guarantee 3)."""
+    """A WSGI server whose requests are read by one :class:`_Reader` and served by
+    ``POOL_THREADS`` daemon threads from a queue of at most ``QUEUED_CONNECTIONS`` (see
+    guarantee 3)."""
 
     request_queue_size = 64  # the listen backlog: a burst of scrapers is not refused by TCP
 
     def server_activate(self) -> None:
         super().server_activate()
-        self._waiting: queue.Queue[tuple[Any, Any] | None] = queue.Queue(QUEUED_CONNECTIONS)
+        self._waiting: queue.Queue[tuple[Any, Any, bytes] | None] = queue.Queue(QUEUED_CONNECTIONS)
+        self.heads = threading.local()  # each thread's request head, for its handler
+        self._reader = _Reader(self._waiting)
         self._threads = [
             threading.Thread(target=self._serve_queued, name=f"h5feed-metrics-{i}", daemon=True)
             for i in range(POOL_THREADS)
@@ -111,14 +233,11 @@ class _PooledServer(WSGIServer):
             thread.start()
 
     def process_request(self, request: Any, client_address: Any) -> None:
-        try:
-            self._waiting.put_nowait((request, client_address))
-        except queue.Full:  # every thread busy and the queue full: this one is not served
-            self.shutdown_request(request)
+        self._reader.add(request, client_address)
 
     def _serve_queued(self) -> None:
         while (item := self._waiting.get()) is not None:
-            request, client_address = item
+            request, client_address, self.heads.value = item
             try:
                 self.finish_request(request, client_address)
             except Exception as exc:  # a client that timed out or hung up: its own loss
@@ -128,7 +247,10 @@ class _PooledServer(WSGIServer):
 
     def server_close(self) -> None:
         super().server_close()
-        for _thread in getattr(self, "_threads", ()):  # none if the bind failed
+        reader = getattr(self, "_reader", None)  # none if the bind failed
+        if reader is not None:
+            reader.stop()
+        for _thread in getattr(self, "_threads", ()):
             try:
                 self._waiting.put_nowait(None)
             except queue.Full:
@@ -140,7 +262,12 @@ class _PooledServer6(_PooledServer):
 
 
 class _QuietHandler(WSGIRequestHandler):
-    timeout = IDLE_TIMEOUT_S  # set on the connection before its request is read
+    timeout = IDLE_TIMEOUT_S  # set on the connection before its answer is written
+
+    def setup(self) -> None:
+        super().setup()
+        # The head was read already, by the reader; the request is a GET (no body is read).
+        self.rfile = io.BytesIO(self.server.heads.value)  # type: ignore[attr-defined]
 
     def log_message(self, format: str, *args: Any) -> None:
         """Scrapes every few seconds are not worth a line each."""

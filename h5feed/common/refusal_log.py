@@ -64,6 +64,7 @@ class RefusalLog:
     def refused(self, kind: str, detail: str) -> None:
         """One refusal of ``kind`` (the caller's fixed words), ``detail`` saying which."""
         detail = _cut(detail)
+        line: str | None
         with self._lock:
             self.total += 1
             now = self._clock()

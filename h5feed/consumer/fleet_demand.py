@@ -15,6 +15,15 @@ HorizontalPodAutoscaler or a Swarm loop acts on: docs/deploy/sizing.md):
   cores shows its cores' limit, not its workers': no core count is needed;
 * **replicas needed**: ``ceil(demand / capacity)``, at least 1.
 
+A producer says its busy time; the trainer measures the rest, and a claim is believed only
+as far as the trainer's clock allows: each worker's busy seconds count at most the wall
+seconds the trainer measured it over (the last 10 s, or since it joined), since one process
+is busy at most all the time. So a replica's capacity is at least the clips per second the
+trainer measured from it, and a producer that claims more busy time than there was cannot
+inflate the gauge (two such peers once made it 6.45e6): it reaches at most the demand over
+what the replicas delivered, which the trainer's own wait bounds (20x the intake). A claim
+of less busy time than it took makes a replica look faster, never the gauge below 1.
+
 The last 10 s are used where they hold busy time, else the iteration's totals. Unknown (None)
 until the trainer has taken a batch and a remote worker has said its busy time (a version-5
 worker never does): the gauge is then absent, so an autoscaler keeps the replicas it has
@@ -42,12 +51,30 @@ def replica_capacities(workers: Sequence[dict[str, Any]]) -> dict[str, float]:
             hosts.setdefault(str(worker["host"]), []).append(worker)
     capacities = {}
     for host, members in hosts.items():
-        clips, busy = (sum(w[k] for w in members) for k in ("clips_recent", "busy_s_recent"))
+        clips = sum(w["clips_recent"] for w in members)
+        busy = sum(_busy_s(w, recent=True) for w in members)
         if busy <= 0:  # nothing in the last 10 s: the iteration's totals
-            clips, busy = (sum(w[k] for w in members) for k in ("clips", "busy_s"))
+            clips = sum(w["clips"] for w in members)
+            busy = sum(_busy_s(w, recent=False) for w in members)
         if busy > 0 and clips > 0:
             capacities[host] = clips / busy * len(members)
     return capacities
+
+
+def _busy_s(worker: dict[str, Any], recent: bool) -> float:
+    """The busy seconds ``worker`` claims, at most the wall seconds the trainer measured it
+    over (see the module): the recent window, or the time since it joined. Both come from the
+    trainer's own rates: events (clips) divided by their rate."""
+    if recent:
+        busy, events, rate = (
+            worker["busy_s_recent"],
+            worker["clips_recent"],
+            worker["per_s_recent"]["clips"],
+        )
+    else:
+        busy, events, rate = worker["busy_s"], worker["count"], worker["per_s_total"]["events"]
+    wall = events / rate if rate > 0 else 0.0
+    return float(min(max(busy, 0.0), wall))
 
 
 def fleet_demand(

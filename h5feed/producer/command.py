@@ -54,16 +54,17 @@ _PRODUCE_OPTIONS = (
         "--max-trainers",
         "H5FEED_MAX_TRAINERS",
         "N",
-        f"with --listen: trainers served at once; another is refused, naming this limit "
-        f"(default {DEFAULT_MAX_TRAINERS})",
+        f"with --listen: trainers served at once, those that left counted until their "
+        f"workers are gone; another is refused, naming this limit (default "
+        f"{DEFAULT_MAX_TRAINERS})",
     ),
     (
         "--attach-timeout-s",
         "H5FEED_ATTACH_TIMEOUT_S",
         "SECONDS",
         f"with --listen: a trainer that has not attached again for this long (it says ATTACH "
-        f"every second) is gone, and its workers are stopped "
-        f"(default {DEFAULT_ATTACH_TIMEOUT_S:g})",
+        f"every second) is gone, and its workers are stopped; until then its port is refused "
+        f"to another trainer's key (default {DEFAULT_ATTACH_TIMEOUT_S:g})",
     ),
     (
         "--metrics-port",

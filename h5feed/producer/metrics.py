@@ -184,11 +184,10 @@ def _fleet_families(fleet: dict[str, Any], service_labels: list[str]) -> Iterato
         gauge = GaugeMetricFamily(name, text, labels=labels)
         gauge.add_metric(service_labels, float(fleet[key]))
         yield gauge
-    refused = CounterMetricFamily(
-        "h5feed_fleet_refused", "ATTACHes refused (the trainer limit, bad messages)", labels=labels
-    )
-    refused.add_metric(service_labels, float(fleet["refused"]))
-    yield refused
+    for key, name, text in _FLEET_COUNTERS:
+        counter = CounterMetricFamily(name, text, labels=labels)
+        counter.add_metric(service_labels, float(fleet[key]))
+        yield counter
     per_trainer = (*labels, "trainer")
     families = [
         (key, CounterMetricFamily(name, text, labels=per_trainer))
@@ -206,6 +205,21 @@ _FLEET_GAUGES = (
     ("attached", "h5feed_fleet_trainers", "Trainers attached (each with its own workers)"),
     ("worker_processes", "h5feed_fleet_worker_processes", "Worker processes of all trainers"),
     ("stopping", "h5feed_fleet_groups_stopping", "Groups of a trainer that left, stopping"),
+    ("connections", "h5feed_fleet_connections", "Connections to the front (at most a bound)"),
+)
+#: (key in the fleet's figures, metric name, help): what the front refused or could not do.
+_FLEET_COUNTERS = (
+    (
+        "refused",
+        "h5feed_fleet_refused",
+        "ATTACHes refused (the trainer limit, another key's port, bad messages, unlisted keys)",
+    ),
+    ("connections_shed", "h5feed_fleet_connections_shed", "Connections shed past the bound"),
+    (
+        "worker_start_failures",
+        "h5feed_fleet_worker_start_failures",
+        "Worker starts that failed (no descriptor or memory left), retried after a backoff",
+    ),
 )
 #: (key in a trainer's figures, metric name, help).
 _TRAINER_COUNTERS = (

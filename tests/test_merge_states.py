@@ -284,3 +284,22 @@ def test_a_sources_state_is_refused() -> None:
             states.append(stream.state())
     with pytest.raises(h5feed.ResumeError, match=r"state 0 is a source's \(source=\)"):
         h5feed.merge_states(states)
+
+
+def test_a_state_saying_a_billion_shards_is_refused_before_they_are_counted() -> None:
+    """A fingerprint's shard count is bounded before anything is built from it (today:
+    set(range(10**9)), a MemoryError at 2.3 GB)."""
+    import tracemalloc
+
+    def state(index: int) -> dict[str, Any]:
+        print_ = {"batch_size": 2, "drop_remainder": False, "shard": [index, 10**9]}
+        return {"format": 1, "epoch": 0, "batch": 1, "fingerprint": print_, "samples": 10}
+
+    tracemalloc.start()
+    try:
+        with pytest.raises(h5feed.ResumeError, match="of 1000000000 shards, more than"):
+            h5feed.merge_states([state(0), state(1)])
+        _now, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 << 20

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 import pathlib
 import shutil
 from typing import Any
@@ -14,6 +15,7 @@ import numpy as np
 import pytest
 
 import h5feed
+import h5feed.consumer.resume
 from h5feed.producer.sample_data import SampleSpec, make_sample_dataset
 
 TINY = SampleSpec(
@@ -143,3 +145,78 @@ def test_the_index_digest_tells_indexes_apart_and_is_reused_while_the_same() -> 
     digests = IndexDigests()
     assert digests(index()) == plain and digests(index()) == plain  # an equal index: reused
     assert digests(index(label=3)) == index_digest(index(label=3))  # a changed one: hashed
+
+
+# -- a state is a claim: bounded and checked whole before anything acts on it (issue 38) ----
+
+
+@pytest.mark.parametrize(
+    ("state", "said"),
+    [
+        ({"epoch": 0, "batch": 10**15}, "epoch and batch, integers in"),  # today: a hang
+        ({"epoch": 10**30, "batch": 0}, "epoch and batch, integers in"),  # OverflowError
+        ({"epoch": 0, "batch": 0, "taken": [[0, 10**30]]}, "bad taken batch"),
+        ({"format": 1, "epoch": 0, "batch": 0, "fingerprint": {}, "length": 10**20}, "length"),
+        ({"format": 1, "epoch": 0, "batch": 0, "fingerprint": {}, "samples": 10**20}, "samples"),
+        ({"format": 1, "epoch": 0, "batch": 0, "fingerprint": {"seed": [[[0]]]}}, "'seed'"),
+        ({"format": 1, "epoch": 0, "batch": 0, "fingerprint": {"s": "x" * 5000}}, "'s'"),
+        ({"format": 1, "epoch": 0, "batch": 0, "fingerprint": {str(i): 0 for i in range(65)}},
+         "65 fields"),
+    ],
+)  # fmt: skip
+def test_a_state_past_its_bounds_is_a_resume_error_naming_it(
+    state: dict[str, Any], said: str
+) -> None:
+    with pytest.raises(h5feed.ResumeError, match=said):
+        h5feed.consumer.resume.ResumePoint.from_state(state)
+
+
+def test_a_deep_fingerprint_is_a_resume_error_not_a_recursion_error() -> None:
+    deep: Any = 0
+    for _ in range(100_000):
+        deep = [deep]
+    state = {"format": 1, "epoch": 0, "batch": 0, "fingerprint": {"seed": deep}}
+    with pytest.raises(h5feed.ResumeError, match="fingerprint field 'seed' holds"):
+        h5feed.consumer.resume.ResumePoint.from_state(state)
+
+
+@pytest.mark.timeout(60)
+def test_a_position_far_past_the_epochs_end_rolls_over_at_once() -> None:
+    """The largest batch a state may say, one batch an epoch: one division, not two billion
+    passes (today: a pass per epoch, a hang)."""
+    from h5feed.consumer.plan import Cursor
+    from h5feed.consumer.resume import MAX_POSITION, Progress, ResumePoint
+
+    progress = Progress(ResumePoint(Cursor(0, MAX_POSITION), frozenset({(0, MAX_POSITION + 2)})),
+                        ordered=False)  # fmt: skip
+    progress.set_length(1)
+    assert progress.cursor == Cursor(MAX_POSITION, 0) and progress.taken == {(MAX_POSITION + 2, 0)}
+    progress.take(MAX_POSITION, 0)
+    progress.take(MAX_POSITION + 1, 0)
+    assert progress.cursor == Cursor(MAX_POSITION + 3, 0) and not progress.taken
+
+
+def test_a_position_file_of_nested_brackets_is_a_resume_error(tmp_path: pathlib.Path) -> None:
+    (tmp_path / "h5feed_position.json").write_text("[" * ((1 << 20) - 1))
+    with pytest.raises(h5feed.ResumeError, match="nested too deeply"):
+        h5feed.consumer.resume.read_position(str(tmp_path))
+
+
+@pytest.mark.timeout(60)
+def test_a_position_file_that_is_a_fifo_is_refused_without_blocking(
+    tmp_path: pathlib.Path,
+) -> None:
+    """Opening a FIFO for reading waits for a writer (today: forever); the position file is
+    checked to be a regular file on a descriptor opened without blocking."""
+    os.mkfifo(tmp_path / "h5feed_position.json")
+    with pytest.raises(h5feed.ResumeError, match="not a regular file"):
+        h5feed.consumer.resume.read_position(str(tmp_path))
+    with pytest.raises(h5feed.ResumeError, match="not a regular file"):
+        h5feed.merge_states([str(tmp_path)])
+
+
+def test_a_sparse_position_file_past_the_bound_is_refused_unread(tmp_path: pathlib.Path) -> None:
+    with open(tmp_path / "h5feed_position.json", "wb") as handle:
+        handle.truncate(1 << 30)
+    with pytest.raises(h5feed.ResumeError, match="more than the 1048576"):
+        h5feed.consumer.resume.read_position(str(tmp_path))

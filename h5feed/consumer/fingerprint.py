@@ -17,6 +17,9 @@ Guarantees:
    ResumeError`) names every field that differs. The up-front parts are checked when the
    dataset is made; ``index`` when the plan starts (or up front when the index is known from
    :mod:`h5feed.consumer.hdf5.known_index`).
+3. A stored fingerprint is a claim of a file or a caller: :func:`check_shape` refuses one
+   that is not a flat map of at most :data:`MAX_KEYS` short names to scalars or short lists
+   of scalars, before it is compared (no RecursionError, no cost beyond its bounds).
 """
 
 from __future__ import annotations
@@ -32,6 +35,14 @@ import numpy as np
 from h5feed.common.errors import ResumeError
 from h5feed.consumer.options import FeedConfig, HdfConfig
 from h5feed.consumer.plan import Index
+
+#: Names in a fingerprint (:func:`fingerprint` writes about 15), the longest of a name and of
+#: a text value (a source's import path; the rest are short digests), and the longest list
+#: value (``shard``: 2).
+MAX_KEYS = 64
+_MAX_NAME = 64
+_MAX_TEXT = 4096
+_MAX_LIST = 8
 
 
 def _digest(value: Any) -> str:
@@ -126,6 +137,51 @@ def _same_index(a: Index, b: Index) -> bool:
             (a.names, b.names),
         )
     )
+
+
+def _scalar(value: object) -> bool:
+    if isinstance(value, str):
+        return len(value) <= _MAX_TEXT
+    if isinstance(value, int) and not isinstance(value, bool):
+        return abs(value) < 1 << 256  # a seed may be any int numpy seeds with: bounded
+    return value is None or isinstance(value, bool | float)
+
+
+def check_shape(found: object) -> None:
+    """ResumeError unless ``found`` is a fingerprint's shape: a flat map of at most
+    :data:`MAX_KEYS` short names to scalars or short lists of scalars (what
+    h5feed.consumer.fingerprint writes), so comparing it costs no recursion and little."""
+    if not isinstance(found, Mapping):
+        raise ResumeError("resume state: 'fingerprint' must be a dict")
+    if len(found) > MAX_KEYS:
+        raise ResumeError(
+            f"resume state: the fingerprint has {len(found)} fields, at most {MAX_KEYS}"
+        )
+    for key, value in found.items():
+        if not (isinstance(key, str) and len(key) <= _MAX_NAME):
+            raise ResumeError(f"resume state: fingerprint field {key!r:.80} is not a short name")
+        if isinstance(value, list):
+            good = len(value) <= _MAX_LIST and all(map(_scalar, value))
+        else:
+            good = _scalar(value)
+        if not good:
+            raise ResumeError(
+                f"resume state: fingerprint field {key!r} holds {_cut(value)}: a fingerprint "
+                f"holds scalars and lists of at most {_MAX_LIST} scalars"
+            )
+
+
+def _cut(value: object) -> str:
+    """``value`` as an error names it, at a bounded cost: a container only by its size
+    unless it is a few scalars (a deep list has no ``repr``), a huge int by its size."""
+    if isinstance(value, list | tuple | dict):
+        if len(value) > 4 or any(isinstance(v, list | tuple | dict) for v in value):
+            return f"a {type(value).__name__} of {len(value)} entries"
+        return "[" + ", ".join(map(_cut, value)) + "]"
+    if isinstance(value, int) and abs(value) >= 1 << 64:
+        return f"an int of {value.bit_length()} bits"
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def differences(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:

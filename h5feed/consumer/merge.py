@@ -15,7 +15,9 @@ Guarantees:
    differ in more than the shard; states saved at different steps (a rank whose position
    is behind the others' would train again samples that are in the weights already, one
    ahead would skip some); a state saved before its first batch (it does not know the
-   epoch's sample count).
+   epoch's sample count). Each state is checked whole first (h5feed.consumer.resume,
+   guarantee 8), and a shard count is bounded (``rest.MAX_SHARDS``) before anything is built
+   from it: a state saying shard [0, 10**9] costs what one of 2 does.
 4. ``into=``: the merged position is written to that directory as an
    ``h5feed.BackupAndRestore`` backup, with the weights the first state's directory names
    (the ranks of a data-parallel job hold the same weights): the weights first, then the
@@ -34,7 +36,7 @@ from h5feed.common.errors import ResumeError
 from h5feed.consumer import fingerprint as fingerprints
 from h5feed.consumer import resume
 from h5feed.consumer.plan import Cursor, PlanOptions, epoch_length
-from h5feed.consumer.rest import Layer, Rest, layer_of
+from h5feed.consumer.rest import MAX_SHARDS, Layer, Rest, layer_of
 from h5feed.consumer.resume import ResumePoint
 from h5feed.consumer.trainers.backup import WEIGHTS_FILES
 
@@ -158,6 +160,11 @@ def _shards(points: list[tuple[str, ResumePoint]]) -> int:
             + ", ".join(f"{label} of {count}" for count, label in sorted(counts.items()))
         )
     (count,) = counts
+    if count > MAX_SHARDS:  # before listing them: a state may say any count
+        raise ResumeError(
+            f"merge_states: the states are of {count} shards, more than the {MAX_SHARDS} a "
+            f"rest may hold ({len(points)} given)"
+        )
     missing = sorted(set(range(count)) - set(seen))
     if missing:
         raise ResumeError(

@@ -32,6 +32,15 @@ Guarantees:
    (:func:`first_cursor`). A state saved inside the rest is format 2 with its own shard; one
    saved once the rest is over is format 1 again. An h5feed that knows only format 1
    refuses format 2 (it would resume the rest's epoch from its start).
+8. A state is a claim, checked whole before anything acts on it: every field is bounded
+   (``epoch`` and ``batch`` at most :data:`MAX_POSITION`, ``length`` too, ``samples`` at most
+   :data:`MAX_SAMPLES`, at most 65,536 ``taken``; the fingerprint a flat map of short names
+   to scalars: :func:`h5feed.consumer.fingerprint.check_shape`), so no malformed
+   state costs a loop per epoch, an allocation it names, an ``OverflowError`` or a
+   ``RecursionError``: each is a ResumeError naming what is wrong. A position never walks
+   epoch by epoch: an epoch's end rolls over by division (:class:`Progress`).
+9. A backup directory's position file is read only if it is a regular file of at most 1 MiB
+   (:func:`h5feed.common.regular_files.read_regular`: a FIFO there never blocks the read).
 """
 
 from __future__ import annotations
@@ -45,6 +54,7 @@ from typing import Any
 
 from h5feed.common.atomic import atomic_file
 from h5feed.common.errors import ResumeError
+from h5feed.common.regular_files import read_regular
 from h5feed.consumer import fingerprint as fingerprints
 from h5feed.consumer.plan import Cursor, PlanOptions
 from h5feed.consumer.rest import Rest
@@ -58,6 +68,11 @@ POSITION_FILE = "h5feed_position.json"
 _MAX_STATE_BYTES = 1 << 20
 #: ``taken`` entries a state may list (deterministic=False: bounded by the credit budget).
 _MAX_TAKEN = 1 << 16
+#: The largest epoch, batch or epoch length a state may say (2**31 - 1: two billion epochs,
+#: or batches in one; far past any run, and every count after a rollover fits an int64).
+MAX_POSITION = (1 << 31) - 1
+#: The most samples per epoch a state may say (a trillion).
+MAX_SAMPLES = 1 << 40
 
 
 def check_point(point: ResumePoint, current: Mapping[str, Any]) -> None:
@@ -142,7 +157,8 @@ class ResumePoint:
         epoch, batch = state.get("epoch"), state.get("batch")
         if not (_count(epoch) and _count(batch)):
             raise ResumeError(
-                f"a resume state needs epoch and batch, integers >= 0; got {epoch!r}, {batch!r}"
+                f"a resume state needs epoch and batch, integers in [0, {MAX_POSITION}]; got "
+                f"{_said(epoch)}, {_said(batch)}"
             )
         taken = state.get("taken", [])
         if not isinstance(taken, list) or len(taken) > _MAX_TAKEN:
@@ -152,19 +168,23 @@ class ResumePoint:
             if not (isinstance(entry, list | tuple) and len(entry) == 2):
                 raise ResumeError(f"resume state: taken holds [epoch, batch] pairs: {entry!r}")
             if not (_count(entry[0]) and _count(entry[1])):
-                raise ResumeError(f"resume state: bad taken batch {entry!r}")
+                raise ResumeError(f"resume state: bad taken batch {_said(entry)}")
             if (entry[0], entry[1]) <= (epoch, batch):
                 raise ResumeError(f"resume state: taken batch {entry!r} is not above the cursor")
             pairs.add((int(entry[0]), int(entry[1])))
         found = state.get("fingerprint")
-        if found is not None and not isinstance(found, Mapping):
-            raise ResumeError("resume state: 'fingerprint' must be a dict")
+        if found is not None:
+            fingerprints.check_shape(found)
         length = state.get("length")
         if length is not None and not (_count(length) and length > 0 and found is not None):
-            raise ResumeError(f"resume state: length must be an integer > 0: {length!r}")
+            raise ResumeError(
+                f"resume state: length must be an integer in [1, {MAX_POSITION}]: {_said(length)}"
+            )
         samples = state.get("samples")
-        if samples is not None and not _count(samples):
-            raise ResumeError(f"resume state: samples must be an integer >= 0: {samples!r}")
+        if samples is not None and not _count(samples, MAX_SAMPLES):
+            raise ResumeError(
+                f"resume state: samples must be an integer in [0, {MAX_SAMPLES}]: {_said(samples)}"
+            )
         cursor = Cursor(int(epoch), int(batch))  # type: ignore[arg-type]
         rest, merged = _rest_of(state, version, cursor, samples, pairs, found)
         return cls(cursor, frozenset(pairs), found, length, rest, samples, merged)
@@ -197,8 +217,21 @@ def _rest_of(
     return Rest.from_json(state["rest"], cursor.epoch, samples), merged
 
 
-def _count(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+def _count(value: object, most: int = MAX_POSITION) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= most
+
+
+def _said(value: object) -> str:
+    """``value`` as an error names it, at a bounded cost: a container only by its size
+    unless it is a few scalars (a deep list has no ``repr``), a huge int by its size."""
+    if isinstance(value, list | tuple | dict):
+        if len(value) > 4 or any(isinstance(v, list | tuple | dict) for v in value):
+            return f"a {type(value).__name__} of {len(value)} entries"
+        return "[" + ", ".join(map(_said, value)) + "]"
+    if isinstance(value, int) and abs(value) >= 1 << 64:
+        return f"an int of {value.bit_length()} bits"
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def resume_point(resume: Any) -> ResumePoint:
@@ -217,14 +250,15 @@ def read_position(backup_dir: str) -> dict[str, Any] | None:
     """The state saved in ``backup_dir``, or None when there is none (a first run)."""
     path = pathlib.Path(backup_dir) / POSITION_FILE
     try:
-        with open(path, "rb") as handle:
-            raw = handle.read(_MAX_STATE_BYTES + 1)
+        raw = read_regular(os.fspath(path), _MAX_STATE_BYTES)  # guarantee 9
     except FileNotFoundError:
         return None
-    if len(raw) > _MAX_STATE_BYTES:
-        raise ResumeError(f"{path} is larger than {_MAX_STATE_BYTES} bytes: not a state")
+    except ValueError as exc:
+        raise ResumeError(f"{exc}: not a resume state") from None
     try:
         state = json.loads(raw)
+    except RecursionError:
+        raise ResumeError(f"{path} is nested too deeply to be a resume state") from None
     except ValueError as exc:
         raise ResumeError(f"{path} is not a resume state: {exc}") from None
     if not isinstance(state, dict):
@@ -260,13 +294,21 @@ class Progress:
 
     def set_length(self, length: int) -> None:
         self.length = length
+        # (e, b) past an epoch's end is (e + b // L, b % L): taken ones too, so that the
+        # walk below meets them
+        if length:
+            self.taken = {(e + b // length, b % length) for e, b in self.taken}
         self._advance()
 
     def _advance(self) -> None:
+        """Move the cursor past the epoch's end and the batches taken above it. Each pass
+        either rolls over once (by division: never a pass per epoch, whatever batch a state
+        says) or drops one taken batch, so it ends within 2 * len(taken) + 2 passes."""
         cursor = self.cursor
         while True:
-            if self.length is not None and cursor.batch >= self.length:
-                cursor = Cursor(cursor.epoch + 1, cursor.batch - self.length)
+            if self.length and cursor.batch >= self.length:  # (an empty epoch: no rollover)
+                epochs, batch = divmod(cursor.batch, self.length)
+                cursor = Cursor(cursor.epoch + epochs, batch)
             elif (cursor.epoch, cursor.batch) in self.taken:
                 self.taken.discard((cursor.epoch, cursor.batch))
                 cursor = Cursor(cursor.epoch, cursor.batch + 1)

@@ -8,6 +8,11 @@ ids and a hash of its frames) before the weights are updated, and SIGKILLs this 
 the ``kill[RUN]``-th batch it trains, if that is given. A run that completes writes
 ``result-RUN.json``: where it started, Keras's steps, the "ran out of data" warnings, the
 epochs it ran, and the final weights' hash.
+
+For the preemption drill (tests/test_preemption.py, tools/preemption_drill.py):
+``"save_on_sigterm": true`` makes the callback ``BackupAndRestore(..., save_on_sigterm=True)``
+(the SIGTERM comes from outside, at a step the caller picks from the log), and
+``"step_sleep_s"`` slows each step down, so an epoch lasts long enough to be signalled in.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import os
 import pathlib
 import signal
 import sys
+import time
 import warnings
 from typing import Any
 
@@ -36,6 +42,7 @@ kills: list[int | None] = config.get("kill", [])
 kill_at = kills[run] if run < len(kills) else None
 backup_dir: str = config["backup_dir"]
 workers: int = config["workers"][min(run, len(config["workers"]) - 1)]
+step_sleep_s: float = config.get("step_sleep_s", 0.0)
 
 tf.config.experimental.enable_op_determinism()  # same batches, same weights: compared
 keras.utils.set_random_seed(0)
@@ -56,6 +63,7 @@ def record(epoch: np.ndarray, batch: np.ndarray, sample: np.ndarray, frames: np.
     }
     os.write(log, (json.dumps(line) + "\n").encode())  # one write: whole lines only
     trained += 1
+    time.sleep(step_sleep_s)
     if trained == kill_at:
         os.kill(os.getpid(), signal.SIGKILL)
     return np.int64(0)
@@ -109,7 +117,12 @@ ds = h5feed.dataset(
 epoch_cb = KerasEpoch()
 callbacks = [epoch_cb]
 if not reference:
-    callbacks.append(h5feed.BackupAndRestore(backup_dir, dataset=ds, save_freq=config["save_freq"]))
+    callbacks.append(
+        h5feed.BackupAndRestore(
+            backup_dir, dataset=ds, save_freq=config["save_freq"],
+            save_on_sigterm=config.get("save_on_sigterm", False),
+        )
+    )  # fmt: skip
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     history = model.fit(

@@ -16,7 +16,9 @@ local workers this way, so the trainer's ``__main__`` is never re-imported). The
    traceback, and the worker carries on (the consumer decides);
 4. on BYE, or when its parent process is gone (``--parent-pid``), or on SIGTERM, it exits 0
    (SIGTERM: after the unit in hand is sent, within ``--stop-wait-s``, then BYE hands back the
-   units it did not start);
+   units it did not start; a trainer's local worker, only a SIGTERM the trainer sent: one
+   sent to the whole job by a cluster's preemption is ignored, so the trainer's last steps
+   get their batches, see ``h5feed/producer/lifetime.py``);
    with ``--parent-pid`` the kernel also kills it when that parent dies, even mid-call
    (``h5feed/producer/lifetime.py``); at start it raises its soft open-files limit to the hard
    one.
@@ -52,6 +54,7 @@ from h5feed.producer.lifetime import (
     die_with_parent,
     drop_working_directory,
     raise_open_files_limit,
+    sigterm_from_parent_only,
 )
 from h5feed.producer.worker_loop import Worker
 
@@ -118,6 +121,9 @@ def run_until_stopped(worker: Worker) -> int:
         worker.request_stop()
 
     signal.signal(signal.SIGTERM, on_sigterm)
+    # A trainer's local worker (born with SIGTERM blocked) takes it from the trainer only: a
+    # preemption's SIGTERM to the whole job must not stop it before the trainer's last step.
+    sigterm_from_parent_only(worker.parent_pid)
     return worker.run()
 
 

@@ -16,6 +16,11 @@ Guarantees:
 2. A process the caller stopped waiting for (timed out) is killed and reaped when it does
    start: no worker is left that nobody owns.
 3. Thread-safe; after ``os.fork()`` the child process starts its own spawner thread.
+4. Every worker is born with SIGTERM blocked (this thread blocks it; a child inherits its
+   forking thread's mask through ``exec``): that tells the worker to take SIGTERM from the
+   trainer only (``h5feed/producer/lifetime.py``, guarantee 4), so a preemption's SIGTERM
+   to every process of the job leaves the workers serving the trainer's last steps. The
+   trainer itself is unaffected: its other threads take its signals.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import queue
+import signal
 import subprocess
 import threading
 from collections.abc import Mapping, Sequence
@@ -87,6 +93,7 @@ def _ensure_thread() -> queue.Queue[_Request]:
 
 
 def _serve(requests: queue.Queue[_Request]) -> None:
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # guarantee 4
     while True:
         try:
             request = requests.get(timeout=_IDLE_POLL_S)

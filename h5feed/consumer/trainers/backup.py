@@ -27,6 +27,14 @@ Guarantees:
 5. The dataset must be ``h5feed.dataset(..., resume=backup_dir)`` (``epochs=1``, the
    default: one Keras epoch is one plan epoch): a dataset that does not start where the
    backup says, or whose fingerprint differs, is a ResumeError at ``on_train_begin``.
+6. ``save_on_sigterm=True``: a SIGTERM (a cluster's preemption) during ``fit`` saves at the
+   next step boundary, in the training thread: the step in hand (or the epoch's end) is
+   saved as every save is (guarantees 1, 2), then the signal is passed on to the handler
+   that was there before, whose default ends the process by SIGTERM
+   (:mod:`h5feed.consumer.trainers.preemption`). The restarted run trains from that step:
+   nothing trained since the last periodic save is lost. The trainer's local workers keep
+   serving until it goes (a SIGTERM sent to every process of the job does not stop them:
+   ``h5feed/producer/lifetime.py``), then die with it. No handler is installed without it.
 """
 
 from __future__ import annotations
@@ -38,6 +46,7 @@ from h5feed.common.errors import ResumeError
 from h5feed.consumer import resume
 from h5feed.consumer.feed import Feed
 from h5feed.consumer.plan import Cursor
+from h5feed.consumer.trainers.preemption import StopSignal
 
 #: The two weights files a backup alternates between (guarantee 2).
 WEIGHTS_FILES = ("h5feed-a.weights.h5", "h5feed-b.weights.h5")
@@ -49,12 +58,15 @@ def backup_and_restore(
     save_freq: str | int = "epoch",
     double_checkpoint: bool = False,
     delete_checkpoint: bool = True,
+    save_on_sigterm: bool = False,
 ) -> Any:
     """A ``keras.callbacks.BackupAndRestore`` (a subclass instance) for ``model.fit(dataset,
     ...)`` that also saves h5feed's position (see the module docstring). Same arguments as
     Keras's, plus ``dataset``: the one ``h5feed.dataset(..., resume=backup_dir)`` returned
     (not one derived from it with ``.map()``: that one lacks the feed). ``double_checkpoint``
-    is accepted for compatibility: the previous weights file is always kept."""
+    is accepted for compatibility: the previous weights file is always kept.
+    ``save_on_sigterm``: a SIGTERM during ``fit`` saves at the next step boundary, then
+    ends the process as the signal would have (guarantee 6; ``fit`` in the main thread)."""
     import keras
 
     found = getattr(dataset, "feed", None)
@@ -78,6 +90,7 @@ def backup_and_restore(
             self._offset = 0  # the plan batch this fit's epoch started at
             self._position = Cursor()
             self._weights: str | None = None  # the file the saved position names
+            self._stop = StopSignal() if save_on_sigterm else None
 
         def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
             state = resume.read_position(self.backup_dir)
@@ -114,6 +127,8 @@ def backup_and_restore(
             return cursor
 
         def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+            if self._stop is not None:
+                self._stop.arm()  # idempotent; in fit's thread (ValueError if not the main)
             self._epoch = self._current_epoch = epoch  # Keras's counter, right after a restore
             self._offset = self._restored.batch if epoch == self._restored.epoch else 0
             self._position = Cursor(epoch, self._offset)
@@ -125,10 +140,23 @@ def backup_and_restore(
                 trained = min(trained, length)
             self._position = self._normal(Cursor(self._epoch, trained))
             super().on_train_batch_end(batch, logs)
+            self._stop_if_asked()
 
         def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
             self._position = Cursor(epoch + 1, 0)
             super().on_epoch_end(epoch, logs)
+            self._stop_if_asked()
+
+        def on_train_end(self, logs: dict[str, Any] | None = None) -> None:
+            if self._stop is not None:
+                self._stop.disarm()
+            super().on_train_end(logs)
+
+        def _stop_if_asked(self) -> None:
+            """A SIGTERM arrived (guarantee 6): save the position trained, pass it on."""
+            if self._stop is not None and self._stop.requested:
+                self._save_model()
+                self._stop.finish()
 
         def _save_model(self) -> None:
             os.makedirs(self.backup_dir, exist_ok=True)

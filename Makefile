@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench backends docs diagrams clean
+.PHONY: demo test test-fast test-processes test-containers test-bench lint bench backends docs diagrams clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -49,6 +49,26 @@ test: $(STAMP) $(BACKENDS_STAMP)
 	$(BIN)/ruff format --check h5feed tests tools
 	$(BIN)/mypy
 	$(BIN)/python tests/docker_helpers.py -- $(BIN)/python -m pytest -n 2 --dist loadgroup --durations=25
+
+## test-fast: while working: ruff, then the in-process tier (no process, socket, ZeroMQ context
+##            or Docker; under a guard that fails a test making one): about a minute on 2 cores
+# One pytest process: two xdist workers would each collect the whole tree (TensorFlow and torch
+# imports included) for a minute's worth of tests. No mypy (minutes): `make test` runs it.
+test-fast: $(STAMP)
+	$(BIN)/ruff check h5feed tests tools
+	$(BIN)/python -m pytest -m inprocess -n 0 -q
+
+## test-processes: the tier of real worker processes and sockets (most of `make test`'s time)
+test-processes: $(STAMP) $(BACKENDS_STAMP)
+	$(BIN)/python -m pytest -m processes -n 2 --dist loadgroup --durations=25
+
+## test-containers: the Docker tier (compose and Swarm), with the engine started as `make test` does
+test-containers: $(STAMP)
+	$(BIN)/python tests/docker_helpers.py -- $(BIN)/python -m pytest -m containers -n 0 --durations=25
+
+## test-bench: `h5feed bench` end to end (the bench tier)
+test-bench: $(STAMP)
+	$(BIN)/python -m pytest -m bench -n 2 --dist loadgroup --durations=25
 
 # A CPU-only torch wheel, where one lies on disk (PyPI serves only the large CUDA build):
 # installed before the bench extra, which then keeps it. Override: make bench TORCH_WHEEL=...

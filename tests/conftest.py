@@ -1,4 +1,5 @@
-"""Shared fixtures: small real HDF5 datasets, an isolated index cache, process helpers."""
+"""Shared fixtures: small real HDF5 datasets, an isolated index cache, process helpers; and
+every test's tier (tests/tiers.py), the in-process tier under its guard (tests/tier_guard.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ from collections.abc import Iterator
 from typing import NamedTuple
 
 import pytest
-from docker_helpers import docker_engine, readable_copy
+import tiers
+from docker_helpers import built_image, docker_engine, readable_copy
+from tier_guard import Refusals, guarded
 
 from h5feed.common.curve import write_key_pair
 from h5feed.producer.sample_data import SampleSpec, make_sample_dataset
@@ -18,6 +21,56 @@ from h5feed.producer.sample_data import SampleSpec, make_sample_dataset
 SMALL = SampleSpec(
     files=4, videos_per_file=6, min_frames=6, max_frames=20, height=96, width=128, seed=7
 )
+
+
+#: Each collected test's tier and why (tests/tiers.py), for the guard's message.
+_TIER = pytest.StashKey[tuple[str, str]]()
+#: Set on a test whose report already carries the guard's refusal (said once, not twice).
+_GUARD_SAID = pytest.StashKey[bool]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--tiers", action="store_true", help="print each test's tier and why (tests/tiers.py)"
+    )
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by these marks
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Marks every test with its tier, found from what it uses (tests/tiers.py), so that
+    ``-m inprocess`` (``make test-fast``) selects it without a mark written by hand."""
+    for item in items:
+        tier, why = tiers.tier_of(item)
+        item.stash[_TIER] = (tier, why)
+        if why != "declared":
+            item.add_marker(getattr(pytest.mark, tier))
+        if config.getoption("--tiers"):
+            print(f"{tier:<10} {item.nodeid}  ({why})")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item) -> Iterator[pytest.TestReport]:
+    report: pytest.TestReport = yield
+    if report.failed and "tier guard:" in str(report.longrepr):
+        item.stash[_GUARD_SAID] = True
+    return report
+
+
+@pytest.fixture(autouse=True)
+def tier_guard(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Around each ``inprocess`` test (its function-scoped fixtures included): starting a
+    process, making a socket or a ZeroMQ context, or calling Docker fails it, naming the tier
+    to mark it (tests/tier_guard.py). Other tiers' tests, and collection, are not guarded."""
+    tier, why = request.node.stash.get(_TIER, ("inprocess", "not collected by this conftest"))
+    if tier != "inprocess":
+        yield
+        return
+    refusals = Refusals(request.node.nodeid, why)
+    with guarded(refusals):
+        yield
+    if refusals.refused and not request.node.stash.get(_GUARD_SAID, False):
+        # refused in another thread, or caught by the code under test
+        pytest.fail(refusals.refused[0], pytrace=False)
 
 
 @pytest.fixture(scope="session")
@@ -40,6 +93,13 @@ def docker_env() -> Iterator[dict[str, str]]:
     """A running Docker engine, one per session (tests/docker_helpers.py): tests that use it
     are in xdist_group "machine", so they share one pytest worker and run one at a time."""
     yield from docker_engine()
+
+
+@pytest.fixture(scope="session")
+def producer_image(docker_env: dict[str, str]) -> Iterator[dict[str, str]]:
+    """docker_env once this tree's producer image is built as docker_helpers.IMAGE: one build
+    per session, shared by the container tests, removed at the session's end."""
+    yield from built_image(docker_env)
 
 
 @pytest.fixture(scope="session")

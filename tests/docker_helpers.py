@@ -47,6 +47,8 @@ START_TIMEOUT_S = 300
 _STOP_TIMEOUT_S = 300
 _KILL_GRACE_S = 10
 _INFO_TIMEOUT_S = 60
+#: Building the producer image (docker-compose.yml's ``producer``) from this tree.
+_BUILD_TIMEOUT_S = 600
 #: The longest a test waits for another run's swarm test to end.
 SWARM_LOCK_TIMEOUT_S = 900
 #: One swarm per engine, and its manager port (127.0.0.1:2377) one per machine.
@@ -55,7 +57,7 @@ SWARM_LOCK = pathlib.Path("/var/tmp/h5feed-swarm.lock")
 #: This run's suffix for everything it names on the shared engine (lower-case hex: valid in
 #: compose project, stack, service and image tag names).
 RUN_ID = f"{os.getpid():x}{secrets.token_hex(3)}"
-#: The producer image this run builds and removes again.
+#: The producer image this run builds (once: :func:`built_image`) and removes again.
 IMAGE = f"h5feed-producer:test-{RUN_ID}"
 
 
@@ -199,6 +201,29 @@ def readable_copy(paths: list[pathlib.Path]) -> Iterator[pathlib.Path]:
         yield directory
     finally:
         shutil.rmtree(directory, ignore_errors=True)
+
+
+def built_image(env: dict[str, str]) -> Iterator[dict[str, str]]:
+    """``env`` (a running engine's) once this tree's producer image is built as :data:`IMAGE`
+    (docker-compose.yml's ``producer``, which stack files run with ``H5FEED_IMAGE``: Swarm
+    ignores ``build:``); the image removed afterwards. The session fixture ``producer_image``
+    (tests/conftest.py): one build per run, shared by every container test, which all run in
+    one pytest worker (xdist_group "machine")."""
+    result = subprocess.run(
+        ["docker", "compose", "-p", f"h5feedbuild-{RUN_ID}", "build", "producer"],
+        cwd=ROOT, env={**env, "H5FEED_IMAGE": IMAGE}, capture_output=True, text=True,
+        stdin=subprocess.DEVNULL, timeout=_BUILD_TIMEOUT_S,
+    )  # fmt: skip
+    if result.returncode != 0:
+        pytest.fail(f"docker compose build producer ({IMAGE}):\n{result.stderr[-4000:]}")
+    try:
+        yield env
+    finally:
+        with contextlib.suppress(subprocess.TimeoutExpired):  # after the tests' own outcome
+            subprocess.run(
+                ["docker", "image", "rm", IMAGE], env=env, capture_output=True,
+                stdin=subprocess.DEVNULL, timeout=_INFO_TIMEOUT_S,
+            )  # fmt: skip
 
 
 def free_port() -> int:

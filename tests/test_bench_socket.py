@@ -43,6 +43,7 @@ def _made_by_a_live_process(name: str) -> bool:
     return digits is not None and pathlib.Path(f"/proc/{int(digits.group(1))}").exists()
 
 
+@pytest.mark.bench  # h5feed bench end to end (tests/tiers.py)
 @pytest.mark.xdist_group("machine")  # network namespaces and links: one user at a time
 @pytest.mark.skipif(netns.missing() is not None, reason=str(netns.missing()))
 @pytest.mark.timeout(120)

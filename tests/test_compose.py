@@ -28,11 +28,14 @@ def compose(env: dict[str, str], *args: str, timeout: float = 600) -> str:
 
 
 def test_compose_scaled_producers_deliver_one_epoch_exactly_once(
-    docker_env: dict[str, str], readable_data: pathlib.Path
+    producer_image: dict[str, str], readable_data: pathlib.Path
 ) -> None:
+    """The image (built once per run by the ``producer_image`` fixture, from this tree, as
+    ``compose build`` builds it) has no TensorFlow; two producer containers of it, scaled by
+    compose, deliver one epoch exactly once, each a part of it."""
     port = free_port()
     env = {
-        **docker_env,
+        **producer_image,
         "H5FEED_IMAGE": IMAGE,
         "H5FEED_DATA": str(readable_data),
         "H5FEED_CONNECT": f"tcp://host.docker.internal:{port}",
@@ -42,7 +45,6 @@ def test_compose_scaled_producers_deliver_one_epoch_exactly_once(
         "H5FEED_INSECURE": "1",
     }
     try:
-        compose(env, "build")
         image = subprocess.run(
             ["docker", "run", "--rm", "--entrypoint", "python3", IMAGE, "-c",
              "import tensorflow"],
@@ -72,5 +74,5 @@ def test_compose_scaled_producers_deliver_one_epoch_exactly_once(
             ["docker", "compose", "-p", PROJECT, "logs", "--no-color"],
             cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
         )  # fmt: skip
-        compose(env, "down", "--timeout", "15", "--rmi", "all")  # with this run's image
+        compose(env, "down", "--timeout", "15")  # the image is the session's (conftest.py)
         print(logs.stdout[-3000:])

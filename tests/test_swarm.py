@@ -159,11 +159,13 @@ def wait_for(what: str, done: Callable[[], bool], timeout_s: float, every_s: flo
 
 
 @pytest.fixture
-def swarm(docker_env: dict[str, str]) -> Iterator[dict[str, str]]:
+def swarm(producer_image: dict[str, str]) -> Iterator[dict[str, str]]:
     """A single-node swarm on the engine (its addresses apart from the engine's 198.18.0.0/16),
     held alone under the machine-wide swarm lock (one swarm per engine, one manager port per
-    machine); this run's stack and image removed afterwards, and the swarm left again if this
-    fixture made it and no other stack is on it."""
+    machine), with this tree's producer image built as IMAGE (once per run: the session
+    fixture ``producer_image``, which removes it at the end); this run's stack removed
+    afterwards, and the swarm left again if this fixture made it and no other stack is on it."""
+    docker_env = producer_image
     with machine_lock(SWARM_LOCK, "one swarm test at a time", SWARM_LOCK_TIMEOUT_S):
         state = docker(docker_env, "info", "--format", "{{.Swarm.LocalNodeState}}").strip()
         ours = state != "active"
@@ -183,7 +185,6 @@ def swarm(docker_env: dict[str, str]) -> Iterator[dict[str, str]]:
                     timeout_s=60,
                     every_s=1,
                 )
-                docker(docker_env, "image", "rm", IMAGE, check=False)  # this run's build
             finally:
                 others = docker(docker_env, "stack", "ls", "--format", "{{.Name}}", check=False)
                 if ours and not others.strip():  # never under another's stack
@@ -259,15 +260,6 @@ def stack_env(
         "H5FEED_MEMORY": "128M",
         "H5FEED_REPLICAS": "2",
     }
-
-
-def build_this_image(env: dict[str, str]) -> None:
-    """Build this tree's producer image as :data:`IMAGE` (Swarm ignores ``build:``)."""
-    subprocess.run(
-        ["docker", "compose", "-p", STACK, "build", "producer"],
-        cwd=ROOT, env={**env, "H5FEED_IMAGE": IMAGE}, capture_output=True, text=True,
-        timeout=600, check=True,
-    )  # fmt: skip
 
 
 def swarm_feed(
@@ -352,7 +344,6 @@ def test_swarm_producers_survive_a_kill_and_a_scale_up_mid_epoch_exactly_once(
     port = free_port()
     consumer_keys = keys(tmp_path)  # the stack's secrets read the producer's key files
     env = stack_env(swarm, readable_data, port, tmp_path, IMAGE)
-    build_this_image(env)
     docker(env, "stack", "deploy", "-c", str(STACK_FILE), "--resolve-image", "never", STACK)
     feed = swarm_feed(readable_data, port, consumer_keys, clips_per_video=3, seed=14)  # 72
     try:
@@ -550,7 +541,6 @@ def test_a_rolling_update_from_the_previous_release_mid_epoch_is_exactly_once(
     port = free_port()
     consumer_keys = keys(tmp_path)  # the stack's secrets read the producer's key files
     env = stack_env(swarm, readable_data, port, tmp_path, PREVIOUS_IMAGE)
-    build_this_image(env)
     feed = swarm_feed(readable_data, port, consumer_keys, _CLIPS_PER_VIDEO, seed=15)
     previous = (PREVIOUS_PROTOCOL, PREVIOUS_PACKAGE)
     current = (PROTOCOL_VERSION, h5feed.__version__)

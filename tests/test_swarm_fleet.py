@@ -14,7 +14,7 @@ import time
 import pytest
 from docker_helpers import IMAGE, ROOT, SWARM_LOCK_TIMEOUT_S, engine_timeout
 from fleet_helpers import SPEC, exactly_once, fleet_dataset
-from test_swarm import SERVICE, STACK, build_this_image, docker, swarm, wait_for
+from test_swarm import SERVICE, STACK, docker, swarm, wait_for
 
 from h5feed.common.curve import write_key_pair
 
@@ -91,7 +91,6 @@ def test_two_trainer_containers_share_a_swarm_fleet_scaled_mid_epoch_exactly_onc
         "H5FEED_CPUS": "0.1",
         "H5FEED_MEMORY": "128M",
     }
-    build_this_image(env)
     docker(env, "stack", "deploy", "-c", str(STACK_FILE), "--resolve-image", "never", STACK)
     # (seed, files, step_s): epochs of about 24 s, which the scale-up lands in.
     names = {"trainer-a": (1, files, 1.0), "trainer-b": (2, files[:4], 2.0)}

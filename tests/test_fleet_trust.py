@@ -192,6 +192,7 @@ def test_a_connection_flood_is_shed_to_a_bound_and_a_trainer_still_attaches(
             connection.close()
 
 
+@pytest.mark.processes  # WorkerGroup starts (or tries to start) worker processes
 def test_a_worker_that_cannot_start_is_retried_with_a_backoff_and_reported(
     tmp_path: pathlib.Path,
 ) -> None:

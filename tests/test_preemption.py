@@ -26,6 +26,8 @@ from h5feed.consumer.trainers.preemption import StopSignal
 
 pytest.importorskip("tensorflow")  # the tf extra is part of the test install: never skipped
 ROOT = pathlib.Path(__file__).resolve().parent.parent
+#: The drill (tools/preemption_drill.py) runs trainer scripts with their workers.
+pytestmark = pytest.mark.processes
 
 
 def _drill_module() -> ModuleType:

@@ -138,7 +138,9 @@ class Limits:
     max_array_bytes: int = 4 << 30
     max_arrays: int = 64
     max_ndim: int = 8
-    max_str_len: int = 1 << 20  # an ERROR's traceback is the longest legal string
+    # The wire's own ceiling (a source's args may hold long text); each field's own bound
+    # is lower and checked at decode (h5feed.common.message_records: a HELLO's host 253).
+    max_str_len: int = 1 << 20
     max_bin_len: int = 1 << 20
     max_array_len: int = 1 << 20  # elements of one msgpack array (videos, rows, files)
     max_map_len: int = 1 << 16  # keys of one map (fields, transform/source args, specs)

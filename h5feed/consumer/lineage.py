@@ -46,12 +46,9 @@ Guarantees:
 4. A file that exists and is not a lineage record is refused (ValueError), never truncated.
    A record belongs to one dataset: two datasets given one path (a training and a
    validation set) cut each other's rows; give each its own.
-5. What a record claims costs at most a bound, whoever wrote it: a line is read up to
-   :data:`MAX_LINE_BYTES` (a longer one is not a row: ValueError naming it, or for a resume
-   the end of the rows kept), a step's rows up to :data:`MAX_STEP_BYTES`, the header up to
-   :data:`MAX_HEADER_BYTES` (a regular file, not a FIFO), and malformed or deeply nested
-   JSON is a ValueError, never a RecursionError. (``h5feed lineage --show`` bounds the clip
-   it makes again: h5feed.lineage_command.)
+5. What a record claims costs at most a bound, whoever wrote it (the readers, and the
+   bounds: :mod:`h5feed.consumer.lineage_reader`); a resume keeps the rows up to the first
+   line longer than :data:`MAX_LINE_BYTES`, as up to a cut one.
 """
 
 from __future__ import annotations
@@ -59,38 +56,27 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import re
 import threading
 import weakref
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, BinaryIO
+from typing import Any
 
 from h5feed.common.atomic import atomic_file
 from h5feed.common.config import crop_offset
-from h5feed.common.regular_files import read_regular
 from h5feed.common.source_kinds import SourceKind
 from h5feed.consumer.core.assembly import Batch
+from h5feed.consumer.lineage_reader import FORMAT_VERSION as FORMAT_VERSION
+from h5feed.consumer.lineage_reader import HEADER_SUFFIX as HEADER_SUFFIX
+from h5feed.consumer.lineage_reader import MAX_LINE_BYTES as MAX_LINE_BYTES
+from h5feed.consumer.lineage_reader import ROW_START, lines, too_long
+from h5feed.consumer.lineage_reader import header_path as header_path
+from h5feed.consumer.lineage_reader import read_header as read_header
+from h5feed.consumer.lineage_reader import read_rows as read_rows
+from h5feed.consumer.lineage_reader import rows_of_step as rows_of_step
 from h5feed.consumer.options import FeedConfig, HdfConfig
 from h5feed.consumer.plan import Cursor, PlannedBatch
 
-FORMAT_VERSION = 1
-#: Beside ``PATH``: the dataset's arguments (one JSON object).
-HEADER_SUFFIX = ".dataset.json"
-#: The first keys of every row, in this order (so a resume reads them without parsing JSON).
-_ROW_START = re.compile(rb'\{"step":(\d+),"epoch":(\d+),"batch":(\d+)[,}]')
 _JSON = json.JSONEncoder(separators=(",", ":"), default=repr)
-#: The longest line a record may hold: a row is a few hundred bytes and its file and video
-#: names (a path is at most 4,096 bytes); a longer line is no row of ours.
-MAX_LINE_BYTES = 64 << 10
-#: The most bytes of rows one step may hold (a batch of 16,384 rows of 1 KiB).
-MAX_STEP_BYTES = 16 << 20
-#: The largest header (``PATH.dataset.json``): its file list is most of it.
-MAX_HEADER_BYTES = 1 << 20
-
-
-def header_path(path: str) -> str:
-    """Where the dataset's arguments of the record at ``path`` are."""
-    return path + HEADER_SUFFIX
 
 
 def header(config: FeedConfig, fingerprint: Mapping[str, Any]) -> dict[str, Any]:
@@ -159,7 +145,7 @@ class LineageLog:
         feed, nothing is kept)."""
         self.path = path
         existing = _first_line(path)
-        if existing and not _ROW_START.match(existing):
+        if existing and not ROW_START.match(existing):
             raise ValueError(
                 f"lineage={path!r} exists and is not an h5feed lineage record (its first line "
                 "is not a row): refusing to overwrite it; give another path"
@@ -284,17 +270,6 @@ def _first_line(path: str) -> bytes:
         return b""
 
 
-def _lines(handle: BinaryIO) -> Iterator[bytes]:
-    """The lines of ``handle``, each read up to :data:`MAX_LINE_BYTES` + 1 bytes: a longer
-    one comes out cut (no ``\n`` at its end), so it is never read whole."""
-    while line := handle.readline(MAX_LINE_BYTES + 1):
-        yield line
-
-
-def _too_long(line: bytes) -> bool:
-    return len(line) > MAX_LINE_BYTES
-
-
 def _kept(path: str, taken: Callable[[int, int], bool]) -> tuple[int, int]:
     """The bytes of ``path`` to keep (the rows of batches ``taken`` says were taken, up to
     the first that was not, or a cut or over-long line) and the step after the last kept
@@ -303,9 +278,9 @@ def _kept(path: str, taken: Callable[[int, int], bool]) -> tuple[int, int]:
     if not os.path.exists(path):
         return 0, 0
     with open(path, "rb") as handle:
-        for line in _lines(handle):
-            match = _ROW_START.match(line)
-            if _too_long(line) or not line.endswith(b"\n") or match is None:
+        for line in lines(handle):
+            match = ROW_START.match(line)
+            if too_long(line) or not line.endswith(b"\n") or match is None:
                 break
             step, epoch, batch = (int(g) for g in match.groups())
             if not taken(epoch, batch):
@@ -320,87 +295,6 @@ def taken_by(cursor: Cursor, taken: frozenset[tuple[int, int]]) -> Callable[[int
     return lambda epoch, batch: (
         (epoch, batch) < (cursor.epoch, cursor.batch) or ((epoch, batch) in taken)
     )
-
-
-def read_rows(path: str) -> list[dict[str, Any]]:
-    """Every complete row of the record at ``path``, in order (a last line cut by a
-    machine crash is left out); ValueError for a line longer than :data:`MAX_LINE_BYTES`."""
-    rows = []
-    with open(path, "rb") as handle:
-        for number, line in enumerate(_lines(handle), 1):
-            _check_length(path, number, line)
-            if not line.endswith(b"\n"):
-                break
-            rows.append(_row(path, number, line))
-    return rows
-
-
-def _check_length(path: str, number: int, line: bytes) -> None:
-    if _too_long(line):
-        raise ValueError(
-            f"line {number} of {path} is longer than {MAX_LINE_BYTES} bytes: not a lineage "
-            "row (refused before reading the rest of it)"
-        )
-
-
-def _row(path: str, number: int, line: bytes) -> dict[str, Any]:
-    """Line ``number`` of ``path`` as a row; ValueError when it is not a JSON object."""
-    row = _json(line, f"line {number} of {path}")
-    if not isinstance(row, dict):
-        raise ValueError(f"line {number} of {path} is not a JSON object: not a lineage row")
-    return row
-
-
-def _json(text: bytes, what: str) -> Any:
-    """``text`` parsed; ValueError naming ``what`` when it is not JSON, or nested too deeply
-    for the parser (a RecursionError: 1 MiB of ``[`` is no record)."""
-    try:
-        return json.loads(text)
-    except RecursionError:
-        raise ValueError(f"{what} is nested too deeply to be a lineage record") from None
-    except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-        raise ValueError(f"{what} is not JSON: {exc}") from None
-
-
-def rows_of_step(path: str, step: int) -> list[dict[str, Any]]:
-    """The rows of ``step`` in the record at ``path`` (rows are in step order: the scan
-    stops past it); ValueError naming the steps the record holds when it has none."""
-    found: list[dict[str, Any]] = []
-    first = last = None
-    size = 0
-    with open(path, "rb") as handle:
-        for number, line in enumerate(_lines(handle), 1):
-            _check_length(path, number, line)
-            match = _ROW_START.match(line)
-            if not line.endswith(b"\n") or match is None:
-                break
-            at = int(match.group(1))
-            first = at if first is None else first
-            last = at
-            if at == step:
-                size += len(line)
-                if size > MAX_STEP_BYTES:
-                    raise ValueError(
-                        f"step {step} of {path} holds more than {MAX_STEP_BYTES} bytes of "
-                        "rows: not a lineage record's step"
-                    )
-                found.append(_row(path, number, line))
-            elif at > step and found:
-                break
-    if not found:
-        held = "no step" if first is None else f"steps {first}..{last}"
-        raise ValueError(f"step {step} is not in the lineage record {path} (it holds {held})")
-    return found
-
-
-def read_header(path: str) -> dict[str, Any]:
-    """The dataset's arguments of the record at ``path`` (a regular file of at most
-    :data:`MAX_HEADER_BYTES`: ValueError for another file or a longer one)."""
-    where = header_path(path)
-    head = _json(read_regular(where, MAX_HEADER_BYTES), where)
-    if not isinstance(head, dict) or head.get("h5feed_lineage") != FORMAT_VERSION:
-        raise ValueError(f"{header_path(path)} is not a lineage header of format {FORMAT_VERSION}")
-    return head
 
 
 def crop_pixels(config: HdfConfig) -> Callable[[float, float], tuple[int | None, int | None]]:

@@ -11,8 +11,11 @@ rows in flight, so a worker at half speed ends up with about half the work of th
 An extra reader is *pending* until the file is known to be the planned copy there: a local
 worker reading a file whose index was learnt on the trainer's host is confirmed at once (the
 same file, the index learnt once per host); any other (a remote producer) sends the file's
-INDEX first, compared with the plan's (a digest per extra remote reader, not once per host:
-a host name is only what a peer says). No row goes to a pending reader.
+INDEX first, compared with the plan's (the copy check is per extra remote reader, not once
+per host: a host name is only what a peer says). No row goes to a pending reader. A batch's
+rows of a file go to one reader, so on chunked or compressed layouts two workers never
+decompress a chunk for the same batch (across batches they may: a chunk of a shared file can
+be read by each of its readers).
 
 Guarantees:
 
@@ -25,7 +28,8 @@ Guarantees:
 3. :func:`deal` only adds readers: with the reads it deals (a transfer plan from the peers
    above fair to those below, file by file), a routing exists that gives every live peer
    exactly its fair share of the held samples, unless refusals forbid it; it runs at plan
-   start, at each join, loss and refusal, never per batch.
+   start and at the first dispatch after a join, loss, refusal or confirmed move, never per
+   batch.
 4. Not thread-safe: the loop's thread owns it.
 """
 

@@ -35,9 +35,8 @@ OPTIONS = {"clips_per_video": 2, "batch_size": 4, "seed": 11}
 def dealt(weights: Sequence[float], owner_of: Sequence[int], peers: int) -> list[tuple[int, str]]:
     """:func:`deal` for files owned as ``owner_of`` says, as (file, peer name)."""
     live = [make_peer(f"p{i}") for i in range(peers)]
-    return [
-        (f, p.name) for f, p in deal(weights, live, lambda f: live[owner_of[f]], lambda f, p: True)
-    ]
+    held = {p: [f for f, o in enumerate(owner_of) if o == i] for i, p in enumerate(live)}
+    return [(f, p.name) for f, p in deal(np.asarray(weights, np.float64), held, lambda f, p: True)]
 
 
 def test_one_file_is_read_by_every_worker() -> None:
@@ -63,7 +62,8 @@ def test_fewer_files_than_workers_every_worker_reads_its_share() -> None:
 
 def test_a_refused_file_is_never_dealt_to_that_peer() -> None:
     live = [make_peer(f"p{i}") for i in range(3)]
-    reads = deal([60], live, lambda f: live[0], lambda f, p: p is not live[1])
+    held = {live[0]: [0], live[1]: [], live[2]: []}
+    reads = deal(np.asarray([60.0]), held, lambda f, p: p is not live[1])
     assert [(f, p.name) for f, p in reads] == [(0, "p2")]
 
 
@@ -122,7 +122,8 @@ class ReadersMachine(RuleBasedStateMachine):
     """Any sequence of joins, losses, refusals and moves, with a deal after each (as the
     scheduler deals at the next dispatch), keeps every file read only by live peers allowed
     to read it (never its owner or taker twice over), nothing held by a lost peer, and, while
-    nobody was refused, a routing that gives every live peer exactly its fair share."""
+    nobody was refused and no move is under way, a routing that gives every live peer exactly
+    its fair share."""
 
     VIDEOS = (3, 1, 4, 2, 5)
 
@@ -212,6 +213,7 @@ class ReadersMachine(RuleBasedStateMachine):
     def confirm_move(self, file_index: int) -> None:
         if self.owners.taker(file_index) is not None:
             self.owners.confirm(file_index)
+            self._deal()  # the scheduler deals again once a move is confirmed
 
     @rule(file_index=st.integers(0, len(VIDEOS) - 1), matches=st.booleans())
     def index_of_a_pending_reader(self, file_index: int, matches: bool) -> None:
@@ -256,8 +258,8 @@ class ReadersMachine(RuleBasedStateMachine):
     @invariant()
     def without_refusals_every_live_peer_can_make_its_fair_share(self) -> None:
         live = self.owners.live
-        if self.refusals or not live:
-            return
+        if self.refusals or not live or self.owners.moves():
+            return  # a move is transient: the owner makes the rows until it is confirmed
         readers: dict[int, set[str]] = {}
         for f in range(len(self.VIDEOS)):
             holder = self.owners.taker(f) or self.owners.owner(f)

@@ -198,6 +198,7 @@ class Dispatch:
     def take_back(self, lost: Peer) -> list[Unit[Work]]:
         """Every unit ``lost`` holds, oldest first, no longer held by it."""
         self._in_flight.pop(lost, None)
+        self._issued.pop(lost, None)
         return self._ledger.take_back(lost)
 
     def send_again(self, units: list[Unit[Work]], lost: Peer, confirmed_dead: bool) -> list[Send]:

@@ -11,8 +11,11 @@ rows in flight, so a worker at half speed ends up with about half the work of th
 An extra reader is *pending* until the file is known to be the planned copy there: a local
 worker reading a file whose index was learnt on the trainer's host is confirmed at once (the
 same file, the index learnt once per host); any other (a remote producer) sends the file's
-INDEX first, compared with the plan's (a digest per extra remote reader, not once per host:
-a host name is only what a peer says). No row goes to a pending reader.
+INDEX first, compared with the plan's (the copy check is per extra remote reader, not once
+per host: a host name is only what a peer says). No row goes to a pending reader. A batch's
+rows of a file go to one reader, so on chunked or compressed layouts two workers never
+decompress a chunk for the same batch (across batches they may: a chunk of a shared file can
+be read by each of its readers).
 
 Guarantees:
 
@@ -25,13 +28,16 @@ Guarantees:
 3. :func:`deal` only adds readers: with the reads it deals (a transfer plan from the peers
    above fair to those below, file by file), a routing exists that gives every live peer
    exactly its fair share of the held samples, unless refusals forbid it; it runs at plan
-   start, at each join, loss and refusal, never per batch.
+   start and at the first dispatch after a join, loss, refusal or confirmed move, never per
+   batch.
 4. Not thread-safe: the loop's thread owns it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
+
+import numpy as np
 
 from h5feed.consumer.core.ledger import Peer
 
@@ -115,59 +121,55 @@ class FileReaders:
 
 
 def deal(
-    weights: Sequence[float],
-    peers: Sequence[Peer],
-    holder: Callable[[int], Peer | None],
+    weights: np.ndarray,
+    held: dict[Peer, list[int]],
     may_read: Callable[[int, Peer], bool],
 ) -> list[tuple[int, Peer]]:
-    """The (file, peer) reads that let every peer in ``peers`` make exactly its fair share.
+    """The (file, peer) reads that let every peer of ``held`` make exactly its fair share.
 
-    ``weights``: each file's samples (videos); ``holder(f)``: the peer that reads ``f`` in
-    full now (its owner, or the peer taking it over; None: nobody, ignored); ``may_read(f,
-    p)``: whether ``p`` may read ``f`` (not refused; the holder itself is never asked). Each
-    peer holds the weight of its files; fair is the held weight over the peers. Each peer
-    below fair takes what it lacks from the peers above (most loaded first), from their
-    heaviest files first, reading each file it takes from: a transfer plan, so with these
-    reads (and any others) a routing exists that gives every peer exactly fair
-    (guarantee 3; the dispatch approaches it by load). A peer refused the files it would
-    take stays below. Costs O(files + reads): run per topology change, never per batch.
-    The reads returned may include some the caller has already (it filters them).
+    ``weights``: each file's samples (videos), float64; ``held``: each live peer's files that
+    it reads in full now (those it owns and is not handing over, and those it is taking over);
+    ``may_read(f, p)``: whether ``p`` may read ``f`` (not refused; never asked of a file's
+    holder). Fair is the held weight over the peers. Each peer below fair takes what it lacks
+    from the peers above (most loaded first), from their heaviest files first, reading each
+    file it takes from: a transfer plan, so with these reads (and any others) a routing exists
+    that gives every peer exactly fair (guarantee 3; the dispatch approaches it by load). A
+    peer refused the files it would take stays below. Costs O(files held by donors x log)
+    with NumPy sums for the loads: run per topology change, never per batch. The reads
+    returned may include some the caller has already (it filters them).
     """
+    peers = list(held)
     if len(peers) < 2:
         return []
-    load = dict.fromkeys(peers, 0.0)
-    files_of: dict[Peer, list[int]] = {p: [] for p in peers}
-    for file_index, weight in enumerate(weights):
-        held = holder(file_index) if weight > 0 else None
-        if held is not None and held in load:
-            load[held] += weight
-            files_of[held].append(file_index)
+    load = {p: float(weights[files].sum()) if files else 0.0 for p, files in held.items()}
     total = sum(load.values())
     fair = total / len(peers)
     slack = total * 1e-12
-    donors = sorted(
-        (p for p in peers if load[p] > fair + slack), key=lambda p: (-load[p], p.identity)
-    )
+    above = [p for p in peers if load[p] > fair + slack]
+    below = [p for p in peers if load[p] < fair - slack]
+    if not above or not below:
+        return []
+    donors = sorted(above, key=lambda p: (-load[p], p.identity))
     excess = {p: load[p] - fair for p in donors}
-    for files in files_of.values():
-        files.sort(key=lambda f: (-weights[f], f))  # heaviest first
-    left = {f: float(weights[f]) for p in donors for f in files_of[p]}  # not yet given away
-    receivers = sorted(
-        (p for p in peers if load[p] < fair - slack), key=lambda p: (load[p], p.identity)
-    )
+    order: dict[Peer, list[int]] = {}  # a donor's files, heaviest first (then by number)
+    for donor in donors:
+        files = np.asarray(held[donor], np.int64)
+        files = files[np.lexsort((files, -weights[files]))]
+        order[donor] = [f for f in files.tolist() if weights[f] > 0]
+    left: dict[int, float] = {}  # weight of a donor's file not yet given away
     reads: list[tuple[int, Peer]] = []
-    for receiver in receivers:
+    for receiver in sorted(below, key=lambda p: (load[p], p.identity)):
         need = fair - load[receiver]
         for donor in donors:
             if need <= slack:
                 break
-            for file_index in files_of[donor]:
+            for file_index in order[donor]:
                 if excess[donor] <= slack or need <= slack:
                     break
-                amount = min(need, excess[donor], left[file_index])
+                amount = min(need, excess[donor], left.get(file_index, weights[file_index]))
                 if amount <= slack or not may_read(file_index, receiver):
                     continue
-                left[file_index] -= amount
+                left[file_index] = left.get(file_index, weights[file_index]) - amount
                 excess[donor] -= amount
                 need -= amount
                 reads.append((file_index, receiver))

@@ -267,6 +267,7 @@ class HdfScheduler:
         what = first_difference(planned, columns)
         if what is None:
             self.owners.confirm(file_index)
+            self._deal_due = True  # its previous owner may read it no more: deal again
             if peer.local:
                 self.sharing.learnt_here(file_index)
             # Rows parked for it go now (none before the plan: a file moved while others index).

@@ -52,6 +52,7 @@ class Sharing:
         self._log = consumer_log(job_id)
         self._here: set[int] = set()  # files whose planned index was learnt on this host
         self._all_here = False  # the plan started from the known index (local workers)
+        self._weights: np.ndarray | None = None  # videos per file: the index's, once known
 
     def learnt_here(self, file_index: int | None = None) -> None:
         """The planned index of ``file_index`` (None: of every file) was read on this host."""
@@ -75,17 +76,27 @@ class Sharing:
     def deal(self, index: Index, job: JobOf) -> list[Send]:
         """Deal extra readers among the live peers (guarantee 1), their JOBs to send."""
         owners, readers = self.owners, self.readers
-        weights = np.bincount(index.file_of_video, minlength=len(self._files)).tolist()
-
-        def holder(file_index: int) -> Peer | None:
-            return owners.taker(file_index) or owners.owner(file_index)
+        if self._weights is None or len(self._weights) != len(self._files):
+            counts = np.bincount(index.file_of_video, minlength=len(self._files))
+            self._weights = counts.astype(np.float64)
+        moves = owners.moves()
+        leaving = {f for f, _taker in moves}
+        held = {
+            p: [f for f in owners.files_of(p) if f not in leaving]
+            if leaving
+            else owners.files_of(p)
+            for p in owners.live
+        }
+        for file_index, taker in moves:
+            if taker in held:
+                held[taker].append(file_index)
 
         def may_read(file_index: int, peer: Peer) -> bool:
             return not owners.refused(file_index, peer) and owners.owner(file_index) is not peer
 
         added = [
             (f, p)
-            for f, p in dict.fromkeys(deal(weights, owners.live, holder, may_read))
+            for f, p in dict.fromkeys(deal(self._weights, held, may_read))
             if not readers.reads(f, p) and owners.owner(f) is not p and owners.taker(f) is not p
         ]
         confirmed: dict[Peer, list[int]] = {}

@@ -12,12 +12,13 @@ TensorFlow or torch may make what they like before a test starts):
   ``multiprocessing``'s ``Process.start`` (pools and ``ProcessPoolExecutor`` included);
 - sockets: every :class:`socket.socket` made (``create_connection``, ``socketpair``, HTTP
   servers and clients: all make one);
-- ZeroMQ: every :class:`zmq.Context` (``Context.instance()``, ``zmq.asyncio.Context``).
+- ZeroMQ: every :class:`zmq.Context` (``zmq.asyncio.Context`` too) and ``Context.instance()``
+  (refused even where the instance exists already, so a test fails in any order).
 
 A call the guard refuses raises ``pytest.fail`` (a ``BaseException``: an ``except Exception``
 in the code under test does not swallow it), and is also kept, so that a refusal in another
 thread, or one caught by an ``except BaseException``, still fails the test when the guard
-comes off. Threads, pipes, files and ``inproc``-free in-memory work stay allowed.
+comes off. Threads, pipes and files stay allowed.
 """
 
 from __future__ import annotations
@@ -33,6 +34,9 @@ from typing import Any
 
 import pytest
 import zmq
+
+#: Stands for an attribute a class inherits (patched on the class, deleted afterwards).
+_INHERITED = object()
 
 
 class Refusals:
@@ -81,9 +85,14 @@ def guarded(refusals: Refusals) -> Iterator[None]:
     """Refuses processes, sockets, ZeroMQ contexts and Docker until the block ends."""
     patches: list[tuple[Any, str, Any]] = []
 
-    def patch(owner: Any, name: str, replacement: Callable[..., Any]) -> None:
-        if hasattr(owner, name):
-            patches.append((owner, name, getattr(owner, name)))
+    def patch(owner: Any, name: str, replacement: Any) -> None:
+        # A class's own attribute as stored (a classmethod stays one), else what it inherits
+        # (deleted again afterwards).
+        original = vars(owner).get(name, _INHERITED) if isinstance(owner, type) else None
+        if original is None:
+            original = getattr(owner, name, None)
+        if original is not None:
+            patches.append((owner, name, original))
             setattr(owner, name, replacement)
 
     def popen_init(self: subprocess.Popen[Any], args: Any, *rest: Any, **kwargs: Any) -> None:
@@ -105,6 +114,10 @@ def guarded(refusals: Refusals) -> Iterator[None]:
     def context_init(self: zmq.Context[Any], *args: Any, **kwargs: Any) -> None:
         refusals.refuse("zmq.Context()")
 
+    def context_instance(cls: type[zmq.Context[Any]], *args: Any, **kwargs: Any) -> None:
+        # Refused even where another test made the instance already: the same in any order.
+        refusals.refuse("zmq.Context.instance()")
+
     patch(subprocess.Popen, "__init__", popen_init)
     patch(_posixsubprocess, "fork_exec", refusing("_posixsubprocess.fork_exec (a child process)"))
     for name in ("fork", "forkpty", "posix_spawn", "posix_spawnp", "system"):
@@ -112,8 +125,12 @@ def guarded(refusals: Refusals) -> Iterator[None]:
     patch(multiprocessing.process.BaseProcess, "start", process_start)
     patch(socket.socket, "__init__", socket_init)
     patch(zmq.Context, "__init__", context_init)
+    patch(zmq.Context, "instance", classmethod(context_instance))
     try:
         yield
     finally:
         for owner, name, original in reversed(patches):
-            setattr(owner, name, original)
+            if original is _INHERITED:
+                delattr(owner, name)
+            else:
+                setattr(owner, name, original)

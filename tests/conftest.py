@@ -42,7 +42,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         tier, why = tiers.tier_of(item)
         item.stash[_TIER] = (tier, why)
-        if why != "declared":
+        if item.get_closest_marker(tier) is None:  # `compose` declares `containers`
             item.add_marker(getattr(pytest.mark, tier))
         if config.getoption("--tiers"):
             print(f"{tier:<10} {item.nodeid}  ({why})")

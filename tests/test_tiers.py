@@ -19,8 +19,8 @@ import tiers
 import zmq
 from tier_guard import Refusals, guarded
 
-# These only ask the guard: nothing here starts a process (each attempt is refused first).
-pytestmark = pytest.mark.inprocess
+# The tests marked `inprocess` name what the guard refuses, so their tier is declared:
+# nothing here starts a process or makes a socket (each attempt is refused first).
 
 ATTEMPTS: dict[str, tuple[Callable[[], object], str]] = {
     "subprocess.run": (lambda: subprocess.run([sys.executable, "-c", "pass"]), "processes"),
@@ -39,6 +39,7 @@ ATTEMPTS: dict[str, tuple[Callable[[], object], str]] = {
 }
 
 
+@pytest.mark.inprocess
 @pytest.mark.parametrize("attempt", sorted(ATTEMPTS))
 def test_under_the_guard_each_attempt_fails_naming_the_tier_to_mark(attempt: str) -> None:
     call, tier = ATTEMPTS[attempt]
@@ -52,6 +53,7 @@ def test_under_the_guard_each_attempt_fails_naming_the_tier_to_mark(attempt: str
     assert refusals.refused == [message]
 
 
+@pytest.mark.inprocess
 def test_a_refusal_in_another_thread_is_kept_for_the_test_to_fail_on() -> None:
     refusals = Refusals("tests/x.py::test_y", "why")
     errors: list[BaseException] = []
@@ -70,6 +72,27 @@ def test_a_refusal_in_another_thread_is_kept_for_the_test_to_fail_on() -> None:
     assert "socket.socket" in refusals.refused[0]
 
 
+@pytest.mark.processes  # its older thread makes a real socket (the autouse guard would refuse)
+def test_a_thread_older_than_the_guard_goes_on_as_before() -> None:
+    """Another test's leftover thread (a server's accept loop) making a socket while this test
+    runs does not fail this test: only this test's own threads are refused."""
+    go, made = threading.Event(), []
+
+    def older() -> None:
+        go.wait(timeout=30)
+        with socket.socket() as made_here:
+            made.append(made_here.fileno() >= 0)
+
+    thread = threading.Thread(target=older)
+    thread.start()
+    refusals = Refusals("t", "why")
+    with guarded(refusals):
+        go.set()
+        thread.join(timeout=30)
+    assert made == [True] and refusals.refused == []
+
+
+@pytest.mark.inprocess
 def test_off_the_guard_everything_is_as_it_was() -> None:
     def now() -> tuple[object, ...]:
         context = vars(zmq.Context)
@@ -151,6 +174,7 @@ def _declared() -> None:
     assert True
 
 
+@pytest.mark.inprocess
 def test_the_tiers_follow_what_a_test_uses() -> None:
     """By a helper of tests/ two calls deep, a fixture's code, a fixture's name, an h5feed
     call, a mark, and nothing of another tier."""

@@ -51,12 +51,14 @@ test: $(STAMP) $(BACKENDS_STAMP)
 	$(BIN)/python tests/docker_helpers.py -- $(BIN)/python -m pytest -n 2 --dist loadgroup --durations=25
 
 ## test-fast: while working: ruff, then the in-process tier (no process, socket, ZeroMQ context
-##            or Docker; under a guard that fails a test making one): about a minute on 2 cores
-# One pytest process: two xdist workers would each collect the whole tree (TensorFlow and torch
-# imports included) for a minute's worth of tests. No mypy (minutes): `make test` runs it.
+##            or Docker; under a guard that fails a test making one): under a minute on 2 cores
+# Two xdist workers by default: each collects the whole tree (TensorFlow's import included, about
+# 15 s of CPU), which pays on 2 idle cores (about 40 s of wall against 55 s in one process);
+# on a machine others keep busy, FAST_WORKERS=0 costs less CPU. No mypy (minutes): `make test`.
+FAST_WORKERS ?= 2
 test-fast: $(STAMP)
 	$(BIN)/ruff check h5feed tests tools
-	$(BIN)/python -m pytest -m inprocess -n 0 -q
+	$(BIN)/python -m pytest -m inprocess -n $(FAST_WORKERS) -q
 
 ## test-processes: the tier of real worker processes and sockets (most of `make test`'s time)
 test-processes: $(STAMP) $(BACKENDS_STAMP)

@@ -25,6 +25,8 @@ SMALL = SampleSpec(
 
 #: Each collected test's tier and why (tests/tiers.py), for the guard's message.
 _TIER = pytest.StashKey[tuple[str, str]]()
+#: The tier marks of a test marked with two (on itself and its module, say): it fails.
+_TWO_TIERS = pytest.StashKey[list[str]]()
 #: Set on a test whose report already carries the guard's refusal (said once, not twice).
 _GUARD_SAID = pytest.StashKey[bool]()
 
@@ -42,7 +44,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         tier, why = tiers.tier_of(item)
         item.stash[_TIER] = (tier, why)
-        if why != "declared":
+        if len(marks := {m.name for m in item.iter_markers() if m.name in tiers.TIERS}) > 1:
+            item.stash[_TWO_TIERS] = sorted(marks)  # -m would select it in both: fails it
+        if item.get_closest_marker(tier) is None:  # `compose` declares `containers`
             item.add_marker(getattr(pytest.mark, tier))
         if config.getoption("--tiers"):
             print(f"{tier:<10} {item.nodeid}  ({why})")
@@ -61,6 +65,9 @@ def tier_guard(request: pytest.FixtureRequest) -> Iterator[None]:
     """Around each ``inprocess`` test (its function-scoped fixtures included): starting a
     process, making a socket or a ZeroMQ context, or calling Docker fails it, naming the tier
     to mark it (tests/tier_guard.py). Other tiers' tests, and collection, are not guarded."""
+    if marks := request.node.stash.get(_TWO_TIERS, None):
+        pytest.fail(f"{request.node.nodeid} is marked with two tiers, {marks}: `-m` would run it in"
+                    " both; keep one (tests/tiers.py)", pytrace=False)  # fmt: skip
     tier, why = request.node.stash.get(_TIER, ("inprocess", "not collected by this conftest"))
     if tier != "inprocess":
         yield

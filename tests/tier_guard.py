@@ -12,12 +12,13 @@ TensorFlow or torch may make what they like before a test starts):
   ``multiprocessing``'s ``Process.start`` (pools and ``ProcessPoolExecutor`` included);
 - sockets: every :class:`socket.socket` made (``create_connection``, ``socketpair``, HTTP
   servers and clients: all make one);
-- ZeroMQ: every :class:`zmq.Context` (``Context.instance()``, ``zmq.asyncio.Context``).
+- ZeroMQ: every :class:`zmq.Context` (``zmq.asyncio.Context`` too) and ``Context.instance()``
+  (refused even where the instance exists already, so a test fails in any order).
 
 A call the guard refuses raises ``pytest.fail`` (a ``BaseException``: an ``except Exception``
 in the code under test does not swallow it), and is also kept, so that a refusal in another
 thread, or one caught by an ``except BaseException``, still fails the test when the guard
-comes off. Threads, pipes, files and ``inproc``-free in-memory work stay allowed.
+comes off. Threads, pipes and files stay allowed.
 """
 
 from __future__ import annotations
@@ -28,11 +29,15 @@ import multiprocessing.process
 import os
 import socket
 import subprocess
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 import zmq
+
+#: Stands for an attribute a class inherits (patched on the class, deleted afterwards).
+_INHERITED = object()
 
 
 class Refusals:
@@ -78,42 +83,55 @@ def _is_docker(args: Any) -> bool:
 
 @contextlib.contextmanager
 def guarded(refusals: Refusals) -> Iterator[None]:
-    """Refuses processes, sockets, ZeroMQ contexts and Docker until the block ends."""
+    """Refuses processes, sockets, ZeroMQ contexts and Docker until the block ends, in the
+    thread that enters it and in every thread started meanwhile. Threads older than the block
+    (another test's leftovers in this pytest worker: a server's accept loop, a pool's
+    restarter; TensorFlow's) go on as before: a test fails for what it does, not for what ran
+    before it."""
+    older = {thread.ident for thread in threading.enumerate()} - {threading.get_ident()}
     patches: list[tuple[Any, str, Any]] = []
 
-    def patch(owner: Any, name: str, replacement: Callable[..., Any]) -> None:
-        if hasattr(owner, name):
-            patches.append((owner, name, getattr(owner, name)))
-            setattr(owner, name, replacement)
+    def patch(owner: Any, name: str, refused: Callable[..., tuple[str, str]]) -> None:
+        """``owner.name`` refused (``refused(*args)`` says what and which tier) but in older
+        threads, where it runs as it was."""
+        stored = vars(owner).get(name, _INHERITED) if isinstance(owner, type) else None
+        original = getattr(owner, name)  # bound to the class where a classmethod
+        method = isinstance(stored, classmethod)
 
-    def popen_init(self: subprocess.Popen[Any], args: Any, *rest: Any, **kwargs: Any) -> None:
+        def guard(*args: Any, **kwargs: Any) -> Any:
+            if threading.get_ident() in older:
+                return stored.__func__(*args, **kwargs) if method else original(*args, **kwargs)
+            refusals.refuse(*refused(*args, **kwargs))
+
+        patches.append((owner, name, getattr(owner, name) if stored is None else stored))
+        setattr(owner, name, classmethod(guard) if method else guard)
+
+    def popen(self: Any, args: Any, *rest: Any, **kwargs: Any) -> tuple[str, str]:
         tier = "containers" if _is_docker(args) else "processes"
-        refusals.refuse(f"subprocess.Popen({_command_of(args)})", tier)
+        return f"subprocess.Popen({_command_of(args)})", tier
 
-    def refusing(what: str) -> Callable[..., Any]:
-        def refuse(*args: Any, **kwargs: Any) -> Any:
-            refusals.refuse(what)
+    def called(what: str) -> Callable[..., tuple[str, str]]:
+        return lambda *args, **kwargs: (what, "processes")
 
-        return refuse
-
-    def process_start(self: multiprocessing.process.BaseProcess) -> None:
-        refusals.refuse(f"multiprocessing Process.start() ({self.name})")
-
-    def socket_init(self: socket.socket, *args: Any, **kwargs: Any) -> None:
-        refusals.refuse(f"socket.socket{args!r}")
-
-    def context_init(self: zmq.Context[Any], *args: Any, **kwargs: Any) -> None:
-        refusals.refuse("zmq.Context()")
-
-    patch(subprocess.Popen, "__init__", popen_init)
-    patch(_posixsubprocess, "fork_exec", refusing("_posixsubprocess.fork_exec (a child process)"))
+    patch(subprocess.Popen, "__init__", popen)
+    patch(_posixsubprocess, "fork_exec", called("_posixsubprocess.fork_exec (a child process)"))
     for name in ("fork", "forkpty", "posix_spawn", "posix_spawnp", "system"):
-        patch(os, name, refusing(f"os.{name}()"))
-    patch(multiprocessing.process.BaseProcess, "start", process_start)
-    patch(socket.socket, "__init__", socket_init)
-    patch(zmq.Context, "__init__", context_init)
+        if hasattr(os, name):
+            patch(os, name, called(f"os.{name}()"))
+    patch(
+        multiprocessing.process.BaseProcess,
+        "start",
+        lambda process: (f"multiprocessing Process.start() ({process.name})", "processes"),
+    )
+    patch(socket.socket, "__init__", lambda _, *args, **kw: (f"socket.socket{args!r}", "processes"))
+    patch(zmq.Context, "__init__", called("zmq.Context()"))
+    # Refused even where another test made the instance already: the same in any order.
+    patch(zmq.Context, "instance", called("zmq.Context.instance()"))
     try:
         yield
     finally:
         for owner, name, original in reversed(patches):
-            setattr(owner, name, original)
+            if original is _INHERITED:
+                delattr(owner, name)
+            else:
+                setattr(owner, name, original)

@@ -10,6 +10,7 @@ import random
 from collections.abc import Sequence
 
 import numpy as np
+import pytest
 from fake_peers import FakeWorker, Fleet, fake_index, fake_videos, hdf_config, planned_batches
 from hypothesis import settings
 from hypothesis import strategies as st
@@ -376,3 +377,24 @@ def test_a_lost_owner_leaves_its_file_to_a_reader_with_no_job_and_nothing_lost()
     assert index is not None
     samples = collections.Counter((b.epoch, s) for b in taken for s in b.arrays["sample"].tolist())
     assert set(samples.values()) == {1} and len(samples) == 2 * index.num_videos * 2
+
+
+@pytest.mark.parametrize(("counts", "workers"), [([8, 8, 8], 2), ([8, 8], 3), ([3, 20, 5], 4)])
+def test_any_file_count_keeps_every_worker_making_rows(counts: list[int], workers: int) -> None:
+    # N+1 files on N workers, fewer files than workers, files of very different sizes: every
+    # worker makes rows, each file's rows only at its readers (FakeWorker checks its JOBs).
+    files = fake_videos(counts)
+    config = hdf_config(list(files), **OPTIONS)
+    counters = Counters()
+    scheduler = HdfScheduler(config, JOB, iter(range(2)), Cursor(), counters)
+    peers = [make_peer(f"p{i}", local=True) for i in range(workers)]
+    fleet = Fleet(
+        scheduler, [FakeWorker(p, files) for p in peers], CreditGate(8, lambda: None), counters
+    )
+    fleet.handshake()
+    taken = fleet.run(random.Random(5))
+    index = scheduler.index
+    assert index is not None
+    assert [b.arrays["sample"].tolist() for b in taken] == planned_batches(config, index, [0, 1])
+    made = rows_made(fleet)
+    assert all(made[p.name] > 0 for p in peers), made

@@ -111,7 +111,7 @@ _PER_WORKER = (
     ("unit_latency_s", "h5feed_worker_unit_latency_seconds", False, "Unit sent to data back"),
     ("last_seen_s_ago", "h5feed_worker_last_part_age_seconds", False, "Since its last part"),
     ("outstanding_units", "h5feed_worker_outstanding_units", False, "Units it holds"),
-    ("files", "h5feed_worker_files", False, "Files it owns"),
+    ("files", "h5feed_worker_files", False, "Files it reads (owned or shared)"),
 )
 
 

@@ -59,8 +59,8 @@ def no_skips() -> dict[str, Any]:
 @dataclasses.dataclass(frozen=True, slots=True)
 class Figures:
     """What a scheduler counts that ``stats()`` reports: shared-memory slots made (0: batches
-    come over the socket), the files a peer owns (None: this kind has no files), and the
-    samples skipped for bad data."""
+    come over the socket), the files a peer reads (HDF5: owned or shared; None: this kind
+    has no files), and the samples skipped for bad data."""
 
     shared_memory_slots: int = 0
     files_owned: Callable[[Peer], int] | None = None

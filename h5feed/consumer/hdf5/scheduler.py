@@ -372,6 +372,8 @@ class HdfScheduler:
     # -- failures --------------------------------------------------------------------------
 
     def owns(self, peer: Peer) -> bool:
+        """Also True for a peer that only reads a file besides its owner: its leaving (even
+        a BYE with no unit held) must drop it from the file's readers (``reassign``)."""
         return self.sharing.holds(peer)
 
     def reassign(self, lost: Peer, heirs: Sequence[Peer], confirmed_dead: bool) -> Reassignment:

@@ -21,7 +21,7 @@ from h5feed.consumer.core.credits import CreditGate
 from h5feed.consumer.core.ledger import Peer
 from h5feed.consumer.core.scheduler import Send
 from h5feed.consumer.hdf5.file_owners import FileOwners
-from h5feed.consumer.hdf5.file_readers import FileReaders, deal
+from h5feed.consumer.hdf5.file_readers import FileReaders, deal, ring
 from h5feed.consumer.hdf5.scheduler import HdfScheduler
 from h5feed.consumer.hdf5.sharing import Sharing
 from h5feed.consumer.options import HdfConfig
@@ -282,10 +282,18 @@ TestReadersMachine = ReadersMachine.TestCase
 # -- the scheduler, driven by fake peers ------------------------------------------------------
 
 
+def test_the_ring_gives_every_held_file_a_second_reader_where_allowed() -> None:
+    live = [make_peer(f"p{i}") for i in range(3)]
+    held = {live[0]: [0, 1], live[1]: [2], live[2]: []}
+    reads = ring(held, lambda f, p: (f, p.name) != (1, "p1"))
+    assert [(f, p.name) for f, p in reads] == [(0, "p1"), (2, "p2")]
+    assert ring({live[0]: [0, 1]}, lambda f, p: True) == []  # nobody to share with
+
+
 def one_file_fleet(
-    peers: list[Peer], videos: int = 10, budget: int = 4, epochs: int = 2
+    peers: list[Peer], videos: int | Sequence[int] = 10, budget: int = 4, epochs: int = 2
 ) -> tuple[Fleet, HdfScheduler, HdfConfig]:
-    files = fake_videos([videos])
+    files = fake_videos([videos] if isinstance(videos, int) else videos)
     config = hdf_config(list(files), **OPTIONS)
     counters = Counters()
     scheduler = HdfScheduler(config, JOB, iter(range(epochs)), Cursor(), counters)
@@ -318,9 +326,12 @@ def test_one_file_on_three_workers_every_worker_makes_rows_and_batches_are_the_p
     assert sum(job.send_index for job in jobs if job.files) == 1
 
 
-def test_a_worker_at_half_speed_gets_about_half_the_work() -> None:
+@pytest.mark.parametrize("videos", [[60], [30, 30], [20, 20, 20, 20]], ids=["1", "2", "4"])
+def test_a_worker_at_half_speed_gets_about_half_the_work(videos: list[int]) -> None:
+    """Whatever the file count, even files that divide evenly between the two workers (the
+    ring's second reader of each file): balanced by throughput, not by count."""
     fast, slow = make_peer("fast", local=True), make_peer("slow", local=True)
-    fleet, scheduler, _config = one_file_fleet([fast, slow], videos=60, budget=4, epochs=1)
+    fleet, scheduler, _config = one_file_fleet([fast, slow], videos=videos, budget=4, epochs=1)
     fleet.handshake()
     step = 0
     while not scheduler.finished:

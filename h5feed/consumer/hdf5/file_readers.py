@@ -174,3 +174,26 @@ def deal(
                 need -= amount
                 reads.append((file_index, receiver))
     return reads
+
+
+def ring(
+    held: dict[Peer, list[int]], may_read: Callable[[int, Peer], bool]
+) -> list[tuple[int, Peer]]:
+    """A second reader for every held file: each peer's files are also read by the next peer
+    in a ring of the peers (by identity), where allowed.
+
+    :func:`deal` balances by count: files that divide evenly get no extra reader, so a worker
+    at half speed would hold up the epoch with the half it owns. With the ring every peer can
+    shed work to its neighbour, and the neighbour to the next: the dispatch, which sends each
+    batch's rows of a file to its reader with the fewest rows in flight, then balances by
+    throughput whatever the file count. Costs one more open file per file (at most
+    ``max_open_files`` each still), and for a remote neighbour one more INDEX per file (its
+    copy check). Only adds readers, so guarantee 3 holds with it."""
+    peers = sorted(held, key=lambda p: p.identity)
+    if len(peers) < 2:
+        return []
+    reads: list[tuple[int, Peer]] = []
+    for at, peer in enumerate(peers):
+        neighbour = peers[(at + 1) % len(peers)]
+        reads += [(f, neighbour) for f in held[peer] if may_read(f, neighbour)]
+    return reads

@@ -6,7 +6,8 @@ and :class:`~h5feed.consumer.hdf5.file_readers.FileReaders` (extra readers); the
 is :func:`~h5feed.consumer.hdf5.file_readers.deal`. This keeps them consistent:
 
 1. Extra readers are dealt only once the plan's index is known (:meth:`Sharing.deal`: at plan
-   start, after each join and each loss), weighted by each file's videos (its samples).
+   start, after each join and each loss), weighted by each file's videos (its samples), and
+   every file gets a second reader (the ring: balance by throughput when files divide evenly).
 2. An extra reader gets a JOB of its files; a local worker reading a file whose planned index
    was learnt on the trainer's host (by a local worker, or the known index) is confirmed at
    once and asked for no INDEX (``send_index=False``: the index learnt once per iteration on
@@ -29,7 +30,7 @@ from h5feed.common.logs import consumer_log
 from h5feed.consumer.core.ledger import Peer
 from h5feed.consumer.core.scheduler import Send
 from h5feed.consumer.hdf5.file_owners import FileOwners
-from h5feed.consumer.hdf5.file_readers import FileReaders, deal
+from h5feed.consumer.hdf5.file_readers import FileReaders, deal, ring
 from h5feed.consumer.hdf5.units import first_difference
 from h5feed.consumer.plan import FileColumns, Index
 from h5feed.consumer.stats import Counters
@@ -96,7 +97,7 @@ class Sharing:
 
         added = [
             (f, p)
-            for f, p in dict.fromkeys(deal(self._weights, held, may_read))
+            for f, p in dict.fromkeys(deal(self._weights, held, may_read) + ring(held, may_read))
             if not readers.reads(f, p) and owners.owner(f) is not p and owners.taker(f) is not p
         ]
         confirmed: dict[Peer, list[int]] = {}

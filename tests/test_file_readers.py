@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from h5feed.common import messages
+from h5feed.common.errors import DataError
 from h5feed.consumer.core.credits import CreditGate
 from h5feed.consumer.core.ledger import Peer
 from h5feed.consumer.core.scheduler import Send
@@ -365,6 +366,31 @@ def test_a_remote_reader_with_another_copy_is_refused_for_that_file_and_named() 
     assert fleet.counters.index_mismatches == 1
     assert rows_made(fleet)["remote"] == 0
     assert scheduler.owners.refused(0, remote) and not scheduler.readers.reads(0, remote)
+
+
+def test_a_lost_owner_whose_survivors_have_another_copy_ends_the_run_naming_it() -> None:
+    """The survivor was refused the file as an extra reader (its copy differs): when the
+    owner goes, nobody may take the file, and the run ends naming host, file and video (as
+    when an heir's own INDEX differs), rather than waiting for a joiner."""
+    owner, remote = make_peer("owner", local=True), make_peer("remote")
+    fleet, scheduler, _config = one_file_fleet([owner, remote], videos=[10, 10])
+    videos = dict(fleet.workers[remote].videos)  # its copy of the owner's file differs:
+    videos["f0.h5"] = tuple(  # one more frame per video
+        messages.VideoEntry(v.name, v.frames + 1, v.label) for v in videos["f0.h5"]
+    )
+    fleet.workers[remote].videos = videos
+    fleet.handshake()
+    for _step in range(100):
+        if fleet.counters.index_mismatches:
+            break
+        fleet.dispatch()
+        for peer in fleet.pending():
+            fleet.answer_one(peer)
+    assert fleet.counters.index_mismatches == 1
+    assert 0 in scheduler.owners.files_of(owner)
+    with pytest.raises(DataError, match=r"f0\.h5.*on host .*video") as raised:
+        fleet.lose(owner)
+    assert "remote" in str(raised.value)
 
 
 def test_a_lost_owner_leaves_its_file_to_a_reader_with_no_job_and_nothing_lost() -> None:

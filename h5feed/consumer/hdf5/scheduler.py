@@ -400,7 +400,10 @@ class HdfScheduler:
         for file_index in files:
             if self.owners.taker(file_index) is not None:
                 continue  # a live peer takes it over already (a joiner's share): its INDEX decides
-            sends += self._move(file_index) or []  # nobody left: it waits for a joiner
+            moved = self._move(file_index)
+            if moved is None:  # nobody left who may take it: it waits for a joiner, unless
+                self._refuse_differing(file_index)  # those left have another copy of it
+            sends += moved or []
         self._deal_due = True  # the survivors share its files out again
         if dispatch is not None and units:  # to the files' readers now (or parked)
             sends += dispatch.send_again(units, lost, confirmed_dead)
@@ -463,6 +466,20 @@ class HdfScheduler:
     def parked_batches(self) -> set[int]:
         """Batches with rows waiting for a file's new owner (its INDEX, or a joiner)."""
         return set() if self._dispatch is None else self._dispatch.parked_batches
+
+    def _refuse_differing(self, file_index: int) -> None:
+        """Raise DataError, naming host, file and video, when a live worker was refused
+        ``file_index`` as an extra reader for another copy and no live worker may take it (as
+        when an heir's own INDEX differs: :meth:`_check_moved`)."""
+        differing = self.sharing.differing_copy(file_index, self.owners.live)
+        if differing is None:
+            return
+        peer, what = differing
+        raise DataError(
+            f"{self.config.files[file_index]!r} on host {peer.host} (worker {peer.name}) "
+            f"differs from the planned index ({what}), and no other live worker has the "
+            "planned copy"
+        )
 
     def _move(self, file_index: int, exclude: Peer | None = None) -> list[Send] | None:
         """Ask the live worker with the lowest load (not refused for it; one that has shown

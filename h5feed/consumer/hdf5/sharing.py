@@ -54,6 +54,8 @@ class Sharing:
         self._here: set[int] = set()  # files whose planned index was learnt on this host
         self._all_here = False  # the plan started from the known index (local workers)
         self._weights: np.ndarray | None = None  # videos per file: the index's, once known
+        #: Per file, the peers refused it as extra readers for another copy, and what differs.
+        self.mismatches: dict[int, dict[Peer, str]] = {}
 
     def learnt_here(self, file_index: int | None = None) -> None:
         """The planned index of ``file_index`` (None: of every file) was read on this host."""
@@ -124,6 +126,7 @@ class Sharing:
                 self._here.add(file_index)
             return True
         self._counters.index_mismatches += 1
+        self.mismatches.setdefault(file_index, {})[peer] = what
         self.readers.drop(file_index, peer)
         self.owners.refuse(file_index, peer)  # never dealt this file again
         self._log.error(
@@ -131,6 +134,12 @@ class Sharing:
             peer.name, peer.host, self._files[file_index], what,
         )  # fmt: skip
         return False
+
+    def differing_copy(self, file_index: int, live: list[Peer]) -> tuple[Peer, str] | None:
+        """A live peer refused ``file_index`` for another copy, and what differs; None if no
+        live peer was (a file nobody can take for that reason ends the run, naming it)."""
+        refused = self.mismatches.get(file_index, {})
+        return next(((p, refused[p]) for p in live if p in refused), None)
 
     def heir(
         self, file_index: int, candidates: list[Peer], load: Callable[[Peer], int]

@@ -191,3 +191,32 @@ def test_grow_to_never_lowers_the_budget_under_batches_in_flight() -> None:
         gate.dispatch()
     gate.grow_to(4)  # workers left: the ten in flight keep their credits
     assert (gate.budget, gate.inflight, gate.available) == (10, 10, 0)
+
+
+def test_running_dry_follows_the_touched_peers_without_scanning_the_others() -> None:
+    from h5feed.consumer.core.credits import RunningDry
+    from h5feed.consumer.core.ledger import Peer
+
+    a, b = Peer(b"a", "a", 1, "h"), Peer(b"b", "b", 2, "h")
+    live = {b"a": a, b"b": b}
+    dry = RunningDry()
+    dry.touch(a)
+    dry.touch(b)
+    assert dry.any(live)  # both hold nothing
+    a.outstanding.update({1: 0.0, 2: 0.0})
+    b.outstanding.update({3: 0.0, 4: 0.0})
+    dry.touch(a)
+    assert dry.any(live)  # b was not touched since it held nothing: still counted low
+    dry.touch(b)
+    assert not dry.any(live)  # both busy
+    del b.outstanding[3]
+    dry.touch(b)  # its DATA came back
+    assert dry.any(live)
+    dry.forget(b)  # lost
+    del live[b"b"]
+    assert not dry.any(live)
+    again = Peer(b"b", "b", 3, "h")  # a new process under the same identity
+    dry.forget(b)  # the old one's loss forgets nothing of the new one
+    live[b"b"] = again
+    dry.touch(again)
+    assert dry.any(live)

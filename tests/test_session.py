@@ -431,3 +431,24 @@ def test_a_stale_hello_of_a_replaced_local_process_is_ignored() -> None:
     assert not session.peers and not session.events
     session.receive(b"w0", hello_frames("w0", pid=42))  # its successor
     assert [peer.pid for peer in session.peers.values()] == [42]
+
+
+def test_a_peer_just_sent_a_message_is_not_probed_but_a_quiet_one_is() -> None:
+    # Rule 6: a send that went through proves the connection as a PING would, so at full
+    # rate the units are the probes (a thousand workers each heard about once a second were
+    # PINGed as often as they were sent units: docs/performance/many-workers.md).
+    from h5feed.common.liveness import PROBE_EVERY_S
+
+    session, transport, _counters = make_session()
+    joined(session, "busy", "quiet")
+    busy, quiet = session.peers[b"busy"], session.peers[b"quiet"]
+    later = time.monotonic() + PROBE_EVERY_S  # neither heard from since
+    for peer in (busy, quiet):
+        peer.last_heard = later - 2 * PROBE_EVERY_S
+    assert session.send(busy, messages.Bye("a message that is no probe"))
+    session.check(time.monotonic() + PROBE_EVERY_S / 2)
+    pings = [who for who, message, _ in transport.sent if isinstance(message, messages.Ping)]
+    assert pings == [b"quiet"]
+    session.check(later + 0.01)  # a probe period after the send: the busy one is probed too
+    pings = [who for who, message, _ in transport.sent if isinstance(message, messages.Ping)]
+    assert pings == [b"quiet", b"busy"]

@@ -59,7 +59,7 @@ def measure(
         transform="h5feed.bench.sleepy:sleep_per_clip",
         transform_args=args,
         seed=0,
-        index_cache=None,
+        index_cache=False,
     )
     clips = 0
     with feed.stream() as stream:

@@ -25,7 +25,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import h5feed
 from h5feed.bench.scale import make_files
@@ -100,7 +100,7 @@ class Trainer:
             max_inflight_batches=budget,
         )
         began = time.perf_counter()
-        self.stream: Any = iter(self.feed)
+        self.stream: Any = cast(Any, iter(self.feed))  # a BatchStream: its loop is read
         next(self.stream)
         self.first_batch_s = time.perf_counter() - began
         self.loop_tid: int = self.stream._loop._thread.native_id
@@ -223,7 +223,8 @@ def measure(args: argparse.Namespace, workers: int, files: list[str], root: str)
         row["idle"] = cpu_window(trainer, args.window_s, take=False)
         first = 0
         for swarm, how in zip(swarms, (signal.SIGKILL, signal.SIGSTOP), strict=False):
-            count = int(swarm.args[swarm.args.index("--count") + 1])  # type: ignore[index]
+            argv = cast(list[str], swarm.args)
+            count = int(argv[argv.index("--count") + 1])
             members = trainer.connected_in(first, count)
             name = signal.Signals(how).name.lower()
             row[name] = hand_over(trainer, swarm, members, how, args.limit_s)

@@ -16,7 +16,10 @@ Wake-ups: a returned credit wakes the loop thread only when it asked for it
 wakes it anyway, which saves a wake-up of that thread per batch. No credit is missed: the loop
 sets the flag *before* its last look at ``taken`` (see :meth:`changed_since`), and
 :meth:`take` counts *before* it reads the flag, so a credit returned in between is seen by that
-look or wakes the loop.
+look or wakes the loop. Which workers hold at most one unit is kept by :class:`RunningDry`
+from the peers each pass touched (a DATA or another message from them, units sent to them,
+a join, a loss), not by a scan of every peer on every pass (a thousand busy workers made that
+scan a share of the loop's CPU per batch: docs/performance/many-workers.md).
 
 Growth with the workers (:func:`grown_budget`): the budget a feed starts with is made for
 its local workers (``max(4, 2 * workers)``: every worker a unit in hand and one queued). A
@@ -38,7 +41,9 @@ from the base.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+
+from h5feed.consumer.core.ledger import Peer
 
 #: The most bytes of batches the budget may grow to hold in flight (see the module
 #: docstring): 1 GiB, a few hundred batches of the bench's clips (4.8 MB each) and thousands
@@ -136,3 +141,38 @@ class CreditGate:
     def most_inflight(self) -> int:
         """The most batches ever in flight at once in this iteration."""
         return self._most_inflight
+
+
+class RunningDry:
+    """The peers that hold at most one unit, kept from what each pass touched.
+
+    Guarantee: :meth:`any` is True whenever a live peer (in ``live``) that was touched since it
+    last held more than one unit holds at most one now. A peer's units change only through the
+    loop: units sent to it, a message from it, its loss (or the scheduler's hand-over, whose
+    units are sent); so every change is a :meth:`touch` or a :meth:`forget`, and a pass costs
+    the peers it touched, not every peer. Erring towards True costs a wake-up, never a batch.
+    """
+
+    def __init__(self) -> None:
+        self._touched: dict[bytes, Peer] = {}
+        self._low: dict[bytes, Peer] = {}
+
+    def touch(self, peer: Peer) -> None:
+        """``peer``'s units may have changed (or it joined)."""
+        self._touched[peer.identity] = peer
+
+    def forget(self, peer: Peer) -> None:
+        """``peer`` is lost (a new peer under its identity is another object: kept)."""
+        for held in (self._touched, self._low):
+            if held.get(peer.identity) is peer:
+                del held[peer.identity]
+
+    def any(self, live: Mapping[bytes, object]) -> bool:
+        """Whether some live peer holds at most one unit (see the class docstring)."""
+        for identity, peer in self._touched.items():
+            if live.get(identity) is peer and len(peer.outstanding) <= 1:
+                self._low[identity] = peer
+            else:
+                self._low.pop(identity, None)
+        self._touched.clear()
+        return bool(self._low)

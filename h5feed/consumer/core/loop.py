@@ -37,7 +37,7 @@ from h5feed.common import messages
 from h5feed.common.errors import NoWorkersError, WorkerTimeoutError
 from h5feed.consumer.core import recovery
 from h5feed.consumer.core.assembly import Batch
-from h5feed.consumer.core.credits import CreditGate, grown_budget
+from h5feed.consumer.core.credits import CreditGate, RunningDry, grown_budget
 from h5feed.consumer.core.events import Arrived, PeerJoined, PeerLost
 from h5feed.consumer.core.ledger import Peer
 from h5feed.consumer.core.router import Router
@@ -124,6 +124,7 @@ class FeedLoop:
         self._next_health = 0.0
         self._batch_bytes = 0  # of the first batch assembled: the budget's memory bound
         self._units_sent = 0  # by next_units: units per batch dispatched, for the budget
+        self._dry = RunningDry()  # the peers holding at most one unit: the wake-up rule
         self._thread = threading.Thread(target=self._run, name="h5feed-loop", daemon=True)
 
     def start(self) -> None:
@@ -239,6 +240,8 @@ class FeedLoop:
 
     def _serve(self) -> None:
         gate, scheduler = self.gate, self.scheduler
+        for peer in self.session.peers.values():  # from here on, what each pass touches
+            self._dry.touch(peer)
         while not self._stop.is_set():
             self._handle_events()
             self._check_waiting()
@@ -257,8 +260,7 @@ class FeedLoop:
             # Whether a returned credit must wake this thread: only when a worker holds at
             # most one unit (it may run dry before its next DATA would wake us). Set before
             # the look at ``taken`` below: see h5feed.consumer.core.credits.
-            peers = self.session.peers.values()
-            gate.want_wakeup(any(len(peer.outstanding) <= 1 for peer in peers))
+            gate.want_wakeup(self._dry.any(self.session.peers))
             self._pump(0 if gate.changed_since(taken_at_dispatch) else _POLL_MS)
 
     def _account_for_exits(self) -> None:
@@ -284,6 +286,7 @@ class FeedLoop:
 
     def _send(self, sends: list[Send]) -> None:
         for send in sends:
+            self._dry.touch(send.peer)
             self.session.send(send.peer, send.message)  # a failure is queued as PeerLost
 
     # -- events ----------------------------------------------------------------------------
@@ -291,7 +294,10 @@ class FeedLoop:
     def _handle_events(self) -> None:
         events = self.session.events
         while events:
-            match events.popleft():
+            event = events.popleft()
+            if not isinstance(event, PeerLost):  # its units may have changed (RunningDry)
+                self._dry.touch(event.peer)
+            match event:
                 case Arrived(peer, messages.Data() as data):
                     dropped = self._counters.dropped_parts
                     for batch in self.scheduler.on_data(peer, data):
@@ -327,6 +333,7 @@ class FeedLoop:
 
     def _recover(self, lost: PeerLost) -> None:
         """A peer is gone: hand its work over (and count it), or fail as the rules say."""
+        self._dry.forget(lost.peer)
         moved = recovery.recover(lost, self.scheduler, self.session, self._workers, self._attempts)
         self._remote_losses += not lost.peer.local
         self._send(moved.sends)

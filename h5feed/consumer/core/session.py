@@ -49,6 +49,7 @@ Guarantees:
    close a connection whose peer stops answering them; the session probes every peer it has
    not heard from for ``PROBE_EVERY_S`` with a PING, whose send fails (``ROUTER_MANDATORY``)
    once the connection is gone: the peer is lost (``unreachable``) within ``peer_timeout_s``.
+   Any message sent to it counts as such a probe (its send would have failed the same way).
 """
 
 from __future__ import annotations
@@ -296,6 +297,10 @@ class PeerSession:
             return False  # lost already: its event is queued or handled
         try:
             self._transport.send(peer.identity, message, 0, peer.protocol)
+            # A send that went through proves the connection as a PING would (rule 6): no
+            # probe for PROBE_EVERY_S. At full rate with a thousand workers, each heard about
+            # once a second, the probes were as many sends as the units.
+            self._probed[peer.identity] = time.monotonic()
         except zmq.ZMQError as exc:  # EHOSTUNREACH (gone) or EAGAIN (not reading at all)
             self.lose(peer, "unreachable", f"cannot send to it: {exc}")
             return False

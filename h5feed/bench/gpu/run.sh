@@ -10,8 +10,8 @@
 set -uo pipefail
 OUT=${OUT:?set OUT}; mkdir -p "$OUT"
 WHEELS=${WHEELS:-.whl}; DATA=${DATA:-/tmp/h5feed_bench_data}; PY=${PY:-python3}
-# 120 files: each worker owns whole files, so 1, 2, 4, 8 and 15 workers all own equal shares
-# (the default 32x12 leaves 15 workers with 2 or 3 files each: at most 32/15/3 = 0.71 of the limit)
+# 120 files, as the first GPU run used (then each worker owned whole files, and 120 gave 1, 2,
+# 4, 8 and 15 workers equal shares; files are now shared by several workers, so any count works)
 DATASET=${DATASET:-120x4}
 exec > >(tee -a "$OUT/log.txt") 2>&1
 say() { echo "gpu_run [${SECONDS}s]: $*"; }

@@ -50,6 +50,8 @@ from h5feed.consumer.stats import Counters
 _POLL_MS = 50
 _HEALTH_EVERY_S = 0.2
 _MAX_MESSAGES_PER_PASS = 256
+#: The messages that ask a worker for a unit of a batch (of any input kind).
+_WORK = (messages.Unit, messages.Items, messages.Pull)
 
 END = object()  # queued after the last batch of the iteration
 FAILED = object()  # queued when the iteration failed; the error is ``FeedLoop.error``
@@ -249,7 +251,9 @@ class FeedLoop:
                 self._autoscale.step(time.monotonic(), self.session.peers.values())
             taken_at_dispatch = gate.taken
             units = scheduler.next_units(gate, list(self.session.peers.values()))
-            self._units_sent += len(units)
+            # Work only: an HDF5 dispatch may send the JOBs of files dealt to more readers
+            # first (hdf5/sharing.py), which are no units of a batch.
+            self._units_sent += sum(isinstance(s.message, _WORK) for s in units)
             self._send(units)
             for batch in scheduler.take_released():  # complete without a part (padding)
                 self.out.put(batch)

@@ -166,18 +166,18 @@ def check_shape(found: object) -> None:
             good = _scalar(value)
         if not good:
             raise ResumeError(
-                f"resume state: fingerprint field {key!r} holds {_cut(value)}: a fingerprint "
+                f"resume state: fingerprint field {key!r} holds {said(value)}: a fingerprint "
                 f"holds scalars and lists of at most {_MAX_LIST} scalars"
             )
 
 
-def _cut(value: object) -> str:
+def said(value: object) -> str:
     """``value`` as an error names it, at a bounded cost: a container only by its size
     unless it is a few scalars (a deep list has no ``repr``), a huge int by its size."""
     if isinstance(value, list | tuple | dict):
         if len(value) > 4 or any(isinstance(v, list | tuple | dict) for v in value):
             return f"a {type(value).__name__} of {len(value)} entries"
-        return "[" + ", ".join(map(_cut, value)) + "]"
+        return "[" + ", ".join(map(said, value)) + "]"
     if isinstance(value, int) and abs(value) >= 1 << 64:
         return f"an int of {value.bit_length()} bits"
     text = repr(value)

@@ -158,7 +158,7 @@ class ResumePoint:
         if not (_count(epoch) and _count(batch)):
             raise ResumeError(
                 f"a resume state needs epoch and batch, integers in [0, {MAX_POSITION}]; got "
-                f"{_said(epoch)}, {_said(batch)}"
+                f"{fingerprints.said(epoch)}, {fingerprints.said(batch)}"
             )
         taken = state.get("taken", [])
         if not isinstance(taken, list) or len(taken) > _MAX_TAKEN:
@@ -168,7 +168,7 @@ class ResumePoint:
             if not (isinstance(entry, list | tuple) and len(entry) == 2):
                 raise ResumeError(f"resume state: taken holds [epoch, batch] pairs: {entry!r}")
             if not (_count(entry[0]) and _count(entry[1])):
-                raise ResumeError(f"resume state: bad taken batch {_said(entry)}")
+                raise ResumeError(f"resume state: bad taken batch {fingerprints.said(entry)}")
             if (entry[0], entry[1]) <= (epoch, batch):
                 raise ResumeError(f"resume state: taken batch {entry!r} is not above the cursor")
             pairs.add((int(entry[0]), int(entry[1])))
@@ -178,12 +178,14 @@ class ResumePoint:
         length = state.get("length")
         if length is not None and not (_count(length) and length > 0 and found is not None):
             raise ResumeError(
-                f"resume state: length must be an integer in [1, {MAX_POSITION}]: {_said(length)}"
+                f"resume state: length must be an integer in [1, {MAX_POSITION}]: "
+                f"{fingerprints.said(length)}"
             )
         samples = state.get("samples")
         if samples is not None and not _count(samples, MAX_SAMPLES):
             raise ResumeError(
-                f"resume state: samples must be an integer in [0, {MAX_SAMPLES}]: {_said(samples)}"
+                f"resume state: samples must be an integer in [0, {MAX_SAMPLES}]: "
+                f"{fingerprints.said(samples)}"
             )
         cursor = Cursor(int(epoch), int(batch))  # type: ignore[arg-type]
         rest, merged = _rest_of(state, version, cursor, samples, pairs, found)
@@ -219,19 +221,6 @@ def _rest_of(
 
 def _count(value: object, most: int = MAX_POSITION) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= most
-
-
-def _said(value: object) -> str:
-    """``value`` as an error names it, at a bounded cost: a container only by its size
-    unless it is a few scalars (a deep list has no ``repr``), a huge int by its size."""
-    if isinstance(value, list | tuple | dict):
-        if len(value) > 4 or any(isinstance(v, list | tuple | dict) for v in value):
-            return f"a {type(value).__name__} of {len(value)} entries"
-        return "[" + ", ".join(map(_said, value)) + "]"
-    if isinstance(value, int) and abs(value) >= 1 << 64:
-        return f"an int of {value.bit_length()} bits"
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def resume_point(resume: Any) -> ResumePoint:

@@ -36,6 +36,9 @@ def main() -> int:
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--step-s", type=float, default=0.0)
     parser.add_argument("--start-timeout-s", type=float, default=60.0)
+    parser.add_argument(
+        "--max-inflight-batches", type=int, default=None, help="the credit budget (default: grown)"
+    )
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
     feed = h5feed.batches(
@@ -53,6 +56,7 @@ def main() -> int:
         epochs=args.epochs or None,
         start_timeout_s=args.start_timeout_s,
         peer_timeout_s=3.0,
+        max_inflight_batches=args.max_inflight_batches,
     )
     with open(args.out, "w") as out:
         try:

@@ -94,6 +94,11 @@ def test_three_trainers_share_a_fleet_exactly_once_each_as_on_a_fleet_of_their_o
                 clip_len=clip_len,
                 batch_size=batch_size,
                 step_s=step_s,
+                # Epochs of 12 batches, and a budget grown with the workers would have 8 of
+                # them in flight from replica 1 before replica 2 joins: 2 leave the joiner a
+                # share of each epoch to show (the trainers' steps, not the workers, set the
+                # pace here).
+                extra=["--max-inflight-batches", "2"],
             )
         )
         trainers[name] = (out, subset, seed, clip_len, batch_size)

@@ -160,13 +160,14 @@ def wait_until_gone(pids: list[int], timeout_s: float = 10.0) -> list[int]:
     deadline = time.monotonic() + timeout_s
     alive = list(pids)
     while alive and time.monotonic() < deadline:
-        alive = [pid for pid in alive if _alive(pid)]
+        alive = [pid for pid in alive if process_alive(pid)]
         if alive:
             time.sleep(0.05)
     return alive
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie does not)."""
     try:
         state = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except OSError:

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, cast
 
 import pytest
+from conftest import process_alive
 from fleet_helpers import wait_for
 from metrics_helpers import free_port
 
@@ -93,15 +94,6 @@ def fronts(tmp_path: pathlib.Path) -> Iterator[Callable[..., Stepped]]:
         front.close()
 
 
-def _alive(pid: int) -> bool:
-    """Whether process ``pid`` runs (a zombie does not)."""
-    try:
-        state = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
-
 def test_a_port_attached_under_one_key_is_refused_to_another_until_the_attach_timeout(
     fronts: Callable[..., Stepped], tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -156,13 +148,13 @@ def test_a_group_still_stopping_counts_toward_the_trainer_limit(
     (pid,) = (p.pid for p in attachment.group.processes.values())
     first.close()
     wait_for("the first trainer detached", lambda: not front.attached, 10)
-    assert _alive(pid) and front.snapshot()["stopping"] == 1
+    assert process_alive(pid) and front.snapshot()["stopping"] == 1
     second = Announcer([running.endpoint], 7111, name="second")
     fronts.announcers.append(second)  # type: ignore[attr-defined]
     why = wait_for("the second trainer refused", second.refusal, 10)
     assert "at most 1 trainers at once" in why and "1 that left are stopping" in why, why
     wait_for("the second trainer served", lambda: second.status()["serving"] == 1, 30)
-    assert not _alive(pid)  # its group started once the first group's process was gone
+    assert not process_alive(pid)  # its group started once the first group's process was gone
 
 
 def test_a_connection_flood_is_shed_to_a_bound_and_a_trainer_still_attaches(

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from conftest import SMALL, _alive, wait_until_gone, worker_pids
+from conftest import SMALL, process_alive, wait_until_gone, worker_pids
 from test_producers import (
     CLIP,
     curve_args,
@@ -60,7 +60,7 @@ def test_21_sigkills_of_local_workers_over_3_epochs_lose_and_repeat_nothing(
             seen |= set(stream.worker_pids)
             if schedule and i >= schedule[0]:  # a kill put off stays due (see below)
                 for pid in rng.sample(stream.worker_pids, 2):  # one not killed yet
-                    if pid in killed or not _alive(pid):
+                    if pid in killed or not process_alive(pid):
                         continue  # its replacement is starting
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(pid, signal.SIGKILL)

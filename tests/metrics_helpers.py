@@ -97,11 +97,12 @@ def metrics_port_of(log: pathlib.Path, timeout_s: float = 30.0) -> int:
     raise AssertionError(f"no metrics port logged within {timeout_s} s:\n{log.read_text()}")
 
 
-def stop(process: subprocess.Popen[bytes]) -> None:
+def stop(process: subprocess.Popen[bytes], timeout_s: float = 15) -> None:
+    """SIGTERM ``process`` and wait ``timeout_s`` for it to exit; SIGKILL it after that."""
     if process.poll() is None:
         process.terminate()
     try:
-        process.wait(15)
+        process.wait(timeout_s)
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait(5)

@@ -25,7 +25,7 @@ from fleet_helpers import (
     start_trainer,
     wait_for,
 )
-from metrics_helpers import free_port, metrics_port_of, scrape
+from metrics_helpers import free_port, metrics_port_of, scrape, stop
 
 pytestmark = pytest.mark.xdist_group("shared-fleet")
 
@@ -112,10 +112,5 @@ def test_a_replica_at_a_hard_limit_of_1024_survives_a_flood_and_serves_exactly_o
         if trainer is not None and trainer.poll() is None:
             trainer.kill()
             trainer.wait(10)
-        replica.terminate()
-        try:
-            replica.wait(30)
-        except subprocess.TimeoutExpired:
-            replica.kill()
-            replica.wait(10)
+        stop(replica, 30)
     assert replica.returncode == 0, log.read_text()[-3000:]

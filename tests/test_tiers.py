@@ -72,6 +72,37 @@ def test_a_refusal_in_another_thread_is_kept_for_the_test_to_fail_on() -> None:
     assert "socket.socket" in refusals.refused[0]
 
 
+@pytest.mark.inprocess
+def test_a_new_thread_reusing_an_ended_older_threads_ident_is_refused() -> None:
+    """A thread ident is reused once its thread ends: a thread older than the guard that ends
+    inside it hands its ident to the next thread started, which is the test's own."""
+    refusals = Refusals("tests/x.py::test_y", "why")
+    errors: list[BaseException] = []
+    ending, idents = threading.Event(), []
+    older = threading.Thread(target=lambda: ending.wait(timeout=30))
+    older.start()
+    with guarded(refusals):
+        ending.set()
+        older.join(timeout=30)
+        for _ in range(20):  # until the ident comes back (glibc gives it at once, in practice)
+            thread = threading.Thread(target=lambda: errors.append(_refusal_of(socket.socket)))
+            thread.start()
+            idents.append(thread.ident)
+            thread.join(timeout=30)
+            if thread.ident == older.ident:
+                break
+    assert older.ident in idents, "no thread reused the ident: the case is not exercised"
+    assert all(e is not None for e in errors) and len(refusals.refused) == len(idents)
+
+
+def _refusal_of(call: Callable[[], object]) -> BaseException | None:
+    try:
+        call()
+    except BaseException as e:  # pytest.fail's exception is a BaseException
+        return e
+    return None
+
+
 @pytest.mark.processes  # its older thread makes a real socket (the autouse guard would refuse)
 def test_a_thread_older_than_the_guard_goes_on_as_before() -> None:
     """Another test's leftover thread (a server's accept loop) making a socket while this test

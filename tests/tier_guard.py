@@ -88,7 +88,9 @@ def guarded(refusals: Refusals) -> Iterator[None]:
     (another test's leftovers in this pytest worker: a server's accept loop, a pool's
     restarter; TensorFlow's) go on as before: a test fails for what it does, not for what ran
     before it."""
-    older = {thread.ident for thread in threading.enumerate()} - {threading.get_ident()}
+    # Kept as the thread objects, not their idents: an ident is reused by a thread started
+    # after an older one ended, and that new thread must be refused.
+    older = set(threading.enumerate()) - {threading.current_thread()}
     patches: list[tuple[Any, str, Any]] = []
 
     def patch(owner: Any, name: str, refused: Callable[..., tuple[str, str]]) -> None:
@@ -99,7 +101,7 @@ def guarded(refusals: Refusals) -> Iterator[None]:
         method = isinstance(stored, classmethod)
 
         def guard(*args: Any, **kwargs: Any) -> Any:
-            if threading.get_ident() in older:
+            if threading.current_thread() in older:
                 return stored.__func__(*args, **kwargs) if method else original(*args, **kwargs)
             refusals.refuse(*refused(*args, **kwargs))
 

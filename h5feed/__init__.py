@@ -39,11 +39,11 @@ from h5feed.common.version import __version__
 logging.getLogger("h5feed").addHandler(logging.NullHandler())
 
 if TYPE_CHECKING:
-    from h5feed.common.element_batches import RaggedArray
+    from h5feed.common.elements.batches import RaggedArray
     from h5feed.consumer.api import batches, dataset
     from h5feed.consumer.feed import Feed
-    from h5feed.consumer.merge import merge_states
-    from h5feed.consumer.plan import Cursor
+    from h5feed.consumer.plan.epoch_plan import Cursor
+    from h5feed.consumer.position.merge import merge_states
     from h5feed.consumer.stream import BatchStream
     from h5feed.consumer.trainers.backup import backup_and_restore as BackupAndRestore
     from h5feed.consumer.trainers.distribute import distribute
@@ -93,13 +93,16 @@ _LAZY = {
     "batches": ("h5feed.consumer.api", "batches"),
     "Feed": ("h5feed.consumer.feed", "Feed"),  # what batches() returns
     "BatchStream": ("h5feed.consumer.stream", "BatchStream"),  # what iterating a Feed gives
-    "Cursor": ("h5feed.consumer.plan", "Cursor"),  # a stream's position: BatchStream.cursor
-    "RaggedArray": ("h5feed.common.element_batches", "RaggedArray"),  # ragged= in NumPy
+    "Cursor": (
+        "h5feed.consumer.plan.epoch_plan",
+        "Cursor",
+    ),  # a stream's position: BatchStream.cursor
+    "RaggedArray": ("h5feed.common.elements.batches", "RaggedArray"),  # ragged= in NumPy
     "BackupAndRestore": ("h5feed.consumer.trainers.backup", "backup_and_restore"),
     "distribute": ("h5feed.consumer.trainers.distribute", "distribute"),  # tf.distribute
     "keras_batches": ("h5feed.consumer.trainers.pydataset", "keras_batches"),  # any backend
     "torch_batches": ("h5feed.consumer.trainers.torch_tensors", "torch_batches"),
-    "merge_states": ("h5feed.consumer.merge", "merge_states"),  # no Keras imported
+    "merge_states": ("h5feed.consumer.position.merge", "merge_states"),  # no Keras imported
     "input_wait_callback": ("h5feed.consumer.trainers.keras_callback", "input_wait_callback"),
 }
 

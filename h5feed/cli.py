@@ -4,7 +4,7 @@ Subcommands, each registered by the module that owns it:
 
 * ``h5feed demo`` and ``h5feed make-sample DIR`` (:mod:`h5feed.demo_command`): a short
   training run on the sample dataset with clips/s and input wait; the dataset alone.
-* ``h5feed produce``, ``keys``, ``health`` (:mod:`h5feed.producer.command`): the producer
+* ``h5feed produce``, ``keys``, ``health`` (:mod:`h5feed.producer.service.command`): the producer
   service, its CURVE key pairs, its liveness check.
 * ``h5feed inspect FILE...`` and ``h5feed top URL...`` (here): a file's layout, counts, sizes
   and a sample; a live view of ``/stats`` endpoints.
@@ -117,7 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
         )
 
     from h5feed import demo_command  # argparse only: cheap
-    from h5feed.producer import command as producer_command  # the same
+    from h5feed.producer.service import command as producer_command  # the same
 
     demo_command.register(subcommand)
     producer_command.register(subcommand)
@@ -186,7 +186,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _configure_logging(verbose: int) -> None:
     """h5feed's lines to stderr (library use stays quiet: a NullHandler only). Every line
-    carries its writer's ids (see h5feed/common/logs.py); worker processes started from here
+    carries its writer's ids (see h5feed/common/system/logs.py); worker processes started from here
     log at the same level."""
     level = logging.DEBUG if verbose > 1 else logging.INFO if verbose else logging.WARNING
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")

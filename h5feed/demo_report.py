@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from h5feed.consumer.stats import INPUT_BOUND_WAIT_SHARE
+from h5feed.consumer.telemetry.stats import INPUT_BOUND_WAIT_SHARE
 
 __all__ = ["input_wait_lines"]
 
@@ -24,7 +24,7 @@ def input_wait_lines(wait_s: float, compute_s: float, feed: Mapping[str, Any]) -
       that tf.data's reader waited for h5feed's next batch, before the prefetch buffer: it is
       the higher of the two when the buffer hides part of the waits from the step.
     * ``verdict``: the step wait decides whether training waits for input at all
-      (:data:`~h5feed.consumer.stats.INPUT_BOUND_WAIT_SHARE`); if it does, the feed wait
+      (:data:`~h5feed.consumer.telemetry.stats.INPUT_BOUND_WAIT_SHARE`); if it does, the feed wait
       decides where: in h5feed's workers (the advice of ``feed["verdict"]``, capped by the
       cores the workers may use) or downstream of them, in tf.data, where workers do not help.
     """

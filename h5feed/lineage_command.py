@@ -1,5 +1,6 @@
 """``h5feed lineage FILE --step N [--show ROW]``: the rows of one training step of a lineage
-record (``lineage=FILE``, see :mod:`h5feed.consumer.lineage`), and one row's clip made again.
+record (``lineage=FILE``, see :mod:`h5feed.consumer.position.lineage`), and one row's clip made
+again.
 
 Importing this module is cheap (argparse only); the command imports what it needs when it
 runs. Guarantees:
@@ -8,18 +9,19 @@ runs. Guarantees:
    machine crash is left out); a step the record does not hold is an error (exit 1) naming
    the steps it holds.
 2. ``--show ROW`` makes that row's clip again from the dataset's arguments in
-   ``FILE.dataset.json`` with the workers' own code (:class:`h5feed.producer.clips.ClipMaker`:
+   ``FILE.dataset.json`` with the workers' own code
+   (:class:`h5feed.producer.worker.clips.ClipMaker`:
    the same frames read, decoded, resized, cropped and flipped), so the PNG holds exactly the
    pixels of the batch's clip: its frames left to right. With ``transform=``, the clip the
    transform was given (its input); a ``source=`` record has no clip to show (exit 1).
 3. A record is a file, and what it claims never costs what it claims: ``--show`` makes a
    clip under the caps of ``h5feed produce`` (``max_clip_pixels``: 16 frames of 4K UHD;
-   ``max_frame_pixels``; ``max_chunk_bytes``: :mod:`h5feed.producer.read_limits`), so a
+   ``max_frame_pixels``; ``max_chunk_bytes``: :mod:`h5feed.producer.files.read_limits`), so a
    header asking for clips of 40000x40000 is refused before anything is allocated; it
    reads only a file the header's ``files`` lists, confined to the data root
-   (``--data-root``, else the header's: :func:`h5feed.producer.confine.job_path`; a path
+   (``--data-root``, else the header's: :func:`h5feed.producer.files.confine.job_path`; a path
    resolving outside it is refused); lines, steps and the header are read within the
-   bounds of :mod:`h5feed.consumer.lineage`. A malformed record is an error line naming
+   bounds of :mod:`h5feed.consumer.position.lineage`. A malformed record is an error line naming
    what is wrong (exit 1), never a traceback.
 """
 
@@ -88,7 +90,7 @@ def register(subcommand: Subcommand) -> None:
 
 
 def run_command(args: argparse.Namespace) -> int:
-    from h5feed.consumer import lineage
+    from h5feed.consumer.position import lineage
 
     rows = lineage.rows_of_step(args.file, args.step)
     print(table(args.step, rows))
@@ -140,10 +142,10 @@ def clip_of(head: dict[str, Any], row: dict[str, Any], data_root: str | None = N
         PRODUCER_MAX_FRAME_PIXELS,
         ClipSpec,
     )
-    from h5feed.common.message_records import Row
-    from h5feed.producer.clips import ClipMaker
-    from h5feed.producer.code_policy import CodePolicy
-    from h5feed.producer.read_limits import ProducerLimits
+    from h5feed.common.protocol.message_records import Row
+    from h5feed.producer.files.read_limits import ProducerLimits
+    from h5feed.producer.worker.clips import ClipMaker
+    from h5feed.producer.worker.code_policy import CodePolicy
 
     if head.get("kind") != "hdf5":
         raise ValueError("a source= record has no clip to show (its rows are your items)")
@@ -172,7 +174,7 @@ def clip_of(head: dict[str, Any], row: dict[str, Any], data_root: str | None = N
 def _listed_file(head: dict[str, Any], file: Any, root: str | None) -> str:
     """The path to open for the row's ``file``: one the header lists, resolved under
     ``root`` as a worker resolves a JOB's path (confined there); ValueError otherwise."""
-    from h5feed.producer import confine
+    from h5feed.producer.files import confine
 
     files = head["files"]
     if not isinstance(files, list) or not isinstance(file, str) or file not in files:

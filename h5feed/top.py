@@ -156,7 +156,7 @@ def trainers_table(
     fleet: dict[str, Any], previous: dict[str, Any] | None, seconds: float
 ) -> RenderableType:
     """A shared fleet's replica: its trainers, each with its workers and its share of their
-    CPU since the previous refresh (h5feed/producer/fleet.py)."""
+    CPU since the previous refresh (h5feed/producer/service/fleet.py)."""
     before = {t["trainer"]: t for t in ((previous or {}).get("fleet") or {}).get("trainers", [])}
     used = {
         t["trainer"]: t["cpu_s"] - before[t["trainer"]]["cpu_s"]

@@ -17,7 +17,7 @@ import numpy as np
 from keras_recording import recorded_epochs
 
 import h5feed
-from h5feed.common.elements import RaggedArray
+from h5feed.common.elements.values import RaggedArray
 
 # Bounds for a loaded 2-core machine: each worker imports torch (and keras) before it answers.
 FAST = {"start_timeout_s": 180, "unit_timeout_s": 180, "peer_timeout_s": 30}

@@ -34,7 +34,7 @@ import numpy as np
 import tensorflow as tf
 
 import h5feed
-from h5feed.consumer.resume import read_position
+from h5feed.consumer.position.resume import read_position
 
 config: dict[str, Any] = json.loads(pathlib.Path(sys.argv[1]).read_text())
 run = int(sys.argv[2])

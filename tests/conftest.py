@@ -14,7 +14,7 @@ import tiers
 from docker_helpers import built_image, docker_engine, readable_copy
 from tier_guard import Refusals, guarded
 
-from h5feed.common.curve import write_key_pair
+from h5feed.common.trust.curve import write_key_pair
 from h5feed.producer.sample_data import SampleSpec, make_sample_dataset
 
 #: Small but realistic: 4 files x 6 videos of 6..20 JPEG frames, 96x128 pixels.

@@ -16,8 +16,8 @@ import sys
 
 import zmq
 
-from h5feed.common import messages
-from h5feed.common.curve import KeyPair, load_public
+from h5feed.common.protocol import messages
+from h5feed.common.trust.curve import KeyPair, load_public
 
 address, count = sys.argv[1], int(sys.argv[2])
 keys = (KeyPair.load(sys.argv[3]), load_public(sys.argv[4])) if len(sys.argv) > 4 else None

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 import h5feed
-from h5feed.consumer.resume import read_position
+from h5feed.consumer.position.resume import read_position
 from h5feed.producer.sample_data import SampleSpec, make_sample_dataset
 
 pytest.importorskip("tensorflow")  # the tf extra is part of the test install: never skipped

@@ -29,16 +29,16 @@ from h5feed.common.errors import (
     WorkerError,
 )
 from h5feed.common.layouts import CRC_DATASET, PACK_VERSION_ATTR, Groups
-from h5feed.common.messages import Row, SkippedRow
+from h5feed.common.protocol.messages import Row, SkippedRow
 from h5feed.consumer.hdf5.bad_data import LISTED, SkipLog, default_max_skipped
-from h5feed.consumer.plan import Index, PlannedBatch
+from h5feed.consumer.plan.epoch_plan import Index, PlannedBatch
 from h5feed.pack.run import pack
 from h5feed.pack.verify import _check_video as check_video
-from h5feed.producer.clips import ClipMaker
-from h5feed.producer.code_policy import NOTHING, CodePolicy
-from h5feed.producer.decode import decode_frame
+from h5feed.producer.files.open_files import check_readable
 from h5feed.producer.layouts import open_reader
-from h5feed.producer.open_files import check_readable
+from h5feed.producer.worker.clips import ClipMaker
+from h5feed.producer.worker.code_policy import NOTHING, CodePolicy
+from h5feed.producer.worker.decode import decode_frame
 
 FRAMES = 6
 CLIP = {"clip_len": FRAMES, "resize": (24, 32), "shuffle": False, "batch_size": 2}

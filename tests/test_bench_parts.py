@@ -277,7 +277,7 @@ def test_stopped_freezes_a_process_tree_and_always_continues_it() -> None:
     import time
 
     from h5feed.bench.child import stopped
-    from h5feed.common.procstat import descendants, proc_stat
+    from h5feed.common.system.procstat import descendants, proc_stat
 
     code = "import subprocess, time; subprocess.Popen(['sleep', '30']); time.sleep(30)"
     parent = subprocess.Popen([sys.executable, "-c", code])
@@ -335,7 +335,7 @@ def test_parallel_per_core_limit_runs_every_copy_in_a_child_and_only_counts_in_t
 
     from h5feed.bench.measure import measure_window
     from h5feed.bench.percore import ParallelPerCore
-    from h5feed.common.procstat import descendants
+    from h5feed.common.system.procstat import descendants
 
     contender = ParallelPerCore(parallel_setup(bench_paths, tmp_path, copies=2))
     contender.start()

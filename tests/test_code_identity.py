@@ -1,6 +1,6 @@
 """Which copy of the user's code a job means (issue 26's module identity): the trainer names
 the module's file and digest in its JOB or SOURCE, and a worker running another copy of that
-module refuses the job, naming both (``h5feed.common.code_identity``)."""
+module refuses the job, naming both (``h5feed.common.user_code.code_identity``)."""
 
 from __future__ import annotations
 
@@ -15,14 +15,14 @@ import numpy as np
 import pytest
 from test_producers import free_port, remote_feed
 
-from h5feed.common import messages
-from h5feed.common.code_identity import MAX_HASHED_BYTES, digest_of, shown
 from h5feed.common.errors import FeatureVersionError, ProtocolError, WorkerError
-from h5feed.consumer.code_identities import identities_of, module_file
-from h5feed.producer import loaded_code
-from h5feed.producer.code_policy import TRUSTED
-from h5feed.producer.loaded_code import CodeVersionRefused
+from h5feed.common.protocol import messages
+from h5feed.common.user_code.code_identity import MAX_HASHED_BYTES, digest_of, shown
+from h5feed.consumer.core.code_identities import identities_of, module_file
 from h5feed.producer.sources import SourceJob
+from h5feed.producer.worker import loaded_code
+from h5feed.producer.worker.code_policy import TRUSTED
+from h5feed.producer.worker.loaded_code import CodeVersionRefused
 
 TRANSFORM = (
     "import numpy as np\n\n\ndef scaled(clip, rng):\n    return clip.astype(np.float32) * {}\n"

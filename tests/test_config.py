@@ -31,7 +31,7 @@ from h5feed.consumer.options import (
     hdf_config,
 )
 from h5feed.consumer.parameters import FeedKwargs, describe_parameters
-from h5feed.consumer.plan import Index, PlanOptions
+from h5feed.consumer.plan.epoch_plan import Index, PlanOptions
 from h5feed.consumer.sources.api import make_source_config
 from h5feed.consumer.sources.options import SOURCE_KEYS, SourceConfig
 

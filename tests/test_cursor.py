@@ -10,7 +10,7 @@ import pytest
 
 import h5feed
 from h5feed.consumer.iteration import IterationStart
-from h5feed.consumer.plan import Cursor
+from h5feed.consumer.plan.epoch_plan import Cursor
 from h5feed.consumer.stream import BatchStream
 
 CLIP: dict[str, Any] = {"clip_len": 4, "resize": (48, 64), "batch_size": 5, "workers": 2}

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from h5feed.consumer.stats import verdict
+from h5feed.consumer.telemetry.stats import verdict
 from h5feed.demo_report import input_wait_lines
 
 

@@ -17,7 +17,7 @@ from conftest import one_file_of_tiny_videos
 
 import h5feed
 from h5feed.common.config import ClipSpec
-from h5feed.consumer.plan import EpochPlan, Index, PlanOptions
+from h5feed.consumer.plan.epoch_plan import EpochPlan, Index, PlanOptions
 from h5feed.consumer.trainers.distribute import cluster_kwargs, cluster_shard
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent

@@ -200,7 +200,7 @@ def error_problems(
 
 
 def test_troubleshooting_lists_every_error_under_the_class_the_trainer_catches() -> None:
-    from h5feed.producer.worker_loop import _REFUSALS  # what a producer refuses, as ERRORs
+    from h5feed.producer.worker.loop import _REFUSALS  # what a producer refuses, as ERRORs
 
     classes = h5feed_error_classes()
     assert {"PathRefused", "LimitRefused", "CodeRefused", "WorkerError"} <= set(classes)
@@ -248,12 +248,23 @@ def _layout_block() -> str:
 
 
 def test_the_package_layout_names_every_module_and_only_modules_that_exist() -> None:
-    named = set(re.findall(r"\b(\w+\.py)\b", _layout_block()))
-    modules = {
-        path.name
-        for path in (ROOT / "h5feed").rglob("*.py")
-        if path.name != "__init__.py" and "bench" not in path.relative_to(ROOT).parts
+    """Each folder of the package has its heading in the block (``h5feed/consumer/plan/``), and
+    its heading names exactly the modules in that folder: a module moved to another folder, or
+    a folder that is not there, fails."""
+    block = _layout_block()
+    headings = re.findall(r"^(h5feed/(?:\w+/)*)", block, flags=re.M)
+    sections = re.split(r"^h5feed/(?:\w+/)*", block, flags=re.M)[1:]
+    named = {
+        h: set(re.findall(r"\b(\w+\.py)\b", text))
+        for h, text in zip(headings, sections, strict=True)
     }
-    every = {path.name for path in (ROOT / "h5feed").rglob("*.py")}
-    assert not modules - named, f"modules the layout does not name: {sorted(modules - named)}"
-    assert not named - every, f"the layout names files that do not exist: {sorted(named - every)}"
+    assert len(named) == len(headings), "a folder has two headings"
+    folders = {
+        path.parent.relative_to(ROOT).as_posix() + "/"
+        for path in (ROOT / "h5feed").rglob("__init__.py")
+        if "bench" not in path.relative_to(ROOT).parts
+    }
+    assert set(named) == folders, (sorted(folders - set(named)), sorted(set(named) - folders))
+    for folder, names in named.items():
+        modules = {p.name for p in (ROOT / folder).glob("*.py") if p.name != "__init__.py"}
+        assert names == modules, (folder, sorted(modules - names), sorted(names - modules))

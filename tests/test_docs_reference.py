@@ -213,8 +213,8 @@ def _md(text: str) -> str:
 
 
 def test_roles_and_literals_become_code_spans() -> None:
-    assert _md(":class:`~h5feed.x.Y` and :mod:`h5feed.consumer.resume`") == (
-        "`Y` and `h5feed.consumer.resume`"
+    assert _md(":class:`~h5feed.x.Y` and :mod:`h5feed.consumer.position.resume`") == (
+        "`Y` and `h5feed.consumer.position.resume`"
     )
     assert _md("``x`` and `y`, :meth:`!Feed.close`, :data:`LIMIT`") == (
         "`x` and `y`, `Feed.close`, `LIMIT`"

@@ -1,4 +1,5 @@
-"""Exact evaluation across shards (``shard_remainder="pad"``, h5feed/consumer/plan.py guarantee
+"""Exact evaluation across shards (``shard_remainder="pad"``, h5feed/consumer/plan/epoch_plan.py
+guarantee
 3): each shard reports Σ w·loss and Σ w (``w`` = ``valid``; a Keras model whose loss has
 ``reduction="sum"`` and whose metrics are ``weighted_metrics``: Keras's ``metrics=`` ignores
 ``sample_weight``, and a mean loss divides by every row, padded ones included), and the

@@ -22,7 +22,6 @@ import zmq
 from conftest import own_worker_pids, wait_until_gone
 
 import h5feed
-from h5feed.common import wire
 from h5feed.common.errors import (
     DataError,
     H5FeedError,
@@ -31,6 +30,7 @@ from h5feed.common.errors import (
     WorkerError,
     WorkerTimeoutError,
 )
+from h5feed.common.protocol import wire
 from h5feed.consumer.stream import BatchStream
 from h5feed.producer.sample_data import write_video_file
 

@@ -16,8 +16,8 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from h5feed.common import messages
 from h5feed.common.errors import DataError
+from h5feed.common.protocol import messages
 from h5feed.consumer.core.credits import CreditGate
 from h5feed.consumer.core.ledger import Peer
 from h5feed.consumer.core.scheduler import Send
@@ -26,8 +26,8 @@ from h5feed.consumer.hdf5.file_readers import FileReaders, deal, ring
 from h5feed.consumer.hdf5.scheduler import HdfScheduler
 from h5feed.consumer.hdf5.sharing import Sharing
 from h5feed.consumer.options import HdfConfig
-from h5feed.consumer.plan import Cursor, FileColumns
-from h5feed.consumer.stats import Counters
+from h5feed.consumer.plan.epoch_plan import Cursor, FileColumns
+from h5feed.consumer.telemetry.stats import Counters
 from tests.fake_peers import make_peer
 
 JOB = "job-readers"

@@ -1,5 +1,6 @@
 """A shared fleet's front and a trainer's announcer, in this process on real sockets
-(h5feed/producer/fleet.py, h5feed/consumer/fleet.py): who is attached, where its workers would
+(h5feed/producer/service/fleet.py, h5feed/consumer/processes/fleet_announcer.py): who is attached,
+where its workers would
 connect, what is refused, and how the replicas follow the name's answer. Fronts here run no
 workers (``workers=0``): the real-process tests are in test_shared_fleet.py."""
 
@@ -20,14 +21,14 @@ import zmq
 from fleet_helpers import wait_for
 from metrics_helpers import free_port
 
-from h5feed.common import messages
-from h5feed.common.exposure import endpoint_of
+from h5feed.common.protocol import messages
+from h5feed.common.trust.exposure import endpoint_of
 from h5feed.common.worker_settings import WorkerSettings
-from h5feed.consumer import fleet as announcing
-from h5feed.consumer.fleet import Announcer, parse_endpoint, resolve
 from h5feed.consumer.options import NetworkOptions
-from h5feed.producer.fleet import Front
-from h5feed.producer.service import _write_health, check_health
+from h5feed.consumer.processes import fleet_announcer as announcing
+from h5feed.consumer.processes.fleet_announcer import Announcer, parse_endpoint, resolve
+from h5feed.producer.service.fleet import Front
+from h5feed.producer.service.server import _write_health, check_health
 
 _LOG = logging.getLogger("h5feed.producer")
 

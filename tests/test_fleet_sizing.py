@@ -1,4 +1,4 @@
-"""The fleet's sizing gauge (h5feed/consumer/fleet_demand.py): the arithmetic on given figures,
+"""The fleet's sizing gauge (h5feed/consumer/telemetry/sizing.py): the arithmetic on given figures,
 and the gauge scraped from a trainer fed by a real producer service, moving with demand."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from docker_helpers import ROOT
 from metrics_helpers import by_worker, free_port, scrape, start_producer, stop, value
 
 import h5feed
-from h5feed.consumer.fleet_demand import MOST_WAIT_SHARE, fleet_demand, replica_capacities
+from h5feed.consumer.telemetry.sizing import MOST_WAIT_SHARE, fleet_demand, replica_capacities
 
 
 def worker(

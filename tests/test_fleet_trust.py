@@ -1,6 +1,6 @@
 """Trainers sharing a fleet cannot take each other's workers, and a replica holds what it
 promises (issue 38 items 2 and 3): fronts in this process on real sockets, with real worker
-processes where their lifetimes matter (h5feed/producer/fleet.py, connection_guard.py,
+processes where their lifetimes matter (h5feed/producer/service/fleet.py, connection_guard.py,
 worker_group.py, restarts.py)."""
 
 from __future__ import annotations
@@ -20,15 +20,15 @@ from conftest import process_alive
 from fleet_helpers import wait_for
 from metrics_helpers import free_port
 
-from h5feed.common.curve import KeyPair, load_public, write_key_pair
+from h5feed.common.trust.curve import KeyPair, load_public, write_key_pair
 from h5feed.common.worker_settings import WorkerSettings
-from h5feed.consumer import fleet as announcing
-from h5feed.consumer.fleet import Announcer
-from h5feed.producer.connection_guard import CONNECTIONS_PER_TRAINER, SPARE_CONNECTIONS
-from h5feed.producer.fleet import Front, SettingsFor
-from h5feed.producer.restarts import Restarts
-from h5feed.producer.service import _write_health, check_health
-from h5feed.producer.worker_group import WorkerGroup
+from h5feed.consumer.processes import fleet_announcer as announcing
+from h5feed.consumer.processes.fleet_announcer import Announcer
+from h5feed.producer.service.connection_guard import CONNECTIONS_PER_TRAINER, SPARE_CONNECTIONS
+from h5feed.producer.service.fleet import Front, SettingsFor
+from h5feed.producer.service.restarts import Restarts
+from h5feed.producer.service.server import _write_health, check_health
+from h5feed.producer.service.worker_group import WorkerGroup
 
 _LOG = logging.getLogger("h5feed.producer")
 #: A worker that outlives SIGTERM (a unit that takes long to finish): killed after the wait.

@@ -1,4 +1,4 @@
-"""Refusal lines at a rate no sender can raise (h5feed/common/refusal_log.py): one line per
+"""Refusal lines at a rate no sender can raise (h5feed/common/trust/refusal_log.py): one line per
 interval for every sender together, with counts per kind (issue 38 item 7)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from h5feed.common.refusal_log import MAX_DETAIL_CHARS, MAX_KINDS, RefusalLog
+from h5feed.common.trust.refusal_log import MAX_DETAIL_CHARS, MAX_KINDS, RefusalLog
 
 
 class Clock:

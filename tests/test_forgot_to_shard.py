@@ -17,12 +17,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import h5feed
-from h5feed.common import messages
 from h5feed.common.errors import SourceError
+from h5feed.common.protocol import messages
 from h5feed.consumer.sources.agreement import check_distinct_shards
-from h5feed.producer.code_policy import TRUSTED
 from h5feed.producer.sources import SourceJob
 from h5feed.producer.sources.generator_kind import PROBE_GENERATOR_ELEMENTS
+from h5feed.producer.worker.code_policy import TRUSTED
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 

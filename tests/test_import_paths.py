@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 
 from h5feed.common.config import ClipSpec
-from h5feed.common.import_paths import ImportPath, ImportPathError
+from h5feed.common.user_code.import_paths import ImportPath, ImportPathError
 from h5feed.consumer.options import FeedOptions
 from h5feed.consumer.sources.options import SourceConfig
-from h5feed.producer import import_path
-from h5feed.producer.code_policy import TRUSTED, CodePolicy, CodeRefused
+from h5feed.producer.worker import import_path
+from h5feed.producer.worker.code_policy import TRUSTED, CodePolicy, CodeRefused
 
 ACCEPTED = [
     "h5feed_no_such_pkg:f",

@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from h5feed.common import messages
+from h5feed.common.protocol import messages
 from h5feed.consumer.hdf5.index_answers import IndexAnswers, indexed_files
-from h5feed.consumer.plan import FileColumns, Index
+from h5feed.consumer.plan.epoch_plan import FileColumns, Index
 
 FILES = ("a.h5", "b.h5")
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from h5feed.common import messages
 from h5feed.common.errors import FileReadError
+from h5feed.common.protocol import messages
 from h5feed.consumer.core.ledger import Peer
 from h5feed.consumer.core.scheduler import Send
 from h5feed.consumer.hdf5.index_attempts import IndexAttempts

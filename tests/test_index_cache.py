@@ -10,7 +10,7 @@ import numpy as np
 
 import h5feed
 from h5feed.common.layouts import Auto, Flat, Groups
-from h5feed.producer import index_cache
+from h5feed.producer.files import index_cache
 from h5feed.producer.sample_data import write_video_file
 
 

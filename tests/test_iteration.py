@@ -13,12 +13,12 @@ import pytest
 from fake_peers import hdf_config, source_config
 
 import h5feed
-from h5feed.common import elements
+from h5feed.common.elements import values as elements
 from h5feed.common.errors import ResumeError
-from h5feed.common.source_kinds import SourceKind
-from h5feed.consumer.fingerprint import index_digest
+from h5feed.common.user_code.source_kinds import SourceKind
 from h5feed.consumer.iteration import IterationStart, Position
-from h5feed.consumer.plan import Cursor, Index
+from h5feed.consumer.plan.epoch_plan import Cursor, Index
+from h5feed.consumer.position.fingerprint import index_digest
 from h5feed.consumer.sources.options import Learnt
 
 INDEX = Index.build(["a.h5", "b.h5"], [[("v0", 4, 0), ("v1", 5, 1)], [("v2", 6, 0)]])

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import h5feed
-from h5feed.common import tree
+from h5feed.common.elements import tree
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 tf = pytest.importorskip("tensorflow")  # the tf extra is part of the test install

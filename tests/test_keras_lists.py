@@ -1,6 +1,6 @@
 """Lists in keras items: an array when a rectangular nest of numbers one row per sample,
 structure otherwise; decided once from the probed items and kept in the spec
-(:mod:`h5feed.common.keras_lists`). Pure functions here; the end-to-end runs through real
+(:mod:`h5feed.common.elements.keras_lists`). Pure functions here; the end-to-end runs through real
 workers are in ``tests/test_keras_heads.py``."""
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from h5feed.common import elements, keras_lists
+from h5feed.common.elements import keras_lists
+from h5feed.common.elements import values as elements
 from h5feed.common.errors import SourceError
 
 

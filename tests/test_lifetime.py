@@ -24,7 +24,7 @@ from conftest import wait_until_gone
 import h5feed
 from h5feed.common.layouts import Auto, Groups
 from h5feed.consumer.stream import BatchStream
-from h5feed.producer.open_files import OpenFiles
+from h5feed.producer.files.open_files import OpenFiles
 from h5feed.producer.sample_data import write_video_file
 
 _TESTS_DIR = str(pathlib.Path(__file__).resolve().parent)

@@ -1,4 +1,5 @@
-"""The lineage record (``lineage=PATH``, h5feed/consumer/lineage.py): each row says which step
+"""The lineage record (``lineage=PATH``, h5feed/consumer/position/lineage.py): each row says which
+step
 trained it and what the plan made it from; steps once each across resumes; only complete
 lines after a kill. Real workers, files and processes."""
 
@@ -17,9 +18,9 @@ import numpy as np
 import pytest
 
 import h5feed
-from h5feed.consumer import lineage
 from h5feed.consumer.options import hdf_config
-from h5feed.consumer.plan import Index
+from h5feed.consumer.plan.epoch_plan import Index
+from h5feed.consumer.position import lineage
 from h5feed.producer.sample_data import SampleSpec, make_sample_dataset
 
 TINY = SampleSpec(
@@ -485,7 +486,7 @@ def test_names_that_need_escaping_make_valid_json() -> None:
     """File and video names are written as JSON strings: quotes, backslashes, newlines and
     bytes that are not UTF-8 still give one line that parses."""
     from h5feed.consumer.core.assembly import Batch
-    from h5feed.consumer.plan import PlannedBatch
+    from h5feed.consumer.plan.epoch_plan import PlannedBatch
 
     names = np.array([b'a"b\\c\nd', b"\xff\xfe video"], dtype=object)
     planned = PlannedBatch(

@@ -36,19 +36,19 @@ from test_schedulers import (
 )
 from wire_peers import LoopDriver, WirePeer, short_ipc_address
 
-from h5feed.common import messages, wire
 from h5feed.common.errors import FileReadError, NoWorkersError, PoisonUnitError, WorkerError
-from h5feed.common.protocol_versions import OLDEST_VERSION
+from h5feed.common.protocol import messages, wire
+from h5feed.common.protocol.versions import OLDEST_VERSION
 from h5feed.consumer.core.assembly import Batch
 from h5feed.consumer.core.credits import CreditGate
 from h5feed.consumer.core.loop import END, FAILED
 from h5feed.consumer.core.scheduler import Scheduler
 from h5feed.consumer.hdf5.scheduler import HdfScheduler
 from h5feed.consumer.options import FeedConfig, HdfConfig
-from h5feed.consumer.plan import Cursor
+from h5feed.consumer.plan.epoch_plan import Cursor
 from h5feed.consumer.sources.options import SourceConfig
 from h5feed.consumer.sources.scheduler import SourceScheduler
-from h5feed.consumer.stats import Counters
+from h5feed.consumer.telemetry.stats import Counters
 
 JOB = "job-loop"
 EPOCHS = (0, 1)

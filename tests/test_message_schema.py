@@ -1,7 +1,8 @@
 """Each message field is written once: its dataclass field, whose annotation is its schema.
 
 ``wire.SCHEMAS`` and ``messages.parse`` are derived from the classes of
-``h5feed.common.message_types`` (``h5feed.common.message_schema``); the golden bytes and the
+``h5feed.common.protocol.message_types`` (``h5feed.common.protocol.message_schema``); the golden
+bytes and the
 malformed cases of every kind are in tests/test_wire.py and tests/test_messages.py.
 """
 
@@ -14,9 +15,9 @@ from typing import Annotated, Any, ClassVar, NamedTuple
 import numpy as np
 import pytest
 
-from h5feed.common import message_types, messages, wire
 from h5feed.common.errors import ProtocolError
-from h5feed.common.message_schema import EachLen, Label, MaxLen, Min, OneOf, Schema
+from h5feed.common.protocol import message_types, messages, wire
+from h5feed.common.protocol.message_schema import EachLen, Label, MaxLen, Min, OneOf, Schema
 
 
 def test_every_field_of_every_class_is_on_the_wire_and_nothing_else() -> None:

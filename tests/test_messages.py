@@ -1,4 +1,4 @@
-"""Tests of h5feed.common.messages: every kind round-trips, nested values are checked on
+"""Tests of h5feed.common.protocol.messages: every kind round-trips, nested values are checked on
 decode (ProtocolError), golden headers of the new kinds, and random input never crashes."""
 
 from __future__ import annotations
@@ -13,18 +13,18 @@ from hypothesis import strategies as st
 from test_wire import GOLDEN_UNIT  # the one golden UNIT: its rows as the parser takes them
 from upgrade_pins import PREVIOUS_PACKAGE
 
-from h5feed.common import messages, wire
 from h5feed.common.errors import DataError, FileReadError, ProtocolError, VersionMismatchError
-from h5feed.common.message_records import (
+from h5feed.common.protocol import messages, wire
+from h5feed.common.protocol.message_records import (
     MAX_HOST,
     MAX_MESSAGE,
     MAX_NONCE,
     MAX_PACKAGE,
     MAX_WORKER_NAME,
 )
-from h5feed.common.message_types import MAX_PORT, TRAINER_NAME
-from h5feed.common.messages import FileRef, Row, SkippedRow, SlotRef, VideoEntry
-from h5feed.common.protocol_versions import VersionRange, legacy_package
+from h5feed.common.protocol.message_types import MAX_PORT, TRAINER_NAME
+from h5feed.common.protocol.messages import FileRef, Row, SkippedRow, SlotRef, VideoEntry
+from h5feed.common.protocol.versions import VersionRange, legacy_package
 
 PROPERTY = settings(max_examples=200, deadline=None)
 

@@ -15,7 +15,7 @@ from conftest import own_worker_pids, wait_until_gone
 
 import h5feed
 from h5feed.common.config import ClipSpec
-from h5feed.consumer.plan import EpochPlan, Index, PlanOptions
+from h5feed.consumer.plan.epoch_plan import EpochPlan, Index, PlanOptions
 
 CLIP = {"clip_len": 4, "resize": (48, 64), "crop": (40, 40), "flip": True}
 

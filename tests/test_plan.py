@@ -9,7 +9,7 @@ import pytest
 
 from h5feed.common.config import ClipSpec, clip_frame_indices, clip_start
 from h5feed.consumer.hdf5.units import assign_files
-from h5feed.consumer.plan import EpochPlan, Index, PlanOptions
+from h5feed.consumer.plan.epoch_plan import EpochPlan, Index, PlanOptions
 
 
 def test_frame_indices_for_full_and_short_videos() -> None:

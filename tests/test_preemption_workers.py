@@ -1,7 +1,7 @@
 """What a trainer's local workers do with SIGTERM (issue 38, item 9): a cluster's preemption
 signals every process of the job at once (SLURM; ``killpg``), and a worker that left then
 would starve the trainer's last steps before its emergency checkpoint. A local worker takes
-SIGTERM from its trainer only (``h5feed/producer/lifetime.py`` guarantee 4): another sender's
+SIGTERM from its trainer only (``h5feed/producer/worker/lifetime.py`` guarantee 4): another sender's
 is ignored (the worker keeps serving, goes when the trainer does); the trainer's own still
 makes it leave after the unit in hand (``test_failures.py`` sends it from the trainer too).
 """

@@ -20,7 +20,7 @@ from conftest import wait_until_gone
 import h5feed
 from h5feed.common.config import CLIP_SEMANTICS
 from h5feed.common.errors import NoWorkersError
-from h5feed.common.protocol_versions import SPOKEN
+from h5feed.common.protocol.versions import SPOKEN
 
 CLIP = {"clip_len": 4, "resize": (48, 64), "crop": (40, 40)}
 
@@ -126,7 +126,7 @@ def refused_worker(
         f"""
         import sys
         {patch}
-        from h5feed.producer.worker import main
+        from h5feed.producer.worker.process import main
         print("imported", flush=True)
         sys.exit(main(["--connect", "tcp://127.0.0.1:{port}", "--worker-id", "{name}",
                        "--persistent"]))
@@ -158,7 +158,7 @@ def test_a_producer_of_another_protocol_version_is_refused(
 ) -> None:
     # A worker of a future release, which speaks none of this side's versions.
     patch = (
-        "import h5feed.common.protocol_versions as versions; "
+        "import h5feed.common.protocol.versions as versions; "
         "versions.PROTOCOL_VERSION = versions.OLDEST_VERSION = 99; "
         "versions.SPOKEN = versions.VersionRange(99, 99)"
     )
@@ -253,7 +253,7 @@ def test_health_reports_a_live_producer_and_a_stale_file(
 def test_a_producer_whose_worker_crash_loops_fails_its_health_check(
     tmp_path: pathlib.Path,
 ) -> None:
-    from h5feed.producer.service import check_health
+    from h5feed.producer.service.server import check_health
 
     health = tmp_path / "producer.health"
     producer = subprocess.Popen(  # every worker dies at start: a bad --connect address
@@ -282,7 +282,7 @@ def test_a_producer_whose_worker_crash_loops_fails_its_health_check(
 
 
 def test_default_worker_count_honours_the_cgroup_quota(tmp_path: pathlib.Path) -> None:
-    from h5feed.producer.cpus import available_cpus, cgroup_cpu_quota
+    from h5feed.producer.service.cpus import available_cpus, cgroup_cpu_quota
 
     (tmp_path / "cpu.max").write_text("150000 100000\n")  # 1.5 CPUs
     assert cgroup_cpu_quota(str(tmp_path)) == 1.5

@@ -18,11 +18,11 @@ import zmq
 from fake_peers import FakeTransport
 from test_wire import GOLDEN_BYE, VALID_FIELDS, little_endian_only
 
-from h5feed.common import messages, wire
 from h5feed.common.config import CLIP_SEMANTICS
 from h5feed.common.errors import FeatureVersionError, ProtocolError, VersionMismatchError
-from h5feed.common.handshake import first_hello, hello_says
-from h5feed.common.protocol_versions import (
+from h5feed.common.protocol import messages, wire
+from h5feed.common.protocol.handshake import first_hello, hello_says
+from h5feed.common.protocol.versions import (
     OLDEST_VERSION,
     PROTOCOL_VERSION,
     SPOKEN,
@@ -32,9 +32,9 @@ from h5feed.common.protocol_versions import (
 from h5feed.common.worker_settings import Network, Process, WorkerSettings
 from h5feed.consumer.core.events import PeerLost
 from h5feed.consumer.core.session import PeerSession
-from h5feed.consumer.stats import Counters
-from h5feed.producer.hdf5_job import job_spec
-from h5feed.producer.worker_loop import Worker
+from h5feed.consumer.telemetry.stats import Counters
+from h5feed.producer.worker.hdf5_job import job_spec
+from h5feed.producer.worker.loop import Worker
 
 # -- golden bytes of version 6 (version 5's: tests/test_wire.py) ---------------------------
 

@@ -11,8 +11,8 @@ import pytest
 
 import h5feed
 from h5feed.common.errors import WorkerError
-from h5feed.producer.decode import jpeg_size, reduced_flag
 from h5feed.producer.sample_data import SampleSpec, make_sample_dataset, write_video_file
+from h5feed.producer.worker.decode import jpeg_size, reduced_flag
 
 
 def encode(image: np.ndarray, *params: int) -> bytes:

@@ -36,7 +36,7 @@ import h5feed
 from h5feed.bench import netns
 from h5feed.common.errors import DataError
 from h5feed.producer.sample_data import make_sample_dataset
-from h5feed.producer.service import check_health
+from h5feed.producer.service.server import check_health
 
 KILLS = 21
 

@@ -1,4 +1,4 @@
-"""The rest of an epoch after a change of topology (``h5feed/consumer/rest.py``), against an
+"""The rest of an epoch after a change of topology (``h5feed/consumer/plan/rest.py``), against an
 oracle written from the stated rule with plain lists: for any sample count, batch size,
 remainder rule, old and new shard counts and old positions (the same step on every old
 shard, batches taken out of order included), and a second change inside the rest, each new
@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from h5feed.common.errors import ResumeError
-from h5feed.consumer.plan import PAD_SAMPLE, PlanOptions, epoch_length, full_order
-from h5feed.consumer.rest import Layer, Rest, layer_of
+from h5feed.consumer.plan.epoch_plan import PAD_SAMPLE, PlanOptions, epoch_length, full_order
+from h5feed.consumer.plan.rest import Layer, Rest, layer_of
 
 
 def _deal(order: list[int], shard: int, shards: int, pads: bool) -> list[int]:

@@ -1,11 +1,12 @@
-"""``h5feed produce``'s restart rule (``h5feed/producer/restarts.py``): a worker that delivered
+"""``h5feed produce``'s restart rule (``h5feed/producer/service/restarts.py``): a worker that
+delivered
 is restarted at once, one that did not after a backoff of 1 s doubling to 60 s, and past
 ``max_restarts`` such deaths a minute the service reports a crash loop. Pure: the times are
 given, nothing sleeps. The service itself runs in ``tests/test_producers.py``."""
 
 from __future__ import annotations
 
-from h5feed.producer.restarts import CRASH_WINDOW_S, Restarts
+from h5feed.producer.service.restarts import CRASH_WINDOW_S, Restarts
 
 
 def test_deaths_before_delivery_back_off_doubling_to_60_s() -> None:

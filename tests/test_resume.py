@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import h5feed
-import h5feed.consumer.resume
+import h5feed.consumer.position.resume
 from h5feed.producer.sample_data import SampleSpec, make_sample_dataset
 
 TINY = SampleSpec(
@@ -130,8 +130,8 @@ def test_the_index_is_remembered_so_the_next_feed_knows_its_length(tiny: list[st
 
 
 def test_the_index_digest_tells_indexes_apart_and_is_reused_while_the_same() -> None:
-    from h5feed.consumer.fingerprint import IndexDigests, index_digest
-    from h5feed.consumer.plan import Index
+    from h5feed.consumer.plan.epoch_plan import Index
+    from h5feed.consumer.position.fingerprint import IndexDigests, index_digest
 
     def index(label: int = 1, name: str = "v1", files: tuple[str, ...] = ("a.h5", "b.h5")) -> Index:
         return Index.build(files, [[("v0", 5, 0), (name, 6, label)], [("w0", 7, 2)]])
@@ -168,7 +168,7 @@ def test_a_state_past_its_bounds_is_a_resume_error_naming_it(
     state: dict[str, Any], said: str
 ) -> None:
     with pytest.raises(h5feed.ResumeError, match=said):
-        h5feed.consumer.resume.ResumePoint.from_state(state)
+        h5feed.consumer.position.resume.ResumePoint.from_state(state)
 
 
 def test_a_deep_fingerprint_is_a_resume_error_not_a_recursion_error() -> None:
@@ -177,15 +177,15 @@ def test_a_deep_fingerprint_is_a_resume_error_not_a_recursion_error() -> None:
         deep = [deep]
     state = {"format": 1, "epoch": 0, "batch": 0, "fingerprint": {"seed": deep}}
     with pytest.raises(h5feed.ResumeError, match="fingerprint field 'seed' holds"):
-        h5feed.consumer.resume.ResumePoint.from_state(state)
+        h5feed.consumer.position.resume.ResumePoint.from_state(state)
 
 
 @pytest.mark.timeout(60)
 def test_a_position_far_past_the_epochs_end_rolls_over_at_once() -> None:
     """The largest batch a state may say, one batch an epoch: one division, not two billion
     passes (today: a pass per epoch, a hang)."""
-    from h5feed.consumer.plan import Cursor
-    from h5feed.consumer.resume import MAX_POSITION, Progress, ResumePoint
+    from h5feed.consumer.plan.epoch_plan import Cursor
+    from h5feed.consumer.position.resume import MAX_POSITION, Progress, ResumePoint
 
     progress = Progress(ResumePoint(Cursor(0, MAX_POSITION), frozenset({(0, MAX_POSITION + 2)})),
                         ordered=False)  # fmt: skip
@@ -199,7 +199,7 @@ def test_a_position_far_past_the_epochs_end_rolls_over_at_once() -> None:
 def test_a_position_file_of_nested_brackets_is_a_resume_error(tmp_path: pathlib.Path) -> None:
     (tmp_path / "h5feed_position.json").write_text("[" * ((1 << 20) - 1))
     with pytest.raises(h5feed.ResumeError, match="nested too deeply"):
-        h5feed.consumer.resume.read_position(str(tmp_path))
+        h5feed.consumer.position.resume.read_position(str(tmp_path))
 
 
 @pytest.mark.timeout(60)
@@ -210,7 +210,7 @@ def test_a_position_file_that_is_a_fifo_is_refused_without_blocking(
     checked to be a regular file on a descriptor opened without blocking."""
     os.mkfifo(tmp_path / "h5feed_position.json")
     with pytest.raises(h5feed.ResumeError, match="not a regular file"):
-        h5feed.consumer.resume.read_position(str(tmp_path))
+        h5feed.consumer.position.resume.read_position(str(tmp_path))
     with pytest.raises(h5feed.ResumeError, match="not a regular file"):
         h5feed.merge_states([str(tmp_path)])
 
@@ -219,4 +219,4 @@ def test_a_sparse_position_file_past_the_bound_is_refused_unread(tmp_path: pathl
     with open(tmp_path / "h5feed_position.json", "wb") as handle:
         handle.truncate(1 << 30)
     with pytest.raises(h5feed.ResumeError, match="more than the 1048576"):
-        h5feed.consumer.resume.read_position(str(tmp_path))
+        h5feed.consumer.position.resume.read_position(str(tmp_path))

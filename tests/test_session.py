@@ -13,13 +13,13 @@ from fake_peers import FakeLocalProcesses, FakeTransport, frames_of, hello_frame
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from h5feed.common import messages, wire
-from h5feed.common.protocol_versions import OLDEST_VERSION, SPOKEN
+from h5feed.common.protocol import messages, wire
+from h5feed.common.protocol.versions import OLDEST_VERSION, SPOKEN
 from h5feed.consumer.core import session as session_module
 from h5feed.consumer.core.events import Arrived, PeerJoined, PeerLost
 from h5feed.consumer.core.ledger import Ledger
 from h5feed.consumer.core.session import PeerSession
-from h5feed.consumer.stats import Counters
+from h5feed.consumer.telemetry.stats import Counters
 
 JOB = "job-1"
 
@@ -437,7 +437,7 @@ def test_a_peer_just_sent_a_message_is_not_probed_but_a_quiet_one_is() -> None:
     # Rule 6: a send that went through proves the connection as a PING would, so at full
     # rate the units are the probes (a thousand workers each heard about once a second were
     # PINGed as often as they were sent units: docs/performance/many-workers.md).
-    from h5feed.common.liveness import PROBE_EVERY_S
+    from h5feed.common.protocol.liveness import PROBE_EVERY_S
 
     session, transport, _counters = make_session()
     joined(session, "busy", "quiet")

@@ -1,4 +1,5 @@
-"""The remainder rules of ``shard=(i, n)`` (h5feed/consumer/plan.py guarantee 3): *pad* gives
+"""The remainder rules of ``shard=(i, n)`` (h5feed/consumer/plan/epoch_plan.py guarantee 3): *pad*
+gives
 every sample of an epoch exactly once across the n shards, shards still of equal batch counts,
 padded rows zeros that no worker makes, ``sample`` -1 and ``valid`` False, counted in
 ``stats()["padded_samples"]``; *drop* stays the default; the refusals. Real worker processes,
@@ -17,8 +18,8 @@ from conftest import one_file_of_tiny_videos
 import h5feed
 from h5feed.common.config import ClipSpec
 from h5feed.common.errors import H5FeedError, ResumeError, SourceError
-from h5feed.consumer.fingerprint import fingerprint
-from h5feed.consumer.plan import PAD_SAMPLE, EpochPlan, Index, PlanOptions, epoch_order
+from h5feed.consumer.plan.epoch_plan import PAD_SAMPLE, EpochPlan, Index, PlanOptions, epoch_order
+from h5feed.consumer.position.fingerprint import fingerprint
 
 VIDEOS = 17  # 2 shards: 9 + 8 real (the second padded); 3 shards: 6 + 6 + 5
 EPOCHS = 2

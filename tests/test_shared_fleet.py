@@ -1,6 +1,6 @@
 """One producer fleet, many trainers (issue 26): ``h5feed produce --listen`` replicas and
-trainers with ``fleet=``, all real processes and sockets (h5feed/producer/fleet.py,
-h5feed/consumer/fleet.py)."""
+trainers with ``fleet=``, all real processes and sockets (h5feed/producer/service/fleet.py,
+h5feed/consumer/processes/fleet_announcer.py)."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ from fleet_helpers import (
 )
 from metrics_helpers import free_port, metrics_port_of, scrape, start_producer, stop
 
-from h5feed.common.curve import write_key_pair
+from h5feed.common.trust.curve import write_key_pair
 
 pytestmark = pytest.mark.xdist_group("shared-fleet")  # several real process trees each
 

@@ -23,12 +23,12 @@ from test_producers import CLIP, free_port
 import h5feed
 from h5feed.common.config import ClipSpec
 from h5feed.common.layouts import Groups
-from h5feed.common.messages import SlotRef
+from h5feed.common.protocol.messages import SlotRef
 from h5feed.common.worker_settings import Network, Process, WorkerSettings
 from h5feed.consumer.core.slots import SlotPool
-from h5feed.producer.hdf5_job import Hdf5Job
-from h5feed.producer.shm import SlotError, SlotMaps
-from h5feed.producer.worker_loop import Worker
+from h5feed.producer.worker.hdf5_job import Hdf5Job
+from h5feed.producer.worker.loop import Worker
+from h5feed.producer.worker.shm import SlotError, SlotMaps
 
 KW = {**CLIP, "flip": True, "batch_size": 4, "workers": 2}
 

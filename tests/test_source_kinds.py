@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from h5feed.common.errors import SourceError
-from h5feed.common.source_kinds import SourceKind
+from h5feed.common.user_code.source_kinds import SourceKind
 from h5feed.consumer.sources.kinds import SCHEDULERS
 from h5feed.producer.sources import KINDS, detect_kind
 

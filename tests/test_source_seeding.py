@@ -15,11 +15,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from h5feed.common import messages
 from h5feed.common.errors import SourceError
-from h5feed.producer import seeding
-from h5feed.producer.code_policy import TRUSTED
+from h5feed.common.protocol import messages
 from h5feed.producer.sources import SourceJob
+from h5feed.producer.worker import seeding
+from h5feed.producer.worker.code_policy import TRUSTED
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -101,7 +101,7 @@ def test_an_imported_torch_is_seeded_with_the_others(monkeypatch: pytest.MonkeyP
 
 _REAL_TORCH_SEEDED = """
 import torch
-from h5feed.producer import seeding
+from h5feed.producer.worker import seeding
 seeding.seed_for(3, seeding.Purpose.ITEM, 0, 7)
 first = torch.rand(3)
 seeding.seed_for(3, seeding.Purpose.ITEM, 0, 7)

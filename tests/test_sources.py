@@ -17,8 +17,8 @@ import pytest
 from test_producers import free_port, start_producer
 
 import h5feed
-from h5feed.common import elements
-from h5feed.common.elements import ElementSpec, RaggedArray
+from h5feed.common.elements import values as elements
+from h5feed.common.elements.values import ElementSpec, RaggedArray
 from h5feed.common.errors import SourceError
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")

@@ -196,7 +196,7 @@ def test_the_stop_wait_is_an_option_of_the_service_and_its_workers(
     from h5feed.cli import build_parser
     from h5feed.common.config import DEFAULT_STOP_WAIT_S
     from h5feed.common.worker_settings import WorkerSettings
-    from h5feed.producer.service import worker_settings
+    from h5feed.producer.service.server import worker_settings
 
     monkeypatch.setenv("H5FEED_CONNECT", "tcp://127.0.0.1:5555")
     assert build_parser().parse_args(["produce"]).stop_wait_s is None  # the default: 20 s
@@ -223,7 +223,7 @@ def test_a_refused_producer_service_exits_with_status_2_at_once(port: int) -> No
     ``monitor`` — instead of restarting its workers (which would look healthy)."""
     import zmq
 
-    from h5feed.common import messages
+    from h5feed.common.protocol import messages
 
     context = zmq.Context()
     trainer = context.socket(zmq.ROUTER)  # a trainer that refuses whoever says hello

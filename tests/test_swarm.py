@@ -32,8 +32,8 @@ from docker_helpers import (
 from upgrade_pins import PREVIOUS_PACKAGE, PREVIOUS_PROTOCOL, PREVIOUS_RELEASE
 
 import h5feed
-from h5feed.common import curve
-from h5feed.common.protocol_versions import PROTOCOL_VERSION
+from h5feed.common.protocol.versions import PROTOCOL_VERSION
+from h5feed.common.trust import curve
 
 STACK = f"h5feedswarm-{RUN_ID}"  # another run's stack is not ours
 SERVICE = f"{STACK}_producer"
@@ -480,9 +480,9 @@ def package_of_another_protocol() -> bytes:
         tar.add(
             ROOT / "h5feed", arcname="h5feed",
             filter=lambda m: None if "__pycache__" in m.name or m.name.endswith(
-                "common/protocol_versions.py") else m,
+                "common/protocol/versions.py") else m,
         )  # fmt: skip
-        member = tarfile.TarInfo("h5feed/common/protocol_versions.py")
+        member = tarfile.TarInfo("h5feed/common/protocol/versions.py")
         member.size, member.mode, member.mtime = len(data), 0o644, int(time.time())
         tar.addfile(member, io.BytesIO(data))
     return buffer.getvalue()

@@ -16,7 +16,7 @@ from docker_helpers import IMAGE, ROOT, SWARM_LOCK_TIMEOUT_S, engine_timeout
 from fleet_helpers import SPEC, exactly_once, fleet_dataset
 from test_swarm import SERVICE, STACK, docker, swarm, wait_for
 
-from h5feed.common.curve import write_key_pair
+from h5feed.common.trust.curve import write_key_pair
 
 __all__ = ["swarm"]  # the fixture, imported to be used here
 

@@ -1,4 +1,4 @@
-"""Aligned copies for TensorFlow in reused buffers (h5feed.consumer.memory.TensorFlowBuffers):
+"""Aligned copies for TensorFlow in reused buffers (h5feed.common.system.memory.TensorFlowBuffers):
 a batch that crossed the socket in one part is unaligned; h5feed.dataset copies it once into
 a buffer that is reused only when nothing, TensorFlow's tensors included, holds it."""
 
@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from h5feed.consumer.memory import TensorFlowBuffers, aligned_empty, is_aligned
+from h5feed.common.system.memory import TensorFlowBuffers, aligned_empty, is_aligned
 
 SHAPE = (4, 8, 64, 64, 3)  # 393 KiB: above the size that is copied
 

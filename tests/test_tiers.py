@@ -153,7 +153,7 @@ def test_a_listed_name_is_used_whole_from_dot_to_dot() -> None:
     assert tiers.matching({"h5feed"}, {"h5feed", "batches"}, listed) == "batches"
     autoscaler = "h5feed.consumer.processes.autoscale.Autoscaler"
     assert tiers.matching({autoscaler}, {"Autoscaler"}, listed) == "h5feed.consumer.processes"
-    assert tiers.matching({"h5feed.consumer.plan.Cursor"}, {"Cursor"}, listed) is None
+    assert tiers.matching({"h5feed.consumer.plan.epoch_plan.Cursor"}, {"Cursor"}, listed) is None
     assert tiers.matching({"os"}, {"os", "forkserver"}, listed) is None  # not os.fork
 
 

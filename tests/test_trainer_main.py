@@ -18,8 +18,8 @@ import pytest
 from conftest import one_file_of_tiny_videos
 
 import h5feed
-from h5feed.common.elements import RaggedArray
-from h5feed.common.trainer_main import has_main_guard
+from h5feed.common.elements.values import RaggedArray
+from h5feed.common.user_code.trainer_main import has_main_guard
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 FAST = {"start_timeout_s": 60.0, "unit_timeout_s": 60.0}

@@ -14,8 +14,8 @@ import pytest
 import h5feed
 from h5feed.common.config import ClipSpec
 from h5feed.common.errors import WorkerError
-from h5feed.producer.code_policy import TRUSTED
-from h5feed.producer.transform import Transform
+from h5feed.producer.worker.code_policy import TRUSTED
+from h5feed.producer.worker.transform import Transform
 
 _TESTS_DIR = str(pathlib.Path(__file__).parent)
 CLIP: dict[str, Any] = {"clip_len": 2, "resize": (24, 32), "crop": (16, 16), "flip": True}

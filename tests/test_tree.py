@@ -1,4 +1,4 @@
-"""h5feed.common.tree: flatten / unflatten / map with paths, under both conventions."""
+"""h5feed.common.elements.tree: flatten / unflatten / map with paths, under both conventions."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from h5feed.common import elements, tree
+from h5feed.common.elements import tree
+from h5feed.common.elements import values as elements
 from h5feed.common.errors import SourceError
 
 KEYS = st.text(alphabet="abcxyz_", min_size=1, max_size=4)

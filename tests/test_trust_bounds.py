@@ -33,16 +33,16 @@ from prometheus_client.parser import text_string_to_metric_families
 from zmq.utils.monitor import recv_monitor_message
 
 import h5feed
-from h5feed.common import messages, wire
 from h5feed.common.config import ClipSpec
 from h5feed.common.errors import DataError, ProtocolError, VersionMismatchError, WorkerError
 from h5feed.common.layouts import Raw
-from h5feed.common.message_records import MAX_HOST, MAX_PACKAGE, MAX_WORKER_NAME
-from h5feed.consumer import metrics
-from h5feed.producer.clips import ClipMaker
-from h5feed.producer.code_policy import NOTHING
-from h5feed.producer.decode import decode_frame, jpeg_size
+from h5feed.common.protocol import messages, wire
+from h5feed.common.protocol.message_records import MAX_HOST, MAX_PACKAGE, MAX_WORKER_NAME
+from h5feed.consumer.telemetry import metrics
 from h5feed.producer.sample_data import write_video_file
+from h5feed.producer.worker.clips import ClipMaker
+from h5feed.producer.worker.code_policy import NOTHING
+from h5feed.producer.worker.decode import decode_frame, jpeg_size
 
 CLIP = {"clip_len": 4, "resize": (48, 64), "crop": (40, 40)}
 SAMPLES = 24  # the small dataset: 4 files x 6 videos, one clip each

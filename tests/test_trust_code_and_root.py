@@ -1,7 +1,8 @@
 """Trust boundaries of a producer's worker: code by name only when allowed, files only under
 the data root.
 
-A real worker process (``python -m h5feed.producer.worker``, as ``h5feed produce`` starts it:
+A real worker process (``python -m h5feed.producer.worker``, as ``h5feed produce`` starts
+it:
 ``--allow-code``, ``--data-root``) is driven from a ROUTER socket playing a rogue consumer.
 User code is a package made in a temporary directory whose module ``evil`` writes a marker
 file when imported, so "nothing was imported" is checked from outside the worker. Targets
@@ -25,13 +26,13 @@ import pytest
 import zmq
 from layout_data import make_videos, write_groups, write_raw
 
-from h5feed.common import messages
 from h5feed.common.config import ClipSpec
-from h5feed.common.messages import FileRef
+from h5feed.common.protocol import messages
+from h5feed.common.protocol.messages import FileRef
 from h5feed.consumer.options import LayoutArgs
-from h5feed.producer.code_policy import CodePolicy, CodeRefused, split_patterns
-from h5feed.producer.lifetime import drop_working_directory
-from h5feed.producer.service import worker_settings
+from h5feed.producer.service.server import worker_settings
+from h5feed.producer.worker.code_policy import CodePolicy, CodeRefused, split_patterns
+from h5feed.producer.worker.lifetime import drop_working_directory
 
 RECEIVE_TIMEOUT_MS = 20_000  # a worker imports numpy, h5py and OpenCV before its HELLO
 EXIT_TIMEOUT_S = 10

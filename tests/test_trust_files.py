@@ -26,15 +26,16 @@ from layout_data import make_videos, write_groups, write_raw
 from test_trust_code_and_root import Rogue, rogue_worker
 
 import h5feed
-from h5feed.common import layouts, messages
+from h5feed.common import layouts
 from h5feed.common.config import PRODUCER_MAX_CLIP_PIXELS, PRODUCER_MAX_FRAME_PIXELS, ClipSpec
 from h5feed.common.errors import DataError, FileReadError
-from h5feed.common.messages import FileRef
+from h5feed.common.protocol import messages
+from h5feed.common.protocol.messages import FileRef
 from h5feed.common.worker_settings import Data, Network, Process, WorkerSettings
-from h5feed.producer import dataset_checks, link_walk
-from h5feed.producer.code_policy import NOTHING
+from h5feed.producer.files import dataset_checks, link_walk
+from h5feed.producer.files.read_limits import DatasetBounds, LimitRefused, ProducerLimits
 from h5feed.producer.layouts import open_reader, pack_index
-from h5feed.producer.read_limits import DatasetBounds, LimitRefused, ProducerLimits
+from h5feed.producer.worker.code_policy import NOTHING
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 EXIT_TIMEOUT_S = 10
@@ -344,7 +345,7 @@ def test_the_producer_caps_lower_a_job_and_never_raise_it(files: Files) -> None:
     assert caps.clip_spec(ClipSpec(max_frame_pixels=50)).max_frame_pixels == 50
     assert ProducerLimits().clip_spec(ClipSpec(max_frame_pixels=None)).max_frame_pixels is None
     # frames of 24x32 = 768 pixels: over the producer's 100, whatever the job asked
-    from h5feed.producer.clips import ClipMaker
+    from h5feed.producer.worker.clips import ClipMaker
 
     maker = ClipMaker(
         ClipSpec(clip_len=2, max_frame_pixels=None), layouts.Groups(), NOTHING, limits=caps
@@ -592,7 +593,7 @@ def test_every_layout_checks_every_dataset_it_reads(
 def test_a_persistent_workers_open_files_are_checked_again_under_a_new_jobs_bounds(
     files: Files,
 ) -> None:
-    from h5feed.producer.open_files import OpenFiles
+    from h5feed.producer.files.open_files import OpenFiles
 
     path = str(files.root / "bomb_chunk.h5")
     kept = OpenFiles(

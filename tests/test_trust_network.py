@@ -24,8 +24,8 @@ from prometheus_client import CollectorRegistry
 
 import h5feed
 from h5feed.common import metrics_http
-from h5feed.common.curve import KeyPair, load_public
-from h5feed.common.exposure import is_local_address
+from h5feed.common.trust.curve import KeyPair, load_public
+from h5feed.common.trust.exposure import is_local_address
 from h5feed.consumer.api import Feed
 
 CLIP = {"clip_len": 4, "resize": (48, 64), "crop": (40, 40)}

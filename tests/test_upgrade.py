@@ -29,8 +29,8 @@ from conftest import SMALL
 from test_producers import CLIP, free_port, remote_feed
 from upgrade_pins import PREVIOUS_PACKAGE, PREVIOUS_PROTOCOL, PREVIOUS_RELEASE
 
-from h5feed.common import messages
-from h5feed.common.protocol_versions import PROTOCOL_VERSION
+from h5feed.common.protocol import messages
+from h5feed.common.protocol.versions import PROTOCOL_VERSION
 from h5feed.common.version import __version__
 from h5feed.producer.sample_data import make_sample_dataset
 

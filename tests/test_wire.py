@@ -1,4 +1,5 @@
-"""Tests of h5feed.common.wire: golden bytes, round trips, properties, malformed input, zmq."""
+"""Tests of h5feed.common.protocol.wire: golden bytes, round trips, properties, malformed input,
+zmq."""
 
 from __future__ import annotations
 
@@ -15,9 +16,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from h5feed.common import wire
 from h5feed.common.errors import H5FeedError, ProtocolError, VersionMismatchError
-from h5feed.common.protocol_versions import OLDEST_VERSION, SPOKEN
+from h5feed.common.protocol import wire
+from h5feed.common.protocol.versions import OLDEST_VERSION, SPOKEN
 
 LITTLE_ENDIAN = sys.byteorder == "little"
 little_endian_only = pytest.mark.skipif(

@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 import zmq
 
-from h5feed.common import messages
 from h5feed.common.config import ClipSpec
-from h5feed.common.messages import FileRef, Row
+from h5feed.common.protocol import messages
+from h5feed.common.protocol.messages import FileRef, Row
 from h5feed.consumer.options import LayoutArgs
 
 RECEIVE_TIMEOUT_MS = 20_000  # a worker imports numpy, h5py and OpenCV before its HELLO

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from h5feed.common.wire import DEFAULT_MAX_MESSAGE_BYTES
+from h5feed.common.protocol.wire import DEFAULT_MAX_MESSAGE_BYTES
 from h5feed.common.worker_settings import (
     _FLAG,
     _GROUPS,
@@ -24,11 +24,11 @@ from h5feed.common.worker_settings import (
     Process,
     WorkerSettings,
 )
-from h5feed.producer import open_files
-from h5feed.producer.code_policy import NOTHING
-from h5feed.producer.read_limits import NO_LIMITS
-from h5feed.producer.service import worker_settings
-from h5feed.producer.worker_loop import Worker
+from h5feed.producer.files import open_files
+from h5feed.producer.files.read_limits import NO_LIMITS
+from h5feed.producer.service.server import worker_settings
+from h5feed.producer.worker.code_policy import NOTHING
+from h5feed.producer.worker.loop import Worker
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 DEFAULTS = WorkerSettings(Network("ipc:///tmp/x"), Process("w0"))

@@ -65,7 +65,7 @@ PROCESSES_NAMES = frozenset(
         "h5feed.consumer.processes", "h5feed.cli.main", "h5feed.demo.run_demo",
         "h5feed.bench.child.ContenderProcess", "h5feed.bench.runner.run_row",
         "h5feed.bench.percore.ParallelPerCore", "h5feed.bench.gpu.train.run_child",
-        "h5feed.producer.worker_loop.Worker",
+        "h5feed.producer.worker.loop.Worker",
         # tools/ (tools/docs/diagrams.py runs ``dot``)
         "render_all",
     }

@@ -194,7 +194,7 @@ def _signal_and_wait(
 
 def _check_backup(backup: pathlib.Path, lines: list[dict[str, Any]], outcome: Outcome) -> None:
     """The position saved is the step after the last one the signalled run trained."""
-    from h5feed.consumer.resume import read_position
+    from h5feed.consumer.position.resume import read_position
 
     position = read_position(str(backup))
     if position is None or not lines:

@@ -23,7 +23,7 @@ import time
 from typing import Any
 
 import h5feed
-from h5feed.common.cpus import available_cpus
+from h5feed.common.system.cpus import available_cpus
 from h5feed.producer.sample_data import SampleSpec, make_sample_dataset
 
 #: The main bench's clip (h5feed bench): 16 frames, resized, cropped, flipped, batches of 8.

@@ -28,7 +28,7 @@ import numpy as np
 from h5feed.bench.contender import DictIterator
 from h5feed.bench.measure import drive_for, measure_window
 from h5feed.bench.workload import BATCH_BYTES, BATCH_SIZE, CLIP_LEN, CROP, RESIZE
-from h5feed.common.procstat import available_cores
+from h5feed.common.system.procstat import available_cores
 
 _STOP_WAIT_S = 5.0
 

@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from typing import Any, NoReturn
 
 from h5feed.bench.run_one import PROGRESS, TAG
-from h5feed.common.procstat import descendants, process_cpu_s, tree_memory_mb
+from h5feed.common.system.procstat import descendants, process_cpu_s, tree_memory_mb
 
 #: How often a wait for a message also checks that the child lives: a child that exits while
 #: its own children hold its stdout gives no end of file.

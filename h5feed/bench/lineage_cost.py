@@ -25,7 +25,7 @@ from typing import Any
 import h5feed
 from h5feed.consumer.core.assembly import Batch
 from h5feed.consumer.options import HdfConfig
-from h5feed.consumer.plan import Index
+from h5feed.consumer.plan.epoch_plan import Index
 from h5feed.producer.sample_data import SampleSpec, make_sample_dataset
 
 #: The main bench's clip (h5feed bench): 16 frames, resized, cropped, flipped, batches of 8.

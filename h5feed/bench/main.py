@@ -37,7 +37,7 @@ from h5feed.bench.workload import (
     index_videos,
     prepare_dataset,
 )
-from h5feed.common.procstat import available_cores
+from h5feed.common.system.procstat import available_cores
 from h5feed.producer.sample_data import SampleSpec
 
 _CEILING_TIMEOUT_S = 600.0

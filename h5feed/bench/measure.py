@@ -19,7 +19,7 @@ from typing import Any
 
 from h5feed.bench.contender import Contender
 from h5feed.bench.workload import CLIP_LEN, CLIP_SHAPE
-from h5feed.common.procstat import (
+from h5feed.common.system.procstat import (
     descendants,
     process_cpu_s,
     self_sys_and_faults,

@@ -32,8 +32,8 @@ from h5feed.bench.workload import (
     index_videos,
 )
 from h5feed.common.config import ClipSpec
-from h5feed.producer.decode import ClipWriter, decode_frame
 from h5feed.producer.reader import VideoFile
+from h5feed.producer.worker.decode import ClipWriter, decode_frame
 
 _POLL_S = 0.01  # the parallel limit's timing process wakes this often to count (~0.1 % CPU)
 _FIRST_BATCH_TIMEOUT_S = 300.0  # a spawned interpreter importing cv2 and h5py, busy machine

@@ -34,7 +34,7 @@ import zmq
 
 from h5feed.bench.contender import Contender, Setup
 from h5feed.bench.workload import BATCH_SIZE, CLIP_SHAPE
-from h5feed.common.curve import KeyPair, client_key_files, make_client
+from h5feed.common.trust.curve import KeyPair, client_key_files, make_client
 
 BATCH_SHAPE = (BATCH_SIZE, *CLIP_SHAPE)
 RECEIVE_TIMEOUT_S = 30.0

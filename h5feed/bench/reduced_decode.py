@@ -19,8 +19,8 @@ import h5py
 import numpy as np
 
 from h5feed.bench.subcommands import own_arguments
-from h5feed.producer.decode import decode_frame, jpeg_size, reduced_flag
 from h5feed.producer.sample_data import SampleSpec, make_sample_dataset
+from h5feed.producer.worker.decode import decode_frame, jpeg_size, reduced_flag
 
 CASES: tuple[tuple[tuple[int, int], tuple[int, int]], ...] = (
     # (stored height, width), (resize height, width)

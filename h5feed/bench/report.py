@@ -23,7 +23,7 @@ from h5feed.bench.summary import (
     socket_ceiling_summary,
 )
 from h5feed.bench.targets import NONE, Targets
-from h5feed.common.procstat import available_cores
+from h5feed.common.system.procstat import available_cores
 
 __all__ = ["build_document", "machine_info", "markdown", "plot", "write_all"]
 

@@ -58,7 +58,7 @@ class _Keys:
     """CURVE key files for one run: the trainer's pair and one authorised producer pair."""
 
     def __init__(self, directory: str) -> None:
-        from h5feed.common.curve import KeyPair, write_key_pair
+        from h5feed.common.trust.curve import KeyPair, write_key_pair
 
         self.trainer_public, self.trainer_secret = write_key_pair(directory, "trainer")
         self.authorized = os.path.join(directory, "authorized")

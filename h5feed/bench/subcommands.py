@@ -190,7 +190,7 @@ What reduced_decode=True does to speed and to pixels, on one core, in one proces
 
 For each stored size (640x480 and 1280x720 JPEG videos of h5feed's sample data, quality 90)
 and each target resize, every frame of a sample of clips is decoded and resized twice, with
-the code the workers run (h5feed.producer.decode): in full (cv2.imdecode then cv2.resize,
+the code the workers run (h5feed.producer.worker.decode): in full (cv2.imdecode then cv2.resize,
 INTER_LINEAR) and reduced (libjpeg's DCT scaling to 1/2, 1/4 or 1/8, then the same resize).
 Reported: ms per frame of each (median of --repeats passes), the speed-up, and how far the
 reduced pixels are from the full ones on the resized frame (mean and max absolute difference

@@ -19,7 +19,7 @@ from h5feed.bench.measure import METRICS, Window
 from h5feed.bench.runner import Row
 from h5feed.bench.targets import Targets, met
 from h5feed.bench.workload import BATCH_SIZE
-from h5feed.common.procstat import available_cores
+from h5feed.common.system.procstat import available_cores
 
 
 def medians(windows: Sequence[Window]) -> dict[str, float]:

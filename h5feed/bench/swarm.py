@@ -15,7 +15,7 @@ host of workers vanishing).
 
 Limits raised here: libzmq's ``MAX_SOCKETS`` (1,023 per context by default) to the count
 plus a margin, and the soft ``RLIMIT_NOFILE`` (each socket holds a mailbox descriptor and
-its connection one more: :func:`h5feed.common.fd_limit.raise_open_files_limit`).
+its connection one more: :func:`h5feed.common.system.fd_limit.raise_open_files_limit`).
 """
 
 from __future__ import annotations
@@ -32,9 +32,9 @@ import zmq
 
 from h5feed.bench.synthetic_worker import SyntheticWorker
 from h5feed.common.errors import ProtocolError, VersionMismatchError
-from h5feed.common.fd_limit import raise_open_files_limit
-from h5feed.common.liveness import WORKER_TIMEOUT_S, enable_heartbeats
-from h5feed.common.messages import decode_said
+from h5feed.common.protocol.liveness import WORKER_TIMEOUT_S, enable_heartbeats
+from h5feed.common.protocol.messages import decode_said
+from h5feed.common.system.fd_limit import raise_open_files_limit
 from h5feed.common.worker_settings import Network, Process, WorkerSettings
 
 _POLL_MS = 200
@@ -46,7 +46,7 @@ _log = logging.getLogger("h5feed.bench.swarm")
 class SwarmMember(SyntheticWorker):
     """A synthetic worker whose socket lives in a context shared with the other members.
 
-    :class:`~h5feed.producer.worker_loop.Worker` makes its own context and socket; here they
+    :class:`~h5feed.producer.worker.loop.Worker` makes its own context and socket; here they
     are closed at once and the socket made again, with the same options, in ``context`` (a
     context per member would cost a thread per member)."""
 

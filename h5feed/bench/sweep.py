@@ -23,7 +23,7 @@ from h5feed.bench.main import Options, log, measure_dataset
 from h5feed.bench.markdown import markdown
 from h5feed.bench.targets import NONE
 from h5feed.bench.targets import load as load_targets
-from h5feed.common.procstat import available_cores
+from h5feed.common.system.procstat import available_cores
 
 
 def sweep_row(

@@ -1,7 +1,7 @@
 """A benchmark-only h5feed worker that answers every UNIT with zeros: no reading, no decoding.
 
 ``python -m h5feed.bench.synthetic_worker --connect ADDR --worker-id ID [--cpus 1,2]``. It is
-the real worker (:class:`h5feed.producer.worker.Worker`: same socket, same wire protocol,
+the real worker (:class:`h5feed.producer.worker.process.Worker`: same socket, same wire protocol,
 same JOB and INDEX handling, so the consumer plans real epochs of the real files) with one
 method replaced: a UNIT of n rows is answered at once with a preallocated zero array of the
 clip's shape [n, clip_len, H, W, 3] uint8, sent without a copy — or, when the unit names a
@@ -27,12 +27,12 @@ from typing import Any
 
 import numpy as np
 
-from h5feed.common import messages
-from h5feed.common.curve import client_key_files
-from h5feed.common.wire import DEFAULT_MAX_MESSAGE_BYTES
+from h5feed.common.protocol import messages
+from h5feed.common.protocol.wire import DEFAULT_MAX_MESSAGE_BYTES
+from h5feed.common.trust.curve import client_key_files
 from h5feed.common.worker_settings import Network, Process, WorkerSettings
-from h5feed.producer.hdf5_job import Hdf5Job
-from h5feed.producer.worker import Worker, run_until_stopped
+from h5feed.producer.worker.hdf5_job import Hdf5Job
+from h5feed.producer.worker.process import Worker, run_until_stopped
 
 
 class SyntheticWorker(Worker):

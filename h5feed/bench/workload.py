@@ -24,9 +24,9 @@ import h5py
 import numpy as np
 
 from h5feed.common.config import clip_frame_indices
-from h5feed.producer.decode import crop_offset
 from h5feed.producer.reader import VideoFile
 from h5feed.producer.sample_data import SampleSpec, make_sample_dataset
+from h5feed.producer.worker.decode import crop_offset
 
 CLIP_LEN = 16
 RESIZE = (128, 171)  # (height, width)

@@ -16,7 +16,7 @@ from typing import Any, Final, Literal
 
 import msgpack
 
-from h5feed.common import import_paths
+from h5feed.common.user_code import import_paths
 
 ClipStart = Literal["random", "center", "first"]
 CropMode = Literal["random", "center"]
@@ -90,7 +90,7 @@ class ClipSpec:
 
     ``transform`` is an import path ``"package.module:fn"`` applied per sample after the
     built-in steps, called with ``**transform_args`` (a msgpack-able dict); see
-    :mod:`h5feed.producer.transform`.
+    :mod:`h5feed.producer.worker.transform`.
 
     Guarantees: the constructor validates and keeps every value as given (it never rewrites a
     field); the field defaults here are the defaults of ``h5feed.dataset()``. Build one from
@@ -277,10 +277,10 @@ def default_cache_dir() -> str:
 
 
 #: HDF5 files a worker keeps open at once (``max_open_files=``, ``--max-open-files``); why 128:
-#: see ``h5feed/producer/open_files.py``.
+#: see ``h5feed/producer/files/open_files.py``.
 DEFAULT_MAX_OPEN_FILES = 128
 
-#: Reading limits of a producer (see ``h5feed/producer/read_limits.py``): the largest HDF5
+#: Reading limits of a producer (see ``h5feed/producer/files/read_limits.py``): the largest HDF5
 #: chunk (uncompressed) a reader inflates beyond one frame, and ``h5feed produce``'s own caps
 #: on a stored frame's pixels and on a clip's output pixels (16 frames of 4K UHD), which no
 #: consumer can raise.
@@ -290,7 +290,7 @@ PRODUCER_MAX_CLIP_PIXELS = 16 * 3840 * 2160
 
 #: How long a producer asked to stop (SIGTERM) gives each worker to finish the unit in hand and
 #: send it (``h5feed produce --stop-wait-s``, ``$H5FEED_STOP_WAIT_S``; see
-#: ``h5feed/producer/service.py``). A unit takes well under a second at the usual clip sizes:
+#: ``h5feed/producer/service/server.py``). A unit takes well under a second at the usual clip sizes:
 #: 20 s leaves room for slow storage and large clips. A worker still working by then is killed
 #: and the trainer makes its units again (counted as ``units_remade``).
 DEFAULT_STOP_WAIT_S = 20.0

@@ -8,7 +8,8 @@ class H5FeedError(Exception):
 
 
 class ProtocolError(H5FeedError):
-    """A message on the socket does not follow the wire format (see ``h5feed.common.wire``)."""
+    """A message on the socket does not follow the wire format (see
+    ``h5feed.common.protocol.wire``)."""
 
 
 class VersionMismatchError(ProtocolError):

@@ -43,7 +43,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from h5feed.common.logs import with_ids
+from h5feed.common.system.logs import with_ids
 
 #: The environment variable of the port (consumer and producer alike), read at construction.
 METRICS_PORT_ENV = "H5FEED_METRICS_PORT"

@@ -1,5 +1,5 @@
 """A worker's counters file (``--stats-file``), as its readers see it: the counters it holds
-and a strict reader. The worker writes it (``h5feed/producer/worker_stats.py``); the producer
+and a strict reader. The worker writes it (``h5feed/producer/worker/stats.py``); the producer
 service's metrics and the trainer's local workers (``stats()["slots_refused"]``) read it."""
 
 from __future__ import annotations

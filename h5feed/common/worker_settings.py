@@ -2,7 +2,8 @@
 
 Both sides start workers: the trainer's local workers
 (:mod:`h5feed.consumer.processes.local_workers`) and ``h5feed produce``
-(:mod:`h5feed.producer.service`); the worker's entry point (:mod:`h5feed.producer.worker`)
+(:mod:`h5feed.producer.service.server`); the worker's entry point
+(:mod:`h5feed.producer.worker.process`)
 reads them back. All three go through :class:`WorkerSettings`:
 
 1. ``WorkerSettings.from_args(parser.parse_args(s.to_argv())) == s`` for every valid ``s``
@@ -38,7 +39,7 @@ from h5feed.common.config import (
     DEFAULT_MAX_OPEN_FILES,
     DEFAULT_STOP_WAIT_S,
 )
-from h5feed.common.wire import DEFAULT_MAX_MESSAGE_BYTES
+from h5feed.common.protocol.wire import DEFAULT_MAX_MESSAGE_BYTES
 
 __all__ = [
     "DEFAULT_DATA",
@@ -105,7 +106,7 @@ class Network:
     def __post_init__(self) -> None:
         if not self.connect:
             raise ValueError("a worker needs an address to connect to")
-        # key without server_key: refused where the keys are loaded (h5feed.common.curve)
+        # key without server_key: refused where the keys are loaded (h5feed.common.trust.curve)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -140,7 +141,7 @@ class Process:
 @dataclasses.dataclass(frozen=True, slots=True)
 class Data:
     """The files a worker opens and what reading them may cost; the caps are a producer
-    operator's (``h5feed/producer/read_limits.py``; None: no cap of the producer's own)."""
+    operator's (``h5feed/producer/files/read_limits.py``; None: no cap of the producer's own)."""
 
     data_root: str | None = _option(
         "--data-root", "relative file paths of a job resolve under this", None

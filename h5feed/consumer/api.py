@@ -36,7 +36,8 @@ def batches(
 
     ``resume``: continue where an earlier run stopped: a stream's ``state()``, a bare
     ``{"epoch": e, "batch": b}`` (a custom loop's own count), or a backup directory of
-    ``h5feed.BackupAndRestore``; see :mod:`h5feed.consumer.resume` and docs/trainer/resume.md.
+    ``h5feed.BackupAndRestore``; see :mod:`h5feed.consumer.position.resume` and
+    docs/trainer/resume.md.
     """
     if kwargs.get("source") is not None:
         from h5feed.consumer.sources.api import SourceFeed, make_source_config
@@ -74,7 +75,7 @@ def dataset(
       curve_key=None, curve_authorized=None, metrics_port=None,
       max_message_bytes=1073741824, insecure=False, fleet=None, fleet_key=None``;
     * record (``RecordOptions``): ``lineage=None`` (a path: one NDJSON line per row the
-      trainer takes, see :mod:`h5feed.consumer.lineage`);
+      trainer takes, see :mod:`h5feed.consumer.position.lineage`);
     * data, HDF5 files only (``DataOptions``): ``clips_per_video=1, clip_start="random",
       index_cache=True, data_root=None, on_error="raise", max_skipped=None``;
     * your own code instead of files (``SourceConfig``): ``source=None, source_args=None,
@@ -85,7 +86,7 @@ def dataset(
     ``"frame_datasets"``, ``"raw"``, ``"flat"``, or an ``h5feed.layouts`` object with its
     names (see :mod:`h5feed.common.layouts`). ``transform="package.module:fn"``: called in
     the workers on each sample after the built-in steps, as ``fn(clip, rng,
-    **transform_args)`` (see :mod:`h5feed.producer.transform`); its output's shape and dtype
+    **transform_args)`` (see :mod:`h5feed.producer.worker.transform`); its output's shape and dtype
     become ``frames``'. With a transform or a ``source``, ``dataset()`` starts the first
     iteration at once and its first batch fixes the ``output_signature`` (so errors such as a
     bad import path are raised here); that iteration continues from that batch when the
@@ -134,13 +135,14 @@ def dataset(
 
     ``listen`` on an address other hosts reach (not loopback or ``ipc://``) needs CURVE keys
     (``curve_key``, ``curve_authorized``), else ValueError, unless ``insecure=True``: then it
-    warns (``h5feed.InsecureWarning``); see :mod:`h5feed.common.exposure` and
+    warns (``h5feed.InsecureWarning``); see :mod:`h5feed.common.trust.exposure` and
     docs/deploy/security.md.
 
     ``fleet="tcp://HOST:PORT"`` (or a list of them), with ``listen="tcp://*:PORT"``: a shared
     fleet (``h5feed produce --listen``) serves this trainer: every replica the name resolves
     to is told this trainer's port every second and runs workers of its own for it, until
-    the iteration ends (see :mod:`h5feed.consumer.fleet`, docs/deploy/shared-fleet.md). Beyond
+    the iteration ends (see :mod:`h5feed.consumer.processes.fleet_announcer`,
+    docs/deploy/shared-fleet.md). Beyond
     this host, ``fleet_key`` (the fleet's public ``.key``) with ``curve_key`` and
     ``curve_authorized``, or ``insecure=True``.
 

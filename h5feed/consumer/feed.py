@@ -10,21 +10,21 @@ from typing import Any
 
 import numpy as np
 
-from h5feed.common import trainer_main
 from h5feed.common.errors import H5FeedError
-from h5feed.common.exposure import warn_insecure_listen
-from h5feed.consumer import fingerprint as fingerprints
-from h5feed.consumer import lineage, resume
+from h5feed.common.trust.exposure import warn_insecure_listen
+from h5feed.common.user_code import trainer_main
 from h5feed.consumer.hdf5 import known_index
 from h5feed.consumer.iteration import IterationStart, Outcome
-from h5feed.consumer.lineage import LineageLog
-from h5feed.consumer.metrics import start_feed_metrics
 from h5feed.consumer.options import FeedConfig, HdfConfig, data_root
-from h5feed.consumer.plan import Cursor, Index, epoch_length
+from h5feed.consumer.plan.epoch_plan import Cursor, Index, epoch_length
+from h5feed.consumer.plan.rest import Rest
+from h5feed.consumer.position import fingerprint as fingerprints
+from h5feed.consumer.position import lineage, resume
+from h5feed.consumer.position.lineage import LineageLog
 from h5feed.consumer.processes.worker_pool import PoolSlot
-from h5feed.consumer.rest import Rest
 from h5feed.consumer.sources.options import Learnt
 from h5feed.consumer.stream import BatchStream
+from h5feed.consumer.telemetry.metrics import start_feed_metrics
 
 
 class Feed:
@@ -96,7 +96,8 @@ class Feed:
         if point is not None:
             start = resume.first_cursor(point, config.options.plan, self._length)
         #: The lineage record (``lineage=``), cut to the batches the resumed state took (see
-        #: :mod:`h5feed.consumer.lineage`); made here, so a bad path fails before any worker.
+        #: :mod:`h5feed.consumer.position.lineage`); made here, so a bad path fails before any
+        # worker.
         self.lineage: LineageLog | None = None
         if config.options.record.lineage is not None:
             taken = lineage.taken_by(start, point.taken) if point is not None else None

@@ -28,19 +28,19 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from h5feed.common.errors import ResumeError
-from h5feed.consumer import resume
 from h5feed.consumer.core.credits import CreditGate
 from h5feed.consumer.core.scheduler import Scheduler
-from h5feed.consumer.fingerprint import IndexDigests
 from h5feed.consumer.hdf5 import known_index
 from h5feed.consumer.hdf5.scheduler import HdfScheduler
-from h5feed.consumer.lineage import LineageLog
 from h5feed.consumer.options import FeedConfig, HdfConfig
-from h5feed.consumer.plan import Cursor, Index
-from h5feed.consumer.rest import Rest
+from h5feed.consumer.plan.epoch_plan import Cursor, Index
+from h5feed.consumer.plan.rest import Rest
+from h5feed.consumer.position import resume
+from h5feed.consumer.position.fingerprint import IndexDigests
+from h5feed.consumer.position.lineage import LineageLog
 from h5feed.consumer.sources.options import Learnt, SourceConfig
 from h5feed.consumer.sources.scheduler import SourceScheduler
-from h5feed.consumer.stats import Counters
+from h5feed.consumer.telemetry.stats import Counters
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -49,7 +49,8 @@ class IterationStart:
 
     ``cursor``: the first batch (epoch, batch); ``skip``: batches above it the trainer took
     already (a resumed ``deterministic=False`` run: made, not yielded); ``fingerprint``: the
-    feed's (:mod:`h5feed.consumer.fingerprint`; its ``index`` part, when known, replaced by the
+    feed's (:mod:`h5feed.consumer.position.fingerprint`; its ``index`` part, when known, replaced
+    by the
     index this iteration's workers build); ``resume_index``: the index part of the state this
     iteration resumes, checked by :meth:`check_index`; ``known``/``file_sizes``: the files'
     index as an earlier iteration learnt it, when the files are unchanged since, and their
@@ -57,7 +58,7 @@ class IterationStart:
     as an earlier iteration learnt them (its workers are not asked to probe again);
     ``digests``: the feed's index hashes (one hash per index, reused across iterations);
     ``rest``: the rest of an epoch after a change of topology the resumed state lies in
-    (:mod:`h5feed.consumer.rest`), planned for that epoch and kept in the states saved in it;
+    (:mod:`h5feed.consumer.plan.rest`), planned for that epoch and kept in the states saved in it;
     ``samples``: the epoch's samples (all shards), when the state this iteration resumes
     told them; ``lineage``: the feed's record, which the stream appends each batch it
     takes to."""
@@ -138,7 +139,8 @@ class Position:
         self.cursor = start.cursor  # the next batch the trainer takes (deterministic order)
         self.outcome = Outcome()
         self._skip = set(start.skip)
-        #: The step (see :mod:`h5feed.consumer.lineage`) of the batch taken last, and of the
+        #: The step (see :mod:`h5feed.consumer.position.lineage`) of the batch taken last, and of
+        # the
         #: next one: known once the epoch's length is (None: a generator source's).
         self.last_step: int | None = None
         self._next_step: int | None = None
@@ -187,6 +189,6 @@ class Position:
         return True
 
     def state(self) -> dict[str, Any]:
-        """The resume state of what was taken (see :mod:`h5feed.consumer.resume`)."""
+        """The resume state of what was taken (see :mod:`h5feed.consumer.position.resume`)."""
         point = self._progress.point(self._fingerprint, self.start.rest, self._samples)
         return point.to_state()

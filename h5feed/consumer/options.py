@@ -6,7 +6,7 @@ user's code, its batching, ``options``). Both are frozen and never change once m
 
 Defaults are written once, as the field defaults of the dataclasses: :class:`ClipSpec`,
 :class:`LayoutArgs` (resolved into a :class:`~h5feed.common.layouts.LayoutSpec`), the groups
-of :class:`FeedOptions` (``plan``: :class:`~h5feed.consumer.plan.PlanOptions`, the epoch
+of :class:`FeedOptions` (``plan``: :class:`~h5feed.consumer.plan.epoch_plan.PlanOptions`, the epoch
 plan's own; ``processes``; ``network``), an HDF5 feed's :class:`DataOptions` (a source feed
 has none: those arguments do not apply to it) and :class:`SourceConfig`. The keyword
 arguments themselves, and their defaults as the docs show them, are
@@ -20,20 +20,21 @@ import os
 from collections.abc import Mapping
 from typing import Any, TypeAlias
 
-from h5feed.common import layouts, trainer_main
+from h5feed.common import layouts
 from h5feed.common.config import CLIP_STARTS, DEFAULT_MAX_OPEN_FILES, ClipSpec, default_cache_dir
-from h5feed.common.cpus import available_cpus
-from h5feed.common.curve import check_secret_mode
-from h5feed.common.exposure import check_listen, is_local_address
 from h5feed.common.file_labels import directory_labels
 from h5feed.common.layouts import LayoutSpec
-from h5feed.common.messages import ON_ERROR_CHOICES
 from h5feed.common.metrics_http import metrics_address
-from h5feed.common.wire import DEFAULT_LIMITS, DEFAULT_MAX_MESSAGE_BYTES
-from h5feed.consumer.fleet import parse_endpoint
+from h5feed.common.protocol.messages import ON_ERROR_CHOICES
+from h5feed.common.protocol.wire import DEFAULT_LIMITS, DEFAULT_MAX_MESSAGE_BYTES
+from h5feed.common.system.cpus import available_cpus
+from h5feed.common.trust.curve import check_secret_mode
+from h5feed.common.trust.exposure import check_listen, is_local_address
+from h5feed.common.user_code import trainer_main
 from h5feed.consumer.hdf5.files import resolve_files
-from h5feed.consumer.plan import EpochPlan, Index, PlanOptions, epoch_length_of
-from h5feed.consumer.rest import Rest
+from h5feed.consumer.plan.epoch_plan import EpochPlan, Index, PlanOptions, epoch_length_of
+from h5feed.consumer.plan.rest import Rest
+from h5feed.consumer.processes.fleet_announcer import parse_endpoint
 from h5feed.consumer.sources.options import SourceConfig
 
 
@@ -57,7 +58,7 @@ class ProcessOptions:
     tune_malloc: bool = True
     shared_memory: bool = True
     #: HDF5 files each local worker keeps open at once, least recently used closed first
-    #: (``h5feed/producer/open_files.py`` says why 128); producers have their own flag.
+    #: (``h5feed/producer/files/open_files.py`` says why 128); producers have their own flag.
     max_open_files: int = DEFAULT_MAX_OPEN_FILES
 
     def __post_init__(self) -> None:
@@ -118,7 +119,8 @@ class NetworkOptions:
 
     listen: str | None = None
     #: A peer whose connection stops answering ZeroMQ heartbeats (killed without BYE, host
-    #: down, cable cut, process stopped) is declared lost within this (see common/liveness.py).
+    #: down, cable cut, process stopped) is declared lost within this (see
+    # common/protocol/liveness.py).
     peer_timeout_s: float = 5.0
     join_grace_s: float = 1.5
     curve_key: str | None = None
@@ -126,11 +128,12 @@ class NetworkOptions:
     metrics_port: int | str | None = None
     #: ZMQ_MAXMSGSIZE of the consumer's socket and its local workers': a peer that sends a
     #: larger frame is disconnected by libzmq before the frame is buffered (see
-    #: h5feed.common.wire.DEFAULT_MAX_MESSAGE_BYTES for why 1 GiB).
+    #: h5feed.common.protocol.wire.DEFAULT_MAX_MESSAGE_BYTES for why 1 GiB).
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     insecure: bool = False
     #: A shared fleet to attach to (``h5feed produce --listen``): its endpoint(s),
-    #: ``tcp://HOST:PORT``, each name resolved to every replica (h5feed/consumer/fleet.py).
+    #: ``tcp://HOST:PORT``, each name resolved to every replica
+    # (h5feed/consumer/processes/fleet_announcer.py).
     fleet: str | tuple[str, ...] | None = None
     #: The fleet's public ``.key`` file: CURVE to its fronts, with this trainer's curve_key.
     fleet_key: str | None = None
@@ -244,7 +247,7 @@ class RecordOptions:
 
     ``lineage``: a path; each batch the trainer takes appends one NDJSON line per row saying
     which step trained it and what the plan made it from (see
-    :mod:`h5feed.consumer.lineage`); None: no record. Not part of the fingerprint: a run
+    :mod:`h5feed.consumer.position.lineage`); None: no record. Not part of the fingerprint: a run
     resumes with or without it."""
 
     lineage: str | None = None
@@ -335,7 +338,7 @@ class HdfConfig:
 
     def epoch_plan(self, index: Index, epoch: int, rest: Rest | None = None) -> EpochPlan:
         """``epoch``'s plan: the plan group's, clips placed as the data group says; ``rest``:
-        the rest of this epoch after a change of topology (:mod:`h5feed.consumer.rest`)."""
+        the rest of this epoch after a change of topology (:mod:`h5feed.consumer.plan.rest`)."""
         data, plan = self.data, self.options.plan
         return EpochPlan(index, self.clip, plan, epoch, data.clips_per_video, data.clip_start, rest)
 
@@ -377,7 +380,7 @@ def hdf_config(files: Any, kwargs: Mapping[str, Any]) -> HdfConfig:
 
 def check_main_path(what: str, path: str | None, options: FeedOptions) -> None:
     """ValueError, before any worker starts, for ``"__main__:name"`` where the workers
-    cannot load the training script (see :mod:`h5feed.common.trainer_main`)."""
+    cannot load the training script (see :mod:`h5feed.common.user_code.trainer_main`)."""
     if path is None or path.partition(":")[0] != trainer_main.MAIN:
         return
     remote = options.network.listen is not None

@@ -62,11 +62,11 @@ class FeedKwargs(TypedDict, total=False):
     (the default directory, see :func:`default_cache_dir`), a directory, or False (off).
     ``tune_malloc`` (default True) keeps 16 MiB of freed memory mapped in the trainer process
     (glibc ``M_TOP_PAD``) so each ~5 MB batch does not fault in fresh pages; see
-    ``h5feed/consumer/memory.py``. ``shared_memory`` (default True): local workers write
+    ``h5feed/common/system/memory.py``. ``shared_memory`` (default True): local workers write
     batches straight into shared memory the trainer reads (see ``h5feed/consumer/core/slots.py``).
     ``metrics_port`` (default: ``$H5FEED_METRICS_PORT``, else none) serves ``/metrics`` and
     ``/stats`` on that port of 127.0.0.1 (0: a free one), or on ``"HOST:PORT"``
-    (``"0.0.0.0:9100"``: every interface); see ``h5feed/consumer/metrics.py``.
+    (``"0.0.0.0:9100"``: every interface); see ``h5feed/consumer/telemetry/metrics.py``.
     ``max_message_bytes`` (default 1 GiB) caps every frame on the consumer's socket and its
     local workers' (``ZMQ_MAXMSGSIZE``); ``max_frame_pixels`` (default 64 megapixels) caps a
     stored frame's height x width, read from its header before it is decoded or read.

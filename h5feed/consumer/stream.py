@@ -2,7 +2,8 @@
 
 Guarantees of a :class:`BatchStream`:
 
-1. It yields the batches of its epochs exactly as the plan says (see ``h5feed.consumer.plan``):
+1. It yields the batches of its epochs exactly as the plan says (see
+``h5feed.consumer.plan.epoch_plan``):
    every sample of each epoch once, in plan order when ``deterministic`` (else as completed).
 2. It raises, from ``next()``, the first failure of the iteration (worker error with the
    worker's traceback, worker death with its exit code, timeout); it never blocks forever.
@@ -29,21 +30,21 @@ from typing import Any, cast
 
 import numpy as np
 
-from h5feed.common.cpus import available_cpus
 from h5feed.common.errors import H5FeedError, ResumeError
+from h5feed.common.system.cpus import available_cpus
+from h5feed.common.system.memory import keep_freed_memory_mapped
 from h5feed.consumer.core.assembly import Batch
 from h5feed.consumer.core.credits import CreditGate
 from h5feed.consumer.core.loop import END, FAILED, FeedLoop
 from h5feed.consumer.core.session import PeerSession
 from h5feed.consumer.iteration import IterationStart, Position, make_scheduler
-from h5feed.consumer.memory import keep_freed_memory_mapped
 from h5feed.consumer.options import FeedConfig, data_root
-from h5feed.consumer.plan import Cursor
+from h5feed.consumer.plan.epoch_plan import Cursor
 from h5feed.consumer.processes.autoscale import Autoscaler, AutoWorkers
 from h5feed.consumer.processes.worker_pool import Lease, close_all_slots
 from h5feed.consumer.sources.kinds import kind_class
 from h5feed.consumer.sources.options import Learnt
-from h5feed.consumer.stats import Counters, RateMeter, WaitMeter, iteration_stats
+from h5feed.consumer.telemetry.stats import Counters, RateMeter, WaitMeter, iteration_stats
 
 #: Keys of every tf.data element by default (NumPy batches also carry ``sample``, ``epoch``
 #: and ``batch``: see ``keys=`` of ``h5feed.dataset``).

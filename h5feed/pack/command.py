@@ -120,7 +120,7 @@ def _progress(args: argparse.Namespace) -> Any:
 def run_command(args: argparse.Namespace) -> int:
     """Run ``h5feed pack`` with parsed ``args``; print a summary to stdout."""
     from h5feed.common.errors import DataError
-    from h5feed.producer.cpus import available_cpus
+    from h5feed.producer.service.cpus import available_cpus
 
     jobs = args.jobs if args.jobs is not None else available_cpus()
     if args.verify_only:

@@ -22,7 +22,7 @@ import json
 import os
 from typing import Any
 
-from h5feed.common.atomic import atomic_file
+from h5feed.common.system.atomic import atomic_file
 
 __all__ = ["MANIFEST_NAME", "VERSION", "load", "save"]
 

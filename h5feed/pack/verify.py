@@ -26,9 +26,9 @@ from h5feed.common.errors import DataError
 from h5feed.common.layouts import CRC_DATASET, PACK_VERSION, PACK_VERSION_ATTR
 from h5feed.pack import manifest as manifest_io
 from h5feed.pack.shards import CLASSES_ATTR, file_sha256
-from h5feed.producer.dataset_checks import check_dataset
+from h5feed.producer.files.dataset_checks import check_dataset
+from h5feed.producer.files.read_limits import DatasetBounds
 from h5feed.producer.layouts import pack_index
-from h5feed.producer.read_limits import DatasetBounds
 
 __all__ = ["verify_manifest", "verify_out"]
 

@@ -21,8 +21,8 @@ from h5feed.common import layouts
 from h5feed.common.errors import DataError
 from h5feed.common.file_labels import directory_labels
 from h5feed.common.layouts import Auto, LayoutSpec
-from h5feed.producer.decode import decode_frame
 from h5feed.producer.layouts import open_reader
+from h5feed.producer.worker.decode import decode_frame
 
 #: Frames whose stored size is read to estimate the mean encoded frame size.
 _SIZE_SAMPLE_FRAMES = 256

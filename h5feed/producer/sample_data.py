@@ -30,7 +30,7 @@ import h5py
 import numpy as np
 from numpy.typing import NDArray
 
-from h5feed.common.atomic import atomic_file
+from h5feed.common.system.atomic import atomic_file
 from h5feed.producer.sample_scenes import video_frames
 
 __all__ = [

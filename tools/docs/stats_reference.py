@@ -7,7 +7,8 @@ Guarantees:
    tests/test_public_surface.py pins (tests/test_docs_reference.py), so a key added to
    ``stats()`` without a line here fails a test, and so does a line for a key that is gone.
 2. The ``/metrics`` names, types and help texts are not written here: they come from the
-   feed's own Prometheus collector (:class:`h5feed.consumer.metrics.FeedCollector`), run on a
+   feed's own Prometheus collector (:class:`h5feed.consumer.telemetry.metrics.FeedCollector`), run
+   on a
    sample ``stats()`` in which every figure is known, so every family it can export is
    listed, each with the help text a scrape shows.
 3. Nothing runs but that collector: no feed, no process, no socket.
@@ -134,7 +135,7 @@ def _sample_stats() -> dict[str, Any]:
 
 def metric_families() -> list[tuple[str, str, str]]:
     """(sample name, type, help) of every family a feed's ``/metrics`` can export."""
-    from h5feed.consumer.metrics import FeedCollector, IterationTotals
+    from h5feed.consumer.telemetry.metrics import FeedCollector, IterationTotals
 
     stats = _sample_stats()
 

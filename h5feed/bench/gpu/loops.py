@@ -23,7 +23,7 @@ import numpy as np
 from h5feed.bench.gpu.feeders import CLIP_OPTIONS, cached_source, dataloader_source, h5feed_source
 from h5feed.bench.gpu.models import make_keras_model, make_model
 from h5feed.bench.workload import BATCH_SIZE
-from h5feed.common.procstat import descendants, process_cpu_s
+from h5feed.common.system.procstat import descendants, process_cpu_s
 
 
 class NvmlSampler:

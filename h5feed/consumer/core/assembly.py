@@ -27,9 +27,9 @@ from typing import Any
 import numpy as np
 
 from h5feed.common.errors import DataError
+from h5feed.common.system.memory import aligned_empty
 from h5feed.consumer.core.slots import Slot, SlotPool
-from h5feed.consumer.memory import aligned_empty
-from h5feed.consumer.plan import Index, PlannedBatch
+from h5feed.consumer.plan.epoch_plan import Index, PlannedBatch
 
 
 @dataclasses.dataclass
@@ -43,7 +43,8 @@ class Batch:
     element: Any = None
     rows: int = 0
     nbytes: int = 0
-    # What the plan said of it, for the lineage record (h5feed/consumer/lineage.py): an HDF5
+    # What the plan said of it, for the lineage record (h5feed/consumer/position/lineage.py): an
+    # HDF5
     # batch's planned rows (clip starts, crop draws, flips, seeds); a map or keras source's
     # item indices.
     planned: PlannedBatch | None = None

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Literal
 
-from h5feed.common import messages
+from h5feed.common.protocol import messages
 from h5feed.consumer.core.ledger import Peer
 
 #: Why a peer is gone: it said BYE; a send to it failed (its connection stopped answering

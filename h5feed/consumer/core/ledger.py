@@ -12,8 +12,8 @@ import dataclasses
 import time
 from typing import Generic, TypeVar
 
-from h5feed.common.protocol_versions import PROTOCOL_VERSION
-from h5feed.consumer.stats import RateMeter
+from h5feed.common.protocol.versions import PROTOCOL_VERSION
+from h5feed.consumer.telemetry.stats import RateMeter
 
 W = TypeVar("W")
 
@@ -38,7 +38,7 @@ class Peer:
     #: Since when it owes a handshake answer (an INDEX of files it was asked to take) with
     #: none sent: the session's deadline runs from here as from ``last_progress`` for units.
     owes_since: float | None = None
-    #: The protocol version chosen with it (h5feed.common.protocol_versions): everything
+    #: The protocol version chosen with it (h5feed.common.protocol.versions): everything
     #: sent to it is said in this version.
     protocol: int = PROTOCOL_VERSION
     package: str = ""  # its h5feed package version, as its HELLO said

@@ -33,8 +33,8 @@ import time
 from collections.abc import Iterable
 from typing import Any, Protocol
 
-from h5feed.common import messages
 from h5feed.common.errors import NoWorkersError, WorkerTimeoutError
+from h5feed.common.protocol import messages
 from h5feed.consumer.core import recovery
 from h5feed.consumer.core.assembly import Batch
 from h5feed.consumer.core.credits import CreditGate, RunningDry, grown_budget
@@ -45,7 +45,7 @@ from h5feed.consumer.core.scheduler import Scheduler, Send
 from h5feed.consumer.core.session import PeerSession
 from h5feed.consumer.core.waker import Waker
 from h5feed.consumer.options import FeedOptions
-from h5feed.consumer.stats import Counters
+from h5feed.consumer.telemetry.stats import Counters
 
 _POLL_MS = 50
 _HEALTH_EVERY_S = 0.2
@@ -75,7 +75,7 @@ def all_connected(peers: Iterable[Peer], local_workers: int, listen: str | None)
 
 
 class FleetRefusal(Protocol):
-    """What the loop asks ``fleet=``'s announcer (h5feed/consumer/fleet.py)."""
+    """What the loop asks ``fleet=``'s announcer (h5feed/consumer/processes/fleet_announcer.py)."""
 
     def refusal(self) -> str | None: ...
 

@@ -34,8 +34,8 @@ import collections
 from collections.abc import Hashable
 from typing import Final, Protocol
 
-from h5feed.common import messages
 from h5feed.common.errors import FileReadError, PoisonUnitError, WorkerDiedError, WorkerError
+from h5feed.common.protocol import messages
 from h5feed.consumer.core.events import PeerLost
 from h5feed.consumer.core.ledger import Peer
 from h5feed.consumer.core.scheduler import Reassignment, Scheduler, Send

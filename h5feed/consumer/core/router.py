@@ -28,13 +28,13 @@ from typing import Final, cast
 
 import zmq
 
-from h5feed.common import messages
-from h5feed.common.curve import KeyPair
-from h5feed.common.curve_server import CurveServer
-from h5feed.common.exposure import is_local_address
-from h5feed.common.fd_limit import raise_open_files_limit
-from h5feed.common.liveness import consumer_heartbeat_timeout, enable_heartbeats
-from h5feed.common.protocol_versions import PROTOCOL_VERSION
+from h5feed.common.protocol import messages
+from h5feed.common.protocol.liveness import consumer_heartbeat_timeout, enable_heartbeats
+from h5feed.common.protocol.versions import PROTOCOL_VERSION
+from h5feed.common.system.fd_limit import raise_open_files_limit
+from h5feed.common.trust.curve import KeyPair
+from h5feed.common.trust.curve_server import CurveServer
+from h5feed.common.trust.exposure import is_local_address
 from h5feed.consumer.options import FeedOptions
 
 _SEND_TIMEOUT_MS = 5000

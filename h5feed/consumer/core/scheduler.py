@@ -17,7 +17,7 @@ restarted or an added producer) a share of the work from the next unit on.
 What a scheduler hands back beyond batches is read, never pushed: :attr:`Scheduler.learnt`
 (what its handshake taught, which a later iteration starts from), :attr:`Scheduler.epoch_length`
 (the one place an epoch's batch count is computed for an iteration) and
-:meth:`Scheduler.figures` (what ``stats()`` reports of it: :mod:`h5feed.consumer.stats`).
+:meth:`Scheduler.figures` (what ``stats()`` reports of it: :mod:`h5feed.consumer.telemetry.stats`).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import dataclasses
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any, Protocol
 
-from h5feed.common import messages
+from h5feed.common.protocol import messages
 from h5feed.consumer.core.assembly import Batch
 from h5feed.consumer.core.credits import CreditGate
 from h5feed.consumer.core.ledger import Peer
@@ -101,7 +101,8 @@ class Scheduler(Protocol):
 
     def take_released(self) -> list[Batch]:
         """The batches :meth:`next_units` completed without any part (a padded shard's batch
-        of padded rows only: ``h5feed.consumer.plan`` guarantee 3), in release order, each
+        of padded rows only: ``h5feed.consumer.plan.epoch_plan`` guarantee 3), in release order,
+        each
         once; the loop takes them after every dispatch."""
         ...
 

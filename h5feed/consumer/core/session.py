@@ -18,7 +18,7 @@ Guarantees:
    port can take over an identity. A HELLO from a local process the consumer replaced already
    (``retired``: a kept worker that died between iterations, its hello still queued on the
    socket) is ignored: it never becomes a peer, so no work is shared out to the dead.
-2. Protocol versions (:mod:`h5feed.common.protocol_versions`): a HELLO says its sender's
+2. Protocol versions (:mod:`h5feed.common.protocol.versions`): a HELLO says its sender's
    range; the peer is spoken to in the highest version both sides speak (``Peer.protocol``),
    and everything sent to it is encoded in that version. A peer with no version in common (or
    whose HELLO is in a version this side does not decode), or that cuts clips of another
@@ -29,7 +29,7 @@ Guarantees:
    is refused for the job, naming the field, and lost with cause ``refused``.
 3. A message that does not decode is dropped and counted (``malformed_messages``); so is one
    from an identity that never said hello. Such drops and the refusals are logged at most
-   once per 10 s for all identities together (``h5feed/common/refusal_log.py``: identities
+   once per 10 s for all identities together (``h5feed/common/trust/refusal_log.py``: identities
    cost a sender nothing), with the counts since the last line. An identity whose
    drops pass ``_MALFORMED_LIMIT`` (100) is refused (BYE ``refused: ...``; a peer is lost
    with cause ``refused``) and from then on its messages are not even decoded: they are
@@ -45,7 +45,7 @@ Guarantees:
    piece of work a peer is given has a deadline, whatever else it holds.
 5. :meth:`send` never raises for a peer that is gone and never calls back into the loop: it
    queues ``PeerLost`` and returns False.
-6. Liveness: every socket runs ZeroMQ heartbeats (see :mod:`h5feed.common.liveness`), which
+6. Liveness: every socket runs ZeroMQ heartbeats (see :mod:`h5feed.common.protocol.liveness`), which
    close a connection whose peer stops answering them; the session probes every peer it has
    not heard from for ``PROBE_EVERY_S`` with a PING, whose send fails (``ROUTER_MANDATORY``)
    once the connection is gone: the peer is lost (``unreachable``) within ``peer_timeout_s``.
@@ -62,17 +62,17 @@ from typing import Protocol
 
 import zmq
 
-from h5feed.common import messages
 from h5feed.common.config import CLIP_SEMANTICS
 from h5feed.common.errors import FeatureVersionError, ProtocolError, VersionMismatchError
-from h5feed.common.handshake import hello_says
-from h5feed.common.liveness import PROBE_EVERY_S
-from h5feed.common.logs import consumer_log
-from h5feed.common.protocol_versions import SPOKEN
-from h5feed.common.refusal_log import RefusalLog
+from h5feed.common.protocol import messages
+from h5feed.common.protocol.handshake import hello_says
+from h5feed.common.protocol.liveness import PROBE_EVERY_S
+from h5feed.common.protocol.versions import SPOKEN
+from h5feed.common.system.logs import consumer_log
+from h5feed.common.trust.refusal_log import RefusalLog
 from h5feed.consumer.core.events import Arrived, Event, LossCause, PeerJoined, PeerLost
 from h5feed.consumer.core.ledger import Peer
-from h5feed.consumer.stats import Counters
+from h5feed.consumer.telemetry.stats import Counters
 
 #: Malformed messages one identity may send before it is refused and ignored: enough that a
 #: peer's one-off bug is survived, few enough that a flood costs at most this many decodes.

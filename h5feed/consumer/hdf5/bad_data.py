@@ -32,8 +32,8 @@ from typing import Any
 import numpy as np
 
 from h5feed.common.errors import DataError, TooManySkippedError
-from h5feed.common.messages import SkippedRow
-from h5feed.consumer.plan import Index, PlannedBatch
+from h5feed.common.protocol.messages import SkippedRow
+from h5feed.consumer.plan.epoch_plan import Index, PlannedBatch
 
 #: Skipped samples kept, with where they are, for ``stats()["skipped_samples"]``.
 LISTED = 100

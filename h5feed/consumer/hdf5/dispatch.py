@@ -2,7 +2,8 @@
 batch cut into UNITs by the owners of its rows' files, the parts taken back, checked and
 assembled, the batches released.
 
-Each batch of the plan (:class:`~h5feed.consumer.plan.EpochPlan`, from the iteration's start
+Each batch of the plan (:class:`~h5feed.consumer.plan.epoch_plan.EpochPlan`, from the iteration's
+start
 cursor: :func:`planned_batches`) is one UNIT per worker that owns some of its rows' files
 (:class:`~h5feed.consumer.hdf5.file_owners.FileOwners`: read here, changed only by the
 scheduler); the parts are assembled (:class:`~h5feed.consumer.core.assembly.BatchAssembler`,
@@ -50,9 +51,9 @@ from collections.abc import Hashable, Iterator
 
 import numpy as np
 
-from h5feed.common import messages
 from h5feed.common.errors import H5FeedError
-from h5feed.common.logs import consumer_log
+from h5feed.common.protocol import messages
+from h5feed.common.system.logs import consumer_log
 from h5feed.consumer.core.assembly import Batch, BatchAssembler
 from h5feed.consumer.core.credits import CreditGate
 from h5feed.consumer.core.ledger import Ledger, Peer, Unit
@@ -66,16 +67,16 @@ from h5feed.consumer.hdf5.file_readers import FileReaders
 from h5feed.consumer.hdf5.parts import bad_frames, is_expected
 from h5feed.consumer.hdf5.units import Work, unit_rows
 from h5feed.consumer.options import HdfConfig
-from h5feed.consumer.plan import PAD_SAMPLE, Cursor, Index, PlannedBatch
-from h5feed.consumer.rest import Rest
-from h5feed.consumer.stats import Counters
+from h5feed.consumer.plan.epoch_plan import PAD_SAMPLE, Cursor, Index, PlannedBatch
+from h5feed.consumer.plan.rest import Rest
+from h5feed.consumer.telemetry.stats import Counters
 
 
 def planned_batches(
     index: Index, config: HdfConfig, epochs: Iterator[int], start: Cursor, rest: Rest | None = None
 ) -> Iterator[PlannedBatch]:
     """The batches of ``epochs``, the first from ``start``'s batch on; ``rest``'s epoch is
-    the rest of that epoch after a change of topology (:mod:`h5feed.consumer.rest`). Raises
+    the rest of that epoch after a change of topology (:mod:`h5feed.consumer.plan.rest`). Raises
     H5FeedError for an epoch with no batch (else endless epochs would spin through empty
     ones)."""
     options = config.options

@@ -22,8 +22,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from h5feed.common import messages
-from h5feed.consumer.plan import FileColumns, Index
+from h5feed.common.protocol import messages
+from h5feed.consumer.plan.epoch_plan import FileColumns, Index
 
 
 def indexed_files(message: messages.Message) -> list[tuple[int, FileColumns]] | None:

@@ -34,8 +34,8 @@ import collections
 from collections.abc import Iterable, Sequence
 from typing import Final
 
-from h5feed.common import messages
 from h5feed.common.errors import FileReadError
+from h5feed.common.protocol import messages
 from h5feed.consumer.core.ledger import Peer
 from h5feed.consumer.core.scheduler import Send
 

@@ -1,7 +1,7 @@
 """The index of a feed's files, remembered by the consumer, so the next ``dataset()`` over the
 same files knows its length (and its index fingerprint) before any worker starts.
 
-The workers' per-file cache (``h5feed/producer/index_cache.py``) is keyed by the layout as
+The workers' per-file cache (``h5feed/producer/files/index_cache.py``) is keyed by the layout as
 recognised after opening each file, which the consumer cannot do (it never opens HDF5
 files). So the consumer keeps its own record: once an iteration's index is built, the whole
 index is written under ``<index_cache>/feeds/``, keyed by every file's device and inode, size
@@ -25,9 +25,9 @@ import pathlib
 
 import msgpack
 
-from h5feed.common.atomic import atomic_file
+from h5feed.common.system.atomic import atomic_file
 from h5feed.consumer.options import HdfConfig
-from h5feed.consumer.plan import Index
+from h5feed.consumer.plan.epoch_plan import Index
 
 _log = logging.getLogger("h5feed.consumer")
 #: A record larger than this is not read (about 10 million videos' worth).

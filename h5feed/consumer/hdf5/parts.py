@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from h5feed.common import messages
 from h5feed.common.config import ClipSpec
+from h5feed.common.protocol import messages
 from h5feed.consumer.core.assembly import BatchAssembler
 from h5feed.consumer.core.ledger import Peer, Unit
 from h5feed.consumer.hdf5.units import Work

@@ -64,11 +64,11 @@ from __future__ import annotations
 import os
 from collections.abc import Hashable, Iterator, Sequence
 
-from h5feed.common import messages
 from h5feed.common.errors import DataError
-from h5feed.common.logs import consumer_log
-from h5feed.consumer.code_identities import identities_of
+from h5feed.common.protocol import messages
+from h5feed.common.system.logs import consumer_log
 from h5feed.consumer.core.assembly import Batch
+from h5feed.consumer.core.code_identities import identities_of
 from h5feed.consumer.core.credits import CreditGate
 from h5feed.consumer.core.ledger import Peer
 from h5feed.consumer.core.scheduler import Figures, Reassignment, Send
@@ -88,9 +88,9 @@ from h5feed.consumer.hdf5.units import (
     merge_jobs,
 )
 from h5feed.consumer.options import HdfConfig
-from h5feed.consumer.plan import Cursor, FileColumns, Index
-from h5feed.consumer.rest import Rest
-from h5feed.consumer.stats import Counters
+from h5feed.consumer.plan.epoch_plan import Cursor, FileColumns, Index
+from h5feed.consumer.plan.rest import Rest
+from h5feed.consumer.telemetry.stats import Counters
 
 
 class HdfScheduler:
@@ -110,7 +110,7 @@ class HdfScheduler:
         """``known``: the index of these files as local workers last read them, unchanged
         since (see :meth:`start`); ``file_sizes``: their sizes, if just stat'ed (the files
         are shared out by size); ``rest``: the rest of an epoch after a change of topology
-        (:mod:`h5feed.consumer.rest`), planned for its epoch."""
+        (:mod:`h5feed.consumer.plan.rest`), planned for its epoch."""
         self.config = config
         self.job_id = job_id
         # The transform's module as its file is now: a worker running another copy refuses.

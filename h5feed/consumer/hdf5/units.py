@@ -12,12 +12,12 @@ from collections.abc import Collection, Sequence
 
 import numpy as np
 
-from h5feed.common import messages
 from h5feed.common.config import CLIP_SEMANTICS
+from h5feed.common.protocol import messages
 from h5feed.consumer.core.ledger import Peer
 from h5feed.consumer.core.scheduler import Send
 from h5feed.consumer.options import HdfConfig
-from h5feed.consumer.plan import FileColumns, Index, PlannedBatch
+from h5feed.consumer.plan.epoch_plan import FileColumns, Index, PlannedBatch
 
 #: A JOB lists at most this many files, and paths of at most this many UTF-8 bytes in all: a
 #: worker takes a JOB of the job in hand as more files (protocol 4 already does), so a job of
@@ -44,7 +44,8 @@ def job_parts(
 ) -> list[messages.Job]:
     """The JOB that gives a worker ``files`` to open (and, with ``send_index``, asks for their
     INDEX), in parts (:func:`split_job`: a worker that has the job already adds the files of
-    the next part); ``code``: the transform module's identity (h5feed.common.code_identity)."""
+    the next part); ``code``: the transform module's identity
+    (h5feed.common.user_code.code_identity)."""
     refs = tuple(messages.FileRef(i, config.files[i]) for i in files)
     job = messages.Job(
         job_id, refs, config.clip.to_wire(), config.layout.to_wire(),

@@ -5,7 +5,7 @@ be replayed in a test (``tests/test_autoscale.py``).
 The rules (:meth:`Autoscaler.decide`), checked at most once per :data:`CHECK_EVERY_S`:
 
 1. **Grow** by one when the trainer's recent wait share was above the input-bound threshold
-   (``h5feed.consumer.stats.INPUT_BOUND_WAIT_SHARE``, the verdict's) with every worker
+   (``h5feed.consumer.telemetry.stats.INPUT_BOUND_WAIT_SHARE``, the verdict's) with every worker
    holding a unit at :data:`GROW_AFTER` checks in a row, below the cap (a worker with
    nothing to do says another would not help: an HDF5 feed's work moves by file, so a
    dataset of fewer files than workers leaves the extra ones idle), and the iteration takes
@@ -20,7 +20,7 @@ The rules (:meth:`Autoscaler.decide`), checked at most once per :data:`CHECK_EVE
    after a change must describe the new count before the next change), and none while a
    started worker has not joined yet; a change resets both streaks.
 4. Never above ``cap`` (the cores this process may use: affinity and cgroup quota,
-   :func:`h5feed.common.cpus.available_cpus`) nor under 1.
+   :func:`h5feed.common.system.cpus.available_cpus`) nor under 1.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable
 from typing import Protocol
 
 from h5feed.consumer.core.ledger import Peer
-from h5feed.consumer.stats import INPUT_BOUND_WAIT_SHARE
+from h5feed.consumer.telemetry.stats import INPUT_BOUND_WAIT_SHARE
 
 #: How often the figures are looked at (a streak counts checks, not loop passes).
 CHECK_EVERY_S = 1.0

@@ -1,10 +1,12 @@
 """Worker processes started on this machine for one iteration (or, persistent, for every
 iteration of a dataset: :mod:`h5feed.consumer.processes.worker_pool`).
 
-Each worker is ``python -m h5feed.producer.worker`` in a fresh interpreter (never a fork of the
+Each worker is ``python -m h5feed.producer.worker`` in a fresh interpreter (never a fork of
+the
 trainer, and never a ``multiprocessing`` spawn that re-imports the trainer's ``__main__``, so a
 script without an ``if __name__ == "__main__":`` guard works, unless it names
-``"__main__:..."``: see :mod:`h5feed.common.trainer_main`). Its ``sys.path`` starts with the
+``"__main__:..."``: see :mod:`h5feed.common.user_code.trainer_main`). Its ``sys.path`` starts with
+the
 trainer's (``PYTHONPATH``), so ``source=`` and ``transform=`` modules are found where the
 trainer finds them. Guarantees:
 
@@ -44,16 +46,16 @@ import tempfile
 import time
 from collections.abc import Callable
 
-from h5feed.common import trainer_main
 from h5feed.common.config import DEFAULT_MAX_OPEN_FILES
-from h5feed.common.curve import (
+from h5feed.common.errors import WorkerDiedError, WorkerTimeoutError
+from h5feed.common.protocol.wire import DEFAULT_MAX_MESSAGE_BYTES
+from h5feed.common.trust.curve import (
     CURVE_ENV_PUBLIC,
     CURVE_ENV_SECRET,
     CURVE_ENV_SERVER,
     KeyPair,
 )
-from h5feed.common.errors import WorkerDiedError, WorkerTimeoutError
-from h5feed.common.wire import DEFAULT_MAX_MESSAGE_BYTES
+from h5feed.common.user_code import trainer_main
 from h5feed.common.worker_counters import COUNTERS, read_counters
 from h5feed.common.worker_settings import Code, Data, Network, Process, WorkerSettings
 from h5feed.consumer.processes.spawner import spawn
@@ -95,7 +97,7 @@ class LocalWorkers:
             env[CURVE_ENV_SERVER] = server_public.decode()
         # Workers import h5feed from where the trainer did, installed or not, and look for
         # the user's modules (source= and transform= alike) where the trainer does: its
-        # sys.path, in its order. Its __main__: see h5feed.common.trainer_main.
+        # sys.path, in its order. Its __main__: see h5feed.common.user_code.trainer_main.
         env["PYTHONPATH"] = os.pathsep.join(
             dict.fromkeys(p for p in (_PACKAGE_PARENT, *trainer_path(), env.get("PYTHONPATH")) if p)
         )

@@ -1,7 +1,7 @@
 """One long-lived thread per trainer process that starts every local worker.
 
 Why a thread of its own: a local worker asks the kernel for SIGKILL when its parent dies
-(``PR_SET_PDEATHSIG``, see ``h5feed/producer/lifetime.py``), so that a worker blocked in a
+(``PR_SET_PDEATHSIG``, see ``h5feed/producer/worker/lifetime.py``), so that a worker blocked in a
 long call (a slow transform, a read from a hung filesystem) cannot outlive a SIGKILLed
 trainer. Linux sends that signal when the *thread* that forked the worker exits, not when
 the process does (prctl(2)). Iterations start in whatever thread calls ``iter()`` — often a
@@ -18,7 +18,7 @@ Guarantees:
 3. Thread-safe; after ``os.fork()`` the child process starts its own spawner thread.
 4. Every worker is born with SIGTERM blocked (this thread blocks it; a child inherits its
    forking thread's mask through ``exec``): that tells the worker to take SIGTERM from the
-   trainer only (``h5feed/producer/lifetime.py``, guarantee 4), so a preemption's SIGTERM
+   trainer only (``h5feed/producer/worker/lifetime.py``, guarantee 4), so a preemption's SIGTERM
    to every process of the job leaves the workers serving the trainer's last steps. The
    trainer itself is unaffected: its other threads take its signals.
 """

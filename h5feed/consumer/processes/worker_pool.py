@@ -10,7 +10,7 @@ iteration; starting workers for each one costs their start-up and their index (s
 iteration borrows it (:meth:`PoolSlot.take`), runs its own job on it (a new JOB, a new session,
 plan and loop), and gives it back (:meth:`PoolSlot.give_back`). The workers run with
 ``--persistent``: a BYE ends their job, not their process, and they keep their files' indexes
-in memory (``h5feed.producer.index_cache.MemoryIndex``), so the next JOB is answered without a
+in memory (``h5feed.producer.files.index_cache.MemoryIndex``), so the next JOB is answered without a
 disk read.
 
 Guarantees:
@@ -50,16 +50,16 @@ import uuid
 import weakref
 from typing import Protocol
 
-from h5feed.common.cpus import available_cpus
-from h5feed.common.curve import KeyPair, load_public
 from h5feed.common.errors import WorkerDiedError
-from h5feed.common.exposure import is_local_address
-from h5feed.common.logs import with_ids
+from h5feed.common.system.cpus import available_cpus
+from h5feed.common.system.logs import with_ids
+from h5feed.common.trust.curve import KeyPair, load_public
+from h5feed.common.trust.exposure import is_local_address
 from h5feed.consumer.core.router import Router
 from h5feed.consumer.core.session import describe_exit
 from h5feed.consumer.core.waker import Waker
-from h5feed.consumer.fleet import Announcer, parse_endpoint
 from h5feed.consumer.options import FeedOptions
+from h5feed.consumer.processes.fleet_announcer import Announcer, parse_endpoint
 from h5feed.consumer.processes.local_workers import LocalWorkers
 
 _log = with_ids(logging.getLogger("h5feed.consumer"), "consumer")

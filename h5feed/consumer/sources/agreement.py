@@ -3,7 +3,7 @@ different shards (generator).
 
 A map or keras source runs as one copy of the user's object per worker, and exactly once
 holds only if item ``i`` is the same item in every copy. The workers seed the global
-generators before every call into the user's code (``h5feed.producer.seeding``), which makes
+generators before every call into the user's code (``h5feed.producer.worker.seeding``), which makes
 careless code (``np.random.shuffle`` in ``__init__``) agree; this module checks that they do.
 
 Each copy digests the same few items (map: first, middle, last; keras: first and last batch)
@@ -41,8 +41,8 @@ import collections
 import warnings
 from collections.abc import Mapping, Sequence
 
-from h5feed.common import messages
 from h5feed.common.errors import NondeterministicItemWarning, SourceError
+from h5feed.common.protocol import messages
 
 _HINT = (
     "each copy gives it the same twice, so the copies are different objects: randomness "

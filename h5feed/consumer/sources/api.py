@@ -5,7 +5,7 @@ stacked along a new first axis — except for keras sources, whose items are bat
 are passed on as they are. A leaf with a dimension that varies between elements is zero-padded
 to the batch's largest, with its lengths beside it (``x`` -> ``x_length`` in a dict; elsewhere
 the leaf becomes the pair ``(x, lengths)``), or, with ``ragged=``, given as a
-``tf.RaggedTensor`` (NumPy: :class:`h5feed.common.elements.RaggedArray`). Strings are
+``tf.RaggedTensor`` (NumPy: :class:`h5feed.common.elements.values.RaggedArray`). Strings are
 ``tf.string`` (NumPy: object arrays of bytes).
 """
 

@@ -16,10 +16,10 @@ from __future__ import annotations
 from collections.abc import Hashable, Mapping, Sequence
 from typing import TYPE_CHECKING, ClassVar
 
-from h5feed.common import messages
 from h5feed.common.errors import H5FeedError
-from h5feed.common.logs import consumer_log
-from h5feed.common.source_kinds import SourceKind
+from h5feed.common.protocol import messages
+from h5feed.common.system.logs import consumer_log
+from h5feed.common.user_code.source_kinds import SourceKind
 from h5feed.consumer.core.assembly import Batch
 from h5feed.consumer.core.credits import CreditGate
 from h5feed.consumer.core.ledger import Ledger, Peer

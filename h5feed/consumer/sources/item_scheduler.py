@@ -26,16 +26,16 @@ import time
 from collections.abc import Hashable, Iterator, Sequence
 from typing import TYPE_CHECKING, Protocol
 
-from h5feed.common import messages
-from h5feed.common.elements import Field
+from h5feed.common.elements.values import Field
 from h5feed.common.errors import H5FeedError, WorkerTimeoutError
-from h5feed.common.logs import consumer_log
+from h5feed.common.protocol import messages
+from h5feed.common.system.logs import consumer_log
 from h5feed.consumer.core.assembly import Batch
 from h5feed.consumer.core.credits import CreditGate
 from h5feed.consumer.core.ledger import Ledger, Peer, Unit
 from h5feed.consumer.core.ordering import PlannedRelease
 from h5feed.consumer.core.scheduler import Reassignment, Send
-from h5feed.consumer.plan import PAD_SAMPLE, Cursor, epoch_order
+from h5feed.consumer.plan.epoch_plan import PAD_SAMPLE, Cursor, epoch_order
 from h5feed.consumer.sources.agreement import check_agreement
 from h5feed.consumer.sources.kind import KindClass, KindSetup
 from h5feed.consumer.sources.padding import padded_fields, with_positions

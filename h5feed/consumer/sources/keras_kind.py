@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, ClassVar
 
-from h5feed.common.elements import Field
-from h5feed.common.messages import ItemCheck
-from h5feed.common.source_kinds import SourceKind
+from h5feed.common.elements.values import Field
+from h5feed.common.protocol.messages import ItemCheck
+from h5feed.common.user_code.source_kinds import SourceKind
 from h5feed.consumer.core.assembly import Batch
 from h5feed.consumer.sources.agreement import check_agreement
 from h5feed.consumer.sources.item_scheduler import ItemScheduler, epoch_batches

@@ -3,7 +3,8 @@
 plan once the handshake (:mod:`h5feed.consumer.sources.scheduler`) agreed on kind, length and
 spec.
 
-Adding a kind: a :class:`~h5feed.common.source_kinds.SourceKind` member; its producer class
+Adding a kind: a :class:`~h5feed.common.user_code.source_kinds.SourceKind` member; its producer
+class
 (:mod:`h5feed.producer.sources`); a class following :class:`KindClass` whose ``make``
 returns a scheduler following :class:`KindScheduler`, in
 :data:`h5feed.consumer.sources.kinds.SCHEDULERS`. ``tests/test_source_kinds.py`` checks that
@@ -16,16 +17,16 @@ import dataclasses
 from collections.abc import Hashable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol
 
-from h5feed.common import messages
-from h5feed.common.elements import ElementSpec
-from h5feed.common.source_kinds import SourceKind
+from h5feed.common.elements.values import ElementSpec
+from h5feed.common.protocol import messages
+from h5feed.common.user_code.source_kinds import SourceKind
 from h5feed.consumer.core.assembly import Batch
 from h5feed.consumer.core.credits import CreditGate
 from h5feed.consumer.core.ledger import Peer
 from h5feed.consumer.core.scheduler import Reassignment, Send
-from h5feed.consumer.plan import Cursor
+from h5feed.consumer.plan.epoch_plan import Cursor
 from h5feed.consumer.sources.options import SourceConfig
-from h5feed.consumer.stats import Counters
+from h5feed.consumer.telemetry.stats import Counters
 
 if TYPE_CHECKING:
     from h5feed.consumer.options import FeedOptions
@@ -100,7 +101,7 @@ class KindClass(Protocol):
     shards_in_workers: bool
     #: What one of its indices names in messages ("item", "batch").
     noun: str
-    #: Why it cannot pad its shards (``shard_remainder="pad"``: h5feed.consumer.plan
+    #: Why it cannot pad its shards (``shard_remainder="pad"``: h5feed.consumer.plan.epoch_plan
     #: guarantee 3), in words; None where it can. The handshake refuses pad for it before
     #: any unit is sent.
     pad_refusal: str | None

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from h5feed.common.source_kinds import SourceKind
+from h5feed.common.user_code.source_kinds import SourceKind
 from h5feed.consumer.sources.generator_kind import GeneratorKind
 from h5feed.consumer.sources.keras_kind import KerasKind
 from h5feed.consumer.sources.kind import KindClass

@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING, Any
 
 import msgpack
 
-from h5feed.common import import_paths
-from h5feed.common.elements import ElementSpec
-from h5feed.common.source_kinds import SourceKind
+from h5feed.common.elements.values import ElementSpec
+from h5feed.common.user_code import import_paths
+from h5feed.common.user_code.source_kinds import SourceKind
 
 if TYPE_CHECKING:  # options.py imports this module (FeedConfig = HdfConfig | SourceConfig)
     from h5feed.consumer.options import FeedOptions

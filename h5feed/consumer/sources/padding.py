@@ -1,6 +1,8 @@
-"""Padded rows of a map source (``shard_remainder="pad"``: h5feed.consumer.plan guarantee 3).
+"""Padded rows of a map source (``shard_remainder="pad"``: h5feed.consumer.plan.epoch_plan
+guarantee 3).
 
-A padded item (:data:`~h5feed.consumer.plan.PAD_SAMPLE` in the epoch's order) is never sent to a
+A padded item (:data:`~h5feed.consumer.plan.epoch_plan.PAD_SAMPLE` in the epoch's order) is never
+sent to a
 worker. The batch it falls in is made of the workers' rows for its real items, then one zero
 row per padded item, and every batch of the feed gets two more keys: ``sample`` (int64 [B], the
 item index, -1 where padded) and ``valid`` (bool [B], False where padded).
@@ -21,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from h5feed.common.elements import ElementSpec, Field
-from h5feed.consumer.plan import PAD_SAMPLE
+from h5feed.common.elements.values import ElementSpec, Field
+from h5feed.consumer.plan.epoch_plan import PAD_SAMPLE
 
 #: The keys a padded feed adds to every batch of a map source.
 SAMPLE_KEY, VALID_KEY = "sample", "valid"

@@ -6,14 +6,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from h5feed.common import elements, messages
-from h5feed.common.elements import ElementSpec, Field, RaggedArray
-from h5feed.common.logs import IdsLogger
+from h5feed.common.elements import values as elements
+from h5feed.common.elements.values import ElementSpec, Field, RaggedArray
+from h5feed.common.protocol import messages
+from h5feed.common.system.logs import IdsLogger
 from h5feed.consumer.core.assembly import Batch
 from h5feed.consumer.core.ledger import Ledger, Peer, Unit, W
 from h5feed.consumer.core.malformed import drop_malformed
 from h5feed.consumer.sources.options import SourceConfig
-from h5feed.consumer.stats import Counters
+from h5feed.consumer.telemetry.stats import Counters
 
 
 class Parts:

@@ -19,22 +19,23 @@ from __future__ import annotations
 import sys
 from collections.abc import Hashable, Iterator, Sequence
 
-from h5feed.common import elements, messages, wire
-from h5feed.common.elements import ElementSpec
+from h5feed.common.elements import values as elements
+from h5feed.common.elements.values import ElementSpec
 from h5feed.common.errors import SourceError
-from h5feed.common.logs import consumer_log
-from h5feed.common.source_kinds import SourceKind
-from h5feed.consumer.code_identities import identities_of
+from h5feed.common.protocol import messages, wire
+from h5feed.common.system.logs import consumer_log
+from h5feed.common.user_code.source_kinds import SourceKind
 from h5feed.consumer.core.assembly import Batch
+from h5feed.consumer.core.code_identities import identities_of
 from h5feed.consumer.core.credits import CreditGate
 from h5feed.consumer.core.ledger import Peer
 from h5feed.consumer.core.scheduler import Figures, Reassignment, Send
-from h5feed.consumer.plan import Cursor
+from h5feed.consumer.plan.epoch_plan import Cursor
 from h5feed.consumer.sources.kind import KindClass, KindScheduler, KindSetup
 from h5feed.consumer.sources.kinds import kind_class
 from h5feed.consumer.sources.options import Learnt, SourceConfig
 from h5feed.consumer.sources.padding import pad_refusal
-from h5feed.consumer.stats import Counters
+from h5feed.consumer.telemetry.stats import Counters
 
 
 class SourceScheduler:

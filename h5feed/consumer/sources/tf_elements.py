@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from h5feed.common import elements, tree
-from h5feed.common.elements import STRING, ElementSpec, LeafSpec, RaggedArray
+from h5feed.common.elements import tree
+from h5feed.common.elements import values as elements
+from h5feed.common.elements.values import STRING, ElementSpec, LeafSpec, RaggedArray
 from h5feed.common.errors import SourceError
 from h5feed.consumer.sources.kinds import kind_class
 from h5feed.consumer.sources.padding import SAMPLE_KEY, VALID_KEY
@@ -67,7 +68,7 @@ def ragged_paths(signature: Any, ragged: Any) -> Any:
 
 def tf_signature(source: SourceConfig, learnt: Learnt) -> Any:
     """The tf.data element signature of a source feed, from the kind and element spec its
-    workers told: the batch tree of :func:`h5feed.common.elements.build_batch`, with list
+    workers told: the batch tree of :func:`h5feed.common.elements.values.build_batch`, with list
     nodes as tuples."""
     import tensorflow as tf
 

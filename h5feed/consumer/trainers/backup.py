@@ -23,7 +23,7 @@ Guarantees:
    skip their last batches (tests/test_backup_restore.py pins both).
 4. A backup written by :func:`h5feed.merge_states` (``into=``) from the backups of a job on
    another number of shards resumes the rest of its epoch on this dataset's shard
-   (:mod:`h5feed.consumer.rest`); saves inside that epoch keep the rest (format 2).
+   (:mod:`h5feed.consumer.plan.rest`); saves inside that epoch keep the rest (format 2).
 5. The dataset must be ``h5feed.dataset(..., resume=backup_dir)`` (``epochs=1``, the
    default: one Keras epoch is one plan epoch): a dataset that does not start where the
    backup says, or whose fingerprint differs, is a ResumeError at ``on_train_begin``.
@@ -34,7 +34,7 @@ Guarantees:
    (:mod:`h5feed.consumer.trainers.preemption`). The restarted run trains from that step:
    nothing trained since the last periodic save is lost. The trainer's local workers keep
    serving until it goes (a SIGTERM sent to every process of the job does not stop them:
-   ``h5feed/producer/lifetime.py``), then die with it. No handler is installed without it.
+   ``h5feed/producer/worker/lifetime.py``), then die with it. No handler is installed without it.
 """
 
 from __future__ import annotations
@@ -43,9 +43,9 @@ import os
 from typing import Any
 
 from h5feed.common.errors import ResumeError
-from h5feed.consumer import resume
 from h5feed.consumer.feed import Feed
-from h5feed.consumer.plan import Cursor
+from h5feed.consumer.plan.epoch_plan import Cursor
+from h5feed.consumer.position import resume
 from h5feed.consumer.trainers.preemption import StopSignal
 
 #: The two weights files a backup alternates between (guarantee 2).

@@ -1,6 +1,6 @@
 """h5feed under ``tf.distribute``: which shard a trainer process reads, and one helper.
 
-h5feed shards itself (``shard=(i, n)``, see :mod:`h5feed.consumer.plan`), so tf.data's
+h5feed shards itself (``shard=(i, n)``, see :mod:`h5feed.consumer.plan.epoch_plan`), so tf.data's
 auto-sharding must not shard again: every dataset ``h5feed.dataset()`` returns has
 ``AutoShardPolicy.OFF``. Turning auto-sharding off alone would make every worker of a
 ``MultiWorkerMirroredStrategy`` read the whole epoch, so ``dataset()`` also reads the cluster

@@ -6,7 +6,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from h5feed.common.logs import with_ids
+from h5feed.common.system.logs import with_ids
 
 _log = with_ids(logging.getLogger("h5feed.consumer"), "consumer")  # ids in every line
 

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from h5feed.common.errors import H5FeedError, SourceError
-from h5feed.consumer.memory import TensorFlowBuffers
+from h5feed.common.system.memory import TensorFlowBuffers
 from h5feed.consumer.options import FeedConfig, HdfConfig
 from h5feed.consumer.sources.options import Learnt, SourceConfig
 from h5feed.consumer.sources.tf_elements import tf_signature, to_tf
@@ -131,7 +131,8 @@ def element_maker(
     batch keeps ``keys``; a source batch gives its RaggedArrays as ``tf.RaggedTensor`` and
     its lists (a keras item's ``[y_a, y_b]``) as tuples, as the signature has them. Large
     unaligned arrays (frames that came over the socket) are copied once to an aligned buffer
-    here, reused once TensorFlow lets go (:class:`h5feed.consumer.memory.TensorFlowBuffers`)."""
+    here, reused once TensorFlow lets go
+    (:class:`h5feed.common.system.memory.TensorFlowBuffers`)."""
     if isinstance(config, HdfConfig):
         buffers = TensorFlowBuffers()  # this dataset's: reused across its batches
         return lambda batch: {key: buffers.copy(batch[key]) for key in keys}

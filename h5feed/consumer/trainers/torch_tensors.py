@@ -25,7 +25,7 @@ gives each batch as a dict of tensors. Guarantees:
 6. ``source=`` (your own dataset in the workers): each batch is your element tree (tuples,
    dicts, lists, as :func:`h5feed.batches` gives it) with every numeric leaf a tensor over
    the batch memory as in 1., strings as in 3., and a ``ragged=`` field (a
-   :class:`h5feed.common.elements.RaggedArray`) a list of tensors, one per row (views of the
+   :class:`h5feed.common.elements.values.RaggedArray`) a list of tensors, one per row (views of the
    padded batch, as a ``collate_fn`` that keeps variable lengths gives them). ``keys=`` does
    not apply (the tree is yours).
 """
@@ -38,8 +38,8 @@ from typing import Any
 
 import numpy as np
 
-from h5feed.common import tree
-from h5feed.common.elements import RaggedArray
+from h5feed.common.elements import tree
+from h5feed.common.elements.values import RaggedArray
 from h5feed.consumer.api import PathsLike, batches
 from h5feed.consumer.feed import Feed
 

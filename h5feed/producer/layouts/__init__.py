@@ -24,7 +24,8 @@ from h5feed.common.layouts import (
     Raw,
     Video,
 )
-from h5feed.producer import confine
+from h5feed.producer.files import confine
+from h5feed.producer.files.read_limits import DEFAULT_BOUNDS, DatasetBounds
 from h5feed.producer.layouts.base import LayoutReader
 from h5feed.producer.layouts.blobs import BlobsReader
 from h5feed.producer.layouts.detect import detect
@@ -33,7 +34,6 @@ from h5feed.producer.layouts.frame_datasets import FrameDatasetsReader
 from h5feed.producer.layouts.groups import GroupsReader
 from h5feed.producer.layouts.raw import RawReader
 from h5feed.producer.layouts.video import open_video
-from h5feed.producer.read_limits import DEFAULT_BOUNDS, DatasetBounds
 
 __all__ = ["READERS", "LayoutReader", "open_reader"]
 
@@ -61,10 +61,10 @@ def open_reader(
     Raises FileReadError naming the file and host when it cannot be opened (missing, not
     HDF5, an I/O error), DataError naming the file when its layout is not known.
     With a data ``root`` (``path`` already confined to it), the file's external links are
-    checked before anything else touches the file (:mod:`h5feed.producer.confine`:
+    checked before anything else touches the file (:mod:`h5feed.producer.files.confine`:
     PathRefused names what leaves it). The reader checks each dataset before reading it:
     its sizes against ``bounds``, its storage against the root
-    (:mod:`h5feed.producer.dataset_checks`).
+    (:mod:`h5feed.producer.files.dataset_checks`).
     """
     try:
         h5 = h5py.File(path, "r")

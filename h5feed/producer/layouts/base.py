@@ -9,10 +9,10 @@ import h5py
 import numpy as np
 
 from h5feed.common.layouts import LayoutSpec
-from h5feed.producer.dataset_checks import check_dataset
-from h5feed.producer.index_cache import VideoEntry
+from h5feed.producer.files.dataset_checks import check_dataset
+from h5feed.producer.files.index_cache import VideoEntry
+from h5feed.producer.files.read_limits import DEFAULT_BOUNDS, DatasetBounds
 from h5feed.producer.layouts._common import read_labels, read_rows, video_name, video_number
-from h5feed.producer.read_limits import DEFAULT_BOUNDS, DatasetBounds
 
 
 class LayoutReader(abc.ABC):
@@ -27,7 +27,7 @@ class LayoutReader(abc.ABC):
     Every dataset a reader reads goes through :meth:`readable` first, once per dataset (when
     the reader opens or indexes it, never per frame): its declared sizes against ``bounds``,
     and with a data ``root`` where its bytes come from, recursively through virtual datasets
-    (:mod:`h5feed.producer.dataset_checks`). A new reader does the same for every dataset it
+    (:mod:`h5feed.producer.files.dataset_checks`). A new reader does the same for every dataset it
     touches, saying whether it reads it whole.
     """
 
@@ -50,7 +50,7 @@ class LayoutReader(abc.ABC):
         self.bounds = bounds
 
     def readable(self, dataset: h5py.Dataset, *, whole: bool) -> h5py.Dataset:
-        """``dataset``, once checked (:func:`~h5feed.producer.dataset_checks.check_dataset`):
+        """``dataset``, once checked (:func:`~h5feed.producer.files.dataset_checks.check_dataset`):
         DataError when its declared sizes pass ``bounds`` (``whole``: the reader reads all of
         it at once; else rows), PathRefused when reading it would leave the data root."""
         return check_dataset(dataset, self.bounds, self.root, whole=whole)

@@ -9,7 +9,8 @@ import numpy as np
 
 from h5feed.common.errors import DataError
 from h5feed.common.layouts import Blobs
-from h5feed.producer.index_cache import VideoEntry
+from h5feed.producer.files.index_cache import VideoEntry
+from h5feed.producer.files.read_limits import DEFAULT_BOUNDS, DatasetBounds
 from h5feed.producer.layouts._common import (
     dataset_at,
     read_labels,
@@ -17,7 +18,6 @@ from h5feed.producer.layouts._common import (
     video_number,
 )
 from h5feed.producer.layouts.base import LayoutReader
-from h5feed.producer.read_limits import DEFAULT_BOUNDS, DatasetBounds
 
 #: The largest blob (one padded frame) a file may declare: a read takes whole blobs.
 MAX_BLOB_BYTES = 64 << 20

@@ -9,8 +9,8 @@ import numpy as np
 
 from h5feed.common.errors import DataError
 from h5feed.common.layouts import Auto, Flat, FrameDatasets, Groups, LayoutSpec, Raw
+from h5feed.producer.files.link_walk import member_names
 from h5feed.producer.layouts import pack_index
-from h5feed.producer.link_walk import member_names
 
 #: How many top-level entries the no-match message lists before "... and N more".
 _LISTED_ENTRIES = 20

@@ -6,12 +6,12 @@ import h5py
 
 from h5feed.common.errors import DataError
 from h5feed.common.layouts import Flat
+from h5feed.producer.files.read_limits import DEFAULT_BOUNDS, DatasetBounds
 from h5feed.producer.layouts._common import (
     dataset_at,
     read_offsets,
 )
 from h5feed.producer.layouts.base import OffsetsReader
-from h5feed.producer.read_limits import DEFAULT_BOUNDS, DatasetBounds
 
 
 class FlatReader(OffsetsReader):

@@ -9,11 +9,11 @@ import numpy as np
 
 from h5feed.common.errors import DataError
 from h5feed.common.layouts import FrameDatasets
-from h5feed.producer.index_cache import VideoEntry
+from h5feed.producer.files.index_cache import VideoEntry
+from h5feed.producer.files.link_walk import member_names
+from h5feed.producer.files.read_limits import DEFAULT_BOUNDS, DatasetBounds
 from h5feed.producer.layouts._common import group_label, natural_key
 from h5feed.producer.layouts.base import LayoutReader
-from h5feed.producer.link_walk import member_names
-from h5feed.producer.read_limits import DEFAULT_BOUNDS, DatasetBounds
 
 _log = logging.getLogger("h5feed.worker")
 

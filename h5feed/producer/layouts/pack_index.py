@@ -15,7 +15,7 @@ Guarantees of :func:`read`:
    walks the groups as before.
 2. Everything is checked before it is trusted: the datasets' kinds, dtypes and equal lengths
    (at most :data:`MAX_VIDEOS` entries), then each dataset passes the reader's check
-   (sizes, data root: :mod:`h5feed.producer.dataset_checks`), all before anything is read;
+   (sizes, data root: :mod:`h5feed.producer.files.dataset_checks`), all before anything is read;
    then frame counts >= 1, names unique, sorted, non-empty, and exactly the file's other
    top-level names (one link listing, no group opened). An index that fails a check raises
    DataError naming the file and what is inconsistent: it is never silently replaced by a
@@ -33,7 +33,7 @@ import numpy as np
 
 from h5feed.common.errors import DataError
 from h5feed.common.layouts import PACK_VERSION, PACK_VERSION_ATTR
-from h5feed.producer.link_walk import member_names
+from h5feed.producer.files.link_walk import member_names
 
 __all__ = ["INDEX_GROUP", "MAX_VIDEOS", "PACK_VERSION", "PACK_VERSION_ATTR", "read", "write"]
 

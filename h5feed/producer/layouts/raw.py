@@ -8,13 +8,13 @@ import numpy as np
 
 from h5feed.common.errors import DataError
 from h5feed.common.layouts import Raw
+from h5feed.producer.files.read_limits import DEFAULT_BOUNDS, DatasetBounds
 from h5feed.producer.layouts import pixels
 from h5feed.producer.layouts._common import (
     dataset_at,
     read_offsets,
 )
 from h5feed.producer.layouts.base import OffsetsReader
-from h5feed.producer.read_limits import DEFAULT_BOUNDS, DatasetBounds
 
 
 class RawReader(OffsetsReader):

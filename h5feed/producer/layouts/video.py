@@ -10,11 +10,11 @@ import numpy as np
 
 from h5feed.common.errors import DataError
 from h5feed.common.layouts import DIRECTORY, Video
-from h5feed.producer.index_cache import VideoEntry
+from h5feed.producer.files.index_cache import VideoEntry
+from h5feed.producer.files.read_limits import DEFAULT_BOUNDS, DatasetBounds
 from h5feed.producer.layouts import pixels
 from h5feed.producer.layouts._common import dataset_at, label_attribute, read_rows
 from h5feed.producer.layouts.base import LayoutReader
-from h5feed.producer.read_limits import DEFAULT_BOUNDS, DatasetBounds
 
 
 def open_video(

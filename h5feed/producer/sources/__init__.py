@@ -24,7 +24,7 @@ Anything else raises :class:`SourceError`. Each kind is a class following
 each unit's elements (:class:`.kind.KindSource`); :class:`.job.SourceJob` turns them into
 messages. A worker whose user code imported torch runs ``torch.set_num_threads(1)`` once the
 factory returned, as PyTorch's DataLoader workers do; tensor fields are taken as
-:mod:`h5feed.common.elements` says (by class, never importing torch).
+:mod:`h5feed.common.elements.values` says (by class, never importing torch).
 
 Errors of the user's code (import, factory, item, generator) are raised as SourceError naming
 the source and the index or element, chained to the original exception, so the worker's

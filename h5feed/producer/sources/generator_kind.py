@@ -23,14 +23,16 @@ import hashlib
 from collections.abc import Iterator
 from typing import Any, ClassVar, Final
 
-from h5feed.common import elements, messages, tree
-from h5feed.common.elements import ElementSpec
+from h5feed.common.elements import tree
+from h5feed.common.elements import values as elements
+from h5feed.common.elements.values import ElementSpec
 from h5feed.common.errors import SourceError
-from h5feed.common.source_kinds import SourceKind
-from h5feed.producer import seeding
-from h5feed.producer.seeding import Purpose
+from h5feed.common.protocol import messages
+from h5feed.common.user_code.source_kinds import SourceKind
 from h5feed.producer.sources.kind import Element
 from h5feed.producer.sources.user_code import UserCode
+from h5feed.producer.worker import seeding
+from h5feed.producer.worker.seeding import Purpose
 
 #: Elements a generator yields first, kept and sent as its first elements, for the spec.
 PROBE_GENERATOR_ELEMENTS: Final = 4
@@ -87,7 +89,7 @@ class GeneratorSource:
     def checks(self, epoch: int) -> tuple[messages.ItemCheck, ...]:
         """At the first epoch, before any unit: one check numbered by this shard, whose
         digest covers how many of the first :data:`PROBE_GENERATOR_ELEMENTS` elements there
-        are and each one's :func:`~h5feed.producer.seeding.item_digest` (the elements are
+        are and each one's :func:`~h5feed.producer.worker.seeding.item_digest` (the elements are
         kept and sent as the pass's first, as the probe's are); none for an empty shard (it
         duplicates nothing) or at a later epoch (a generator is asked no CHECK)."""
         if epoch != self._code.first_epoch or self._pass != epoch or self._ordinal:

@@ -6,13 +6,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from h5feed.common import elements, messages, tree
-from h5feed.common.elements import ElementSpec
+from h5feed.common.elements import tree
+from h5feed.common.elements import values as elements
+from h5feed.common.elements.values import ElementSpec
 from h5feed.common.errors import SourceError
-from h5feed.producer import seeding
-from h5feed.producer.seeding import Purpose
+from h5feed.common.protocol import messages
 from h5feed.producer.sources.kind import Element
 from h5feed.producer.sources.user_code import UserCode
+from h5feed.producer.worker import seeding
+from h5feed.producer.worker.seeding import Purpose
 
 
 def is_dataset(obj: Any) -> bool:

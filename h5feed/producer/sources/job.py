@@ -6,15 +6,16 @@ from typing import Any
 
 import numpy as np
 
-from h5feed.common import elements, messages
-from h5feed.common.elements import ElementSpec
+from h5feed.common.elements import values as elements
+from h5feed.common.elements.values import ElementSpec
 from h5feed.common.errors import SourceError
-from h5feed.common.source_kinds import SourceKind
-from h5feed.producer import import_path, loaded_code
-from h5feed.producer.code_policy import CodePolicy
+from h5feed.common.protocol import messages
+from h5feed.common.user_code.source_kinds import SourceKind
 from h5feed.producer.sources.detect import detect_kind
 from h5feed.producer.sources.kind import KindSource
 from h5feed.producer.sources.user_code import UserCode
+from h5feed.producer.worker import import_path, loaded_code
+from h5feed.producer.worker.code_policy import CodePolicy
 
 
 class SourceJob:

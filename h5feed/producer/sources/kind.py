@@ -1,7 +1,7 @@
 """What every kind of source is in a worker: a class that detects its objects and loads one,
 and the object it loads, which tells the SOURCE_INFO's parts and yields each unit's elements.
 
-Adding a kind: a :class:`~h5feed.common.source_kinds.SourceKind` member, a class following
+Adding a kind: a :class:`~h5feed.common.user_code.source_kinds.SourceKind` member, a class following
 :class:`KindClass` (its objects :class:`KindSource`), placed in
 :data:`h5feed.producer.sources.detect.KINDS` where its turn to detect comes.
 """
@@ -11,9 +11,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any, ClassVar, Protocol
 
-from h5feed.common import messages, tree
-from h5feed.common.elements import ElementSpec
-from h5feed.common.source_kinds import SourceKind
+from h5feed.common.elements import tree
+from h5feed.common.elements.values import ElementSpec
+from h5feed.common.protocol import messages
+from h5feed.common.user_code.source_kinds import SourceKind
 from h5feed.producer.sources.user_code import UserCode
 
 #: An element of a unit: its sample (the DATA's ``samples`` entry), the element, and where
@@ -26,7 +27,7 @@ class KindSource(Protocol):
     event-loop thread uses it)."""
 
     kind: ClassVar[SourceKind]
-    #: How its elements' lists read (:mod:`h5feed.common.tree`).
+    #: How its elements' lists read (:mod:`h5feed.common.elements.tree`).
     convention: ClassVar[tree.Convention]
     #: The unit message it answers (ITEMS or PULL); another raises SourceError.
     unit: ClassVar[type[messages.Items] | type[messages.Pull]]

@@ -6,10 +6,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any, ClassVar, Final
 
-from h5feed.common import messages, tree
-from h5feed.common.elements import ElementSpec
+from h5feed.common.elements import tree
+from h5feed.common.elements.values import ElementSpec
 from h5feed.common.errors import SourceError
-from h5feed.common.source_kinds import SourceKind
+from h5feed.common.protocol import messages
+from h5feed.common.user_code.source_kinds import SourceKind
 from h5feed.producer.sources.items import Items, is_dataset, refuse_batched
 from h5feed.producer.sources.kind import Element
 from h5feed.producer.sources.user_code import UserCode

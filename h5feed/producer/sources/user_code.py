@@ -12,12 +12,12 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from h5feed.common import messages
 from h5feed.common.errors import SourceError
-from h5feed.common.import_paths import ImportPathError
-from h5feed.producer import import_path, seeding
-from h5feed.producer.code_policy import CodePolicy
-from h5feed.producer.seeding import Purpose
+from h5feed.common.protocol import messages
+from h5feed.common.user_code.import_paths import ImportPathError
+from h5feed.producer.worker import import_path, seeding
+from h5feed.producer.worker.code_policy import CodePolicy
+from h5feed.producer.worker.seeding import Purpose
 
 
 def load_factory(path: str, policy: CodePolicy) -> Callable[..., Any]:

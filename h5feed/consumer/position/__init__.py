@@ -1,0 +1,2 @@
+"""Where a stream stands and where it resumes: the resume state, its fingerprint, the merge of
+several trainers' positions, and the lineage record."""

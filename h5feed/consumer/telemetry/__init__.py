@@ -1,0 +1,1 @@
+"""What a feed tells about itself: its statistics, its Prometheus metrics, and the sizing gauge."""

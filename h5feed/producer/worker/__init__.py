@@ -1,0 +1,1 @@
+"""A worker process: its event loop, its jobs, and decoding clips."""

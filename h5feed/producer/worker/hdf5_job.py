@@ -1,0 +1,209 @@
+"""One HDF5 job in a worker: its files, their INDEX answers, and the clips of its UNITs.
+
+A JOB names the files this worker owns (number and path), the clip spec and the layout.
+:class:`Hdf5Job` indexes each file (:class:`~h5feed.producer.worker.clips.ClipMaker`: from memory or
+the cache without opening it, else opened once) and answers the indexes of many files in one
+INDEX_BATCH (bounded: :data:`BATCH_FILES`, :data:`BATCH_VIDEOS`, :data:`BATCH_NAME_BYTES`);
+a UNIT's rows become one array of clips, sent with DATA, or written into the unit's
+shared-memory slot (then DATA carries no array). It only makes messages: the
+worker's event loop (:mod:`h5feed.producer.worker.loop`) sends them and counts them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+
+from h5feed.common import layouts
+from h5feed.common.config import CLIP_SEMANTICS, ClipSpec
+from h5feed.common.errors import FileReadError
+from h5feed.common.protocol import messages
+from h5feed.common.version import __version__
+from h5feed.common.worker_settings import DEFAULT_DATA, NO_CODE, Code, Data
+from h5feed.producer.files import confine
+from h5feed.producer.files.index_cache import MemoryIndex
+from h5feed.producer.files.open_files import OpenFiles, check_readable
+from h5feed.producer.files.read_limits import ProducerLimits
+from h5feed.producer.worker import loaded_code
+from h5feed.producer.worker.clips import ClipMaker
+from h5feed.producer.worker.code_policy import policy_of
+from h5feed.producer.worker.loaded_code import CodeVersionRefused
+from h5feed.producer.worker.shm import SlotMaps
+
+#: An INDEX_BATCH holds at most this many files, videos, and bytes of names (its header stays
+#: well under the wire's 2 MiB limit; a file larger than that is sent alone).
+BATCH_FILES = 1024
+BATCH_VIDEOS = 65_536
+BATCH_NAME_BYTES = 1 << 20
+
+#: The whole batch's array in a shared-memory slot, and a unit's row positions in it.
+SlotTarget = tuple[np.ndarray, Sequence[int]]
+
+
+def job_spec(job: messages.Job) -> tuple[ClipSpec, layouts.LayoutSpec]:
+    """The clip spec and the layout of ``job``; ValueError for a bad one, or for a job whose
+    clips mean another thing than this worker cuts (its clip semantics)."""
+    if job.clip_semantics != CLIP_SEMANTICS:
+        raise ValueError(
+            f"the job needs clips of semantics {job.clip_semantics}; this worker "
+            f"(h5feed {__version__}) cuts clips of semantics {CLIP_SEMANTICS}"
+        )
+    return ClipSpec.from_wire(dict(job.clip)), layouts.from_wire(dict(job.layout))
+
+
+class Hdf5Job:
+    """The files and clip spec of one HDF5 job, opened in this process.
+
+    Guarantees:
+
+    1. Creating it imports the user's transform if ``policy`` allows it, so a bad or refused
+       import path fails the job when it starts (the caller reports it), before any file is
+       opened; a refused one imports nothing (``CodeRefused``); a copy of the module other
+       than the trainer's is refused (``CodeVersionRefused``:
+       :mod:`~h5feed.producer.worker.loaded_code`).
+    2. Files are opened in the worker process that reads them (h5py handles never cross a
+       fork); at most ``max_open_files`` are open at once (least recently used closed
+       first, reopened on demand), all closed by :meth:`close`.
+    3. A file that cannot be opened or indexed is answered with an ERROR naming it; the
+       job's other files are still indexed and answered (INDEX_BATCH). A file whose index
+       comes from memory or the cache is not opened until a unit reads it.
+    4. A slot that cannot be mapped (:class:`~h5feed.producer.worker.shm.SlotError`) turns slots off
+       for this job only (:attr:`slots_failed`): its units' rows go over the socket; the
+       next job tries slots again.
+    5. With a ``data_root`` every path is confined to it (:mod:`h5feed.producer.files.confine`): a
+       path that leaves it is answered with a PathRefused ERROR naming it, unopened. Without
+       one (local workers of a trainer), paths are opened as given.
+    6. Every file is checked (``stat`` and access, :func:`check_readable`) before it is
+       opened: a missing file, a directory or an unreadable one is an ERROR of type
+       ``FileReadError`` naming the file and this host, as is any I/O error reading a file
+       later (never skipped).
+    7. ``on_error="skip"``: a bad frame (``FrameError``) zero-fills its row (in the slot
+       too) and is listed in the DATA's ``skipped``, with its frame and the reason; with
+       ``"raise"`` it is an ERROR naming file, video and frame.
+    8. A job of more files than ``max_open_files`` closes each file as soon as its index is
+       read: units start only once every file is indexed, so the open-files bound would close
+       nearly all of them before a unit reads one, and HDF5 closes cost more the more files
+       are open (h5py: ~2.8 ms a file with 128 open, ~1.2 ms alone), which halves the
+       indexing of many small files. A job within the bound keeps its files open.
+    9. Not thread-safe: the worker's single event-loop thread uses it.
+    """
+
+    def __init__(
+        self,
+        job_id: str,
+        spec: ClipSpec,
+        layout: layouts.LayoutSpec,
+        on_error: str = "raise",
+        code: Code = NO_CODE,
+        data: Data = DEFAULT_DATA,
+        memory: MemoryIndex | None = None,
+        files: OpenFiles | None = None,
+        identities: Sequence[messages.CodeIdentity] = (),
+    ) -> None:
+        """``code``, ``data``: the worker's settings (:mod:`h5feed.common.worker_settings`):
+        which user code it may import, its data root, open-files cap and the producer's own
+        caps (``h5feed produce``), which lower the job's (a job over ``max_clip_pixels`` is
+        refused here: LimitRefused). ``memory``, ``files``: a persistent worker's indexes and
+        open files, kept across its jobs, if any. ``identities``: the transform module as the
+        trainer has it (another copy loaded here: CodeVersionRefused)."""
+        self.id = job_id
+        self.skip = on_error == "skip"
+        self.data_root = data.data_root
+        # Imports the transform: a bad or refused path fails here.
+        self.maker = ClipMaker(
+            spec,
+            layout,
+            policy_of(code.allow_code, code.trust_code),
+            data.data_root,
+            data.max_open_files,
+            memory,
+            files,
+            ProducerLimits.of(data),
+        )
+        try:
+            loaded_code.check(identities)
+        except CodeVersionRefused:
+            self.maker.close()
+            raise
+        self.spec = self.maker.spec  # the job's, under the producer's caps
+        self.slots = SlotMaps()
+        self.slots_failed = False  # a slot of this job could not be mapped: stop trying
+
+    def close(self) -> None:
+        self.maker.close()
+        self.slots.close()
+
+    @property
+    def files_reopened(self) -> int:
+        """Files reopened so far, after being closed to stay under ``max_open_files``."""
+        return self.maker.files.reopened
+
+    def open_files(
+        self, files: Sequence[messages.FileRef], cache_dir: str | None, send_index: bool = True
+    ) -> Iterator[messages.IndexBatch | messages.Error]:
+        """Index each file, yielding INDEX_BATCHes of the indexed ones (unless not
+        ``send_index``: the trainer knows them) and an ERROR naming the path (as the JOB gave
+        it) of each that fails. Paths are confined to the data root, if any; ``cache_dir``
+        None means no index cache."""
+        pending: list[tuple[int, list[bytes], np.ndarray, np.ndarray]] = []
+        videos_in, name_bytes = 0, 0
+        opened = self.maker.files
+        close_once_indexed = len(self.maker.videos) + len(files) > opened.max_open  # guarantee 8
+        for number, path in files:
+            try:
+                resolved = confine.job_path(path, self.data_root)  # before any file access
+                check_readable(number, resolved)  # also where a file would be opened lazily
+                videos = self.maker.open_and_index(number, resolved, cache_dir)
+                if close_once_indexed:
+                    opened.release(number)
+            except Exception as exc:  # any failure must reach the trainer, with the file named
+                if isinstance(exc, FileReadError) and exc.number is None:
+                    exc.number = number  # so that the trainer can move the file
+                yield messages.Error.of(self.id, None, exc, file=path)
+                continue
+            if not send_index:
+                continue
+            names, frames, labels = self.maker.columns[number]
+            size = sum(map(len, names))
+            full = (
+                len(pending) >= BATCH_FILES
+                or videos_in + len(videos) > BATCH_VIDEOS
+                or name_bytes + size > BATCH_NAME_BYTES
+            )
+            if pending and full:
+                yield messages.IndexBatch.of_columns(self.id, pending)
+                pending, videos_in, name_bytes = [], 0, 0
+            pending.append((number, names, frames, labels))
+            videos_in, name_bytes = videos_in + len(videos), name_bytes + size
+        if pending:
+            yield messages.IndexBatch.of_columns(self.id, pending)
+
+    def slot_target(self, slot: messages.SlotRef | None) -> SlotTarget | None:
+        """Where ``slot``'s rows go: None when there is no slot or when the frame size is not
+        known before decoding (no resize or crop: the slot's row size is unknown). SlotError
+        when the slot cannot be mapped here."""
+        height, width = self.spec.frame_shape
+        if slot is None or height is None or width is None:
+            return None
+        row_shape = (self.spec.clip_len, height, width, 3)
+        return self.slots.batch_array(slot, row_shape, self.id), slot.positions
+
+    def produce(self, unit: messages.Unit, target: SlotTarget | None) -> tuple[messages.Data, int]:
+        """The DATA answering ``unit`` and the bytes of clips it made. With a ``target`` (see
+        :meth:`slot_target`) the clips are written there and the DATA carries no array."""
+        arrays: dict[str, np.ndarray] = {}
+        if target is not None:
+            batch, positions = target
+            _out, bad = self.maker.produce(unit.rows, batch, positions, self.skip)
+            nbytes = len(unit.rows) * batch[0].nbytes  # one row of the batch per clip
+        else:
+            arrays["frames"], bad = self.maker.produce(unit.rows, skip=self.skip)
+            nbytes = arrays["frames"].nbytes
+        samples = tuple(row.sample for row in unit.rows)
+        skipped = tuple(
+            messages.SkippedRow(r, exc.frame or 0, str(exc)[: messages.MAX_SKIP_REASON])
+            for r, exc in bad
+        )
+        data = messages.Data(self.id, unit.unit, unit.batch, samples, arrays, skipped)
+        return data, nbytes

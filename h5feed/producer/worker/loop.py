@@ -1,0 +1,460 @@
+"""The worker's event loop: one DEALER socket, typed messages in, typed messages out.
+
+:class:`Worker` says HELLO, then answers what the consumer sends, in the order received:
+JOB (an :class:`~h5feed.producer.worker.hdf5_job.Hdf5Job`: INDEX_BATCHes of its files' videos),
+UNIT (its clips as DATA), SOURCE (a :class:`~h5feed.producer.sources.SourceJob`:
+SOURCE_INFO), ITEMS and PULL (its elements as DATA), BYE. Any failure of a job or unit is
+sent back as ERROR and the worker carries on: the consumer decides. The command line is in
+:mod:`h5feed.producer.worker.process`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import secrets
+import socket
+import time
+
+import zmq
+
+from h5feed.common.errors import ProtocolError, VersionMismatchError
+from h5feed.common.protocol import messages
+from h5feed.common.protocol.handshake import first_hello
+from h5feed.common.protocol.liveness import WORKER_TIMEOUT_S, enable_heartbeats
+from h5feed.common.protocol.versions import SPOKEN
+from h5feed.common.trust.curve import KeyPair, make_client
+from h5feed.common.version import __version__
+from h5feed.common.worker_settings import WorkerSettings
+from h5feed.producer.files.index_cache import MemoryIndex
+from h5feed.producer.files.open_files import OpenFiles
+from h5feed.producer.files.read_limits import ProducerLimits
+from h5feed.producer.sources import SourceJob
+from h5feed.producer.worker.code_policy import policy_of
+from h5feed.producer.worker.hdf5_job import Hdf5Job, SlotTarget, job_spec
+from h5feed.producer.worker.shm import SlotError
+from h5feed.producer.worker.stats import WorkerCounters
+
+_POLL_MS = 200
+# A DEALER blocks a send while it has no connected peer (the consumer is gone or restarting).
+# Sends time out this often to re-check whether the worker should leave instead of waiting.
+_SEND_RETRY_MS = 500
+# A persistent worker without a job says hello this often, so a consumer that starts (or
+# restarts) after it finds it within a second.
+_HELLO_EVERY_S = 1.0
+_CLOSE_LINGER_MS = 2000
+#: How long a stopping worker retries its BYE while the consumer takes nothing.
+_BYE_RETRY_S = 1.0
+_log = logging.getLogger("h5feed.worker")
+#: ERROR types that are refusals of the worker's policies (code by name, data root): counted
+#: in ``refused`` and logged, besides ``errors``.
+_REFUSALS = ("CodeRefused", "CodeVersionRefused", "PathRefused", "LimitRefused")
+
+
+class _Leave(Exception):
+    """Raised inside the event loop when the worker must stop (BYE, SIGTERM, parent gone)."""
+
+
+class Worker:
+    """The worker's event loop over one DEALER socket.
+
+    Guarantees:
+
+    1. It never blocks longer than ``_SEND_RETRY_MS`` or ``_POLL_MS`` without checking whether
+       it must leave, so it exits within about a second of its parent dying or a SIGTERM,
+       even when the consumer's socket is gone and a send could wait forever — except that,
+       asked to stop, it tries to deliver a unit it made for up to ``stop_wait_s``
+       (guarantee 5).
+    2. Every unit of the job in hand is answered, with DATA or ERROR, in the order received;
+       a unit of another job (one that is over) is dropped: nobody waits for it.
+    3. A malformed message is logged and dropped; a peer of a protocol version it does not
+       speak ends the worker with exit code 2 (so does a BYE that refuses it). It says HELLO
+       in the oldest version it speaks, naming its range, and then speaks the version the
+       consumer last spoke to it (h5feed.common.protocol.versions).
+    4. Single-threaded: a SIGTERM handler may only call :meth:`request_stop`.
+    5. Asked to stop (:meth:`request_stop`, SIGTERM), it takes no new message: the unit in
+       hand is finished and its answer sent, then BYE, which hands every unit it was sent
+       and has not started back to the consumer (the consumer sends them again to others;
+       they were never made here). A unit's DATA the consumer cannot take yet is retried
+       until ``stop_wait_s`` after the request (any other message is not waited for: so a
+       worker that never reached a consumer leaves at once); past it the worker leaves
+       without a BYE, so the consumer counts what it held as lost (made again), never as
+       handed back. Exit code 0.
+    6. User code is imported by name only if ``settings.code`` allows it (default: nothing);
+       files are confined to ``data_root`` when it is set. A refusal is sent as ERROR,
+       logged (WARNING) and counted in ``refused``.
+    """
+
+    def __init__(
+        self, settings: WorkerSettings, curve: tuple[KeyPair, bytes] | None = None
+    ) -> None:
+        """``settings``: the worker's command line (:mod:`h5feed.common.worker_settings`);
+        ``curve``: its CURVE key pair and the consumer's public key, loaded from
+        ``settings.network``'s files or the environment by the caller (None: no CURVE)."""
+        self.settings = settings
+        process, data = settings.process, settings.data
+        worker_id = process.worker_id
+        max_message_bytes = settings.network.max_message_bytes
+        self.worker_id = worker_id
+        self.host = socket.gethostname()  # said in every HELLO
+        self.counters = WorkerCounters(process.stats_file, worker_id)  # read by `h5feed produce`
+        self.parent_pid = process.parent_pid
+        self.data_root = data.data_root
+        self.max_open_files = data.max_open_files
+        self.code_policy = policy_of(settings.code.allow_code, settings.code.trust_code)
+        self.limits = ProducerLimits.of(data)
+        self.persistent = process.persistent
+        # a service worker's own; else the consumer's (same host)
+        self.cache_dir = data.cache_dir
+        self.exit_code = 0
+        self.protocol = SPOKEN.lowest  # the version to send in: the consumer's last
+        self._last_hello = 0.0
+        self.nonce = secrets.token_hex(16)  # this process's, for every HELLO it says
+        self._last_heard = 0.0
+        self.context = zmq.Context()
+        self.socket = self.context.socket(zmq.DEALER)
+        self.socket.setsockopt(zmq.LINGER, 0)
+        self.socket.setsockopt(zmq.SNDTIMEO, _SEND_RETRY_MS)
+        self.socket.setsockopt(zmq.ROUTING_ID, worker_id.encode())
+        # Per frame: libzmq disconnects a peer that declares a larger one, unbuffered.
+        self.socket.setsockopt(zmq.MAXMSGSIZE, max_message_bytes)
+        enable_heartbeats(self.socket, WORKER_TIMEOUT_S)  # see h5feed.common.protocol.liveness
+        self.max_message_bytes = max_message_bytes
+        if curve is not None:  # a CURVE client that also checks the consumer's key
+            make_client(self.socket, *curve)
+        self.socket.connect(settings.network.connect)
+        self.job: Hdf5Job | SourceJob | None = None
+        self.stopping = False
+        self.stop_wait_s = process.stop_wait_s
+        #: When a send must give up (``stop_wait_s`` after the stop request); None: not asked.
+        self._stop_deadline: float | None = None
+        #: A message it made could not be sent within the stop wait: it says no BYE.
+        self._undelivered = False
+        self._sent_after_stop = 0  # units whose DATA it sent after the stop request (logged)
+        # A persistent worker keeps the indexes it read across jobs: the next iteration of the
+        # same dataset is answered from memory (see index_cache.MemoryIndex).
+        self.memory = MemoryIndex() if self.persistent else None
+        # and files
+        self.files = OpenFiles(self.max_open_files, self.data_root) if self.persistent else None
+
+    # -- sending -----------------------------------------------------------------------------
+
+    def send(self, message: messages.Message, version: int = 0) -> None:
+        """Send ``message`` (arrays without a copy), re-checking whether to leave while the
+        consumer cannot take it. Counts every ERROR sent."""
+        version = version or self.protocol
+        frames = messages.encode(message, version)
+        largest = max(_nbytes(frame) for frame in frames)
+        if largest > self.max_message_bytes:  # the consumer would drop us: say why instead
+            message = messages.Error.of(
+                getattr(message, "job", ""),
+                getattr(message, "unit", None),
+                ValueError(
+                    f"{message.KIND} frame of {largest} bytes exceeds max_message_bytes="
+                    f"{self.max_message_bytes}; raise it on both ends (dataset() and "
+                    "h5feed produce --max-message-bytes)"
+                ),
+            )
+            frames = messages.encode(message, version)
+        if isinstance(message, messages.Error):
+            self.counters.add("errors")
+            if message.type in _REFUSALS:
+                self.counters.add("refused")
+                _log.warning("worker %s: refused: %s", self.worker_id, message.message)
+        while True:  # `frames` are those of `message` (encoded once: this is the hot path)
+            try:
+                # A multipart send is all or nothing: EAGAIN can only come before the first part.
+                self.socket.send_multipart(frames, copy=False)
+                return
+            except zmq.Again:
+                self.check_send(isinstance(message, messages.Data))
+
+    def send_error(self, job_id: str, unit: int | None, exc: BaseException) -> None:
+        self.send(messages.Error.of(job_id, unit, exc))
+
+    def hello(self) -> None:
+        """Say HELLO in the oldest version spoken, naming the range (the consumer chooses)."""
+        self._last_hello = time.monotonic()
+        # In the oldest version, whoever listens; what is sent after it stays in the version
+        # the consumer chose (a periodic hello changes nothing of that).
+        hello, version = first_hello(
+            self.worker_id, os.getpid(), self.host, __version__, self.nonce
+        )
+        self.send(hello, version)
+
+    def say_bye(self) -> None:
+        """Tell the consumer this worker leaves: the units it was sent and did not start are
+        handed back (guarantee 5). Asked to stop, it retries for up to ``_BYE_RETRY_S`` within
+        the stop wait (a consumer gone meanwhile sees the connection close instead); else
+        (its parent is gone) it tries once."""
+        if self.job is None or self.exit_code != 0 or self._undelivered:
+            return
+        frames = messages.encode(messages.Bye("stopping (SIGTERM)"), self.protocol)
+        stop = self._stop_deadline
+        deadline = 0.0 if stop is None else min(stop, time.monotonic() + _BYE_RETRY_S)
+        while True:
+            try:
+                self.socket.send_multipart(frames, zmq.NOBLOCK if not deadline else 0)
+                if stop is not None:
+                    _log.info(
+                        "worker %s: asked to stop: sent the %d unit(s) it had started, then "
+                        "BYE (the units it did not start go back to the consumer)",
+                        self.worker_id, self._sent_after_stop,
+                    )  # fmt: skip
+                return
+            except zmq.Again:
+                if not deadline or self.parent_gone():
+                    return  # nobody to tell (its parent, and so its consumer, is gone)
+                if time.monotonic() >= deadline:
+                    _log.warning("worker %s: no BYE sent: the consumer took none", self.worker_id)
+                    return
+            except zmq.ZMQError:  # the socket cannot send at all: nothing to hand over
+                return
+
+    # -- the loop ----------------------------------------------------------------------------
+
+    def request_stop(self) -> None:
+        """Stop after the unit in hand (guarantee 5); the stop wait runs from the first
+        request (a container's SIGTERM reaches a worker both from dumb-init and from its
+        service). Safe in a signal handler: it only sets attributes."""
+        if self._stop_deadline is None:
+            self._stop_deadline = time.monotonic() + self.stop_wait_s
+        self.stopping = True
+
+    def parent_gone(self) -> bool:
+        """Whether the process that started this worker (``--parent-pid``) is gone."""
+        if self.parent_pid is not None and os.getppid() != self.parent_pid:
+            _log.info("worker %s: parent %d is gone, exiting", self.worker_id, self.parent_pid)
+            return True
+        return False
+
+    def check_leave(self) -> None:
+        """Raise _Leave when the worker must stop: asked to, or its parent process is gone
+        (checked between messages, never inside a unit)."""
+        if self.stopping or self.parent_gone():
+            raise _Leave
+
+    def check_send(self, made: bool) -> None:
+        """While a send waits for the consumer: raise _Leave when the parent is gone, or when
+        asked to stop, unless the message is a unit ``made`` (DATA) and the stop wait is not
+        over: that one is worth the wait. Past the wait it is not delivered (no BYE follows).
+        Anything else (a HELLO to a consumer never reached, an INDEX) is not waited for."""
+        if self.parent_gone():
+            raise _Leave
+        deadline = self._stop_deadline
+        if self.stopping and not made:
+            raise _Leave
+        if deadline is not None and time.monotonic() >= deadline:
+            _log.warning(
+                "worker %s: the consumer took no message for %g s after the stop request "
+                "(stop_wait_s): leaving without it",
+                self.worker_id, self.stop_wait_s,
+            )  # fmt: skip
+            self._undelivered = True
+            raise _Leave
+        if self.stopping and deadline is None:  # `stopping` set by a BYE, not request_stop()
+            raise _Leave
+
+    def should_say_hello(self, now: float) -> bool:
+        """Without a job, hello every second until a consumer answers. A persistent worker
+        also says hello after a second of silence while it holds a job: if its consumer was
+        killed (no BYE), a restarted one finds it; a live one ignores a known worker's hello."""
+        quiet = now - max(self._last_hello, self._last_heard) > _HELLO_EVERY_S
+        if self.job is None:
+            return now - self._last_hello > _HELLO_EVERY_S
+        return self.persistent and quiet
+
+    def run(self) -> int:
+        """The event loop; returns the exit code (0, or 2 when refused by the consumer)."""
+        try:
+            self.hello()
+            while True:
+                self.check_leave()
+                self.counters.maybe_write()
+                if self.should_say_hello(time.monotonic()):
+                    self.hello()
+                if not self.socket.poll(_POLL_MS):
+                    continue
+                frames = self.socket.recv_multipart(copy=False)
+                self._last_heard = time.monotonic()
+                try:
+                    message, self.protocol = messages.decode_said(frames)
+                except VersionMismatchError as exc:
+                    _log.error("worker %s: refused by the consumer: %s", self.worker_id, exc)
+                    self.exit_code = 2
+                    raise _Leave from exc
+                except ProtocolError as exc:
+                    _log.warning("worker %s: dropped malformed message: %s", self.worker_id, exc)
+                    continue
+                self.handle(message)
+        except _Leave:
+            _log.debug("worker %s: leaving", self.worker_id)
+            self.say_bye()
+        finally:
+            self.end_job()
+            if self.files is not None:
+                self.files.close()
+            self.counters.write()
+            self.socket.close(linger=_CLOSE_LINGER_MS)  # flush the last DATA and the BYE
+            self.context.term()
+        return self.exit_code
+
+    def handle(self, message: messages.Message) -> None:
+        match message:
+            case messages.Bye():
+                self.on_bye(message)
+            case messages.Job():
+                self.start_job(message)
+            case messages.Source():
+                self.start_source(message)
+            case messages.Unit() | messages.Items() | messages.Pull():
+                self.on_unit(message)
+            case messages.Check():
+                self.check_source(message)
+            case messages.Ping():
+                pass  # the consumer checks the connection; hearing it is all (_last_heard)
+            case _:
+                _log.warning("worker %s: unexpected %s message", self.worker_id, message.KIND)
+
+    def on_bye(self, bye: messages.Bye) -> None:
+        """Leave, unless persistent: then drop the job and wait for the next one. A BYE that
+        refuses this worker (another protocol version) always ends it, with exit code 2."""
+        if bye.refused:
+            _log.error("worker %s: %s", self.worker_id, bye.reason)
+            self.exit_code = 2
+        if bye.refused or not self.persistent:
+            self.stopping = True
+        else:  # the iteration is over (or this worker was declared lost): wait for the next
+            self.end_job()  # job, and say so at once (a consumer that keeps its workers
+            # across iterations starts the next one) as a new process would: a consumer that
+            # declared this one lost (and gave its work to others) takes its hello only with
+            # a new nonce.
+            self.nonce = secrets.token_hex(16)
+            self.hello()
+
+    def end_job(self) -> None:
+        if self.job is not None:
+            self.job.close()
+            self.job = None
+
+    def on_unit(self, unit: messages.Unit | messages.Items | messages.Pull) -> None:
+        job = self.job
+        if job is None or unit.job != job.id:
+            return  # a unit of a job that is over: nobody waits for it
+        if isinstance(unit, messages.Unit) and isinstance(job, Hdf5Job):
+            self.run_unit(job, unit)
+        elif isinstance(unit, (messages.Items, messages.Pull)) and isinstance(job, SourceJob):
+            self.run_source_unit(job, unit)
+        else:  # the consumer waits for this unit: a clear error, not a timeout
+            kind = "an HDF5" if isinstance(job, Hdf5Job) else "a source"
+            error = ProtocolError(f"a {unit.KIND} message for {kind} job")
+            self.send_error(job.id, unit.unit, error)
+
+    # -- HDF5 jobs ---------------------------------------------------------------------------
+
+    def start_job(self, job: messages.Job) -> None:
+        """Open the job's files; a JOB of the job in hand adds files (taken over from a worker
+        that left)."""
+        if not isinstance(self.job, Hdf5Job) or self.job.id != job.job:
+            self.end_job()
+            self.counters.add("jobs")
+            try:
+                clip, layout = job_spec(job)
+                self.job = Hdf5Job(
+                    job.job, clip, layout, job.on_error, self.settings.code, self.settings.data,
+                    self.memory, self.files, job.code,
+                )  # fmt: skip
+            except Exception as exc:  # a bad spec or transform import path: tell the trainer
+                self.send_error(job.job, None, exc)
+                return
+        # The consumer names a cache directory when the index cache is on; a service worker
+        # uses its host's own directory instead (the consumer's path is on another host).
+        cache_dir = (self.cache_dir or job.cache_dir) if job.cache_dir else None
+        for answer in self.job.open_files(job.files, cache_dir, job.send_index):
+            self.send(answer)
+
+    def run_unit(self, job: Hdf5Job, unit: messages.Unit) -> None:
+        """Produce a unit into its shared-memory slot when it names one this worker can map
+        (then DATA carries no array), else into a new array sent with DATA."""
+        began = time.monotonic()
+        reopened = job.files_reopened
+        try:
+            data, nbytes = job.produce(unit, self.slot_target(job, unit.slot))
+        except Exception as exc:  # any failure must reach the trainer, with its traceback
+            self.send_error(job.id, unit.unit, exc)
+            return
+        finally:
+            self.counters.add("files_reopened", job.files_reopened - reopened)
+        busy = time.monotonic() - began
+        self.counters.unit(len(unit.rows), nbytes, busy)
+        self.send(dataclasses.replace(data, busy_s=busy))
+        self._sent_after_stop += self._stop_deadline is not None
+
+    def slot_target(self, job: Hdf5Job, slot: messages.SlotRef | None) -> SlotTarget | None:
+        """Where a unit's rows go in its slot, or None: no slot, or one this worker cannot
+        map (logged and counted once per job; from then on every unit of that job sends its
+        rows over the socket, and the next job tries slots again)."""
+        if job.slots_failed:
+            return None
+        try:
+            return job.slot_target(slot)
+        except SlotError as exc:
+            _log.warning(
+                "worker %s: job %s: %s; sending rows over the socket for this job",
+                self.worker_id, job.id, exc,
+            )  # fmt: skip
+            self.counters.add("slots_refused")
+            job.slots_failed = True
+            return None
+
+    # -- source jobs -------------------------------------------------------------------------
+
+    def start_source(self, source: messages.Source) -> None:
+        """A source job (the user's code, ``h5feed.producer.sources``): the first SOURCE loads
+        it and answers SOURCE_INFO; the second gives the element spec."""
+        try:
+            if isinstance(self.job, SourceJob) and self.job.id == source.job:
+                self.job.set_spec(source.spec)
+                return
+            self.end_job()
+            self.counters.add("jobs")
+            self.job = SourceJob(source, not self.persistent, self.code_policy)
+            if source.spec is not None:  # known already: no probe needed
+                self.job.set_spec(source.spec)
+            info = self.job.info()
+        except Exception as exc:  # the user's code: any failure must reach the trainer
+            self.send_error(source.job, None, exc)
+            return
+        self.send(info)
+
+    def check_source(self, check: messages.Check) -> None:
+        """A CHECK: this copy's digest of the common items at an epoch's start."""
+        job = self.job
+        if not isinstance(job, SourceJob) or job.id != check.job:
+            _log.warning("worker %s: a CHECK of job %s it does not hold", self.worker_id, check.job)
+            return
+        try:
+            info = job.check(check.epoch)
+        except Exception as exc:  # the user's code: any failure must reach the trainer
+            self.send_error(check.job, None, exc)
+            return
+        self.send(info)
+
+    def run_source_unit(self, job: SourceJob, unit: messages.Items | messages.Pull) -> None:
+        began = time.monotonic()
+        try:
+            data = job.produce(unit)
+        except Exception as exc:  # any failure must reach the trainer, with its traceback
+            self.send_error(job.id, unit.unit, exc)
+            return
+        nbytes = sum(array.nbytes for array in data.arrays.values())
+        busy = time.monotonic() - began
+        self.counters.unit(len(data.samples), nbytes, busy)
+        self.send(dataclasses.replace(data, busy_s=busy))
+        self._sent_after_stop += self._stop_deadline is not None
+
+
+def _nbytes(frame: object) -> int:
+    """Bytes of one frame to send (a header's bytes, or an array)."""
+    return memoryview(frame).nbytes  # type: ignore[arg-type]

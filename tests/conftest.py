@@ -17,6 +17,9 @@ from tier_guard import Refusals, guarded
 from h5feed.common.trust.curve import write_key_pair
 from h5feed.producer.sample_data import SampleSpec, make_sample_dataset
 
+#: Support modules whose fixtures every test may take by name (as if defined here).
+pytest_plugins = ["remote_producers", "rogue_workers", "swarm_helpers"]
+
 #: Small but realistic: 4 files x 6 videos of 6..20 JPEG frames, 96x128 pixels.
 SMALL = SampleSpec(
     files=4, videos_per_file=6, min_frames=6, max_frames=20, height=96, width=128, seed=7

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from conftest import own_worker_pids, wait_until_gone
 from metrics_helpers import scrape, value
-from test_producers import free_port, remote_feed, start_producer
+from remote_producers import free_port, remote_feed, start_producer
 
 import h5feed
 from h5feed.common.config import ClipSpec

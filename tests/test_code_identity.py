@@ -13,7 +13,7 @@ import uuid
 
 import numpy as np
 import pytest
-from test_producers import free_port, remote_feed
+from remote_producers import free_port, remote_feed
 
 from h5feed.common.errors import FeatureVersionError, ProtocolError, WorkerError
 from h5feed.common.protocol import messages

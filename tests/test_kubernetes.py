@@ -13,7 +13,7 @@ import kubernetes_validate
 import pytest
 import yaml
 from docker_helpers import ROOT
-from test_swarm import dockerfile_healthcheck, dockerfile_start_period_s
+from swarm_helpers import dockerfile_healthcheck, dockerfile_start_period_s
 
 KUBERNETES_VERSION = "1.33.0"  # the schemas checked against (kubernetes-validate, pinned)
 MANIFESTS = sorted((ROOT / "deploy" / "kubernetes").glob("*.yaml"))

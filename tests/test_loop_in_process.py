@@ -24,7 +24,7 @@ from fake_peers import (
     planned_batches,
     source_config,
 )
-from test_schedulers import (
+from scheduler_data import (
     FILES,
     HDF_OPTIONS,
     INDEX,

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_wire import GOLDEN_UNIT  # the one golden UNIT: its rows as the parser takes them
 from upgrade_pins import PREVIOUS_PACKAGE
+from wire_golden import GOLDEN_UNIT  # the one golden UNIT: its rows as the parser takes them
 
 from h5feed.common.errors import DataError, FileReadError, ProtocolError, VersionMismatchError
 from h5feed.common.protocol import messages, wire

@@ -21,7 +21,7 @@ from layout_data import (
     write_raw,
     write_video_files,
 )
-from test_pack import write_video
+from pack_data import write_video
 
 import h5feed
 from h5feed.pack.run import pack

@@ -18,6 +18,7 @@ import cv2
 import h5py
 import numpy as np
 import pytest
+from pack_data import read_frames, write_video
 from terminal import h5feed_on_a_terminal
 
 import h5feed
@@ -29,7 +30,6 @@ from h5feed.pack.sources import discover, natural_key
 from h5feed.producer.layouts.pack_index import INDEX_GROUP
 
 _CLI_TIMEOUT_S = 90.0
-_SIZE_WH = (64, 48)  # frame width, height of the test videos
 #: class -> [(video file name, frames written)]; mp4v in .mp4, MJPG in .avi (both are written
 #: and read back by the opencv-python-headless wheels).
 TREE = {
@@ -37,7 +37,6 @@ TREE = {
     "jump": [("j_a.mp4", 5), ("j_b.mp4", 16), ("j_c.avi", 9)],
     "run": [("r_a.avi", 20)],
 }
-_FOURCC = {".mp4": "mp4v", ".avi": "MJPG"}
 #: stem -> label: the index of its class among the sorted class names.
 LABELS = {
     pathlib.Path(name).stem: sorted(TREE).index(cls)
@@ -48,33 +47,6 @@ LABELS = {
 
 def expected_videos(counts: dict[str, int]) -> dict[str, tuple[str, int]]:
     return {stem: (str(label), counts[stem]) for stem, label in LABELS.items()}
-
-
-def write_video(path: pathlib.Path, frames: int, seed: int) -> int:
-    """Write a video of ``frames`` distinct noisy frames; return the frames OpenCV reads back."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*_FOURCC[path.suffix]), 10, _SIZE_WH)
-    assert writer.isOpened(), f"this OpenCV cannot write {path.suffix}"
-    rng = np.random.default_rng(seed)
-    width, height = _SIZE_WH
-    for i in range(frames):
-        image = np.full((height, width, 3), (i * 12) % 256, np.uint8)
-        image[: height // 2] = rng.integers(0, 256, (height // 2, width, 3), dtype=np.uint8)
-        writer.write(image)
-    writer.release()
-    return len(read_frames(path))
-
-
-def read_frames(path: pathlib.Path) -> list[np.ndarray]:
-    capture = cv2.VideoCapture(str(path))
-    frames = []
-    while True:
-        ok, image = capture.read()
-        if not ok:
-            break
-        frames.append(image)
-    capture.release()
-    return frames
 
 
 @pytest.fixture(scope="module")

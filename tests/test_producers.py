@@ -12,39 +12,16 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 
 import pytest
 from conftest import wait_until_gone
+from remote_producers import CLIP, curve_args, curve_setup, remote_feed, start_producer
 
 import h5feed
 from h5feed.common.config import CLIP_SEMANTICS
 from h5feed.common.errors import NoWorkersError
 from h5feed.common.protocol.versions import SPOKEN
-
-CLIP = {"clip_len": 4, "resize": (48, 64), "crop": (40, 40)}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@pytest.fixture()
-def port() -> int:
-    return free_port()
-
-
-def start_producer(
-    port: int, data_root: pathlib.Path, name: str, extra: Sequence[str] = ()
-) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "h5feed", "produce", "--data-root", str(data_root),
-         "--workers", "1", "--name", name, *extra],
-        env={**os.environ, "H5FEED_CONNECT": f"tcp://127.0.0.1:{port}"},
-        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
 
 
 @pytest.fixture()
@@ -59,19 +36,6 @@ def producers(
             if process.poll() is None:
                 process.kill()
             process.communicate(timeout=10)
-
-
-def remote_feed(
-    port: int, dataset: list[pathlib.Path], **kwargs: object
-) -> h5feed.consumer.api.Feed:
-    return h5feed.batches(
-        [p.name for p in dataset],  # relative to the data root
-        data_root=str(dataset[0].parent),
-        workers=0,
-        listen=f"tcp://127.0.0.1:{port}",
-        **CLIP,
-        **kwargs,  # type: ignore[arg-type]
-    )
 
 
 def test_two_producer_processes_serve_two_epochs_exactly_once(
@@ -308,27 +272,6 @@ def test_sigterm_to_a_producer_mid_epoch_hands_its_work_over(
     assert producers[0].wait(15) == 0
     assert [w["name"].split("-")[0] for w in stats["workers"]] == ["p1"]
     print("reassigned units:", stats["reassigned_units"], "dropped parts:", stats["dropped_parts"])
-
-
-def make_keys(directory: pathlib.Path, name: str) -> None:
-    subprocess.run(
-        [sys.executable, "-m", "h5feed", "keys", str(directory), "--name", name],
-        check=True, capture_output=True, timeout=60,
-    )  # fmt: skip
-
-
-def curve_setup(tmp_path: pathlib.Path, listed: str) -> tuple[pathlib.Path, pathlib.Path]:
-    """Key pairs for the trainer, ``listed`` and a stranger; only ``listed`` is authorized."""
-    keys, authorized = tmp_path / "keys", tmp_path / "authorized"
-    for name in ("trainer", listed, "stranger"):
-        make_keys(keys, name)
-    authorized.mkdir()
-    (authorized / f"{listed}.key").write_bytes((keys / f"{listed}.key").read_bytes())
-    return keys, authorized
-
-
-def curve_args(keys: pathlib.Path, name: str) -> list[str]:
-    return ["--key", str(keys / f"{name}.key_secret"), "--server-key", str(keys / "trainer.key")]
 
 
 def test_curve_admits_only_listed_producers(

@@ -16,7 +16,7 @@ import msgpack
 import pytest
 import zmq
 from fake_peers import FakeTransport
-from test_wire import GOLDEN_BYE, VALID_FIELDS, little_endian_only
+from wire_golden import GOLDEN_BYE, VALID_FIELDS, little_endian_only
 
 from h5feed.common.config import CLIP_SEMANTICS
 from h5feed.common.errors import FeatureVersionError, ProtocolError, VersionMismatchError

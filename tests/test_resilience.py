@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 from conftest import SMALL, process_alive, wait_until_gone, worker_pids
-from test_producers import (
+from remote_producers import (
     CLIP,
     curve_args,
     curve_setup,

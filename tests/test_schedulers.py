@@ -28,6 +28,19 @@ from fake_peers import (
     planned_batches,
     source_config,
 )
+from scheduler_data import (
+    FILES,
+    HDF_OPTIONS,
+    INDEX,
+    JOB,
+    LENGTH,
+    VIDEOS,
+    check_hdf_batch,
+    epochs_from,
+    expected_items,
+    job_files,
+    map_ids,
+)
 
 from h5feed.common.errors import (
     DataError,
@@ -41,30 +54,13 @@ from h5feed.common.protocol import messages
 from h5feed.consumer.core.assembly import Batch
 from h5feed.consumer.core.credits import CreditGate
 from h5feed.consumer.core.ledger import Peer
-from h5feed.consumer.core.scheduler import Send
 from h5feed.consumer.hdf5.scheduler import HdfScheduler
 from h5feed.consumer.options import FeedConfig
-from h5feed.consumer.plan.epoch_plan import Cursor, Index, epoch_order
+from h5feed.consumer.plan.epoch_plan import Cursor, Index
 from h5feed.consumer.sources.scheduler import SourceScheduler
 from h5feed.consumer.telemetry.stats import Counters
 
-JOB = "job-7"
-VIDEOS = fake_videos([4, 5, 3])  # 12 videos in 3 files
-FILES = list(VIDEOS)
-INDEX = fake_index(VIDEOS)
 START = Cursor()  # an iteration from the beginning
-#: Small plan options: 2 clips per video, 24 samples, batches of 5 (the last one partial).
-HDF_OPTIONS: dict[str, Any] = {"clips_per_video": 2, "batch_size": 5, "seed": 3}
-
-
-def job_files(sends: Sequence[Send]) -> list[int]:
-    """The file numbers the JOBs among ``sends`` give."""
-    return [f.number for s in sends if isinstance(m := s.message, messages.Job) for f in m.files]
-
-
-def epochs_from(start: Cursor, count: int) -> range:
-    """The epochs an iteration from ``start`` runs (as the stream passes them)."""
-    return range(start.epoch, start.epoch + count)
 
 
 # -- HDF5 -------------------------------------------------------------------------------
@@ -88,25 +84,6 @@ def hdf_fleet(
         peers = [make_peer(f"p{i}") for i in range(peers)]
     workers = [FakeWorker(peer, VIDEOS, slots=slots) for peer in peers]
     return Fleet(scheduler, workers, gate, counters), scheduler, config
-
-
-def check_hdf_batch(batch: Batch, clips_per_video: int = 2) -> list[int]:
-    """The batch's samples, after checking every row came from its own sample."""
-    arrays = batch.arrays
-    samples = arrays["sample"]
-    rows = len(samples)
-    expected = np.broadcast_to(
-        (samples % 256).astype(np.uint8)[:, None, None, None, None], (rows, 1, 1, 1, 1)
-    )
-    assert arrays["frames"].dtype == np.uint8
-    assert arrays["frames"].shape[0] == rows
-    assert (arrays["frames"] == expected).all(), "a row landed in another sample's place"
-    videos = samples // clips_per_video
-    assert arrays["label"].tolist() == INDEX.labels[videos].tolist()
-    assert arrays["video"].tolist() == INDEX.names[videos].tolist()
-    assert arrays["epoch"].tolist() == [batch.epoch] * rows
-    assert arrays["batch"].tolist() == [batch.index] * rows
-    return samples.tolist()  # type: ignore[no-any-return]
 
 
 def assert_each_sample_once_per_epoch(batches: Sequence[Batch], epochs: Sequence[int]) -> None:
@@ -458,8 +435,6 @@ def test_hdf_parts_written_into_shared_memory_are_assembled_with_the_others() ->
 
 # -- map and keras sources --------------------------------------------------------------
 
-LENGTH = 23  # items of the map source (batches of the keras one)
-
 
 def source_fleet(
     source: FakeSource,
@@ -484,26 +459,6 @@ def source_fleet(
 def map_fleet(peers: int, **kwargs: Any) -> tuple[Fleet, SourceScheduler, FeedConfig]:
     options = {"batch_size": 4, "seed": 11, **kwargs}
     return source_fleet(FakeSource("map", LENGTH, map_element), peers, **options)
-
-
-def map_ids(batch: Batch) -> list[int]:
-    element = batch.element
-    assert set(element) == {"id", "x"}
-    ids = element["id"]
-    assert (element["x"] == ids[:, None].astype(np.float32)).all()
-    assert batch.rows == len(ids)
-    return ids.tolist()  # type: ignore[no-any-return]
-
-
-def expected_items(
-    config: FeedConfig, length: int, per_batch: int, epochs: Sequence[int]
-) -> list[tuple[int, int, list[int]]]:
-    out = []
-    for epoch in epochs:
-        order = epoch_order(length, config.options.plan, epoch).tolist()
-        for position in range(-(-len(order) // per_batch)):
-            out.append((epoch, position, order[position * per_batch : (position + 1) * per_batch]))
-    return out
 
 
 def test_source_handshake_gives_each_worker_its_shard_then_the_spec() -> None:

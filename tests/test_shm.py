@@ -18,7 +18,7 @@ import time
 
 import numpy as np
 import pytest
-from test_producers import CLIP, free_port
+from remote_producers import CLIP, free_port
 
 import h5feed
 from h5feed.common.config import ClipSpec

@@ -27,7 +27,7 @@ import pytest
 from conftest import trainer_and_producer_keys
 from fake_peers import FakeTransport, FakeWorker, Fleet, hdf_config, hello_frames, make_peer
 from metrics_helpers import free_port
-from test_schedulers import (
+from scheduler_data import (
     FILES,
     HDF_OPTIONS,
     INDEX,

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from test_producers import free_port, start_producer
+from remote_producers import free_port, start_producer
 
 import h5feed
 from h5feed.common.elements import values as elements

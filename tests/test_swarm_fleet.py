@@ -14,11 +14,9 @@ import time
 import pytest
 from docker_helpers import IMAGE, ROOT, SWARM_LOCK_TIMEOUT_S, engine_timeout
 from fleet_helpers import SPEC, exactly_once, fleet_dataset
-from test_swarm import SERVICE, STACK, docker, swarm, wait_for
+from swarm_helpers import SERVICE, STACK, docker, wait_for
 
 from h5feed.common.trust.curve import write_key_pair
-
-__all__ = ["swarm"]  # the fixture, imported to be used here
 
 STACK_FILE = ROOT / "deploy" / "swarm-fleet.yml"
 TRAINER = ROOT / "tests" / "fleet_trainer.py"

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 from conftest import own_worker_pids, wait_until_gone
 from layout_data import make_videos, write_groups, write_raw
-from test_trust_code_and_root import Rogue, rogue_worker
+from rogue_workers import Rogue, rogue_worker
 
 import h5feed
 from h5feed.common import layouts

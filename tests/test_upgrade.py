@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 import zmq
 from conftest import SMALL
-from test_producers import CLIP, free_port, remote_feed
+from remote_producers import CLIP, free_port, remote_feed
 from upgrade_pins import PREVIOUS_PACKAGE, PREVIOUS_PROTOCOL, PREVIOUS_RELEASE
 
 from h5feed.common.protocol import messages

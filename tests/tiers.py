@@ -43,7 +43,8 @@ import pytest
 TIERS = ("inprocess", "processes", "containers", "bench")
 TESTS = pathlib.Path(__file__).resolve().parent
 
-#: Names whose use means the Docker engine (fixtures of tests/conftest.py and tests/test_swarm.py).
+#: Names whose use means the Docker engine (fixtures of tests/conftest.py and
+#: tests/swarm_helpers.py).
 CONTAINERS_NAMES = frozenset({"docker_env", "swarm", "producer_image"})
 
 #: Names whose use means real processes or sockets: a test uses one if a name its code reads
@@ -66,6 +67,8 @@ PROCESSES_NAMES = frozenset(
         "h5feed.bench.child.ContenderProcess", "h5feed.bench.runner.run_row",
         "h5feed.bench.percore.ParallelPerCore", "h5feed.bench.gpu.train.run_child",
         "h5feed.producer.worker.loop.Worker",
+        # the rogue worker of tests/rogue_workers.py (a fixture: a real worker process)
+        "rogue",
         # tools/ (tools/docs/diagrams.py runs ``dot``)
         "render_all",
     }

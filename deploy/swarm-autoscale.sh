@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The producers of a Swarm stack sized to the trainer's demand (docs/deploy/sizing.md). Swarm
-# has no autoscaler: this loop reads the trainer's gauge h5feed_fleet_replicas_needed from its
+# has no autoscaler: this loop reads the trainer's gauge h5feed_producers_replicas_needed from its
 # /metrics and calls `docker service scale`. Up at once; down by one replica only after the
 # gauge has asked for fewer at DOWN_AFTER readings in a row; never outside [MIN, MAX]. An
 # absent gauge (no batch taken yet, or a version-5 producer) changes nothing, and so does a
@@ -15,7 +15,7 @@ EVERY_S=${EVERY_S:-30} DOWN_AFTER=${DOWN_AFTER:-10} ROUNDS=${ROUNDS:-0}
 
 needed() {  # the gauge, a whole number, or nothing
   curl -fsS --max-time 5 "$METRICS_URL" 2>/dev/null |
-    awk '$1 == "h5feed_fleet_replicas_needed" { printf "%d\n", $2 + 0.5 }'
+    awk '$1 == "h5feed_producers_replicas_needed" { printf "%d\n", $2 + 0.5 }'
 }
 
 current() {

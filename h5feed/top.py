@@ -79,7 +79,8 @@ def _consumer_view(url: str, stats: dict[str, Any]) -> RenderableType:
         f"{stats.get('units_handed_back', 0)}, re-made {stats.get('units_remade', 0)})"
     )
     verdict = Text(stats["verdict"], style="bold red" if stats["input_bound"] else "bold green")
-    fleet = Text(fleet_line(stats.get("fleet") or {}))
+    # "fleet": the key's old name (a trainer before 0.3.0; the alias goes in 0.4.0).
+    producers = Text(producers_line(stats.get("producers") or stats.get("fleet") or {}))
     workers = Table("worker", "host", "version", "files", "clips", "clips/s", "MB/s", "unit ms",
                     "last part", "units held", title="workers", title_justify="left")  # fmt: skip
     for w in sorted(stats["workers"], key=lambda w: (w["host"], w["name"])):
@@ -98,13 +99,13 @@ def _consumer_view(url: str, stats: dict[str, Any]) -> RenderableType:
     hosts = Table("host", "workers", "clips", "clips/s", title="hosts", title_justify="left")
     for name, h in sorted(stats["hosts"].items()):
         hosts.add_row(name, str(h["workers"]), f"{h['clips']:,}", _num(h["clips_per_s"]))
-    return Group(head, Text(line), verdict, fleet, workers, hosts)
+    return Group(head, Text(line), verdict, producers, workers, hosts)
 
 
-def fleet_line(fleet: dict[str, Any]) -> str:
+def producers_line(producers: dict[str, Any]) -> str:
     """The producer replicas that would keep up (docs/deploy/sizing.md), or why unknown; and
     on a shared fleet, that it is shared and this trainer's share."""
-    shared = fleet.get("shared")
+    shared = producers.get("shared")
     suffix = ""
     if shared is not None:
         share = "?" if shared["share"] is None else f"{shared['share']:.0%}"
@@ -115,13 +116,13 @@ def fleet_line(fleet: dict[str, Any]) -> str:
         )
         if shared["refused"]:
             suffix += f"; refused by {len(shared['refused'])}"
-    if fleet.get("replicas_needed") is None:
+    if producers.get("replicas_needed") is None:
         return "replicas needed: unknown (no remote producer has said its busy time)" + suffix
     return (
-        f"replicas needed: {fleet['replicas_needed']} (demand "
-        f"{fleet['demand_clips_per_s']:.1f} clips/s; a replica makes "
-        f"{fleet['replica_capacity_clips_per_s']:.1f} with every worker busy; "
-        f"{fleet['replicas']} measured)" + suffix
+        f"replicas needed: {producers['replicas_needed']} (demand "
+        f"{producers['demand_clips_per_s']:.1f} clips/s; a replica makes "
+        f"{producers['replica_capacity_clips_per_s']:.1f} with every worker busy; "
+        f"{producers['replicas']} measured)" + suffix
     )
 
 

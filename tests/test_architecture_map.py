@@ -1,6 +1,7 @@
 """docs/architecture/index.md's "Who owns what" and "Where to change what" stay true:
 every file a row names exists,
-and every code name a row places in a file is defined there.
+and every code name a row places in a file is defined there; and no page under docs/ (but the
+history pages) names a module by a path it no longer has.
 
 A row is the newcomer's map (issue 24): a renamed module or a moved class must change the row
 in the same commit, or this test names the row and what it no longer finds."""
@@ -97,3 +98,46 @@ def module_defining(cls: str) -> str:
 def test_every_class_attribute_a_row_names_exists(row: str) -> None:
     for cls, attr in METHOD.findall(row):
         assert defined_in(f"{cls}.{attr}", module_defining(cls)), f"{cls}.{attr} ({row[:60]}...)"
+
+
+# A module path anywhere in the docs' prose: `folder/module.py`, with at least one folder.
+MODULE_PATH = re.compile(r"(?<![\w./-])((?:[\w-]+/)+\w+\.py)\b")
+#: Where a path without h5feed/ in front may start: the package, its sub-packages, the root.
+BASES = ("", "h5feed/", "h5feed/consumer/", "h5feed/common/", "h5feed/producer/")
+#: Pages that tell history (old paths are what was), raw benchmark output, and paths that
+#: are named on purpose though not in this tree.
+HISTORY = ("changelog.md", "performance/history.md", "bench/")
+ELSEWHERE = {("performance/scale.md", "benchmarks/scale.py"): "the tree measured before"}
+
+
+def module_paths(text: str) -> list[str]:
+    """The module paths ``text`` names, but inside a URL, and but tests/ (the cited-tests
+    check of tests/test_docs.py follows those)."""
+    paths = MODULE_PATH.findall(re.sub(r"\w+://\S+", " ", text))
+    return [path for path in paths if not path.startswith("tests/")]
+
+
+@pytest.mark.parametrize(
+    "page",
+    [
+        p.relative_to(ROOT / "docs").as_posix()
+        for p in sorted((ROOT / "docs").rglob("*.md"))
+        if not p.relative_to(ROOT / "docs").as_posix().startswith(HISTORY)
+    ],
+)
+def test_every_module_path_a_page_names_exists(page: str) -> None:
+    """After a module moves (commit 8209d8a moved most of them), no page, the architecture
+    page's prose included, names it by its old path."""
+    missing = [
+        path
+        for path in module_paths((ROOT / "docs" / page).read_text())
+        if not any((ROOT / (base + path)).exists() for base in BASES)
+        and (page, path) not in ELSEWHERE
+    ]
+    assert not missing, f"{page} names modules that are not there: {missing}"
+
+
+def test_the_module_path_check_sees_an_old_path() -> None:
+    text = "`producer/worker_loop.py`, https://example.org/x/y.py, `tests/test_x.py`, core/loop.py"
+    assert module_paths(text) == ["producer/worker_loop.py", "core/loop.py"]
+    assert not (ROOT / "h5feed" / "producer" / "worker_loop.py").exists()

@@ -1,5 +1,5 @@
 """The pages a newcomer reads first (issue 41): the Concepts glossary defines each word once
-and the main pages link a word to it where they first use it; the Troubleshooting page lists
+and every page links a word to it where it first uses it; the Troubleshooting page lists
 every h5feed error under the class the trainer catches; no page names an internal import
 path. Pure text checks: nothing is built or run."""
 
@@ -23,17 +23,50 @@ GLOSSARY = (
     "shared fleet", "job", "index", "owner", "unit", "part", "slot", "credit", "step wait",
     "feed wait",
 )  # fmt: skip
-#: The pages that link each glossary word at its first use (the newcomer's path).
-MAIN_PAGES = (
-    "index.md", "getting-started.md", "trainer/index.md", "deploy/index.md",
-    "deploy/which-setup.md", "troubleshooting.md",
-)  # fmt: skip
+#: Every page links each glossary word at its first use, but the glossary itself and the raw
+#: benchmark output under bench/ (not in the nav).
+PAGES = tuple(
+    page.relative_to(DOCS).as_posix()
+    for page in sorted(DOCS.rglob("*.md"))
+    if page != CONCEPTS and not page.relative_to(DOCS).as_posix().startswith("bench/")
+)
 #: (page, word): a first use in another sense, which must not link to the glossary.
 OTHER_SENSE = {
     ("trainer/index.md", "replica"): "tf.distribute's replicas: copies of the model",
+    ("semantics.md", "replica"): "tf.distribute's replicas",
     ("getting-started.md", "sample"): "the sample data: example files",
+    ("architecture/development.md", "sample"): "the sample data",
+    ("performance/index.md", "sample"): "the sample data",
     ("getting-started.md", "part"): "part of the waits",
+    ("architecture/index.md", "part"): "each part of the wiring (a component)",
+    ("data/layouts.md", "part"): "part of the resume fingerprint",
+    ("deploy/security.md", "part"): "takes part in the run",
+    ("performance/index.md", "part"): "part of the package",
+    ("performance/socket-path.md", "part"): "the largest part of the cost",
+    ("semantics.md", "part"): "a shard's part of each epoch",
+    ("trainer/parameters.md", "part"): "a shard's part of every epoch",
+    ("trainer/resume.md", "part"): "each part of the fingerprint",
     ("getting-started.md", "index"): "a batch's index in its epoch: its number",
+    ("semantics.md", "index"): "a batch's index in its epoch",
+    ("data/layouts.md", "index"): "index order: by number",
+    ("data/your-code.md", "index"): "a generator's shard index",
+    ("architecture/index.md", "job"): "each part has one job: a responsibility",
+    ("changelog.md", "job"): "a SLURM job",
+    ("deploy/preemption.md", "job"): "a cluster scheduler's job",
+    ("deploy/shared-fleet.md", "job"): "a training job: a run",
+    ("deploy/sizing.md", "job"): "a Prometheus scrape job",
+    ("performance/index.md", "job"): "other jobs on the machine",
+    ("performance/scale.md", "job"): "other jobs on the machine",
+    ("trainer/resume.md", "job"): "a data-parallel training job",
+    ("deploy/preemption.md", "batch"): "SLURM's batch shell",
+    ("architecture/development.md", "worker"): "pytest-xdist's workers",
+    ("deploy/security.md", "owner"): "a file's owner and mode",
+    ("data/pack.md", "shard"): "the files h5feed pack writes",
+    ("architecture/wire-format.md", "shard"): "a generator's per-worker shard",
+    ("data/your-code.md", "shard"): "a generator's per-worker shard",
+    ("guarantees.md", "shard"): "a generator's per-worker shard",
+    ("performance/input-wait.md", "shard"): "a generator's per-worker shards",
+    ("semantics.md", "shard"): "a generator's per-worker shards",
 }
 
 
@@ -62,7 +95,7 @@ def _prose(text: str) -> str:
     text = re.sub(r"<!--.*?-->", _blank, text, flags=re.DOTALL)
     text = re.sub(r"^#.*$", _blank, text, flags=re.MULTILINE)
     text = re.sub(r"!\[[^\]]*\]\([^)]*\)", _blank, text)
-    text = re.sub(r"`[^`\n]*`", _blank, text)
+    text = re.sub(r"`(?:[^`\n]|\n(?!\s*\n))*`", _blank, text)  # may span lines, not paragraphs
     return _LINK.sub(lambda m: f"[{m.group(1)}]" + " " * (len(m.group(2)) + 2), text)
 
 
@@ -122,17 +155,40 @@ def test_the_glossary_has_its_diagram_and_is_in_the_nav() -> None:
         assert f": {page}\n" in nav, page
 
 
-def test_fleet_is_defined_in_both_its_senses() -> None:
-    # "fleet" means remote producers in stats()["fleet"] and "Sizing the fleet", and the shared
-    # fleet in fleet=: the glossary says which is which until one of them is renamed.
+#: The names "fleet" had in the sense of any remote producers (issue 39), now deprecated.
+_OLD_FLEET = re.compile(
+    r'stats\(\)\["fleet"\](?!\["shared"\])|Sizing the fleet|Upgrading a running fleet'
+    r"|h5feed_fleet_(?:replicas_needed|demand_clips|replica_capacity)"
+)
+#: The pages that may name them: the glossary and the sizing page, each saying they are
+#: deprecated, and the changelog's history.
+_OLD_FLEET_PAGES = ("concepts.md", "deploy/sizing.md", "changelog.md")
+
+
+def test_fleet_means_the_shared_fleet_alone() -> None:
+    """Remote producers' figures are ``stats()["producers"]`` and ``h5feed_producers_*``;
+    "fleet" is the shared fleet's word (``fleet=``). The old names appear only where they are
+    said to be deprecated."""
     text = CONCEPTS.read_text()
     remote = text[text.index("### remote producers") : text.index("### shared fleet")]
-    assert 'stats()["fleet"]' in remote and "Sizing the fleet" in remote
+    assert 'stats()["producers"]' in remote and "[Sizing the producers]" in remote
+    assert "deprecated" in remote
     assert "`fleet=" in text[text.index("### shared fleet") :]
+    for page in ("concepts.md", "deploy/sizing.md"):
+        assert "until 0.4.0" in (DOCS / page).read_text(), page
+    uses = [
+        f"{page.relative_to(DOCS)}:{number}"
+        for page in sorted(DOCS.rglob("*.md"))
+        if page.relative_to(DOCS).as_posix() not in _OLD_FLEET_PAGES
+        for number, line in enumerate(page.read_text().splitlines(), 1)
+        if _OLD_FLEET.search(line)
+    ]
+    readme = (ROOT / "README.md").read_text()
+    assert not uses and not _OLD_FLEET.search(readme), f"fleet in the old sense: {uses}"
 
 
-@pytest.mark.parametrize("page", MAIN_PAGES)
-def test_a_main_page_links_each_term_at_its_first_use(page: str) -> None:
+@pytest.mark.parametrize("page", PAGES)
+def test_a_page_links_each_term_at_its_first_use(page: str) -> None:
     terms = glossary_terms(CONCEPTS.read_text())
     problems = unlinked_first_uses(page, (DOCS / page).read_text(), terms)
     assert not problems, "first uses not linked to docs/concepts.md#TERM: " + ", ".join(problems)

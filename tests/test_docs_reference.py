@@ -462,7 +462,7 @@ def test_every_pinned_stats_key_has_a_description_and_no_other() -> None:
         (stats_reference.STATS, pinned.STATS_KEYS),
         (stats_reference.WORKER, pinned.WORKER_KEYS),
         (stats_reference.HOST, pinned.HOST_KEYS),
-        (stats_reference.FLEET, pinned.FLEET_KEYS),
+        (stats_reference.PRODUCERS, pinned.PRODUCERS_KEYS),
     ):
         assert set(described) == set(keys), (
             f"no description: {sorted(set(keys) - set(described))}; "
@@ -475,13 +475,13 @@ def test_every_pinned_metric_is_generated_with_its_help() -> None:
     families = {name: (kind, text) for name, kind, text in stats_reference.metric_families()}
     missing = sorted(_pinned().METRIC_NAMES - set(families))
     assert not missing, f"pinned metrics the reference does not list: {missing}"
-    assert "h5feed_fleet_replicas_needed" in families  # known in the sample: listed too
+    assert "h5feed_producers_replicas_needed" in families  # known in the sample: listed too
     assert all(kind in ("counter", "gauge") and text for kind, text in families.values())
 
 
 def test_the_stats_page_lists_every_key_and_metric() -> None:
     page = stats_reference.stats_markdown()
-    for key in (*stats_reference.STATS, *stats_reference.WORKER, *stats_reference.FLEET):
+    for key in (*stats_reference.STATS, *stats_reference.WORKER, *stats_reference.PRODUCERS):
         assert f"| `{key}` |" in page, key
     for name in _pinned().METRIC_NAMES:
         assert f"| `{name}` |" in page, name

@@ -1,5 +1,6 @@
-"""The fleet's sizing gauge (h5feed/consumer/telemetry/sizing.py): the arithmetic on given figures,
-and the gauge scraped from a trainer fed by a real producer service, moving with demand."""
+"""The remote producers' sizing gauge (h5feed/consumer/telemetry/sizing.py): the arithmetic on
+given figures, and the gauge scraped from a trainer fed by a real producer service, moving with
+demand."""
 
 from __future__ import annotations
 
@@ -123,14 +124,14 @@ def test_unknown_before_the_first_batch_and_without_busy_time() -> None:
     assert fleet_demand(0.0, 0.0, busy)["replicas_needed"] is None  # nothing taken yet
     silent = fleet_demand(100.0, 0.5, [worker("v5", clips=100, clips_recent=100)])
     assert silent["replicas_needed"] is None and silent["replica_capacity_clips_per_s"] is None
-    assert fleet_demand(100.0, 0.5, [])["replicas"] == 0  # local workers only: no fleet
+    assert fleet_demand(100.0, 0.5, [])["replicas"] == 0  # local workers only: none to size
 
 
 def test_top_says_the_replicas_needed_and_the_figures_behind_them() -> None:
-    from h5feed.top import fleet_line
+    from h5feed.top import producers_line
 
     figures = fleet_demand(300.0, 0.5, [worker("a", clips_recent=1000, busy_s_recent=10.0)])
-    assert fleet_line(figures) == (
+    assert producers_line(figures) == (
         "replicas needed: 6 (demand 600.0 clips/s; a replica makes 100.0 with every worker "
         "busy; 1 measured)"
     )
@@ -156,7 +157,7 @@ def test_the_gauge_is_scraped_from_the_trainer_and_moves_with_demand(
     small_dataset: list[pathlib.Path], tmp_path: pathlib.Path
 ) -> None:
     """One producer replica of one worker whose transform costs 20 ms a clip (sleeping: the
-    cost holds on a loaded machine), so the fleet is the limit. A trainer that steps slowly
+    cost holds on a loaded machine), so the producer is the limit. A trainer that steps slowly
     (0.5 s a batch of 4) waits for nothing and needs one replica; one that takes batches as
     fast as they come waits most of the time and needs more. Each phase is its own iteration
     (its own 10 s window)."""
@@ -182,17 +183,17 @@ def test_the_gauge_is_scraped_from_the_trainer_and_moves_with_demand(
             fast_scraped = scrape(metrics_port)
     finally:
         stop(producer)
-    report = f"slow: {slow['fleet']}, wait {slow['wait_share_recent']:.2f}; " + (
-        f"fast: {fast['fleet']}, wait {fast['wait_share_recent']:.2f}"
+    report = f"slow: {slow['producers']}, wait {slow['wait_share_recent']:.2f}; " + (
+        f"fast: {fast['producers']}, wait {fast['wait_share_recent']:.2f}"
     )
     print(report)
-    assert slow["fleet"]["replicas"] == fast["fleet"]["replicas"] == 1, report
-    assert slow["fleet"]["replicas_needed"] == 1, report
-    assert fast["fleet"]["replicas_needed"] >= 2, report
+    assert slow["producers"]["replicas"] == fast["producers"]["replicas"] == 1, report
+    assert slow["producers"]["replicas_needed"] == 1, report
+    assert fast["producers"]["replicas_needed"] >= 2, report
     # The scrape says what stats() said (read moments apart: the same whole replicas).
-    assert value(slow_scraped, "h5feed_fleet_replicas_needed") == 1, report
-    assert value(fast_scraped, "h5feed_fleet_replicas_needed") >= 2, report
-    capacity = value(fast_scraped, "h5feed_fleet_replica_capacity_clips_per_second")
+    assert value(slow_scraped, "h5feed_producers_replicas_needed") == 1, report
+    assert value(fast_scraped, "h5feed_producers_replicas_needed") >= 2, report
+    capacity = value(fast_scraped, "h5feed_producers_replica_capacity_clips_per_second")
     assert 0 < capacity < 1 / 0.02, report  # at most what 20 ms a clip allows
     busy = by_worker(fast_scraped, "h5feed_worker_busy_seconds_total")
     assert list(busy) == ["fs-0"] and busy["fs-0"] >= 40 * 4 * 0.02, busy
@@ -222,7 +223,7 @@ class GaugeSequence(http.server.BaseHTTPRequestHandler):
         reading = self.readings.pop(0) if self.readings else None
         body = "# HELP h5feed_running 1 while an iteration runs\nh5feed_running 1.0\n"
         if reading is not None:
-            body += f"h5feed_fleet_replicas_needed {float(reading)}\n"
+            body += f"h5feed_producers_replicas_needed {float(reading)}\n"
         self.send_response(200)
         self.send_header("Content-Type", "text/plain; version=0.0.4")
         self.end_headers()

@@ -148,7 +148,7 @@ def test_the_autoscaler_owns_the_deployments_count_on_the_trainers_gauge() -> No
     trainer's gauge names (External metric, AverageValue 1); the Deployment states no count of
     its own (an apply would reset the autoscaler's); scale-down waits out a window; the
     adapter serves the metric under the name the trainer exports."""
-    from h5feed.consumer.telemetry.metrics import FLEET_GAUGES
+    from h5feed.consumer.telemetry.metrics import PRODUCER_GAUGES
 
     (deployment,) = documents(DEPLOYMENT)
     (autoscaler,) = documents(AUTOSCALER)
@@ -157,7 +157,7 @@ def test_the_autoscaler_owns_the_deployments_count_on_the_trainers_gauge() -> No
     target = spec["scaleTargetRef"]
     assert (target["kind"], target["name"]) == ("Deployment", deployment["metadata"]["name"])
     (metric,) = spec["metrics"]
-    gauge = next(name for key, name, _ in FLEET_GAUGES if key == "replicas_needed")
+    gauge = next(name for key, name, _ in PRODUCER_GAUGES if key == "replicas_needed")
     assert metric["type"] == "External"
     assert metric["external"]["metric"]["name"] == gauge
     assert metric["external"]["target"] == {"type": "AverageValue", "averageValue": "1"}

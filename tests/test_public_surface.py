@@ -32,9 +32,12 @@ STATS_KEYS = frozenset(
         "refused_reconnects", "refused_keys", "index_mismatches", "unreadable_files",
         "padded_samples", "batches_dispatched", "max_inflight_batches", "cursor", "skipped",
         "skipped_per_epoch", "skipped_samples", "input_bound", "suggested_extra_workers",
-        "verdict", "fleet",
+        "verdict", "producers", "fleet",
     }
 )  # fmt: skip
+#: Deprecated aliases kept until 0.4.0 (issue 39: "fleet" means the shared fleet alone):
+#: old ``stats()`` key -> its new name, the same dict under both.
+DEPRECATED_KEYS = {"fleet": "producers"}
 #: Keys of each entry of ``stats()["workers"]``.
 WORKER_KEYS = frozenset(
     {
@@ -43,8 +46,8 @@ WORKER_KEYS = frozenset(
         "clips_recent", "busy_s_recent", "last_seen_s_ago",
     }
 )  # fmt: skip
-#: Keys of ``stats()["fleet"]`` (docs/deploy/sizing.md).
-FLEET_KEYS = frozenset(
+#: Keys of ``stats()["producers"]`` (docs/deploy/sizing.md).
+PRODUCERS_KEYS = frozenset(
     {"demand_clips_per_s", "replicas", "replica_capacity_clips_per_s", "replicas_needed", "shared"}
 )
 #: Keys of each entry of ``stats()["hosts"]``.
@@ -68,9 +71,18 @@ METRIC_NAMES = frozenset(
         "h5feed_worker_bytes_total", "h5feed_worker_unit_latency_seconds",
         "h5feed_worker_last_part_age_seconds", "h5feed_worker_outstanding_units",
         "h5feed_worker_files", "h5feed_worker_info", "h5feed_worker_busy_seconds_total",
-        "h5feed_fleet_demand_clips_per_second",
+        "h5feed_producers_demand_clips_per_second", "h5feed_fleet_demand_clips_per_second",
     }
 )  # fmt: skip
+#: The remote producers' sizing gauges (each absent while unknown, so a short local run shows
+#: only the first) -> the deprecated names they are also exported under until 0.4.0.
+DEPRECATED_METRICS = {
+    "h5feed_producers_demand_clips_per_second": "h5feed_fleet_demand_clips_per_second",
+    "h5feed_producers_replicas_needed": "h5feed_fleet_replicas_needed",
+    "h5feed_producers_replica_capacity_clips_per_second": (
+        "h5feed_fleet_replica_capacity_clips_per_second"
+    ),
+}
 #: The package face: ``h5feed.__all__``, the lazy names included.
 FACE = frozenset(
     {
@@ -116,7 +128,9 @@ def _assert_keys(stats: dict[str, Any]) -> None:
         assert set(worker) == WORKER_KEYS
     for host in stats["hosts"].values():
         assert set(host) == HOST_KEYS
-    assert set(stats["fleet"]) == FLEET_KEYS
+    assert set(stats["producers"]) == PRODUCERS_KEYS
+    for old, new in DEPRECATED_KEYS.items():
+        assert stats[old] is stats[new], f"stats()[{old!r}] is no longer {new!r}'s alias"
 
 
 def test_an_hdf5_feeds_stats_keys_and_metric_names_are_the_pinned_ones(
@@ -145,6 +159,30 @@ def test_a_source_feeds_stats_keys_are_the_same_pinned_ones() -> None:
     stats = _run_to_the_end(feed)
     assert stats["batches"] == 2
     _assert_keys(stats)
+
+
+def test_each_sizing_gauge_is_also_exported_under_its_deprecated_name() -> None:
+    """Autoscalers read the gauges by name: each old ``h5feed_fleet_*`` name says the value of
+    its ``h5feed_producers_*`` name, while known (a collector on given figures: no process)."""
+    from h5feed.consumer.telemetry.metrics import FeedCollector, IterationTotals
+
+    figures = {"demand_clips_per_s": 12.5, "replica_capacity_clips_per_s": 5.0}
+    figures |= {"replicas": 2, "replicas_needed": 3, "shared": None}
+
+    class _Feed:
+        def stats(self) -> dict[str, Any]:
+            return {"job": "j", "workers": [], "producers": figures, "fleet": figures}
+
+    feed = _Feed()
+    values = {
+        sample.name: sample.value
+        for family in FeedCollector(feed, IterationTotals()).collect()
+        for sample in family.samples
+    }
+    assert set(DEPRECATED_METRICS) <= set(values), sorted(values)
+    for new, old in DEPRECATED_METRICS.items():
+        assert values[old] == values[new], (old, new)
+    assert values["h5feed_producers_replicas_needed"] == 3
 
 
 @pytest.mark.parametrize("name", sorted(FACE))

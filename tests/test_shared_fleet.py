@@ -125,7 +125,7 @@ def test_three_trainers_share_a_fleet_exactly_once_each_as_on_a_fleet_of_their_o
         stats = last["stats"]
         joined = [w for w in stats["workers"] if w["name"].startswith("r2-") and w["clips"]]
         assert joined, (name, [(w["name"], w["clips"]) for w in stats["workers"]])
-        assert stats["fleet"]["shared"]["serving"] == 2, stats["fleet"]["shared"]
+        assert stats["producers"]["shared"]["serving"] == 2, stats["producers"]["shared"]
     # Every trainer left: each replica stops their workers within the attach timeout.
     for log in logs:
         port = metrics_port_of(log)

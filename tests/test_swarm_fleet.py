@@ -116,7 +116,7 @@ def test_two_trainer_containers_share_a_swarm_fleet_scaled_mid_epoch_exactly_onc
             exactly_once(out / f"{name}.jsonl", subset, SPEC.videos_per_file)
             stats = last["stats"]
             assert isinstance(stats, dict)
-            shared = stats["fleet"]["shared"]
+            shared = stats["producers"]["shared"]
             hosts = sorted({w["host"] for w in stats["workers"] if w["clips"]})
             print(f"{name}: replicas serving {shared['serving']}, hosts delivering {hosts}")
             assert shared["serving"] == 3, shared  # the replica added mid-epoch attached

@@ -11,7 +11,7 @@ import time
 from metrics_helpers import free_port, metrics_port_of, start_producer, stats, stop
 
 import h5feed
-from h5feed.top import fleet_line, stats_url
+from h5feed.top import producers_line, stats_url
 
 CLIP = {"clip_len": 4, "resize": (48, 64), "crop": (40, 40)}
 _TOP_TIMEOUT_S = 60
@@ -56,7 +56,7 @@ def test_top_once_shows_each_worker_host_and_the_verdict(
     ]
     assert len(verdicts) == 1, out
     assert "consumer job" in out and "batches 5" in out
-    # Local workers only: no fleet to size (tests/test_fleet_sizing.py has one).
+    # Local workers only: no remote producers to size (tests/test_fleet_sizing.py has one).
     assert "replicas needed: unknown (no remote producer has said its busy time)" in out
 
 
@@ -107,10 +107,10 @@ def test_a_trainer_on_a_shared_fleet_says_so_and_its_share() -> None:
         "refused": {"tcp://10.0.0.9:5556": "refused: at most 4 trainers"},
         "bad_replies": 0,
     }
-    line = fleet_line({"replicas_needed": None, "shared": shared})
+    line = producers_line({"replicas_needed": None, "shared": shared})
     assert line.startswith("replicas needed: unknown")
     assert (
         "shared fleet: 2 of 3 replicas serve this trainer (8 workers), up to 4 trainers a "
         "replica, share 30%; refused by 1"
     ) in line
-    assert "shared" not in fleet_line({"replicas_needed": None, "shared": None})
+    assert "shared" not in producers_line({"replicas_needed": None, "shared": None})

@@ -72,7 +72,9 @@ STATS: Mapping[str, str] = {
     "suggested_extra_workers": "workers to add to keep up (0 when not input-bound, or when "
     "more would not fit on this host's cores)",
     "verdict": "one line saying the two above in words",
-    "fleet": "the remote producer replicas that would keep up: the table below",
+    "producers": "the remote producer replicas that would keep up: the table below",
+    "fleet": "**deprecated**: the same dict as `producers` under its old name, until 0.4.0 "
+    '("fleet" now means the [shared fleet](../concepts.md#shared-fleet) alone)',
 }
 
 #: Each entry of ``stats()["workers"]``.
@@ -104,8 +106,8 @@ HOST: Mapping[str, str] = {
     "clips_per_s": "their clips per second over the last 10 s",
 }
 
-#: ``stats()["fleet"]``: remote producers, sized to demand (docs/deploy/sizing.md).
-FLEET: Mapping[str, str] = {
+#: ``stats()["producers"]``: remote producers, sized to demand (docs/deploy/sizing.md).
+PRODUCERS: Mapping[str, str] = {
     "demand_clips_per_s": "clips/s the trainer would take if it never waited, less what its "
     "local workers deliver (None while unknown)",
     "replicas": "producer replicas (hosts of remote workers) that said their busy time",
@@ -129,8 +131,9 @@ def _sample_stats() -> dict[str, Any]:
         "name": "w0", "host": "h", "protocol": 6, "package": "x", "local": True,
         "per_s_total": rates, "per_s_recent": rates,
     }  # fmt: skip
-    fleet = {key: 1.0 for key in FLEET} | {"shared": None}
-    return {key: 0 for key in STATS} | {"job": "j", "workers": [worker], "fleet": fleet}
+    producers = {key: 1.0 for key in PRODUCERS} | {"shared": None}
+    sample = {"job": "j", "workers": [worker], "producers": producers, "fleet": producers}
+    return {key: 0 for key in STATS} | sample
 
 
 def metric_families() -> list[tuple[str, str, str]]:
@@ -174,12 +177,15 @@ def stats_markdown() -> str:
             _table(WORKER),
             '### `stats()["hosts"]`: each host',
             _table(HOST),
-            '### `stats()["fleet"]`: remote producers',
-            _table(FLEET),
+            '### `stats()["producers"]`: remote producers',
+            _table(PRODUCERS),
             "## `/metrics`",
             "Per-worker families carry the labels `worker` and `host` (`h5feed_worker_info` "
-            "also `protocol` and `package`); the `h5feed_fleet_*` gauges are absent while "
-            "unknown.",
+            "also `protocol` and `package`); the `h5feed_producers_*` gauges are absent while "
+            "unknown, and each is also exported under its deprecated name `h5feed_fleet_*` "
+            "(the same value) until 0.4.0. The `h5feed_fleet_*` families of a producer "
+            "(`h5feed produce --listen`) are the shared fleet's own: [Shared fleet]"
+            "(../deploy/shared-fleet.md).",
             "\n".join(metrics),
         ]
     )

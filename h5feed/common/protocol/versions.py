@@ -1,7 +1,7 @@
 """Which h5feed protocol versions this side speaks, and how two peers agree on one.
 
 Every side speaks the current version N (:data:`PROTOCOL_VERSION`) and the one before it,
-N-1 (:data:`OLDEST_VERSION`), so a fleet can be upgraded one process at a time while its
+N-1 (:data:`OLDEST_VERSION`), so producers can be upgraded one process at a time while their
 trainers run (docs/deploy/upgrading.md). The rule, on every connection:
 
 1. A producer says its first HELLO in the **oldest** version it speaks, which every peer of

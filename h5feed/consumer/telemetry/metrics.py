@@ -16,9 +16,10 @@ Names and meaning (all start with ``h5feed_``):
 * gauges of now: ``input_wait_ratio`` (recent 10 s share), ``input_bound`` (0/1),
   ``suggested_extra_workers``, ``inflight_batches``, ``credit_budget_batches``,
   ``queue_depth_batches``, ``startup_seconds``, ``running``;
-* the fleet's sizing (``h5feed/consumer/telemetry/sizing.py``), each gauge absent while unknown:
-  ``fleet_replicas_needed``, ``fleet_demand_clips_per_second``,
-  ``fleet_replica_capacity_clips_per_second``;
+* the remote producers' sizing (``h5feed/consumer/telemetry/sizing.py``), each gauge absent
+  while unknown: ``producers_replicas_needed``, ``producers_demand_clips_per_second``,
+  ``producers_replica_capacity_clips_per_second``; each also under its deprecated old name
+  (``fleet_`` for ``producers_``: :data:`DEPRECATED_NAMES`), the same value, until 0.4.0;
 * per worker (labels ``worker``, ``host``) of the running iteration — they start again at 0
   with each iteration, which Prometheus' ``rate()`` reads as a counter reset:
   ``worker_parts_total``, ``worker_clips_total``, ``worker_bytes_total``,
@@ -86,21 +87,26 @@ _GAUGES = (
     ("running", "h5feed_running", "1 while an iteration runs"),
 )
 
-#: stats()["fleet"] keys shown as gauges, each only while known: (key, metric name, help)
+#: stats()["producers"] keys shown as gauges, each only while known: (key, metric name, help)
 #: (the autoscaler manifests name the first: tests/test_kubernetes.py).
-FLEET_GAUGES = (
-    ("replicas_needed", "h5feed_fleet_replicas_needed", "Producer replicas that would keep up"),
+PRODUCER_GAUGES = (
+    ("replicas_needed", "h5feed_producers_replicas_needed", "Producer replicas that would keep up"),
     (
         "demand_clips_per_s",
-        "h5feed_fleet_demand_clips_per_second",
+        "h5feed_producers_demand_clips_per_second",
         "Clips/s the trainer would take never waiting, less its local workers' rate",
     ),
     (
         "replica_capacity_clips_per_s",
-        "h5feed_fleet_replica_capacity_clips_per_second",
+        "h5feed_producers_replica_capacity_clips_per_second",
         "Clips/s a producer replica makes with every worker busy (mean over replicas)",
     ),
 )
+#: The PRODUCER_GAUGES' names before "fleet" came to mean the shared fleet alone: exported
+#: too, with the same values, until 0.4.0 removes them (autoscalers read them by name).
+DEPRECATED_NAMES = {
+    name: name.replace("h5feed_producers_", "h5feed_fleet_") for _, name, _ in PRODUCER_GAUGES
+}
 
 #: Per-worker figures: (key in a worker's stats, metric name, counter?, help).
 _PER_WORKER = (
@@ -180,10 +186,12 @@ class FeedCollector(Collector):
         yield CounterMetricFamily("h5feed_iterations", "Iterations started", value=iterations)
         for key, name, text in _GAUGES:
             yield GaugeMetricFamily(name, text, value=float(stats.get(key) or 0))
-        fleet = stats.get("fleet", {})
-        for key, name, text in FLEET_GAUGES:
-            if fleet.get(key) is not None:  # absent while unknown: an autoscaler holds still
-                yield GaugeMetricFamily(name, text, value=float(fleet[key]))
+        producers = stats.get("producers", {})
+        for key, name, text in PRODUCER_GAUGES:
+            if producers.get(key) is not None:  # absent while unknown: an autoscaler holds still
+                yield GaugeMetricFamily(name, text, value=float(producers[key]))
+                old, said = DEPRECATED_NAMES[name], f"Deprecated name of {name}, gone in 0.4.0"
+                yield GaugeMetricFamily(old, said, value=float(producers[key]))
         labels_ = ("worker", "host")
         families: list[CounterMetricFamily | GaugeMetricFamily] = [
             (CounterMetricFamily if counter else GaugeMetricFamily)(name, text, labels=labels_)

@@ -1,7 +1,7 @@
-"""How many producer replicas would keep the trainer fed: the fleet's sizing gauge.
+"""How many producer replicas would keep the trainer fed: the remote producers' sizing gauge.
 
-A trainer knows both sides of the sum, so it makes the estimate (``stats()["fleet"]``, and the
-gauge ``h5feed_fleet_replicas_needed`` of its ``/metrics``, which a Kubernetes
+A trainer knows both sides of the sum, so it makes the estimate (``stats()["producers"]``, and
+the gauge ``h5feed_producers_replicas_needed`` of its ``/metrics``, which a Kubernetes
 HorizontalPodAutoscaler or a Swarm loop acts on: docs/deploy/sizing.md):
 
 * **demand**: the clips per second the trainer would take if it never waited, its recent
@@ -80,7 +80,7 @@ def _busy_s(worker: dict[str, Any], recent: bool) -> float:
 def fleet_demand(
     taken_clips_per_s: float, wait_share: float, workers: Sequence[dict[str, Any]]
 ) -> dict[str, Any]:
-    """The sizing figures of ``stats()["fleet"]``: ``demand_clips_per_s`` (what the trainer
+    """The sizing figures of ``stats()["producers"]``: ``demand_clips_per_s`` (what the trainer
     would take never waiting, less its local workers' recent rate), ``replicas`` (remote
     hosts that said their busy time), ``replica_capacity_clips_per_s`` (their mean) and
     ``replicas_needed`` (None where unknown: see the module)."""

@@ -298,13 +298,13 @@ def iteration_stats(
     ``shard_remainder="pad"``: zeros, ``valid`` False, never sent to a worker; counted
     apart from ``skipped``); ``cursor``: the next
     batch (epoch, batch); and the verdict: ``input_bound``, ``suggested_extra_workers``,
-    ``verdict`` (one line); ``fleet``: the replicas of remote producers that would keep up
-    (:func:`h5feed.consumer.telemetry.sizing.fleet_demand`), and ``fleet["shared"]``: with
-    ``fleet=``, the shared fleet as this trainer sees it (the replicas serving it, how many
-    trainers share each, this trainer's share of their CPUs, refusals:
+    ``verdict`` (one line); ``producers``: the replicas of remote producers that would keep
+    up (:func:`h5feed.consumer.telemetry.sizing.fleet_demand`), and ``producers["shared"]``:
+    with ``fleet=``, the shared fleet as this trainer sees it (the replicas serving it, how
+    many trainers share each, this trainer's share of their CPUs, refusals:
     :meth:`h5feed.consumer.processes.fleet_announcer.Announcer.status`), else None. On a shared
-    fleet the
-    capacity figures are this trainer's share, not the fleet's.
+    fleet the capacity figures are this trainer's share, not the fleet's. ``fleet``: the same
+    dict as ``producers`` (the same object), its deprecated old name, kept until 0.4.0.
 
     Bad data: ``skipped``, ``skipped_per_epoch`` and ``skipped_samples`` (samples skipped
     for bad frames under ``on_error="skip"``, the first 100 listed with file, video,
@@ -317,6 +317,10 @@ def iteration_stats(
     local = all(w["local"] for w in workers)
     cores = available_cpus() if local else None
     bound, extra, line = verdict(waits["wait_share_recent"], len(workers) or workers_asked, cores)
+    producers = {
+        **fleet_demand(intake["per_s_recent"]["clips"], waits["wait_share_recent"], workers),
+        "shared": shared_fleet,
+    }
     return {
         "job": job,
         "running": running,
@@ -354,8 +358,8 @@ def iteration_stats(
         "input_bound": bound,
         "suggested_extra_workers": extra,
         "verdict": line,
-        "fleet": {
-            **fleet_demand(intake["per_s_recent"]["clips"], waits["wait_share_recent"], workers),
-            "shared": shared_fleet,
-        },
+        "producers": producers,
+        # Deprecated alias: "fleet" means the shared fleet alone (fleet=) since 0.3.0; readers
+        # of the old key keep working until 0.4.0 removes it (docs/changelog.md).
+        "fleet": producers,
     }

@@ -4,9 +4,11 @@ context, or call Docker fails the test naming the tier to mark it; off it, all w
 
 from __future__ import annotations
 
+import ast
 import multiprocessing
 import multiprocessing.process
 import os
+import pathlib
 import socket
 import subprocess
 import sys
@@ -219,3 +221,21 @@ def test_the_tiers_follow_what_a_test_uses() -> None:
     ]
     for item, expected in cases:
         assert tiers.tier_of(item) == expected, item.function  # type: ignore[arg-type]
+
+
+@pytest.mark.inprocess
+def test_no_test_module_imports_another() -> None:
+    """What several test modules share lives in a support module (remote_producers.py,
+    scheduler_data.py, swarm_helpers.py, ...), never in a test module another imports: a
+    test module's own tests would otherwise run again, or be collected twice, wherever it is
+    imported, and moving one would break the others."""
+    tests = pathlib.Path(__file__).resolve().parent
+    modules = {path.stem for path in tests.rglob("test_*.py")}
+    for path in sorted(tests.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            named = (
+                [alias.name for alias in node.names] if isinstance(node, ast.Import)
+                else [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            )  # fmt: skip
+            for name in named:
+                assert name.split(".")[-1] not in modules, f"{path.name} imports {name}"

@@ -7,10 +7,9 @@ uses it (h5py handles do not survive ``fork`` or pickling).
 
 from __future__ import annotations
 
-import h5py
-
 from h5feed.common.errors import DataError
 from h5feed.common.layouts import Groups
+from h5feed.producer.files.locking import open_read_only
 from h5feed.producer.layouts.groups import GroupsReader
 
 
@@ -19,7 +18,7 @@ class VideoFile(GroupsReader):
 
     def __init__(self, path: str, frames_key: str = "frames", label_key: str | None = "label"):
         try:
-            h5 = h5py.File(path, "r")
+            h5 = open_read_only(path)
         except OSError as exc:
             raise DataError(f"cannot open HDF5 file: {exc}", file=path) from exc
         super().__init__(h5, path, Groups(frames=frames_key, label=label_key))

@@ -39,6 +39,7 @@ import h5py
 
 from h5feed.common.errors import DataError
 from h5feed.producer.files import link_walk
+from h5feed.producer.files.locking import open_read_only
 
 _RULE = "a producer with --data-root opens only files under it"
 
@@ -126,7 +127,7 @@ def check_links(h5: h5py.File, root: str, seen: frozenset[str] = frozenset()) ->
                 f"{target!r}): refused, not followed",
                 file=file,
             )
-        with h5py.File(target, "r") as linked:
+        with open_read_only(target) as linked:
             check_links(linked, real_root, seen)
 
 

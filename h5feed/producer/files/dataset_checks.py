@@ -34,6 +34,7 @@ import h5py
 
 from h5feed.common.errors import DataError
 from h5feed.producer.files import confine
+from h5feed.producer.files.locking import open_read_only
 from h5feed.producer.files.read_limits import DatasetBounds
 
 __all__ = ["MAX_VIRTUAL_DEPTH", "MAX_VIRTUAL_SOURCES", "check_dataset"]
@@ -107,7 +108,7 @@ class _Walk:
         if path == os.path.realpath(virtual.file.filename):
             self.member(virtual.file, name, depth)
             return
-        with h5py.File(path, "r") as h5:
+        with open_read_only(path) as h5:
             if self.root is not None:
                 confine.check_links(h5, self.root)
             self.member(h5, name, depth)

@@ -25,6 +25,7 @@ from h5feed.common.layouts import (
     Video,
 )
 from h5feed.producer.files import confine
+from h5feed.producer.files.locking import open_read_only
 from h5feed.producer.files.read_limits import DEFAULT_BOUNDS, DatasetBounds
 from h5feed.producer.layouts.base import LayoutReader
 from h5feed.producer.layouts.blobs import BlobsReader
@@ -67,7 +68,7 @@ def open_reader(
     (:mod:`h5feed.producer.files.dataset_checks`).
     """
     try:
-        h5 = h5py.File(path, "r")
+        h5 = open_read_only(path)
     except OSError as exc:
         raise FileReadError(
             f"cannot open HDF5 file: {exc}", file=path, host=socket.gethostname()

@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/h5feed demo
 
-# Keras 3 on JAX and PyTorch without TensorFlow (tests/test_backends.py runs its scripts here):
+# Keras 3 on JAX and PyTorch without TensorFlow (tests/system/test_backends.py runs its scripts here):
 # jax[cpu], keras and h5feed without the tf extra, and torch: the CPU wheel where one lies on disk
 # (BACKENDS_TORCH_WHEEL, 192 MB), else PyPI's torch. PyPI has no CPU build for x86_64 Linux: its
 # torch is the CUDA build, about 3.0 GB to download (torch 2.15.0 539 MB, NVIDIA's CUDA libraries
@@ -48,7 +48,7 @@ test: $(STAMP) $(BACKENDS_STAMP)
 	$(BIN)/ruff check h5feed tests tools
 	$(BIN)/ruff format --check h5feed tests tools
 	$(BIN)/mypy
-	$(BIN)/python tests/docker_helpers.py -- $(BIN)/python -m pytest -n 2 --dist loadgroup --durations=25
+	$(BIN)/python tests/support/docker_helpers.py -- $(BIN)/python -m pytest -n 2 --dist loadgroup --durations=25
 
 ## test-fast: while working: ruff, then the in-process tier (no process, socket, ZeroMQ context
 ##            or Docker; under a guard that fails a test making one): under a minute on 2 cores
@@ -66,7 +66,7 @@ test-processes: $(STAMP) $(BACKENDS_STAMP)
 
 ## test-containers: the Docker tier (compose and Swarm), with the engine started as `make test` does
 test-containers: $(STAMP)
-	$(BIN)/python tests/docker_helpers.py -- $(BIN)/python -m pytest -m containers -n 0 --durations=25
+	$(BIN)/python tests/support/docker_helpers.py -- $(BIN)/python -m pytest -m containers -n 0 --durations=25
 
 ## test-bench: `h5feed bench` end to end (the bench tier)
 test-bench: $(STAMP)
@@ -88,7 +88,7 @@ bench: $(BENCH_STAMP)
 	$(BIN)/h5feed bench
 
 ## docs: the documentation site from docs/ into site/ (open site/index.html); `make test`
-##       builds it with --strict and runs the getting-started page's examples (tests/test_docs.py)
+##       builds it with --strict and runs the getting-started page's examples (tests/docs/test_docs.py)
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 

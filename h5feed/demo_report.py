@@ -1,7 +1,7 @@
 """The demo's report of input wait: which wait is which, and one verdict on what to do.
 
 Pure (no clock, no process): :func:`input_wait_lines` words what ``h5feed demo`` measured in its
-training loop and what the feed's ``stats()`` said, and tests/test_demo_verdict.py pins it.
+training loop and what the feed's ``stats()`` said, and tests/system/test_demo_verdict.py pins it.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ __all__ = ["input_wait_lines"]
 
 def input_wait_lines(wait_s: float, compute_s: float, feed: Mapping[str, Any]) -> list[str]:
     """The report's input-wait lines: two waits with names that say where each is measured,
-    and one verdict on what to do (pure: tested in tests/test_demo_verdict.py).
+    and one verdict on what to do (pure: tested in tests/system/test_demo_verdict.py).
 
     * ``step wait``: the share of the training loop's measured time spent in ``next(it)``,
       ``wait_s / (wait_s + compute_s)``: what the trainer feels, after tf.data's prefetch.

@@ -1,5 +1,6 @@
 """Shared fixtures: small real HDF5 datasets, an isolated index cache, process helpers; and
-every test's tier (tests/tiers.py), the in-process tier under its guard (tests/tier_guard.py)."""
+every test's tier (tests/support/tiers.py), the in-process tier under its guard
+(tests/support/tier_guard.py)."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ SMALL = SampleSpec(
 )
 
 
-#: Each collected test's tier and why (tests/tiers.py), for the guard's message.
+#: Each collected test's tier and why (tests/support/tiers.py), for the guard's message.
 _TIER = pytest.StashKey[tuple[str, str]]()
 #: The tier marks of a test marked with two (on itself and its module, say): it fails.
 _TWO_TIERS = pytest.StashKey[list[str]]()
@@ -36,13 +37,15 @@ _GUARD_SAID = pytest.StashKey[bool]()
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
-        "--tiers", action="store_true", help="print each test's tier and why (tests/tiers.py)"
+        "--tiers",
+        action="store_true",
+        help="print each test's tier and why (tests/support/tiers.py)",
     )
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m deselects by these marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Marks every test with its tier, found from what it uses (tests/tiers.py), so that
+    """Marks every test with its tier, found from what it uses (tests/support/tiers.py), so that
     ``-m inprocess`` (``make test-fast``) selects it without a mark written by hand."""
     for item in items:
         tier, why = tiers.tier_of(item)
@@ -67,10 +70,11 @@ def pytest_runtest_makereport(item: pytest.Item) -> Iterator[pytest.TestReport]:
 def tier_guard(request: pytest.FixtureRequest) -> Iterator[None]:
     """Around each ``inprocess`` test (its function-scoped fixtures included): starting a
     process, making a socket or a ZeroMQ context, or calling Docker fails it, naming the tier
-    to mark it (tests/tier_guard.py). Other tiers' tests, and collection, are not guarded."""
+    to mark it (tests/support/tier_guard.py). Other tiers' tests, and collection, are not
+    guarded."""
     if marks := request.node.stash.get(_TWO_TIERS, None):
         pytest.fail(f"{request.node.nodeid} is marked with two tiers, {marks}: `-m` would run it in"
-                    " both; keep one (tests/tiers.py)", pytrace=False)  # fmt: skip
+                    " both; keep one (tests/support/tiers.py)", pytrace=False)  # fmt: skip
     tier, why = request.node.stash.get(_TIER, ("inprocess", "not collected by this conftest"))
     if tier != "inprocess":
         yield
@@ -100,7 +104,7 @@ def one_file_of_tiny_videos(directory: pathlib.Path, videos: int) -> pathlib.Pat
 
 @pytest.fixture(scope="session")
 def docker_env() -> Iterator[dict[str, str]]:
-    """A running Docker engine, one per session (tests/docker_helpers.py): tests that use it
+    """A running Docker engine, one per session (tests/support/docker_helpers.py): tests that use it
     are in xdist_group "machine", so they share one pytest worker and run one at a time."""
     yield from docker_engine()
 

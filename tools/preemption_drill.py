@@ -5,9 +5,9 @@ epoch exactly once against what the saved weights saw?
 
 ``python tools/preemption_drill.py --runs 20 [--seed S] [--mode slurm|k8s|both]`` prints a
 table (run, mode, signal step, backup written, processes gone in s, exactly once yes/no)
-and exits 1 if any run failed. ``tests/test_preemption.py`` runs :func:`drill` a few times.
+and exits 1 if any run failed. ``tests/system/test_preemption.py`` runs :func:`drill` a few times.
 
-One run (:func:`drill`): the trainer (``tests/backup_trainer.py``, ``model.fit`` on
+One run (:func:`drill`): the trainer (``tests/support/backup_trainer.py``, ``model.fit`` on
 ``h5feed.dataset(..., resume=backup_dir)`` with ``h5feed.BackupAndRestore(...,
 save_on_sigterm=True, save_freq="epoch")``, 2 epochs of 9 batches, each step slowed down by
 ``step_sleep_s``) starts in a session of its own; once it has trained ``step`` batches it is
@@ -42,7 +42,7 @@ import time
 from typing import Any
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-TRAINER = ROOT / "tests" / "backup_trainer.py"
+TRAINER = ROOT / "tests" / "support" / "backup_trainer.py"
 #: Kubernetes' default ``terminationGracePeriodSeconds``: SIGKILL this long after SIGTERM.
 GRACE_S = 30.0
 #: The longest a trainer may take to reach the signalled step, or to run to its end.

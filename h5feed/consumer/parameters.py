@@ -4,7 +4,8 @@ and their defaults as Python text (:func:`describe_parameters`).
 Defaults are written once, as the field defaults of the dataclasses of
 :mod:`h5feed.consumer.options` (and :class:`~h5feed.consumer.sources.options.SourceConfig`);
 :func:`describe_parameters` derives every keyword and its default from them.
-``tests/test_config.py`` checks :class:`FeedKwargs`' keys, ``dataset()``'s docstring and the
+``tests/unit/common/test_config.py`` checks :class:`FeedKwargs`' keys, ``dataset()``'s docstring
+and the
 parameter table of docs/trainer/parameters.md against it, so none of those can drift.
 """
 
@@ -55,7 +56,8 @@ def _python_text(value: Any) -> str:
 class FeedKwargs(TypedDict, total=False):
     """The keyword arguments of ``h5feed.dataset()`` and ``h5feed.batches()``: exactly the
     fields of :class:`ClipSpec`, :class:`LayoutArgs`, :class:`FeedOptions`' groups and
-    :class:`DataOptions`, and the source keys (``SOURCE_KEYS``), as ``tests/test_config.py``
+    :class:`DataOptions`, and the source keys (``SOURCE_KEYS``), as
+    ``tests/unit/common/test_config.py``
     checks.
 
     Defaults: :func:`describe_parameters` (from those dataclasses); ``index_cache`` is True

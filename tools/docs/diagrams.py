@@ -3,7 +3,7 @@
 ``python tools/docs/diagrams.py`` (``make diagrams``) renders every ``NAME.dot`` with Graphviz
 (``dot -Tsvg``) into ``NAME.svg`` beside it, and removes nothing. ``--check`` needs no Graphviz:
 it verifies that the committed SVGs are those of the current sources, and exits 1 naming each
-one that is not (``tests/test_docs_diagrams.py`` runs the same check on every test run).
+one that is not (``tests/docs/test_docs_diagrams.py`` runs the same check on every test run).
 
 Guarantees:
 

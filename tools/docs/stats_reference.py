@@ -4,7 +4,7 @@
 Guarantees:
 
 1. Every key has a description: the tables below are checked against the keys
-   tests/test_public_surface.py pins (tests/test_docs_reference.py), so a key added to
+   tests/project/test_public_surface.py pins (tests/docs/test_docs_reference.py), so a key added to
    ``stats()`` without a line here fails a test, and so does a line for a key that is gone.
 2. The ``/metrics`` names, types and help texts are not written here: they come from the
    feed's own Prometheus collector (:class:`h5feed.consumer.telemetry.metrics.FeedCollector`), run

@@ -3,7 +3,8 @@
 One record, read in both directions (file → owner, owner → files), so the two can never
 disagree; the HDF5 scheduler (:mod:`h5feed.consumer.hdf5.scheduler`) decides *when* a file
 moves (handshake, checks of a taker's INDEX), this decides *where* it may go and keeps the
-books. No messages, no clocks: it is tested on its own (``tests/test_file_owners.py``).
+books. No messages, no clocks: it is tested on its own
+(``tests/unit/consumer/test_file_owners.py``).
 
 Guarantees:
 

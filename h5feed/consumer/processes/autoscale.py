@@ -1,6 +1,6 @@
 """``workers="auto"``: how many local workers an iteration wants, decided from the
 input-bound verdict. Pure: the caller passes the time and the figures, so every decision can
-be replayed in a test (``tests/test_autoscale.py``).
+be replayed in a test (``tests/unit/consumer/test_autoscale.py``).
 
 The rules (:meth:`Autoscaler.decide`), checked at most once per :data:`CHECK_EVERY_S`:
 

@@ -7,7 +7,7 @@ trainer. Linux sends that signal when the *thread* that forked the worker exits,
 the process does (prctl(2)). Iterations start in whatever thread calls ``iter()`` — often a
 short-lived tf.data thread — and a worker forked there would be killed with that thread,
 mid-epoch. Every worker is therefore forked by this one daemon thread, which lives as long
-as the process (tests/test_lifetime.py shows both behaviours).
+as the process (tests/unit/producer/test_lifetime.py shows both behaviours).
 
 Guarantees:
 

@@ -7,7 +7,8 @@ Adding a kind: a :class:`~h5feed.common.user_code.source_kinds.SourceKind` membe
 class
 (:mod:`h5feed.producer.sources`); a class following :class:`KindClass` whose ``make``
 returns a scheduler following :class:`KindScheduler`, in
-:data:`h5feed.consumer.sources.kinds.SCHEDULERS`. ``tests/test_source_kinds.py`` checks that
+:data:`h5feed.consumer.sources.kinds.SCHEDULERS`. ``tests/unit/common/test_source_kinds.py`` checks
+that
 every member has both.
 """
 

@@ -25,5 +25,5 @@ SCHEDULERS: Final[dict[SourceKind, KindClass]] = {
 
 
 def kind_class(kind: SourceKind) -> KindClass:
-    """The class of ``kind`` (every member has one: ``tests/test_source_kinds.py``)."""
+    """The class of ``kind`` (every member has one: ``tests/unit/common/test_source_kinds.py``)."""
     return SCHEDULERS[kind]

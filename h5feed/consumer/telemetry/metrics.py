@@ -88,7 +88,7 @@ _GAUGES = (
 )
 
 #: stats()["producers"] keys shown as gauges, each only while known: (key, metric name, help)
-#: (the autoscaler manifests name the first: tests/test_kubernetes.py).
+#: (the autoscaler manifests name the first: tests/deploy/test_kubernetes.py).
 PRODUCER_GAUGES = (
     ("replicas_needed", "h5feed_producers_replicas_needed", "Producer replicas that would keep up"),
     (

@@ -20,7 +20,7 @@ Guarantees:
    The position also holds the epoch's length, so a dataset resumed where its index is not
    remembered (``index_cache=False``, a fresh machine) still tells Keras the full length;
    without it Keras would take the shorter resumed epoch's length for every later epoch and
-   skip their last batches (tests/test_backup_restore.py pins both).
+   skip their last batches (tests/system/test_backup_restore.py pins both).
 4. A backup written by :func:`h5feed.merge_states` (``into=``) from the backups of a job on
    another number of shards resumes the rest of its epoch on this dataset's shard
    (:mod:`h5feed.consumer.plan.rest`); saves inside that epoch keep the rest (format 2).

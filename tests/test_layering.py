@@ -79,15 +79,9 @@ LAYERS = [
     ),
     # What a feed tells about itself reads the core's counters, never an input kind.
     ("consumer/telemetry", (*FOUNDATION_MAY_NOT, "h5feed.consumer.position")),
-    # Where a stream stands: the plan's positions, never the loop's plumbing. (The front ends
-    # too, once merge's backup writing has left position/.)
-    (
-        "consumer/position",
-        (
-            *(f for f in FOUNDATION_MAY_NOT if f != "h5feed.consumer.trainers"),
-            "h5feed.consumer.processes",
-        ),
-    ),
+    # Where a stream stands: the plan's positions, never the loop's plumbing nor a front end
+    # (writing a merged backup is trainers/merged_backup.py's).
+    ("consumer/position", (*FOUNDATION_MAY_NOT, "h5feed.consumer.processes")),
 ]
 
 

@@ -43,18 +43,29 @@ LAYERS = [
     ("producer", ("h5feed.consumer", "tensorflow", "keras", "=h5feed")),
     ("pack", ("h5feed.consumer", "tensorflow", "keras", "=h5feed")),
     ("consumer", ("h5feed.producer",)),
-    # The loop core knows no input kind, no front end and no process plumbing.
+    # The loop core knows no input kind, no front end and no process plumbing: its options
+    # are config/'s groups, not the feed's config (options.py knows the input kinds).
     (
         "consumer/core",
         (
-            "h5feed.consumer.hdf5",
-            "h5feed.consumer.sources",
-            "h5feed.consumer.trainers",
+            *FOUNDATION_MAY_NOT,
             "h5feed.consumer.processes",
-            "h5feed.consumer.stream",
-            "h5feed.consumer.feed",
-            "h5feed.consumer.api",
+            "h5feed.consumer.options",
+            "h5feed.consumer.position",
+            "h5feed.consumer.telemetry",
             "tensorflow",
+        ),
+    ),
+    # The option groups: below the core, so they know nothing of the consumer but the plan.
+    (
+        "consumer/config",
+        (
+            *FOUNDATION_MAY_NOT,
+            "h5feed.consumer.core",
+            "h5feed.consumer.processes",
+            "h5feed.consumer.options",
+            "h5feed.consumer.position",
+            "h5feed.consumer.telemetry",
         ),
     ),
     # The input kinds know the core, never each other nor the front ends.

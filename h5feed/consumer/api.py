@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Unpack, cast
 
 from h5feed.consumer.feed import Feed
-from h5feed.consumer.options import hdf_config
+from h5feed.consumer.hdf5.config import hdf_config
 from h5feed.consumer.parameters import FeedKwargs
 from h5feed.consumer.stream import BATCH_KEYS, POSITION_KEYS, VALID_KEY
 from h5feed.consumer.trainers.distribute import cluster_kwargs, without_auto_shard

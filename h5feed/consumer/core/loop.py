@@ -35,6 +35,7 @@ from typing import Any, Protocol
 
 from h5feed.common.errors import NoWorkersError, WorkerTimeoutError
 from h5feed.common.protocol import messages
+from h5feed.consumer.config.groups import FeedOptions
 from h5feed.consumer.core import recovery
 from h5feed.consumer.core.assembly import Batch
 from h5feed.consumer.core.counters import Counters
@@ -45,7 +46,6 @@ from h5feed.consumer.core.router import Router
 from h5feed.consumer.core.scheduler import Scheduler, Send
 from h5feed.consumer.core.session import PeerSession
 from h5feed.consumer.core.waker import Waker
-from h5feed.consumer.options import FeedOptions
 
 _POLL_MS = 50
 _HEALTH_EVERY_S = 0.2

@@ -15,8 +15,8 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
+from h5feed.consumer.config.groups import FeedOptions, check_main_path
 from h5feed.consumer.feed import Feed
-from h5feed.consumer.options import FeedOptions, check_main_path
 from h5feed.consumer.sources.options import SOURCE_KEYS, SourceConfig
 from h5feed.consumer.sources.scheduler import check_ragged
 from h5feed.consumer.sources.tf_elements import ragged_paths, spec_from_signature

@@ -29,7 +29,7 @@ from h5feed.consumer.plan.epoch_plan import Cursor
 from h5feed.consumer.sources.options import SourceConfig
 
 if TYPE_CHECKING:
-    from h5feed.consumer.options import FeedOptions
+    from h5feed.consumer.config.groups import FeedOptions
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

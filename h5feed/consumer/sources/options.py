@@ -14,7 +14,7 @@ from h5feed.common.user_code import import_paths
 from h5feed.common.user_code.source_kinds import SourceKind
 
 if TYPE_CHECKING:  # options.py imports this module (FeedConfig = HdfConfig | SourceConfig)
-    from h5feed.consumer.options import FeedOptions
+    from h5feed.consumer.config.groups import FeedOptions
 
 #: The keyword arguments of ``h5feed.dataset()`` that configure a source, and the
 #: :class:`SourceConfig` field each one becomes.

@@ -69,10 +69,28 @@ LAYERS = [
         ),
     ),
     # The input kinds know the core, never each other nor the front ends.
-    ("consumer/hdf5", ("h5feed.consumer.sources", "h5feed.consumer.trainers", "tensorflow")),
-    ("consumer/sources", ("h5feed.consumer.hdf5", "h5feed.consumer.trainers")),
-    # Front ends reach the workers through a feed and its streams only.
-    ("consumer/trainers", ("h5feed.consumer.core", "h5feed.consumer.processes")),
+    # (An input kind's config is options.py's feed config: HdfConfig there, SourceConfig in
+    # sources/options.py, which options.py imports.)
+    (
+        "consumer/hdf5",
+        (
+            *(f for f in FOUNDATION_MAY_NOT if f != "h5feed.consumer.hdf5"),
+            "tensorflow",
+        ),
+    ),
+    (
+        "consumer/sources",
+        (
+            *(f for f in FOUNDATION_MAY_NOT if f != "h5feed.consumer.sources"),
+            "h5feed.consumer.options",
+        ),
+    ),
+    # Front ends reach the workers through a feed and its streams only, and never the entry
+    # points that re-export them (api.py re-exports dataset() of trainers/tf_dataset.py).
+    (
+        "consumer/trainers",
+        ("h5feed.consumer.core", "h5feed.consumer.processes", "h5feed.consumer.api"),
+    ),
     (
         "consumer/processes",
         ("h5feed.consumer.hdf5", "h5feed.consumer.sources", "h5feed.consumer.trainers"),

@@ -14,6 +14,7 @@ from h5feed.common.errors import H5FeedError
 from h5feed.common.trust.exposure import warn_insecure_listen
 from h5feed.common.user_code import trainer_main
 from h5feed.consumer.hdf5 import known_index
+from h5feed.consumer.hdf5.config import hdf_config
 from h5feed.consumer.iteration import IterationStart, Outcome
 from h5feed.consumer.options import FeedConfig, HdfConfig, data_root
 from h5feed.consumer.plan.epoch_plan import Cursor, Index, epoch_length
@@ -22,7 +23,8 @@ from h5feed.consumer.position import fingerprint as fingerprints
 from h5feed.consumer.position import lineage, resume
 from h5feed.consumer.position.lineage import LineageLog
 from h5feed.consumer.processes.worker_pool import PoolSlot
-from h5feed.consumer.sources.options import Learnt
+from h5feed.consumer.sources.api import make_source_config
+from h5feed.consumer.sources.options import Learnt, SourceConfig
 from h5feed.consumer.stream import BatchStream
 from h5feed.consumer.telemetry.metrics import start_feed_metrics
 
@@ -277,3 +279,24 @@ class Feed:
 
     def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
         return self.stream()
+
+
+class SourceFeed(Feed):
+    """A :class:`Feed` of a user source.
+
+    Guarantees: the configuration never changes. What the workers tell (kind and element
+    spec) is :attr:`~Feed.learnt`, kept by the feed once an iteration's handshake has
+    finished; every iteration started after that gives its workers that spec (no probe), so
+    its batches have the same structure as the ones before (and as the tf.data signature).
+    """
+
+    config: SourceConfig
+
+
+def open_feed(files: Any = None, *, resume: Any = None, **kwargs: Any) -> Feed:
+    """``h5feed.batches()`` (:func:`h5feed.consumer.api.batches` says what it takes), for the
+    front ends below the entry points: the feed's configuration built and validated first (an
+    HDF5 feed's, or with ``source=`` a source feed's), then the feed over it."""
+    if kwargs.get("source") is not None:
+        return SourceFeed(make_source_config(files, kwargs), resume)
+    return Feed(hdf_config(files, kwargs), resume)

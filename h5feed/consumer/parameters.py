@@ -21,6 +21,9 @@ from h5feed.consumer.config.groups import GROUPS
 from h5feed.consumer.options import DataOptions, LayoutArgs
 from h5feed.consumer.sources.options import SOURCE_FIELDS, SourceConfig
 
+#: ``files=``: a glob, a directory or a list of paths (see ``h5feed.dataset``).
+PathsLike = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
+
 
 def describe_parameters() -> dict[str, str]:
     """Every keyword argument of ``dataset()``/``batches()`` (``prefetch`` aside) with its

@@ -41,7 +41,8 @@ from typing import Any, Final
 
 import numpy as np
 
-from h5feed.consumer.api import PathsLike, batches
+from h5feed.consumer.feed import open_feed
+from h5feed.consumer.parameters import PathsLike
 from h5feed.consumer.stream import BATCH_KEYS, POSITION_KEYS, BatchStream
 
 _STRING_KEYS = ("file", "video")
@@ -98,7 +99,7 @@ def keras_batches(
             "h5feed.keras_batches: shard_remainder='pad' weighs the padded rows out with "
             "sample weights, which Keras takes only with targets: give y="
         )
-    feed = batches(files, **kwargs, epochs=None, deterministic=True)
+    feed = open_feed(files, **kwargs, epochs=None, deterministic=True)
     stream = feed.stream()
     try:
         first = next(stream)  # the workers have read the index: the plan's length is known
@@ -115,7 +116,7 @@ def keras_batches(
 def _source_dataset(files: PathsLike | None, max_queue_size: int, kwargs: dict[str, Any]) -> Any:
     """keras_batches(source=...): the feed started, its first batch taken (the workers told
     the kind and length by then)."""
-    feed = batches(files, **kwargs, epochs=None, deterministic=True)
+    feed = open_feed(files, **kwargs, epochs=None, deterministic=True)
     stream = feed.stream()
     try:
         first = next(stream)  # the workers told the kind and length by then

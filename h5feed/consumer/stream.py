@@ -47,16 +47,6 @@ from h5feed.consumer.sources.kinds import kind_class
 from h5feed.consumer.sources.options import Learnt
 from h5feed.consumer.telemetry.stats import WaitMeter, iteration_stats
 
-#: Keys of every tf.data element by default (NumPy batches also carry ``sample``, ``epoch``
-#: and ``batch``: see ``keys=`` of ``h5feed.dataset``).
-BATCH_KEYS = ("frames", "label", "file", "video", "start")
-#: Keys a tf.data element may carry when asked (``keys=``): the defaults, and each row's
-#: place in the plan (global sample id, epoch, batch index in the epoch), int64 [B].
-POSITION_KEYS = ("sample", "epoch", "batch")
-#: bool [B]: False where a bad frame was skipped (``on_error="skip"``; the row is zeros).
-#: In every NumPy batch; in tf.data elements with ``on_error="skip"`` or when asked.
-VALID_KEY = "valid"
-
 _GET_POLL_S = 0.1
 
 # Every stream still running, so the exit hook can end them (weak: a stream that is garbage

@@ -41,9 +41,10 @@ from typing import Any, Final
 
 import numpy as np
 
+from h5feed.common.elements.batch_keys import BATCH_KEYS, POSITION_KEYS, VALID_KEY
 from h5feed.consumer.feed import open_feed
 from h5feed.consumer.parameters import PathsLike
-from h5feed.consumer.stream import BATCH_KEYS, POSITION_KEYS, BatchStream
+from h5feed.consumer.stream import BatchStream
 
 _STRING_KEYS = ("file", "video")
 # Keras's model-building peek takes one item, the JAX backend prefetches two more: an epoch
@@ -187,7 +188,7 @@ def _dataset_class() -> type:
                 if self._y is None:
                     return (x,)
                 if self._weights:
-                    return (x, batch[self._y], batch["valid"].astype(np.float32))
+                    return (x, batch[self._y], batch[VALID_KEY].astype(np.float32))
                 return (x, batch[self._y])
 
             def on_epoch_end(self) -> None:

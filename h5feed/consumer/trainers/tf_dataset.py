@@ -8,9 +8,9 @@ import os
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Unpack, cast
 
+from h5feed.common.elements.batch_keys import BATCH_KEYS, POSITION_KEYS, VALID_KEY
 from h5feed.consumer.feed import Feed, open_feed
 from h5feed.consumer.parameters import FeedKwargs, PathsLike
-from h5feed.consumer.stream import BATCH_KEYS, POSITION_KEYS, VALID_KEY
 from h5feed.consumer.trainers.distribute import cluster_kwargs, without_auto_shard
 
 if TYPE_CHECKING:

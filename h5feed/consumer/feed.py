@@ -212,9 +212,18 @@ class Feed:
             cursor, skip, rest = self.start, point.taken, point.rest
             saved_index = (point.fingerprint or {}).get("index")  # checked once it is built
         start = IterationStart(
-            cursor, skip, dict(self._fingerprint), saved_index, known, sizes, self._learnt,
-            self._index_digests, rest, self._samples, self.lineage,
-        )  # fmt: skip
+            cursor=cursor,
+            skip=skip,
+            fingerprint=dict(self._fingerprint),
+            resume_index=saved_index,
+            known=known,
+            file_sizes=sizes,
+            learnt=self._learnt,
+            digests=self._index_digests,
+            rest=rest,
+            samples=self._samples,
+            lineage=self.lineage,
+        )
         return start, files_key
 
     def _known_index(self) -> tuple[Index | None, tuple[int, ...] | None, str | None]:

@@ -233,6 +233,12 @@ def _reporting_length(ds: tf.data.Dataset, cardinality: int) -> tf.data.Dataset:
     def cardinality_() -> tf.Tensor:
         return tf.constant(cardinality, tf.int64)
 
+    # Patched on the object: tf.data has no transformation that states a length without
+    # enforcing it. Keras reads the method ``cardinality()`` of the dataset ``fit`` is given,
+    # which is most often derived from this one by ``.map()`` (to ``(x, y)``) and
+    # ``.prefetch()``: those two carry the length on (tests/backup_trainer.py maps a resumed
+    # dataset, tests/test_backup_restore.py pins Keras's 9 steps). Other derivations report
+    # tf.data's own, unknown, length.
     ds.cardinality = cardinality_
     ds.map = lambda *a, **k: _reporting_length(map_(*a, **k), cardinality)
     ds.prefetch = lambda *a, **k: _reporting_length(prefetch_(*a, **k), cardinality)

@@ -90,9 +90,9 @@ class RateMeter:
         while self._events and self._events[0][0] < now - RECENT_WINDOW_S:
             self._events.popleft()
 
-    def snapshot(self) -> dict[str, Any]:
+    def figures(self) -> MeterFigures:
         """Totals, total rates since creation, recent rates, seconds since the last event;
-        the clips and busy seconds of the recent events."""
+        the clips and busy seconds of the recent events: one consistent reading."""
         now = time.monotonic()
         with self._lock:
             self._trim(now)
@@ -102,18 +102,63 @@ class RateMeter:
         elapsed = max(now - self._started, 1e-9)
         window = min(RECENT_WINDOW_S, elapsed)
         clips_recent = sum(e[1] for e in recent)
+        return MeterFigures(
+            count=count,
+            clips=clips,
+            bytes=nbytes,
+            busy_s=busy,
+            per_s_total=Rates.over(count, clips, nbytes, elapsed),
+            per_s_recent=Rates.over(len(recent), clips_recent, sum(e[2] for e in recent), window),
+            clips_recent=clips_recent,
+            busy_s_recent=sum(e[3] for e in recent),
+            last_seen_s_ago=None if last is None else now - last,
+        )
+
+    def snapshot(self) -> dict[str, Any]:
+        """:meth:`figures` as the plain dict ``stats()`` shows."""
+        return self.figures().as_dict()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Rates:
+    """Events (batches or parts), clips and bytes per second."""
+
+    events: float
+    clips: float
+    bytes: float
+
+    @classmethod
+    def over(cls, count: int, clips: int, nbytes: int, seconds: float) -> Rates:
+        return cls(count / seconds, clips / seconds, nbytes / seconds)
+
+    def as_dict(self) -> dict[str, float]:
+        return {"events": self.events, "clips": self.clips, "bytes": self.bytes}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class MeterFigures:
+    """One reading of a :class:`RateMeter` (:meth:`RateMeter.figures`), typed: what the
+    sizing reads; :meth:`as_dict` is the form ``stats()`` shows."""
+
+    count: int
+    clips: int
+    bytes: int
+    busy_s: float
+    per_s_total: Rates
+    per_s_recent: Rates
+    clips_recent: int
+    busy_s_recent: float
+    last_seen_s_ago: float | None
+
+    def as_dict(self) -> dict[str, Any]:
         return {
-            "count": count,
-            "clips": clips,
-            "bytes": nbytes,
-            "busy_s": busy,
-            "per_s_total": _rates(count, clips, nbytes, elapsed),
-            "per_s_recent": _rates(len(recent), clips_recent, sum(e[2] for e in recent), window),
-            "clips_recent": clips_recent,
-            "busy_s_recent": sum(e[3] for e in recent),
-            "last_seen_s_ago": None if last is None else now - last,
+            "count": self.count,
+            "clips": self.clips,
+            "bytes": self.bytes,
+            "busy_s": self.busy_s,
+            "per_s_total": self.per_s_total.as_dict(),
+            "per_s_recent": self.per_s_recent.as_dict(),
+            "clips_recent": self.clips_recent,
+            "busy_s_recent": self.busy_s_recent,
+            "last_seen_s_ago": self.last_seen_s_ago,
         }
-
-
-def _rates(count: int, clips: int, nbytes: int, seconds: float) -> dict[str, float]:
-    return {"events": count / seconds, "clips": clips / seconds, "bytes": nbytes / seconds}

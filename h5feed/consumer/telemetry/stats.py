@@ -16,9 +16,9 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from h5feed.common.system.cpus import available_cpus
-from h5feed.consumer.core.counters import RECENT_WINDOW_S, RateMeter
+from h5feed.consumer.core.counters import RECENT_WINDOW_S, MeterFigures, RateMeter
 from h5feed.consumer.core.counters import Counters as Counters  # hdf5/scheduler.py's import
-from h5feed.consumer.telemetry.sizing import fleet_demand
+from h5feed.consumer.telemetry.sizing import WorkerRates, fleet_demand
 
 if TYPE_CHECKING:
     from h5feed.consumer.core.credits import CreditGate
@@ -120,9 +120,11 @@ class WaitMeter:
 
 
 def worker_figures(
-    peers: Sequence[Peer], files_owned: Callable[[Peer], int] | None = None
+    received: Sequence[tuple[Peer, MeterFigures]],
+    files_owned: Callable[[Peer], int] | None = None,
 ) -> list[dict[str, Any]]:
-    """Per worker: name, pid, host, the protocol version spoken with it and its package
+    """Per worker (with one reading of its meter: ``received``): name, pid, host, the
+    protocol version spoken with it and its package
     version, whether it is one of the feed's own processes (``local``), the files it reads
     (``files_owned``: HDF5 feeds, the files it owns plus those it reads as a confirmed extra
     reader, so a file shared by 3 workers counts once for each; else 0), units outstanding,
@@ -139,9 +141,9 @@ def worker_figures(
             "files": files_owned(p) if files_owned is not None else 0,
             "outstanding_units": len(p.outstanding),
             "unit_latency_s": p.unit_latency_s,
-            **p.received.snapshot(),
+            **figures.as_dict(),
         }
-        for p in peers
+        for p, figures in received
     ]
 
 
@@ -214,7 +216,9 @@ def iteration_stats(
     """
     intake = taken.snapshot()
     waits = waited.snapshot()
-    workers = worker_figures(peers, figures.files_owned)
+    # One reading of each worker's meter, for its figures and for the sizing alike.
+    received = [(peer, peer.received.figures()) for peer in peers]
+    workers = worker_figures(received, figures.files_owned)
     # Local workers only share this host's cores: the advice is capped by them (none elsewhere).
     local = all(w["local"] for w in workers)
     cores = available_cpus() if local else None
@@ -257,7 +261,11 @@ def iteration_stats(
         "suggested_extra_workers": extra,
         "verdict": line,
         "fleet": {
-            **fleet_demand(intake["per_s_recent"]["clips"], waits["wait_share_recent"], workers),
+            **fleet_demand(
+                intake["per_s_recent"]["clips"],
+                waits["wait_share_recent"],
+                [WorkerRates(peer.host, peer.local, rates) for peer, rates in received],
+            ),
             "shared": shared_fleet,
         },
     }

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -304,8 +304,21 @@ class SourceFeed(Feed):
 
 def open_feed(files: Any = None, *, resume: Any = None, **kwargs: Any) -> Feed:
     """``h5feed.batches()`` (:func:`h5feed.consumer.api.batches` says what it takes), for the
-    front ends below the entry points: the feed's configuration built and validated first (an
-    HDF5 feed's, or with ``source=`` a source feed's), then the feed over it."""
+    front ends below the entry points: :func:`feed_config`, then :func:`feed_of` it."""
+    return feed_of(feed_config(files, kwargs), resume)
+
+
+def feed_config(files: Any, kwargs: Mapping[str, Any]) -> FeedConfig:
+    """The configuration of ``batches()``' arguments, validated before any process starts:
+    an HDF5 feed's, or with ``source=`` a source feed's. A front end that must know the
+    feed's options before it opens the feed builds this first and asks it."""
     if kwargs.get("source") is not None:
-        return SourceFeed(make_source_config(files, kwargs), resume)
-    return Feed(hdf_config(files, kwargs), resume)
+        return make_source_config(files, kwargs)
+    return hdf_config(files, kwargs)
+
+
+def feed_of(config: FeedConfig, resume: Any = None) -> Feed:
+    """The feed over ``config`` (a source's is a :class:`SourceFeed`)."""
+    if isinstance(config, HdfConfig):
+        return Feed(config, resume)
+    return SourceFeed(config, resume)

@@ -23,6 +23,7 @@ from typing import TypeAlias
 
 from h5feed.common import layouts
 from h5feed.common.config import CLIP_STARTS, ClipSpec, default_cache_dir
+from h5feed.common.elements.batch_keys import VALID_KEY
 from h5feed.common.layouts import LayoutSpec
 from h5feed.common.protocol.messages import ON_ERROR_CHOICES
 from h5feed.consumer.config.groups import FeedOptions
@@ -107,6 +108,18 @@ class HdfConfig:
         the rest of this epoch after a change of topology (:mod:`h5feed.consumer.plan.rest`)."""
         data, plan = self.data, self.options.plan
         return EpochPlan(index, self.clip, plan, epoch, data.clips_per_video, data.clip_start, rest)
+
+    @property
+    def marks_valid(self) -> bool:
+        """Whether rows must be told apart by ``valid`` (``on_error="skip"`` zero-fills bad
+        rows, ``shard_remainder="pad"`` adds padded ones): tf.data elements and lineage
+        records then carry it."""
+        return self.data.on_error == "skip" or self.options.plan.pads
+
+    def element_keys(self, keys: tuple[str, ...]) -> tuple[str, ...]:
+        """The keys of ``dataset(keys=keys)``'s elements: ``valid`` added where rows must be
+        told apart (:attr:`marks_valid`, for ``sample_weight``)."""
+        return (*keys, VALID_KEY) if self.marks_valid and VALID_KEY not in keys else keys
 
     def epoch_length(self, index: Index) -> int:
         """Batches per epoch of this shard of ``index``'s clips (:func:`epoch_length_of`)."""

@@ -123,7 +123,7 @@ class HdfColumns:
         return cls(
             crop_pixels(config) if config.clip.crop is not None else None,
             seed=config.clip.transform is not None,
-            valid=config.data.on_error == "skip" or config.options.plan.pads,
+            valid=config.marks_valid,
         )
 
 

@@ -88,6 +88,12 @@ class SourceConfig:
             return self.ragged
         return path in self.ragged
 
+    def element_keys(self, keys: tuple[str, ...]) -> tuple[str, ...]:
+        """``keys`` as they are: a source's elements are its own trees (``dataset()``
+        refuses ``keys=`` for them; a padded map source adds ``sample`` and ``valid`` itself:
+        :mod:`h5feed.consumer.sources.padding`)."""
+        return keys
+
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Learnt:

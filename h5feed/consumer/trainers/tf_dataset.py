@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, Unpack, cast
+from typing import TYPE_CHECKING, Any, Unpack
 
 from h5feed.common.elements.batch_keys import BATCH_KEYS, POSITION_KEYS, VALID_KEY
-from h5feed.consumer.feed import Feed, open_feed
+from h5feed.consumer.feed import Feed, feed_config, feed_of
 from h5feed.consumer.parameters import FeedKwargs, PathsLike
 from h5feed.consumer.trainers.distribute import cluster_kwargs, without_auto_shard
 
@@ -156,13 +156,12 @@ def dataset(
     unknown = set(keys) - set(BATCH_KEYS) - set(optional)
     if unknown or len(set(keys)) != len(keys) or "frames" not in keys:
         raise ValueError(f"keys must name 'frames' and any of {optional}, once each; got {keys}")
-    if kwargs.get("source") is None:
-        keys = with_valid(keys, kwargs.get("on_error"), kwargs.get("shard_remainder"))
     if kwargs.get("source") is not None and keys != BATCH_KEYS:
         raise TypeError("h5feed: keys= does not apply to source= (elements are your own)")
     # Under a multi-worker TF_CONFIG: that worker's shard (a contradicting shard= raises).
-    kwargs = cast(FeedKwargs, cluster_kwargs(dict(kwargs), os.environ))
-    feed = open_feed(files, resume=resume, **kwargs)
+    config = feed_config(files, cluster_kwargs(dict(kwargs), os.environ))
+    keys = config.element_keys(keys)
+    feed = feed_of(config, resume)
     spec, first = signature.feed_signature(feed, keys)  # may start the first iteration
     element = signature.element_maker(feed.config, spec, keys)
     pending = [first] if first is not None else []
@@ -180,16 +179,6 @@ def dataset(
             stream.close()
 
     return feed_dataset(feed, generate, spec, prefetch)
-
-
-def with_valid(
-    keys: tuple[str, ...], on_error: object, shard_remainder: object = None
-) -> tuple[str, ...]:
-    """``keys`` with ``valid`` added under ``on_error="skip"`` and ``shard_remainder="pad"``:
-    the rows it skipped or padded must be told apart (``sample_weight``)."""
-    if (on_error == "skip" or shard_remainder == "pad") and VALID_KEY not in keys:
-        return (*keys, VALID_KEY)
-    return keys
 
 
 def feed_dataset(

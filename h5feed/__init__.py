@@ -43,11 +43,11 @@ if TYPE_CHECKING:
     from h5feed.consumer.api import batches, dataset
     from h5feed.consumer.feed import Feed
     from h5feed.consumer.plan.epoch_plan import Cursor
-    from h5feed.consumer.position.merge import merge_states
     from h5feed.consumer.stream import BatchStream
     from h5feed.consumer.trainers.backup import backup_and_restore as BackupAndRestore
     from h5feed.consumer.trainers.distribute import distribute
     from h5feed.consumer.trainers.keras_callback import input_wait_callback
+    from h5feed.consumer.trainers.merged_backup import merge_states
     from h5feed.consumer.trainers.pydataset import keras_batches
     from h5feed.consumer.trainers.torch_tensors import torch_batches
 
@@ -102,7 +102,7 @@ _LAZY = {
     "distribute": ("h5feed.consumer.trainers.distribute", "distribute"),  # tf.distribute
     "keras_batches": ("h5feed.consumer.trainers.pydataset", "keras_batches"),  # any backend
     "torch_batches": ("h5feed.consumer.trainers.torch_tensors", "torch_batches"),
-    "merge_states": ("h5feed.consumer.position.merge", "merge_states"),  # no Keras imported
+    "merge_states": ("h5feed.consumer.trainers.merged_backup", "merge_states"),  # no Keras imported
     "input_wait_callback": ("h5feed.consumer.trainers.keras_callback", "input_wait_callback"),
 }
 

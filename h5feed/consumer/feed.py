@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -14,6 +14,7 @@ from h5feed.common.errors import H5FeedError
 from h5feed.common.trust.exposure import warn_insecure_listen
 from h5feed.common.user_code import trainer_main
 from h5feed.consumer.hdf5 import known_index
+from h5feed.consumer.hdf5.config import hdf_config
 from h5feed.consumer.iteration import IterationStart, Outcome
 from h5feed.consumer.options import FeedConfig, HdfConfig, data_root
 from h5feed.consumer.plan.epoch_plan import Cursor, Index, epoch_length
@@ -22,7 +23,8 @@ from h5feed.consumer.position import fingerprint as fingerprints
 from h5feed.consumer.position import lineage, resume
 from h5feed.consumer.position.lineage import LineageLog
 from h5feed.consumer.processes.worker_pool import PoolSlot
-from h5feed.consumer.sources.options import Learnt
+from h5feed.consumer.sources.api import make_source_config
+from h5feed.consumer.sources.options import Learnt, SourceConfig
 from h5feed.consumer.stream import BatchStream
 from h5feed.consumer.telemetry.metrics import start_feed_metrics
 
@@ -210,9 +212,18 @@ class Feed:
             cursor, skip, rest = self.start, point.taken, point.rest
             saved_index = (point.fingerprint or {}).get("index")  # checked once it is built
         start = IterationStart(
-            cursor, skip, dict(self._fingerprint), saved_index, known, sizes, self._learnt,
-            self._index_digests, rest, self._samples, self.lineage,
-        )  # fmt: skip
+            cursor=cursor,
+            skip=skip,
+            fingerprint=dict(self._fingerprint),
+            resume_index=saved_index,
+            known=known,
+            file_sizes=sizes,
+            learnt=self._learnt,
+            digests=self._index_digests,
+            rest=rest,
+            samples=self._samples,
+            lineage=self.lineage,
+        )
         return start, files_key
 
     def _known_index(self) -> tuple[Index | None, tuple[int, ...] | None, str | None]:
@@ -277,3 +288,37 @@ class Feed:
 
     def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
         return self.stream()
+
+
+class SourceFeed(Feed):
+    """A :class:`Feed` of a user source.
+
+    Guarantees: the configuration never changes. What the workers tell (kind and element
+    spec) is :attr:`~Feed.learnt`, kept by the feed once an iteration's handshake has
+    finished; every iteration started after that gives its workers that spec (no probe), so
+    its batches have the same structure as the ones before (and as the tf.data signature).
+    """
+
+    config: SourceConfig
+
+
+def open_feed(files: Any = None, *, resume: Any = None, **kwargs: Any) -> Feed:
+    """``h5feed.batches()`` (:func:`h5feed.consumer.api.batches` says what it takes), for the
+    front ends below the entry points: :func:`feed_config`, then :func:`feed_of` it."""
+    return feed_of(feed_config(files, kwargs), resume)
+
+
+def feed_config(files: Any, kwargs: Mapping[str, Any]) -> FeedConfig:
+    """The configuration of ``batches()``' arguments, validated before any process starts:
+    an HDF5 feed's, or with ``source=`` a source feed's. A front end that must know the
+    feed's options before it opens the feed builds this first and asks it."""
+    if kwargs.get("source") is not None:
+        return make_source_config(files, kwargs)
+    return hdf_config(files, kwargs)
+
+
+def feed_of(config: FeedConfig, resume: Any = None) -> Feed:
+    """The feed over ``config`` (a source's is a :class:`SourceFeed`)."""
+    if isinstance(config, HdfConfig):
+        return Feed(config, resume)
+    return SourceFeed(config, resume)

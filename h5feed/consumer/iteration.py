@@ -28,6 +28,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from h5feed.common.errors import ResumeError
+from h5feed.consumer.core.counters import Counters
 from h5feed.consumer.core.credits import CreditGate
 from h5feed.consumer.core.scheduler import Scheduler
 from h5feed.consumer.hdf5 import known_index
@@ -40,7 +41,6 @@ from h5feed.consumer.position.fingerprint import IndexDigests
 from h5feed.consumer.position.lineage import LineageLog
 from h5feed.consumer.sources.options import Learnt, SourceConfig
 from h5feed.consumer.sources.scheduler import SourceScheduler
-from h5feed.consumer.telemetry.stats import Counters
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

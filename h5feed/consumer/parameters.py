@@ -18,8 +18,12 @@ from typing import Any, TypedDict
 
 from h5feed.common.config import ClipSpec
 from h5feed.common.layouts import LayoutSpec
-from h5feed.consumer.options import GROUPS, DataOptions, LayoutArgs
+from h5feed.consumer.config.groups import GROUPS
+from h5feed.consumer.options import DataOptions, LayoutArgs
 from h5feed.consumer.sources.options import SOURCE_FIELDS, SourceConfig
+
+#: ``files=``: a glob, a directory or a list of paths (see ``h5feed.dataset``).
+PathsLike = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
 
 
 def describe_parameters() -> dict[str, str]:

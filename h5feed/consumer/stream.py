@@ -34,6 +34,7 @@ from h5feed.common.errors import H5FeedError, ResumeError
 from h5feed.common.system.cpus import available_cpus
 from h5feed.common.system.memory import keep_freed_memory_mapped
 from h5feed.consumer.core.assembly import Batch
+from h5feed.consumer.core.counters import Counters, RateMeter
 from h5feed.consumer.core.credits import CreditGate
 from h5feed.consumer.core.loop import END, FAILED, FeedLoop
 from h5feed.consumer.core.session import PeerSession
@@ -44,17 +45,7 @@ from h5feed.consumer.processes.autoscale import Autoscaler, AutoWorkers
 from h5feed.consumer.processes.worker_pool import Lease, close_all_slots
 from h5feed.consumer.sources.kinds import kind_class
 from h5feed.consumer.sources.options import Learnt
-from h5feed.consumer.telemetry.stats import Counters, RateMeter, WaitMeter, iteration_stats
-
-#: Keys of every tf.data element by default (NumPy batches also carry ``sample``, ``epoch``
-#: and ``batch``: see ``keys=`` of ``h5feed.dataset``).
-BATCH_KEYS = ("frames", "label", "file", "video", "start")
-#: Keys a tf.data element may carry when asked (``keys=``): the defaults, and each row's
-#: place in the plan (global sample id, epoch, batch index in the epoch), int64 [B].
-POSITION_KEYS = ("sample", "epoch", "batch")
-#: bool [B]: False where a bad frame was skipped (``on_error="skip"``; the row is zeros).
-#: In every NumPy batch; in tf.data elements with ``on_error="skip"`` or when asked.
-VALID_KEY = "valid"
+from h5feed.consumer.telemetry.stats import WaitMeter, iteration_stats
 
 _GET_POLL_S = 0.1
 

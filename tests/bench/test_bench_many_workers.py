@@ -13,7 +13,7 @@ import pytest
 
 from h5feed.bench.shapes import DatasetShape, parse_dataset_shapes
 from h5feed.cli import main
-from h5feed.consumer.options import ProcessOptions
+from h5feed.consumer.config.groups import ProcessOptions
 
 
 @pytest.mark.timeout(300)

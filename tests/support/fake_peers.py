@@ -37,17 +37,18 @@ from h5feed.common.elements import values as elements
 from h5feed.common.elements.values import ElementSpec
 from h5feed.common.protocol import messages
 from h5feed.common.protocol.versions import PROTOCOL_VERSION
+from h5feed.consumer.config.groups import FeedOptions
 from h5feed.consumer.core import recovery
 from h5feed.consumer.core.assembly import Batch
+from h5feed.consumer.core.counters import Counters
 from h5feed.consumer.core.credits import CreditGate
 from h5feed.consumer.core.events import LossCause, PeerLost
 from h5feed.consumer.core.ledger import Peer
 from h5feed.consumer.core.scheduler import Reassignment, Scheduler, Send
 from h5feed.consumer.core.session import PeerSession
-from h5feed.consumer.options import DataOptions, FeedOptions, HdfConfig, LayoutArgs
+from h5feed.consumer.options import DataOptions, HdfConfig, LayoutArgs
 from h5feed.consumer.plan.epoch_plan import Index
 from h5feed.consumer.sources.options import SourceConfig
-from h5feed.consumer.telemetry.stats import Counters
 
 #: A host name no fake peer shares with this machine, so no batch goes to shared memory.
 FAKE_HOST = "fake-host.invalid"

@@ -35,15 +35,15 @@ import zmq
 from fake_peers import FakeLocalWorkers, FakeWorker
 
 from h5feed.common.protocol import messages
+from h5feed.consumer.config.groups import FeedOptions
 from h5feed.consumer.core.assembly import Batch
+from h5feed.consumer.core.counters import Counters
 from h5feed.consumer.core.credits import CreditGate
 from h5feed.consumer.core.loop import END, FAILED, FeedLoop
 from h5feed.consumer.core.router import Router
 from h5feed.consumer.core.scheduler import Scheduler
 from h5feed.consumer.core.session import PeerSession
 from h5feed.consumer.core.waker import Waker
-from h5feed.consumer.options import FeedOptions
-from h5feed.consumer.telemetry.stats import Counters
 
 #: Every wait of these tests is bounded by this (a bug fails, it does not hang).
 WAIT_S = 30.0

@@ -24,9 +24,10 @@ from metrics_helpers import free_port
 from h5feed.common.protocol import messages
 from h5feed.common.trust.exposure import endpoint_of
 from h5feed.common.worker_settings import WorkerSettings
-from h5feed.consumer.options import NetworkOptions
+from h5feed.consumer.config.endpoints import parse_endpoint
+from h5feed.consumer.config.groups import NetworkOptions
 from h5feed.consumer.processes import fleet_announcer as announcing
-from h5feed.consumer.processes.fleet_announcer import Announcer, parse_endpoint, resolve
+from h5feed.consumer.processes.fleet_announcer import Announcer, resolve
 from h5feed.producer.service.fleet import Front
 from h5feed.producer.service.server import _write_health, check_health
 

@@ -26,11 +26,11 @@ from h5feed.common.errors import DataError, ProtocolError
 from h5feed.common.layouts import Auto, Groups
 from h5feed.common.protocol import messages
 from h5feed.common.worker_settings import DEFAULT_DATA
+from h5feed.consumer.core.counters import Counters
 from h5feed.consumer.hdf5 import units as hdf5_work
+from h5feed.consumer.hdf5.config import hdf_config
 from h5feed.consumer.hdf5.scheduler import HdfScheduler
-from h5feed.consumer.options import hdf_config
 from h5feed.consumer.plan.epoch_plan import Cursor, Index
-from h5feed.consumer.telemetry.stats import Counters
 from h5feed.producer.layouts import open_reader, pack_index
 from h5feed.producer.sample_data import write_video_file
 from h5feed.producer.worker import hdf5_job

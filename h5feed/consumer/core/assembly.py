@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from h5feed.common.elements.batch_keys import VALID_KEY
 from h5feed.common.errors import DataError
 from h5feed.common.system.memory import aligned_empty
 from h5feed.consumer.core.slots import Slot, SlotPool
@@ -34,7 +35,8 @@ from h5feed.consumer.plan.epoch_plan import Index, PlannedBatch
 
 @dataclasses.dataclass
 class Batch:
-    """An assembled batch: its place in the plan and its arrays (see ``stream.BATCH_KEYS``)."""
+    """An assembled batch: its place in the plan and its arrays (their keys:
+    :mod:`h5feed.common.elements.batch_keys`)."""
 
     epoch: int
     index: int  # the batch's position in its epoch
@@ -192,7 +194,7 @@ class BatchAssembler:
                 "sample": planned.samples,
                 "epoch": np.full(rows, planned.epoch, np.int64),
                 "batch": np.full(rows, planned.index, np.int64),
-                "valid": valid,
+                VALID_KEY: valid,
             },
             planned=planned,
         )

@@ -13,7 +13,7 @@ import time
 from typing import Generic, TypeVar
 
 from h5feed.common.protocol.versions import PROTOCOL_VERSION
-from h5feed.consumer.telemetry.stats import RateMeter
+from h5feed.consumer.core.counters import RateMeter
 
 W = TypeVar("W")
 

@@ -35,8 +35,10 @@ from typing import Any, Protocol
 
 from h5feed.common.errors import NoWorkersError, WorkerTimeoutError
 from h5feed.common.protocol import messages
+from h5feed.consumer.config.groups import FeedOptions
 from h5feed.consumer.core import recovery
 from h5feed.consumer.core.assembly import Batch
+from h5feed.consumer.core.counters import Counters
 from h5feed.consumer.core.credits import CreditGate, RunningDry, grown_budget
 from h5feed.consumer.core.events import Arrived, PeerJoined, PeerLost
 from h5feed.consumer.core.ledger import Peer
@@ -44,8 +46,6 @@ from h5feed.consumer.core.router import Router
 from h5feed.consumer.core.scheduler import Scheduler, Send
 from h5feed.consumer.core.session import PeerSession
 from h5feed.consumer.core.waker import Waker
-from h5feed.consumer.options import FeedOptions
-from h5feed.consumer.telemetry.stats import Counters
 
 _POLL_MS = 50
 _HEALTH_EVERY_S = 0.2

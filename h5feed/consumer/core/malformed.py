@@ -19,8 +19,8 @@ import warnings
 
 from h5feed.common.errors import MalformedPartWarning, ProtocolError
 from h5feed.common.system.logs import IdsLogger
+from h5feed.consumer.core.counters import Counters
 from h5feed.consumer.core.ledger import Peer
-from h5feed.consumer.telemetry.stats import Counters
 
 
 def drop_malformed(peer: Peer, unit: int, why: str, counters: Counters, log: IdsLogger) -> None:

@@ -35,7 +35,7 @@ from h5feed.common.system.fd_limit import raise_open_files_limit
 from h5feed.common.trust.curve import KeyPair
 from h5feed.common.trust.curve_server import CurveServer
 from h5feed.common.trust.exposure import is_local_address
-from h5feed.consumer.options import FeedOptions
+from h5feed.consumer.config.groups import FeedOptions
 
 _SEND_TIMEOUT_MS = 5000
 #: A connection must finish its ZMTP (and CURVE) handshake within this, or libzmq closes it

@@ -70,9 +70,9 @@ from h5feed.common.protocol.liveness import PROBE_EVERY_S
 from h5feed.common.protocol.versions import SPOKEN
 from h5feed.common.system.logs import consumer_log
 from h5feed.common.trust.refusal_log import RefusalLog
+from h5feed.consumer.core.counters import Counters
 from h5feed.consumer.core.events import Arrived, Event, LossCause, PeerJoined, PeerLost
 from h5feed.consumer.core.ledger import Peer
-from h5feed.consumer.telemetry.stats import Counters
 
 #: Malformed messages one identity may send before it is refused and ignored: enough that a
 #: peer's one-off bug is survived, few enough that a flood costs at most this many decodes.

@@ -55,6 +55,7 @@ from h5feed.common.errors import H5FeedError
 from h5feed.common.protocol import messages
 from h5feed.common.system.logs import consumer_log
 from h5feed.consumer.core.assembly import Batch, BatchAssembler
+from h5feed.consumer.core.counters import Counters
 from h5feed.consumer.core.credits import CreditGate
 from h5feed.consumer.core.ledger import Ledger, Peer, Unit
 from h5feed.consumer.core.malformed import drop_malformed
@@ -69,7 +70,6 @@ from h5feed.consumer.hdf5.units import Work, unit_rows
 from h5feed.consumer.options import HdfConfig
 from h5feed.consumer.plan.epoch_plan import PAD_SAMPLE, Cursor, Index, PlannedBatch
 from h5feed.consumer.plan.rest import Rest
-from h5feed.consumer.telemetry.stats import Counters
 
 
 def planned_batches(

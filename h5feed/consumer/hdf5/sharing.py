@@ -27,13 +27,13 @@ from collections.abc import Callable
 import numpy as np
 
 from h5feed.common.system.logs import consumer_log
+from h5feed.consumer.core.counters import Counters
 from h5feed.consumer.core.ledger import Peer
 from h5feed.consumer.core.scheduler import Send
 from h5feed.consumer.hdf5.file_owners import FileOwners
 from h5feed.consumer.hdf5.file_readers import FileReaders, deal, ring
 from h5feed.consumer.hdf5.units import first_difference
 from h5feed.consumer.plan.epoch_plan import FileColumns, Index
-from h5feed.consumer.telemetry.stats import Counters
 
 #: The JOB of files for a peer: (peer, files, send_index) -> its sends (the scheduler's _job).
 JobOf = Callable[[Peer, list[int], bool], list[Send]]

@@ -62,6 +62,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from h5feed.common.config import crop_offset
+from h5feed.common.elements.batch_keys import VALID_KEY
 from h5feed.common.system.atomic import atomic_file
 from h5feed.common.user_code.source_kinds import SourceKind
 from h5feed.consumer.core.assembly import Batch
@@ -122,7 +123,7 @@ class HdfColumns:
         return cls(
             crop_pixels(config) if config.clip.crop is not None else None,
             seed=config.clip.transform is not None,
-            valid=config.data.on_error == "skip" or config.options.plan.pads,
+            valid=config.marks_valid,
         )
 
 
@@ -228,7 +229,7 @@ def hdf5_lines(
     arrays = batch.arrays
     files, videos = arrays["file"].tolist(), arrays["video"].tolist()
     labels = arrays["label"].tolist()
-    valid = arrays["valid"].tolist() if columns.valid else None
+    valid = arrays[VALID_KEY].tolist() if columns.valid else None
     seeds = planned.seeds.tolist() if columns.seed else None
     crops = planned.crop_uniforms.tolist()
     head = f'{{"step":{step},"epoch":{batch.epoch},"batch":{batch.index},"row":'

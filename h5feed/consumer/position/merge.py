@@ -1,5 +1,8 @@
-"""``h5feed.merge_states``: the positions saved by the n trainers of a data-parallel job as
-one position, which resumes on any number of trainers (:mod:`h5feed.consumer.plan.rest`).
+"""The merge of ``h5feed.merge_states``: the positions saved by the n trainers of a
+data-parallel job as one position, which resumes on any number of trainers
+(:mod:`h5feed.consumer.plan.rest`). Pure: it reads states (dicts, or the position file of a
+backup directory) and writes nothing; writing the merged position as a backup (``into=``)
+is :mod:`h5feed.consumer.trainers.merged_backup`'s, which owns the public function.
 
 Guarantees:
 
@@ -18,45 +21,40 @@ Guarantees:
    epoch's sample count). Each state is checked whole first (h5feed.consumer.position.resume,
    guarantee 8), and a shard count is bounded (``rest.MAX_SHARDS``) before anything is built
    from it: a state saying shard [0, 10**9] costs what one of 2 does.
-4. ``into=``: the merged position is written to that directory as an
-   ``h5feed.BackupAndRestore`` backup, with the weights the first state's directory names
-   (the ranks of a data-parallel job hold the same weights): the weights first, then the
-   position, atomically, so a kill leaves no position naming missing weights.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from h5feed.common.errors import ResumeError
-from h5feed.common.system.atomic import atomic_file
 from h5feed.consumer.plan.epoch_plan import Cursor, PlanOptions, epoch_length
 from h5feed.consumer.plan.rest import MAX_SHARDS, Layer, Rest, layer_of
 from h5feed.consumer.position import fingerprint as fingerprints
 from h5feed.consumer.position import resume
 from h5feed.consumer.position.resume import ResumePoint
-from h5feed.consumer.trainers.backup import WEIGHTS_FILES
 
 StateLike = Mapping[str, Any] | str | os.PathLike[str]
 
 
-def merge_states(
-    states: Sequence[StateLike], into: str | os.PathLike[str] | None = None
-) -> dict[str, Any]:
-    """One position from the states of every shard of a data-parallel job (each a
-    ``stream.state()`` dict or an ``h5feed.BackupAndRestore`` directory), for ``resume=``
-    with any ``shard=(j, m)``: the samples of the current epoch that no old shard took are
-    dealt to the m new shards, then epochs go on with m shards. See the module docstring;
-    ``into``: a directory to write it to as a backup (guarantee 4). Returns the merged
-    state (with ``"weights"`` when written ``into`` a directory)."""
+def load_states(states: Sequence[StateLike]) -> list[tuple[str, Mapping[str, Any]]]:
+    """Each state (a ``stream.state()`` dict, or the position of an
+    ``h5feed.BackupAndRestore`` directory) with how an error names it; TypeError for what is
+    not a list of states, ResumeError for none or a directory holding no position."""
     if isinstance(states, str | bytes | os.PathLike | Mapping) or not isinstance(states, Sequence):
         raise TypeError("merge_states takes a list of states (dicts or backup directories)")
     if not states:
         raise ResumeError("merge_states needs the state of every old shard, got none")
-    loaded = [_load(number, state) for number, state in enumerate(states)]
+    return [_load(number, state) for number, state in enumerate(states)]
+
+
+def merge_loaded(loaded: Sequence[tuple[str, Mapping[str, Any]]]) -> dict[str, Any]:
+    """One position from the states of every shard of a data-parallel job (as
+    :func:`load_states` gives them), for ``resume=`` with any ``shard=(j, m)``: the samples
+    of the current epoch that no old shard took are dealt to the m new shards, then epochs go
+    on with m shards. See the module docstring."""
     points = [(label, _point(label, state)) for label, state in loaded]
     shards = _shards(points)
     first_label, first = points[0]
@@ -86,13 +84,10 @@ def merge_states(
     before = rests.pop()
     rest = Rest(epoch, total, (*(before.layers if before is not None else ()), layer))
     rest.check(options)
-    merged = ResumePoint(
+    return ResumePoint(
         Cursor(epoch, 0), frozenset(), _unsharded(fingerprint), rest=rest, samples=total,
         merged=True,
     ).to_state()  # fmt: skip
-    if into is not None:
-        merged = _write_backup(os.fspath(into), states[0], loaded[0][1], merged)
-    return merged
 
 
 def _load(number: int, state: StateLike) -> tuple[str, Mapping[str, Any]]:
@@ -220,26 +215,3 @@ def _layer(
         )
     cursors = [(found[shard][1].batch, found[shard][2]) for shard in sorted(found)]
     return layer_of(cursors), at.pop()[0]
-
-
-def _write_backup(
-    into: str, source: StateLike, saved: Mapping[str, Any], merged: dict[str, Any]
-) -> dict[str, Any]:
-    """Write ``merged`` into ``into`` as a backup with the weights ``source`` names."""
-    if isinstance(source, Mapping):
-        raise ResumeError(
-            "merge_states(into=...): the first state must be a backup directory (its weights "
-            "are copied)"
-        )
-    weights = saved.get("weights")
-    if weights not in WEIGHTS_FILES:
-        raise ResumeError(f"merge_states: {os.fspath(source)}: the position names no weights file")
-    os.makedirs(into, exist_ok=True)
-    origin = os.path.join(os.fspath(source), weights)
-    target = os.path.join(into, weights)
-    if os.path.realpath(origin) != os.path.realpath(target):
-        with atomic_file(target) as tmp:
-            shutil.copyfile(origin, tmp)
-    merged = {**merged, "weights": weights}
-    resume.write_position(into, merged)
-    return merged

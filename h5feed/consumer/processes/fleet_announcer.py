@@ -53,6 +53,7 @@ from h5feed.common.protocol.message_types import TRAINER_NAME
 from h5feed.common.system.logs import with_ids
 from h5feed.common.trust.curve import KeyPair, make_client
 from h5feed.common.trust.exposure import endpoint_of
+from h5feed.consumer.config.endpoints import parse_endpoint
 
 #: How often the trainer says ATTACH to each replica.
 ATTACH_EVERY_S: Final = 1.0
@@ -64,19 +65,10 @@ MAX_REPLY_BYTES: Final = wire.FLEET_MESSAGE_BYTES
 MAX_REPLICAS: Final = 256
 _STEP_S: Final = 0.1
 _LOG_EVERY_S: Final = 60.0
-_ENDPOINT: Final = re.compile(r"tcp://(?P<host>\[[0-9A-Fa-f:.]+\]|[^:/\[\]]+):(?P<port>\d{1,5})")
 _log = with_ids(logging.getLogger("h5feed.consumer"), "consumer")
 
 #: (host, port) -> every address the host resolves to, as ZeroMQ endpoints.
 Resolver = Callable[[str, int], list[str]]
-
-
-def parse_endpoint(endpoint: str) -> tuple[str, int]:
-    """(host, port) of ``tcp://host:port`` (IPv6 in brackets); ValueError otherwise."""
-    match = _ENDPOINT.fullmatch(endpoint)
-    if match is None or not 0 < int(match["port"]) < 1 << 16:
-        raise ValueError(f"fleet endpoint must be tcp://HOST:PORT, got {endpoint!r}")
-    return match["host"].strip("[]"), int(match["port"])
 
 
 def resolve(host: str, port: int) -> list[str]:

@@ -55,11 +55,12 @@ from h5feed.common.system.cpus import available_cpus
 from h5feed.common.system.logs import with_ids
 from h5feed.common.trust.curve import KeyPair, load_public
 from h5feed.common.trust.exposure import is_local_address
+from h5feed.consumer.config.endpoints import parse_endpoint
+from h5feed.consumer.config.groups import FeedOptions
 from h5feed.consumer.core.router import Router
 from h5feed.consumer.core.session import describe_exit
 from h5feed.consumer.core.waker import Waker
-from h5feed.consumer.options import FeedOptions
-from h5feed.consumer.processes.fleet_announcer import Announcer, parse_endpoint
+from h5feed.consumer.processes.fleet_announcer import Announcer
 from h5feed.consumer.processes.local_workers import LocalWorkers
 
 _log = with_ids(logging.getLogger("h5feed.consumer"), "consumer")

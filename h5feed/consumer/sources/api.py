@@ -15,8 +15,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from h5feed.consumer.feed import Feed
-from h5feed.consumer.options import FeedOptions, check_main_path
+from h5feed.consumer.config.groups import FeedOptions, check_main_path
 from h5feed.consumer.sources.options import SOURCE_KEYS, SourceConfig
 from h5feed.consumer.sources.scheduler import check_ragged
 from h5feed.consumer.sources.tf_elements import ragged_paths, spec_from_signature
@@ -52,15 +51,3 @@ def make_source_config(files: Any, kwargs: Mapping[str, Any]) -> SourceConfig:
     for leaf in spec.leaves if spec is not None else ():  # else: once the workers tell it
         check_ragged(leaf, config)
     return config
-
-
-class SourceFeed(Feed):
-    """A :class:`Feed` of a user source.
-
-    Guarantees: the configuration never changes. What the workers tell (kind and element
-    spec) is :attr:`~Feed.learnt`, kept by the feed once an iteration's handshake has
-    finished; every iteration started after that gives its workers that spec (no probe), so
-    its batches have the same structure as the ones before (and as the tf.data signature).
-    """
-
-    config: SourceConfig

@@ -42,7 +42,7 @@ from h5feed.consumer.sources.padding import padded_fields, with_positions
 from h5feed.consumer.sources.parts import Parts
 
 if TYPE_CHECKING:
-    from h5feed.consumer.options import FeedOptions
+    from h5feed.consumer.config.groups import FeedOptions
 
 
 class ItemKind(KindClass, Protocol):

@@ -22,15 +22,15 @@ from h5feed.common.elements.values import ElementSpec
 from h5feed.common.protocol import messages
 from h5feed.common.user_code.source_kinds import SourceKind
 from h5feed.consumer.core.assembly import Batch
+from h5feed.consumer.core.counters import Counters
 from h5feed.consumer.core.credits import CreditGate
 from h5feed.consumer.core.ledger import Peer
 from h5feed.consumer.core.scheduler import Reassignment, Send
 from h5feed.consumer.plan.epoch_plan import Cursor
 from h5feed.consumer.sources.options import SourceConfig
-from h5feed.consumer.telemetry.stats import Counters
 
 if TYPE_CHECKING:
-    from h5feed.consumer.options import FeedOptions
+    from h5feed.consumer.config.groups import FeedOptions
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -18,7 +18,7 @@ from h5feed.consumer.sources.options import SourceConfig
 from h5feed.consumer.sources.parts import Parts
 
 if TYPE_CHECKING:
-    from h5feed.consumer.options import FeedOptions
+    from h5feed.consumer.config.groups import FeedOptions
 
 
 class MapKind:

@@ -14,7 +14,7 @@ from h5feed.common.user_code import import_paths
 from h5feed.common.user_code.source_kinds import SourceKind
 
 if TYPE_CHECKING:  # options.py imports this module (FeedConfig = HdfConfig | SourceConfig)
-    from h5feed.consumer.options import FeedOptions
+    from h5feed.consumer.config.groups import FeedOptions
 
 #: The keyword arguments of ``h5feed.dataset()`` that configure a source, and the
 #: :class:`SourceConfig` field each one becomes.
@@ -87,6 +87,12 @@ class SourceConfig:
         if isinstance(self.ragged, bool):
             return self.ragged
         return path in self.ragged
+
+    def element_keys(self, keys: tuple[str, ...]) -> tuple[str, ...]:
+        """``keys`` as they are: a source's elements are its own trees (``dataset()``
+        refuses ``keys=`` for them; a padded map source adds ``sample`` and ``valid`` itself:
+        :mod:`h5feed.consumer.sources.padding`)."""
+        return keys
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

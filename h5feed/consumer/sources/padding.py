@@ -23,11 +23,9 @@ from typing import Any
 
 import numpy as np
 
+from h5feed.common.elements.batch_keys import SAMPLE_KEY, VALID_KEY
 from h5feed.common.elements.values import ElementSpec, Field
 from h5feed.consumer.plan.epoch_plan import PAD_SAMPLE
-
-#: The keys a padded feed adds to every batch of a map source.
-SAMPLE_KEY, VALID_KEY = "sample", "valid"
 
 
 def pad_refusal(spec: ElementSpec) -> str | None:

@@ -11,10 +11,10 @@ from h5feed.common.elements.values import ElementSpec, Field, RaggedArray
 from h5feed.common.protocol import messages
 from h5feed.common.system.logs import IdsLogger
 from h5feed.consumer.core.assembly import Batch
+from h5feed.consumer.core.counters import Counters
 from h5feed.consumer.core.ledger import Ledger, Peer, Unit, W
 from h5feed.consumer.core.malformed import drop_malformed
 from h5feed.consumer.sources.options import SourceConfig
-from h5feed.consumer.telemetry.stats import Counters
 
 
 class Parts:

@@ -27,6 +27,7 @@ from h5feed.common.system.logs import consumer_log
 from h5feed.common.user_code.source_kinds import SourceKind
 from h5feed.consumer.core.assembly import Batch
 from h5feed.consumer.core.code_identities import identities_of
+from h5feed.consumer.core.counters import Counters
 from h5feed.consumer.core.credits import CreditGate
 from h5feed.consumer.core.ledger import Peer
 from h5feed.consumer.core.scheduler import Figures, Reassignment, Send
@@ -35,7 +36,6 @@ from h5feed.consumer.sources.kind import KindClass, KindScheduler, KindSetup
 from h5feed.consumer.sources.kinds import kind_class
 from h5feed.consumer.sources.options import Learnt, SourceConfig
 from h5feed.consumer.sources.padding import pad_refusal
-from h5feed.consumer.telemetry.stats import Counters
 
 
 class SourceScheduler:

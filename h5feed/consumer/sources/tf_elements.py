@@ -17,10 +17,10 @@ import numpy as np
 
 from h5feed.common.elements import tree
 from h5feed.common.elements import values as elements
+from h5feed.common.elements.batch_keys import SAMPLE_KEY, VALID_KEY
 from h5feed.common.elements.values import STRING, ElementSpec, LeafSpec, RaggedArray
 from h5feed.common.errors import SourceError
 from h5feed.consumer.sources.kinds import kind_class
-from h5feed.consumer.sources.padding import SAMPLE_KEY, VALID_KEY
 
 if TYPE_CHECKING:
     from h5feed.consumer.sources.options import Learnt, SourceConfig

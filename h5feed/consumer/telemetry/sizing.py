@@ -32,9 +32,12 @@ rather than act on a guess.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from typing import Any
+
+from h5feed.consumer.core.counters import MeterFigures
 
 #: A wait share above this counts as this (demand at most 1 / (1 - it) times the intake).
 MOST_WAIT_SHARE = 0.95
@@ -42,49 +45,55 @@ MOST_WAIT_SHARE = 0.95
 _SLACK = 1e-6
 
 
-def replica_capacities(workers: Sequence[dict[str, Any]]) -> dict[str, float]:
-    """Clips per second each remote host would make with all its workers busy, from the
-    ``workers`` of ``stats()``; hosts whose workers said no busy time are left out."""
-    hosts: dict[str, list[dict[str, Any]]] = {}
+@dataclasses.dataclass(frozen=True, slots=True)
+class WorkerRates:
+    """What the estimate reads of one worker: where it runs, and what the trainer measured
+    it deliver (its meter's reading, the one ``stats()["workers"]`` shows)."""
+
+    host: str
+    local: bool
+    received: MeterFigures
+
+
+def replica_capacities(workers: Sequence[WorkerRates]) -> dict[str, float]:
+    """Clips per second each remote host would make with all its workers busy; hosts whose
+    workers said no busy time are left out."""
+    hosts: dict[str, list[MeterFigures]] = {}
     for worker in workers:
-        if not worker["local"]:
-            hosts.setdefault(str(worker["host"]), []).append(worker)
+        if not worker.local:
+            hosts.setdefault(worker.host, []).append(worker.received)
     capacities = {}
     for host, members in hosts.items():
-        clips = sum(w["clips_recent"] for w in members)
+        clips = sum(w.clips_recent for w in members)
         busy = sum(_busy_s(w, recent=True) for w in members)
         if busy <= 0:  # nothing in the last 10 s: the iteration's totals
-            clips = sum(w["clips"] for w in members)
+            clips = sum(w.clips for w in members)
             busy = sum(_busy_s(w, recent=False) for w in members)
         if busy > 0 and clips > 0:
             capacities[host] = clips / busy * len(members)
     return capacities
 
 
-def _busy_s(worker: dict[str, Any], recent: bool) -> float:
+def _busy_s(worker: MeterFigures, recent: bool) -> float:
     """The busy seconds ``worker`` claims, at most the wall seconds the trainer measured it
     over (see the module): the recent window, or the time since it joined. Both come from the
     trainer's own rates: events (clips) divided by their rate."""
     if recent:
-        busy, events, rate = (
-            worker["busy_s_recent"],
-            worker["clips_recent"],
-            worker["per_s_recent"]["clips"],
-        )
+        busy, events, rate = worker.busy_s_recent, worker.clips_recent, worker.per_s_recent.clips
     else:
-        busy, events, rate = worker["busy_s"], worker["count"], worker["per_s_total"]["events"]
+        busy, events, rate = worker.busy_s, worker.count, worker.per_s_total.events
     wall = events / rate if rate > 0 else 0.0
     return float(min(max(busy, 0.0), wall))
 
 
 def fleet_demand(
-    taken_clips_per_s: float, wait_share: float, workers: Sequence[dict[str, Any]]
+    taken_clips_per_s: float, wait_share: float, workers: Sequence[WorkerRates]
 ) -> dict[str, Any]:
     """The sizing figures of ``stats()["producers"]``: ``demand_clips_per_s`` (what the trainer
     would take never waiting, less its local workers' recent rate), ``replicas`` (remote
     hosts that said their busy time), ``replica_capacity_clips_per_s`` (their mean) and
     ``replicas_needed`` (None where unknown: see the module)."""
-    local = sum(w["per_s_recent"]["clips"] for w in workers if w["local"])
+    local = sum(w.received.per_s_recent.clips for w in workers if w.local)
     wanted = taken_clips_per_s / (1.0 - min(max(wait_share, 0.0), MOST_WAIT_SHARE))
     demand = max(wanted - local, 0.0)
     capacities = replica_capacities(workers)

@@ -1,5 +1,6 @@
-"""Pipeline statistics: the iteration's counters, rates over a recent window and in total,
-the input-bound verdict, and ``stats()`` assembled from them (:func:`iteration_stats`).
+"""Pipeline statistics: the waits, the input-bound verdict, and ``stats()`` assembled from
+them and from the core's counters and rate meters (:mod:`h5feed.consumer.core.counters`;
+:func:`iteration_stats`).
 
 Everything here is cheap and thread-safe: the loop thread and the trainer's thread
 record events, any thread may read a snapshot at any time.
@@ -8,7 +9,6 @@ record events, any thread may read a snapshot at any time.
 from __future__ import annotations
 
 import collections
-import dataclasses
 import math
 import threading
 import time
@@ -16,115 +16,17 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from h5feed.common.system.cpus import available_cpus
-from h5feed.consumer.telemetry.sizing import fleet_demand
+from h5feed.consumer.core.counters import RECENT_WINDOW_S, MeterFigures, RateMeter
+from h5feed.consumer.core.counters import Counters as Counters  # hdf5/scheduler.py's import
+from h5feed.consumer.telemetry.sizing import WorkerRates, fleet_demand
 
 if TYPE_CHECKING:
     from h5feed.consumer.core.credits import CreditGate
     from h5feed.consumer.core.ledger import Peer
     from h5feed.consumer.core.scheduler import Figures
 
-#: Seconds of history behind the "recent" rates.
-RECENT_WINDOW_S = 10.0
 #: Above this share of time waiting for input, the trainer is called input-bound.
 INPUT_BOUND_WAIT_SHARE = 0.10
-
-
-@dataclasses.dataclass(slots=True)
-class Counters:
-    """What an iteration counted, one named field per counter (all only ever grow).
-
-    Slotted: a misspelt counter raises AttributeError instead of silently starting a new
-    one. Written by the loop thread only (session, scheduler, recovery and loop all run on
-    it); ``stats()`` reads the ints from any thread (a read of an int is atomic)."""
-
-    #: Parts whose rows came over the socket because their worker could not map the slot.
-    parts_copied_into_slots: int = 0
-    #: Messages or parts that fit no question, dropped (a local worker's raise instead).
-    malformed_messages: int = 0
-    #: Parts of a unit the peer does not hold (duplicates, stale jobs), dropped.
-    dropped_parts: int = 0
-    #: Units re-sent after their worker was lost: ``units_handed_back + units_remade``.
-    reassigned_units: int = 0
-    #: Units a worker gave back unmade when it left (its BYE: asked to stop, it sent the unit
-    #: in hand and handed these back), sent to others: made once.
-    units_handed_back: int = 0
-    #: Units sent again because their worker was lost without handing them back (it exited,
-    #: was killed, vanished, got stuck, restarted or was refused): it may have made some of
-    #: them, so these may have been made twice (each delivered once).
-    units_remade: int = 0
-    #: Workers lost (exited, killed, vanished, stuck, left).
-    peers_lost: int = 0
-    #: Local processes started in place of dead ones.
-    workers_replaced: int = 0
-    #: Workers that joined during the iteration.
-    peers_joined: int = 0
-    #: A lost process back without a new nonce, or under another CURVE key.
-    refused_reconnects: int = 0
-    #: Workers refused for a file whose copy differs.
-    index_mismatches: int = 0
-    #: Files moved off a worker that cannot read them.
-    unreadable_files: int = 0
-    #: Padded rows released (``shard_remainder="pad"``: no sample, zeros, ``valid`` False),
-    #: apart from samples skipped for bad data.
-    padded_samples: int = 0
-
-
-class RateMeter:
-    """Counts events (clips and bytes) in total and over the last :data:`RECENT_WINDOW_S`,
-    with the busy seconds the sender says each took (a worker's DATA parts; 0 otherwise)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._started = time.monotonic()
-        self._events: collections.deque[tuple[float, int, int, float]] = collections.deque()
-        self.count = 0  # events (batches or parts)
-        self.clips = 0
-        self.bytes = 0
-        self.busy_s = 0.0
-        self.last_seen: float | None = None
-
-    def record(self, clips: int, nbytes: int, busy_s: float = 0.0) -> None:
-        now = time.monotonic()
-        with self._lock:
-            self.count += 1
-            self.clips += clips
-            self.bytes += nbytes
-            self.busy_s += busy_s
-            self.last_seen = now
-            self._events.append((now, clips, nbytes, busy_s))
-            self._trim(now)
-
-    def _trim(self, now: float) -> None:
-        while self._events and self._events[0][0] < now - RECENT_WINDOW_S:
-            self._events.popleft()
-
-    def snapshot(self) -> dict[str, Any]:
-        """Totals, total rates since creation, recent rates, seconds since the last event;
-        the clips and busy seconds of the recent events."""
-        now = time.monotonic()
-        with self._lock:
-            self._trim(now)
-            recent = list(self._events)
-            count, clips, nbytes, last = self.count, self.clips, self.bytes, self.last_seen
-            busy = self.busy_s
-        elapsed = max(now - self._started, 1e-9)
-        window = min(RECENT_WINDOW_S, elapsed)
-        clips_recent = sum(e[1] for e in recent)
-        return {
-            "count": count,
-            "clips": clips,
-            "bytes": nbytes,
-            "busy_s": busy,
-            "per_s_total": _rates(count, clips, nbytes, elapsed),
-            "per_s_recent": _rates(len(recent), clips_recent, sum(e[2] for e in recent), window),
-            "clips_recent": clips_recent,
-            "busy_s_recent": sum(e[3] for e in recent),
-            "last_seen_s_ago": None if last is None else now - last,
-        }
-
-
-def _rates(count: int, clips: int, nbytes: int, seconds: float) -> dict[str, float]:
-    return {"events": count / seconds, "clips": clips / seconds, "bytes": nbytes / seconds}
 
 
 def verdict(wait_share: float, workers: int, cores: int | None = None) -> tuple[bool, int, str]:
@@ -218,9 +120,11 @@ class WaitMeter:
 
 
 def worker_figures(
-    peers: Sequence[Peer], files_owned: Callable[[Peer], int] | None = None
+    received: Sequence[tuple[Peer, MeterFigures]],
+    files_owned: Callable[[Peer], int] | None = None,
 ) -> list[dict[str, Any]]:
-    """Per worker: name, pid, host, the protocol version spoken with it and its package
+    """Per worker (with one reading of its meter: ``received``): name, pid, host, the
+    protocol version spoken with it and its package
     version, whether it is one of the feed's own processes (``local``), the files it reads
     (``files_owned``: HDF5 feeds, the files it owns plus those it reads as a confirmed extra
     reader, so a file shared by 3 workers counts once for each; else 0), units outstanding,
@@ -237,9 +141,9 @@ def worker_figures(
             "files": files_owned(p) if files_owned is not None else 0,
             "outstanding_units": len(p.outstanding),
             "unit_latency_s": p.unit_latency_s,
-            **p.received.snapshot(),
+            **figures.as_dict(),
         }
-        for p in peers
+        for p, figures in received
     ]
 
 
@@ -312,13 +216,19 @@ def iteration_stats(
     """
     intake = taken.snapshot()
     waits = waited.snapshot()
-    workers = worker_figures(peers, figures.files_owned)
+    # One reading of each worker's meter, for its figures and for the sizing alike.
+    received = [(peer, peer.received.figures()) for peer in peers]
+    workers = worker_figures(received, figures.files_owned)
     # Local workers only share this host's cores: the advice is capped by them (none elsewhere).
     local = all(w["local"] for w in workers)
     cores = available_cpus() if local else None
     bound, extra, line = verdict(waits["wait_share_recent"], len(workers) or workers_asked, cores)
     producers = {
-        **fleet_demand(intake["per_s_recent"]["clips"], waits["wait_share_recent"], workers),
+        **fleet_demand(
+            intake["per_s_recent"]["clips"],
+            waits["wait_share_recent"],
+            [WorkerRates(peer.host, peer.local, rates) for peer, rates in received],
+        ),
         "shared": shared_fleet,
     }
     return {

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import tensorflow as tf
 
-    from h5feed.consumer.api import PathsLike
+    from h5feed.consumer.parameters import PathsLike
 
 _TRAINER_TASKS = ("chief", "worker")  # the tasks of MultiWorkerMirroredStrategy that train
 
@@ -94,7 +94,7 @@ def distribute(
     ``ctx.get_per_replica_batch_size(global_batch_size)``; ``map_fn`` (e.g. ``lambda b:
     (b["frames"], b["label"])`` for Keras) is mapped over each pipeline's dataset. The other
     keyword arguments are :func:`h5feed.dataset`'s, less ``shard`` and ``batch_size``."""
-    from h5feed.consumer.api import dataset
+    from h5feed.consumer.trainers.tf_dataset import dataset  # it imports this module
 
     taken = sorted({"shard", "batch_size"} & set(kwargs))
     if taken:

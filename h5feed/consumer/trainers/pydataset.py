@@ -41,8 +41,10 @@ from typing import Any, Final
 
 import numpy as np
 
-from h5feed.consumer.api import PathsLike, batches
-from h5feed.consumer.stream import BATCH_KEYS, POSITION_KEYS, BatchStream
+from h5feed.common.elements.batch_keys import BATCH_KEYS, POSITION_KEYS, VALID_KEY
+from h5feed.consumer.feed import Feed, feed_config, feed_of
+from h5feed.consumer.parameters import PathsLike
+from h5feed.consumer.stream import BatchStream
 
 _STRING_KEYS = ("file", "video")
 # Keras's model-building peek takes one item, the JAX backend prefetches two more: an epoch
@@ -71,8 +73,24 @@ def keras_batches(
             f"h5feed.keras_batches sets {', '.join(taken)} itself: fit(epochs=) decides the "
             "epochs, and batches come in plan order"
         )
-    pads = kwargs.get("shard_remainder") == "pad"
-    if kwargs.get("source") is not None:
+    source = kwargs.get("source")
+    if source is not None and (x is not _X or y is not _Y):
+        raise TypeError(
+            "h5feed.keras_batches: x= and y= do not apply to source= (each item is your "
+            "source's batch as it is)"
+        )
+    names = (x,) if isinstance(x, str) else tuple(x)
+    wanted = [*names, *([y] if y is not None else [])] if source is None else []
+    for key in wanted:
+        if key in _STRING_KEYS:
+            raise ValueError(f"h5feed.keras_batches: {key!r} holds strings, not a tensor")
+        if key not in BATCH_KEYS + POSITION_KEYS:
+            raise ValueError(f"h5feed.keras_batches: unknown key {key!r}")
+    resume = kwargs.pop("resume", None)  # batches()' own keyword, not the configuration's
+    # The configuration (validated, nothing started yet), asked what the rest needs.
+    config = feed_config(files, {**kwargs, "epochs": None, "deterministic": True})
+    pads = config.options.plan.pads
+    if source is not None:
         if pads:
             raise ValueError(
                 "h5feed.keras_batches(source=...) cannot take shard_remainder='pad': each item "
@@ -80,26 +98,13 @@ def keras_batches(
                 "samples; iterate h5feed.batches(source=...) (or dataset()) and weigh them "
                 "with 'valid'"
             )
-        if x is not _X or y is not _Y:
-            raise TypeError(
-                "h5feed.keras_batches: x= and y= do not apply to source= (each item is your "
-                "source's batch as it is)"
-            )
-        return _source_dataset(files, max_queue_size, kwargs)
-    names = (x,) if isinstance(x, str) else tuple(x)
-    wanted = [*names, *([y] if y is not None else [])]
-    for key in wanted:
-        if key in _STRING_KEYS:
-            raise ValueError(f"h5feed.keras_batches: {key!r} holds strings, not a tensor")
-        if key not in BATCH_KEYS + POSITION_KEYS:
-            raise ValueError(f"h5feed.keras_batches: unknown key {key!r}")
+        return _source_dataset(feed_of(config, resume), source, max_queue_size)
     if pads and y is None:
         raise ValueError(
             "h5feed.keras_batches: shard_remainder='pad' weighs the padded rows out with "
             "sample weights, which Keras takes only with targets: give y="
         )
-    feed = batches(files, **kwargs, epochs=None, deterministic=True)
-    stream = feed.stream()
+    stream = feed_of(config, resume).stream()
     try:
         first = next(stream)  # the workers have read the index: the plan's length is known
         length = stream.scheduler.epoch_length
@@ -112,17 +117,16 @@ def keras_batches(
     return _dataset_class()(stream, first, length, names, single, y, max_queue_size, pads)
 
 
-def _source_dataset(files: PathsLike | None, max_queue_size: int, kwargs: dict[str, Any]) -> Any:
+def _source_dataset(feed: Feed, source: object, max_queue_size: int) -> Any:
     """keras_batches(source=...): the feed started, its first batch taken (the workers told
     the kind and length by then)."""
-    feed = batches(files, **kwargs, epochs=None, deterministic=True)
     stream = feed.stream()
     try:
         first = next(stream)  # the workers told the kind and length by then
         length = stream.scheduler.epoch_length
         if length is None:
             raise TypeError(
-                f"h5feed.keras_batches: source {kwargs['source']!r} is a generator, whose "
+                f"h5feed.keras_batches: source {source!r} is a generator, whose "
                 "epochs have no length that Keras could be told; give a map-style dataset "
                 "or a Sequence/PyDataset, or iterate h5feed.batches(source=...) yourself"
             )
@@ -186,7 +190,7 @@ def _dataset_class() -> type:
                 if self._y is None:
                     return (x,)
                 if self._weights:
-                    return (x, batch[self._y], batch["valid"].astype(np.float32))
+                    return (x, batch[self._y], batch[VALID_KEY].astype(np.float32))
                 return (x, batch[self._y])
 
             def on_epoch_end(self) -> None:

@@ -33,12 +33,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from h5feed.common.elements.batch_keys import BATCH_KEYS, VALID_KEY
 from h5feed.common.errors import H5FeedError, SourceError
 from h5feed.common.system.memory import TensorFlowBuffers
 from h5feed.consumer.options import FeedConfig, HdfConfig
 from h5feed.consumer.sources.options import Learnt, SourceConfig
 from h5feed.consumer.sources.tf_elements import tf_signature, to_tf
-from h5feed.consumer.stream import BATCH_KEYS, BatchStream
+from h5feed.consumer.stream import BatchStream
 
 if TYPE_CHECKING:
     from h5feed.consumer.feed import Feed
@@ -112,7 +113,7 @@ def hdf5_signature(
     else:
         sample = first["frames"]
         frames = tf.TensorSpec((rows, *sample.shape[1:]), tf.as_dtype(sample.dtype))
-    dtypes = {"file": tf.string, "video": tf.string, "valid": tf.bool}
+    dtypes = {"file": tf.string, "video": tf.string, VALID_KEY: tf.bool}
     return {
         key: frames if key == "frames" else tf.TensorSpec((rows,), dtypes.get(key, tf.int64))
         for key in keys

@@ -40,8 +40,8 @@ import numpy as np
 
 from h5feed.common.elements import tree
 from h5feed.common.elements.values import RaggedArray
-from h5feed.consumer.api import PathsLike, batches
-from h5feed.consumer.feed import Feed
+from h5feed.consumer.feed import Feed, open_feed
+from h5feed.consumer.parameters import PathsLike
 
 _READ_ONLY_WARNING = "The given NumPy array is not writable"
 #: ``keys=`` of an HDF5 feed when not given (a source feed takes its whole tree).
@@ -134,5 +134,5 @@ def torch_batches(
     if kwargs.get("source") is not None:
         if keys is not _HDF5_KEYS and keys is not None:
             raise TypeError("h5feed: keys= does not apply to source= (the element tree is yours)")
-        return TorchFeed(batches(files, **kwargs), None, pin_memory, whole_tree=True)
-    return TorchFeed(batches(files, **kwargs), keys, pin_memory)
+        return TorchFeed(open_feed(files, **kwargs), None, pin_memory, whole_tree=True)
+    return TorchFeed(open_feed(files, **kwargs), keys, pin_memory)

@@ -19,18 +19,15 @@ import h5feed
 from h5feed.common import layouts
 from h5feed.common.config import ClipSpec
 from h5feed.consumer import api
-from h5feed.consumer.options import (
+from h5feed.consumer.config.groups import (
     GROUPS,
-    DataOptions,
-    FeedConfig,
     FeedOptions,
-    HdfConfig,
-    LayoutArgs,
     NetworkOptions,
     ProcessOptions,
     RecordOptions,
-    hdf_config,
 )
+from h5feed.consumer.hdf5.config import hdf_config
+from h5feed.consumer.options import DataOptions, FeedConfig, HdfConfig, LayoutArgs
 from h5feed.consumer.parameters import FeedKwargs, describe_parameters
 from h5feed.consumer.plan.epoch_plan import Index, PlanOptions
 from h5feed.consumer.sources.api import make_source_config

@@ -7,7 +7,7 @@ import pytest
 
 from h5feed.common.config import ClipSpec
 from h5feed.common.user_code.import_paths import ImportPath, ImportPathError
-from h5feed.consumer.options import FeedOptions
+from h5feed.consumer.config.groups import FeedOptions
 from h5feed.consumer.sources.options import SourceConfig
 from h5feed.producer.worker import import_path
 from h5feed.producer.worker.code_policy import TRUSTED, CodePolicy, CodeRefused

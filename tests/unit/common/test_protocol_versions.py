@@ -30,9 +30,9 @@ from h5feed.common.protocol.versions import (
     legacy_package,
 )
 from h5feed.common.worker_settings import Network, Process, WorkerSettings
+from h5feed.consumer.core.counters import Counters
 from h5feed.consumer.core.events import PeerLost
 from h5feed.consumer.core.session import PeerSession
-from h5feed.consumer.telemetry.stats import Counters
 from h5feed.producer.worker.hdf5_job import job_spec
 from h5feed.producer.worker.loop import Worker
 

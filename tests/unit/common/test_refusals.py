@@ -18,9 +18,9 @@ import h5feed
 from h5feed.common.protocol import messages
 from h5feed.common.trust import curve_server as security
 from h5feed.consumer.core import session as session_module
+from h5feed.consumer.core.counters import Counters
 from h5feed.consumer.core.events import PeerLost
 from h5feed.consumer.core.session import PeerSession
-from h5feed.consumer.telemetry.stats import Counters
 
 CLIP = {"clip_len": 4, "resize": (48, 64), "crop": (40, 40)}
 JOB = "job-r"

@@ -18,8 +18,8 @@ from paths import SUPPORT
 import h5feed
 import h5feed.consumer.stream as stream_module
 from h5feed.common.system.cpus import available_cpus
+from h5feed.consumer.config.groups import FeedOptions, ProcessOptions
 from h5feed.consumer.core.ledger import Peer
-from h5feed.consumer.options import FeedOptions, ProcessOptions
 from h5feed.consumer.processes.autoscale import (
     GROW_AFTER,
     MIN_SPACING_S,

@@ -1,10 +1,10 @@
 """Credits: a batch the trainer takes returns its credit, and no returned credit is missed.
 
-The coordinator thread is woken by a returned credit only when some worker holds at most one
-unit (otherwise the next DATA part wakes it). Were a credit ever missed, the thread would sit
-in its poll until the poll interval ran out. Here that interval is stretched to 10 minutes, so
-a missed credit hangs the iteration and the test's own timeout fails it, instead of costing a
-silent 50 ms per batch.
+The loop thread (h5feed/consumer/core/loop.py) is woken by a returned credit only when some
+worker holds at most one unit (otherwise the next DATA part wakes it). Were a credit ever
+missed, the thread would sit in its poll until the poll interval ran out. Here that interval is
+stretched to 10 minutes, so a missed credit hangs the iteration and the test's own timeout
+fails it, instead of costing a silent 50 ms per batch.
 """
 
 from __future__ import annotations

@@ -26,6 +26,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from h5feed.common.errors import DataError
 from h5feed.common.protocol import messages
+from h5feed.consumer.core.counters import Counters
 from h5feed.consumer.core.credits import CreditGate
 from h5feed.consumer.core.ledger import Peer
 from h5feed.consumer.core.scheduler import Send
@@ -35,7 +36,6 @@ from h5feed.consumer.hdf5.scheduler import HdfScheduler
 from h5feed.consumer.hdf5.sharing import Sharing
 from h5feed.consumer.options import HdfConfig
 from h5feed.consumer.plan.epoch_plan import Cursor, FileColumns
-from h5feed.consumer.telemetry.stats import Counters
 
 JOB = "job-readers"
 OPTIONS = {"clips_per_video": 2, "batch_size": 4, "seed": 11}

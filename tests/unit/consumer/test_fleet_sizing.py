@@ -18,7 +18,13 @@ from metrics_helpers import by_worker, free_port, scrape, start_producer, stop, 
 from paths import SUPPORT
 
 import h5feed
-from h5feed.consumer.telemetry.sizing import MOST_WAIT_SHARE, fleet_demand, replica_capacities
+from h5feed.consumer.core.counters import MeterFigures, Rates
+from h5feed.consumer.telemetry.sizing import (
+    MOST_WAIT_SHARE,
+    WorkerRates,
+    fleet_demand,
+    replica_capacities,
+)
 
 
 def worker(
@@ -31,22 +37,23 @@ def worker(
     busy_s_recent: float = 0.0,
     clips_per_s: float | None = None,
     elapsed_s: float = 600.0,
-) -> dict[str, Any]:
-    """A worker's entry of ``stats()["workers"]``, the keys the estimate reads: measured by
-    the trainer over the last 10 s (``clips_per_s``: ``clips_recent`` over them, unless
-    given) and ``elapsed_s`` since it joined, one part of one clip each."""
+) -> WorkerRates:
+    """A worker as the estimate reads it (its meter's reading, as ``stats()["workers"]``
+    shows it): measured by the trainer over the last 10 s (``clips_per_s``: ``clips_recent``
+    over them, unless given) and ``elapsed_s`` since it joined, one part of one clip each."""
     recent = clips_recent / 10.0 if clips_per_s is None else clips_per_s
-    return {
-        "host": host,
-        "local": local,
-        "count": clips,
-        "clips": clips,
-        "busy_s": busy_s,
-        "clips_recent": clips_recent,
-        "busy_s_recent": busy_s_recent,
-        "per_s_recent": {"clips": recent},
-        "per_s_total": {"events": clips / elapsed_s},
-    }
+    received = MeterFigures(
+        count=clips,
+        clips=clips,
+        bytes=0,
+        busy_s=busy_s,
+        per_s_total=Rates(events=clips / elapsed_s, clips=clips / elapsed_s, bytes=0.0),
+        per_s_recent=Rates(events=recent, clips=recent, bytes=0.0),
+        clips_recent=clips_recent,
+        busy_s_recent=busy_s_recent,
+        last_seen_s_ago=None,
+    )
+    return WorkerRates(host, local, received)
 
 
 def test_a_replicas_capacity_is_clips_per_busy_second_times_its_workers() -> None:

@@ -19,7 +19,7 @@ import pytest
 from paths import SUPPORT
 
 import h5feed
-from h5feed.consumer.options import hdf_config
+from h5feed.consumer.hdf5.config import hdf_config
 from h5feed.consumer.plan.epoch_plan import Index
 from h5feed.consumer.position import lineage
 from h5feed.producer.sample_data import SampleSpec, make_sample_dataset

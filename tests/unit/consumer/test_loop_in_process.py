@@ -40,6 +40,7 @@ from h5feed.common.errors import FileReadError, NoWorkersError, PoisonUnitError,
 from h5feed.common.protocol import messages, wire
 from h5feed.common.protocol.versions import OLDEST_VERSION
 from h5feed.consumer.core.assembly import Batch
+from h5feed.consumer.core.counters import Counters
 from h5feed.consumer.core.credits import CreditGate
 from h5feed.consumer.core.loop import END, FAILED
 from h5feed.consumer.core.scheduler import Scheduler
@@ -48,7 +49,6 @@ from h5feed.consumer.options import FeedConfig, HdfConfig
 from h5feed.consumer.plan.epoch_plan import Cursor
 from h5feed.consumer.sources.options import SourceConfig
 from h5feed.consumer.sources.scheduler import SourceScheduler
-from h5feed.consumer.telemetry.stats import Counters
 
 JOB = "job-loop"
 EPOCHS = (0, 1)

@@ -53,13 +53,13 @@ from h5feed.common.errors import (
 )
 from h5feed.common.protocol import messages
 from h5feed.consumer.core.assembly import Batch
+from h5feed.consumer.core.counters import Counters
 from h5feed.consumer.core.credits import CreditGate
 from h5feed.consumer.core.ledger import Peer
 from h5feed.consumer.hdf5.scheduler import HdfScheduler
 from h5feed.consumer.options import FeedConfig
 from h5feed.consumer.plan.epoch_plan import Cursor, Index
 from h5feed.consumer.sources.scheduler import SourceScheduler
-from h5feed.consumer.telemetry.stats import Counters
 
 START = Cursor()  # an iteration from the beginning
 

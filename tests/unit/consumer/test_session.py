@@ -16,10 +16,10 @@ from hypothesis import strategies as st
 from h5feed.common.protocol import messages, wire
 from h5feed.common.protocol.versions import OLDEST_VERSION, SPOKEN
 from h5feed.consumer.core import session as session_module
+from h5feed.consumer.core.counters import Counters
 from h5feed.consumer.core.events import Arrived, PeerJoined, PeerLost
 from h5feed.consumer.core.ledger import Ledger
 from h5feed.consumer.core.session import PeerSession
-from h5feed.consumer.telemetry.stats import Counters
 
 JOB = "job-1"
 

@@ -42,13 +42,13 @@ from scheduler_data import (
 
 import h5feed
 from h5feed.common.protocol import messages
+from h5feed.consumer.core.counters import Counters
 from h5feed.consumer.core.credits import CreditGate
 from h5feed.consumer.core.events import PeerLost
 from h5feed.consumer.core.ledger import Peer
 from h5feed.consumer.core.session import PeerSession
 from h5feed.consumer.hdf5.scheduler import HdfScheduler
 from h5feed.consumer.plan.epoch_plan import Cursor
-from h5feed.consumer.telemetry.stats import Counters
 
 CLIP = {"clip_len": 4, "resize": (48, 64), "crop": (40, 40)}
 #: Every wait of the end-to-end tests is bounded by this.

@@ -12,7 +12,7 @@ import time
 import pytest
 
 import h5feed
-from h5feed.consumer.telemetry.stats import Counters
+from h5feed.consumer.core.counters import Counters
 
 CLIP = {"clip_len": 4, "resize": (48, 64), "crop": (40, 40)}
 

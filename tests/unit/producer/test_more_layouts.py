@@ -25,7 +25,7 @@ import h5feed
 from h5feed.common import layouts
 from h5feed.common.config import clip_frame_indices
 from h5feed.common.errors import DataError, WorkerError
-from h5feed.consumer.options import hdf_config
+from h5feed.consumer.hdf5.config import hdf_config
 from h5feed.consumer.position.fingerprint import fingerprint
 from h5feed.producer import inspection
 from h5feed.producer.layouts import open_reader

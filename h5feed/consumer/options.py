@@ -225,6 +225,13 @@ class DataOptions:
     #: With on_error="skip": the most samples one epoch may skip before the iteration ends
     #: (TooManySkippedError); None: 0.1% of the epoch's samples, rounded up.
     max_skipped: int | None = None
+    #: fsspec options for files given as URLs (``{"endpoint_url": ..., "anon": True}``), used
+    #: by this process only (to list, size and key them): never sent to a worker; None: the
+    #: environment's (h5feed/common/storage_config.py). Kept out of repr, equality and hash
+    #: (it may hold a secret).
+    storage_options: Mapping[str, Any] | None = dataclasses.field(
+        default=None, repr=False, compare=False, hash=False
+    )
 
     def __post_init__(self) -> None:
         if self.clips_per_video < 1:
@@ -233,6 +240,8 @@ class DataOptions:
             raise ValueError(f"clip_start must be one of {CLIP_STARTS}, got {self.clip_start!r}")
         if self.on_error not in ON_ERROR_CHOICES:
             raise ValueError(f"on_error must be one of {ON_ERROR_CHOICES}, got {self.on_error!r}")
+        if self.storage_options is not None and not isinstance(self.storage_options, Mapping):
+            raise ValueError("storage_options must be a dict of fsspec options or None")
         if self.max_skipped is not None and (
             isinstance(self.max_skipped, bool)
             or not isinstance(self.max_skipped, int)
@@ -373,7 +382,7 @@ def hdf_config(files: Any, kwargs: Mapping[str, Any]) -> HdfConfig:
     data_args["index_cache"] = index_cache_dir(data_args.pop("index_cache", True))
     data = DataOptions(**data_args)
     check_main_path("transform", clip.transform, options)
-    paths = resolve_files(files, data.data_root)
+    paths = resolve_files(files, data.data_root, data.storage_options)
     layout, labels = directory_labels(layout, paths)
     return HdfConfig(tuple(paths), clip, layout, options, data, labels)
 

@@ -1,0 +1,141 @@
+"""Opening an HDF5 file on object storage (``s3://``, ``gs://``, ``https://``) in a producer:
+one fsspec file object per file, block-cached, handed to ``h5py.File``.
+
+h5py's wheels carry no S3 driver, so a URL is read through a Python file object: HDF5 asks for
+small pieces (a superblock, B-tree nodes, a frame) and fsspec turns each miss into one ranged
+GET of a whole block. Blocks of :data:`BLOCK_BYTES` (4 MiB), at most :data:`MAX_BLOCKS` kept
+per open file (least recently used dropped first), make a file's metadata a few requests and
+a clip's contiguous frames usually one, while a worker's memory for them stays bounded by
+``max_open_files`` x 16 MiB.
+
+Where a producer's credentials, endpoint and region come from (its own environment, never
+the wire) and how long a request may take: :mod:`h5feed.common.storage_config`. A request that
+fails surfaces in h5py as an OSError, which the readers report naming the URL
+(:class:`FileReadError` when opening).
+
+fsspec is imported on the first URL only (a producer of local files never imports it); a
+missing package is an error naming the extra to install (``h5feed[storage]``).
+"""
+
+from __future__ import annotations
+
+import socket
+from typing import Any
+
+import h5py
+
+from h5feed.common import object_urls, storage_config
+from h5feed.common.errors import FileReadError
+from h5feed.producer.files import url_confine
+
+__all__ = [
+    "BLOCK_BYTES",
+    "MAX_BLOCKS",
+    "check_readable",
+    "filesystem",
+    "identity",
+    "open_h5",
+]
+
+#: The size of one ranged GET (a block of the file), and the blocks kept per open file.
+BLOCK_BYTES = 4 << 20
+MAX_BLOCKS = 4
+
+
+def filesystem(scheme: str) -> Any:
+    """This process's fsspec filesystem for ``scheme`` (its own options:
+    :func:`h5feed.common.storage_config.options_for`)."""
+    return storage_config.filesystem(scheme)
+
+
+def _fail(message: str, url: str, exc: BaseException, number: int | None = None) -> FileReadError:
+    return FileReadError(
+        f"{message}: {type(exc).__name__}: {str(exc)[:300]}",
+        file=url,
+        host=socket.gethostname(),
+        number=number,
+    )
+
+
+def _info(url: str) -> dict[str, Any]:
+    """The object's listing entry (size, type, ETag...): one HEAD request, or cached."""
+    parsed = object_urls.parse(url)
+    info: dict[str, Any] = filesystem(parsed.scheme).info(url)
+    return info
+
+
+def check_readable(number: int, url: str) -> None:
+    """FileReadError naming ``url`` and this host unless it is an object this producer may
+    read (one HEAD request): what :func:`h5feed.producer.files.open_files.check_readable` does
+    with ``stat`` for a path."""
+    try:
+        info = _info(url)
+    except Exception as exc:  # any client error (HTTP status, network, credentials) names the URL
+        raise _fail("cannot read the object's metadata", url, exc, number) from exc
+    if info.get("type") != "file":
+        raise FileReadError(
+            f"the URL is a {info.get('type', 'non-file')}, not an object",
+            file=url,
+            host=socket.gethostname(),
+            number=number,
+        )
+
+
+def identity(url: str) -> str:
+    """What names the object's content now: URL, size, ETag and version (one HEAD request);
+    a replaced object gets another. OSError when it cannot be asked for."""
+    try:
+        info = _info(url)
+    except OSError:
+        raise
+    except Exception as exc:
+        raise OSError(f"{url}: {type(exc).__name__}: {exc}") from exc
+    etag = info.get("ETag") or info.get("etag") or info.get("md5Hash") or ""
+    version = info.get("VersionId") or info.get("generation") or ""
+    return f"{url}\0{info.get('size')}\0{etag}\0{version}"
+
+
+class _UrlFile:
+    """An fsspec file whose ``repr`` is its URL: h5py names a file object's file by its
+    ``repr``, so ``h5.filename`` and every message built from it name the URL."""
+
+    def __init__(self, raw: Any, url: str) -> None:
+        self._raw, self._url = raw, url
+
+    def __repr__(self) -> str:
+        return self._url
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._raw, name)
+
+
+def open_h5(url: str) -> h5py.File:
+    """``url`` opened read-only as an HDF5 file through fsspec (block-cached, see the module
+    docstring), its external links refused
+    (:func:`h5feed.producer.files.url_confine.refuse_external_links`); FileReadError naming the
+    URL and host when it cannot be opened."""
+    parsed = object_urls.parse(url)
+    try:
+        raw = filesystem(parsed.scheme).open(
+            url,
+            "rb",
+            block_size=BLOCK_BYTES,
+            cache_type="blockcache",
+            cache_options={"maxblocks": MAX_BLOCKS},
+        )
+    except ImportError:
+        raise
+    except Exception as exc:
+        raise _fail("cannot open the object", url, exc) from exc
+    try:
+        h5 = h5py.File(_UrlFile(raw, url), "r")
+    except Exception as exc:
+        raw.close()
+        raise _fail("cannot open HDF5 file", url, exc) from exc
+    try:
+        url_confine.refuse_external_links(h5, url)
+    except BaseException:
+        h5.close()
+        raw.close()
+        raise
+    return h5

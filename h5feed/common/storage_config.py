@@ -47,6 +47,9 @@ STORAGE_ENV = "H5FEED_STORAGE_OPTIONS"
 CONNECT_TIMEOUT_S = 10.0
 READ_TIMEOUT_S = 30.0
 S3_ATTEMPTS = 3
+#: Passes of s3fs's own retry loop around botocore's (s3fs's default is 5): one, so that
+#: botocore's attempts are the only retries.
+S3FS_PASSES = 1
 _S3_SCHEMES = ("s3", "s3a")
 
 
@@ -59,7 +62,7 @@ def options_for(
     options: dict[str, Any] = {}
     if scheme in _S3_SCHEMES:
         options = {
-            "retries": 1,  # s3fs's own loop: botocore retries below it
+            "retries": S3FS_PASSES,
             "config_kwargs": {
                 "connect_timeout": CONNECT_TIMEOUT_S,
                 "read_timeout": READ_TIMEOUT_S,
@@ -91,10 +94,15 @@ def filesystem(scheme: str, given: Mapping[str, Any] | None = None) -> Any:
         raise ImportError(
             f"reading {scheme}:// URLs needs fsspec: pip install 'h5feed[{STORAGE_EXTRA}]'"
         ) from exc
+    # s3fs takes its retry loop's length as an attribute, not an argument (its class default)
+    passes = options.pop("retries", None) if scheme in _S3_SCHEMES else None
     try:
-        return fsspec.filesystem(scheme, **options)
+        fs = fsspec.filesystem(scheme, **options)
     except (ImportError, ValueError) as exc:  # fsspec: ValueError for an unknown protocol
         raise ImportError(
             f"reading {scheme}:// URLs needs a package fsspec names: {exc} (s3:// comes with "
             f"pip install 'h5feed[{STORAGE_EXTRA}]')"
         ) from exc
+    if passes is not None:
+        fs.retries = int(passes)
+    return fs

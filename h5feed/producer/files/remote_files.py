@@ -35,6 +35,7 @@ __all__ = [
     "filesystem",
     "identity",
     "open_h5",
+    "size",
 ]
 
 #: The size of one ranged GET (a block of the file), and the blocks kept per open file.
@@ -58,9 +59,12 @@ def _fail(message: str, url: str, exc: BaseException, number: int | None = None)
 
 
 def _info(url: str) -> dict[str, Any]:
-    """The object's listing entry (size, type, ETag...): one HEAD request, or cached."""
-    parsed = object_urls.parse(url)
-    info: dict[str, Any] = filesystem(parsed.scheme).info(url)
+    """The object's entry (size, type, ETag...) as it is now: one HEAD request. fsspec's
+    listing cache is dropped for it first: an entry listed earlier in this process (a
+    persistent worker's) may be of an object replaced since."""
+    fs = filesystem(object_urls.parse(url).scheme)
+    fs.invalidate_cache(url)
+    info: dict[str, Any] = fs.info(url)
     return info
 
 
@@ -79,6 +83,11 @@ def check_readable(number: int, url: str) -> None:
             host=socket.gethostname(),
             number=number,
         )
+
+
+def size(url: str) -> int:
+    """The object's size in bytes (one HEAD request)."""
+    return int(_info(url)["size"])
 
 
 def identity(url: str) -> str:

@@ -1,0 +1,282 @@
+"""HDF5 on object storage, against a real S3 protocol server on loopback: moto's
+``ThreadedMotoServer`` (what s3fs's own tests run), read through the real s3fs/botocore client
+by the trainer (listing, sizes) and by its workers (ranged GETs of each file).
+
+What these show: an epoch over ``s3://`` is the epoch over the same files on disk, batch for
+batch, 2 epochs on 2 workers, exactly once, also through a worker SIGKILLed mid-epoch; a
+missing object or a dead server ends the iteration naming the URL within bounded time, never a
+hang; a producer's URL data root refuses what lies outside it; a file read from a bucket can
+reach no local file (external links, virtual sources, external storage refused); ``h5feed
+inspect`` takes a URL; the index cache keys follow the object's content (ETag).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import h5py
+import numpy as np
+import pytest
+from test_producers import free_port
+
+import h5feed
+from h5feed.common import storage_config
+from h5feed.common.errors import H5FeedError
+from h5feed.common.layouts import Auto
+from h5feed.consumer.hdf5 import urls
+from h5feed.producer.files import dataset_checks, index_cache, remote_files
+from h5feed.producer.files.confine import PathRefused
+from h5feed.producer.files.read_limits import DEFAULT_BOUNDS
+from h5feed.producer.inspection import inspect_file
+from h5feed.producer.sample_data import SampleSpec, make_sample_dataset
+
+pytestmark = pytest.mark.processes
+
+BUCKET = "h5feed-tests"
+CREDENTIALS = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+}
+OPTIONS: dict[str, Any] = {
+    "clip_len": 2, "resize": (24, 32), "clips_per_video": 2, "batch_size": 3, "seed": 11,
+    "index_cache": False, "start_timeout_s": 60, "unit_timeout_s": 60,
+}  # fmt: skip
+
+
+def _start_server() -> tuple[Any, str]:
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    return server, f"http://{host}:{port}"
+
+
+def _fs(endpoint: str) -> Any:
+    return storage_config.filesystem(
+        "s3", {"endpoint_url": endpoint, "key": "testing", "secret": "testing"}
+    )
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[str]:
+    """The S3 server's endpoint, for the whole session."""
+    server, endpoint = _start_server()
+    try:
+        yield endpoint
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def uploaded(s3_server: str, tmp_path_factory: pytest.TempPathFactory) -> list[pathlib.Path]:
+    """Two sample files written locally, and uploaded under ``s3://BUCKET/data/``."""
+    spec = SampleSpec(
+        files=2, videos_per_file=5, min_frames=4, max_frames=8, height=24, width=32, seed=5
+    )
+    paths = sorted(make_sample_dataset(tmp_path_factory.mktemp("s3data"), spec))
+    fs = _fs(s3_server)
+    fs.mkdir(BUCKET)
+    for path in paths:
+        fs.put(str(path), f"{BUCKET}/data/{path.name}")
+    return paths
+
+
+@pytest.fixture()
+def s3(s3_server: str, uploaded: list[pathlib.Path], monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The environment a trainer and its local workers read the bucket with (credentials and
+    endpoint from the environment, as a producer's), and a filesystem for the test itself."""
+    for name in ("AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in CREDENTIALS.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv(storage_config.STORAGE_ENV, json.dumps({"endpoint_url": s3_server}))
+    return _fs(s3_server)
+
+
+def _collect(feed: Any) -> list[dict[str, np.ndarray]]:
+    return [{k: np.array(v) for k, v in batch.items()} for batch in feed]
+
+
+def _same_batches(got: list[dict[str, np.ndarray]], expected: list[dict[str, np.ndarray]]) -> None:
+    assert len(got) == len(expected)
+    for a, b in zip(got, expected, strict=True):
+        assert set(a) == set(b)
+        for key in a:
+            if key != "file":  # the URL against the local path
+                np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+
+
+def _exactly_once(batches: list[dict[str, np.ndarray]], epochs: int, samples: int) -> None:
+    for epoch in range(epochs):
+        seen = np.concatenate([b["sample"] for b in batches if int(b["epoch"][0]) == epoch])
+        assert sorted(seen.tolist()) == list(range(samples)), f"epoch {epoch}"
+
+
+def test_two_epochs_over_s3_are_the_same_batches_as_on_disk_exactly_once(
+    s3: Any, uploaded: list[pathlib.Path]
+) -> None:
+    options = {**OPTIONS, "epochs": 2, "workers": 2}
+    expected = _collect(h5feed.batches([str(p) for p in uploaded], **options))
+    got = _collect(h5feed.batches(f"s3://{BUCKET}/data/*.h5", **options))
+    _same_batches(got, expected)
+    _exactly_once(got, 2, samples=2 * 5 * 2)
+    named = {
+        f.decode() if isinstance(f, bytes) else str(f) for b in got for f in b["file"].tolist()
+    }
+    assert named == {f"s3://{BUCKET}/data/{p.name}" for p in uploaded}  # batches name the URL
+    # a prefix and a list give the same files, in the same order
+    assert urls.resolve_urls([f"s3://{BUCKET}/data/"], None, None) == [
+        f"s3://{BUCKET}/data/{p.name}" for p in uploaded
+    ]
+
+
+def test_a_worker_killed_mid_epoch_over_s3_loses_and_repeats_nothing(
+    s3: Any, uploaded: list[pathlib.Path]
+) -> None:
+    options = {**OPTIONS, "epochs": 2, "workers": 2}
+    expected = _collect(h5feed.batches([str(p) for p in uploaded], **options))
+    feed = h5feed.batches(f"s3://{BUCKET}/data/*.h5", **options)
+    got: list[dict[str, np.ndarray]] = []
+    try:
+        with feed.stream() as stream:
+            for i, batch in enumerate(stream):
+                got.append({k: np.array(v) for k, v in batch.items()})
+                if i == 2:  # mid-epoch, units in flight
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(stream.worker_pids[0], signal.SIGKILL)
+    finally:
+        feed.close()
+    _same_batches(got, expected)
+    _exactly_once(got, 2, samples=2 * 5 * 2)
+
+
+def test_a_missing_object_ends_the_iteration_naming_its_url(
+    s3: Any, uploaded: list[pathlib.Path]
+) -> None:
+    gone = f"{BUCKET}/gone/{uploaded[0].name}"
+    s3.put(str(uploaded[0]), gone)
+    feed = h5feed.batches(f"s3://{BUCKET}/gone/*.h5", **{**OPTIONS, "epochs": 1, "workers": 1})
+    s3.rm(gone)  # after the trainer listed it, before a worker opens it
+    started = time.monotonic()
+    with pytest.raises(H5FeedError, match=f"s3://{gone}"):
+        _collect(feed)
+    assert time.monotonic() - started < 90
+
+
+def test_a_dead_server_ends_the_iteration_naming_the_url_within_the_bounds(
+    s3: Any, uploaded: list[pathlib.Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server, endpoint = _start_server()
+    try:
+        fs = _fs(endpoint)  # moto's servers of one process share their buckets
+        fs.put(str(uploaded[0]), f"{BUCKET}/dead/{uploaded[0].name}")
+        monkeypatch.setenv(storage_config.STORAGE_ENV, json.dumps({"endpoint_url": endpoint}))
+        feed = h5feed.batches(f"s3://{BUCKET}/dead/*.h5", **{**OPTIONS, "epochs": 1, "workers": 1})
+    finally:
+        server.stop()  # the trainer listed the object; no worker can reach it
+    started = time.monotonic()
+    with pytest.raises(H5FeedError, match=f"s3://{BUCKET}/dead/{uploaded[0].name}"):
+        _collect(feed)
+    waited = time.monotonic() - started
+    print(f"a dead server was reported after {waited:.1f} s")
+    assert waited < 100  # the request bounds of h5feed/common/storage_config.py, not minutes
+
+
+def test_a_producer_refuses_urls_outside_its_url_data_root(
+    s3: Any, uploaded: list[pathlib.Path]
+) -> None:
+    s3.put(str(uploaded[0]), f"{BUCKET}/other/{uploaded[0].name}")
+    port = free_port()
+    producer = subprocess.Popen(
+        [sys.executable, "-m", "h5feed", "produce", "--data-root", f"s3://{BUCKET}/data",
+         "--workers", "1", "--name", "p"],
+        env={**os.environ, "H5FEED_CONNECT": f"tcp://127.0.0.1:{port}"},
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        feed = h5feed.batches(
+            f"s3://{BUCKET}/other/*.h5", workers=0, listen=f"tcp://127.0.0.1:{port}",
+            **{**OPTIONS, "epochs": 1},
+        )  # fmt: skip
+        with pytest.raises(H5FeedError, match=r"PathRefused.*outside the data root") as caught:
+            _collect(feed)
+        assert f"s3://{BUCKET}/other/{uploaded[0].name}" in str(caught.value)
+    finally:
+        producer.kill()
+        producer.communicate(timeout=30)
+
+
+def _evil_files(directory: pathlib.Path) -> dict[str, pathlib.Path]:
+    """Files that would make HDF5 read this host's disk: an external link, a virtual dataset
+    whose source is another file, a dataset kept in an external raw file."""
+    secret = directory / "secret.h5"
+    with h5py.File(secret, "w") as f:
+        f["images"] = np.zeros((4, 8), np.uint8)
+    files = {name: directory / f"{name}.h5" for name in ("elink", "vds", "external")}
+    with h5py.File(files["elink"], "w") as f:
+        f["video_000"] = h5py.ExternalLink(str(secret), "/images")
+    layout = h5py.VirtualLayout(shape=(4, 8), dtype=np.uint8)
+    layout[...] = h5py.VirtualSource(str(secret), "images", shape=(4, 8))
+    with h5py.File(files["vds"], "w") as f:
+        f.create_virtual_dataset("images", layout)
+    raw = directory / "raw.bin"
+    raw.write_bytes(bytes(32))
+    with h5py.File(files["external"], "w") as f:
+        f.create_dataset("images", (4, 8), np.uint8, external=[(str(raw), 0, 32)])
+    return files
+
+
+def test_a_file_in_a_bucket_reaches_no_local_file(s3: Any, tmp_path: pathlib.Path) -> None:
+    for name, path in _evil_files(tmp_path).items():
+        s3.put(str(path), f"{BUCKET}/evil/{name}.h5")
+    with pytest.raises(PathRefused, match=r"external link '/video_000'.*this host's disk"):
+        remote_files.open_h5(f"s3://{BUCKET}/evil/elink.h5")
+    for name, rule in [("vds", "virtual dataset '/images'"), ("external", "external file")]:
+        url = f"s3://{BUCKET}/evil/{name}.h5"
+        h5 = remote_files.open_h5(url)
+        try:
+            with pytest.raises(PathRefused, match=f"{rule}.*this host's disk") as caught:
+                dataset_checks.check_dataset(h5["images"], DEFAULT_BOUNDS, None, whole=True)
+            assert caught.value.file == url  # named by its URL, not a file object
+        finally:
+            h5.close()
+
+
+def test_inspect_takes_a_url(s3: Any, uploaded: list[pathlib.Path]) -> None:
+    url = f"s3://{BUCKET}/data/{uploaded[0].name}"
+    local = inspect_file(str(uploaded[0]))
+    out = subprocess.run(
+        [sys.executable, "-m", "h5feed", "inspect", url, "--json"],
+        capture_output=True, text=True, timeout=120, env=dict(os.environ),
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    (report,) = json.loads(out.stdout)
+    assert report["file"] == url
+    assert (report["videos"], report["frames"]) == (local["videos"], local["frames"])
+
+
+def test_the_index_cache_keys_follow_the_objects_content(
+    s3: Any, uploaded: list[pathlib.Path]
+) -> None:
+    key = f"{BUCKET}/keyed/{uploaded[0].name}"
+    url = f"s3://{key}"
+    s3.put(str(uploaded[0]), key)
+    worker_key = index_cache.file_key(url, Auto())
+    (trainer_stat,) = urls.file_stats([url], None) or [None]
+    assert trainer_stat is not None and trainer_stat.st_size == uploaded[0].stat().st_size
+    assert index_cache.file_key(url, Auto()) == worker_key  # unchanged: a hit
+    s3.put(str(uploaded[1]), key)  # overwritten: another ETag
+    assert index_cache.file_key(url, Auto()) != worker_key
+    (after,) = urls.file_stats([url], None) or [None]
+    assert after is not None and after.identity != trainer_stat.identity

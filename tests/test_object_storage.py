@@ -3,11 +3,13 @@
 by the trainer (listing, sizes) and by its workers (ranged GETs of each file).
 
 What these show: an epoch over ``s3://`` is the epoch over the same files on disk, batch for
-batch, 2 epochs on 2 workers, exactly once, also through a worker SIGKILLed mid-epoch; a
-missing object or a dead server ends the iteration naming the URL within bounded time, never a
-hang; a producer's URL data root refuses what lies outside it; a file read from a bucket can
-reach no local file (external links, virtual sources, external storage refused); ``h5feed
-inspect`` takes a URL; the index cache keys follow the object's content (ETag).
+batch, 2 epochs on 2 workers, exactly once (every layout's one-file dataset too), also through
+a worker SIGKILLed mid-epoch and through throttling (a proxy answering 503 SlowDown); a
+missing object, an object whose every request fails and a dead server end the iteration
+naming the URL within bounded time, never a hang; a producer's URL data root refuses what lies
+outside it; a file read from a bucket can reach no local file (external links, virtual
+sources, external storage refused); ``h5feed inspect`` takes a URL; the index cache keys
+follow the object's content (ETag).
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from typing import Any
 import h5py
 import numpy as np
 import pytest
+from s3_proxy import FaultProxy
+from test_one_file_layouts import CASES as LAYOUT_CASES
 from test_producers import free_port
 
 import h5feed
@@ -280,3 +284,62 @@ def test_the_index_cache_keys_follow_the_objects_content(
     assert index_cache.file_key(url, Auto()) != worker_key
     (after,) = urls.file_stats([url], None) or [None]
     assert after is not None and after.identity != trainer_stat.identity
+
+
+@pytest.mark.parametrize("case", sorted(LAYOUT_CASES))
+def test_every_layouts_one_file_dataset_over_s3_is_the_one_on_disk(
+    s3: Any, tmp_path: pathlib.Path, case: str
+) -> None:
+    """Each layout's one file, 2 epochs on 2 workers: exactly once, and the batches of the
+    same file on disk (pixels included)."""
+    path, layout = LAYOUT_CASES[case](tmp_path)
+    local = pathlib.Path(path)
+    url = f"s3://{BUCKET}/layouts/{case}/{local.parent.name}/{local.name}"  # keeps its directory
+    s3.put(path, url)
+    options = {
+        "layout": layout, "clip_len": 2, "resize": (24, 32), "clips_per_video": 3,
+        "batch_size": 2, "workers": 2, "epochs": 2, "seed": 3, "index_cache": False,
+    }  # fmt: skip
+    expected = _collect(h5feed.batches([path], **options))
+    got = _collect(h5feed.batches([url], **options))
+    _same_batches(got, expected)
+    samples = len(np.concatenate([b["sample"] for b in got])) // 2
+    _exactly_once(got, 2, samples=samples)
+
+
+@pytest.fixture()
+def flaky(s3_server: str, s3: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[FaultProxy]:
+    """A proxy answering every 4th request 503 SlowDown, in front of the server, as the
+    endpoint of the trainer and its workers."""
+    proxy = FaultProxy(s3_server, every=4)
+    monkeypatch.setenv(storage_config.STORAGE_ENV, json.dumps({"endpoint_url": proxy.endpoint}))
+    try:
+        yield proxy
+    finally:
+        proxy.stop()
+
+
+def test_throttled_requests_are_retried_and_every_epoch_is_exactly_once(
+    flaky: FaultProxy, uploaded: list[pathlib.Path]
+) -> None:
+    options = {**OPTIONS, "epochs": 3, "workers": 2}
+    expected = _collect(h5feed.batches([str(p) for p in uploaded], **options))
+    got = _collect(h5feed.batches(f"s3://{BUCKET}/data/*.h5", **options))
+    _same_batches(got, expected)
+    _exactly_once(got, 3, samples=2 * 5 * 2)
+    print(f"{flaky.faults} of {flaky.requests} requests answered 503")
+    assert flaky.faults > 0  # the faults were met, and retried
+
+
+def test_an_object_that_always_fails_is_named_with_its_status_within_the_bounds(
+    flaky: FaultProxy, uploaded: list[pathlib.Path]
+) -> None:
+    flaky.every, flaky.failing = 0, f"/{BUCKET}/data/{uploaded[1].name}"
+    feed = h5feed.batches(f"s3://{BUCKET}/data/*.h5", **{**OPTIONS, "epochs": 1, "workers": 1})
+    started = time.monotonic()
+    with pytest.raises(H5FeedError, match=f"s3://{BUCKET}/data/{uploaded[1].name}") as caught:
+        _collect(feed)
+    waited = time.monotonic() - started
+    print(f"reported after {waited:.1f} s: {str(caught.value)[:400]}")
+    assert "Service Unavailable" in str(caught.value) or "503" in str(caught.value)
+    assert waited < 100

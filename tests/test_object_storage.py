@@ -34,7 +34,7 @@ from test_producers import free_port
 
 import h5feed
 from h5feed.common import storage_config
-from h5feed.common.errors import H5FeedError
+from h5feed.common.errors import FileReadError, H5FeedError
 from h5feed.common.layouts import Auto
 from h5feed.consumer.hdf5 import urls
 from h5feed.producer.files import dataset_checks, index_cache, remote_files
@@ -343,3 +343,30 @@ def test_an_object_that_always_fails_is_named_with_its_status_within_the_bounds(
     print(f"reported after {waited:.1f} s: {str(caught.value)[:400]}")
     assert "Service Unavailable" in str(caught.value) or "503" in str(caught.value)
     assert waited < 100
+
+
+def test_an_object_replaced_after_indexing_or_while_open_is_refused_by_name(
+    s3: Any, tmp_path: pathlib.Path
+) -> None:
+    big = tmp_path / "big.h5"  # past 4 blocks of 4 MiB: later reads are new ranged GETs
+    with h5py.File(big, "w") as f:
+        f["x"] = np.random.default_rng(1).integers(0, 255, 20 << 20, dtype=np.uint8)
+    other = tmp_path / "other.h5"
+    with h5py.File(other, "w") as f:
+        f["x"] = np.zeros(20 << 20, np.uint8)
+    key = f"{BUCKET}/replaced/big.h5"
+    url = f"s3://{key}"
+    s3.put(str(big), key)
+    remote_files.identity(url)  # indexed, as a worker does for every file of a job
+    h5 = remote_files.open_h5(url)
+    try:
+        first = h5["x"][:16]
+        s3.put(str(other), key)  # replaced while open
+        with pytest.raises(OSError):  # If-Match: 412, not the other object's bytes
+            h5["x"][-(1 << 20) :]
+        np.testing.assert_array_equal(h5["x"][:16], first)  # cached blocks: the first object
+    finally:
+        h5.close()
+    with pytest.raises(FileReadError, match="replaced since this worker indexed it") as caught:
+        remote_files.open_h5(url)
+    assert caught.value.file == url

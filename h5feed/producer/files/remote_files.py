@@ -8,6 +8,17 @@ per open file (least recently used dropped first), make a file's metadata a few 
 a clip's contiguous frames usually one, while a worker's memory for them stays bounded by
 ``max_open_files`` x 16 MiB.
 
+Guarantees of :func:`open_h5`:
+
+1. One fsspec file per open, and every ranged GET of it pinned to the ETag the open saw (s3fs
+   sends ``If-Match``): an object replaced while it is open fails its next read (HTTP 412,
+   named by URL) instead of mixing two objects' bytes.
+2. An object that this process indexed (:func:`identity`, which the index cache key calls for
+   every file of a job) and that has another ETag when it is (re)opened is refused with a
+   :class:`FileReadError` naming the URL and both ETags, so a file is never read with an index
+   learnt from another object.
+3. Its external links are refused before it is returned (:mod:`url_confine`).
+
 Where a producer's credentials, endpoint and region come from (its own environment, never
 the wire) and how long a request may take: :mod:`h5feed.common.storage_config`. A request that
 fails surfaces in h5py as an OSError, which the readers report naming the URL
@@ -99,9 +110,27 @@ def identity(url: str) -> str:
         raise
     except Exception as exc:
         raise OSError(f"{url}: {type(exc).__name__}: {exc}") from exc
-    etag = info.get("ETag") or info.get("etag") or info.get("md5Hash") or ""
+    etag = _etag(info)
+    _remember(url, etag)
     version = info.get("VersionId") or info.get("generation") or ""
     return f"{url}\0{info.get('size')}\0{etag}\0{version}"
+
+
+def _etag(info: dict[str, Any]) -> str:
+    return str(info.get("ETag") or info.get("etag") or info.get("md5Hash") or "")
+
+
+#: The ETag of each object as this process last indexed it (:func:`identity`): an open of an
+#: object replaced since is refused (guarantee 2). Bounded: cleared past this many objects.
+_INDEXED_ETAGS: dict[str, str] = {}
+_MAX_REMEMBERED = 100_000
+
+
+def _remember(url: str, etag: str) -> None:
+    if len(_INDEXED_ETAGS) >= _MAX_REMEMBERED:
+        _INDEXED_ETAGS.clear()
+    if etag:
+        _INDEXED_ETAGS[url] = etag
 
 
 class _UrlFile:
@@ -136,6 +165,16 @@ def open_h5(url: str) -> h5py.File:
         raise
     except Exception as exc:
         raise _fail("cannot open the object", url, exc) from exc
+    opened = _etag(getattr(raw, "details", None) or {})
+    indexed = _INDEXED_ETAGS.get(url)
+    if indexed is not None and opened and opened != indexed:
+        raw.close()
+        raise FileReadError(
+            f"the object was replaced since this worker indexed it (ETag {indexed} then, "
+            f"{opened} now): refused, its index no longer holds",
+            file=url,
+            host=socket.gethostname(),
+        )
     try:
         h5 = h5py.File(_UrlFile(raw, url), "r")
     except Exception as exc:

@@ -370,3 +370,37 @@ def test_an_object_replaced_after_indexing_or_while_open_is_refused_by_name(
     with pytest.raises(FileReadError, match="replaced since this worker indexed it") as caught:
         remote_files.open_h5(url)
     assert caught.value.file == url
+
+
+def test_the_trainers_index_record_is_used_again_and_missed_once_an_object_changes(
+    s3: Any, uploaded: list[pathlib.Path], tmp_path: pathlib.Path
+) -> None:
+    for path in uploaded:
+        s3.put(str(path), f"{BUCKET}/cached/{path.name}")
+    url = f"s3://{BUCKET}/cached/*.h5"
+    options = {**OPTIONS, "epochs": 1, "workers": 1, "index_cache": str(tmp_path / "cache")}
+    first = h5feed.batches(url, **options)
+    assert first.length is None  # never indexed
+    batches = _collect(first)
+    again = h5feed.batches(url, **options)
+    assert again.length == len(batches)  # known before any worker starts: the record's
+    data = bytearray(uploaded[0].read_bytes())
+    data[-1] ^= 0xFF  # the same size, the same name: only the ETag tells
+    s3.pipe(f"{BUCKET}/cached/{uploaded[0].name}", bytes(data))
+    assert h5feed.batches(url, **options).length is None  # a miss, not a stale index
+
+
+def test_a_state_taken_over_s3_resumes_with_the_next_batch(
+    s3: Any, uploaded: list[pathlib.Path]
+) -> None:
+    url = f"s3://{BUCKET}/data/*.h5"
+    options = {**OPTIONS, "epochs": 2, "workers": 2}
+    reference = _collect(h5feed.batches(url, **options))
+    stream = h5feed.batches(url, **options).stream()
+    try:
+        taken = [{k: np.array(v) for k, v in next(stream).items()} for _ in range(5)]
+        state = stream.state()
+    finally:
+        stream.close()
+    rest = _collect(h5feed.batches(url, resume=state, **options))
+    _same_batches(taken + rest, reference)

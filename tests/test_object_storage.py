@@ -30,6 +30,7 @@ import numpy as np
 import pytest
 from s3_proxy import FaultProxy
 from test_one_file_layouts import CASES as LAYOUT_CASES
+from test_pack import write_video
 from test_producers import free_port
 
 import h5feed
@@ -404,3 +405,28 @@ def test_a_state_taken_over_s3_resumes_with_the_next_batch(
         stream.close()
     rest = _collect(h5feed.batches(url, resume=state, **options))
     _same_batches(taken + rest, reference)
+
+
+def test_pack_uploads_what_it_wrote_and_the_bucket_reads_as_out(
+    s3: Any, tmp_path: pathlib.Path
+) -> None:
+    for i, frames in enumerate((7, 9, 5)):
+        write_video(tmp_path / "src" / "walk" / f"v{i}.avi", frames, seed=i + 1)
+    out = tmp_path / "packed"
+    prefix = f"s3://{BUCKET}/packed"
+    done = subprocess.run(
+        [sys.executable, "-m", "h5feed", "pack", str(tmp_path / "src"), str(out),
+         "--jobs", "1", "--no-progress", "--upload", prefix],
+        capture_output=True, text=True, timeout=240, env=dict(os.environ),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    shards = sorted(p.relative_to(out).as_posix() for p in out.rglob("*.h5"))
+    listed = sorted(s3.find(f"{BUCKET}/packed"))
+    assert listed == sorted(
+        [f"{BUCKET}/packed/{s}" for s in shards] + [f"{BUCKET}/packed/h5feed-pack.json"]
+    )
+    options = {**OPTIONS, "epochs": 1, "workers": 2}
+    _same_batches(
+        _collect(h5feed.batches(f"{prefix}/", **options)),
+        _collect(h5feed.batches(str(out), **options)),
+    )

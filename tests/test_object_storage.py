@@ -28,12 +28,12 @@ from typing import Any
 import h5py
 import numpy as np
 import pytest
-from s3_proxy import FaultProxy
 from test_one_file_layouts import CASES as LAYOUT_CASES
 from test_pack import write_video
 from test_producers import free_port
 
 import h5feed
+from h5feed.bench.s3_proxy import FaultProxy
 from h5feed.common import storage_config
 from h5feed.common.errors import FileReadError, H5FeedError
 from h5feed.common.layouts import Auto

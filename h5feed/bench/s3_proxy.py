@@ -1,10 +1,12 @@
-"""A fault-injecting HTTP proxy in front of a test's S3 server: what a flaky object store
-answers (503 SlowDown), on loopback, for tests/test_object_storage.py.
+"""A fault- and latency-injecting HTTP proxy in front of a local S3 server: what a flaky or
+distant object store answers, on loopback (tests/test_object_storage.py,
+:mod:`h5feed.bench.object_storage`).
 
-Every request is forwarded to the server unchanged (method, path, headers, body), except
-those a rule picks, answered ``503 SlowDown`` as S3 does when throttling: every ``every``-th
-request (counted over all requests), and every request whose path contains ``failing``.
-Requests and faults are counted. The proxy serves from a daemon thread; :meth:`FaultProxy.stop`
+Every request is forwarded to the server unchanged (method, path, headers, body), after
+``delay_s`` (a round trip to a distant store), except those a rule picks, answered ``503
+SlowDown`` as S3 does when throttling: every ``every``-th request (counted over all
+requests), and every request whose path contains ``failing``. Requests, faults and the bytes
+of the answers' bodies are counted. The proxy serves from a daemon thread; :meth:`FaultProxy.stop`
 closes it (bounded)."""
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import http.client
 import http.server
 import threading
+import time
 import urllib.parse
 from typing import Any
 
@@ -27,11 +30,13 @@ _HOP_HEADERS = ("content-length", "connection", "transfer-encoding", "keep-alive
 class FaultProxy:
     """A proxy on 127.0.0.1 (:attr:`endpoint`) forwarding to ``target`` (``http://host:port``)."""
 
-    def __init__(self, target: str, every: int = 0, failing: str | None = None) -> None:
+    def __init__(
+        self, target: str, every: int = 0, failing: str | None = None, delay_s: float = 0.0
+    ) -> None:
         parsed = urllib.parse.urlsplit(target)
         self.target = (parsed.hostname or "127.0.0.1", parsed.port or 80)
-        self.every, self.failing = every, failing
-        self.requests = self.faults = 0
+        self.every, self.failing, self.delay_s = every, failing, delay_s
+        self.requests = self.faults = self.body_bytes = 0
         self._lock = threading.Lock()
         self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self._server.daemon_threads = True
@@ -51,11 +56,16 @@ class FaultProxy:
 
     def forward(self, method: str, path: str, body: bytes, headers: dict[str, str]) -> Any:
         """The server's answer: (status, headers, body)."""
+        if self.delay_s > 0:
+            time.sleep(self.delay_s)
         connection = http.client.HTTPConnection(*self.target, timeout=_FORWARD_TIMEOUT_S)
         try:
             connection.request(method, path, body or None, headers)
             answer = connection.getresponse()
-            return answer.status, answer.getheaders(), answer.read()
+            data = answer.read()
+            with self._lock:
+                self.body_bytes += len(data)
+            return answer.status, answer.getheaders(), data
         finally:
             connection.close()
 

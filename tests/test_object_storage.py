@@ -22,6 +22,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -430,3 +431,18 @@ def test_pack_uploads_what_it_wrote_and_the_bucket_reads_as_out(
         _collect(h5feed.batches(f"{prefix}/", **options)),
         _collect(h5feed.batches(str(out), **options)),
     )
+
+
+def test_storage_options_the_local_workers_would_not_see_are_a_warning(
+    s3: Any, s3_server: str
+) -> None:
+    url = f"s3://{BUCKET}/data/*.h5"
+    same = {"endpoint_url": s3_server}  # what the environment says (the s3 fixture's)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        h5feed.batches(url, storage_options=same, **OPTIONS).close()
+        remote_only = {"workers": 0, "listen": f"tcp://127.0.0.1:{free_port()}"}
+        options = {**OPTIONS, **remote_only, "storage_options": {**same, "anon": False}}
+        h5feed.batches(url, **options).close()
+    with pytest.warns(UserWarning, match="local workers read the objects with their environment"):
+        h5feed.batches(url, storage_options={**same, "anon": False}, **OPTIONS).close()

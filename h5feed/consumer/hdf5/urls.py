@@ -19,18 +19,22 @@ Guarantees:
 3. :func:`file_stats` gives each URL's size and identity (URL, size, ETag, version), from one
    listing per distinct prefix; None when one cannot be listed (the index cache then misses:
    the workers report the object with its name).
+4. :func:`warn_if_workers_differ`: a ``storage_options=`` that local workers would not see
+   (their environment says otherwise) is a warning when the feed is made, not a puzzle at the
+   first read.
 """
 
 from __future__ import annotations
 
 import glob
 import posixpath
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 from h5feed.common import object_urls, storage_config
 
-__all__ = ["UrlStat", "file_stats", "resolve_urls"]
+__all__ = ["UrlStat", "file_stats", "resolve_urls", "warn_if_workers_differ"]
 
 #: The suffixes of the HDF5 objects a prefix is searched for (as for a local directory).
 _H5_SUFFIXES = (".h5", ".hdf5", ".hdf", ".he5")
@@ -136,3 +140,24 @@ def file_stats(
     except Exception:  # any listing failure is a cache miss; the workers name the object
         return None
     return stats
+
+
+def warn_if_workers_differ(
+    urls: Sequence[str], storage_options: Mapping[str, Any] | None, local_workers: bool
+) -> None:
+    """Warn (UserWarning) when ``storage_options`` differ from what this process's
+    environment gives, and local workers will read ``urls``: they take their options from that
+    environment (they inherit it), never from ``storage_options``."""
+    if storage_options is None or not local_workers or not urls:
+        return
+    if not object_urls.is_url(urls[0]):
+        return  # local files: the options are not used
+    scheme = object_urls.parse(urls[0]).scheme
+    if storage_config.options_for(scheme, storage_options) != storage_config.options_for(scheme):
+        warnings.warn(
+            "h5feed: storage_options= is the trainer's own (to list and size the files); local "
+            "workers read the objects with their environment's options "
+            f"(${storage_config.STORAGE_ENV}, AWS_* ...), which differ: set them there too",
+            UserWarning,
+            stacklevel=4,
+        )

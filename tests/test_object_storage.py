@@ -446,3 +446,23 @@ def test_storage_options_the_local_workers_would_not_see_are_a_warning(
         h5feed.batches(url, **options).close()
     with pytest.warns(UserWarning, match="local workers read the objects with their environment"):
         h5feed.batches(url, storage_options={**same, "anon": False}, **OPTIONS).close()
+
+
+def test_bodies_cut_short_are_read_again_by_h5feed_and_every_epoch_is_exactly_once(
+    s3_server: str, s3: Any, uploaded: list[pathlib.Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every 2nd ranged GET is answered with half its body, then the connection closes:
+    botocore does not retry a body (its request succeeded), s3fs makes one pass, so these are
+    h5feed's own retries (remote_files, guarantee 4)."""
+    proxy = FaultProxy(s3_server, truncate=2)
+    monkeypatch.setenv(storage_config.STORAGE_ENV, json.dumps({"endpoint_url": proxy.endpoint}))
+    try:
+        options = {**OPTIONS, "epochs": 2, "workers": 2}
+        expected = _collect(h5feed.batches([str(p) for p in uploaded], **options))
+        got = _collect(h5feed.batches(f"s3://{BUCKET}/data/*.h5", **options))
+    finally:
+        proxy.stop()
+    _same_batches(got, expected)
+    _exactly_once(got, 2, samples=2 * 5 * 2)
+    print(f"{proxy.truncated} of {proxy.ranged} ranged GETs cut short")
+    assert proxy.truncated > 0

@@ -5,8 +5,10 @@ distant object store answers, on loopback (tests/test_object_storage.py,
 Every request is forwarded to the server unchanged (method, path, headers, body), after
 ``delay_s`` (a round trip to a distant store), except those a rule picks, answered ``503
 SlowDown`` as S3 does when throttling: every ``every``-th request (counted over all
-requests), and every request whose path contains ``failing``. Requests, faults and the bytes
-of the answers' bodies are counted. The proxy serves from a daemon thread; :meth:`FaultProxy.stop`
+requests), and every request whose path contains ``failing``; and every ``truncate``-th ranged
+GET (a read of an object) is answered with its headers and only half its body, then the
+connection is closed (a body cut short). Requests, faults, truncations and the bytes of the
+answers' bodies are counted. The proxy serves from a daemon thread; :meth:`FaultProxy.stop`
 closes it (bounded)."""
 
 from __future__ import annotations
@@ -31,12 +33,17 @@ class FaultProxy:
     """A proxy on 127.0.0.1 (:attr:`endpoint`) forwarding to ``target`` (``http://host:port``)."""
 
     def __init__(
-        self, target: str, every: int = 0, failing: str | None = None, delay_s: float = 0.0
+        self,
+        target: str,
+        every: int = 0,
+        failing: str | None = None,
+        delay_s: float = 0.0,
+        truncate: int = 0,
     ) -> None:
         parsed = urllib.parse.urlsplit(target)
         self.target = (parsed.hostname or "127.0.0.1", parsed.port or 80)
-        self.every, self.failing, self.delay_s = every, failing, delay_s
-        self.requests = self.faults = self.body_bytes = 0
+        self.every, self.failing, self.delay_s, self.truncate = every, failing, delay_s, truncate
+        self.requests = self.faults = self.body_bytes = self.ranged = self.truncated = 0
         self._lock = threading.Lock()
         self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self._server.daemon_threads = True
@@ -52,6 +59,16 @@ class FaultProxy:
                 self.failing is not None and self.failing in path
             )
             self.faults += hit
+            return hit
+
+    def cut(self, method: str, ranged: bool) -> bool:
+        """Whether this answer's body is cut short (counted)."""
+        if method != "GET" or not ranged or self.truncate <= 0:
+            return False
+        with self._lock:
+            self.ranged += 1
+            hit = self.ranged % self.truncate == 0
+            self.truncated += hit
             return hit
 
     def forward(self, method: str, path: str, body: bytes, headers: dict[str, str]) -> Any:
@@ -82,7 +99,9 @@ def _handler(proxy: FaultProxy) -> type[http.server.BaseHTTPRequestHandler]:
         def log_message(self, format: str, *args: Any) -> None:  # quiet
             pass
 
-        def _reply(self, status: int, headers: list[tuple[str, str]], body: bytes) -> None:
+        def _reply(
+            self, status: int, headers: list[tuple[str, str]], body: bytes, cut: bool = False
+        ) -> None:
             self.send_response(status)
             length = str(len(body))
             for key, value in headers:
@@ -92,7 +111,11 @@ def _handler(proxy: FaultProxy) -> type[http.server.BaseHTTPRequestHandler]:
                     self.send_header(key, value)
             self.send_header("Content-Length", length)
             self.end_headers()
-            if self.command != "HEAD":
+            if cut:  # half the body announced, then the connection closed
+                self.wfile.write(body[: len(body) // 2])
+                self.wfile.flush()
+                self.close_connection = True
+            elif self.command != "HEAD":
                 self.wfile.write(body)
 
         def _handle(self) -> None:
@@ -104,7 +127,8 @@ def _handler(proxy: FaultProxy) -> type[http.server.BaseHTTPRequestHandler]:
             headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP_HEADERS}
             if body:
                 headers["Content-Length"] = str(len(body))
-            self._reply(*proxy.forward(self.command, self.path, body, headers))
+            cut = proxy.cut(self.command, "range" in {k.lower() for k in headers})
+            self._reply(*proxy.forward(self.command, self.path, body, headers), cut=cut)
 
         do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = _handle
 

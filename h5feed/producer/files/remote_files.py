@@ -18,6 +18,12 @@ Guarantees of :func:`open_h5`:
    :class:`FileReadError` naming the URL and both ETags, so a file is never read with an index
    learnt from another object.
 3. Its external links are refused before it is returned (:mod:`url_confine`).
+4. A read that fails (a body cut short, a connection reset, a request that failed all its
+   botocore attempts) is retried from the same position, at most
+   :data:`~h5feed.common.storage_config.READ_ATTEMPTS` times within
+   :data:`~h5feed.common.storage_config.READ_BUDGET_S`, with exponential backoff and jitter;
+   a missing, unreadable or replaced object is not retried. What still fails reaches h5py,
+   which reports the read as failed: the reader names the URL.
 
 Where a producer's credentials, endpoint and region come from (its own environment, never
 the wire) and how long a request may take: :mod:`h5feed.common.storage_config`. A request that
@@ -30,7 +36,9 @@ missing package is an error naming the extra to install (``h5feed[storage]``).
 
 from __future__ import annotations
 
+import random
 import socket
+import time
 from typing import Any
 
 import h5py
@@ -133,18 +141,59 @@ def _remember(url: str, etag: str) -> None:
         _INDEXED_ETAGS[url] = etag
 
 
+#: Failures a retry cannot mend: the object is gone, not readable, or replaced (412).
+_PERMANENT: tuple[type[BaseException], ...] = (
+    FileNotFoundError, PermissionError, ValueError, TypeError, NotImplementedError,
+)  # fmt: skip
+#: The first backoff, and the longest, of h5feed's own retries of a read.
+_BACKOFF_S = 0.2
+_MAX_BACKOFF_S = 5.0
+
+
 class _UrlFile:
-    """An fsspec file whose ``repr`` is its URL: h5py names a file object's file by its
-    ``repr``, so ``h5.filename`` and every message built from it name the URL."""
+    """An fsspec file whose ``repr`` is its URL (h5py names a file object's file by its
+    ``repr``, so ``h5.filename`` and every message built from it name the URL), whose reads
+    are retried (guarantee 4): h5py reads through :meth:`readinto` or :meth:`read`."""
 
     def __init__(self, raw: Any, url: str) -> None:
         self._raw, self._url = raw, url
+        self.retried = 0  # reads retried so far (a figure for tests and logs)
 
     def __repr__(self) -> str:
         return self._url
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._raw, name)
+
+    def readinto(self, buffer: Any) -> int:
+        return int(self._retrying(lambda: self._raw.readinto(buffer)))
+
+    def read(self, size: int = -1) -> bytes:
+        return bytes(self._retrying(lambda: self._raw.read(size)))
+
+    def _retrying(self, call: Any) -> Any:
+        position = self._raw.tell()
+        deadline = time.monotonic() + storage_config.READ_BUDGET_S
+        for attempt in range(storage_config.READ_ATTEMPTS):
+            try:
+                return call()
+            except _PERMANENT:
+                raise
+            except Exception as exc:
+                if _expired(exc) or attempt + 1 == storage_config.READ_ATTEMPTS:
+                    raise
+                if time.monotonic() >= deadline:
+                    raise
+                self.retried += 1
+                backoff = min(_MAX_BACKOFF_S, _BACKOFF_S * 2**attempt)
+                time.sleep(backoff * random.uniform(0.5, 1.0))  # jitter: workers spread out
+                self._raw.seek(position)
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+
+def _expired(exc: BaseException) -> bool:
+    """fsspec's FileExpired: the object's ETag changed under an open file (412)."""
+    return type(exc).__name__ == "FileExpired"
 
 
 def open_h5(url: str) -> h5py.File:

@@ -71,7 +71,9 @@ class FaultProxy:
             self.truncated += hit
             return hit
 
-    def forward(self, method: str, path: str, body: bytes, headers: dict[str, str]) -> Any:
+    def forward(
+        self, method: str, path: str, body: bytes, headers: dict[str, str]
+    ) -> tuple[int, list[tuple[str, str]], bytes]:
         """The server's answer: (status, headers, body)."""
         if self.delay_s > 0:
             time.sleep(self.delay_s)
@@ -128,7 +130,8 @@ def _handler(proxy: FaultProxy) -> type[http.server.BaseHTTPRequestHandler]:
             if body:
                 headers["Content-Length"] = str(len(body))
             cut = proxy.cut(self.command, "range" in {k.lower() for k in headers})
-            self._reply(*proxy.forward(self.command, self.path, body, headers), cut=cut)
+            status, answer_headers, answer = proxy.forward(self.command, self.path, body, headers)
+            self._reply(status, answer_headers, answer, cut=cut)
 
         do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = _handle
 

@@ -466,3 +466,14 @@ def test_bodies_cut_short_are_read_again_by_h5feed_and_every_epoch_is_exactly_on
     _exactly_once(got, 2, samples=2 * 5 * 2)
     print(f"{proxy.truncated} of {proxy.ranged} ranged GETs cut short")
     assert proxy.truncated > 0
+
+
+def test_names_relative_to_a_url_data_root_are_read_under_it(
+    s3: Any, uploaded: list[pathlib.Path]
+) -> None:
+    options = {**OPTIONS, "epochs": 1, "workers": 2}
+    names = [p.name for p in uploaded]
+    got = _collect(h5feed.batches(names, data_root=f"s3://{BUCKET}/data", **options))
+    _same_batches(got, _collect(h5feed.batches([str(p) for p in uploaded], **options)))
+    with pytest.raises(ValueError, match="outside data_root"):  # the trainer's, before listing
+        h5feed.batches(f"s3://{BUCKET}/other/*.h5", data_root=f"s3://{BUCKET}/data", **options)

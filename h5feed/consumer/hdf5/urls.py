@@ -13,7 +13,8 @@ Guarantees:
    the HDF5 objects (by suffix, as a local directory) under it, sorted; an object itself.
    Every URL is parsed first (:func:`h5feed.common.object_urls.parse`: no ``::`` chaining, no
    ``file://``, no ``..``): ValueError naming it. FileNotFoundError names an entry that matches
-   nothing; ValueError a URL listed twice, or one outside a URL ``data_root``.
+   nothing; ValueError a URL listed twice, or one outside a URL ``data_root`` (an entry as
+   written, before it is listed, and each object it gives).
 2. Listings are read afresh on each call (fsspec's listing cache is dropped first), so a
    replaced object is seen by the next ``dataset()``.
 3. :func:`file_stats` gives each URL's size and identity (URL, size, ETag, version), from one
@@ -73,6 +74,8 @@ def resolve_urls(
     dropped: set[str] = set()
     for text in entries:
         url = _parsed(text)
+        if root_url is not None and not object_urls.under(url, root_url):
+            raise ValueError(f"h5feed: {text!r} is outside data_root {root!r} (not listed)")
         fs = _filesystem(url.scheme, storage_options)
         if url.scheme not in dropped:
             fs.invalidate_cache()  # guarantee 2: a listing of an earlier dataset() is stale

@@ -65,7 +65,9 @@ def open_reader(
     checked before anything else touches the file (:mod:`h5feed.producer.files.confine`:
     PathRefused names what leaves it). The reader checks each dataset before reading it:
     its sizes against ``bounds``, its storage against the root
-    (:mod:`h5feed.producer.files.dataset_checks`).
+    (:mod:`h5feed.producer.files.dataset_checks`). A URL (``s3://...``) is opened through
+    fsspec (:func:`h5feed.producer.files.remote_files.open_h5`: block-cached, its external
+    links, virtual sources and external storage refused).
     """
     if object_urls.is_url(path):  # through fsspec (remote_files: the URL's own rules)
         from h5feed.producer.files import remote_files  # imports fsspec: only for URLs

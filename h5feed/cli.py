@@ -132,9 +132,13 @@ def build_parser() -> argparse.ArgumentParser:
         "cannot be read or its layout is not recognised (the error says what it holds and "
         "the layout= that fits it).",
         "examples:\n  h5feed inspect data/*.h5\n  h5feed inspect a.h5 --json\n"
+        "  h5feed inspect s3://bucket/data/a.h5   (h5feed[storage]; credentials from the "
+        "environment)\n"
         '  h5feed inspect a.h5 --layout \'{"kind": "flat", "jpeg": "frames"}\'',
     )
-    inspect.add_argument("files", nargs="+", metavar="FILE", help="HDF5 files")
+    inspect.add_argument(
+        "files", nargs="+", metavar="FILE", help="HDF5 files (paths, or URLs: s3://...)"
+    )
     inspect.add_argument("--json", action="store_true", help="one JSON array, a dict per file")
     inspect.add_argument(
         "--layout", default="auto", metavar="LAYOUT",

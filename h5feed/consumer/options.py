@@ -19,7 +19,8 @@ a source feed's by :func:`h5feed.consumer.sources.api.make_source_config`.
 from __future__ import annotations
 
 import dataclasses
-from typing import TypeAlias
+from collections.abc import Mapping
+from typing import Any, TypeAlias
 
 from h5feed.common import layouts
 from h5feed.common.config import CLIP_STARTS, ClipSpec, default_cache_dir
@@ -49,6 +50,13 @@ class DataOptions:
     #: With on_error="skip": the most samples one epoch may skip before the iteration ends
     #: (TooManySkippedError); None: 0.1% of the epoch's samples, rounded up.
     max_skipped: int | None = None
+    #: fsspec options for files given as URLs (``{"endpoint_url": ..., "anon": True}``), used
+    #: by this process only (to list, size and key them): never sent to a worker; None: the
+    #: environment's (h5feed/common/storage_config.py). Kept out of repr, equality and hash
+    #: (it may hold a secret).
+    storage_options: Mapping[str, Any] | None = dataclasses.field(
+        default=None, repr=False, compare=False, hash=False
+    )
 
     def __post_init__(self) -> None:
         if self.clips_per_video < 1:
@@ -57,6 +65,8 @@ class DataOptions:
             raise ValueError(f"clip_start must be one of {CLIP_STARTS}, got {self.clip_start!r}")
         if self.on_error not in ON_ERROR_CHOICES:
             raise ValueError(f"on_error must be one of {ON_ERROR_CHOICES}, got {self.on_error!r}")
+        if self.storage_options is not None and not isinstance(self.storage_options, Mapping):
+            raise ValueError("storage_options must be a dict of fsspec options or None")
         if self.max_skipped is not None and (
             isinstance(self.max_skipped, bool)
             or not isinstance(self.max_skipped, int)

@@ -128,6 +128,7 @@ class FeedKwargs(TypedDict, total=False):
     max_open_files: int
     on_error: str
     max_skipped: int | None
+    storage_options: Mapping[str, Any] | None
     lineage: str | os.PathLike[str] | None
     # User sources (see h5feed/consumer/sources/api.py).
     source: str | None

@@ -52,7 +52,8 @@ EPILOG = """\
 examples:
   h5feed pack ~/ucf101 /data/ucf101-h5
   h5feed pack ./videos ./out --shard-size 512M --jobs 8 --quality 90
-  h5feed pack --verify-only /data/ucf101-h5"""
+  h5feed pack --verify-only /data/ucf101-h5
+  h5feed pack ./videos ./out --upload s3://bucket/ucf101-h5"""
 
 
 def parse_size(text: str) -> int:
@@ -102,6 +103,11 @@ def add_arguments(parser: Any) -> None:
     parser.add_argument(
         "--verify-only", action="store_true",
         help="only verify OUT against its manifest (give OUT alone)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--upload", metavar="URL", default=None,
+        help="then copy OUT's shards and manifest under URL (s3://bucket/prefix; "
+        "h5feed[storage], credentials from the environment)",
     )  # fmt: skip
     parser.add_argument(
         "--no-progress", action="store_true",
@@ -162,4 +168,9 @@ def run_command(args: argparse.Namespace) -> int:
         f"in {report.out} ({report.bytes / 1e6:.1f} MB; {report.written_shards} written"
         f"{resumed}{skipped}), verified, {report.elapsed_s:.1f}s"
     )
+    if args.upload is not None:
+        from h5feed.pack.upload import upload
+
+        written = upload(report.out, args.upload)
+        print(f"uploaded {len(written)} files under {args.upload}")
     return 0

@@ -3,8 +3,10 @@
 :func:`inspect_file` returns a plain dict (the ``--json`` output); :func:`format_report`
 writes it for people. The layout is recognised as ``layout="auto"`` does, so a file that is
 not in a known layout gives the same error (what the file holds, which layout parameters to
-pass). Reading cost: the index (metadata), one decoded frame, and the bytes of at most
-``_SIZE_SAMPLE_FRAMES`` frames spread over the file for the mean encoded frame size.
+pass). A URL (``s3://bucket/key.h5``) is read as a producer reads it
+(:mod:`h5feed.producer.files.remote_files`: the process's own credentials). Reading cost:
+the index (metadata), one decoded frame, and the bytes of at most ``_SIZE_SAMPLE_FRAMES``
+frames spread over the file for the mean encoded frame size.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from h5feed.common import layouts
+from h5feed.common import layouts, object_urls
 from h5feed.common.errors import DataError
 from h5feed.common.file_labels import directory_labels
 from h5feed.common.layouts import Auto, LayoutSpec
@@ -71,7 +73,7 @@ def inspect_file(
                 "median": float(statistics.median(counts)),
                 "max": max(counts),
             },
-            "file_bytes": os.path.getsize(path),
+            "file_bytes": _file_bytes(path),
             "mean_frame_bytes": float(np.mean(sizes)),
             "frames_sampled": len(sizes),
             "labels": [[k, v] for k, v in frequent[:_LISTED_LABELS]],
@@ -81,6 +83,15 @@ def inspect_file(
         }
     finally:
         reader.close()
+
+
+def _file_bytes(path: str) -> int:
+    """The file's size: a ``stat``, or for a URL its object's listing entry."""
+    if object_urls.is_url(path):
+        from h5feed.producer.files import remote_files  # imports fsspec: only for URLs
+
+        return remote_files.size(path)
+    return os.path.getsize(path)
 
 
 def _sample_frame_bytes(read: Any, videos: list[tuple[str, int, int]]) -> list[int]:

@@ -32,7 +32,11 @@ def hdf_config(files: Any, kwargs: Mapping[str, Any]) -> HdfConfig:
     data_args["index_cache"] = index_cache_dir(data_args.pop("index_cache", True))
     data = DataOptions(**data_args)
     check_main_path("transform", clip.transform, options)
-    paths = resolve_files(files, data.data_root)
+    paths = resolve_files(files, data.data_root, data.storage_options)
+    if data.storage_options is not None:
+        from h5feed.consumer.hdf5 import urls  # imports fsspec only when URLs are listed
+
+        urls.warn_if_workers_differ(paths, data.storage_options, options.processes.workers != 0)
     layout, labels = directory_labels(layout, paths)
     return HdfConfig(tuple(paths), clip, layout, options, data, labels)
 

@@ -5,14 +5,19 @@ from __future__ import annotations
 
 import glob
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from h5feed.common import object_urls
 
 #: The suffixes of the HDF5 files a directory is searched for (case-insensitive).
 _H5_SUFFIXES = (".h5", ".hdf5", ".hdf", ".he5")
 
 
 def resolve_files(
-    files: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], root: str | None = None
+    files: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+    root: str | None = None,
+    storage_options: Mapping[str, Any] | None = None,
 ) -> list[str]:
     """The dataset's files, in plan order.
 
@@ -24,6 +29,11 @@ def resolve_files(
     FileNotFoundError naming what matched nothing (for a directory: that it was searched
     recursively, for which suffixes), ValueError for an empty list (the iteration would
     otherwise wait for an index of no file).
+
+    URLs (``s3://bucket/prefix/*.h5``, a prefix, a list of them; all entries URLs, or none)
+    are expanded through fsspec with ``storage_options``
+    (:func:`h5feed.consumer.hdf5.urls.resolve_urls`), kept whole (a URL names its object
+    everywhere); ValueError for a list mixing URLs and paths.
     """
     if isinstance(files, (str, os.PathLike)):
         entries: Sequence[str | os.PathLike[str]] = [files]
@@ -31,6 +41,14 @@ def resolve_files(
         entries = list(files)
     if not entries:
         raise ValueError("h5feed: the list of files is empty")
+    texts = [os.fspath(e) for e in entries]
+    urls = [t for t in texts if object_urls.is_url(t)]
+    if urls:
+        if len(urls) != len(texts):
+            raise ValueError("h5feed: give URLs or local paths, not both in one list")
+        from h5feed.consumer.hdf5 import urls as url_files  # imports fsspec: only for URLs
+
+        return url_files.resolve_urls(urls, root, storage_options)
     if root is not None:
         return _resolve_under(entries, root)
     resolved: list[str] = []

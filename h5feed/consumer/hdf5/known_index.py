@@ -5,9 +5,10 @@ The workers' per-file cache (``h5feed/producer/files/index_cache.py``) is keyed 
 recognised after opening each file, which the consumer cannot do (it never opens HDF5
 files). So the consumer keeps its own record: once an iteration's index is built, the whole
 index is written under ``<index_cache>/feeds/``, keyed by every file's device and inode, size
-and modification time (ns), the layout as given and the labels the trainer decides (one-video
-files: ``HdfConfig.file_labels``). Any change to a file, to the list or to
-the layout gives another key, so a stale record is never used.
+and modification time (ns) (an object on storage: its URL, size, ETag and version), the
+layout as given and the labels the trainer decides (one-video files:
+``HdfConfig.file_labels``). Any change to a file, to the list or to the layout gives another
+key, so a stale record is never used.
 
 Guarantees: a record is written atomically and read bounded (at most ``_MAX_RECORD_BYTES``,
 checked field by field); a missing, corrupt or unreadable record is a miss (the length is
@@ -22,10 +23,14 @@ import json
 import logging
 import os
 import pathlib
+from collections.abc import Sequence
 
 import msgpack
 
+from h5feed.common import object_urls
 from h5feed.common.system.atomic import atomic_file
+from h5feed.consumer.hdf5 import urls as url_files  # fsspec is imported only for URLs
+from h5feed.consumer.hdf5.urls import UrlStat
 from h5feed.consumer.options import HdfConfig
 from h5feed.consumer.plan.epoch_plan import Index
 
@@ -42,23 +47,42 @@ def key(config: HdfConfig) -> str | None:
     return None if stats is None else key_of(config, stats)
 
 
-def file_stats(config: HdfConfig) -> list[os.stat_result] | None:
-    """One ``stat`` of each of ``config``'s files, or None if one cannot be stat'ed here."""
+def file_stats(config: HdfConfig) -> Sequence[os.stat_result | UrlStat] | None:
+    """One ``stat`` of each of ``config``'s files, or None if one cannot be stat'ed here.
+    URLs (or paths under a URL ``data_root``): their size and identity (URL, size, ETag,
+    version) from a listing (:func:`h5feed.consumer.hdf5.urls.file_stats`)."""
     root = config.data.data_root
+    urls = _urls(config.files, root)
+    if urls is not None:
+        return url_files.file_stats(urls, config.data.storage_options)
     try:
         return [os.stat(os.path.join(root, path) if root else path) for path in config.files]
     except OSError:
         return None
 
 
-def key_of(config: HdfConfig, stats: list[os.stat_result]) -> str:
+def _urls(files: Sequence[str], root: str | None) -> list[str] | None:
+    """``files`` as URLs, when they are (or lie under a URL root); None for local files."""
+    if root is not None and object_urls.is_url(root):
+        base = root.rstrip("/")
+        return [f if object_urls.is_url(f) else f"{base}/{f}" for f in files]
+    return list(files) if files and object_urls.is_url(files[0]) else None
+
+
+def _identity(st: os.stat_result | UrlStat) -> str:
+    if isinstance(st, UrlStat):
+        return st.identity
+    return f"{st.st_dev}:{st.st_ino}\0{st.st_size}\0{st.st_mtime_ns}"
+
+
+def key_of(config: HdfConfig, stats: Sequence[os.stat_result | UrlStat]) -> str:
     """:func:`key` from stats already taken (:func:`file_stats`)."""
     ident = [json.dumps(config.layout.to_wire(), sort_keys=True)]
     if config.file_labels is not None:  # labels the trainer decides (a user's mapping)
         ident.append(json.dumps(list(config.file_labels)))
     # Device and inode name the file whatever path or link leads to it (a realpath per file
     # took 0.25 s at 10,000 files, on every iteration's start).
-    ident += [f"{st.st_dev}:{st.st_ino}\0{st.st_size}\0{st.st_mtime_ns}" for st in stats]
+    ident += [_identity(st) for st in stats]
     return hashlib.sha256("\n".join(ident).encode()).hexdigest()
 
 

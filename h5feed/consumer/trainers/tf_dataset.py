@@ -48,7 +48,8 @@ def dataset(
     * record (``RecordOptions``): ``lineage=None`` (a path: one NDJSON line per row the
       trainer takes, see :mod:`h5feed.consumer.position.lineage`);
     * data, HDF5 files only (``DataOptions``): ``clips_per_video=1, clip_start="random",
-      index_cache=True, data_root=None, on_error="raise", max_skipped=None``;
+      index_cache=True, data_root=None, on_error="raise", max_skipped=None,
+      storage_options=None``;
     * your own code instead of files (``SourceConfig``): ``source=None, source_args=None,
       output_signature=None, ragged=False, steps_per_epoch=None, source_batched=False,
       shards_start_alike=False``.

@@ -26,6 +26,9 @@ Guarantees, under a data root:
 4. Every refusal is a :class:`PathRefused` (a DataError) naming the path, the link or
    dataset, and the rule; the worker sends it to the consumer as ERROR and counts it.
 
+URLs (``s3://...``) and a URL data root (``--data-root s3://bucket/prefix``) follow the same
+rules, written for URLs in :mod:`h5feed.producer.files.url_confine`.
+
 Limits: the root's own contents are trusted not to change between the check and the open (a
 race needs write access to the root); HDF5's ``HDF5_EXT_PREFIX`` / ``HDF5_VDS_PREFIX``
 environment variables, searched first by HDF5, must not be set for a producer service.
@@ -37,6 +40,7 @@ import os
 
 import h5py
 
+from h5feed.common import object_urls
 from h5feed.common.errors import DataError
 from h5feed.producer.files import link_walk
 from h5feed.producer.files.locking import open_read_only
@@ -55,7 +59,12 @@ def _under(root: str, path: str) -> bool:
 
 def job_path(path: str, root: str | None) -> str:
     """The file to open for a JOB's ``path``: as given without a root; under a root, the
-    resolved path, or PathRefused (see the module docstring, 1)."""
+    resolved path, or PathRefused (see the module docstring, 1). A URL, or any path under a
+    URL root: :func:`h5feed.producer.files.url_confine.job_url`."""
+    if object_urls.is_url(path) or (root is not None and object_urls.is_url(root)):
+        from h5feed.producer.files import url_confine  # it imports PathRefused from here
+
+        return url_confine.job_url(path, root)
     if root is None:
         return path
     if "\x00" in path or not path:
@@ -109,7 +118,10 @@ def check_links(h5: h5py.File, root: str, seen: frozenset[str] = frozenset()) ->
     """Raise PathRefused for an external link of ``h5`` (or of a file it links to, checked in
     turn, at most :data:`MAX_LINKED_FILES` files deep) that leaves ``root`` (see the module
     docstring, 2); DataError when a walk passes its bounds
-    (:mod:`h5feed.producer.files.link_walk`)."""
+    (:mod:`h5feed.producer.files.link_walk`). A file read from object storage had every
+    external link refused when it was opened (:mod:`h5feed.producer.files.remote_files`)."""
+    if h5.driver == "fileobj":
+        return
     real_root = os.path.realpath(root)
     file = os.path.realpath(h5.filename)
     seen = seen | {file}
@@ -140,7 +152,14 @@ def check_storage(dataset: h5py.Dataset, root: str | None) -> list[tuple[str, st
     external raw storage outside it. Without one, a source that is not a file where HDF5
     looks first is left out (HDF5 fills its part). The sources' own links, sources and
     storage are checked by the caller (:func:`h5feed.producer.files.dataset_checks.check_dataset`).
+    A dataset of a file read from object storage, with or without a root: PathRefused for any
+    source in another file or external storage
+    (:func:`h5feed.producer.files.url_confine.remote_sources`).
     """
+    if dataset.file.driver == "fileobj":
+        from h5feed.producer.files import url_confine
+
+        return url_confine.remote_sources(dataset)
     file = os.path.realpath(dataset.file.filename)
     name = dataset.name
     real_root = os.path.realpath(root) if root is not None else None

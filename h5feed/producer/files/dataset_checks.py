@@ -54,7 +54,8 @@ def check_dataset(
     try:
         _Walk(bounds, root).dataset(dataset, whole, 0)
     except DataError as exc:
-        file = os.path.realpath(dataset.file.filename)
+        name = dataset.file.filename
+        file = name if dataset.file.driver == "fileobj" else os.path.realpath(name)  # a URL
         if exc.file is None or exc.file == file:
             raise
         # in a source: name the file the reader opened too (the job names that one)
@@ -86,7 +87,7 @@ class _Walk:
                 f"more than {MAX_VIRTUAL_SOURCES}: refused before they are listed",
                 file=file,
             )
-        if not virtual and (self.root is None or dcpl.get_external_count() == 0):
+        if not virtual and dcpl.get_external_count() == 0:
             return  # reads nothing but its own file
         sources = confine.check_storage(dataset, self.root)
         for source in dict.fromkeys(sources):

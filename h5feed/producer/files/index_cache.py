@@ -24,7 +24,7 @@ from typing import Any
 import msgpack
 import numpy as np
 
-from h5feed.common import layouts
+from h5feed.common import layouts, object_urls
 from h5feed.common.layouts import Auto, LayoutSpec
 
 _log = logging.getLogger(__name__)
@@ -46,7 +46,13 @@ def _layout_names(layout: LayoutSpec) -> str:
 def file_key(path: str, layout: LayoutSpec) -> str:
     """The key of ``path`` read with ``layout`` now (one ``stat``); OSError when it cannot
     be stat'ed. Compute it once per file and pass it to :func:`load`, :func:`store` and
-    :class:`MemoryIndex` (10,000 files: each call counts)."""
+    :class:`MemoryIndex` (10,000 files: each call counts). A URL's key is its URL, size, ETag
+    and version (one HEAD request: :func:`h5feed.producer.files.remote_files.identity`)."""
+    if object_urls.is_url(path):
+        from h5feed.producer.files import remote_files  # imports fsspec: only for URLs
+
+        ident = f"{remote_files.identity(path)}\0{_layout_names(layout)}"
+        return hashlib.sha256(ident.encode()).hexdigest()
     st = os.stat(path)
     ident = f"{st.st_dev}\0{st.st_ino}\0{st.st_size}\0{st.st_mtime_ns}\0{_layout_names(layout)}"
     return hashlib.sha256(ident.encode()).hexdigest()

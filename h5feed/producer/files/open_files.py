@@ -40,6 +40,7 @@ import os
 import socket
 import stat
 
+from h5feed.common import object_urls
 from h5feed.common.config import DEFAULT_MAX_OPEN_FILES
 from h5feed.common.errors import FileReadError
 from h5feed.common.layouts import LayoutSpec
@@ -53,7 +54,13 @@ def check_readable(number: int, path: str) -> None:
     """Raise :class:`FileReadError` naming ``path`` and this host unless it is a regular file
     this process may read (``stat`` and ``access``, no open): run for every file a worker owns
     when its JOB arrives, so a missing or unreadable file is reported when the iteration
-    starts, even where files are opened lazily."""
+    starts, even where files are opened lazily. A URL: one HEAD request
+    (:func:`h5feed.producer.files.remote_files.check_readable`)."""
+    if object_urls.is_url(path):
+        from h5feed.producer.files import remote_files  # imports fsspec: only for URLs
+
+        remote_files.check_readable(number, path)
+        return
     host = socket.gethostname()
     try:
         info = os.stat(path)

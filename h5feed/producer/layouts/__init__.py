@@ -13,6 +13,7 @@ from typing import Any
 
 import h5py
 
+from h5feed.common import object_urls
 from h5feed.common.errors import FileReadError
 from h5feed.common.layouts import (
     Auto,
@@ -65,14 +66,16 @@ def open_reader(
     checked before anything else touches the file (:mod:`h5feed.producer.files.confine`:
     PathRefused names what leaves it). The reader checks each dataset before reading it:
     its sizes against ``bounds``, its storage against the root
-    (:mod:`h5feed.producer.files.dataset_checks`).
+    (:mod:`h5feed.producer.files.dataset_checks`). A URL (``s3://...``) is opened through
+    fsspec (:func:`h5feed.producer.files.remote_files.open_h5`: block-cached, its external
+    links, virtual sources and external storage refused).
     """
-    try:
-        h5 = open_read_only(path)
-    except OSError as exc:
-        raise FileReadError(
-            f"cannot open HDF5 file: {exc}", file=path, host=socket.gethostname()
-        ) from exc
+    if object_urls.is_url(path):  # through fsspec (remote_files: the URL's own rules)
+        from h5feed.producer.files import remote_files  # imports fsspec: only for URLs
+
+        h5 = remote_files.open_h5(path)
+    else:
+        h5 = _open_local(path)
     try:
         if root is not None:  # before detect(), which follows the top-level links
             confine.check_links(h5, root)
@@ -81,3 +84,12 @@ def open_reader(
     except BaseException:
         h5.close()
         raise
+
+
+def _open_local(path: str) -> h5py.File:
+    try:
+        return open_read_only(path)
+    except OSError as exc:
+        raise FileReadError(
+            f"cannot open HDF5 file: {exc}", file=path, host=socket.gethostname()
+        ) from exc

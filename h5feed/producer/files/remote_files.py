@@ -1,0 +1,238 @@
+"""Opening an HDF5 file on object storage (``s3://``, ``gs://``, ``https://``) in a producer:
+one fsspec file object per file, block-cached, handed to ``h5py.File``.
+
+h5py's wheels carry no S3 driver, so a URL is read through a Python file object: HDF5 asks for
+small pieces (a superblock, B-tree nodes, a frame) and fsspec turns each miss into one ranged
+GET of a whole block. Blocks of :data:`BLOCK_BYTES` (4 MiB), at most :data:`MAX_BLOCKS` kept
+per open file (least recently used dropped first), make a file's metadata a few requests and
+a clip's contiguous frames usually one, while a worker's memory for them stays bounded by
+``max_open_files`` x 16 MiB.
+
+Guarantees of :func:`open_h5`:
+
+1. One fsspec file per open, and every ranged GET of it pinned to the ETag the open saw (s3fs
+   sends ``If-Match``): an object replaced while it is open fails its next read (HTTP 412,
+   named by URL) instead of mixing two objects' bytes.
+2. An object that this process indexed (:func:`identity`, which the index cache key calls for
+   every file of a job) and that has another ETag when it is (re)opened is refused with a
+   :class:`FileReadError` naming the URL and both ETags, so a file is never read with an index
+   learnt from another object.
+3. Its external links are refused before it is returned (:mod:`url_confine`).
+4. A read that fails (a body cut short, a connection reset, a request that failed all its
+   botocore attempts) is retried from the same position, at most
+   :data:`~h5feed.common.storage_config.READ_ATTEMPTS` times within
+   :data:`~h5feed.common.storage_config.READ_BUDGET_S`, with exponential backoff and jitter;
+   a missing, unreadable or replaced object is not retried. What still fails reaches h5py,
+   which reports the read as failed: the reader names the URL.
+
+Where a producer's credentials, endpoint and region come from (its own environment, never
+the wire) and how long a request may take: :mod:`h5feed.common.storage_config`. A request that
+fails surfaces in h5py as an OSError, which the readers report naming the URL
+(:class:`FileReadError` when opening).
+
+fsspec is imported on the first URL only (a producer of local files never imports it); a
+missing package is an error naming the extra to install (``h5feed[storage]``).
+"""
+
+from __future__ import annotations
+
+import random
+import socket
+import time
+from typing import Any
+
+import h5py
+
+from h5feed.common import object_urls, storage_config
+from h5feed.common.errors import FileReadError
+from h5feed.producer.files import url_confine
+
+__all__ = [
+    "BLOCK_BYTES",
+    "MAX_BLOCKS",
+    "check_readable",
+    "filesystem",
+    "identity",
+    "open_h5",
+    "size",
+]
+
+#: The size of one ranged GET (a block of the file), and the blocks kept per open file.
+BLOCK_BYTES = 4 << 20
+MAX_BLOCKS = 4
+
+
+def filesystem(scheme: str) -> Any:
+    """This process's fsspec filesystem for ``scheme`` (its own options:
+    :func:`h5feed.common.storage_config.options_for`)."""
+    return storage_config.filesystem(scheme)
+
+
+def _fail(message: str, url: str, exc: BaseException, number: int | None = None) -> FileReadError:
+    return FileReadError(
+        f"{message}: {type(exc).__name__}: {str(exc)[:300]}",
+        file=url,
+        host=socket.gethostname(),
+        number=number,
+    )
+
+
+def _info(url: str) -> dict[str, Any]:
+    """The object's entry (size, type, ETag...) as it is now: one HEAD request. fsspec's
+    listing cache is dropped for it first: an entry listed earlier in this process (a
+    persistent worker's) may be of an object replaced since."""
+    fs = filesystem(object_urls.parse(url).scheme)
+    fs.invalidate_cache(url)
+    info: dict[str, Any] = fs.info(url)
+    return info
+
+
+def check_readable(number: int, url: str) -> None:
+    """FileReadError naming ``url`` and this host unless it is an object this producer may
+    read (one HEAD request): what :func:`h5feed.producer.files.open_files.check_readable` does
+    with ``stat`` for a path."""
+    try:
+        info = _info(url)
+    except Exception as exc:  # any client error (HTTP status, network, credentials) names the URL
+        raise _fail("cannot read the object's metadata", url, exc, number) from exc
+    if info.get("type") != "file":
+        raise FileReadError(
+            f"the URL is a {info.get('type', 'non-file')}, not an object",
+            file=url,
+            host=socket.gethostname(),
+            number=number,
+        )
+
+
+def size(url: str) -> int:
+    """The object's size in bytes (one HEAD request)."""
+    return int(_info(url)["size"])
+
+
+def identity(url: str) -> str:
+    """What names the object's content now: URL, size, ETag and version (one HEAD request);
+    a replaced object gets another. OSError when it cannot be asked for."""
+    try:
+        info = _info(url)
+    except OSError:
+        raise
+    except Exception as exc:
+        raise OSError(f"{url}: {type(exc).__name__}: {exc}") from exc
+    etag = _etag(info)
+    _remember(url, etag)
+    version = info.get("VersionId") or info.get("generation") or ""
+    return f"{url}\0{info.get('size')}\0{etag}\0{version}"
+
+
+def _etag(info: dict[str, Any]) -> str:
+    return str(info.get("ETag") or info.get("etag") or info.get("md5Hash") or "")
+
+
+#: The ETag of each object as this process last indexed it (:func:`identity`): an open of an
+#: object replaced since is refused (guarantee 2). Bounded: cleared past this many objects.
+_INDEXED_ETAGS: dict[str, str] = {}
+_MAX_REMEMBERED = 100_000
+
+
+def _remember(url: str, etag: str) -> None:
+    if len(_INDEXED_ETAGS) >= _MAX_REMEMBERED:
+        _INDEXED_ETAGS.clear()
+    if etag:
+        _INDEXED_ETAGS[url] = etag
+
+
+#: Failures a retry cannot mend: the object is gone, not readable, or replaced (412).
+_PERMANENT: tuple[type[BaseException], ...] = (
+    FileNotFoundError, PermissionError, ValueError, TypeError, NotImplementedError,
+)  # fmt: skip
+#: The first backoff, and the longest, of h5feed's own retries of a read.
+_BACKOFF_S = 0.2
+_MAX_BACKOFF_S = 5.0
+
+
+class _UrlFile:
+    """An fsspec file whose ``repr`` is its URL (h5py names a file object's file by its
+    ``repr``, so ``h5.filename`` and every message built from it name the URL), whose reads
+    are retried (guarantee 4): h5py reads through :meth:`readinto` or :meth:`read`."""
+
+    def __init__(self, raw: Any, url: str) -> None:
+        self._raw, self._url = raw, url
+        self.retried = 0  # reads retried so far (a figure for tests and logs)
+
+    def __repr__(self) -> str:
+        return self._url
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._raw, name)
+
+    def readinto(self, buffer: Any) -> int:
+        return int(self._retrying(lambda: self._raw.readinto(buffer)))
+
+    def read(self, size: int = -1) -> bytes:
+        return bytes(self._retrying(lambda: self._raw.read(size)))
+
+    def _retrying(self, call: Any) -> Any:
+        position = self._raw.tell()
+        deadline = time.monotonic() + storage_config.READ_BUDGET_S
+        for attempt in range(storage_config.READ_ATTEMPTS):
+            try:
+                return call()
+            except _PERMANENT:
+                raise
+            except Exception as exc:
+                if _expired(exc) or attempt + 1 == storage_config.READ_ATTEMPTS:
+                    raise
+                if time.monotonic() >= deadline:
+                    raise
+                self.retried += 1
+                backoff = min(_MAX_BACKOFF_S, _BACKOFF_S * 2**attempt)
+                time.sleep(backoff * random.uniform(0.5, 1.0))  # jitter: workers spread out
+                self._raw.seek(position)
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+
+def _expired(exc: BaseException) -> bool:
+    """fsspec's FileExpired: the object's ETag changed under an open file (412)."""
+    return type(exc).__name__ == "FileExpired"
+
+
+def open_h5(url: str) -> h5py.File:
+    """``url`` opened read-only as an HDF5 file through fsspec (block-cached, see the module
+    docstring), its external links refused
+    (:func:`h5feed.producer.files.url_confine.refuse_external_links`); FileReadError naming the
+    URL and host when it cannot be opened."""
+    parsed = object_urls.parse(url)
+    try:
+        raw = filesystem(parsed.scheme).open(
+            url,
+            "rb",
+            block_size=BLOCK_BYTES,
+            cache_type="blockcache",
+            cache_options={"maxblocks": MAX_BLOCKS},
+        )
+    except ImportError:
+        raise
+    except Exception as exc:
+        raise _fail("cannot open the object", url, exc) from exc
+    opened = _etag(getattr(raw, "details", None) or {})
+    indexed = _INDEXED_ETAGS.get(url)
+    if indexed is not None and opened and opened != indexed:
+        raw.close()
+        raise FileReadError(
+            f"the object was replaced since this worker indexed it (ETag {indexed} then, "
+            f"{opened} now): refused, its index no longer holds",
+            file=url,
+            host=socket.gethostname(),
+        )
+    try:
+        h5 = h5py.File(_UrlFile(raw, url), "r")
+    except Exception as exc:
+        raw.close()
+        raise _fail("cannot open HDF5 file", url, exc) from exc
+    try:
+        url_confine.refuse_external_links(h5, url)
+    except BaseException:
+        h5.close()
+        raw.close()
+        raise
+    return h5

@@ -1,0 +1,479 @@
+"""HDF5 on object storage, against a real S3 protocol server on loopback: moto's
+``ThreadedMotoServer`` (what s3fs's own tests run), read through the real s3fs/botocore client
+by the trainer (listing, sizes) and by its workers (ranged GETs of each file).
+
+What these show: an epoch over ``s3://`` is the epoch over the same files on disk, batch for
+batch, 2 epochs on 2 workers, exactly once (every layout's one-file dataset too), also through
+a worker SIGKILLed mid-epoch and through throttling (a proxy answering 503 SlowDown); a
+missing object, an object whose every request fails and a dead server end the iteration
+naming the URL within bounded time, never a hang; a producer's URL data root refuses what lies
+outside it; a file read from a bucket can reach no local file (external links, virtual
+sources, external storage refused); ``h5feed inspect`` takes a URL; the index cache keys
+follow the object's content (ETag).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+import h5py
+import numpy as np
+import pytest
+from one_file_cases import CASES as LAYOUT_CASES
+from pack_data import write_video
+from remote_producers import free_port
+
+import h5feed
+from h5feed.bench.s3_proxy import FaultProxy
+from h5feed.common import storage_config
+from h5feed.common.errors import FileReadError, H5FeedError
+from h5feed.common.layouts import Auto
+from h5feed.consumer.hdf5 import urls
+from h5feed.producer.files import dataset_checks, index_cache, remote_files
+from h5feed.producer.files.confine import PathRefused
+from h5feed.producer.files.read_limits import DEFAULT_BOUNDS
+from h5feed.producer.inspection import inspect_file
+from h5feed.producer.sample_data import SampleSpec, make_sample_dataset
+
+pytestmark = pytest.mark.processes
+
+BUCKET = "h5feed-tests"
+CREDENTIALS = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+}
+OPTIONS: dict[str, Any] = {
+    "clip_len": 2, "resize": (24, 32), "clips_per_video": 2, "batch_size": 3, "seed": 11,
+    "index_cache": False, "start_timeout_s": 60, "unit_timeout_s": 60,
+}  # fmt: skip
+
+
+def _start_server() -> tuple[Any, str]:
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    return server, f"http://{host}:{port}"
+
+
+def _fs(endpoint: str) -> Any:
+    return storage_config.filesystem(
+        "s3", {"endpoint_url": endpoint, "key": "testing", "secret": "testing"}
+    )
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[str]:
+    """The S3 server's endpoint, for the whole session."""
+    server, endpoint = _start_server()
+    try:
+        yield endpoint
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def uploaded(s3_server: str, tmp_path_factory: pytest.TempPathFactory) -> list[pathlib.Path]:
+    """Two sample files written locally, and uploaded under ``s3://BUCKET/data/``."""
+    spec = SampleSpec(
+        files=2, videos_per_file=5, min_frames=4, max_frames=8, height=24, width=32, seed=5
+    )
+    paths = sorted(make_sample_dataset(tmp_path_factory.mktemp("s3data"), spec))
+    fs = _fs(s3_server)
+    fs.mkdir(BUCKET)
+    for path in paths:
+        fs.put(str(path), f"{BUCKET}/data/{path.name}")
+    return paths
+
+
+@pytest.fixture()
+def s3(s3_server: str, uploaded: list[pathlib.Path], monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The environment a trainer and its local workers read the bucket with (credentials and
+    endpoint from the environment, as a producer's), and a filesystem for the test itself."""
+    for name in ("AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in CREDENTIALS.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv(storage_config.STORAGE_ENV, json.dumps({"endpoint_url": s3_server}))
+    return _fs(s3_server)
+
+
+def _collect(feed: Any) -> list[dict[str, np.ndarray]]:
+    return [{k: np.array(v) for k, v in batch.items()} for batch in feed]
+
+
+def _same_batches(got: list[dict[str, np.ndarray]], expected: list[dict[str, np.ndarray]]) -> None:
+    assert len(got) == len(expected)
+    for a, b in zip(got, expected, strict=True):
+        assert set(a) == set(b)
+        for key in a:
+            if key != "file":  # the URL against the local path
+                np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+
+
+def _exactly_once(batches: list[dict[str, np.ndarray]], epochs: int, samples: int) -> None:
+    for epoch in range(epochs):
+        seen = np.concatenate([b["sample"] for b in batches if int(b["epoch"][0]) == epoch])
+        assert sorted(seen.tolist()) == list(range(samples)), f"epoch {epoch}"
+
+
+def test_two_epochs_over_s3_are_the_same_batches_as_on_disk_exactly_once(
+    s3: Any, uploaded: list[pathlib.Path]
+) -> None:
+    options = {**OPTIONS, "epochs": 2, "workers": 2}
+    expected = _collect(h5feed.batches([str(p) for p in uploaded], **options))
+    got = _collect(h5feed.batches(f"s3://{BUCKET}/data/*.h5", **options))
+    _same_batches(got, expected)
+    _exactly_once(got, 2, samples=2 * 5 * 2)
+    named = {
+        f.decode() if isinstance(f, bytes) else str(f) for b in got for f in b["file"].tolist()
+    }
+    assert named == {f"s3://{BUCKET}/data/{p.name}" for p in uploaded}  # batches name the URL
+    # a prefix and a list give the same files, in the same order
+    assert urls.resolve_urls([f"s3://{BUCKET}/data/"], None, None) == [
+        f"s3://{BUCKET}/data/{p.name}" for p in uploaded
+    ]
+
+
+def test_a_worker_killed_mid_epoch_over_s3_loses_and_repeats_nothing(
+    s3: Any, uploaded: list[pathlib.Path]
+) -> None:
+    options = {**OPTIONS, "epochs": 2, "workers": 2}
+    expected = _collect(h5feed.batches([str(p) for p in uploaded], **options))
+    feed = h5feed.batches(f"s3://{BUCKET}/data/*.h5", **options)
+    got: list[dict[str, np.ndarray]] = []
+    try:
+        with feed.stream() as stream:
+            for i, batch in enumerate(stream):
+                got.append({k: np.array(v) for k, v in batch.items()})
+                if i == 2:  # mid-epoch, units in flight
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(stream.worker_pids[0], signal.SIGKILL)
+    finally:
+        feed.close()
+    _same_batches(got, expected)
+    _exactly_once(got, 2, samples=2 * 5 * 2)
+
+
+def test_a_missing_object_ends_the_iteration_naming_its_url(
+    s3: Any, uploaded: list[pathlib.Path]
+) -> None:
+    gone = f"{BUCKET}/gone/{uploaded[0].name}"
+    s3.put(str(uploaded[0]), gone)
+    feed = h5feed.batches(f"s3://{BUCKET}/gone/*.h5", **{**OPTIONS, "epochs": 1, "workers": 1})
+    s3.rm(gone)  # after the trainer listed it, before a worker opens it
+    started = time.monotonic()
+    with pytest.raises(H5FeedError, match=f"s3://{gone}"):
+        _collect(feed)
+    assert time.monotonic() - started < 90
+
+
+def test_a_dead_server_ends_the_iteration_naming_the_url_within_the_bounds(
+    s3: Any, uploaded: list[pathlib.Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server, endpoint = _start_server()
+    try:
+        fs = _fs(endpoint)  # moto's servers of one process share their buckets
+        fs.put(str(uploaded[0]), f"{BUCKET}/dead/{uploaded[0].name}")
+        monkeypatch.setenv(storage_config.STORAGE_ENV, json.dumps({"endpoint_url": endpoint}))
+        feed = h5feed.batches(f"s3://{BUCKET}/dead/*.h5", **{**OPTIONS, "epochs": 1, "workers": 1})
+    finally:
+        server.stop()  # the trainer listed the object; no worker can reach it
+    started = time.monotonic()
+    with pytest.raises(H5FeedError, match=f"s3://{BUCKET}/dead/{uploaded[0].name}"):
+        _collect(feed)
+    waited = time.monotonic() - started
+    print(f"a dead server was reported after {waited:.1f} s")
+    assert waited < 100  # the request bounds of h5feed/common/storage_config.py, not minutes
+
+
+def test_a_producer_refuses_urls_outside_its_url_data_root(
+    s3: Any, uploaded: list[pathlib.Path]
+) -> None:
+    s3.put(str(uploaded[0]), f"{BUCKET}/other/{uploaded[0].name}")
+    port = free_port()
+    producer = subprocess.Popen(
+        [sys.executable, "-m", "h5feed", "produce", "--data-root", f"s3://{BUCKET}/data",
+         "--workers", "1", "--name", "p"],
+        env={**os.environ, "H5FEED_CONNECT": f"tcp://127.0.0.1:{port}"},
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        feed = h5feed.batches(
+            f"s3://{BUCKET}/other/*.h5", workers=0, listen=f"tcp://127.0.0.1:{port}",
+            **{**OPTIONS, "epochs": 1},
+        )  # fmt: skip
+        with pytest.raises(H5FeedError, match=r"PathRefused.*outside the data root") as caught:
+            _collect(feed)
+        assert f"s3://{BUCKET}/other/{uploaded[0].name}" in str(caught.value)
+    finally:
+        producer.kill()
+        producer.communicate(timeout=30)
+
+
+def _evil_files(directory: pathlib.Path) -> dict[str, pathlib.Path]:
+    """Files that would make HDF5 read this host's disk: an external link, a virtual dataset
+    whose source is another file, a dataset kept in an external raw file."""
+    secret = directory / "secret.h5"
+    with h5py.File(secret, "w") as f:
+        f["images"] = np.zeros((4, 8), np.uint8)
+    files = {name: directory / f"{name}.h5" for name in ("elink", "vds", "external")}
+    with h5py.File(files["elink"], "w") as f:
+        f["video_000"] = h5py.ExternalLink(str(secret), "/images")
+    layout = h5py.VirtualLayout(shape=(4, 8), dtype=np.uint8)
+    layout[...] = h5py.VirtualSource(str(secret), "images", shape=(4, 8))
+    with h5py.File(files["vds"], "w") as f:
+        f.create_virtual_dataset("images", layout)
+    raw = directory / "raw.bin"
+    raw.write_bytes(bytes(32))
+    with h5py.File(files["external"], "w") as f:
+        f.create_dataset("images", (4, 8), np.uint8, external=[(str(raw), 0, 32)])
+    return files
+
+
+def test_a_file_in_a_bucket_reaches_no_local_file(s3: Any, tmp_path: pathlib.Path) -> None:
+    for name, path in _evil_files(tmp_path).items():
+        s3.put(str(path), f"{BUCKET}/evil/{name}.h5")
+    with pytest.raises(PathRefused, match=r"external link '/video_000'.*this host's disk"):
+        remote_files.open_h5(f"s3://{BUCKET}/evil/elink.h5")
+    for name, rule in [("vds", "virtual dataset '/images'"), ("external", "external file")]:
+        url = f"s3://{BUCKET}/evil/{name}.h5"
+        h5 = remote_files.open_h5(url)
+        try:
+            with pytest.raises(PathRefused, match=f"{rule}.*this host's disk") as caught:
+                dataset_checks.check_dataset(h5["images"], DEFAULT_BOUNDS, None, whole=True)
+            assert caught.value.file == url  # named by its URL, not a file object
+        finally:
+            h5.close()
+
+
+def test_inspect_takes_a_url(s3: Any, uploaded: list[pathlib.Path]) -> None:
+    url = f"s3://{BUCKET}/data/{uploaded[0].name}"
+    local = inspect_file(str(uploaded[0]))
+    out = subprocess.run(
+        [sys.executable, "-m", "h5feed", "inspect", url, "--json"],
+        capture_output=True, text=True, timeout=120, env=dict(os.environ),
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    (report,) = json.loads(out.stdout)
+    assert report["file"] == url
+    assert (report["videos"], report["frames"]) == (local["videos"], local["frames"])
+
+
+def test_the_index_cache_keys_follow_the_objects_content(
+    s3: Any, uploaded: list[pathlib.Path]
+) -> None:
+    key = f"{BUCKET}/keyed/{uploaded[0].name}"
+    url = f"s3://{key}"
+    s3.put(str(uploaded[0]), key)
+    worker_key = index_cache.file_key(url, Auto())
+    (trainer_stat,) = urls.file_stats([url], None) or [None]
+    assert trainer_stat is not None and trainer_stat.st_size == uploaded[0].stat().st_size
+    assert index_cache.file_key(url, Auto()) == worker_key  # unchanged: a hit
+    s3.put(str(uploaded[1]), key)  # overwritten: another ETag
+    assert index_cache.file_key(url, Auto()) != worker_key
+    (after,) = urls.file_stats([url], None) or [None]
+    assert after is not None and after.identity != trainer_stat.identity
+
+
+@pytest.mark.parametrize("case", sorted(LAYOUT_CASES))
+def test_every_layouts_one_file_dataset_over_s3_is_the_one_on_disk(
+    s3: Any, tmp_path: pathlib.Path, case: str
+) -> None:
+    """Each layout's one file, 2 epochs on 2 workers: exactly once, and the batches of the
+    same file on disk (pixels included)."""
+    path, layout = LAYOUT_CASES[case](tmp_path)
+    local = pathlib.Path(path)
+    url = f"s3://{BUCKET}/layouts/{case}/{local.parent.name}/{local.name}"  # keeps its directory
+    s3.put(path, url)
+    options = {
+        "layout": layout, "clip_len": 2, "resize": (24, 32), "clips_per_video": 3,
+        "batch_size": 2, "workers": 2, "epochs": 2, "seed": 3, "index_cache": False,
+    }  # fmt: skip
+    expected = _collect(h5feed.batches([path], **options))
+    got = _collect(h5feed.batches([url], **options))
+    _same_batches(got, expected)
+    samples = len(np.concatenate([b["sample"] for b in got])) // 2
+    _exactly_once(got, 2, samples=samples)
+
+
+@pytest.fixture()
+def flaky(s3_server: str, s3: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[FaultProxy]:
+    """A proxy answering every 4th request 503 SlowDown, in front of the server, as the
+    endpoint of the trainer and its workers."""
+    proxy = FaultProxy(s3_server, every=4)
+    monkeypatch.setenv(storage_config.STORAGE_ENV, json.dumps({"endpoint_url": proxy.endpoint}))
+    try:
+        yield proxy
+    finally:
+        proxy.stop()
+
+
+def test_throttled_requests_are_retried_and_every_epoch_is_exactly_once(
+    flaky: FaultProxy, uploaded: list[pathlib.Path]
+) -> None:
+    options = {**OPTIONS, "epochs": 3, "workers": 2}
+    expected = _collect(h5feed.batches([str(p) for p in uploaded], **options))
+    got = _collect(h5feed.batches(f"s3://{BUCKET}/data/*.h5", **options))
+    _same_batches(got, expected)
+    _exactly_once(got, 3, samples=2 * 5 * 2)
+    print(f"{flaky.faults} of {flaky.requests} requests answered 503")
+    assert flaky.faults > 0  # the faults were met, and retried
+
+
+def test_an_object_that_always_fails_is_named_with_its_status_within_the_bounds(
+    flaky: FaultProxy, uploaded: list[pathlib.Path]
+) -> None:
+    flaky.every, flaky.failing = 0, f"/{BUCKET}/data/{uploaded[1].name}"
+    feed = h5feed.batches(f"s3://{BUCKET}/data/*.h5", **{**OPTIONS, "epochs": 1, "workers": 1})
+    started = time.monotonic()
+    with pytest.raises(H5FeedError, match=f"s3://{BUCKET}/data/{uploaded[1].name}") as caught:
+        _collect(feed)
+    waited = time.monotonic() - started
+    print(f"reported after {waited:.1f} s: {str(caught.value)[:400]}")
+    assert "Service Unavailable" in str(caught.value) or "503" in str(caught.value)
+    assert waited < 100
+
+
+def test_an_object_replaced_after_indexing_or_while_open_is_refused_by_name(
+    s3: Any, tmp_path: pathlib.Path
+) -> None:
+    big = tmp_path / "big.h5"  # past 4 blocks of 4 MiB: later reads are new ranged GETs
+    with h5py.File(big, "w") as f:
+        f["x"] = np.random.default_rng(1).integers(0, 255, 20 << 20, dtype=np.uint8)
+    other = tmp_path / "other.h5"
+    with h5py.File(other, "w") as f:
+        f["x"] = np.zeros(20 << 20, np.uint8)
+    key = f"{BUCKET}/replaced/big.h5"
+    url = f"s3://{key}"
+    s3.put(str(big), key)
+    remote_files.identity(url)  # indexed, as a worker does for every file of a job
+    h5 = remote_files.open_h5(url)
+    try:
+        first = h5["x"][:16]
+        s3.put(str(other), key)  # replaced while open
+        with pytest.raises(OSError):  # If-Match: 412, not the other object's bytes
+            h5["x"][-(1 << 20) :]
+        np.testing.assert_array_equal(h5["x"][:16], first)  # cached blocks: the first object
+    finally:
+        h5.close()
+    with pytest.raises(FileReadError, match="replaced since this worker indexed it") as caught:
+        remote_files.open_h5(url)
+    assert caught.value.file == url
+
+
+def test_the_trainers_index_record_is_used_again_and_missed_once_an_object_changes(
+    s3: Any, uploaded: list[pathlib.Path], tmp_path: pathlib.Path
+) -> None:
+    for path in uploaded:
+        s3.put(str(path), f"{BUCKET}/cached/{path.name}")
+    url = f"s3://{BUCKET}/cached/*.h5"
+    options = {**OPTIONS, "epochs": 1, "workers": 1, "index_cache": str(tmp_path / "cache")}
+    first = h5feed.batches(url, **options)
+    assert first.length is None  # never indexed
+    batches = _collect(first)
+    again = h5feed.batches(url, **options)
+    assert again.length == len(batches)  # known before any worker starts: the record's
+    data = bytearray(uploaded[0].read_bytes())
+    data[-1] ^= 0xFF  # the same size, the same name: only the ETag tells
+    s3.pipe(f"{BUCKET}/cached/{uploaded[0].name}", bytes(data))
+    assert h5feed.batches(url, **options).length is None  # a miss, not a stale index
+
+
+def test_a_state_taken_over_s3_resumes_with_the_next_batch(
+    s3: Any, uploaded: list[pathlib.Path]
+) -> None:
+    url = f"s3://{BUCKET}/data/*.h5"
+    options = {**OPTIONS, "epochs": 2, "workers": 2}
+    reference = _collect(h5feed.batches(url, **options))
+    stream = h5feed.batches(url, **options).stream()
+    try:
+        taken = [{k: np.array(v) for k, v in next(stream).items()} for _ in range(5)]
+        state = stream.state()
+    finally:
+        stream.close()
+    rest = _collect(h5feed.batches(url, resume=state, **options))
+    _same_batches(taken + rest, reference)
+
+
+def test_pack_uploads_what_it_wrote_and_the_bucket_reads_as_out(
+    s3: Any, tmp_path: pathlib.Path
+) -> None:
+    for i, frames in enumerate((7, 9, 5)):
+        write_video(tmp_path / "src" / "walk" / f"v{i}.avi", frames, seed=i + 1)
+    out = tmp_path / "packed"
+    prefix = f"s3://{BUCKET}/packed"
+    done = subprocess.run(
+        [sys.executable, "-m", "h5feed", "pack", str(tmp_path / "src"), str(out),
+         "--jobs", "1", "--no-progress", "--upload", prefix],
+        capture_output=True, text=True, timeout=240, env=dict(os.environ),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    shards = sorted(p.relative_to(out).as_posix() for p in out.rglob("*.h5"))
+    listed = sorted(s3.find(f"{BUCKET}/packed"))
+    assert listed == sorted(
+        [f"{BUCKET}/packed/{s}" for s in shards] + [f"{BUCKET}/packed/h5feed-pack.json"]
+    )
+    options = {**OPTIONS, "epochs": 1, "workers": 2}
+    _same_batches(
+        _collect(h5feed.batches(f"{prefix}/", **options)),
+        _collect(h5feed.batches(str(out), **options)),
+    )
+
+
+def test_storage_options_the_local_workers_would_not_see_are_a_warning(
+    s3: Any, s3_server: str
+) -> None:
+    url = f"s3://{BUCKET}/data/*.h5"
+    same = {"endpoint_url": s3_server}  # what the environment says (the s3 fixture's)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        h5feed.batches(url, storage_options=same, **OPTIONS).close()
+        remote_only = {"workers": 0, "listen": f"tcp://127.0.0.1:{free_port()}"}
+        options = {**OPTIONS, **remote_only, "storage_options": {**same, "anon": False}}
+        h5feed.batches(url, **options).close()
+    with pytest.warns(UserWarning, match="local workers read the objects with their environment"):
+        h5feed.batches(url, storage_options={**same, "anon": False}, **OPTIONS).close()
+
+
+def test_bodies_cut_short_are_read_again_by_h5feed_and_every_epoch_is_exactly_once(
+    s3_server: str, s3: Any, uploaded: list[pathlib.Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every 2nd ranged GET is answered with half its body, then the connection closes:
+    botocore does not retry a body (its request succeeded), s3fs makes one pass, so these are
+    h5feed's own retries (remote_files, guarantee 4)."""
+    proxy = FaultProxy(s3_server, truncate=2)
+    monkeypatch.setenv(storage_config.STORAGE_ENV, json.dumps({"endpoint_url": proxy.endpoint}))
+    try:
+        options = {**OPTIONS, "epochs": 2, "workers": 2}
+        expected = _collect(h5feed.batches([str(p) for p in uploaded], **options))
+        got = _collect(h5feed.batches(f"s3://{BUCKET}/data/*.h5", **options))
+    finally:
+        proxy.stop()
+    _same_batches(got, expected)
+    _exactly_once(got, 2, samples=2 * 5 * 2)
+    print(f"{proxy.truncated} of {proxy.ranged} ranged GETs cut short")
+    assert proxy.truncated > 0
+
+
+def test_names_relative_to_a_url_data_root_are_read_under_it(
+    s3: Any, uploaded: list[pathlib.Path]
+) -> None:
+    options = {**OPTIONS, "epochs": 1, "workers": 2}
+    names = [p.name for p in uploaded]
+    got = _collect(h5feed.batches(names, data_root=f"s3://{BUCKET}/data", **options))
+    _same_batches(got, _collect(h5feed.batches([str(p) for p in uploaded], **options)))
+    with pytest.raises(ValueError, match="outside data_root"):  # the trainer's, before listing
+        h5feed.batches(f"s3://{BUCKET}/other/*.h5", data_root=f"s3://{BUCKET}/data", **options)

@@ -98,6 +98,7 @@ class OpenFiles:
         self._known: dict[int, tuple[str, LayoutSpec]] = {}  # path, resolved layout
         self._open: collections.OrderedDict[int, LayoutReader] = collections.OrderedDict()
         self._seen: set[int] = set()  # files opened at least once (a later open is a reopening)
+        self._failed: dict[int, str] = {}  # files whose open failed here, and their paths
 
     def open(self, number: int, path: str, layout: LayoutSpec) -> LayoutReader:
         """Open file ``number`` at ``path`` with ``layout`` (``Auto``: recognised here) and
@@ -106,7 +107,12 @@ class OpenFiles:
         if previous is not None:  # opened afresh (the file may have changed): one reader only
             previous.close()
         self._make_room()
-        reader = _open(number, path, layout, self.root, self.bounds)
+        try:
+            reader = _open(number, path, layout, self.root, self.bounds)
+        except BaseException:
+            self._failed[number] = path
+            raise
+        self._failed.pop(number, None)
         self.opened += 1
         self._known[number] = (path, reader.spec)
         self._open[number] = reader
@@ -125,11 +131,21 @@ class OpenFiles:
 
     def get(self, number: int) -> LayoutReader:
         """The reader of file ``number`` (opened with :meth:`open` or made known with
-        :meth:`know`), opened now if it is not open; KeyError for a file never named."""
+        :meth:`know`), opened now if it is not open. FileReadError naming the file and its
+        number when it is neither: its open failed here (the trainer may have dealt this
+        worker rows of it before that failure reached it: the error moves them on), or it
+        was never named."""
         reader = self._open.get(number)
         if reader is not None:
             self._open.move_to_end(number)
             return reader
+        if number not in self._known:
+            raise FileReadError(
+                "this worker has not opened the file (its open failed here, or no job named it)",
+                file=self._failed.get(number, f"file number {number}"),
+                host=socket.gethostname(),
+                number=number,
+            )
         path, layout = self._known[number]
         self._make_room()
         reader = _open(number, path, layout, self.root, self.bounds)

@@ -15,7 +15,6 @@ import time
 
 import numpy as np
 import pytest
-from paths import SUPPORT
 
 from h5feed.bench import contender as registry
 from h5feed.bench.child import ContenderFailed, ContenderProcess
@@ -95,7 +94,7 @@ class _Raises(registry.Contender):
 def test_a_contender_that_raises_is_reported_with_its_error(
     bench_paths: list[str], tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("PYTHONPATH", str(SUPPORT))  # for run_one
+    monkeypatch.setenv("PYTHONPATH", str(pathlib.Path(__file__).parent))  # run_one imports us
     videos = index_videos(bench_paths)
     plan = Plan(
         paths=tuple(bench_paths),
@@ -169,7 +168,7 @@ def synthetic_process(
 ) -> ContenderProcess:
     """A real run_one child running one of this module's contenders, reporting progress
     every 0.1 s."""
-    here = str(SUPPORT)
+    here = str(pathlib.Path(__file__).parent)  # run_one imports this module
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([here, os.environ.get("PYTHONPATH", "")]))
     spec = {
         "target": f"{__name__}:{name}",

@@ -76,7 +76,7 @@ def test_a_batch_with_a_single_value_field_is_an_error_naming_it() -> None:
 
 def test_seeding_never_imports_torch() -> None:
     code = (
-        "import sys; from h5feed.producer import seeding; seeding.seed_for(1, "
+        "import sys; from h5feed.producer.worker import seeding; seeding.seed_for(1, "
         "seeding.Purpose.ITEM, 0, 3); print('torch' in sys.modules)"
     )
     out = subprocess.run(

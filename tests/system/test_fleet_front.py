@@ -11,7 +11,6 @@ import os
 import pathlib
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -20,6 +19,7 @@ import pytest
 import zmq
 from fleet_helpers import wait_for
 from metrics_helpers import free_port
+from stepped_fronts import SteppedFront
 
 from h5feed.common.protocol import messages
 from h5feed.common.trust.exposure import endpoint_of
@@ -28,7 +28,6 @@ from h5feed.consumer.config.endpoints import parse_endpoint
 from h5feed.consumer.config.groups import NetworkOptions
 from h5feed.consumer.processes import fleet_announcer as announcing
 from h5feed.consumer.processes.fleet_announcer import Announcer, resolve
-from h5feed.producer.service.fleet import Front
 from h5feed.producer.service.server import _write_health, check_health
 
 _LOG = logging.getLogger("h5feed.producer")
@@ -38,35 +37,12 @@ def _no_workers(worker: str, stats_file: str, endpoint: str, key: str | None) ->
     raise AssertionError("a front of these tests starts no worker")
 
 
-class RunningFront:
-    """A :class:`Front` stepped on a thread of its own until the test ends."""
-
-    def __init__(self, tmp_path: pathlib.Path, **kwargs: Any) -> None:
-        self.port = free_port()
-        self.front = Front(
-            f"tcp://127.0.0.1:{self.port}", f"f{self.port}", 0, _no_workers, {},
-            str(tmp_path), _LOG, **kwargs,
-        )  # fmt: skip
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self.front.step(20)
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(5)
-        self.front.close()
-
-
 @pytest.fixture
-def fronts(tmp_path: pathlib.Path) -> Iterator[Callable[..., RunningFront]]:
-    made: list[RunningFront] = []
+def fronts(tmp_path: pathlib.Path) -> Iterator[Callable[..., SteppedFront]]:
+    made: list[SteppedFront] = []
 
-    def make(**kwargs: Any) -> RunningFront:
-        made.append(RunningFront(tmp_path, **kwargs))
+    def make(**kwargs: Any) -> SteppedFront:
+        made.append(SteppedFront(tmp_path, 0, _no_workers, {}, _LOG, **kwargs))
         return made[-1]
 
     yield make
@@ -80,7 +56,7 @@ def wait_until(check: Callable[[], Any], timeout_s: float = 10.0) -> Any:
 
 
 def test_replicas_that_join_the_answer_are_attached_and_those_that_leave_it_detached(
-    fronts: Callable[..., RunningFront], monkeypatch: pytest.MonkeyPatch
+    fronts: Callable[..., SteppedFront], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(announcing, "RESOLVE_EVERY_S", 0.1)
     monkeypatch.setattr(announcing, "ATTACH_EVERY_S", 0.1)
@@ -113,7 +89,7 @@ def test_replicas_that_join_the_answer_are_attached_and_those_that_leave_it_deta
 
 
 def test_a_name_that_stops_resolving_keeps_the_replicas_it_had(
-    fronts: Callable[..., RunningFront], monkeypatch: pytest.MonkeyPatch
+    fronts: Callable[..., SteppedFront], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(announcing, "RESOLVE_EVERY_S", 0.1)
     monkeypatch.setattr(announcing, "ATTACH_EVERY_S", 0.1)
@@ -140,7 +116,7 @@ def test_a_name_that_stops_resolving_keeps_the_replicas_it_had(
 
 
 def test_a_trainer_past_the_limit_is_refused_and_learns_why(
-    fronts: Callable[..., RunningFront], monkeypatch: pytest.MonkeyPatch
+    fronts: Callable[..., SteppedFront], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(announcing, "ATTACH_EVERY_S", 0.1)
     front = fronts(max_trainers=1)
@@ -170,7 +146,7 @@ def test_a_trainer_past_the_limit_is_refused_and_learns_why(
     ids=["garbage", "hello", "attached", "port-0"],
 )
 def test_anything_but_a_well_formed_attach_is_counted_and_answered_with_nothing(
-    fronts: Callable[..., RunningFront], frames: list[bytes]
+    fronts: Callable[..., SteppedFront], frames: list[bytes]
 ) -> None:
     front = fronts()
     context = zmq.Context.instance()
@@ -191,7 +167,7 @@ def test_anything_but_a_well_formed_attach_is_counted_and_answered_with_nothing(
 
 
 def test_a_message_larger_than_the_fronts_limit_is_dropped_with_its_connection(
-    fronts: Callable[..., RunningFront],
+    fronts: Callable[..., SteppedFront],
 ) -> None:
     front = fronts()
     context = zmq.Context.instance()
@@ -285,7 +261,7 @@ def test_a_fleet_with_no_trainer_is_healthy_and_a_producer_with_no_worker_is_not
 
 
 def test_a_slow_dns_answer_never_delays_an_attach(
-    fronts: Callable[..., RunningFront], monkeypatch: pytest.MonkeyPatch
+    fronts: Callable[..., SteppedFront], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Resolving takes 3 s (a DNS server timing out) while the front's attach timeout is 1 s:
     the ATTACHes go on from the last answer, and the trainer stays attached."""
@@ -312,7 +288,7 @@ def test_a_slow_dns_answer_never_delays_an_attach(
 
 
 def test_a_refusal_ends_the_wait_only_once_every_replica_refused(
-    fronts: Callable[..., RunningFront], monkeypatch: pytest.MonkeyPatch
+    fronts: Callable[..., SteppedFront], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """One replica full, another not there yet: no refusal (the other may serve); once every
     replica known has refused, the refusal names each."""

@@ -10,7 +10,6 @@ import os
 import pathlib
 import socket
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any, cast
@@ -18,14 +17,14 @@ from typing import Any, cast
 import pytest
 from conftest import process_alive
 from fleet_helpers import wait_for
-from metrics_helpers import free_port
+from stepped_fronts import SteppedFront
 
 from h5feed.common.trust.curve import KeyPair, load_public, write_key_pair
 from h5feed.common.worker_settings import WorkerSettings
 from h5feed.consumer.processes import fleet_announcer as announcing
 from h5feed.consumer.processes.fleet_announcer import Announcer
 from h5feed.producer.service.connection_guard import CONNECTIONS_PER_TRAINER, SPARE_CONNECTIONS
-from h5feed.producer.service.fleet import Front, SettingsFor
+from h5feed.producer.service.fleet import SettingsFor
 from h5feed.producer.service.restarts import Restarts
 from h5feed.producer.service.server import _write_health, check_health
 from h5feed.producer.service.worker_group import WorkerGroup
@@ -52,38 +51,14 @@ def _runs(*argv: str) -> SettingsFor:
     return settings_for
 
 
-class Stepped:
-    """A :class:`Front` stepped on a thread of its own until the test ends."""
-
-    def __init__(self, tmp_path: pathlib.Path, workers: int, **kwargs: Any) -> None:
-        self.port = free_port()
-        self.endpoint = f"tcp://127.0.0.1:{self.port}"
-        settings_for = kwargs.pop("settings_for", _runs(sys.executable, "-c", _STUBBORN))
-        self.front = Front(
-            self.endpoint, f"f{self.port}", workers, settings_for, dict(os.environ),
-            str(tmp_path), _LOG, **kwargs,
-        )  # fmt: skip
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self.front.step(20)
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(5)
-        self.front.close()
-
-
 @pytest.fixture
-def fronts(tmp_path: pathlib.Path) -> Iterator[Callable[..., Stepped]]:
-    made: list[Stepped] = []
+def fronts(tmp_path: pathlib.Path) -> Iterator[Callable[..., SteppedFront]]:
+    made: list[SteppedFront] = []
     announcers: list[Announcer] = []
 
-    def make(workers: int = 0, **kwargs: Any) -> Stepped:
-        made.append(Stepped(tmp_path, workers, **kwargs))
+    def make(workers: int = 0, **kwargs: Any) -> SteppedFront:
+        settings_for = kwargs.pop("settings_for", _runs(sys.executable, "-c", _STUBBORN))
+        made.append(SteppedFront(tmp_path, workers, settings_for, os.environ, _LOG, **kwargs))
         return made[-1]
 
     make.announcers = announcers  # type: ignore[attr-defined]
@@ -95,7 +70,7 @@ def fronts(tmp_path: pathlib.Path) -> Iterator[Callable[..., Stepped]]:
 
 
 def test_a_port_attached_under_one_key_is_refused_to_another_until_the_attach_timeout(
-    fronts: Callable[..., Stepped], tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+    fronts: Callable[..., SteppedFront], tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Trainer B names trainer A's port (one host: one address) under its own key: B is
     refused, named, and counted; A keeps its group, the same one. Once A stops attaching,
@@ -132,7 +107,7 @@ def test_a_port_attached_under_one_key_is_refused_to_another_until_the_attach_ti
 
 
 def test_a_group_still_stopping_counts_toward_the_trainer_limit(
-    fronts: Callable[..., Stepped], monkeypatch: pytest.MonkeyPatch
+    fronts: Callable[..., SteppedFront], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``--max-trainers 1``: the first trainer leaves, and its worker (one that outlives
     SIGTERM) takes the stop wait to go. A second trainer is refused, naming the group
@@ -158,7 +133,7 @@ def test_a_group_still_stopping_counts_toward_the_trainer_limit(
 
 
 def test_a_connection_flood_is_shed_to_a_bound_and_a_trainer_still_attaches(
-    fronts: Callable[..., Stepped], monkeypatch: pytest.MonkeyPatch
+    fronts: Callable[..., SteppedFront], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """400 held TCP connections (no handshake, no key): the front sheds the oldest down to
     its bound, and a trainer arriving after them is attached."""

@@ -25,7 +25,7 @@ from h5feed.common.worker_settings import (
     WorkerSettings,
 )
 from h5feed.producer.files import open_files
-from h5feed.producer.files.read_limits import NO_LIMITS
+from h5feed.producer.files.read_limits import NO_LIMITS, ProducerLimits
 from h5feed.producer.service.server import worker_settings
 from h5feed.producer.worker.code_policy import NOTHING
 from h5feed.producer.worker.loop import Worker
@@ -120,7 +120,8 @@ def test_the_defaults_are_the_workers_own() -> None:
     assert (data.data_root, data.cache_dir, Process("w").persistent) == (None, None, False)
     worker = Worker(WorkerSettings(Network("ipc:///nowhere/h5feed-test"), Process("w")))
     try:
-        assert worker.code_policy == NOTHING and worker.limits == NO_LIMITS
+        assert worker.jobs_share.code_policy == NOTHING
+        assert ProducerLimits.of(worker.settings.data) == NO_LIMITS
         assert worker.memory is None and worker.files is None  # not persistent
     finally:
         worker.socket.close(linger=0)

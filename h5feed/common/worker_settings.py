@@ -22,7 +22,10 @@ speaks a range of protocol versions, adds its fields to :class:`Network`.
 
 To add a worker option: one field in its group, with its flag (``_option``/``_switch``/
 ``_repeated``) as the field's default; the parser, the command line and the round-trip test
-follow from it.
+follow from it. Given ``offered=Offered(...)``, ``h5feed produce`` offers it too (its flag,
+``H5FEED_`` environment variable, help and default: :mod:`h5feed.producer.service.command`),
+and the service's workers get it. Starters use a value whole: a template, and
+``dataclasses.replace`` for what differs per worker (its name, address, stats file).
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from h5feed.common.cli_args import positive_int, positive_seconds
@@ -38,8 +41,10 @@ from h5feed.common.config import (
     DEFAULT_MAX_CHUNK_BYTES,
     DEFAULT_MAX_OPEN_FILES,
     DEFAULT_STOP_WAIT_S,
+    PRODUCER_MAX_CLIP_PIXELS,
+    PRODUCER_MAX_FRAME_PIXELS,
 )
-from h5feed.common.protocol.wire import DEFAULT_MAX_MESSAGE_BYTES
+from h5feed.common.protocol.frame_cap import DEFAULT_MAX_MESSAGE_BYTES
 
 __all__ = [
     "DEFAULT_DATA",
@@ -47,41 +52,64 @@ __all__ = [
     "WORKER_MODULE",
     "Code",
     "Data",
+    "Flag",
     "Network",
+    "Offered",
     "Process",
     "WorkerSettings",
 ]
 
 #: The module a worker runs as (``python -m``); process monitors match it.
 WORKER_MODULE = "h5feed.producer.worker"
-_FLAG = "h5feed.flag"  # a field's metadata key: its _Flag
+_FLAG = "h5feed.flag"  # a field's metadata key: its Flag
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class _Flag:
-    """How one field crosses the command line."""
+class Offered:
+    """How ``h5feed produce`` offers a worker field to its operator: the flag's metavar and
+    help (``{default}`` in it is the service's default, ``{env}`` its environment variable,
+    which is otherwise said at the end), the service's own default when it is not the
+    worker's (``...``: the worker's), and its own parser when it takes less (None: the
+    field's)."""
+
+    metavar: str
+    help: str
+    default: Any = ...
+    parse: Callable[[str], Any] | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Flag:
+    """How one field crosses the command line (and, ``offered``, ``h5feed produce``'s)."""
 
     flag: str
     kind: str  # "value", "switch" (store_true) or "repeated" (append)
     parse: Callable[[str], Any]
     help: str
+    offered: Offered | None = None
 
 
 def _option(
-    flag: str, help: str, default: Any = dataclasses.MISSING, parse: Callable[[str], Any] = str
+    flag: str,
+    help: str,
+    default: Any = dataclasses.MISSING,
+    parse: Callable[[str], Any] = str,
+    offered: Offered | None = None,
 ) -> Any:
     """A field given as ``FLAG VALUE`` (required without ``default``)."""
-    return dataclasses.field(default=default, metadata={_FLAG: _Flag(flag, "value", parse, help)})
+    spec = Flag(flag, "value", parse, help, offered)
+    return dataclasses.field(default=default, metadata={_FLAG: spec})
 
 
 def _switch(flag: str, help: str) -> Any:
     """A bool field, true when ``FLAG`` is given."""
-    return dataclasses.field(default=False, metadata={_FLAG: _Flag(flag, "switch", str, help)})
+    return dataclasses.field(default=False, metadata={_FLAG: Flag(flag, "switch", str, help)})
 
 
-def _repeated(flag: str, help: str) -> Any:
+def _repeated(flag: str, help: str, offered: Offered | None = None) -> Any:
     """A tuple-of-strings field, one ``FLAG VALUE`` per item."""
-    return dataclasses.field(default=(), metadata={_FLAG: _Flag(flag, "repeated", str, help)})
+    spec = Flag(flag, "repeated", str, help, offered)
+    return dataclasses.field(default=(), metadata={_FLAG: spec})
 
 
 def _positive(name: str, value: int | None) -> None:
@@ -100,7 +128,12 @@ class Network:
         "--max-message-bytes",
         "the largest frame taken or sent (ZMQ_MAXMSGSIZE; default 1 GiB)",
         DEFAULT_MAX_MESSAGE_BYTES,
-        int,
+        int,  # -1: no cap (ZeroMQ's)
+        Offered(
+            "BYTES",
+            "the largest frame the workers take from the trainer (ZMQ_MAXMSGSIZE; default 1 GiB)",
+            parse=positive_int,
+        ),
     )
 
     def __post_init__(self) -> None:
@@ -128,6 +161,13 @@ class Process:
         "leaves (default: %(default)s)",
         DEFAULT_STOP_WAIT_S,
         positive_seconds,
+        Offered(
+            "SECONDS",
+            "on SIGTERM, how long each worker may take to finish and send the unit in hand (the "
+            "units it did not start go back to the trainer at once); a worker still working "
+            "then is killed (default {default:g}; a container's grace period must be at least "
+            "this plus 5 s)",
+        ),
     )
 
     def __post_init__(self) -> None:
@@ -144,7 +184,10 @@ class Data:
     operator's (``h5feed/producer/files/read_limits.py``; None: no cap of the producer's own)."""
 
     data_root: str | None = _option(
-        "--data-root", "relative file paths of a job resolve under this", None
+        "--data-root",
+        "relative file paths of a job resolve under this",
+        None,
+        offered=Offered("DIR", "the job's relative file paths resolve under this"),
     )
     cache_dir: str | None = _option(
         "--cache-dir",
@@ -156,6 +199,11 @@ class Data:
         "HDF5 files kept open at once (default: %(default)s)",
         DEFAULT_MAX_OPEN_FILES,
         positive_int,
+        Offered(
+            "N",
+            "HDF5 files each worker keeps open at once, least recently used closed first "
+            "(default {default})",
+        ),
     )
     max_frame_pixels: int | None = _option(
         "--max-frame-pixels",
@@ -163,6 +211,12 @@ class Data:
         "(default: %(default)s)",
         None,
         positive_int,
+        Offered(
+            "N",
+            "cap on a stored frame's height x width; a trainer's max_frame_pixels is lowered "
+            "to it, never raised (default {default})",
+            PRODUCER_MAX_FRAME_PIXELS,
+        ),
     )
     max_clip_pixels: int | None = _option(
         "--max-clip-pixels",
@@ -170,12 +224,23 @@ class Data:
         "refused (default: %(default)s)",
         None,
         positive_int,
+        Offered(
+            "N",
+            "cap on a clip's output pixels (clip_len x height x width); a job asking more is "
+            "refused (default {default}: 16 frames of 4K UHD)",
+            PRODUCER_MAX_CLIP_PIXELS,
+        ),
     )
     max_chunk_bytes: int = _option(
         "--max-chunk-bytes",
         "cap on an HDF5 chunk's uncompressed bytes beyond one frame (default: %(default)s)",
         DEFAULT_MAX_CHUNK_BYTES,
         positive_int,
+        Offered(
+            "BYTES",
+            "cap on an HDF5 chunk's uncompressed bytes beyond one frame, checked before "
+            "reading (default {default})",
+        ),
     )
 
     def __post_init__(self) -> None:
@@ -192,6 +257,12 @@ class Code:
     allow_code: tuple[str, ...] = _repeated(
         "--allow-code",
         "import user code (source=, transform=) only at paths matching this (repeatable)",
+        Offered(
+            "PATTERN",
+            "import user code (source=, transform=) only at import paths 'module:name' "
+            "matching this fnmatch pattern, e.g. 'mypkg.data:*' (repeatable; default: none; "
+            "env {env}, comma-separated)",
+        ),
     )
     trust_code: bool = _switch(
         "--trust-code", "import every path the consumer names (local workers of the trainer only)"
@@ -260,13 +331,22 @@ class WorkerSettings:
     def from_args(cls, args: argparse.Namespace) -> WorkerSettings:
         """The settings parsed by a parser given :meth:`add_arguments`; ValueError when
         they are invalid."""
+        return cls.from_values(vars(args))
 
+    @classmethod
+    def from_values(cls, values: Mapping[str, Any]) -> WorkerSettings:
+        """The settings of ``values``, by field name (a field not named: its default; a list:
+        a tuple); ValueError when they are invalid or a field without a default is missing."""
         groups = {}
         for attribute, kind in _GROUPS:
-            values = {f.name: getattr(args, f.name) for f in dataclasses.fields(kind)}
-            groups[attribute] = kind(
-                **{k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
-            )
+            given = {}
+            for field in dataclasses.fields(kind):
+                if field.name in values:
+                    value = values[field.name]
+                    given[field.name] = tuple(value) if isinstance(value, list) else value
+                elif field.default is dataclasses.MISSING:
+                    raise ValueError(f"worker settings need {field.name}")
+            groups[attribute] = kind(**given)
         return cls(**groups)
 
     @classmethod
@@ -284,7 +364,17 @@ class WorkerSettings:
         return cls.from_args(cls.parser().parse_args(list(argv)))
 
     @staticmethod
-    def _flags() -> Iterator[tuple[str, dataclasses.Field[Any], _Flag]]:
+    def offered() -> Iterator[tuple[str, Flag, Offered, Any]]:
+        """(field name, flag, offer, the service's default) of every option ``h5feed produce``
+        offers (:class:`Offered`), in command-line order."""
+        for _attribute, field, spec in WorkerSettings._flags():
+            offer = spec.offered
+            if offer is not None:
+                default = field.default if offer.default is ... else offer.default
+                yield field.name, spec, offer, default
+
+    @staticmethod
+    def _flags() -> Iterator[tuple[str, dataclasses.Field[Any], Flag]]:
         """(group attribute, field, flag) of every option, in command-line order."""
         for attribute, kind in _GROUPS:
             for field in dataclasses.fields(kind):

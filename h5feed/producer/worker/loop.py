@@ -35,6 +35,7 @@ from h5feed.producer.files.index_cache import MemoryIndex
 from h5feed.producer.files.open_files import OpenFiles
 from h5feed.producer.worker.job import Job, JobContext
 from h5feed.producer.worker.kinds import KINDS
+from h5feed.producer.worker.leaving import Leave, Leaving
 from h5feed.producer.worker.stats import WorkerCounters
 
 _POLL_MS = 200
@@ -51,10 +52,6 @@ _log = logging.getLogger("h5feed.worker")
 #: ERROR types that are refusals of the worker's policies (code by name, data root): counted
 #: in ``refused`` and logged, besides ``errors``.
 _REFUSALS = ("CodeRefused", "CodeVersionRefused", "PathRefused", "LimitRefused")
-
-
-class _Leave(Exception):
-    """Raised inside the event loop when the worker must stop (BYE, SIGTERM, parent gone)."""
 
 
 class Worker:
@@ -132,12 +129,7 @@ class Worker:
             MemoryIndex() if persistent else None,
             OpenFiles(data.max_open_files, data.data_root) if persistent else None,
         )
-        self.stopping = False
-        #: When a send must give up (``stop_wait_s`` after the stop request); None: not asked.
-        self._stop_deadline: float | None = None
-        #: A message it made could not be sent within the stop wait: it says no BYE.
-        self._undelivered = False
-        self._sent_after_stop = 0  # units whose DATA it sent after the stop request (logged)
+        self.leaving = Leaving(process)  # when it leaves (h5feed.producer.worker.leaving)
 
     @property
     def persistent(self) -> bool:
@@ -147,10 +139,6 @@ class Worker:
     @property
     def parent_pid(self) -> int | None:
         return self.settings.process.parent_pid
-
-    @property
-    def stop_wait_s(self) -> float:
-        return self.settings.process.stop_wait_s
 
     @property
     def memory(self) -> MemoryIndex | None:
@@ -192,7 +180,7 @@ class Worker:
                 self.socket.send_multipart(frames, copy=False)
                 return
             except zmq.Again:
-                self.check_send(isinstance(message, messages.Data))
+                self.leaving.check_send(isinstance(message, messages.Data))
 
     def send_error(self, job_id: str, unit: int | None, exc: BaseException) -> None:
         self.send(messages.Error.of(job_id, unit, exc))
@@ -212,10 +200,11 @@ class Worker:
         handed back (guarantee 5). Asked to stop, it retries for up to ``_BYE_RETRY_S`` within
         the stop wait (a consumer gone meanwhile sees the connection close instead); else
         (its parent is gone) it tries once."""
-        if self.job is None or self.exit_code != 0 or self._undelivered:
+        leaving = self.leaving
+        if self.job is None or self.exit_code != 0 or leaving.undelivered:
             return
         frames = messages.encode(messages.Bye("stopping (SIGTERM)"), self.protocol)
-        stop = self._stop_deadline
+        stop = leaving.deadline
         deadline = 0.0 if stop is None else min(stop, time.monotonic() + _BYE_RETRY_S)
         while True:
             try:
@@ -224,11 +213,11 @@ class Worker:
                     _log.info(
                         "worker %s: asked to stop: sent the %d unit(s) it had started, then "
                         "BYE (the units it did not start go back to the consumer)",
-                        self.worker_id, self._sent_after_stop,
+                        self.worker_id, leaving.sent_after_stop,
                     )  # fmt: skip
                 return
             except zmq.Again:
-                if not deadline or self.parent_gone():
+                if not deadline or leaving.parent_gone():
                     return  # nobody to tell (its parent, and so its consumer, is gone)
                 if time.monotonic() >= deadline:
                     _log.warning("worker %s: no BYE sent: the consumer took none", self.worker_id)
@@ -239,46 +228,14 @@ class Worker:
     # -- the loop ----------------------------------------------------------------------------
 
     def request_stop(self) -> None:
-        """Stop after the unit in hand (guarantee 5); the stop wait runs from the first
-        request (a container's SIGTERM reaches a worker both from dumb-init and from its
-        service). Safe in a signal handler: it only sets attributes."""
-        if self._stop_deadline is None:
-            self._stop_deadline = time.monotonic() + self.stop_wait_s
-        self.stopping = True
+        """Stop after the unit in hand (guarantee 5; :meth:`Leaving.request`). Safe in a
+        signal handler: it only sets attributes."""
+        self.leaving.request()
 
-    def parent_gone(self) -> bool:
-        """Whether the process that started this worker (``--parent-pid``) is gone."""
-        if self.parent_pid is not None and os.getppid() != self.parent_pid:
-            _log.info("worker %s: parent %d is gone, exiting", self.worker_id, self.parent_pid)
-            return True
-        return False
-
-    def check_leave(self) -> None:
-        """Raise _Leave when the worker must stop: asked to, or its parent process is gone
-        (checked between messages, never inside a unit)."""
-        if self.stopping or self.parent_gone():
-            raise _Leave
-
-    def check_send(self, made: bool) -> None:
-        """While a send waits for the consumer: raise _Leave when the parent is gone, or when
-        asked to stop, unless the message is a unit ``made`` (DATA) and the stop wait is not
-        over: that one is worth the wait. Past the wait it is not delivered (no BYE follows).
-        Anything else (a HELLO to a consumer never reached, an INDEX) is not waited for."""
-        if self.parent_gone():
-            raise _Leave
-        deadline = self._stop_deadline
-        if self.stopping and not made:
-            raise _Leave
-        if deadline is not None and time.monotonic() >= deadline:
-            _log.warning(
-                "worker %s: the consumer took no message for %g s after the stop request "
-                "(stop_wait_s): leaving without it",
-                self.worker_id, self.stop_wait_s,
-            )  # fmt: skip
-            self._undelivered = True
-            raise _Leave
-        if self.stopping and deadline is None:  # `stopping` set by a BYE, not request_stop()
-            raise _Leave
+    @property
+    def stopping(self) -> bool:
+        """Whether it takes no new message (asked to stop, or told by a BYE)."""
+        return self.leaving.stopping
 
     def should_say_hello(self, now: float) -> bool:
         """Without a job, hello every second until a consumer answers. A persistent worker
@@ -294,7 +251,7 @@ class Worker:
         try:
             self.hello()
             while True:
-                self.check_leave()
+                self.leaving.check()
                 self.counters.maybe_write()
                 if self.should_say_hello(time.monotonic()):
                     self.hello()
@@ -307,12 +264,12 @@ class Worker:
                 except VersionMismatchError as exc:
                     _log.error("worker %s: refused by the consumer: %s", self.worker_id, exc)
                     self.exit_code = 2
-                    raise _Leave from exc
+                    raise Leave from exc
                 except ProtocolError as exc:
                     _log.warning("worker %s: dropped malformed message: %s", self.worker_id, exc)
                     continue
                 self.handle(message)
-        except _Leave:
+        except Leave:
             _log.debug("worker %s: leaving", self.worker_id)
             self.say_bye()
         finally:
@@ -348,7 +305,7 @@ class Worker:
             _log.error("worker %s: %s", self.worker_id, bye.reason)
             self.exit_code = 2
         if bye.refused or not self.persistent:
-            self.stopping = True
+            self.leaving.stopping = True
         else:  # the iteration is over (or this worker was declared lost): wait for the next
             self.end_job()  # job, and say so at once (a consumer that keeps its workers
             # across iterations starts the next one) as a new process would: a consumer that
@@ -407,7 +364,7 @@ class Worker:
         busy = time.monotonic() - began
         self.counters.unit(len(data.samples), nbytes, busy)
         self.send(dataclasses.replace(data, busy_s=busy))
-        self._sent_after_stop += self._stop_deadline is not None
+        self.leaving.sent_after_stop += self.leaving.deadline is not None
 
     def on_check(self, check: messages.Check) -> None:
         """A CHECK (a source job's digests at an epoch's start), answered by the job in hand;

@@ -1,4 +1,5 @@
-"""The h5feed wire format: one msgpack header frame, then one raw frame per array.
+"""The frames: how one message lies on the socket (a msgpack header frame, then one raw frame
+per array), and the strict check of both on decode.
 
 Every message is a multipart ZeroMQ message (a ROUTER socket adds its routing frame in front;
 that frame is the transport's, not part of this format)::

@@ -194,8 +194,7 @@ def test_the_stop_wait_is_an_option_of_the_service_and_its_workers(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from h5feed.cli import build_parser
-    from h5feed.common.config import DEFAULT_STOP_WAIT_S
-    from h5feed.common.worker_settings import WorkerSettings
+    from h5feed.common.worker_settings import DEFAULT_STOP_WAIT_S, WorkerSettings
     from h5feed.producer.service.server import service_worker
 
     monkeypatch.setenv("H5FEED_CONNECT", "tcp://127.0.0.1:5555")

@@ -183,7 +183,7 @@ def test_h5feed_produce_offers_the_workers_options_from_their_fields(
     """``h5feed produce``'s worker flags are the fields given ``offered`` (flag, type, help,
     the service's default): set by flag or environment, they reach every worker's settings."""
     from h5feed.cli import build_parser
-    from h5feed.common.config import PRODUCER_MAX_CLIP_PIXELS, PRODUCER_MAX_FRAME_PIXELS
+    from h5feed.common.worker_settings import PRODUCER_MAX_CLIP_PIXELS, PRODUCER_MAX_FRAME_PIXELS
     from h5feed.producer.service import command
 
     offered = {name: default for name, _flag, _offer, default in WorkerSettings.offered()}

@@ -31,11 +31,11 @@ import numpy as np
 
 from h5feed.common.protocol import messages
 from h5feed.common.protocol.wire import DEFAULT_MAX_MESSAGE_BYTES
-from h5feed.common.trust.curve import client_key_files
+from h5feed.common.trust.curve import KeyPair, client_key_files
 from h5feed.common.worker_settings import Network, Process, WorkerSettings
 from h5feed.producer.sources.job import SourceJob
 from h5feed.producer.worker.hdf5_job import Hdf5Job
-from h5feed.producer.worker.job import Produced
+from h5feed.producer.worker.job import Job, Produced
 from h5feed.producer.worker.process import Worker, run_until_stopped
 
 
@@ -55,12 +55,21 @@ class SyntheticJob(Hdf5Job):
         return messages.Data(self.id, unit.unit, unit.batch, samples, arrays), zeros.nbytes
 
 
+#: The kinds of job a synthetic worker runs: its own HDF5 jobs, the real source jobs.
+KINDS: tuple[type[Job[Any, Any]], ...] = (SyntheticJob, SourceJob)
+
+
 class SyntheticWorker(Worker):
     """The real worker with :class:`SyntheticJob` for its HDF5 jobs; ``host``: the host name
     it says in HELLO instead of this host's."""
 
-    def __init__(self, *args: Any, host: str | None = None, **kwargs: Any) -> None:
-        super().__init__(*args, kinds=(SyntheticJob, SourceJob), **kwargs)
+    def __init__(
+        self,
+        settings: WorkerSettings,
+        curve: tuple[KeyPair, bytes] | None = None,
+        host: str | None = None,
+    ) -> None:
+        super().__init__(settings, curve, KINDS)
         if host is not None:
             self.host = host
 

@@ -21,16 +21,18 @@ from collections.abc import Mapping
 from typing import Any, TypeAlias
 
 from h5feed.common import layouts
-from h5feed.common.config import CLIP_STARTS, DEFAULT_MAX_OPEN_FILES, ClipSpec, default_cache_dir
+from h5feed.common.config import CLIP_STARTS, ClipSpec
 from h5feed.common.file_labels import directory_labels
 from h5feed.common.layouts import LayoutSpec
 from h5feed.common.metrics_http import metrics_address
 from h5feed.common.protocol.messages import ON_ERROR_CHOICES
 from h5feed.common.protocol.wire import DEFAULT_LIMITS, DEFAULT_MAX_MESSAGE_BYTES
+from h5feed.common.system.cache_dir import default_cache_dir
 from h5feed.common.system.cpus import available_cpus
 from h5feed.common.trust.curve import check_secret_mode
 from h5feed.common.trust.exposure import check_listen, is_local_address
 from h5feed.common.user_code import trainer_main
+from h5feed.common.worker_settings import DEFAULT_MAX_OPEN_FILES
 from h5feed.consumer.hdf5.files import resolve_files
 from h5feed.consumer.plan.epoch_plan import EpochPlan, Index, PlanOptions, epoch_length_of
 from h5feed.consumer.plan.rest import Rest

@@ -11,9 +11,15 @@ import sys
 from typing import Any
 
 from h5feed.common.cli_args import Subcommand, non_negative_int, positive_int, positive_seconds
-from h5feed.common.config import DEFAULT_ATTACH_TIMEOUT_S, DEFAULT_MAX_TRAINERS
 from h5feed.common.worker_settings import WorkerSettings  # a cheap import (no codec)
 from h5feed.producer.service.restarts import DEFAULT_MAX_RESTARTS  # a cheap import too
+
+#: A shared fleet's replica (``h5feed produce --listen``): trainers served at once
+#: (``--max-trainers``); each has ``--workers`` processes of its own.
+DEFAULT_MAX_TRAINERS = 8
+#: ... and how long a trainer may go without saying ATTACH (it says it every second) before
+#: its workers are stopped (``--attach-timeout-s``).
+DEFAULT_ATTACH_TIMEOUT_S = 10.0
 
 #: (flag, environment variable, metavar, help) of `h5feed produce`'s own options; the workers'
 #: options it offers follow from their fields (``Offered`` in h5feed/common/worker_settings.py).

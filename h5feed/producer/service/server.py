@@ -16,8 +16,8 @@ Guarantees:
    finishes the unit in hand and sends it, then says BYE, which hands the units it was sent
    and did not start back to the trainer (made by others, never twice: the trainer counts
    them in ``units_handed_back``). The service exits 0 within ``stop_wait_s`` (default
-   :data:`~h5feed.common.config.DEFAULT_STOP_WAIT_S`, 20 s) plus
-   :data:`~h5feed.common.config.STOP_EXIT_MARGIN_S`; a worker still there after the stop
+   :data:`~h5feed.common.worker_settings.DEFAULT_STOP_WAIT_S`, 20 s) plus
+   :data:`STOP_EXIT_MARGIN_S`; a worker still there after the stop
    wait and its last messages' flush is killed (logged), and the trainer makes what it held
    again (``units_remade``). A container's grace period must cover both (docs/deploy/upgrading.md).
 4. With ``metrics``, one endpoint serves every worker's figures (``/metrics``, ``/stats``;
@@ -55,15 +55,12 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from h5feed.common.config import (
-    DEFAULT_ATTACH_TIMEOUT_S,
-    DEFAULT_MAX_TRAINERS,
-    default_cache_dir,
-)
 from h5feed.common.metrics_http import MetricsServer
+from h5feed.common.system.cache_dir import default_cache_dir
 from h5feed.common.system.fd_limit import raise_open_files_limit
 from h5feed.common.system.logs import with_ids
 from h5feed.common.worker_settings import WorkerSettings
+from h5feed.producer.service.command import DEFAULT_ATTACH_TIMEOUT_S, DEFAULT_MAX_TRAINERS
 from h5feed.producer.service.fleet import Front
 from h5feed.producer.service.metrics import ServiceFigures
 from h5feed.producer.service.restarts import DEFAULT_MAX_RESTARTS, Restarts
@@ -74,6 +71,12 @@ _log = logging.getLogger("h5feed.producer")
 _PACKAGE_PARENT = str(pathlib.Path(__file__).resolve().parents[2])
 _FLEET = "fleet"  # after the count: a shared fleet's replica, healthy with no trainer
 _CRASH_LOOP = "crash-loop"  # the health file's second line, while a worker crash-loops
+#: What ``h5feed produce`` may take beyond the stop wait to end: a late worker's last messages
+#: flushed (its socket's 2 s linger), or its kill reaped. A container's grace period (compose
+#: and Swarm ``stop_grace_period``, Kubernetes ``terminationGracePeriodSeconds``) must be at
+#: least the stop wait plus this, or the engine kills the producer before its workers hand
+#: their units back (``tests/test_kubernetes.py`` and ``tests/test_swarm.py`` check it).
+STOP_EXIT_MARGIN_S = 5.0
 
 
 def default_prefix() -> str:

@@ -7,7 +7,7 @@ event loop (:mod:`h5feed.producer.worker.loop`) sends what it makes and counts i
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 
 import numpy as np
 
@@ -51,7 +51,7 @@ class SourceJob:
         self._told = False  # its SOURCE_INFO was made (the first SOURCE answered)
 
     @classmethod
-    def open(cls, start: messages.Source, context: JobContext) -> SourceJob:
+    def open(cls, start: messages.Source, context: JobContext) -> Self:
         """The job a first SOURCE starts: loads the user's code (its module, its factory)."""
         return cls(start, context.local, context.code_policy)
 

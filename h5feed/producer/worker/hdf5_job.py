@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Sequence
-from typing import ClassVar
+from typing import ClassVar, Self
 
 import numpy as np
 
@@ -145,7 +145,7 @@ class Hdf5Job:
         self.slots_failed = False  # a slot of this job could not be mapped: stop trying
 
     @classmethod
-    def open(cls, start: messages.Job, context: JobContext) -> Hdf5Job:
+    def open(cls, start: messages.Job, context: JobContext) -> Self:
         """The job a JOB starts: ValueError for a bad spec (:func:`job_spec`); the transform
         imported (guarantee 1)."""
         clip, layout = job_spec(start)

@@ -43,16 +43,15 @@ worker = subprocess.Popen(
 identity = b""
 
 
-def receive() -> messages.Message:
+def receive(hello: bool = False) -> messages.Message:
+    """The worker's next message (a HELLO only when ``hello``: it repeats them)."""
     global identity
     while True:
         assert router.poll(TIMEOUT_MS), "no message within the timeout"
-        identity, *frames = router.recv_multipart(copy=False)
-        identity = identity.bytes
+        routing, *frames = router.recv_multipart(copy=False)
+        identity = routing.bytes
         message = messages.decode(frames)
-        if not isinstance(message, messages.Hello):
-            return message
-        if not identity_seen:
+        if hello or not isinstance(message, messages.Hello):
             return message
 
 
@@ -60,9 +59,7 @@ def send(message: messages.Message) -> None:
     router.send_multipart([identity, *messages.encode(message)], copy=False)
 
 
-identity_seen = False
-hello = receive()
-identity_seen = True
+assert isinstance(receive(hello=True), messages.Hello)
 refs = tuple(messages.FileRef(i, str(path)) for i, path in enumerate(files))
 send(messages.Job("j", refs, spec.to_wire(), LayoutArgs().resolve().to_wire(), None))
 index = receive()

@@ -136,14 +136,14 @@ def clip_of(head: dict[str, Any], row: dict[str, Any], data_root: str | None = N
     import dataclasses
 
     from h5feed.common import layouts
-    from h5feed.common.config import (
+    from h5feed.common.config import ClipSpec
+    from h5feed.common.protocol.message_records import Row
+    from h5feed.producer.files.read_limits import (
         DEFAULT_MAX_CHUNK_BYTES,
         PRODUCER_MAX_CLIP_PIXELS,
         PRODUCER_MAX_FRAME_PIXELS,
-        ClipSpec,
+        ProducerLimits,
     )
-    from h5feed.common.protocol.message_records import Row
-    from h5feed.producer.files.read_limits import ProducerLimits
     from h5feed.producer.worker.clips import ClipMaker
     from h5feed.producer.worker.code_policy import CodePolicy
 

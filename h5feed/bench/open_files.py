@@ -17,7 +17,7 @@ import cv2
 import numpy as np
 
 import h5feed
-from h5feed.common.config import DEFAULT_MAX_OPEN_FILES
+from h5feed.common.worker_settings import DEFAULT_MAX_OPEN_FILES
 from h5feed.producer.sample_data import write_video_file
 
 

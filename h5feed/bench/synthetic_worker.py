@@ -3,11 +3,13 @@
 ``python -m h5feed.bench.synthetic_worker --connect ADDR --worker-id ID [--cpus 1,2]``. It is
 the real worker (:class:`h5feed.producer.worker.process.Worker`: same socket, same wire protocol,
 same JOB and INDEX handling, so the consumer plans real epochs of the real files) with one
-method replaced: a UNIT of n rows is answered at once with a preallocated zero array of the
-clip's shape [n, clip_len, H, W, 3] uint8, sent without a copy — or, when the unit names a
-shared-memory slot this process can map (it runs on the trainer's host), with the slot's rows
-as they are (nothing to write: the batch is "ready-made") and a DATA header alone. What is left
-is the cost of moving batches: the consumer ceiling of :mod:`h5feed.bench.ceiling`.
+kind of job replaced (:class:`SyntheticWorker` runs :class:`SyntheticJob`, an HDF5 job whose
+units are made of nothing: :mod:`h5feed.producer.worker.job`): a UNIT of n rows is answered at
+once with a preallocated zero array of the clip's shape [n, clip_len, H, W, 3] uint8, sent
+without a copy — or, when the unit names a shared-memory slot this process can map (it runs on
+the trainer's host), with the slot's rows as they are (nothing to write: the batch is
+"ready-made") and a DATA header alone. What is left is the cost of moving batches: the consumer
+ceiling of :mod:`h5feed.bench.ceiling`.
 
 ``--host NAME`` makes it say it runs on host NAME (a producer in a network namespace is
 another host to the trainer: it is offered no shared-memory slot, every batch crosses the
@@ -23,36 +25,53 @@ import os
 import signal
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from h5feed.common.protocol import messages
 from h5feed.common.protocol.wire import DEFAULT_MAX_MESSAGE_BYTES
-from h5feed.common.trust.curve import client_key_files
+from h5feed.common.trust.curve import KeyPair, client_key_files
 from h5feed.common.worker_settings import Network, Process, WorkerSettings
+from h5feed.producer.sources.job import SourceJob
 from h5feed.producer.worker.hdf5_job import Hdf5Job
+from h5feed.producer.worker.job import Job, Produced
 from h5feed.producer.worker.process import Worker, run_until_stopped
 
 
-class SyntheticWorker(Worker):
+class SyntheticJob(Hdf5Job):
     """See the module docstring. The arrays are never written after creation, so sending
-    the same one again while ZeroMQ still holds it is safe."""
+    the same one again while ZeroMQ still holds it is safe (one cache for the process)."""
 
-    def __init__(self, *args: Any, host: str | None = None, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._zeros: dict[tuple[int, ...], np.ndarray] = {}
-        if host is not None:
-            self.host = host  # said in HELLO instead of this host's name
+    _zeros: ClassVar[dict[tuple[int, ...], np.ndarray]] = {}
 
-    def run_unit(self, job: Hdf5Job, unit: messages.Unit) -> None:
-        height, width = job.spec.frame_shape
-        shape = (len(unit.rows), job.spec.clip_len, height or 0, width or 0, 3)
-        in_slot = self.slot_target(job, unit.slot) is not None
+    def produce(self, unit: messages.Unit) -> Produced:
+        height, width = self.spec.frame_shape
+        shape = (len(unit.rows), self.spec.clip_len, height or 0, width or 0, 3)
+        in_slot = self.target(unit.slot) is not None
         zeros = self._zeros.setdefault(shape, np.zeros(shape, np.uint8))
         samples = tuple(row.sample for row in unit.rows)
         arrays = {} if in_slot else {"frames": zeros}
-        self.send(messages.Data(job.id, unit.unit, unit.batch, samples, arrays))
+        return messages.Data(self.id, unit.unit, unit.batch, samples, arrays), zeros.nbytes
+
+
+#: The kinds of job a synthetic worker runs: its own HDF5 jobs, the real source jobs.
+KINDS: tuple[type[Job[Any, Any]], ...] = (SyntheticJob, SourceJob)
+
+
+class SyntheticWorker(Worker):
+    """The real worker with :class:`SyntheticJob` for its HDF5 jobs; ``host``: the host name
+    it says in HELLO instead of this host's."""
+
+    def __init__(
+        self,
+        settings: WorkerSettings,
+        curve: tuple[KeyPair, bytes] | None = None,
+        host: str | None = None,
+    ) -> None:
+        super().__init__(settings, curve, KINDS)
+        if host is not None:
+            self.host = host
 
 
 def main(argv: Sequence[str] | None = None) -> int:

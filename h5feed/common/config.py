@@ -11,7 +11,6 @@ the clip: it is a :class:`~h5feed.common.layouts.LayoutSpec`, which travels besi
 from __future__ import annotations
 
 import dataclasses
-import os
 from typing import Any, Final, Literal
 
 import msgpack
@@ -262,48 +261,3 @@ def clip_start(
     if mode == "first":
         return int(clip_index * room / clips_per_video)
     raise ValueError(f"clip_start must be one of {CLIP_STARTS}, got {mode!r}")
-
-
-def default_cache_dir() -> str:
-    """The index cache directory.
-
-    ``$H5FEED_CACHE_DIR``, else ``$XDG_CACHE_HOME/h5feed/index``, else ``~/.cache/h5feed/index``.
-    """
-    explicit = os.environ.get("H5FEED_CACHE_DIR")
-    if explicit:
-        return explicit
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "h5feed", "index")
-
-
-#: HDF5 files a worker keeps open at once (``max_open_files=``, ``--max-open-files``); why 128:
-#: see ``h5feed/producer/files/open_files.py``.
-DEFAULT_MAX_OPEN_FILES = 128
-
-#: Reading limits of a producer (see ``h5feed/producer/files/read_limits.py``): the largest HDF5
-#: chunk (uncompressed) a reader inflates beyond one frame, and ``h5feed produce``'s own caps
-#: on a stored frame's pixels and on a clip's output pixels (16 frames of 4K UHD), which no
-#: consumer can raise.
-DEFAULT_MAX_CHUNK_BYTES = 64 << 20
-PRODUCER_MAX_FRAME_PIXELS = 64_000_000
-PRODUCER_MAX_CLIP_PIXELS = 16 * 3840 * 2160
-
-#: How long a producer asked to stop (SIGTERM) gives each worker to finish the unit in hand and
-#: send it (``h5feed produce --stop-wait-s``, ``$H5FEED_STOP_WAIT_S``; see
-#: ``h5feed/producer/service/server.py``). A unit takes well under a second at the usual clip sizes:
-#: 20 s leaves room for slow storage and large clips. A worker still working by then is killed
-#: and the trainer makes its units again (counted as ``units_remade``).
-DEFAULT_STOP_WAIT_S = 20.0
-#: A shared fleet's replica (``h5feed produce --listen``): trainers served at once
-#: (``--max-trainers``); each has ``--workers`` processes of its own.
-DEFAULT_MAX_TRAINERS = 8
-#: ... and how long a trainer may go without saying ATTACH (it says it every second) before
-#: its workers are stopped (``--attach-timeout-s``).
-DEFAULT_ATTACH_TIMEOUT_S = 10.0
-#: What ``h5feed produce`` may take beyond the stop wait to end: a late worker's last messages
-#: flushed (its socket's 2 s linger), or its kill reaped. A container's grace period (compose
-#: and Swarm ``stop_grace_period``, Kubernetes ``terminationGracePeriodSeconds``) must be at
-#: least the stop wait plus this, or the engine kills the producer before its workers hand
-#: their units back (``tests/deploy/test_kubernetes.py`` and ``tests/deploy/test_swarm.py`` check
-# it).
-STOP_EXIT_MARGIN_S = 5.0

@@ -20,9 +20,13 @@ and how), :class:`Process` (its name and lifetime), :class:`Data` (files and the
 reading them) and :class:`Code` (which user code it may import). A worker that listens, or
 speaks a range of protocol versions, adds its fields to :class:`Network`.
 
-To add a worker option: one field in its group, with its flag (``_option``/``_switch``/
-``_repeated``) as the field's default; the parser, the command line and the round-trip test
-follow from it.
+To add a worker option: one field in its group, with its flag (``option``/``switch``/
+``repeated`` of :mod:`h5feed.common.field_flags`) as the field's default; the parser, the
+command line and the round-trip test follow from it. Given ``offered=Offered(...)``,
+``h5feed produce`` offers it too (its flag, ``H5FEED_`` environment variable, help and
+default: :mod:`h5feed.producer.service.command`), and the service's workers get it.
+Starters use a value whole: a template, and ``dataclasses.replace`` for what differs per
+worker (its name, address, stats file).
 """
 
 from __future__ import annotations
@@ -30,58 +34,50 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from h5feed.common.cli_args import positive_int, positive_seconds
-from h5feed.common.config import (
-    DEFAULT_MAX_CHUNK_BYTES,
-    DEFAULT_MAX_OPEN_FILES,
-    DEFAULT_STOP_WAIT_S,
-)
-from h5feed.common.protocol.wire import DEFAULT_MAX_MESSAGE_BYTES
+from h5feed.common.field_flags import FLAG as _FLAG
+from h5feed.common.field_flags import Flag, Offered, option, repeated, switch
+from h5feed.common.protocol.frame_cap import DEFAULT_MAX_MESSAGE_BYTES
 
 __all__ = [
     "DEFAULT_DATA",
+    "DEFAULT_MAX_CHUNK_BYTES",
+    "DEFAULT_MAX_OPEN_FILES",
+    "DEFAULT_STOP_WAIT_S",
     "NO_CODE",
+    "PRODUCER_MAX_CLIP_PIXELS",
+    "PRODUCER_MAX_FRAME_PIXELS",
     "WORKER_MODULE",
     "Code",
     "Data",
+    "Flag",
     "Network",
+    "Offered",
     "Process",
     "WorkerSettings",
 ]
 
 #: The module a worker runs as (``python -m``); process monitors match it.
 WORKER_MODULE = "h5feed.producer.worker"
-_FLAG = "h5feed.flag"  # a field's metadata key: its _Flag
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class _Flag:
-    """How one field crosses the command line."""
-
-    flag: str
-    kind: str  # "value", "switch" (store_true) or "repeated" (append)
-    parse: Callable[[str], Any]
-    help: str
-
-
-def _option(
-    flag: str, help: str, default: Any = dataclasses.MISSING, parse: Callable[[str], Any] = str
-) -> Any:
-    """A field given as ``FLAG VALUE`` (required without ``default``)."""
-    return dataclasses.field(default=default, metadata={_FLAG: _Flag(flag, "value", parse, help)})
-
-
-def _switch(flag: str, help: str) -> Any:
-    """A bool field, true when ``FLAG`` is given."""
-    return dataclasses.field(default=False, metadata={_FLAG: _Flag(flag, "switch", str, help)})
-
-
-def _repeated(flag: str, help: str) -> Any:
-    """A tuple-of-strings field, one ``FLAG VALUE`` per item."""
-    return dataclasses.field(default=(), metadata={_FLAG: _Flag(flag, "repeated", str, help)})
+#: HDF5 files a worker keeps open at once (``max_open_files=``, ``--max-open-files``); why 128:
+#: see ``h5feed/producer/files/open_files.py``.
+DEFAULT_MAX_OPEN_FILES = 128
+#: Reading limits of a producer (see ``h5feed/producer/files/read_limits.py``): the largest HDF5
+#: chunk (uncompressed) a reader inflates beyond one frame, and ``h5feed produce``'s own caps
+#: on a stored frame's pixels and on a clip's output pixels (16 frames of 4K UHD), which no
+#: consumer can raise.
+DEFAULT_MAX_CHUNK_BYTES = 64 << 20
+PRODUCER_MAX_FRAME_PIXELS = 64_000_000
+PRODUCER_MAX_CLIP_PIXELS = 16 * 3840 * 2160
+#: How long a producer asked to stop (SIGTERM) gives each worker to finish the unit in hand and
+#: send it (``h5feed produce --stop-wait-s``, ``$H5FEED_STOP_WAIT_S``; see
+#: ``h5feed/producer/service/server.py``). A unit takes well under a second at the usual clip
+#: sizes: 20 s leaves room for slow storage and large clips. A worker still working by then is
+#: killed and the trainer makes its units again (counted as ``units_remade``).
+DEFAULT_STOP_WAIT_S = 20.0
 
 
 def _positive(name: str, value: int | None) -> None:
@@ -93,14 +89,19 @@ def _positive(name: str, value: int | None) -> None:
 class Network:
     """Where the worker reaches its consumer, and how."""
 
-    connect: str = _option("--connect", "the consumer's address, e.g. ipc:///tmp/x")
-    key: str | None = _option("--key", "CURVE: this worker's .key_secret file", None)
-    server_key: str | None = _option("--server-key", "CURVE: the consumer's public .key file", None)
-    max_message_bytes: int = _option(
+    connect: str = option("--connect", "the consumer's address, e.g. ipc:///tmp/x")
+    key: str | None = option("--key", "CURVE: this worker's .key_secret file", None)
+    server_key: str | None = option("--server-key", "CURVE: the consumer's public .key file", None)
+    max_message_bytes: int = option(
         "--max-message-bytes",
         "the largest frame taken or sent (ZMQ_MAXMSGSIZE; default 1 GiB)",
         DEFAULT_MAX_MESSAGE_BYTES,
-        int,
+        int,  # -1: no cap (ZeroMQ's)
+        Offered(
+            "BYTES",
+            "the largest frame the workers take from the trainer (ZMQ_MAXMSGSIZE; default 1 GiB)",
+            parse=positive_int,
+        ),
     )
 
     def __post_init__(self) -> None:
@@ -113,21 +114,28 @@ class Network:
 class Process:
     """The worker's name and lifetime."""
 
-    worker_id: str = _option("--worker-id", "this worker's name, unique per consumer")
-    parent_pid: int | None = _option("--parent-pid", "exit when this process is gone", None, int)
-    persistent: bool = _switch(
+    worker_id: str = option("--worker-id", "this worker's name, unique per consumer")
+    parent_pid: int | None = option("--parent-pid", "exit when this process is gone", None, int)
+    persistent: bool = switch(
         "--persistent",
         "outlive an iteration's end (BYE) and wait for the next job (producer service)",
     )
-    stats_file: str | None = _option(
+    stats_file: str | None = option(
         "--stats-file", "keep writing this worker's counters here (JSON)", None
     )
-    stop_wait_s: float = _option(
+    stop_wait_s: float = option(
         "--stop-wait-s",
         "on SIGTERM, the longest it keeps trying to send the unit it finished before it "
         "leaves (default: %(default)s)",
         DEFAULT_STOP_WAIT_S,
         positive_seconds,
+        Offered(
+            "SECONDS",
+            "on SIGTERM, how long each worker may take to finish and send the unit in hand (the "
+            "units it did not start go back to the trainer at once); a worker still working "
+            "then is killed (default {default:g}; a container's grace period must be at least "
+            "this plus 5 s)",
+        ),
     )
 
     def __post_init__(self) -> None:
@@ -143,39 +151,64 @@ class Data:
     """The files a worker opens and what reading them may cost; the caps are a producer
     operator's (``h5feed/producer/files/read_limits.py``; None: no cap of the producer's own)."""
 
-    data_root: str | None = _option(
-        "--data-root", "relative file paths of a job resolve under this", None
+    data_root: str | None = option(
+        "--data-root",
+        "relative file paths of a job resolve under this",
+        None,
+        offered=Offered("DIR", "the job's relative file paths resolve under this"),
     )
-    cache_dir: str | None = _option(
+    cache_dir: str | None = option(
         "--cache-dir",
         "index cache of this host (default: the directory the consumer names)",
         None,
     )
-    max_open_files: int = _option(
+    max_open_files: int = option(
         "--max-open-files",
         "HDF5 files kept open at once (default: %(default)s)",
         DEFAULT_MAX_OPEN_FILES,
         positive_int,
+        Offered(
+            "N",
+            "HDF5 files each worker keeps open at once, least recently used closed first "
+            "(default {default})",
+        ),
     )
-    max_frame_pixels: int | None = _option(
+    max_frame_pixels: int | None = option(
         "--max-frame-pixels",
         "cap on a stored frame's pixels; a job's own cap is lowered to it, never raised "
         "(default: %(default)s)",
         None,
         positive_int,
+        Offered(
+            "N",
+            "cap on a stored frame's height x width; a trainer's max_frame_pixels is lowered "
+            "to it, never raised (default {default})",
+            PRODUCER_MAX_FRAME_PIXELS,
+        ),
     )
-    max_clip_pixels: int | None = _option(
+    max_clip_pixels: int | None = option(
         "--max-clip-pixels",
         "cap on a clip's output pixels (clip_len x height x width); a job asking more is "
         "refused (default: %(default)s)",
         None,
         positive_int,
+        Offered(
+            "N",
+            "cap on a clip's output pixels (clip_len x height x width); a job asking more is "
+            "refused (default {default}: 16 frames of 4K UHD)",
+            PRODUCER_MAX_CLIP_PIXELS,
+        ),
     )
-    max_chunk_bytes: int = _option(
+    max_chunk_bytes: int = option(
         "--max-chunk-bytes",
         "cap on an HDF5 chunk's uncompressed bytes beyond one frame (default: %(default)s)",
         DEFAULT_MAX_CHUNK_BYTES,
         positive_int,
+        Offered(
+            "BYTES",
+            "cap on an HDF5 chunk's uncompressed bytes beyond one frame, checked before "
+            "reading (default {default})",
+        ),
     )
 
     def __post_init__(self) -> None:
@@ -189,11 +222,17 @@ class Data:
 class Code:
     """Which user code (``source=``, ``transform=``) the worker may import."""
 
-    allow_code: tuple[str, ...] = _repeated(
+    allow_code: tuple[str, ...] = repeated(
         "--allow-code",
         "import user code (source=, transform=) only at paths matching this (repeatable)",
+        Offered(
+            "PATTERN",
+            "import user code (source=, transform=) only at import paths 'module:name' "
+            "matching this fnmatch pattern, e.g. 'mypkg.data:*' (repeatable; default: none; "
+            "env {env}, comma-separated)",
+        ),
     )
-    trust_code: bool = _switch(
+    trust_code: bool = switch(
         "--trust-code", "import every path the consumer names (local workers of the trainer only)"
     )
 
@@ -260,13 +299,22 @@ class WorkerSettings:
     def from_args(cls, args: argparse.Namespace) -> WorkerSettings:
         """The settings parsed by a parser given :meth:`add_arguments`; ValueError when
         they are invalid."""
+        return cls.from_values(vars(args))
 
+    @classmethod
+    def from_values(cls, values: Mapping[str, Any]) -> WorkerSettings:
+        """The settings of ``values``, by field name (a field not named: its default; a list:
+        a tuple); ValueError when they are invalid or a field without a default is missing."""
         groups = {}
         for attribute, kind in _GROUPS:
-            values = {f.name: getattr(args, f.name) for f in dataclasses.fields(kind)}
-            groups[attribute] = kind(
-                **{k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
-            )
+            given = {}
+            for field in dataclasses.fields(kind):
+                if field.name in values:
+                    value = values[field.name]
+                    given[field.name] = tuple(value) if isinstance(value, list) else value
+                elif field.default is dataclasses.MISSING:
+                    raise ValueError(f"worker settings need {field.name}")
+            groups[attribute] = kind(**given)
         return cls(**groups)
 
     @classmethod
@@ -284,7 +332,17 @@ class WorkerSettings:
         return cls.from_args(cls.parser().parse_args(list(argv)))
 
     @staticmethod
-    def _flags() -> Iterator[tuple[str, dataclasses.Field[Any], _Flag]]:
+    def offered() -> Iterator[tuple[str, Flag, Offered, Any]]:
+        """(field name, flag, offer, the service's default) of every option ``h5feed produce``
+        offers (:class:`Offered`), in command-line order."""
+        for _attribute, field, spec in WorkerSettings._flags():
+            offer = spec.offered
+            if offer is not None:
+                default = field.default if offer.default is ... else offer.default
+                yield field.name, spec, offer, default
+
+    @staticmethod
+    def _flags() -> Iterator[tuple[str, dataclasses.Field[Any], Flag]]:
         """(group attribute, field, flag) of every option, in command-line order."""
         for attribute, kind in _GROUPS:
             for field in dataclasses.fields(kind):

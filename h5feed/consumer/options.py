@@ -23,10 +23,11 @@ from collections.abc import Mapping
 from typing import Any, TypeAlias
 
 from h5feed.common import layouts
-from h5feed.common.config import CLIP_STARTS, ClipSpec, default_cache_dir
+from h5feed.common.config import CLIP_STARTS, ClipSpec
 from h5feed.common.elements.batch_keys import VALID_KEY
 from h5feed.common.layouts import LayoutSpec
 from h5feed.common.protocol.messages import ON_ERROR_CHOICES
+from h5feed.common.system.cache_dir import default_cache_dir
 from h5feed.consumer.config.groups import FeedOptions
 from h5feed.consumer.plan.epoch_plan import EpochPlan, Index, epoch_length_of
 from h5feed.consumer.plan.rest import Rest

@@ -55,7 +55,8 @@ def test_a_rollout_adds_a_pod_before_it_stops_one_and_gives_it_its_stop_wait() -
     counts once ready for ``minReadySeconds`` (at least the image's health start period, so a
     producer refused by the trainer, which exits within seconds, never replaces a working
     one); the grace period covers the producer's stop wait and its exit."""
-    from h5feed.common.config import DEFAULT_STOP_WAIT_S, STOP_EXIT_MARGIN_S
+    from h5feed.common.worker_settings import DEFAULT_STOP_WAIT_S
+    from h5feed.producer.service.server import STOP_EXIT_MARGIN_S
 
     (deployment,) = documents(DEPLOYMENT)
     spec = deployment["spec"]

@@ -99,7 +99,8 @@ def test_the_stack_updates_one_task_at_a_time_and_rolls_a_failed_update_back() -
     (a producer the trainer refuses exits with status 2 within seconds:
     ``tests/system/test_stopping.py::test_a_refused_producer_service_exits_with_status_2_at_once``)
     rolls the service back; the grace period covers the producer's stop wait."""
-    from h5feed.common.config import DEFAULT_STOP_WAIT_S, STOP_EXIT_MARGIN_S
+    from h5feed.common.worker_settings import DEFAULT_STOP_WAIT_S
+    from h5feed.producer.service.server import STOP_EXIT_MARGIN_S
 
     producer = load_yaml(STACK_FILE)["services"]["producer"]
     deploy = producer["deploy"]

@@ -195,9 +195,8 @@ def test_the_stop_wait_is_an_option_of_the_service_and_its_workers(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from h5feed.cli import build_parser
-    from h5feed.common.config import DEFAULT_STOP_WAIT_S
-    from h5feed.common.worker_settings import WorkerSettings
-    from h5feed.producer.service.server import worker_settings
+    from h5feed.common.worker_settings import DEFAULT_STOP_WAIT_S, WorkerSettings
+    from h5feed.producer.service.server import service_worker
 
     monkeypatch.setenv("H5FEED_CONNECT", "tcp://127.0.0.1:5555")
     assert build_parser().parse_args(["produce"]).stop_wait_s is None  # the default: 20 s
@@ -210,10 +209,10 @@ def test_the_stop_wait_is_an_option_of_the_service_and_its_workers(
             build_parser().parse_args(["produce"])
         assert "--stop-wait-s" in capsys.readouterr().err
     # The service's workers get it on their command line (the default is left off).
-    command = worker_settings("ipc:///x", "w", None, stop_wait_s=7.5).command()
+    command = service_worker("ipc:///x", "w", stop_wait_s=7.5).command()
     argv = command[command.index("--connect") :]
     assert WorkerSettings.from_argv(argv).process.stop_wait_s == 7.5
-    default = worker_settings("ipc:///x", "w", None).command()
+    default = service_worker("ipc:///x", "w").command()
     assert "--stop-wait-s" not in default and DEFAULT_STOP_WAIT_S == 20.0
 
 

@@ -27,7 +27,7 @@ from h5feed.common.config import ClipSpec
 from h5feed.common.protocol import messages
 from h5feed.common.protocol.messages import FileRef
 from h5feed.consumer.options import LayoutArgs
-from h5feed.producer.service.server import worker_settings
+from h5feed.producer.service.server import service_worker
 from h5feed.producer.worker.code_policy import CodePolicy, CodeRefused, split_patterns
 from h5feed.producer.worker.lifetime import drop_working_directory
 
@@ -113,9 +113,10 @@ def test_the_policy_object() -> None:
         wide.check("mypkg..data:load")
     # H5FEED_ALLOW_CODE: never split at the ':' of a pattern (that would allow '*')
     assert split_patterns("mypkg.data:*, other:fn,") == ["mypkg.data:*", "other:fn"]
-    command = worker_settings("ipc:///x", "w", "/data", allow_code=["a:*", "b:f"]).command()
+    allowing = service_worker("ipc:///x", "w", data_root="/data", allow_code=["a:*", "b:f"])
+    command = allowing.command()
     assert command[-4:] == ["--allow-code", "a:*", "--allow-code", "b:f"]
-    assert "--allow-code" not in worker_settings("ipc:///x", "w", "/data").command()
+    assert "--allow-code" not in service_worker("ipc:///x", "w", data_root="/data").command()
 
 
 # -- the data root --------------------------------------------------------------------------
@@ -205,4 +206,4 @@ def test_drop_working_directory_removes_only_what_python_m_put_first(
         assert drop_working_directory() is True
         assert sys.path == ["/site", str(tmp_path)]  # one given on PYTHONPATH stays
         assert drop_working_directory() is False
-    assert worker_settings("ipc:///x", "w", None).command()[1:3] == ["-P", "-m"]
+    assert service_worker("ipc:///x", "w").command()[1:3] == ["-P", "-m"]

@@ -28,11 +28,18 @@ from rogue_workers import Rogue, rogue_worker
 
 import h5feed
 from h5feed.common import layouts
-from h5feed.common.config import PRODUCER_MAX_CLIP_PIXELS, PRODUCER_MAX_FRAME_PIXELS, ClipSpec
+from h5feed.common.config import ClipSpec
 from h5feed.common.errors import DataError, FileReadError
 from h5feed.common.protocol import messages
 from h5feed.common.protocol.messages import FileRef
-from h5feed.common.worker_settings import Data, Network, Process, WorkerSettings
+from h5feed.common.worker_settings import (
+    PRODUCER_MAX_CLIP_PIXELS,
+    PRODUCER_MAX_FRAME_PIXELS,
+    Data,
+    Network,
+    Process,
+    WorkerSettings,
+)
 from h5feed.producer.files import dataset_checks, link_walk
 from h5feed.producer.files.read_limits import DatasetBounds, LimitRefused, ProducerLimits
 from h5feed.producer.layouts import open_reader, pack_index

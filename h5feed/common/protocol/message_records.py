@@ -1,8 +1,9 @@
-"""The records and bounds inside h5feed's messages: small ``NamedTuple``\\ s that msgpack
-writes as the plain arrays the wire format describes, with no conversion per row (a UNIT's
-:class:`Row`, a DATA's :class:`SkippedRow`, an INDEX's :class:`VideoEntry`, ...), and the
-limits the message classes of :mod:`h5feed.common.protocol.message_types` put on their fields. Each
-record's annotations are its wire schema too (:mod:`h5feed.common.protocol.message_schema`)."""
+"""The records inside messages, and the bounds of their fields: small ``NamedTuple``\\ s
+that msgpack writes as the plain arrays the wire format describes, with no conversion per row
+(a UNIT's :class:`Row`, a DATA's :class:`SkippedRow`, an INDEX's :class:`VideoEntry`, ...),
+the limits the message classes of :mod:`h5feed.common.protocol.message_types` put on their
+fields, and :func:`cut`, how a sender fits its own text to them. Each record's annotations
+are its wire schema too (:mod:`h5feed.common.protocol.message_schema`)."""
 
 from __future__ import annotations
 
@@ -42,6 +43,17 @@ MAX_DIGEST_BYTES: Final = 64
 MAX_CODE_IDENTITIES: Final = 4
 #: The most busy seconds a DATA part may say it took (a day: far past any unit_timeout_s).
 MAX_BUSY_S: Final = 86400.0
+
+
+def cut(text: str, most: int, *, tail: bool = False) -> str:
+    """``text`` if it has at most ``most`` characters, else ``most`` of them saying how many
+    were cut (its start, or with ``tail`` its end): what a sender does with its own text
+    before a field's bound, never what a receiver does with a peer's."""
+    if len(text) <= most:
+        return text
+    keep = most - len(f" [{len(text)} characters cut] ")  # the count has no more digits
+    mark = f" [{len(text) - keep} characters cut] "
+    return mark + text[-keep:] if tail else text[:keep] + mark
 
 
 class CodeIdentity(NamedTuple):

@@ -1,15 +1,17 @@
-"""Every h5feed message as a typed, frozen value: one dataclass per kind, and its wire schema.
+"""The message types of a job: one frozen dataclass per kind (JOB, INDEX, INDEX_BATCH, UNIT,
+SOURCE, SOURCE_INFO, ITEMS, PULL, CHECK, DATA, ERROR), and every kind's wire schema, derived.
 
-Each message's fields are written once, here: :mod:`h5feed.common.protocol.message_schema` derives
-from their annotations what the header holds (``wire.SCHEMAS``, checked by ``wire`` on both
-sides) and how :func:`h5feed.common.protocol.messages.parse` builds the message from it, every
-nested
-value checked before anything trusts it: a UNIT row has 8 fields of fixed types, an INDEX
-video 3, a slot reference 4; bounds ride on the annotations (``Min``, ``MaxLen``, ``OneOf``)
-and a rule across fields is the message's ``validate()``. The small records inside them
-(:class:`~h5feed.common.protocol.message_records.Row`, ``SlotRef``, ``FileRef``, ``VideoEntry``,
-...)
-and the bounds they share are in :mod:`h5feed.common.protocol.message_records`.
+Each message's fields are written once, here (the connection's own messages, HELLO, BYE,
+PING, ATTACH and ATTACHED, in :mod:`h5feed.common.protocol.control_types`):
+:mod:`h5feed.common.protocol.message_schema` derives from their annotations what the header
+holds (``wire.SCHEMAS``, checked by ``wire`` on both sides) and how
+:func:`h5feed.common.protocol.messages.parse` builds the message from it, every nested value
+checked before anything trusts it: a UNIT row has 8 fields of fixed types, an INDEX video 3,
+a slot reference 4; bounds ride on the annotations (``Min``, ``MaxLen``, ``OneOf``) and a
+rule across fields is the message's ``validate()``. The small records inside them
+(:class:`~h5feed.common.protocol.message_records.Row`, ``SlotRef``, ``FileRef``,
+``VideoEntry``, ...) and the bounds they share are in
+:mod:`h5feed.common.protocol.message_records`.
 
 This module imports neither ``wire`` nor ``messages``: they import it (``wire`` for the
 schemas it checks, ``messages`` for the codec), so the layering runs one way. Code imports
@@ -20,7 +22,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import re
 import traceback
 from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, ClassVar, Final
@@ -28,20 +29,26 @@ from typing import Annotated, Any, ClassVar, Final
 import numpy as np
 
 from h5feed.common.errors import DataError, FileReadError, ProtocolError
+from h5feed.common.protocol.control_types import (
+    MAX_PORT,
+    REFUSED,
+    TRAINER_NAME,
+    Attach,
+    Attached,
+    Bye,
+    Hello,
+    Ping,
+)
 from h5feed.common.protocol.message_records import (
     MAX_BUSY_S,
     MAX_CHECKS,
     MAX_CODE_IDENTITIES,
-    MAX_HOST,
     MAX_JOB_ID,
     MAX_MESSAGE,
     MAX_NAME,
-    MAX_NONCE,
-    MAX_PACKAGE,
     MAX_PATH,
     MAX_SYS_PATH,
     MAX_TRACEBACK,
-    MAX_WORKER_NAME,
     ON_ERROR_CHOICES,
     CodeIdentity,
     FileRef,
@@ -50,6 +57,7 @@ from h5feed.common.protocol.message_records import (
     SkippedRow,
     SlotRef,
     VideoEntry,
+    cut,
 )
 from h5feed.common.protocol.message_schema import (
     EachLen,
@@ -63,46 +71,16 @@ from h5feed.common.protocol.message_schema import (
 )
 from h5feed.common.protocol.versions import OLDEST_VERSION, PROTOCOL_VERSION
 
-#: Start of a BYE reason that refuses a peer (e.g. another protocol version): do not retry.
-REFUSED: Final = "refused:"
+# The connection's own messages (control_types) are listed with a job's: their names were
+# imported from here before they had a module of their own, and still are.
+__all__ = [
+    "CLASSES", "MAX_PORT", "REFUSED", "SCHEMAS", "SCHEMAS_BY_VERSION", "TRAINER_NAME",
+    "Attach", "Attached", "Bye", "Check", "Data", "Error", "Hello", "Index", "IndexBatch",
+    "Items", "Job", "JobId", "Ping", "Pull", "Source", "SourceInfo", "Unit", "cut",
+]  # fmt: skip
 
 #: A job id, as every message of a job names it.
 JobId = Annotated[str, MaxLen(MAX_JOB_ID)]
-
-
-def cut(text: str, most: int, *, tail: bool = False) -> str:
-    """``text`` if it has at most ``most`` characters, else ``most`` of them saying how many
-    were cut (its start, or with ``tail`` its end): what a sender does with its own text
-    before a field's bound, never what a receiver does with a peer's."""
-    if len(text) <= most:
-        return text
-    keep = most - len(f" [{len(text)} characters cut] ")  # the count has no more digits
-    mark = f" [{len(text) - keep} characters cut] "
-    return mark + text[-keep:] if tail else text[:keep] + mark
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Hello:
-    KIND: ClassVar[str] = "hello"
-    worker: Annotated[str, MaxLen(MAX_WORKER_NAME)]
-    pid: int
-    host: Annotated[str, MaxLen(MAX_HOST)]
-    package: Annotated[str, MaxLen(MAX_PACKAGE)]
-    #: Random, fixed for the life of one worker process: a HELLO under a known identity with
-    #: another nonce is a new process (a restarted worker), never the same one speaking again.
-    nonce: Annotated[str, MaxLen(MAX_NONCE)]
-    #: [lowest, highest] protocol version the worker speaks ((): only the HELLO's own); in
-    #: version 5 said in ``package`` instead (h5feed.common.protocol.versions).
-    protocols: Annotated[tuple[int, ...], Since(6), MaxLen(2)] = ()
-    #: What a clip is to this worker (h5feed.common.config.CLIP_SEMANTICS).
-    clip_semantics: Annotated[int, Since(6), Min(1)] = 1
-
-    def validate(self) -> None:
-        said = self.protocols
-        if said and not (len(said) == 2 and 0 < said[0] <= said[-1]):
-            raise ProtocolError(
-                f"HELLO protocols must be [lowest, highest], got {list(self.protocols)}"
-            )
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -324,21 +302,6 @@ class Error:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class Bye:
-    KIND: ClassVar[str] = "bye"
-    reason: Annotated[str, MaxLen(MAX_MESSAGE)]
-
-    @classmethod
-    def refusing(cls, why: str) -> Bye:
-        """A BYE that refuses a peer (another protocol version, say): it must not retry."""
-        return cls(cut(f"{REFUSED} {why}", MAX_MESSAGE))
-
-    @property
-    def refused(self) -> bool:
-        return self.reason.startswith(REFUSED)
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
 class Source:
     KIND: ClassVar[str] = "source"
     job: JobId
@@ -376,59 +339,6 @@ class Check:
     KIND: ClassVar[str] = "check"
     job: JobId
     epoch: int
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Ping:
-    """The consumer's liveness probe of a worker holding units (see
-    h5feed.common.protocol.liveness): the worker ignores it; the consumer learns from whether the
-    send succeeds, i.e. whether ZeroMQ's heartbeats still hold the connection."""
-
-    KIND: ClassVar[str] = "ping"
-
-
-#: Characters of a trainer's name in an ATTACH: a metrics label and a worker-name part.
-TRAINER_NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
-#: The largest TCP port.
-MAX_PORT: Final = 65535
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Attach:
-    """Trainer -> a shared fleet's front (``h5feed produce --listen``): serve me, with my
-    producers connecting to ``port`` at the address this message came from (never another
-    host: the front reads the address from the connection, not from the message). Said again
-    every :data:`h5feed.consumer.processes.fleet_announcer.ATTACH_EVERY_S`; a front that hears none
-    for its
-    ``--attach-timeout-s`` stops that trainer's workers."""
-
-    KIND: ClassVar[str] = "attach"
-    SINCE: ClassVar[int] = 6
-    #: The trainer's ``listen=`` port.
-    port: int
-    #: A name for the fleet's figures and its workers' names (:data:`TRAINER_NAME`).
-    trainer: Annotated[str, MaxLen(64)]
-
-    def validate(self) -> None:
-        if not 1 <= self.port <= MAX_PORT:
-            raise ProtocolError(f"ATTACH port must be in [1, {MAX_PORT}], got {self.port}")
-        if not TRAINER_NAME.fullmatch(self.trainer):
-            raise ProtocolError(
-                f"ATTACH trainer name {self.trainer!r} must match {TRAINER_NAME.pattern}"
-            )
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Attached:
-    """A shared fleet's front -> trainer: this replica serves you with ``workers`` worker
-    processes, and ``trainers`` trainers in all (you among them); a refusal is a BYE
-    (:meth:`Bye.refusing`) naming the limit."""
-
-    KIND: ClassVar[str] = "attached"
-    SINCE: ClassVar[int] = 6
-    replica: Annotated[str, MaxLen(256)]
-    workers: Annotated[int, Min(0)]
-    trainers: Annotated[int, Min(1)]
 
 
 #: The message classes, in the order of the kinds table (h5feed.common.protocol.messages).

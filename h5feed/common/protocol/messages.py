@@ -1,14 +1,16 @@
-"""Every h5feed message as a typed, frozen value, and its codec: what code sends and receives.
+"""The codec, and the protocol's one entrance: a typed message in, its frames out, and back.
 
-:mod:`h5feed.common.protocol.wire` owns the framing (magic, version, header, raw array frames) and
-the
-strict, field-level check of each kind's header (``wire.SCHEMAS``). This module is the layer
+:mod:`h5feed.common.protocol.wire` owns the frames (magic, version, header, raw array
+frames) and the strict, field-level check of each kind's header (``wire.SCHEMAS``). This
+module is the layer
 above it that code uses: a sender builds a message with its constructor (mypy checks every
 field) and calls :func:`encode`; a receiver calls :func:`decode` and dispatches with
 ``match``. Nothing outside this module and ``wire`` builds or reads a header dict.
 
-The classes are written once, in :mod:`h5feed.common.protocol.message_types` and
-:mod:`h5feed.common.protocol.message_records` (both re-exported here): their
+The classes are written once, in :mod:`h5feed.common.protocol.message_types` (a job's),
+:mod:`h5feed.common.protocol.control_types` (the connection's) and
+:mod:`h5feed.common.protocol.message_records` (the records inside them; all re-exported
+here): their
 fields' annotations are the wire schema, so :func:`encode` writes and :func:`parse` builds
 each message from that one schema (:mod:`h5feed.common.protocol.message_schema`), every nested value
 checked on decode before anything trusts it; a bad one raises :class:`ProtocolError`, like

@@ -1,4 +1,5 @@
-"""The h5feed wire format: one msgpack header frame, then one raw frame per array.
+"""The frames: how one message lies on the socket (a msgpack header frame, then one raw frame
+per array), and the strict check of both on decode.
 
 Every message is a multipart ZeroMQ message (a ROUTER socket adds its routing frame in front;
 that frame is the transport's, not part of this format)::
@@ -46,6 +47,9 @@ import numpy as np
 
 from h5feed.common.errors import ProtocolError, VersionMismatchError
 from h5feed.common.protocol import message_types as typed
+from h5feed.common.protocol.frame_cap import (  # re-exported: its documented home
+    DEFAULT_MAX_MESSAGE_BYTES as DEFAULT_MAX_MESSAGE_BYTES,
+)
 from h5feed.common.protocol.versions import PROTOCOL_VERSION, SPOKEN, VersionRange
 
 MAGIC: Final = "h5feed"
@@ -109,14 +113,6 @@ ALLOWED_DTYPES: Final = frozenset(
         "float64",
     )
 )
-
-
-#: Default cap on one ZeroMQ frame (``ZMQ_MAXMSGSIZE``), set on every socket before it binds or
-#: connects. The largest legal frame is one DATA array: a unit's rows of clips, rows x T x H x
-#: W x 3 bytes; 1 GiB holds 8 clips of 16 full-HD (1080 x 1920) frames (796 MB), so the
-#: default batch of full-size frames fits. libzmq reads a frame's declared size first and
-#: disconnects a peer that declares more, before it buffers a byte of it.
-DEFAULT_MAX_MESSAGE_BYTES: Final = 1 << 30
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

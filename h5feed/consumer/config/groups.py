@@ -13,13 +13,13 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from h5feed.common.config import DEFAULT_MAX_OPEN_FILES
 from h5feed.common.metrics_http import metrics_address
 from h5feed.common.protocol.wire import DEFAULT_LIMITS, DEFAULT_MAX_MESSAGE_BYTES
 from h5feed.common.system.cpus import available_cpus
 from h5feed.common.trust.curve import check_secret_mode
 from h5feed.common.trust.exposure import check_listen, is_local_address
 from h5feed.common.user_code import trainer_main
+from h5feed.common.worker_settings import DEFAULT_MAX_OPEN_FILES
 from h5feed.consumer.config.endpoints import parse_endpoint
 from h5feed.consumer.plan.epoch_plan import PlanOptions
 

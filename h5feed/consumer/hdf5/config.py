@@ -8,8 +8,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from h5feed.common.config import ClipSpec, default_cache_dir
+from h5feed.common.config import ClipSpec
 from h5feed.common.file_labels import directory_labels
+from h5feed.common.system.cache_dir import default_cache_dir
 from h5feed.consumer.config.groups import FeedOptions, check_main_path, field_names, taken
 from h5feed.consumer.hdf5.files import resolve_files
 from h5feed.consumer.options import DataOptions, HdfConfig, LayoutArgs

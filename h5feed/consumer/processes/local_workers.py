@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import dataclasses
 import os
 import pathlib
 import shutil
@@ -45,10 +46,9 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from typing import Any
 
-from h5feed.common.config import DEFAULT_MAX_OPEN_FILES
 from h5feed.common.errors import WorkerDiedError, WorkerTimeoutError
-from h5feed.common.protocol.wire import DEFAULT_MAX_MESSAGE_BYTES
 from h5feed.common.trust.curve import (
     CURVE_ENV_PUBLIC,
     CURVE_ENV_SECRET,
@@ -57,7 +57,7 @@ from h5feed.common.trust.curve import (
 )
 from h5feed.common.user_code import trainer_main
 from h5feed.common.worker_counters import COUNTERS, read_counters
-from h5feed.common.worker_settings import Code, Data, Network, Process, WorkerSettings
+from h5feed.common.worker_settings import WorkerSettings
 from h5feed.consumer.processes.spawner import spawn
 
 _PACKAGE_PARENT = str(pathlib.Path(__file__).resolve().parents[2])
@@ -67,29 +67,37 @@ _KILL_WAIT_S = 1.0
 RESTART_WINDOW_S = 60.0
 
 
+def local_worker(address: str, prefix: str, **values: Any) -> WorkerSettings:
+    """The template of a trainer's own workers: ``values`` by field name of
+    :class:`~h5feed.common.worker_settings.WorkerSettings` (the rest their defaults), children
+    of this process that run the code the trainer names, found where the trainer finds it
+    (``trust_code``: no ``-P``). ``address``: where they connect; ``prefix``: their names'
+    (each worker is ``prefix-i``: :class:`LocalWorkers`)."""
+    trainer = {"connect": address, "worker_id": prefix, "parent_pid": os.getpid()}
+    return WorkerSettings.from_values({"trust_code": True, **values, **trainer})
+
+
 class LocalWorkers:
-    """A set of local worker processes connected to ``address``."""
+    """A set of local worker processes, all started with one template of settings."""
 
     def __init__(
         self,
         count: int,
-        address: str,
-        prefix: str,
+        settings: WorkerSettings,
         keys: KeyPair | None = None,
         server_public: bytes | None = None,
-        data_root: str | None = None,
-        max_message_bytes: int | None = None,
-        max_open_files: int | None = None,
         max_restarts: int = 3,
-        persistent: bool = False,
         reserve: int = 0,
     ) -> None:
-        """``reserve``: names for this many workers in all (``workers="auto"``: those it may
-        :meth:`grow` to); ``max_open_files``: HDF5 files each worker keeps open at once (None: the
-        worker's default); ``max_restarts``: see :meth:`replace`. ``persistent``: a BYE ends a
-        worker's job, not the worker (it waits for the next one, keeping its indexes: see
-        :mod:`h5feed.consumer.processes.worker_pool`); :meth:`stop` still ends it (SIGTERM after
-        ``grace_s``)."""
+        """``settings``: every worker's (:func:`local_worker`), but for its name: its
+        ``worker_id`` is the names' prefix, and each worker gets its own stats file.
+        ``reserve``: names for this many workers in all (``workers="auto"``: those it may
+        :meth:`grow` to); ``max_restarts``: see :meth:`replace`. A persistent template
+        (``settings.process.persistent``): a BYE ends a worker's job, not the worker (it waits
+        for the next one, keeping its indexes: see
+        :mod:`h5feed.consumer.processes.worker_pool`); :meth:`stop` still ends it (SIGTERM
+        after ``grace_s``). ``keys``, ``server_public``: this iteration's CURVE keys, given
+        to the workers in their environment."""
         env = dict(os.environ)
         if keys is not None and server_public is not None:  # CURVE: this iteration's own keys
             env[CURVE_ENV_PUBLIC] = keys.public.decode()
@@ -108,6 +116,7 @@ class LocalWorkers:
             env.pop(trainer_main.MAIN_ENV, None)
         # Every name a worker of this set may have: the running ones are the first
         # len(processes) (grow starts the next, retire ends the last).
+        prefix = settings.process.worker_id
         self.names = [f"{prefix}-{i}" for i in range(max(count, reserve))]
         # Each worker writes its counters here (--stats-file): stats() reads slots_refused.
         self._stats_dir = tempfile.mkdtemp(prefix="h5feed-workers-")
@@ -122,17 +131,7 @@ class LocalWorkers:
         self._delivered: set[int] = set()  # pids that returned a DATA part
         self.retired: set[int] = set()  # pids replaced: whatever they said is stale
         self._leaving: list[subprocess.Popen[bytes]] = []  # retired by retire(), not reaped
-        self._network = Network(
-            address,
-            max_message_bytes=DEFAULT_MAX_MESSAGE_BYTES
-            if max_message_bytes is None
-            else max_message_bytes,
-        )
-        self._data = Data(
-            data_root,
-            max_open_files=DEFAULT_MAX_OPEN_FILES if max_open_files is None else max_open_files,
-        )
-        self._persistent = persistent
+        self._settings = settings
         try:
             for name in self.names[:count]:
                 self._start(name)
@@ -142,17 +141,11 @@ class LocalWorkers:
 
     def _start(self, name: str) -> None:
         """Start worker ``name``, the next of :attr:`names` (the running ones come first)."""
-        settings = WorkerSettings(
-            self._network,
-            Process(
-                name, os.getpid(), persistent=self._persistent, stats_file=self._stats_file(name)
-            ),
-            self._data,
-            # the trainer's own workers run what the trainer names, found where the
-            # trainer finds it (no -P)
-            Code(trust_code=True),
+        template = self._settings
+        process = dataclasses.replace(
+            template.process, worker_id=name, stats_file=self._stats_file(name)
         )
-        command = settings.command()
+        command = dataclasses.replace(template, process=process).command()
         self._commands.append(command)
         self.processes.append(spawn(command, self._env))
 

@@ -61,7 +61,7 @@ from h5feed.consumer.core.router import Router
 from h5feed.consumer.core.session import describe_exit
 from h5feed.consumer.core.waker import Waker
 from h5feed.consumer.processes.fleet_announcer import Announcer
-from h5feed.consumer.processes.local_workers import LocalWorkers
+from h5feed.consumer.processes.local_workers import LocalWorkers, local_worker
 
 _log = with_ids(logging.getLogger("h5feed.consumer"), "consumer")
 #: How long an iteration's own workers get to leave after the loop's BYE before SIGTERM.
@@ -107,17 +107,20 @@ class WorkerPool:
             self.announcer = announce(options, self.router.last_endpoint) if listen else None
             if self.announcer is not None:
                 undo.callback(self.announcer.close)
-            self.workers = LocalWorkers(
-                options.processes.start_workers,
+            settings = local_worker(
                 self.address,
-                prefix=f"{prefix}{uuid.uuid4().hex[:6]}",
-                keys=self.router.local_keys,
-                server_public=self.router.server_public,
+                f"{prefix}{uuid.uuid4().hex[:6]}",
                 data_root=data_root,
                 max_message_bytes=options.network.max_message_bytes,
                 max_open_files=options.processes.max_open_files,
-                max_restarts=options.processes.max_restarts,
                 persistent=persistent,
+            )
+            self.workers = LocalWorkers(
+                options.processes.start_workers,
+                settings,
+                keys=self.router.local_keys,
+                server_public=self.router.server_public,
+                max_restarts=options.processes.max_restarts,
                 # "auto": names for every worker it may grow to (the session knows its
                 # local workers by name)
                 reserve=available_cpus() if options.processes.auto else 0,

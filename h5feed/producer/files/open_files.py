@@ -41,9 +41,9 @@ import socket
 import stat
 
 from h5feed.common import object_urls
-from h5feed.common.config import DEFAULT_MAX_OPEN_FILES
 from h5feed.common.errors import FileReadError
 from h5feed.common.layouts import LayoutSpec
+from h5feed.common.worker_settings import DEFAULT_MAX_OPEN_FILES
 from h5feed.producer.files.read_limits import DEFAULT_BOUNDS, DatasetBounds
 from h5feed.producer.layouts import LayoutReader, open_reader
 

@@ -41,14 +41,14 @@ import math
 
 import h5py
 
-from h5feed.common.config import (
+from h5feed.common.config import ClipSpec
+from h5feed.common.errors import DataError, H5FeedError
+from h5feed.common.worker_settings import (
     DEFAULT_MAX_CHUNK_BYTES,
     PRODUCER_MAX_CLIP_PIXELS,
     PRODUCER_MAX_FRAME_PIXELS,
-    ClipSpec,
+    Data,
 )
-from h5feed.common.errors import DataError, H5FeedError
-from h5feed.common.worker_settings import Data
 
 __all__ = [
     "DEFAULT_BOUNDS",

@@ -8,21 +8,21 @@ import argparse
 import logging
 import os
 import sys
+from typing import Any
 
 from h5feed.common.cli_args import Subcommand, non_negative_int, positive_int, positive_seconds
-from h5feed.common.config import (
-    DEFAULT_ATTACH_TIMEOUT_S,
-    DEFAULT_MAX_CHUNK_BYTES,
-    DEFAULT_MAX_OPEN_FILES,
-    DEFAULT_MAX_TRAINERS,
-    DEFAULT_STOP_WAIT_S,
-    PRODUCER_MAX_CLIP_PIXELS,
-    PRODUCER_MAX_FRAME_PIXELS,
-)
+from h5feed.common.worker_settings import WorkerSettings  # a cheap import (no codec)
 from h5feed.producer.service.restarts import DEFAULT_MAX_RESTARTS  # a cheap import too
-from h5feed.producer.worker.code_policy import ALLOW_CODE_ENV as _ALLOW_CODE_ENV  # a cheap import
 
-#: (flag, environment variable, metavar, help) of `h5feed produce`.
+#: A shared fleet's replica (``h5feed produce --listen``): trainers served at once
+#: (``--max-trainers``); each has ``--workers`` processes of its own.
+DEFAULT_MAX_TRAINERS = 8
+#: ... and how long a trainer may go without saying ATTACH (it says it every second) before
+#: its workers are stopped (``--attach-timeout-s``).
+DEFAULT_ATTACH_TIMEOUT_S = 10.0
+
+#: (flag, environment variable, metavar, help) of `h5feed produce`'s own options; the workers'
+#: options it offers follow from their fields (``Offered`` in h5feed/common/worker_settings.py).
 _PRODUCE_OPTIONS = (
     ("--connect", "H5FEED_CONNECT", "ADDR", "the trainer's address, e.g. tcp://trainer-host:5555"),
     (
@@ -32,7 +32,6 @@ _PRODUCE_OPTIONS = (
         "instead of --connect: a shared fleet's replica, serving every trainer that attaches "
         "here (h5feed.dataset(..., fleet=...)), e.g. tcp://*:5556",
     ),
-    ("--data-root", "H5FEED_DATA_ROOT", "DIR", "the job's relative file paths resolve under this"),
     (
         "--workers",
         "H5FEED_WORKERS",
@@ -74,12 +73,6 @@ _PRODUCE_OPTIONS = (
         "(0.0.0.0:9100: every interface, for a Prometheus on another host)",
     ),
     (
-        "--max-message-bytes",
-        "H5FEED_MAX_MESSAGE_BYTES",
-        "BYTES",
-        "the largest frame the workers take from the trainer (ZMQ_MAXMSGSIZE; default 1 GiB)",
-    ),
-    (
         "--max-restarts",
         "H5FEED_MAX_RESTARTS",
         "N",
@@ -87,54 +80,9 @@ _PRODUCE_OPTIONS = (
         "doubling to 60 s); past N such deaths of one worker a minute, h5feed health reports "
         "a crash loop (default 3)",
     ),
-    (
-        "--max-open-files",
-        "H5FEED_MAX_OPEN_FILES",
-        "N",
-        f"HDF5 files each worker keeps open at once, least recently used closed first "
-        f"(default {DEFAULT_MAX_OPEN_FILES})",
-    ),
-    (
-        "--max-frame-pixels",
-        "H5FEED_MAX_FRAME_PIXELS",
-        "N",
-        "cap on a stored frame's height x width; a trainer's max_frame_pixels is lowered to "
-        f"it, never raised (default {PRODUCER_MAX_FRAME_PIXELS})",
-    ),
-    (
-        "--max-clip-pixels",
-        "H5FEED_MAX_CLIP_PIXELS",
-        "N",
-        "cap on a clip's output pixels (clip_len x height x width); a job asking more is "
-        f"refused (default {PRODUCER_MAX_CLIP_PIXELS}: 16 frames of 4K UHD)",
-    ),
-    (
-        "--max-chunk-bytes",
-        "H5FEED_MAX_CHUNK_BYTES",
-        "BYTES",
-        "cap on an HDF5 chunk's uncompressed bytes beyond one frame, checked before reading "
-        f"(default {DEFAULT_MAX_CHUNK_BYTES})",
-    ),
-    (
-        "--stop-wait-s",
-        "H5FEED_STOP_WAIT_S",
-        "SECONDS",
-        "on SIGTERM, how long each worker may take to finish and send the unit in hand (the "
-        "units it did not start go back to the trainer at once); a worker still working "
-        f"then is killed (default {DEFAULT_STOP_WAIT_S:g}; a container's grace period must "
-        "be at least this plus 5 s)",
-    ),
 )
 #: The options of `h5feed produce` that take a positive integer.
-_INT_OPTIONS = (
-    "--workers",
-    "--max-trainers",
-    "--max-message-bytes",
-    "--max-open-files",
-    "--max-frame-pixels",
-    "--max-clip-pixels",
-    "--max-chunk-bytes",
-)
+_INT_OPTIONS = ("--workers", "--max-trainers")
 #: Values of $H5FEED_INSECURE (case aside); anything else is refused, naming the variable.
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 #: Exit status of a refused configuration (an exposed --connect without keys), as argparse's.
@@ -189,30 +137,22 @@ def register(subcommand: Subcommand) -> None:
             else non_negative_int
             if flag == "--max-restarts"
             else positive_seconds
-            if flag in ("--stop-wait-s", "--attach-timeout-s")
+            if flag == "--attach-timeout-s"
             else str,
             metavar=metavar,
             help=f"{text} (env {variable})",
         )
+    repeated_env = _add_worker_options(produce, env)
     produce.add_argument(
         "--insecure",
         action="store_true",
         help="allow a --connect address beyond this host without CURVE keys: whoever answers "
         "there sends this producer its jobs (env H5FEED_INSECURE=1)",
     )
-    produce.add_argument(
-        "--allow-code",
-        action="append",
-        default=None,
-        metavar="PATTERN",
-        help="import user code (source=, transform=) only at import paths 'module:name' "
-        "matching this fnmatch pattern, e.g. 'mypkg.data:*' (repeatable; default: none; "
-        f"env {_ALLOW_CODE_ENV}, comma-separated)",
-    )
     produce.set_defaults(
         handler=_cmd_produce,
         insecure_env=env.get("H5FEED_INSECURE"),
-        allow_code_env=env.get(_ALLOW_CODE_ENV),
+        repeated_env=repeated_env,
     )
 
     keys = subcommand(
@@ -245,6 +185,53 @@ def register(subcommand: Subcommand) -> None:
         help="seconds after which the file is stale (default: %(default)s)",
     )  # fmt: skip
     health.set_defaults(handler=_cmd_health)
+
+
+def _env_variable(flag: str) -> str:
+    """A flag's environment variable: ``--max-open-files`` is ``H5FEED_MAX_OPEN_FILES``."""
+    return "H5FEED_" + flag.removeprefix("--").upper().replace("-", "_")
+
+
+def _add_worker_options(parser: argparse.ArgumentParser, env: dict[str, str]) -> dict[str, str]:
+    """The workers' options `h5feed produce` offers, each from its field (flag, type, help,
+    the service's default); returns the environment's values of the repeated ones, by field
+    name (comma-separated: split when the flag is not given)."""
+    repeated_env = {}
+    for name, spec, offer, default in WorkerSettings.offered():
+        variable = _env_variable(spec.flag)
+        text = offer.help.format(default=default, env=variable)
+        if "{env}" not in offer.help:
+            text = f"{text} (env {variable})"
+        metavar = offer.metavar
+        if spec.kind == "repeated":
+            parser.add_argument(
+                spec.flag, action="append", default=None, metavar=metavar, help=text
+            )
+            if variable in env:
+                repeated_env[name] = env[variable]
+        else:
+            parser.add_argument(
+                spec.flag,
+                default=env.get(variable),
+                type=offer.parse or spec.parse,
+                metavar=metavar,
+                help=text,
+            )
+    return repeated_env
+
+
+def _worker_values(args: argparse.Namespace) -> dict[str, Any]:
+    """The workers' options by field name: the flag's, else the environment's, else the
+    service's default."""
+    from h5feed.producer.worker.code_policy import split_patterns
+
+    values = {}
+    for name, spec, _offer, default in WorkerSettings.offered():
+        value = getattr(args, name)
+        if spec.kind == "repeated":  # the flags replace the variable, as for any option
+            value = tuple(value or split_patterns(args.repeated_env.get(name)))
+        values[name] = default if value is None else value
+    return values
 
 
 def _cmd_produce(args: argparse.Namespace) -> int:
@@ -304,32 +291,24 @@ def _cmd_produce(args: argparse.Namespace) -> int:
         from h5feed.common.metrics_http import address_from_env
 
         metrics = address_from_env({"H5FEED_METRICS_PORT": args.metrics_port})
-    from h5feed.producer.worker.code_policy import policy_of, split_patterns
-
-    # The flags replace the environment variable (as for every other option).
-    allow_code = args.allow_code if args.allow_code else split_patterns(args.allow_code_env)
-    policy_of(allow_code)  # ValueError for an empty pattern, before any worker starts
-    from h5feed.producer.files.read_limits import ProducerLimits
-
-    limits = ProducerLimits(
-        _int_or(args.max_frame_pixels, PRODUCER_MAX_FRAME_PIXELS),
-        _int_or(args.max_clip_pixels, PRODUCER_MAX_CLIP_PIXELS),
-        _int_or(args.max_chunk_bytes, DEFAULT_MAX_CHUNK_BYTES),
+    from h5feed.producer.service.server import (
+        ServiceOptions,
+        default_prefix,
+        run_fleet,
+        run_producer,
+        service_worker,
     )
-    from h5feed.producer.service.server import ServiceOptions, run_fleet, run_producer
+    from h5feed.producer.worker.code_policy import policy_of
 
+    values = _worker_values(args)
+    policy_of(values["allow_code"])  # ValueError for an empty pattern, before any worker starts
+    template = service_worker(address, args.name or default_prefix(), **values)
     options = ServiceOptions(
-        args.data_root,
         workers,
-        args.name,
+        template,
         args.health_file,
         metrics,
-        int(args.max_message_bytes) if args.max_message_bytes is not None else None,
-        _int_or(args.max_open_files, DEFAULT_MAX_OPEN_FILES),
-        allow_code,
-        limits,
         _int_or(args.max_restarts, DEFAULT_MAX_RESTARTS),
-        DEFAULT_STOP_WAIT_S if args.stop_wait_s is None else float(args.stop_wait_s),
     )
     if args.connect is not None:
         return run_producer(args.connect, options, curve)

@@ -74,7 +74,6 @@ from typing import Any, Final
 
 import zmq
 
-from h5feed.common.config import DEFAULT_ATTACH_TIMEOUT_S, DEFAULT_MAX_TRAINERS
 from h5feed.common.errors import ProtocolError
 from h5feed.common.protocol import messages, wire
 from h5feed.common.protocol.liveness import enable_heartbeats
@@ -83,6 +82,7 @@ from h5feed.common.trust.curve_server import CurveServer
 from h5feed.common.trust.exposure import endpoint_of
 from h5feed.common.trust.refusal_log import RefusalLog
 from h5feed.common.worker_settings import WorkerSettings
+from h5feed.producer.service.command import DEFAULT_ATTACH_TIMEOUT_S, DEFAULT_MAX_TRAINERS
 from h5feed.producer.service.connection_guard import ConnectionGuard, connection_limit
 from h5feed.producer.service.metrics import ServiceFigures
 from h5feed.producer.service.restarts import Restarts

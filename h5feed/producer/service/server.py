@@ -16,8 +16,8 @@ Guarantees:
    finishes the unit in hand and sends it, then says BYE, which hands the units it was sent
    and did not start back to the trainer (made by others, never twice: the trainer counts
    them in ``units_handed_back``). The service exits 0 within ``stop_wait_s`` (default
-   :data:`~h5feed.common.config.DEFAULT_STOP_WAIT_S`, 20 s) plus
-   :data:`~h5feed.common.config.STOP_EXIT_MARGIN_S`; a worker still there after the stop
+   :data:`~h5feed.common.worker_settings.DEFAULT_STOP_WAIT_S`, 20 s) plus
+   :data:`STOP_EXIT_MARGIN_S`; a worker still there after the stop
    wait and its last messages' flush is killed (logged), and the trainer makes what it held
    again (``units_remade``). A container's grace period must cover both (docs/deploy/upgrading.md).
 4. With ``metrics``, one endpoint serves every worker's figures (``/metrics``, ``/stats``;
@@ -55,19 +55,12 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from h5feed.common.config import (
-    DEFAULT_ATTACH_TIMEOUT_S,
-    DEFAULT_MAX_OPEN_FILES,
-    DEFAULT_MAX_TRAINERS,
-    DEFAULT_STOP_WAIT_S,
-    default_cache_dir,
-)
 from h5feed.common.metrics_http import MetricsServer
-from h5feed.common.protocol.wire import DEFAULT_MAX_MESSAGE_BYTES
+from h5feed.common.system.cache_dir import default_cache_dir
 from h5feed.common.system.fd_limit import raise_open_files_limit
 from h5feed.common.system.logs import with_ids
-from h5feed.common.worker_settings import Code, Data, Network, Process, WorkerSettings
-from h5feed.producer.files.read_limits import NO_LIMITS, ProducerLimits
+from h5feed.common.worker_settings import WorkerSettings
+from h5feed.producer.service.command import DEFAULT_ATTACH_TIMEOUT_S, DEFAULT_MAX_TRAINERS
 from h5feed.producer.service.fleet import Front
 from h5feed.producer.service.metrics import ServiceFigures
 from h5feed.producer.service.restarts import DEFAULT_MAX_RESTARTS, Restarts
@@ -78,43 +71,36 @@ _log = logging.getLogger("h5feed.producer")
 _PACKAGE_PARENT = str(pathlib.Path(__file__).resolve().parents[2])
 _FLEET = "fleet"  # after the count: a shared fleet's replica, healthy with no trainer
 _CRASH_LOOP = "crash-loop"  # the health file's second line, while a worker crash-loops
+#: What ``h5feed produce`` may take beyond the stop wait to end: a late worker's last messages
+#: flushed (its socket's 2 s linger), or its kill reaped. A container's grace period (compose
+#: and Swarm ``stop_grace_period``, Kubernetes ``terminationGracePeriodSeconds``) must be at
+#: least the stop wait plus this, or the engine kills the producer before its workers hand
+#: their units back (``tests/deploy/test_kubernetes.py`` and ``tests/deploy/test_swarm.py`` check it).
+STOP_EXIT_MARGIN_S = 5.0
 
 
-def worker_settings(
-    connect: str,
-    name: str,
-    data_root: str | None,
-    curve: tuple[str, str] | None = None,
-    stats_file: str | None = None,
-    max_message_bytes: int | None = None,
-    max_open_files: int = DEFAULT_MAX_OPEN_FILES,
-    allow_code: Sequence[str] = (),
-    limits: ProducerLimits = NO_LIMITS,
-    stop_wait_s: float = DEFAULT_STOP_WAIT_S,
-) -> WorkerSettings:
-    """The settings of service worker ``name``: persistent, a child of this process, with this
-    host's index cache (not the trainer's), importing only code matching ``allow_code``; its
-    command (:meth:`~h5feed.common.worker_settings.WorkerSettings.command`) runs ``python -P``
-    (guarantee 6)."""
-    key, server_key = curve if curve is not None else (None, None)
-    return WorkerSettings(
-        Network(
-            connect,
-            key,
-            server_key,
-            DEFAULT_MAX_MESSAGE_BYTES if max_message_bytes is None else max_message_bytes,
-        ),
-        Process(name, os.getpid(), persistent=True, stats_file=stats_file, stop_wait_s=stop_wait_s),
-        Data(
-            data_root,
-            default_cache_dir(),
-            max_open_files,
-            limits.max_frame_pixels,
-            limits.max_clip_pixels,
-            limits.max_chunk_bytes,
-        ),
-        Code(allow_code=tuple(allow_code)),  # none: the worker imports no user code
-    )
+def default_prefix() -> str:
+    """The workers' names' prefix without ``--name``: this host's name and this process's id."""
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+def service_worker(address: str, prefix: str, **values: Any) -> WorkerSettings:
+    """The template of this service's workers: the operator's worker options (``values``, by
+    field name of :class:`~h5feed.common.worker_settings.WorkerSettings`; the rest their
+    defaults), persistent, children of this process, with this host's index cache (not the
+    trainer's), importing only code matching ``allow_code`` (none by default); its command
+    (:meth:`~h5feed.common.worker_settings.WorkerSettings.command`) runs ``python -P``
+    (guarantee 6). ``address``: where they reach their trainer (a shared fleet's: where it
+    listens, until a trainer attaches); ``prefix``: their names' (each worker's settings:
+    :meth:`ServiceOptions.worker`)."""
+    service = {
+        "connect": address,
+        "worker_id": prefix,
+        "parent_pid": os.getpid(),
+        "persistent": True,
+        "cache_dir": default_cache_dir(),
+    }
+    return WorkerSettings.from_values({**values, **service})
 
 
 def worker_env(environ: Mapping[str, str]) -> dict[str, str]:
@@ -130,46 +116,44 @@ def worker_env(environ: Mapping[str, str]) -> dict[str, str]:
 class ServiceOptions:
     """What ``h5feed produce`` runs its workers with, in either mode.
 
-    ``workers``: processes (per trainer, in a shared fleet). ``name``: their names' prefix
-    (default ``host-pid``). ``max_restarts``: deaths of one worker a minute, before it
-    returned any part, past which the health file reports a crash loop (see the module
-    docstring). ``max_message_bytes``: the workers' cap on one frame from the trainer
-    (``ZMQ_MAXMSGSIZE``; None: :data:`h5feed.common.protocol.wire.DEFAULT_MAX_MESSAGE_BYTES`).
-    ``max_open_files``: HDF5 files each worker keeps open at once. ``allow_code``: fnmatch
-    patterns of the import paths (``module:name``) the workers may import for ``source=`` /
-    ``transform=``; empty: none. ``limits``: the workers' own caps on frames, clips and chunks,
-    which a job cannot raise (``h5feed/producer/files/read_limits.py``). ``stop_wait_s``: on
-    SIGTERM, how long each worker may take to finish and send the unit in hand before it is
-    killed (guarantee 3). ``metrics``: (host, port) to serve ``/metrics`` and ``/stats`` on (0:
-    a free port, logged). With ``health_file``, the service rewrites that file several times
-    a second with the time and the number of running workers, and a second line while a
-    worker crash-loops (what ``h5feed health`` and the image's HEALTHCHECK read).
+    ``workers``: processes (per trainer, in a shared fleet). ``worker``: the template of their
+    settings (:func:`service_worker`: its ``worker_id`` is their names' prefix, its
+    ``data_root``, ``allow_code``, caps and ``stop_wait_s`` every worker's; on SIGTERM, each
+    worker may take ``stop_wait_s`` to finish and send the unit in hand before it is killed:
+    guarantee 3). ``max_restarts``: deaths of one worker a minute, before it returned any
+    part, past which the health file reports a crash loop (see the module docstring).
+    ``metrics``: (host, port) to serve ``/metrics`` and ``/stats`` on (0: a free port,
+    logged). With ``health_file``, the service rewrites that file several times a second with
+    the time and the number of running workers, and a second line while a worker
+    crash-loops (what ``h5feed health`` and the image's HEALTHCHECK read).
     """
 
-    data_root: str | None
     workers: int
-    name: str | None = None
+    worker: WorkerSettings
     health_file: str | None = None
     metrics: tuple[str, int] | None = None
-    max_message_bytes: int | None = None
-    max_open_files: int = DEFAULT_MAX_OPEN_FILES
-    allow_code: Sequence[str] = ()
-    limits: ProducerLimits = NO_LIMITS
     max_restarts: int = DEFAULT_MAX_RESTARTS
-    stop_wait_s: float = DEFAULT_STOP_WAIT_S
 
     @property
     def prefix(self) -> str:
-        return self.name or f"{socket.gethostname()}-{os.getpid()}"
+        """The workers' names' prefix (``--name``, default host-pid)."""
+        return self.worker.process.worker_id
 
-    def worker(
+    def settings_of(
         self, connect: str, name: str, stats_file: str, curve: tuple[str, str] | None
     ) -> WorkerSettings:
-        """Worker ``name``'s settings, serving the trainer at ``connect``."""
-        return worker_settings(
-            connect, name, self.data_root, curve, stats_file, self.max_message_bytes,
-            self.max_open_files, self.allow_code, self.limits, self.stop_wait_s,
-        )  # fmt: skip
+        """Worker ``name``'s settings, serving the trainer at ``connect``: the template's,
+        with its name, address, CURVE key files (this producer's secret, the trainer's public)
+        and stats file."""
+        key, server_key = curve if curve is not None else (None, None)
+        template = self.worker
+        return dataclasses.replace(
+            template,
+            network=dataclasses.replace(
+                template.network, connect=connect, key=key, server_key=server_key
+            ),
+            process=dataclasses.replace(template.process, worker_id=name, stats_file=stats_file),
+        )
 
 
 def run_producer(
@@ -185,7 +169,8 @@ def run_producer(
     code = 0
     log.info(
         "%d workers serving %s (data root %s, code allowed: %s)",
-        options.workers, connect, options.data_root, ", ".join(options.allow_code) or "none",
+        options.workers, connect, options.worker.data.data_root,
+        ", ".join(options.worker.code.allow_code) or "none",
     )  # fmt: skip
     # Each worker's stats file says whether it returned a part (always kept: the restart rule
     # reads it; with metrics, the metrics' own directory).
@@ -197,7 +182,7 @@ def run_producer(
         raise
 
     def settings_of(worker: str, stats_file: str) -> WorkerSettings:
-        return options.worker(connect, worker, stats_file, curve)
+        return options.settings_of(connect, worker, stats_file, curve)
 
     restarts = Restarts(options.max_restarts)
     group = WorkerGroup(
@@ -212,7 +197,7 @@ def run_producer(
             _write_health(options.health_file, group.running, crash_loop)
             stop.wait(0.2)
     finally:
-        group.stop(options.stop_wait_s)
+        group.stop(options.worker.process.stop_wait_s)
         if server is not None:
             server.close()
         shutil.rmtree(stats_dir, ignore_errors=True)
@@ -241,7 +226,7 @@ def run_fleet(
         worker: str, stats_file: str, endpoint: str, key: str | None
     ) -> WorkerSettings:
         curve = (keys[0], key) if keys is not None and key is not None else None
-        return options.worker(endpoint, worker, stats_file, curve)
+        return options.settings_of(endpoint, worker, stats_file, curve)
 
     stats_dir = tempfile.mkdtemp(prefix="h5feed-fleet-")
     front = None
@@ -250,7 +235,7 @@ def run_fleet(
         front = Front(
             listen, prefix, options.workers, settings_for, worker_env(os.environ), stats_dir,
             log, keys, max_trainers, attach_timeout_s, options.max_restarts,
-            options.stop_wait_s,
+            options.worker.process.stop_wait_s,
         )  # fmt: skip
         figures, server = _start_metrics(
             options.metrics, prefix, [], stats_dir, log, front.snapshot
@@ -259,8 +244,8 @@ def run_fleet(
         log.info(
             "a shared fleet's replica at %s: %d workers per trainer, at most %d trainers "
             "(data root %s, code allowed: %s)",
-            front.endpoint, options.workers, max_trainers, options.data_root,
-            ", ".join(options.allow_code) or "none",
+            front.endpoint, options.workers, max_trainers, options.worker.data.data_root,
+            ", ".join(options.worker.code.allow_code) or "none",
         )  # fmt: skip
         while not stop.is_set():
             front.step(200)

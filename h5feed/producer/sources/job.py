@@ -1,8 +1,13 @@
-"""One source job in a worker: the user's object, its kind, and the messages it answers."""
+"""One source job in a worker: the user's object, its kind, and the messages it answers.
+
+It follows the worker's job protocol (:class:`~h5feed.producer.worker.job.Job`): the worker's
+event loop (:mod:`h5feed.producer.worker.loop`) sends what it makes and counts it.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterator
+from typing import Any, ClassVar, Self
 
 import numpy as np
 
@@ -16,6 +21,7 @@ from h5feed.producer.sources.kind import KindSource
 from h5feed.producer.sources.user_code import UserCode
 from h5feed.producer.worker import import_path, loaded_code
 from h5feed.producer.worker.code_policy import CodePolicy
+from h5feed.producer.worker.job import JobContext, Produced
 
 
 class SourceJob:
@@ -28,6 +34,10 @@ class SourceJob:
     worker's single event-loop thread uses it.
     """
 
+    STARTS: ClassVar[type[messages.Message]] = messages.Source
+    UNITS: ClassVar[tuple[type[messages.Message], ...]] = (messages.Items, messages.Pull)
+    DESCRIBED: ClassVar[str] = "a source"
+
     def __init__(self, source: messages.Source, local: bool, policy: CodePolicy) -> None:
         self.id = source.job
         self.code = UserCode(source, local, policy)  # loads the factory's module
@@ -38,6 +48,23 @@ class SourceJob:
         import_path.single_threaded_torch()  # the factory may import torch lazily
         self.source: KindSource = detect_kind(obj).load(self.code, obj, source.batched)
         self.spec: ElementSpec | None = None
+        self._told = False  # its SOURCE_INFO was made (the first SOURCE answered)
+
+    @classmethod
+    def open(cls, start: messages.Source, context: JobContext) -> Self:
+        """The job a first SOURCE starts: loads the user's code (its module, its factory)."""
+        return cls(start, context.local, context.code_policy)
+
+    def take(self, start: messages.Source) -> Iterator[messages.SourceInfo]:
+        """The first SOURCE is answered with SOURCE_INFO (its spec taken if it gives one:
+        known already, no probe needed); a later one gives the element spec, unanswered."""
+        if self._told:
+            self.set_spec(start.spec)
+            return
+        self._told = True
+        if start.spec is not None:
+            self.set_spec(start.spec)
+        yield self.info()
 
     @property
     def kind(self) -> SourceKind:
@@ -56,12 +83,12 @@ class SourceJob:
         spec = self.spec if self.spec is not None else self.source.probe()
         return self._info(spec, self.first_epoch)
 
-    def check(self, epoch: int) -> messages.SourceInfo:
-        """The answer to a CHECK: this copy's digests at the start of ``epoch`` (keras:
+    def check(self, check: messages.Check) -> messages.SourceInfo:
+        """The answer to a CHECK: this copy's digests at the start of its epoch (keras:
         after the ``on_epoch_end`` calls up to it)."""
         if self.spec is None:
             raise SourceError("a CHECK arrived before the element spec")
-        return self._info(self.spec, epoch)
+        return self._info(self.spec, check.epoch)
 
     def _info(self, spec: ElementSpec, epoch: int) -> messages.SourceInfo:
         checks = self.source.checks(epoch)
@@ -72,8 +99,9 @@ class SourceJob:
     def set_spec(self, value: Any) -> None:
         self.spec = ElementSpec.from_wire(value)
 
-    def produce(self, unit: messages.Items | messages.Pull) -> messages.Data:
-        """The DATA answering one unit (its fields were checked when it was decoded)."""
+    def produce(self, unit: messages.Items | messages.Pull) -> Produced:
+        """The DATA answering one unit (its fields were checked when it was decoded), and
+        the bytes of its arrays."""
         spec = self.spec
         if spec is None:
             raise SourceError("a unit arrived before the element spec")
@@ -93,4 +121,5 @@ class SourceJob:
                 ) from None
             samples.append(sample)
         arrays = dict(elements.pack(spec, leaves))
-        return messages.Data(self.id, unit.unit, unit.batch, tuple(samples), arrays)
+        nbytes = sum(array.nbytes for array in arrays.values())
+        return messages.Data(self.id, unit.unit, unit.batch, tuple(samples), arrays), nbytes

@@ -5,13 +5,16 @@ A JOB names the files this worker owns (number and path), the clip spec and the 
 the cache without opening it, else opened once) and answers the indexes of many files in one
 INDEX_BATCH (bounded: :data:`BATCH_FILES`, :data:`BATCH_VIDEOS`, :data:`BATCH_NAME_BYTES`);
 a UNIT's rows become one array of clips, sent with DATA, or written into the unit's
-shared-memory slot (then DATA carries no array). It only makes messages: the
-worker's event loop (:mod:`h5feed.producer.worker.loop`) sends them and counts them.
+shared-memory slot (then DATA carries no array). It follows the worker's job protocol
+(:class:`~h5feed.producer.worker.job.Job`) and only makes messages: the worker's event loop
+(:mod:`h5feed.producer.worker.loop`) sends them and counts them.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator, Sequence
+from typing import ClassVar, Self
 
 import numpy as np
 
@@ -28,8 +31,10 @@ from h5feed.producer.files.read_limits import ProducerLimits
 from h5feed.producer.worker import loaded_code
 from h5feed.producer.worker.clips import ClipMaker
 from h5feed.producer.worker.code_policy import policy_of
+from h5feed.producer.worker.job import JobContext, Produced
 from h5feed.producer.worker.loaded_code import CodeVersionRefused
-from h5feed.producer.worker.shm import SlotMaps
+from h5feed.producer.worker.shm import SlotError, SlotMaps
+from h5feed.producer.worker.stats import WorkerCounters
 
 #: An INDEX_BATCH holds at most this many files, videos, and bytes of names (its header stays
 #: well under the wire's 2 MiB limit; a file larger than that is sent alone).
@@ -39,6 +44,7 @@ BATCH_NAME_BYTES = 1 << 20
 
 #: The whole batch's array in a shared-memory slot, and a unit's row positions in it.
 SlotTarget = tuple[np.ndarray, Sequence[int]]
+_log = logging.getLogger("h5feed.worker")
 
 
 def job_spec(job: messages.Job) -> tuple[ClipSpec, layouts.LayoutSpec]:
@@ -69,8 +75,8 @@ class Hdf5Job:
        job's other files are still indexed and answered (INDEX_BATCH). A file whose index
        comes from memory or the cache is not opened until a unit reads it.
     4. A slot that cannot be mapped (:class:`~h5feed.producer.worker.shm.SlotError`) turns slots off
-       for this job only (:attr:`slots_failed`): its units' rows go over the socket; the
-       next job tries slots again.
+       for this job only (:attr:`slots_failed`; logged, and counted once in ``slots_refused``):
+       its units' rows go over the socket; the next job tries slots again.
     5. With a ``data_root`` every path is confined to it (:mod:`h5feed.producer.files.confine`): a
        path that leaves it is answered with a PathRefused ERROR naming it, unopened. Without
        one (local workers of a trainer), paths are opened as given.
@@ -89,6 +95,10 @@ class Hdf5Job:
     9. Not thread-safe: the worker's single event-loop thread uses it.
     """
 
+    STARTS: ClassVar[type[messages.Message]] = messages.Job
+    UNITS: ClassVar[tuple[type[messages.Message], ...]] = (messages.Unit,)
+    DESCRIBED: ClassVar[str] = "an HDF5"
+
     def __init__(
         self,
         job_id: str,
@@ -100,14 +110,18 @@ class Hdf5Job:
         memory: MemoryIndex | None = None,
         files: OpenFiles | None = None,
         identities: Sequence[messages.CodeIdentity] = (),
+        counters: WorkerCounters | None = None,
     ) -> None:
         """``code``, ``data``: the worker's settings (:mod:`h5feed.common.worker_settings`):
         which user code it may import, its data root, open-files cap and the producer's own
         caps (``h5feed produce``), which lower the job's (a job over ``max_clip_pixels`` is
         refused here: LimitRefused). ``memory``, ``files``: a persistent worker's indexes and
         open files, kept across its jobs, if any. ``identities``: the transform module as the
-        trainer has it (another copy loaded here: CodeVersionRefused)."""
+        trainer has it (another copy loaded here: CodeVersionRefused). ``counters``: the
+        worker's, for files reopened and slots refused (None: counted nowhere)."""
         self.id = job_id
+        self.counters = WorkerCounters(None, "") if counters is None else counters
+        self.cache_dir = data.cache_dir
         self.skip = on_error == "skip"
         self.data_root = data.data_root
         # Imports the transform: a bad or refused path fails here.
@@ -129,6 +143,29 @@ class Hdf5Job:
         self.spec = self.maker.spec  # the job's, under the producer's caps
         self.slots = SlotMaps()
         self.slots_failed = False  # a slot of this job could not be mapped: stop trying
+
+    @classmethod
+    def open(cls, start: messages.Job, context: JobContext) -> Self:
+        """The job a JOB starts: ValueError for a bad spec (:func:`job_spec`); the transform
+        imported (guarantee 1)."""
+        clip, layout = job_spec(start)
+        settings = context.settings
+        return cls(
+            start.job, clip, layout, start.on_error, settings.code, settings.data,
+            context.memory, context.files, start.code, context.counters,
+        )  # fmt: skip
+
+    def take(self, start: messages.Job) -> Iterator[messages.IndexBatch | messages.Error]:
+        """Index the JOB's files (:meth:`open_files`); a later JOB of this job adds files
+        (taken over from a worker that left). The consumer names a cache directory when the
+        index cache is on; a service worker uses its host's own directory instead (the
+        consumer's path is on another host)."""
+        cache_dir = (self.cache_dir or start.cache_dir) if start.cache_dir else None
+        return self.open_files(start.files, cache_dir, start.send_index)
+
+    def check(self, check: messages.Check) -> None:
+        """An HDF5 job has no CHECK (its files are the same in every worker)."""
+        return None
 
     def close(self) -> None:
         self.maker.close()
@@ -189,7 +226,35 @@ class Hdf5Job:
         row_shape = (self.spec.clip_len, height, width, 3)
         return self.slots.batch_array(slot, row_shape, self.id), slot.positions
 
-    def produce(self, unit: messages.Unit, target: SlotTarget | None) -> tuple[messages.Data, int]:
+    def target(self, slot: messages.SlotRef | None) -> SlotTarget | None:
+        """Where a unit's rows go in its slot, or None: no slot, or one this worker cannot
+        map (logged and counted once per job; from then on every unit of this job sends its
+        rows over the socket, guarantee 4)."""
+        if self.slots_failed:
+            return None
+        try:
+            return self.slot_target(slot)
+        except SlotError as exc:
+            _log.warning(
+                "worker %s: job %s: %s; sending rows over the socket for this job",
+                self.counters.worker, self.id, exc,
+            )  # fmt: skip
+            self.counters.add("slots_refused")
+            self.slots_failed = True
+            return None
+
+    def produce(self, unit: messages.Unit) -> Produced:
+        """The DATA answering ``unit`` and the bytes of clips it made: into the unit's
+        shared-memory slot when it names one this worker can map (:meth:`target`; the DATA
+        carries no array), else into a new array sent with DATA. Files reopened meanwhile
+        are counted (``files_reopened``), failed or not."""
+        reopened = self.files_reopened
+        try:
+            return self.make(unit, self.target(unit.slot))
+        finally:
+            self.counters.add("files_reopened", self.files_reopened - reopened)
+
+    def make(self, unit: messages.Unit, target: SlotTarget | None) -> Produced:
         """The DATA answering ``unit`` and the bytes of clips it made. With a ``target`` (see
         :meth:`slot_target`) the clips are written there and the DATA carries no array."""
         arrays: dict[str, np.ndarray] = {}

@@ -1,11 +1,13 @@
 """The worker's event loop: one DEALER socket, typed messages in, typed messages out.
 
-:class:`Worker` says HELLO, then answers what the consumer sends, in the order received:
-JOB (an :class:`~h5feed.producer.worker.hdf5_job.Hdf5Job`: INDEX_BATCHes of its files' videos),
-UNIT (its clips as DATA), SOURCE (a :class:`~h5feed.producer.sources.SourceJob`:
-SOURCE_INFO), ITEMS and PULL (its elements as DATA), BYE. Any failure of a job or unit is
-sent back as ERROR and the worker carries on: the consumer decides. The command line is in
-:mod:`h5feed.producer.worker.process`.
+:class:`Worker` says HELLO, then answers what the consumer sends, in the order received: a
+job's start message (JOB: an :class:`~h5feed.producer.worker.hdf5_job.Hdf5Job`, answered with
+INDEX_BATCHes of its files' videos; SOURCE: a :class:`~h5feed.producer.sources.SourceJob`,
+answered with SOURCE_INFO), its units (UNIT; ITEMS and PULL) as DATA, CHECK, PING, BYE. It is
+the socket and the send policy only: every job is driven through one protocol
+(:mod:`h5feed.producer.worker.job`; the kinds in :mod:`h5feed.producer.worker.kinds`), never
+asked which kind it is. Any failure of a job or unit is sent back as ERROR and the worker
+carries on: the consumer decides. The command line is in :mod:`h5feed.producer.worker.process`.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ import os
 import secrets
 import socket
 import time
+from collections.abc import Sequence
+from typing import Any
 
 import zmq
 
@@ -29,11 +33,9 @@ from h5feed.common.version import __version__
 from h5feed.common.worker_settings import WorkerSettings
 from h5feed.producer.files.index_cache import MemoryIndex
 from h5feed.producer.files.open_files import OpenFiles
-from h5feed.producer.files.read_limits import ProducerLimits
-from h5feed.producer.sources import SourceJob
-from h5feed.producer.worker.code_policy import policy_of
-from h5feed.producer.worker.hdf5_job import Hdf5Job, SlotTarget, job_spec
-from h5feed.producer.worker.shm import SlotError
+from h5feed.producer.worker.job import Job, JobContext
+from h5feed.producer.worker.kinds import KINDS
+from h5feed.producer.worker.leaving import Leave, Leaving
 from h5feed.producer.worker.stats import WorkerCounters
 
 _POLL_MS = 200
@@ -50,10 +52,6 @@ _log = logging.getLogger("h5feed.worker")
 #: ERROR types that are refusals of the worker's policies (code by name, data root): counted
 #: in ``refused`` and logged, besides ``errors``.
 _REFUSALS = ("CodeRefused", "CodeVersionRefused", "PathRefused", "LimitRefused")
-
-
-class _Leave(Exception):
-    """Raised inside the event loop when the worker must stop (BYE, SIGTERM, parent gone)."""
 
 
 class Worker:
@@ -87,26 +85,20 @@ class Worker:
     """
 
     def __init__(
-        self, settings: WorkerSettings, curve: tuple[KeyPair, bytes] | None = None
+        self,
+        settings: WorkerSettings,
+        curve: tuple[KeyPair, bytes] | None = None,
+        kinds: Sequence[type[Job[Any, Any]]] = KINDS,
     ) -> None:
         """``settings``: the worker's command line (:mod:`h5feed.common.worker_settings`);
         ``curve``: its CURVE key pair and the consumer's public key, loaded from
-        ``settings.network``'s files or the environment by the caller (None: no CURVE)."""
+        ``settings.network``'s files or the environment by the caller (None: no CURVE);
+        ``kinds``: the kinds of job it runs, by the start message each answers."""
         self.settings = settings
         process, data = settings.process, settings.data
-        worker_id = process.worker_id
-        max_message_bytes = settings.network.max_message_bytes
-        self.worker_id = worker_id
+        self.worker_id = worker_id = process.worker_id  # in every log line
         self.host = socket.gethostname()  # said in every HELLO
         self.counters = WorkerCounters(process.stats_file, worker_id)  # read by `h5feed produce`
-        self.parent_pid = process.parent_pid
-        self.data_root = data.data_root
-        self.max_open_files = data.max_open_files
-        self.code_policy = policy_of(settings.code.allow_code, settings.code.trust_code)
-        self.limits = ProducerLimits.of(data)
-        self.persistent = process.persistent
-        # a service worker's own; else the consumer's (same host)
-        self.cache_dir = data.cache_dir
         self.exit_code = 0
         self.protocol = SPOKEN.lowest  # the version to send in: the consumer's last
         self._last_hello = 0.0
@@ -118,25 +110,45 @@ class Worker:
         self.socket.setsockopt(zmq.SNDTIMEO, _SEND_RETRY_MS)
         self.socket.setsockopt(zmq.ROUTING_ID, worker_id.encode())
         # Per frame: libzmq disconnects a peer that declares a larger one, unbuffered.
-        self.socket.setsockopt(zmq.MAXMSGSIZE, max_message_bytes)
+        self.max_message_bytes = settings.network.max_message_bytes
+        self.socket.setsockopt(zmq.MAXMSGSIZE, self.max_message_bytes)
         enable_heartbeats(self.socket, WORKER_TIMEOUT_S)  # see h5feed.common.protocol.liveness
-        self.max_message_bytes = max_message_bytes
         if curve is not None:  # a CURVE client that also checks the consumer's key
             make_client(self.socket, *curve)
         self.socket.connect(settings.network.connect)
-        self.job: Hdf5Job | SourceJob | None = None
-        self.stopping = False
-        self.stop_wait_s = process.stop_wait_s
-        #: When a send must give up (``stop_wait_s`` after the stop request); None: not asked.
-        self._stop_deadline: float | None = None
-        #: A message it made could not be sent within the stop wait: it says no BYE.
-        self._undelivered = False
-        self._sent_after_stop = 0  # units whose DATA it sent after the stop request (logged)
-        # A persistent worker keeps the indexes it read across jobs: the next iteration of the
-        # same dataset is answered from memory (see index_cache.MemoryIndex).
-        self.memory = MemoryIndex() if self.persistent else None
-        # and files
-        self.files = OpenFiles(self.max_open_files, self.data_root) if self.persistent else None
+        #: The kind of job each start message opens, and every unit message a kind answers.
+        self.kinds = {kind.STARTS: kind for kind in kinds}
+        self.units = frozenset(unit for kind in kinds for unit in kind.UNITS)
+        self.job: Job[Any, Any] | None = None
+        # A persistent worker keeps the indexes it read across jobs (the next iteration of the
+        # same dataset is answered from memory: index_cache.MemoryIndex), and its open files.
+        persistent = process.persistent
+        self.jobs_share = JobContext(
+            settings,
+            self.counters,
+            MemoryIndex() if persistent else None,
+            OpenFiles(data.max_open_files, data.data_root) if persistent else None,
+        )
+        self.leaving = Leaving(process)  # when it leaves (h5feed.producer.worker.leaving)
+
+    @property
+    def persistent(self) -> bool:
+        """A service worker's (``--persistent``): it outlives an iteration's end."""
+        return self.settings.process.persistent
+
+    @property
+    def parent_pid(self) -> int | None:
+        return self.settings.process.parent_pid
+
+    @property
+    def memory(self) -> MemoryIndex | None:
+        """A persistent worker's indexes, kept across its jobs (None: not persistent)."""
+        return self.jobs_share.memory
+
+    @property
+    def files(self) -> OpenFiles | None:
+        """A persistent worker's open files, kept across its jobs (None: not persistent)."""
+        return self.jobs_share.files
 
     # -- sending -----------------------------------------------------------------------------
 
@@ -168,7 +180,7 @@ class Worker:
                 self.socket.send_multipart(frames, copy=False)
                 return
             except zmq.Again:
-                self.check_send(isinstance(message, messages.Data))
+                self.leaving.check_send(isinstance(message, messages.Data))
 
     def send_error(self, job_id: str, unit: int | None, exc: BaseException) -> None:
         self.send(messages.Error.of(job_id, unit, exc))
@@ -188,10 +200,11 @@ class Worker:
         handed back (guarantee 5). Asked to stop, it retries for up to ``_BYE_RETRY_S`` within
         the stop wait (a consumer gone meanwhile sees the connection close instead); else
         (its parent is gone) it tries once."""
-        if self.job is None or self.exit_code != 0 or self._undelivered:
+        leaving = self.leaving
+        if self.job is None or self.exit_code != 0 or leaving.undelivered:
             return
         frames = messages.encode(messages.Bye("stopping (SIGTERM)"), self.protocol)
-        stop = self._stop_deadline
+        stop = leaving.deadline
         deadline = 0.0 if stop is None else min(stop, time.monotonic() + _BYE_RETRY_S)
         while True:
             try:
@@ -200,11 +213,11 @@ class Worker:
                     _log.info(
                         "worker %s: asked to stop: sent the %d unit(s) it had started, then "
                         "BYE (the units it did not start go back to the consumer)",
-                        self.worker_id, self._sent_after_stop,
+                        self.worker_id, leaving.sent_after_stop,
                     )  # fmt: skip
                 return
             except zmq.Again:
-                if not deadline or self.parent_gone():
+                if not deadline or leaving.parent_gone():
                     return  # nobody to tell (its parent, and so its consumer, is gone)
                 if time.monotonic() >= deadline:
                     _log.warning("worker %s: no BYE sent: the consumer took none", self.worker_id)
@@ -215,46 +228,14 @@ class Worker:
     # -- the loop ----------------------------------------------------------------------------
 
     def request_stop(self) -> None:
-        """Stop after the unit in hand (guarantee 5); the stop wait runs from the first
-        request (a container's SIGTERM reaches a worker both from dumb-init and from its
-        service). Safe in a signal handler: it only sets attributes."""
-        if self._stop_deadline is None:
-            self._stop_deadline = time.monotonic() + self.stop_wait_s
-        self.stopping = True
+        """Stop after the unit in hand (guarantee 5; :meth:`Leaving.request`). Safe in a
+        signal handler: it only sets attributes."""
+        self.leaving.request()
 
-    def parent_gone(self) -> bool:
-        """Whether the process that started this worker (``--parent-pid``) is gone."""
-        if self.parent_pid is not None and os.getppid() != self.parent_pid:
-            _log.info("worker %s: parent %d is gone, exiting", self.worker_id, self.parent_pid)
-            return True
-        return False
-
-    def check_leave(self) -> None:
-        """Raise _Leave when the worker must stop: asked to, or its parent process is gone
-        (checked between messages, never inside a unit)."""
-        if self.stopping or self.parent_gone():
-            raise _Leave
-
-    def check_send(self, made: bool) -> None:
-        """While a send waits for the consumer: raise _Leave when the parent is gone, or when
-        asked to stop, unless the message is a unit ``made`` (DATA) and the stop wait is not
-        over: that one is worth the wait. Past the wait it is not delivered (no BYE follows).
-        Anything else (a HELLO to a consumer never reached, an INDEX) is not waited for."""
-        if self.parent_gone():
-            raise _Leave
-        deadline = self._stop_deadline
-        if self.stopping and not made:
-            raise _Leave
-        if deadline is not None and time.monotonic() >= deadline:
-            _log.warning(
-                "worker %s: the consumer took no message for %g s after the stop request "
-                "(stop_wait_s): leaving without it",
-                self.worker_id, self.stop_wait_s,
-            )  # fmt: skip
-            self._undelivered = True
-            raise _Leave
-        if self.stopping and deadline is None:  # `stopping` set by a BYE, not request_stop()
-            raise _Leave
+    @property
+    def stopping(self) -> bool:
+        """Whether it takes no new message (asked to stop, or told by a BYE)."""
+        return self.leaving.stopping
 
     def should_say_hello(self, now: float) -> bool:
         """Without a job, hello every second until a consumer answers. A persistent worker
@@ -270,7 +251,7 @@ class Worker:
         try:
             self.hello()
             while True:
-                self.check_leave()
+                self.leaving.check()
                 self.counters.maybe_write()
                 if self.should_say_hello(time.monotonic()):
                     self.hello()
@@ -283,12 +264,12 @@ class Worker:
                 except VersionMismatchError as exc:
                     _log.error("worker %s: refused by the consumer: %s", self.worker_id, exc)
                     self.exit_code = 2
-                    raise _Leave from exc
+                    raise Leave from exc
                 except ProtocolError as exc:
                     _log.warning("worker %s: dropped malformed message: %s", self.worker_id, exc)
                     continue
                 self.handle(message)
-        except _Leave:
+        except Leave:
             _log.debug("worker %s: leaving", self.worker_id)
             self.say_bye()
         finally:
@@ -301,21 +282,21 @@ class Worker:
         return self.exit_code
 
     def handle(self, message: messages.Message) -> None:
-        match message:
-            case messages.Bye():
-                self.on_bye(message)
-            case messages.Job():
-                self.start_job(message)
-            case messages.Source():
-                self.start_source(message)
-            case messages.Unit() | messages.Items() | messages.Pull():
-                self.on_unit(message)
-            case messages.Check():
-                self.check_source(message)
-            case messages.Ping():
-                pass  # the consumer checks the connection; hearing it is all (_last_heard)
-            case _:
-                _log.warning("worker %s: unexpected %s message", self.worker_id, message.KIND)
+        kind = type(message)
+        if kind in self.units:  # the hot path first: one lookup per unit
+            self.on_unit(message)  # type: ignore[arg-type]  # a kind's UNITS: units
+        elif kind in self.kinds:
+            self.start(message)
+        else:
+            match message:
+                case messages.Bye():
+                    self.on_bye(message)
+                case messages.Check():
+                    self.on_check(message)
+                case messages.Ping():
+                    pass  # the consumer checks the connection; hearing it is all (_last_heard)
+                case _:
+                    _log.warning("worker %s: unexpected %s message", self.worker_id, kind.KIND)
 
     def on_bye(self, bye: messages.Bye) -> None:
         """Leave, unless persistent: then drop the job and wait for the next one. A BYE that
@@ -324,7 +305,7 @@ class Worker:
             _log.error("worker %s: %s", self.worker_id, bye.reason)
             self.exit_code = 2
         if bye.refused or not self.persistent:
-            self.stopping = True
+            self.leaving.stopping = True
         else:  # the iteration is over (or this worker was declared lost): wait for the next
             self.end_job()  # job, and say so at once (a consumer that keeps its workers
             # across iterations starts the next one) as a new process would: a consumer that
@@ -338,121 +319,67 @@ class Worker:
             self.job.close()
             self.job = None
 
-    def on_unit(self, unit: messages.Unit | messages.Items | messages.Pull) -> None:
-        job = self.job
-        if job is None or unit.job != job.id:
-            return  # a unit of a job that is over: nobody waits for it
-        if isinstance(unit, messages.Unit) and isinstance(job, Hdf5Job):
-            self.run_unit(job, unit)
-        elif isinstance(unit, (messages.Items, messages.Pull)) and isinstance(job, SourceJob):
-            self.run_source_unit(job, unit)
-        else:  # the consumer waits for this unit: a clear error, not a timeout
-            kind = "an HDF5" if isinstance(job, Hdf5Job) else "a source"
-            error = ProtocolError(f"a {unit.KIND} message for {kind} job")
-            self.send_error(job.id, unit.unit, error)
+    # -- jobs (h5feed.producer.worker.job: the loop never asks which kind it holds) ----------
 
-    # -- HDF5 jobs ---------------------------------------------------------------------------
-
-    def start_job(self, job: messages.Job) -> None:
-        """Open the job's files; a JOB of the job in hand adds files (taken over from a worker
-        that left)."""
-        if not isinstance(self.job, Hdf5Job) or self.job.id != job.job:
+    def start(self, start: Any) -> None:
+        """A start message (JOB, SOURCE): of the job in hand, it adds to it; else the job in
+        hand is closed and the message's kind opens a new one. Its answers are sent as they
+        come; a failure is sent as ERROR (unit None): opening, no job is held."""
+        job, job_id = self.job, start.job
+        if job is None or job.id != job_id or job.STARTS is not type(start):
             self.end_job()
             self.counters.add("jobs")
             try:
-                clip, layout = job_spec(job)
-                self.job = Hdf5Job(
-                    job.job, clip, layout, job.on_error, self.settings.code, self.settings.data,
-                    self.memory, self.files, job.code,
-                )  # fmt: skip
-            except Exception as exc:  # a bad spec or transform import path: tell the trainer
-                self.send_error(job.job, None, exc)
+                job = self.job = self.kinds[type(start)].open(start, self.jobs_share)
+            except Exception as exc:  # a bad spec, the user's code: tell the trainer
+                self.send_error(job_id, None, exc)
                 return
-        # The consumer names a cache directory when the index cache is on; a service worker
-        # uses its host's own directory instead (the consumer's path is on another host).
-        cache_dir = (self.cache_dir or job.cache_dir) if job.cache_dir else None
-        for answer in self.job.open_files(job.files, cache_dir, job.send_index):
+        answers = job.take(start)
+        while True:
+            try:  # the answers are made one at a time (a job of many files: many batches)
+                answer = next(answers, None)
+            except Exception as exc:  # the user's code: any failure must reach the trainer
+                self.send_error(job_id, None, exc)
+                return
+            if answer is None:
+                return
             self.send(answer)
 
-    def run_unit(self, job: Hdf5Job, unit: messages.Unit) -> None:
-        """Produce a unit into its shared-memory slot when it names one this worker can map
-        (then DATA carries no array), else into a new array sent with DATA."""
-        began = time.monotonic()
-        reopened = job.files_reopened
-        try:
-            data, nbytes = job.produce(unit, self.slot_target(job, unit.slot))
-        except Exception as exc:  # any failure must reach the trainer, with its traceback
-            self.send_error(job.id, unit.unit, exc)
-            return
-        finally:
-            self.counters.add("files_reopened", job.files_reopened - reopened)
-        busy = time.monotonic() - began
-        self.counters.unit(len(unit.rows), nbytes, busy)
-        self.send(dataclasses.replace(data, busy_s=busy))
-        self._sent_after_stop += self._stop_deadline is not None
-
-    def slot_target(self, job: Hdf5Job, slot: messages.SlotRef | None) -> SlotTarget | None:
-        """Where a unit's rows go in its slot, or None: no slot, or one this worker cannot
-        map (logged and counted once per job; from then on every unit of that job sends its
-        rows over the socket, and the next job tries slots again)."""
-        if job.slots_failed:
-            return None
-        try:
-            return job.slot_target(slot)
-        except SlotError as exc:
-            _log.warning(
-                "worker %s: job %s: %s; sending rows over the socket for this job",
-                self.worker_id, job.id, exc,
-            )  # fmt: skip
-            self.counters.add("slots_refused")
-            job.slots_failed = True
-            return None
-
-    # -- source jobs -------------------------------------------------------------------------
-
-    def start_source(self, source: messages.Source) -> None:
-        """A source job (the user's code, ``h5feed.producer.sources``): the first SOURCE loads
-        it and answers SOURCE_INFO; the second gives the element spec."""
-        try:
-            if isinstance(self.job, SourceJob) and self.job.id == source.job:
-                self.job.set_spec(source.spec)
-                return
-            self.end_job()
-            self.counters.add("jobs")
-            self.job = SourceJob(source, not self.persistent, self.code_policy)
-            if source.spec is not None:  # known already: no probe needed
-                self.job.set_spec(source.spec)
-            info = self.job.info()
-        except Exception as exc:  # the user's code: any failure must reach the trainer
-            self.send_error(source.job, None, exc)
-            return
-        self.send(info)
-
-    def check_source(self, check: messages.Check) -> None:
-        """A CHECK: this copy's digest of the common items at an epoch's start."""
+    def on_unit(self, unit: messages.Unit | messages.Items | messages.Pull) -> None:
+        """Answer a unit of the job in hand with DATA (or ERROR); a unit of a job that is
+        over is dropped (guarantee 2)."""
         job = self.job
-        if not isinstance(job, SourceJob) or job.id != check.job:
-            _log.warning("worker %s: a CHECK of job %s it does not hold", self.worker_id, check.job)
+        if job is None or unit.job != job.id:
+            return  # a unit of a job that is over: nobody waits for it
+        if type(unit) not in job.UNITS:  # the consumer waits for it: a clear error, no timeout
+            error = ProtocolError(f"a {unit.KIND} message for {job.DESCRIBED} job")
+            self.send_error(job.id, unit.unit, error)
             return
-        try:
-            info = job.check(check.epoch)
-        except Exception as exc:  # the user's code: any failure must reach the trainer
-            self.send_error(check.job, None, exc)
-            return
-        self.send(info)
-
-    def run_source_unit(self, job: SourceJob, unit: messages.Items | messages.Pull) -> None:
         began = time.monotonic()
         try:
-            data = job.produce(unit)
+            data, nbytes = job.produce(unit)
         except Exception as exc:  # any failure must reach the trainer, with its traceback
             self.send_error(job.id, unit.unit, exc)
             return
-        nbytes = sum(array.nbytes for array in data.arrays.values())
         busy = time.monotonic() - began
         self.counters.unit(len(data.samples), nbytes, busy)
         self.send(dataclasses.replace(data, busy_s=busy))
-        self._sent_after_stop += self._stop_deadline is not None
+        self.leaving.sent_after_stop += self.leaving.deadline is not None
+
+    def on_check(self, check: messages.Check) -> None:
+        """A CHECK (a source job's digests at an epoch's start), answered by the job in hand;
+        one of a job it does not hold, or of a kind without checks, is logged and dropped."""
+        job = self.job
+        if job is not None and job.id == check.job:
+            try:
+                answer = job.check(check)
+            except Exception as exc:  # the user's code: any failure must reach the trainer
+                self.send_error(check.job, None, exc)
+                return
+            if answer is not None:
+                self.send(answer)
+                return
+        _log.warning("worker %s: a CHECK of job %s it does not hold", self.worker_id, check.job)
 
 
 def _nbytes(frame: object) -> int:

@@ -30,8 +30,9 @@ User code named by the consumer is imported only if ``--allow-code PATTERN`` all
 none is. With ``--data-root`` every file stays under it (:mod:`h5feed.producer.files.confine`).
 
 It never decides what to produce: it only answers the consumer's units, in the order received.
-This module is the command line; the event loop is :mod:`h5feed.producer.worker.loop`, an HDF5
-job :mod:`h5feed.producer.worker.hdf5_job`, a source job :mod:`h5feed.producer.sources`.
+This module is the command line; the event loop is :mod:`h5feed.producer.worker.loop`, which
+drives every job through one protocol (:mod:`h5feed.producer.worker.job`): an HDF5 job
+:mod:`h5feed.producer.worker.hdf5_job`, a source job :mod:`h5feed.producer.sources`.
 """
 
 from __future__ import annotations

@@ -39,6 +39,11 @@ class WorkerCounters:
         self.values.update(worker=worker_id, pid=os.getpid(), host=socket.gethostname())
         self._written = 0.0
 
+    @property
+    def worker(self) -> str:
+        """The worker's name (its ``--worker-id``), as its log lines say it."""
+        return str(self.values["worker"])
+
     def unit(self, clips: int, nbytes: int, seconds: float) -> None:
         values = self.values
         values["units"] += 1

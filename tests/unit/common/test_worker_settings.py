@@ -25,8 +25,8 @@ from h5feed.common.worker_settings import (
     WorkerSettings,
 )
 from h5feed.producer.files import open_files
-from h5feed.producer.files.read_limits import NO_LIMITS
-from h5feed.producer.service.server import worker_settings
+from h5feed.producer.files.read_limits import NO_LIMITS, ProducerLimits
+from h5feed.producer.service.server import ServiceOptions, service_worker
 from h5feed.producer.worker.code_policy import NOTHING
 from h5feed.producer.worker.loop import Worker
 
@@ -119,7 +119,8 @@ def test_the_defaults_are_the_workers_own() -> None:
     assert (data.data_root, data.cache_dir, Process("w").persistent) == (None, None, False)
     worker = Worker(WorkerSettings(Network("ipc:///nowhere/h5feed-test"), Process("w")))
     try:
-        assert worker.code_policy == NOTHING and worker.limits == NO_LIMITS
+        assert worker.jobs_share.code_policy == NOTHING
+        assert ProducerLimits.of(worker.settings.data) == NO_LIMITS
         assert worker.memory is None and worker.files is None  # not persistent
     finally:
         worker.socket.close(linger=0)
@@ -165,8 +166,47 @@ def test_the_command_runs_the_worker_module_isolated_unless_code_is_trusted() ->
 
 
 def test_a_service_worker_is_persistent_a_child_with_this_hosts_cache() -> None:
-    value = worker_settings("ipc:///x", "p-0", "/data", ("a", "b"), "/s.json", None, 9)
+    template = service_worker("ipc:///t", "p", data_root="/data", max_open_files=9)
+    options = ServiceOptions(2, template)
+    value = options.settings_of("ipc:///x", "p-0", "/s.json", ("a", "b"))
+    assert options.prefix == "p"
     assert value.process == Process("p-0", os.getpid(), persistent=True, stats_file="/s.json")
     assert value.network == Network("ipc:///x", "a", "b")
     assert value.data.cache_dir is not None and value.data.max_open_files == 9
     assert WorkerSettings.from_argv(value.to_argv()) == value
+
+
+def test_h5feed_produce_offers_the_workers_options_from_their_fields(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``h5feed produce``'s worker flags are the fields given ``offered`` (flag, type, help,
+    the service's default): set by flag or environment, they reach every worker's settings."""
+    from h5feed.cli import build_parser
+    from h5feed.common.worker_settings import PRODUCER_MAX_CLIP_PIXELS, PRODUCER_MAX_FRAME_PIXELS
+    from h5feed.producer.service import command
+
+    offered = {name: default for name, _flag, _offer, default in WorkerSettings.offered()}
+    assert set(offered) == {
+        "max_message_bytes", "stop_wait_s", "data_root", "max_open_files", "max_frame_pixels",
+        "max_clip_pixels", "max_chunk_bytes", "allow_code",
+    }  # fmt: skip
+    parser = build_parser()
+    assert command._worker_values(parser.parse_args(["produce"])) == offered
+    assert (offered["max_frame_pixels"], offered["max_clip_pixels"]) == (
+        PRODUCER_MAX_FRAME_PIXELS,
+        PRODUCER_MAX_CLIP_PIXELS,
+    )  # the service's caps, not the worker's (none)
+    monkeypatch.setenv("H5FEED_MAX_OPEN_FILES", "5")
+    monkeypatch.setenv("H5FEED_ALLOW_CODE", "a:*, b:f")
+    monkeypatch.setenv("H5FEED_DATA_ROOT", "/from-env")
+    argv = ["produce", "--data-root", "/d", "--max-chunk-bytes", "9", "--stop-wait-s", "2.5"]
+    values = command._worker_values(build_parser().parse_args(argv))
+    template = service_worker("ipc:///x", "p", **values)
+    assert (template.data.data_root, template.data.max_open_files) == ("/d", 5)
+    assert (template.data.max_chunk_bytes, template.process.stop_wait_s) == (9, 2.5)
+    assert template.code.allow_code == ("a:*", "b:f")
+    assert template.data.max_frame_pixels == PRODUCER_MAX_FRAME_PIXELS
+    flagged = build_parser().parse_args(["produce", "--allow-code", "c:*"])
+    assert command._worker_values(flagged)["allow_code"] == ("c:*",)  # the flag replaces $VAR
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["produce", "--max-message-bytes", "0"])

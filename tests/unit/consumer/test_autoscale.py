@@ -28,7 +28,7 @@ from h5feed.consumer.processes.autoscale import (
     AutoWorkers,
     Reading,
 )
-from h5feed.consumer.processes.local_workers import LocalWorkers
+from h5feed.consumer.processes.local_workers import LocalWorkers, local_worker
 from h5feed.producer.sample_data import SampleSpec, make_sample_dataset
 
 BOUND = Reading(wait_share=0.6, idle_workers=0)  # input-bound
@@ -361,7 +361,7 @@ def test_local_workers_grow_retire_and_never_replace_a_retired_one(tmp_path: pat
     """Real processes, no consumer: the reserved names, growth up to them, retirement from
     the last (never under one), a retired worker killed on demand and never an exit to
     replace, and every process reaped by stop()."""
-    workers = LocalWorkers(1, f"ipc://{tmp_path}/nobody.sock", prefix="t", reserve=3)
+    workers = LocalWorkers(1, local_worker(f"ipc://{tmp_path}/nobody.sock", "t"), reserve=3)
     seen: list[int] = []
     try:
         assert workers.names == ["t-0", "t-1", "t-2"] and workers.running == ["t-0"]

@@ -24,11 +24,10 @@ import h5feed
 from h5feed.common.config import ClipSpec
 from h5feed.common.layouts import Groups
 from h5feed.common.protocol.messages import SlotRef
-from h5feed.common.worker_settings import Network, Process, WorkerSettings
 from h5feed.consumer.core.slots import SlotPool
 from h5feed.producer.worker.hdf5_job import Hdf5Job
-from h5feed.producer.worker.loop import Worker
 from h5feed.producer.worker.shm import SlotError, SlotMaps
+from h5feed.producer.worker.stats import WorkerCounters
 
 KW = {**CLIP, "flip": True, "batch_size": 4, "workers": 2}
 
@@ -248,21 +247,20 @@ def test_a_descriptor_that_is_not_a_slot_is_refused_before_it_is_opened() -> Non
             maps.batch_array(slot_ref(other.fileno(), 1), (2,), "job1")
 
 
-def test_a_refused_slot_sends_rows_over_the_socket_for_that_job_only(
-    tmp_path: pathlib.Path,
-) -> None:
+def test_a_refused_slot_sends_rows_over_the_socket_for_that_job_only() -> None:
     """One job's unusable slot (counted, named in the log) turns slots off for that job;
     the next job maps its slots again."""
     spec, layout = ClipSpec.of(clip_len=1, resize=(2, 2)), Groups()
-    worker = Worker(WorkerSettings(Network(f"ipc://{tmp_path}/nobody"), Process("w0")))
-    first, second = Hdf5Job("job1", spec, layout), Hdf5Job("job2", spec, layout)
+    counters = WorkerCounters(None, "w0")
+    first = Hdf5Job("job1", spec, layout, counters=counters)
+    second = Hdf5Job("job2", spec, layout, counters=counters)
     pools = [SlotPool(12, "job1"), SlotPool(12, "job2")]
     bad, good_first, good_second = SlotPool(12, "other"), pools[0].acquire(), pools[1].acquire()
     try:
-        assert worker.slot_target(first, slot_ref(bad.acquire().fd, 1)) is None
-        assert worker.counters.values["slots_refused"] == 1
-        assert worker.slot_target(first, slot_ref(good_first.fd, 1)) is None  # this job: off
-        target = worker.slot_target(second, slot_ref(good_second.fd, 1))
+        assert first.target(slot_ref(bad.acquire().fd, 1)) is None
+        assert counters.values["slots_refused"] == 1
+        assert first.target(slot_ref(good_first.fd, 1)) is None  # this job: off
+        target = second.target(slot_ref(good_second.fd, 1))
         assert target is not None and target[0].shape == (1, 1, 2, 2, 3)
         del target
     finally:
@@ -270,8 +268,6 @@ def test_a_refused_slot_sends_rows_over_the_socket_for_that_job_only(
             job.close()
         for pool in (*pools, bad):
             pool.close()
-        worker.socket.close(linger=0)
-        worker.context.term()
 
 
 def test_a_slot_held_for_a_live_writer_returns_only_once_it_is_gone() -> None:

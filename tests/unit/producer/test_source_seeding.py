@@ -40,7 +40,7 @@ def job(
 
 
 def pull(loaded: SourceJob, count: int, pass_: int) -> list[tuple[float, float]]:
-    data = loaded.produce(messages.Pull("job", 0, 0, pass_, count, pass_))
+    data, _nbytes = loaded.produce(messages.Pull("job", 0, 0, pass_, count, pass_))
     values = [a for name, a in sorted(data.arrays.items()) if a.dtype == np.float64]
     return list(zip(*(v.tolist() for v in values), strict=True))
 
@@ -58,7 +58,7 @@ def test_a_generator_pass_is_seeded_from_seed_epoch_and_shard() -> None:
 
 def test_a_map_item_is_the_same_whichever_worker_and_order_fetches_it() -> None:
     def item(loaded: SourceJob, index: int, epoch: int) -> list[float]:
-        data = loaded.produce(messages.Items("job", 0, 0, epoch, (index,)))
+        data, _nbytes = loaded.produce(messages.Items("job", 0, 0, epoch, (index,)))
         return [v for a in data.arrays.values() if a.dtype == np.float32 for v in a.ravel()]
 
     a = job("user_sources:Augmented", {"n": 6}, 0, 3, seed=5)
@@ -135,7 +135,7 @@ def test_a_keras_batch_of_an_epoch_the_copy_moved_past_is_made_as_it_was_then() 
     loaded = job("user_keras:ShuffledRows", {"rows": 12, "batch": 4}, seed=2)
 
     def rows(epoch: int, batch: int) -> list[int]:
-        data = loaded.produce(messages.Items("job", 0, 0, epoch, (batch,)))
+        data, _nbytes = loaded.produce(messages.Items("job", 0, 0, epoch, (batch,)))
         return data.arrays["1"].ravel().tolist()  # y: the rows (leaf 1; "1.shape" beside)
 
     before = [rows(0, b) for b in range(3)]

@@ -75,7 +75,8 @@ _CRASH_LOOP = "crash-loop"  # the health file's second line, while a worker cras
 #: flushed (its socket's 2 s linger), or its kill reaped. A container's grace period (compose
 #: and Swarm ``stop_grace_period``, Kubernetes ``terminationGracePeriodSeconds``) must be at
 #: least the stop wait plus this, or the engine kills the producer before its workers hand
-#: their units back (``tests/deploy/test_kubernetes.py`` and ``tests/deploy/test_swarm.py`` check it).
+#: their units back (``tests/deploy/test_kubernetes.py`` and ``tests/deploy/test_swarm.py`` check
+# it).
 STOP_EXIT_MARGIN_S = 5.0
 
 

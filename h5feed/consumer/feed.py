@@ -98,8 +98,8 @@ class Feed:
         if point is not None:
             start = resume.first_cursor(point, config.options.plan, self._length)
         #: The lineage record (``lineage=``), cut to the batches the resumed state took (see
-        #: :mod:`h5feed.consumer.position.lineage`); made here, so a bad path fails before any
-        # worker.
+        #: :mod:`h5feed.consumer.position.lineage`); made here, so that a bad path fails
+        #: before any worker starts.
         self.lineage: LineageLog | None = None
         if config.options.record.lineage is not None:
             taken = lineage.taken_by(start, point.taken) if point is not None else None

@@ -139,9 +139,8 @@ class Position:
         self.cursor = start.cursor  # the next batch the trainer takes (deterministic order)
         self.outcome = Outcome()
         self._skip = set(start.skip)
-        #: The step (see :mod:`h5feed.consumer.position.lineage`) of the batch taken last, and of
-        # the
-        #: next one: known once the epoch's length is (None: a generator source's).
+        #: The step (see :mod:`h5feed.consumer.position.lineage`) of the batch taken last, and
+        #: of the next one: known once the epoch's length is (None: a generator source's).
         self.last_step: int | None = None
         self._next_step: int | None = None
         self._fingerprint = dict(start.fingerprint)  # its index part: this iteration's

@@ -346,9 +346,9 @@ def test_swarm_producers_survive_a_kill_and_a_scale_up_mid_epoch_exactly_once(
 
 # -- a rolling update from the previous release, and a bad image ---------------------------
 
-#: The previous release (tests/support/upgrade_pins.py) and a release the trainer refuses, each as
-# this
-#: run's image with its h5feed package replaced: built in seconds, without the network.
+#: The previous release (tests/support/upgrade_pins.py) and a release the trainer refuses,
+#: each as this run's image with its h5feed package replaced: built in seconds, without the
+#: network.
 PREVIOUS_IMAGE = f"h5feed-producer:prev-{RUN_ID}"
 BAD_IMAGE = f"h5feed-producer:bad-{RUN_ID}"
 _BUILD_TIMEOUT_S = 300

@@ -44,7 +44,7 @@ PRODUCERS_KEYS = frozenset(
 HOST_KEYS = frozenset({"workers", "clips", "clips_per_s"})
 
 #: Sample names of a feed's ``/metrics`` once an iteration ran
-# (h5feed/consumer/telemetry/metrics.py).
+#: (h5feed/consumer/telemetry/metrics.py).
 METRIC_NAMES = frozenset(
     {
         "h5feed_batches_total", "h5feed_clips_total", "h5feed_bytes_total",

@@ -106,7 +106,7 @@ class NetworkOptions:
     listen: str | None = None
     #: A peer whose connection stops answering ZeroMQ heartbeats (killed without BYE, host
     #: down, cable cut, process stopped) is declared lost within this (see
-    # common/protocol/liveness.py).
+    #: common/protocol/liveness.py).
     peer_timeout_s: float = 5.0
     join_grace_s: float = 1.5
     curve_key: str | None = None
@@ -119,7 +119,7 @@ class NetworkOptions:
     insecure: bool = False
     #: A shared fleet to attach to (``h5feed produce --listen``): its endpoint(s),
     #: ``tcp://HOST:PORT``, each name resolved to every replica
-    # (h5feed/consumer/processes/fleet_announcer.py).
+    #: (h5feed/consumer/processes/fleet_announcer.py).
     fleet: str | tuple[str, ...] | None = None
     #: The fleet's public ``.key`` file: CURVE to its fronts, with this trainer's curve_key.
     fleet_key: str | None = None

@@ -76,7 +76,7 @@ _CRASH_LOOP = "crash-loop"  # the health file's second line, while a worker cras
 #: and Swarm ``stop_grace_period``, Kubernetes ``terminationGracePeriodSeconds``) must be at
 #: least the stop wait plus this, or the engine kills the producer before its workers hand
 #: their units back (``tests/deploy/test_kubernetes.py`` and ``tests/deploy/test_swarm.py`` check
-# it).
+#: it).
 STOP_EXIT_MARGIN_S = 5.0
 
 

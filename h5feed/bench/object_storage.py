@@ -1,18 +1,23 @@
 """HDF5 over ``s3://`` against the same files on disk: clips/s, requests per clip and bytes
-read per byte stored, printed as measured (``python -m h5feed.bench.object_storage``).
+read per byte stored, printed as measured (``h5feed bench object-storage``; its help and
+arguments in :mod:`h5feed.bench.subcommands`).
 
 The S3 server is moto's (``ThreadedMotoServer``, pure Python, in this process: it shares the
 cores with the trainer and its workers, so its figures are a floor, not a cloud's); a proxy
 (:mod:`h5feed.bench.s3_proxy`) in front of it counts requests and bytes and adds a latency
-per request (``--latency-ms``, a distant store's round trip). Every run reads the same files
-with the same plan: two epochs after their first batch are timed. Needs ``h5feed[storage]``
-and ``moto[server]`` (the test extra). No figure is asserted: targets go in the docs.
+per request (``--latency-ms``, a distant store's round trip); ``--block-kib`` sets the
+workers' block (``default_block_size`` in their ``$H5FEED_STORAGE_OPTIONS``), so files
+larger than a worker's cache of a file (4 blocks) can be studied without gigabytes. Every
+run reads the same files with the same plan: two epochs after their first batch are timed.
+Needs ``h5feed[storage]`` and ``moto[server]`` (the test extra). No figure is asserted:
+targets go in the docs.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import pathlib
 import tempfile
@@ -21,6 +26,7 @@ from typing import Any
 
 import h5feed
 from h5feed.common import storage_config
+from h5feed.producer.files import remote_files
 from h5feed.producer.sample_data import SampleSpec, make_sample_dataset
 
 _BUCKET = "h5feed-bench"
@@ -43,7 +49,10 @@ def clips_per_s(files: str | list[str], args: argparse.Namespace) -> tuple[float
 
 
 def run(args: argparse.Namespace) -> int:
-    """Start the server, write and upload the files, print each figure as it is measured."""
+    """Start the server, write and upload the files, print each figure as it is measured;
+    write them to ``args.json`` (when not None)."""
+    if args.clip_len > args.min_frames or args.min_frames > args.max_frames:
+        raise ValueError("needs --clip-len <= --min-frames <= --max-frames")
     from moto.server import ThreadedMotoServer
 
     from h5feed.bench.s3_proxy import FaultProxy
@@ -51,18 +60,35 @@ def run(args: argparse.Namespace) -> int:
     for name, value in (("AWS_ACCESS_KEY_ID", "bench"), ("AWS_SECRET_ACCESS_KEY", "bench")):
         os.environ.setdefault(name, value)
     os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # moto's server logs each request
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
+    saved = os.environ.get(storage_config.STORAGE_ENV)  # restored: a test may run this in process
     host, port = server.get_host_and_port()
     results: dict[str, Any] = {}
     try:
         with tempfile.TemporaryDirectory(prefix="h5feed-object-storage-") as tmp:
             spec = SampleSpec(
-                files=args.files, videos_per_file=args.videos, min_frames=24, max_frames=32,
+                files=args.files, videos_per_file=args.videos, min_frames=args.min_frames,
+                max_frames=args.max_frames,
                 height=128, width=160, seed=3,
             )  # fmt: skip
             paths = sorted(str(p) for p in make_sample_dataset(pathlib.Path(tmp), spec))
             stored = sum(os.path.getsize(p) for p in paths)
+            per_file = stored / len(paths)
+            block = args.block_kib << 10
+            cache = block * remote_files.MAX_BLOCKS
+            results.update(
+                files=args.files, videos_per_file=args.videos, workers=args.workers,
+                clip_len=args.clip_len, block_bytes=block, cache_bytes_per_file=cache,
+                file_bytes=int(per_file), file_to_cache=round(per_file / cache, 1),
+            )  # fmt: skip
+            print(
+                f"{len(paths)} files of {per_file / 2**20:.1f} MiB; a worker's cache "
+                f"of a file {cache / 2**20:.2f} MiB ({block >> 10} KiB blocks): files "
+                f"{results['file_to_cache']} x the cache",
+                flush=True,
+            )
             fs = storage_config.filesystem(
                 "s3", {"endpoint_url": f"http://{host}:{port}", "key": "bench", "secret": "bench"}
             )
@@ -72,23 +98,23 @@ def run(args: argparse.Namespace) -> int:
             local, clips = clips_per_s(paths, args)
             print(f"{'local files':>28}: {local:8.1f} clips/s ({clips} clips)", flush=True)
             results["local_clips_per_s"] = round(local, 1)
-            for latency_ms in (0, args.latency_ms):
+            for latency_ms in sorted({0.0, args.latency_ms}):
                 proxy = FaultProxy(f"http://{host}:{port}", delay_s=latency_ms / 1000)
                 os.environ[storage_config.STORAGE_ENV] = json.dumps(
-                    {"endpoint_url": proxy.endpoint}
+                    {"endpoint_url": proxy.endpoint, "default_block_size": block}
                 )
                 try:
                     rate, clips = clips_per_s(f"s3://{_BUCKET}/data/*.h5", args)
                 finally:
                     proxy.stop()
-                label = f"s3 (moto, +{latency_ms} ms/request)"
+                label = f"s3 (moto, +{latency_ms:g} ms/request)"
                 print(
                     f"{label:>28}: {rate:8.1f} clips/s ({rate / local:.2f} x local); "
                     f"{proxy.requests} requests ({proxy.requests / clips:.3f} per clip), "
                     f"{proxy.body_bytes / stored:.2f} bytes read per byte stored",
                     flush=True,
                 )
-                results[f"s3_{latency_ms}ms"] = {
+                results[f"s3_{latency_ms:g}ms"] = {
                     "clips_per_s": round(rate, 1),
                     "requests": proxy.requests,
                     "requests_per_clip": round(proxy.requests / clips, 4),
@@ -97,19 +123,21 @@ def run(args: argparse.Namespace) -> int:
             results["stored_bytes"] = stored
     finally:
         server.stop()
+        if saved is None:
+            os.environ.pop(storage_config.STORAGE_ENV, None)
+        else:
+            os.environ[storage_config.STORAGE_ENV] = saved
     if args.json is not None:
         pathlib.Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
     return 0
 
 
 def main() -> int:
+    """``python -m h5feed.bench.object_storage``: the same as ``h5feed bench object-storage``."""
+    from h5feed.bench.subcommands import _object_storage_arguments
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--files", type=int, default=4, help="HDF5 files (default 4)")
-    parser.add_argument("--videos", type=int, default=48, help="videos per file (default 48)")
-    parser.add_argument("--workers", type=int, default=2, help="local workers (default 2)")
-    parser.add_argument("--clip-len", type=int, default=8, help="frames per clip (default 8)")
-    parser.add_argument("--latency-ms", type=float, default=20.0, help="added per request")
-    parser.add_argument("--json", default=None, help="also write the figures here")
+    _object_storage_arguments(parser)
     return run(parser.parse_args())
 
 

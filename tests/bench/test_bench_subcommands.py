@@ -196,3 +196,24 @@ def test_lineage_measures_the_trainer_without_and_with_the_record(
     assert result["record_us_per_clip"] > 0
     printed = capsys.readouterr().out
     assert "lineage off" in printed and "the record alone:" in printed
+
+
+@pytest.mark.processes
+def test_object_storage_measures_local_and_s3_and_writes_its_json(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("moto.server")
+    pytest.importorskip("s3fs")
+    out = tmp_path / "object-storage.json"
+    argv = ["--files", "1", "--videos", "4", "--min-frames", "8", "--max-frames", "8"]
+    argv += ["--workers", "1", "--latency-ms", "5", "--block-kib", "64", "--json", str(out)]
+    assert main(["bench", "object-storage", *argv]) == 0
+    result = json.loads(out.read_text())
+    assert (result["files"], result["block_bytes"], result["cache_bytes_per_file"]) == (
+        1, 64 << 10, 256 << 10,
+    )  # fmt: skip
+    assert result["local_clips_per_s"] > 0
+    for row in ("s3_0ms", "s3_5ms"):  # every request went through the counting proxy
+        assert result[row]["requests"] > 0 and result[row]["bytes_read_per_byte_stored"] > 0
+    printed = capsys.readouterr().out
+    assert "local files" in printed and "+5 ms/request" in printed

@@ -6,7 +6,9 @@ small pieces (a superblock, B-tree nodes, a frame) and fsspec turns each miss in
 GET of a whole block. Blocks of :data:`BLOCK_BYTES` (4 MiB), at most :data:`MAX_BLOCKS` kept
 per open file (least recently used dropped first), make a file's metadata a few requests and
 a clip's contiguous frames usually one, while a worker's memory for them stays bounded by
-``max_open_files`` x 16 MiB.
+``max_open_files`` x 16 MiB. A process's own fsspec options may set another block size
+(``default_block_size``, in bytes, in ``$H5FEED_STORAGE_OPTIONS``): the cache of a file is then
+:data:`MAX_BLOCKS` of those (:func:`block_bytes`).
 
 Guarantees of :func:`open_h5`:
 
@@ -50,6 +52,7 @@ from h5feed.producer.files import url_confine
 __all__ = [
     "BLOCK_BYTES",
     "MAX_BLOCKS",
+    "block_bytes",
     "check_readable",
     "filesystem",
     "identity",
@@ -60,6 +63,16 @@ __all__ = [
 #: The size of one ranged GET (a block of the file), and the blocks kept per open file.
 BLOCK_BYTES = 4 << 20
 MAX_BLOCKS = 4
+
+
+def block_bytes(scheme: str) -> int:
+    """The bytes of one ranged GET of this process's files of ``scheme``: its own options'
+    ``default_block_size`` when set (a positive integer), else :data:`BLOCK_BYTES`.
+    ValueError for another value."""
+    given = storage_config.options_for(scheme).get("default_block_size", BLOCK_BYTES)
+    if isinstance(given, bool) or not isinstance(given, int) or given <= 0:
+        raise ValueError(f"default_block_size must be a positive integer of bytes, not {given!r}")
+    return given
 
 
 def filesystem(scheme: str) -> Any:
@@ -206,7 +219,7 @@ def open_h5(url: str) -> h5py.File:
         raw = filesystem(parsed.scheme).open(
             url,
             "rb",
-            block_size=BLOCK_BYTES,
+            block_size=block_bytes(parsed.scheme),
             cache_type="blockcache",
             cache_options={"maxblocks": MAX_BLOCKS},
         )

@@ -1,6 +1,6 @@
 """HDF5 over ``s3://`` against the same files on disk: clips/s, requests per clip and bytes
 read per byte stored, printed as measured (``h5feed bench object-storage``; its help and
-arguments in :mod:`h5feed.bench.subcommands`).
+arguments in :mod:`h5feed.bench.storage_study`).
 
 The S3 server is moto's (``ThreadedMotoServer``, pure Python, in this process: it shares the
 cores with the trainer and its workers, so its figures are a floor, not a cloud's); a proxy
@@ -134,10 +134,10 @@ def run(args: argparse.Namespace) -> int:
 
 def main() -> int:
     """``python -m h5feed.bench.object_storage``: the same as ``h5feed bench object-storage``."""
-    from h5feed.bench.subcommands import _object_storage_arguments
+    from h5feed.bench.storage_study import object_storage_arguments
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    _object_storage_arguments(parser)
+    object_storage_arguments(parser)
     return run(parser.parse_args())
 
 

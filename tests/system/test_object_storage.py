@@ -477,3 +477,46 @@ def test_names_relative_to_a_url_data_root_are_read_under_it(
     _same_batches(got, _collect(h5feed.batches([str(p) for p in uploaded], **options)))
     with pytest.raises(ValueError, match="outside data_root"):  # the trainer's, before listing
         h5feed.batches(f"s3://{BUCKET}/other/*.h5", data_root=f"s3://{BUCKET}/data", **options)
+
+
+def test_read_ahead_fetches_a_seen_videos_blocks_together_and_nothing_else(
+    s3_server: str, s3: Any, uploaded: list[pathlib.Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A video read before is fetched ahead, its blocks requested together on the pool (the
+    clip then reads without a request of its own: no sequential waits), only blocks h5py's own
+    reads touched, and the frames are the same; a local path is never read ahead."""
+    from h5feed.producer.files import read_ahead
+    from h5feed.producer.layouts import open_reader
+
+    proxy = FaultProxy(s3_server, delay_s=0.05)  # a distant store: every request waits
+    options = {"endpoint_url": proxy.endpoint, "default_block_size": 4096}  # file >> cache
+    monkeypatch.setenv(storage_config.STORAGE_ENV, json.dumps(options))
+    url = f"s3://{BUCKET}/data/{uploaded[0].name}"
+    reader = open_reader(url, Auto())
+    try:
+        videos = reader.index()
+        first = {}
+        for _read in range(2):  # each video read twice: its blocks remembered
+            for name, frames, _label in videos:
+                with read_ahead.recording(url, name):
+                    first[name] = reader.read_frames(name, list(range(frames)))
+        source = read_ahead._SOURCES[url]
+        touched = {b for name, *_ in videos for b in source._videos.get(name) or ()}
+        name, frames, _label = next(v for v in videos if source.wanted(v[0]))  # evicted
+        wanted = source.wanted(name)
+        before = proxy.requests
+        assert read_ahead.ahead(url, name) == len(wanted) > 0
+        deadline = time.monotonic() + 60
+        while proxy.requests < before + len(wanted) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert proxy.requests == before + len(wanted)  # in flight together, before the read
+        again = reader.read_frames(name, list(range(frames)))
+        assert proxy.requests == before + len(wanted)  # the read itself asked nothing
+        assert source.taken == len(wanted)  # every block fetched ahead was used
+        assert set(wanted) <= touched  # only blocks h5py's own reads touched
+        for a, b in zip(again, first[name], strict=True):
+            assert bytes(a) == bytes(b)
+        assert read_ahead.ahead(str(uploaded[0]), name) == 0  # a local file: never
+    finally:
+        reader.close()
+        proxy.stop()

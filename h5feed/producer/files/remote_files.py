@@ -47,7 +47,7 @@ import h5py
 
 from h5feed.common import object_urls, storage_config
 from h5feed.common.errors import FileReadError
-from h5feed.producer.files import url_confine
+from h5feed.producer.files import read_ahead, url_confine
 
 __all__ = [
     "BLOCK_BYTES",
@@ -168,8 +168,8 @@ class _UrlFile:
     ``repr``, so ``h5.filename`` and every message built from it name the URL), whose reads
     are retried (guarantee 4): h5py reads through :meth:`readinto` or :meth:`read`."""
 
-    def __init__(self, raw: Any, url: str) -> None:
-        self._raw, self._url = raw, url
+    def __init__(self, raw: Any, url: str, source: read_ahead.Source | None = None) -> None:
+        self._raw, self._url, self.source = raw, url, source
         self.retried = 0  # reads retried so far (a figure for tests and logs)
 
     def __repr__(self) -> str:
@@ -179,9 +179,13 @@ class _UrlFile:
         return getattr(self._raw, name)
 
     def readinto(self, buffer: Any) -> int:
+        if self.source is not None:  # the blocks it touches, for the read-ahead
+            self.source.touch(self._raw.tell(), memoryview(buffer).nbytes)
         return int(self._retrying(lambda: self._raw.readinto(buffer)))
 
     def read(self, size: int = -1) -> bytes:
+        if self.source is not None and size > 0:
+            self.source.touch(self._raw.tell(), size)
         return bytes(self._retrying(lambda: self._raw.read(size)))
 
     def _retrying(self, call: Any) -> Any:
@@ -237,14 +241,18 @@ def open_h5(url: str) -> h5py.File:
             file=url,
             host=socket.gethostname(),
         )
+    source = read_ahead.Source(url, raw.cache, MAX_BLOCKS)
+    read_ahead.register(source)
     try:
-        h5 = h5py.File(_UrlFile(raw, url), "r")
+        h5 = h5py.File(_UrlFile(raw, url, source), "r")
     except Exception as exc:
+        read_ahead.release(source)
         raw.close()
         raise _fail("cannot open HDF5 file", url, exc) from exc
     try:
         url_confine.refuse_external_links(h5, url)
     except BaseException:
+        read_ahead.release(source)
         h5.close()
         raw.close()
         raise

@@ -19,7 +19,7 @@ from h5feed.common.config import ClipSpec, clip_frame_indices
 from h5feed.common.errors import DataError, FileReadError, FrameError
 from h5feed.common.layouts import LayoutSpec
 from h5feed.common.protocol.messages import Row
-from h5feed.producer.files import index_cache
+from h5feed.producer.files import index_cache, read_ahead
 from h5feed.producer.files.index_cache import VideoEntry
 from h5feed.producer.files.open_files import DEFAULT_MAX_OPEN_FILES, OpenFiles
 from h5feed.producer.files.read_limits import NO_LIMITS, ProducerLimits
@@ -28,6 +28,9 @@ from h5feed.producer.worker.decode import ClipWriter, check_crc, check_frame_pix
 from h5feed.producer.worker.transform import Transform
 
 _HOST = socket.gethostname()
+#: The rows whose blocks are fetched ahead while one is cut: the current one and the next
+#: (their requests in flight together, at most read_ahead.THREADS at a time).
+_AHEAD_ROWS = 4
 #: A row skipped under ``on_error="skip"``: its index in the unit's rows, and why.
 Skipped = tuple[int, FrameError]
 
@@ -137,7 +140,10 @@ class ClipMaker:
             raise ValueError("a batch array needs positions, and no transform")
         scratch: np.ndarray | None = None  # [1, T, H, W, 3]: one clip, the transform's input
         skipped: list[Skipped] = []
+        ahead = read_ahead.active()  # a URL file open: the next rows' blocks read ahead
         for r, row in enumerate(rows):
+            if ahead:
+                self._read_ahead(rows[r : r + _AHEAD_ROWS])
             try:
                 if self.transform is None:
                     place = positions[r] if positions is not None else r
@@ -157,6 +163,14 @@ class ClipMaker:
         if out is None:  # unreachable: rows is not empty
             raise ValueError("no clip was produced")
         return out, skipped
+
+    def _read_ahead(self, rows: Sequence[Row]) -> None:
+        """Fetch ahead what the clips of ``rows`` will read from object storage
+        (:mod:`h5feed.producer.files.read_ahead`; nothing for local files)."""
+        for row in rows:
+            videos = self.videos.get(row.file)
+            if videos is not None and 0 <= row.video < len(videos):
+                read_ahead.ahead(self.files.path(row.file), videos[row.video][0])
 
     def _transformed(
         self, row: Row, clip: np.ndarray, out: np.ndarray | None, r: int, rows: int
@@ -204,7 +218,8 @@ class ClipMaker:
                 handle.pixel_size(), self.writer.max_pixels, handle.path, name, indices[0]
             )
         try:
-            stored = handle.read_frames(name, indices)
+            with read_ahead.recording(handle.path, name):  # a URL's: remembered blocks
+                stored = handle.read_frames(name, indices)
             crcs = None if rgb else handle.frame_crcs(name, indices)
         except OSError as exc:  # the file, not a frame: never skipped
             raise FileReadError(

@@ -45,6 +45,7 @@ from h5feed.consumer.core.ledger import Peer
 from h5feed.consumer.core.router import Router
 from h5feed.consumer.core.scheduler import Scheduler, Send
 from h5feed.consumer.core.session import PeerSession
+from h5feed.consumer.core.start_report import StartReport
 from h5feed.consumer.core.waker import Waker
 
 _POLL_MS = 50
@@ -181,9 +182,11 @@ class FeedLoop:
         self._send(self.scheduler.start(list(session.peers.values())))
         self._started = True
         progress, last_progress = self._handshake_progress(), time.monotonic()
+        report = StartReport(session.log)  # a long first indexing is never silent
         while not self.scheduler.ready:
             if not self._pass():
                 return False
+            report.tick(self.scheduler.handshake_answers, self.scheduler.handshake_waiting)
             if self._handshake_progress() != progress:
                 progress, last_progress = self._handshake_progress(), time.monotonic()
             elif time.monotonic() - last_progress > options.processes.unit_timeout_s and not any(
@@ -193,6 +196,7 @@ class FeedLoop:
                     f"{self.scheduler.handshake_waiting()} within "
                     f"{options.processes.unit_timeout_s:g} s (unit_timeout_s)"
                 )
+        report.done(self.scheduler.handshake_answers)
         return True
 
     def _await_workers(self) -> bool:

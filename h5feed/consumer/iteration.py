@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, TypeAlias
 
 from h5feed.common.errors import ResumeError
 from h5feed.consumer.core.counters import Counters
@@ -41,6 +41,10 @@ from h5feed.consumer.position.fingerprint import IndexDigests
 from h5feed.consumer.position.lineage import LineageLog
 from h5feed.consumer.sources.options import Learnt, SourceConfig
 from h5feed.consumer.sources.scheduler import SourceScheduler
+
+#: What an iteration's handshake teaches (``Scheduler.learnt``): an HDF5 feed's files'
+#: ``Index``, a source's kind, element spec and length (a ``Learnt``).
+Lesson: TypeAlias = Index | Learnt
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -92,7 +96,7 @@ class IterationStart:
 
 def make_scheduler(
     config: FeedConfig, start: IterationStart, job: str, counters: Counters, gate: CreditGate
-) -> Scheduler:
+) -> Scheduler[Lesson]:
     """The scheduler of this config's kind for one iteration (job id ``job``): the epochs
     from ``start.cursor`` on (``epochs`` of them; None: forever), and what earlier
     iterations learnt (an HDF5 feed's known index, a source's kind and spec)."""
@@ -121,7 +125,7 @@ class Outcome:
     __slots__ = ("digest", "epoch_length", "learnt", "samples", "stats")
 
     def __init__(self) -> None:
-        self.learnt: object | None = None
+        self.learnt: Lesson | None = None
         self.epoch_length: int | None = None
         self.digest: str | None = None
         self.samples: int | None = None
@@ -148,7 +152,7 @@ class Position:
         point = resume.ResumePoint(start.cursor, start.skip)
         self._progress = resume.Progress(point, config.options.plan.deterministic)
 
-    def learn(self, learnt: object | None, length: int | None) -> None:
+    def learn(self, learnt: Lesson | None, length: int | None) -> None:
         """The handshake is over (the first batch is here): an HDF5 index is checked against
         the resumed state's (ResumeError), joins the fingerprint, tells the epoch's length,
         and is remembered for the next dataset over these files; the outcome says it all."""
@@ -166,7 +170,7 @@ class Position:
                 self._progress.set_length(length)
         self.ended(learnt, length)
 
-    def ended(self, learnt: object | None, length: int | None) -> None:
+    def ended(self, learnt: Lesson | None, length: int | None) -> None:
         """What the handshake taught, if the iteration ends before a first batch (a source's
         kind and spec are kept all the same); once set, the outcome's lesson stays."""
         outcome = self.outcome

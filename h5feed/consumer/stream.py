@@ -38,7 +38,7 @@ from h5feed.consumer.core.counters import Counters, RateMeter
 from h5feed.consumer.core.credits import CreditGate
 from h5feed.consumer.core.loop import END, FAILED, FeedLoop
 from h5feed.consumer.core.session import PeerSession
-from h5feed.consumer.iteration import IterationStart, Position, make_scheduler
+from h5feed.consumer.iteration import IterationStart, Lesson, Position, make_scheduler
 from h5feed.consumer.options import FeedConfig, data_root
 from h5feed.consumer.plan.epoch_plan import Cursor
 from h5feed.consumer.processes.autoscale import Autoscaler, AutoWorkers
@@ -164,7 +164,7 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
         return self._pool.workers.pids
 
     @property
-    def learnt(self) -> object | None:
+    def learnt(self) -> Lesson | None:
         """What this iteration's handshake taught, once known (see ``Scheduler.learnt``)."""
         return self.scheduler.learnt
 

@@ -1,0 +1,81 @@
+"""The input kind is an object at the edge: outside its own package, no consumer module asks
+a configuration or a handshake's lesson which kind it is (``isinstance`` on ``HdfConfig``,
+``SourceConfig``, ``Learnt`` or ``Index``); it asks the kind's input object instead."""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+
+import h5feed
+
+PACKAGE = pathlib.Path(h5feed.__file__).resolve().parent
+CONSUMER = PACKAGE / "consumer"
+
+#: The types that tell the input kinds apart: their configurations and what they learn.
+KIND_TYPES = frozenset({"HdfConfig", "SourceConfig", "Learnt", "Index"})
+
+#: Where asking is the module's own business: each input kind's package (its config, its
+#: lesson, its input object).
+OWN_PACKAGES = ("hdf5", "sources")
+
+#: The uses left, each module with the types it still tests, one entry per call: converted
+#: modules leave this list (the test fails while a listed use is gone, so it only shrinks).
+NOT_YET_CONVERTED: dict[str, list[str]] = {
+    "feed.py": ["HdfConfig", "HdfConfig", "HdfConfig", "Learnt"],
+    "iteration.py": ["HdfConfig", "Index", "SourceConfig"],
+    "options.py": ["HdfConfig"],
+    "stream.py": ["Learnt", "Learnt"],
+    "position/fingerprint.py": ["HdfConfig"],
+    "position/lineage.py": ["HdfConfig", "HdfConfig"],
+    "trainers/signature.py": ["HdfConfig", "HdfConfig", "HdfConfig"],
+}
+
+
+def kind_tests(path: pathlib.Path) -> list[str]:
+    """The kind types ``isinstance`` calls in ``path`` test against, one per call and type
+    (``isinstance(x, (A, B))`` counts A and B; ``isinstance(x, module.A)`` counts A)."""
+    found: list[str] = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if not (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id == "isinstance"
+            and len(node.args) == 2
+        ):
+            continue
+        kinds = node.args[1]
+        for target in kinds.elts if isinstance(kinds, ast.Tuple) else [kinds]:
+            name = target.attr if isinstance(target, ast.Attribute) else getattr(target, "id", "")
+            if name in KIND_TYPES:
+                found.append(name)
+    return sorted(found)
+
+
+def uses_outside_the_kinds() -> dict[str, list[str]]:
+    uses: dict[str, list[str]] = {}
+    for path in sorted(CONSUMER.rglob("*.py")):
+        relative = path.relative_to(CONSUMER)
+        if relative.parts[0] in OWN_PACKAGES:
+            continue
+        found = kind_tests(path)
+        if found:
+            uses[relative.as_posix()] = found
+    return uses
+
+
+def test_no_consumer_module_outside_the_kinds_asks_a_config_its_kind() -> None:
+    uses = uses_outside_the_kinds()
+    new = {m: u for m, u in uses.items() if u != NOT_YET_CONVERTED.get(m)}
+    gone = {m: u for m, u in NOT_YET_CONVERTED.items() if uses.get(m) != u}
+    assert not new, f"isinstance on an input kind's types outside its package: {new}"
+    assert not gone, f"converted: take these out of NOT_YET_CONVERTED: {gone}"
+
+
+def test_the_check_sees_each_form(tmp_path: pathlib.Path) -> None:
+    module = tmp_path / "m.py"
+    module.write_text(
+        "isinstance(c, HdfConfig)\nisinstance(c, (options.SourceConfig, int))\n"
+        "isinstance(x, Learnt) and isinstance(x, dict)\n"
+    )
+    assert kind_tests(module) == ["HdfConfig", "Learnt", "SourceConfig"]

@@ -139,8 +139,3 @@ class HdfConfig:
 
 #: A feed's configuration: HDF5 files, or the user's code in the workers (``source=``).
 FeedConfig: TypeAlias = HdfConfig | SourceConfig
-
-
-def data_root(config: FeedConfig) -> str | None:
-    """Where local workers find the files: an HDF5 feed's ``data_root``; a source has none."""
-    return config.data.data_root if isinstance(config, HdfConfig) else None

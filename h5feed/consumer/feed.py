@@ -105,7 +105,11 @@ class Feed:
         if config.options.record.lineage is not None:
             taken = lineage.taken_by(start, point.taken) if point is not None else None
             self.lineage = LineageLog(
-                config.options.record.lineage, config, self._fingerprint, taken
+                config.options.record.lineage,
+                config,
+                self._fingerprint,
+                taken,
+                self.input.lineage_columns(),
             )
         #: Where the first iteration starts (a resumed feed's position, else (0, 0)).
         self.start = start

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator
-from typing import ClassVar, Literal, Protocol
+from typing import ClassVar, Literal, Protocol, TypeVar
 
 from h5feed.common.user_code.source_kinds import SourceKind
 from h5feed.consumer.core.counters import Counters
@@ -21,6 +21,7 @@ from h5feed.consumer.hdf5.scheduler import HdfScheduler
 from h5feed.consumer.options import HdfConfig
 from h5feed.consumer.plan.epoch_plan import Cursor, Index
 from h5feed.consumer.plan.rest import Rest
+from h5feed.consumer.position.lineage import HdfColumns
 
 
 class HdfStart(Protocol):
@@ -34,6 +35,17 @@ class HdfStart(Protocol):
     def file_sizes(self) -> tuple[int, ...] | None: ...
     @property
     def rest(self) -> Rest | None: ...
+
+
+T_co = TypeVar("T_co", covariant=True)
+
+
+class HdfWays(Protocol[T_co]):
+    """What a front end does for an HDF5 feed (:meth:`HdfInput.visit` calls it): its half of
+    a choice between the kinds that needs more than the input object knows (TensorFlow's
+    signature, which this package never imports)."""
+
+    def hdf5(self, config: HdfConfig) -> T_co: ...
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -66,6 +78,10 @@ class HdfInput:
     #: The lineage header's ``kind`` (and how the front door names this kind).
     kind: ClassVar[Literal["hdf5"]] = "hdf5"
     config: HdfConfig
+
+    def visit(self, ways: HdfWays[T_co]) -> T_co:
+        """``ways``' answer for an HDF5 feed (the kinds' other input answers ``source``)."""
+        return ways.hdf5(self.config)
 
     @property
     def data_root(self) -> str | None:
@@ -104,6 +120,10 @@ class HdfInput:
         if stats is None:
             return None
         return tuple(st.st_size for st in stats), known_index.key_of(self.config, stats)
+
+    def lineage_columns(self) -> HdfColumns:
+        """The optional columns of the lineage record's rows (crop, seed, valid)."""
+        return HdfColumns.of(self.config)
 
     def index_lesson(self, learnt: object) -> IndexLesson | None:
         """What the handshake taught, as an index (None before it is built)."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator
-from typing import ClassVar, Literal, Protocol
+from typing import ClassVar, Literal, Protocol, TypeVar
 
 from h5feed.common.errors import ResumeError
 from h5feed.common.user_code.source_kinds import SourceKind
@@ -30,6 +30,16 @@ class SourceStart(Protocol):
     def rest(self) -> Rest | None: ...
 
 
+T_co = TypeVar("T_co", covariant=True)
+
+
+class SourceWays(Protocol[T_co]):
+    """What a front end does for a source feed (:meth:`SourceInput.visit` calls it): its
+    half of a choice between the kinds that needs more than the input object knows."""
+
+    def source(self, config: SourceConfig) -> T_co: ...
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class SourceInput:
     """A source feed's input kind over its (frozen) configuration."""
@@ -37,6 +47,10 @@ class SourceInput:
     #: The lineage header's ``kind`` (and how the front door names this kind).
     kind: ClassVar[Literal["source"]] = "source"
     config: SourceConfig
+
+    def visit(self, ways: SourceWays[T_co]) -> T_co:
+        """``ways``' answer for a source feed (the kinds' other input answers ``hdf5``)."""
+        return ways.source(self.config)
 
     @property
     def data_root(self) -> None:
@@ -65,6 +79,10 @@ class SourceInput:
 
     def files_now(self) -> None:
         """A source has no files to stat."""
+        return None
+
+    def lineage_columns(self) -> None:
+        """A source's lineage rows have no optional columns (their own are its kind's)."""
         return None
 
     def index_lesson(self, learnt: object) -> None:

@@ -4,7 +4,7 @@ what its workers tell of it (:class:`Learnt`), kept apart from the configuration
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import msgpack
@@ -93,6 +93,21 @@ class SourceConfig:
         refuses ``keys=`` for them; a padded map source adds ``sample`` and ``valid`` itself:
         :mod:`h5feed.consumer.sources.padding`)."""
         return keys
+
+    def fingerprint_parts(self, digest: Callable[[Any], str]) -> dict[str, Any]:
+        """The parts of the feed's fingerprint this configuration decides beyond the plan's
+        (:func:`h5feed.consumer.position.fingerprint.fingerprint`; ``digest``: how a value
+        too large to keep is hashed)."""
+        return {
+            "source": self.source,
+            "source_args": digest(dict(self.args)),
+            "steps_per_epoch": self.steps_per_epoch,
+            "ragged": digest(self.ragged),
+        }
+
+    def lineage_header(self) -> dict[str, Any]:
+        """What a lineage record's header says of this input beyond the plan's options."""
+        return {"kind": "source", "source": self.source}
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

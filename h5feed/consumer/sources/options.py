@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgpack
 
+from h5feed.common.elements.batch_keys import BATCH_KEYS
 from h5feed.common.elements.values import ElementSpec
 from h5feed.common.user_code import import_paths
 from h5feed.common.user_code.source_kinds import SourceKind
@@ -89,9 +90,11 @@ class SourceConfig:
         return path in self.ragged
 
     def element_keys(self, keys: tuple[str, ...]) -> tuple[str, ...]:
-        """``keys`` as they are: a source's elements are its own trees (``dataset()``
-        refuses ``keys=`` for them; a padded map source adds ``sample`` and ``valid`` itself:
-        :mod:`h5feed.consumer.sources.padding`)."""
+        """``keys`` as they are: a source's elements are its own trees, so ``dataset()``'s
+        ``keys=`` is refused (TypeError) unless left at its default (a padded map source
+        adds ``sample`` and ``valid`` itself: :mod:`h5feed.consumer.sources.padding`)."""
+        if keys != BATCH_KEYS:
+            raise TypeError("h5feed: keys= does not apply to source= (elements are your own)")
         return keys
 
     def fingerprint_parts(self, digest: Callable[[Any], str]) -> dict[str, Any]:

@@ -9,6 +9,7 @@ import pytest
 from fake_peers import hdf_config, source_config
 
 from h5feed.common.elements import values as elements
+from h5feed.common.elements.batch_keys import BATCH_KEYS
 from h5feed.common.errors import ResumeError
 from h5feed.common.user_code.source_kinds import SourceKind
 from h5feed.consumer.core.counters import Counters
@@ -50,3 +51,12 @@ def test_a_source_input_refuses_the_rest_of_an_epoch_on_other_shards() -> None:
     gate = CreditGate(2, lambda: None)
     with pytest.raises(ResumeError, match="another number of shards"):
         input_of(source_config()).scheduler(start, "job", iter([0]), Counters(), gate)
+
+
+def test_the_front_door_asks_the_config_which_keys_its_elements_have() -> None:
+    """``dataset(keys=)``: built first, the config answers (a source refuses them)."""
+    keys = ("frames", "label", "valid")
+    assert hdf_config(["a.h5"], batch_size=1, index_cache=False).element_keys(keys) == keys
+    assert source_config().element_keys(BATCH_KEYS) == BATCH_KEYS
+    with pytest.raises(TypeError, match="keys= does not apply to source="):
+        source_config().element_keys(keys)

@@ -13,10 +13,10 @@ import numpy as np
 from h5feed.common.errors import H5FeedError
 from h5feed.common.trust.exposure import warn_insecure_listen
 from h5feed.common.user_code import trainer_main
-from h5feed.consumer.hdf5 import known_index
 from h5feed.consumer.hdf5.config import hdf_config
+from h5feed.consumer.inputs import input_of
 from h5feed.consumer.iteration import IterationStart, Outcome
-from h5feed.consumer.options import FeedConfig, HdfConfig, data_root
+from h5feed.consumer.options import FeedConfig
 from h5feed.consumer.plan.epoch_plan import Cursor, Index, epoch_length
 from h5feed.consumer.plan.rest import Rest
 from h5feed.consumer.position import fingerprint as fingerprints
@@ -61,6 +61,9 @@ class Feed:
                 "a worker never starts workers"
             )
         self.config = config
+        #: What differs between an HDF5 feed and a source, asked here (never the config's
+        #: type): :mod:`h5feed.consumer.inputs`.
+        self.input = input_of(config)
         self._fingerprint = fingerprints.fingerprint(config)
         self._length: int | None = None
         self._samples: int | None = None  # per epoch, all shards (HDF5), once known
@@ -73,13 +76,11 @@ class Feed:
         # what it found, and the files' key when it began (see _read).
         self._iterations: list[tuple[weakref.ref[BatchStream], Outcome, str | None]] = []
         self._lock = threading.RLock()
-        if isinstance(config, HdfConfig):
-            key = known_index.key(config)
-            known = known_index.load(config, key) if key is not None else None
-            if known is not None:
-                length = config.epoch_length(known)
-                self._learn_index(self._index_digests(known), length, key)
-                self._samples = known.num_videos * config.data.clips_per_video
+        remembered = self.input.remembered()  # an HDF5 feed's files' index, if a consumer kept it
+        if remembered is not None:
+            known, key = remembered
+            self._learn_index(self._index_digests(known.index), known.epoch_length, key)
+            self._samples = known.samples
         point = resume.resume_point(resume_from) if resume_from is not None else None
         if point is not None and point.fingerprint:
             resume.check_point(point, self._fingerprint)
@@ -104,7 +105,11 @@ class Feed:
         if config.options.record.lineage is not None:
             taken = lineage.taken_by(start, point.taken) if point is not None else None
             self.lineage = LineageLog(
-                config.options.record.lineage, config, self._fingerprint, taken
+                config.options.record.lineage,
+                config,
+                self._fingerprint,
+                taken,
+                self.input.lineage_columns(),
             )
         #: Where the first iteration starts (a resumed feed's position, else (0, 0)).
         self.start = start
@@ -127,7 +132,7 @@ class Feed:
             weakref.finalize(self, self._metrics.server.close)
         self._slot: PoolSlot | None = None
         if self._keeps_workers():
-            self._slot = PoolSlot(options, data_root(config))
+            self._slot = PoolSlot(options, self.input.data_root)
             weakref.finalize(self, self._slot.close)  # the kept workers stop with the feed
 
     def _keeps_workers(self) -> bool:
@@ -230,13 +235,10 @@ class Feed:
         """The last index learnt, if the files are still what they were then (same devices
         and inodes, sizes, modification times), the files' sizes (one stat per file) and
         their key."""
-        if not isinstance(self.config, HdfConfig):
+        files = self.input.files_now()  # None: a source, or files not stat'ed from here
+        if files is None:
             return None, None, None
-        stats = known_index.file_stats(self.config)
-        if stats is None:
-            return None, None, None
-        files_key = known_index.key_of(self.config, stats)
-        sizes = tuple(st.st_size for st in stats)
+        sizes, files_key = files
         last = self._index_digests.last
         if last is None or files_key != self._index_key:
             return None, sizes, files_key
@@ -249,11 +251,11 @@ class Feed:
         with self._lock:
             for entry in list(self._iterations):
                 ref, outcome, files_key = entry
-                learnt = outcome.learnt
+                learnt = self.input.source_lesson(outcome.learnt)  # None: HDF5's index
                 if outcome.digest is not None and outcome.epoch_length is not None:
                     self._learn_index(outcome.digest, outcome.epoch_length, files_key)
                     self._samples = outcome.samples
-                elif isinstance(learnt, Learnt) and self._learnt is None:
+                elif learnt is not None and self._learnt is None:
                     self._learnt = learnt  # a source's: never changes after
                     if self._length is None:
                         self._length = outcome.epoch_length
@@ -319,6 +321,4 @@ def feed_config(files: Any, kwargs: Mapping[str, Any]) -> FeedConfig:
 
 def feed_of(config: FeedConfig, resume: Any = None) -> Feed:
     """The feed over ``config`` (a source's is a :class:`SourceFeed`)."""
-    if isinstance(config, HdfConfig):
-        return Feed(config, resume)
-    return SourceFeed(config, resume)
+    return SourceFeed(config, resume) if input_of(config).kind == "source" else Feed(config, resume)

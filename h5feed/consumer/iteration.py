@@ -25,22 +25,24 @@ from __future__ import annotations
 import dataclasses
 import itertools
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, TypeAlias
 
 from h5feed.common.errors import ResumeError
 from h5feed.consumer.core.counters import Counters
 from h5feed.consumer.core.credits import CreditGate
 from h5feed.consumer.core.scheduler import Scheduler
-from h5feed.consumer.hdf5 import known_index
-from h5feed.consumer.hdf5.scheduler import HdfScheduler
-from h5feed.consumer.options import FeedConfig, HdfConfig
+from h5feed.consumer.inputs import FeedInput, input_of
+from h5feed.consumer.options import FeedConfig
 from h5feed.consumer.plan.epoch_plan import Cursor, Index
 from h5feed.consumer.plan.rest import Rest
 from h5feed.consumer.position import resume
 from h5feed.consumer.position.fingerprint import IndexDigests
 from h5feed.consumer.position.lineage import LineageLog
-from h5feed.consumer.sources.options import Learnt, SourceConfig
-from h5feed.consumer.sources.scheduler import SourceScheduler
+from h5feed.consumer.sources.options import Learnt
+
+#: What an iteration's handshake teaches (``Scheduler.learnt``): an HDF5 feed's files'
+#: ``Index``, a source's kind, element spec and length (a ``Learnt``).
+Lesson: TypeAlias = Index | Learnt
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -91,22 +93,16 @@ class IterationStart:
 
 
 def make_scheduler(
-    config: FeedConfig, start: IterationStart, job: str, counters: Counters, gate: CreditGate
-) -> Scheduler:
-    """The scheduler of this config's kind for one iteration (job id ``job``): the epochs
-    from ``start.cursor`` on (``epochs`` of them; None: forever), and what earlier
-    iterations learnt (an HDF5 feed's known index, a source's kind and spec)."""
-    first, epochs = start.cursor.epoch, config.options.plan.epochs
+    kind: FeedInput, start: IterationStart, job: str, counters: Counters, gate: CreditGate
+) -> Scheduler[Lesson]:
+    """The scheduler of input ``kind`` for one iteration (job id ``job``): the epochs from
+    ``start.cursor`` on (``epochs`` of them; None: forever), and what earlier iterations
+    learnt (an HDF5 feed's known index, a source's kind and spec)."""
+    first, epochs = start.cursor.epoch, kind.config.options.plan.epochs
     numbers: Iterator[int] = (
         itertools.count(first) if epochs is None else iter(range(first, first + epochs))
     )
-    if isinstance(config, SourceConfig):
-        if start.rest is not None:  # merge_states refuses a source's states
-            raise ResumeError("a source's epoch cannot be dealt to another number of shards")
-        return SourceScheduler(config, job, numbers, start.cursor, counters, gate, start.learnt)
-    return HdfScheduler(
-        config, job, numbers, start.cursor, counters, start.known, start.file_sizes, start.rest
-    )
+    return kind.scheduler(start, job, numbers, counters, gate)
 
 
 class Outcome:
@@ -121,7 +117,7 @@ class Outcome:
     __slots__ = ("digest", "epoch_length", "learnt", "samples", "stats")
 
     def __init__(self) -> None:
-        self.learnt: object | None = None
+        self.learnt: Lesson | None = None
         self.epoch_length: int | None = None
         self.digest: str | None = None
         self.samples: int | None = None
@@ -135,6 +131,7 @@ class Position:
 
     def __init__(self, config: FeedConfig, start: IterationStart) -> None:
         self.config = config
+        self.input = input_of(config)
         self.start = start
         self.cursor = start.cursor  # the next batch the trainer takes (deterministic order)
         self.outcome = Outcome()
@@ -148,25 +145,26 @@ class Position:
         point = resume.ResumePoint(start.cursor, start.skip)
         self._progress = resume.Progress(point, config.options.plan.deterministic)
 
-    def learn(self, learnt: object | None, length: int | None) -> None:
+    def learn(self, learnt: Lesson | None, length: int | None) -> None:
         """The handshake is over (the first batch is here): an HDF5 index is checked against
         the resumed state's (ResumeError), joins the fingerprint, tells the epoch's length,
         and is remembered for the next dataset over these files; the outcome says it all."""
-        config, cursor = self.config, self.start.cursor
+        cursor = self.start.cursor
         if length is not None and self._next_step is None:  # the batches taken before it
             self._next_step = cursor.epoch * length + cursor.batch + len(self.start.skip)
-        if isinstance(learnt, Index) and isinstance(config, HdfConfig):
-            digest = self.start.check_index(learnt)
+        lesson = self.input.index_lesson(learnt)
+        if lesson is not None:  # an HDF5 feed's files' index
+            digest = self.start.check_index(lesson.index)
             if digest != self._fingerprint.get("index"):  # new to this feed: remembered
-                known_index.store(config, learnt)
-            self._samples = learnt.num_videos * config.data.clips_per_video
+                lesson.remember()
+            self._samples = lesson.samples
             self.outcome.samples = self._samples  # before the digest: the feed reads that
             self._fingerprint["index"] = self.outcome.digest = digest
             if length is not None:
                 self._progress.set_length(length)
         self.ended(learnt, length)
 
-    def ended(self, learnt: object | None, length: int | None) -> None:
+    def ended(self, learnt: Lesson | None, length: int | None) -> None:
         """What the handshake taught, if the iteration ends before a first batch (a source's
         kind and spec are kept all the same); once set, the outcome's lesson stays."""
         outcome = self.outcome

@@ -19,7 +19,8 @@ a source feed's by :func:`h5feed.consumer.sources.api.make_source_config`.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+import os
+from collections.abc import Callable, Mapping
 from typing import Any, TypeAlias
 
 from h5feed.common import layouts
@@ -136,11 +137,36 @@ class HdfConfig:
         """Batches per epoch of this shard of ``index``'s clips (:func:`epoch_length_of`)."""
         return epoch_length_of(index, self.options.plan, self.data.clips_per_video)
 
+    def fingerprint_parts(self, digest: Callable[[Any], str]) -> dict[str, Any]:
+        """The parts of the feed's fingerprint this configuration decides beyond the plan's
+        (:func:`h5feed.consumer.position.fingerprint.fingerprint`; ``digest``: how a value
+        too large to keep is hashed): the files by base name, the clips, the layout and the
+        labels the trainer decided (one video per file)."""
+        parts: dict[str, Any] = {
+            "files": digest([os.path.basename(f) for f in self.files]),
+            "file_count": len(self.files),
+            "clips_per_video": self.data.clips_per_video,
+            "clip_start": self.data.clip_start,
+            "clip": digest(self.clip.to_wire()),
+            "layout": digest(self.layout.to_wire()),
+        }
+        if self.file_labels is not None:
+            parts["labels"] = digest(list(self.file_labels))
+        return parts
+
+    def lineage_header(self) -> dict[str, Any]:
+        """What a lineage record's header says of this input beyond the plan's options: what
+        ``h5feed lineage --show`` needs to make a row's clip again."""
+        return {
+            "kind": "hdf5",
+            "files": list(self.files),
+            "data_root": self.data.data_root,
+            "clips_per_video": self.data.clips_per_video,
+            "clip_start": self.data.clip_start,
+            "clip": self.clip.to_wire(),
+            "layout": self.layout.to_wire(),
+        }
+
 
 #: A feed's configuration: HDF5 files, or the user's code in the workers (``source=``).
 FeedConfig: TypeAlias = HdfConfig | SourceConfig
-
-
-def data_root(config: FeedConfig) -> str | None:
-    """Where local workers find the files: an HDF5 feed's ``data_root``; a source has none."""
-    return config.data.data_root if isinstance(config, HdfConfig) else None

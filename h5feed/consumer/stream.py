@@ -38,13 +38,11 @@ from h5feed.consumer.core.counters import Counters, RateMeter
 from h5feed.consumer.core.credits import CreditGate
 from h5feed.consumer.core.loop import END, FAILED, FeedLoop
 from h5feed.consumer.core.session import PeerSession
-from h5feed.consumer.iteration import IterationStart, Position, make_scheduler
-from h5feed.consumer.options import FeedConfig, data_root
+from h5feed.consumer.iteration import IterationStart, Lesson, Position, make_scheduler
+from h5feed.consumer.options import FeedConfig
 from h5feed.consumer.plan.epoch_plan import Cursor
 from h5feed.consumer.processes.autoscale import Autoscaler, AutoWorkers
 from h5feed.consumer.processes.worker_pool import Lease, close_all_slots
-from h5feed.consumer.sources.kinds import kind_class
-from h5feed.consumer.sources.options import Learnt
 from h5feed.consumer.telemetry.stats import WaitMeter, iteration_stats
 
 _GET_POLL_S = 0.1
@@ -84,6 +82,7 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
         self.config = config
         self.job_id = uuid.uuid4().hex
         self._position = Position(config, start)
+        self._input = kind = self._position.input
         self._lineage = start.lineage
         self.outcome = self._position.outcome  # what it found, read by its feed
         self._first_taken = False
@@ -95,7 +94,7 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
             keep_freed_memory_mapped()
         # One direction of wiring: the pool (socket, keys, workers), then the parts of the
         # loop, then the loop.
-        lease = lease if lease is not None else Lease.own(options, data_root(config))
+        lease = lease if lease is not None else Lease.own(options, kind.data_root)
         self._pool = lease.pool
         with contextlib.ExitStack() as undo:  # what is made so far goes if a step fails
             undo.callback(lease.abandon)
@@ -113,7 +112,7 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
                 curve=options.network.curve_key is not None,
             )
             # (the HDF5 one makes its shared-memory pool here)
-            self.scheduler = make_scheduler(config, start, self.job_id, self.counters, self._gate)
+            self.scheduler = make_scheduler(kind, start, self.job_id, self.counters, self._gate)
             undo.pop_all()  # from here the finalizer ends it all
         self._loop = FeedLoop(
             options,
@@ -148,7 +147,7 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
             learnt = self.scheduler.learnt
             if learnt is None:
                 return False
-            return not (isinstance(learnt, Learnt) and kind_class(learnt.kind).shards_in_workers)
+            return not self._input.shards_in_workers(learnt)
 
         return AutoWorkers(
             Autoscaler(available_cpus()),
@@ -164,7 +163,7 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
         return self._pool.workers.pids
 
     @property
-    def learnt(self) -> object | None:
+    def learnt(self) -> Lesson | None:
         """What this iteration's handshake taught, once known (see ``Scheduler.learnt``)."""
         return self.scheduler.learnt
 
@@ -194,8 +193,7 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
                 if not self._position.take(batch.epoch, batch.index):
                     continue  # taken before the resume
                 if self._lineage is not None:  # before the trainer has it: see lineage.py
-                    learnt = self.scheduler.learnt
-                    kind = learnt.kind if isinstance(learnt, Learnt) else None
+                    kind = self._input.source_kind(self.scheduler.learnt)
                     self._lineage.record(self._position.last_step, batch, kind)
                 if batch.element is not None:  # a user source's batch (source=)
                     self._taken.record(batch.rows, batch.nbytes)

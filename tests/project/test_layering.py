@@ -24,7 +24,7 @@ def imported_modules(path: pathlib.Path) -> set[str]:
 
 
 # What the consumer's foundation (plan, position, telemetry) never imports: an input kind, the
-# front door (api, feed, stream, iteration, parameters) or a front end.
+# front door (api, feed, stream, iteration, inputs, parameters) or a front end.
 FOUNDATION_MAY_NOT = (
     "h5feed.consumer.hdf5",
     "h5feed.consumer.sources",
@@ -32,6 +32,7 @@ FOUNDATION_MAY_NOT = (
     "h5feed.consumer.feed",
     "h5feed.consumer.stream",
     "h5feed.consumer.iteration",
+    "h5feed.consumer.inputs",
     "h5feed.consumer.parameters",
     "h5feed.consumer.trainers",
 )
@@ -293,6 +294,7 @@ CORE_NEVER_LOADS = (
     "h5feed.consumer.feed",
     "h5feed.consumer.stream",
     "h5feed.consumer.iteration",
+    "h5feed.consumer.inputs",
     "h5feed.consumer.parameters",
     "h5feed.consumer.options",
     "h5feed.producer",

@@ -91,7 +91,7 @@ class FeedLoop:
         waker: Waker,
         session: PeerSession,
         gate: CreditGate,
-        scheduler: Scheduler,
+        scheduler: Scheduler[object],
         expected_workers: int,
         counters: Counters,
         workers: recovery.Replacer | None = None,

@@ -69,7 +69,7 @@ class UnitAttempts:
         self.limit = limit
         self._deaths: collections.Counter[Hashable] = collections.Counter()
 
-    def holder_died(self, peer: Peer, scheduler: Scheduler, reason: str) -> None:
+    def holder_died(self, peer: Peer, scheduler: Scheduler[object], reason: str) -> None:
         """Count one attempt for each sample ``peer`` held; PoisonUnitError naming the
         samples of a unit one of whose samples reached the limit."""
         for unit_id in sorted(peer.outstanding):
@@ -91,7 +91,7 @@ class UnitAttempts:
 
 def recover(
     lost: PeerLost,
-    scheduler: Scheduler,
+    scheduler: Scheduler[object],
     session: PeerSession,
     workers: Replacer | None,
     attempts: UnitAttempts | None = None,
@@ -132,7 +132,11 @@ def recover(
 
 
 def _hand_over(
-    peer: Peer, reason: str, scheduler: Scheduler, session: PeerSession, confirmed_dead: bool
+    peer: Peer,
+    reason: str,
+    scheduler: Scheduler[object],
+    session: PeerSession,
+    confirmed_dead: bool,
 ) -> Reassignment:
     """Give ``peer``'s work to the live peers (WorkerDiedError where it cannot move)."""
     heirs = list(session.peers.values())
@@ -148,7 +152,7 @@ def _hand_over(
     return moved
 
 
-def on_error(peer: Peer, error: messages.Error, scheduler: Scheduler) -> list[Send]:
+def on_error(peer: Peer, error: messages.Error, scheduler: Scheduler[object]) -> list[Send]:
     """What to send after a worker's ERROR: a file it cannot read (``FileReadError``) moves
     to another worker and its unit is made again; any other error, or a file no live worker
     is left to try, ends the run (raises the worker's error)."""
@@ -159,7 +163,7 @@ def on_error(peer: Peer, error: messages.Error, scheduler: Scheduler) -> list[Se
     raise worker_error(peer, error, scheduler)
 
 
-def worker_error(peer: Peer, error: messages.Error, scheduler: Scheduler) -> WorkerError:
+def worker_error(peer: Peer, error: messages.Error, scheduler: Scheduler[object]) -> WorkerError:
     """The exception a worker's ERROR becomes, naming the worker and the unit."""
     where = f" in {scheduler.describe(error.unit)}" if error.unit is not None else ""
     return WorkerError(f"{peer}{where}", error.type, error.message, error.traceback)

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from h5feed.common.protocol import messages
 from h5feed.consumer.core.assembly import Batch
@@ -67,8 +67,13 @@ class Figures:
     skipped: Mapping[str, Any] = dataclasses.field(default_factory=no_skips)
 
 
-class Scheduler(Protocol):
-    """One input kind's handshake, plan, dispatch, assembly and hand-over."""
+#: What a scheduler's handshake teaches (:attr:`Scheduler.learnt`): each input kind's own type.
+LearntT_co = TypeVar("LearntT_co", covariant=True)
+
+
+class Scheduler(Protocol[LearntT_co]):
+    """One input kind's handshake, plan, dispatch, assembly and hand-over; ``LearntT_co``:
+    the type of what its handshake teaches (the core reads none: ``Scheduler[object]``)."""
 
     def start(self, peers: Sequence[Peer]) -> list[Send]:
         """The handshake's first messages, to the peers that joined (the work is shared out
@@ -156,7 +161,7 @@ class Scheduler(Protocol):
         ...
 
     @property
-    def learnt(self) -> object | None:
+    def learnt(self) -> LearntT_co | None:
         """What the handshake taught that a later iteration of the same feed starts from
         (HDF5: the files' ``Index``; a source: its kind, element spec and length, a
         ``Learnt``); None until known. Read by the stream (never pushed to the feed)."""

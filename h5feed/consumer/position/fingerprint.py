@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from h5feed.common.errors import ResumeError
-from h5feed.consumer.options import FeedConfig, HdfConfig
+from h5feed.consumer.options import FeedConfig
 from h5feed.consumer.plan.epoch_plan import Index
 
 #: Names in a fingerprint (:func:`fingerprint` writes about 15), the longest of a name and of
@@ -62,24 +62,7 @@ def fingerprint(config: FeedConfig) -> dict[str, Any]:
     }
     if options.plan.pads:  # absent under the default rule: states saved before it resume
         parts["shard_remainder"] = options.plan.shard_remainder
-    if isinstance(config, HdfConfig):
-        parts.update(
-            files=_digest([os.path.basename(f) for f in config.files]),
-            file_count=len(config.files),
-            clips_per_video=config.data.clips_per_video,
-            clip_start=config.data.clip_start,
-            clip=_digest(config.clip.to_wire()),
-            layout=_digest(config.layout.to_wire()),
-        )
-        if config.file_labels is not None:  # labels the trainer decided (one video per file)
-            parts["labels"] = _digest(list(config.file_labels))
-    else:
-        parts.update(
-            source=config.source,
-            source_args=_digest(dict(config.args)),
-            steps_per_epoch=config.steps_per_epoch,
-            ragged=_digest(config.ragged),
-        )
+    parts.update(config.fingerprint_parts(_digest))  # the input's own: files or source
     return parts
 
 

@@ -93,18 +93,7 @@ def header(config: FeedConfig, fingerprint: Mapping[str, Any]) -> dict[str, Any]
         "deterministic": plan.deterministic,
         "fingerprint": dict(fingerprint),
     }
-    if isinstance(config, HdfConfig):
-        head.update(
-            kind="hdf5",
-            files=list(config.files),
-            data_root=config.data.data_root,
-            clips_per_video=config.data.clips_per_video,
-            clip_start=config.data.clip_start,
-            clip=config.clip.to_wire(),
-            layout=config.layout.to_wire(),
-        )
-    else:
-        head.update(kind="source", source=config.source)
+    head.update(config.lineage_header())  # the input's own: files or source
     return head
 
 
@@ -141,9 +130,11 @@ class LineageLog:
         config: FeedConfig,
         fingerprint: Mapping[str, Any],
         taken: Callable[[int, int], bool] | None = None,
+        columns: HdfColumns | None = None,
     ) -> None:
         """``taken(epoch, batch)``: whether the resumed state took that batch (None: a fresh
-        feed, nothing is kept)."""
+        feed, nothing is kept); ``columns``: an HDF5 feed's optional columns (its input's
+        ``lineage_columns()``; None: a source's rows, which have none)."""
         self.path = path
         existing = _first_line(path)
         if existing and not ROW_START.match(existing):
@@ -151,7 +142,7 @@ class LineageLog:
                 f"lineage={path!r} exists and is not an h5feed lineage record (its first line "
                 "is not a row): refusing to overwrite it; give another path"
             )
-        self._columns = HdfColumns.of(config) if isinstance(config, HdfConfig) else HdfColumns()
+        self._columns = columns if columns is not None else HdfColumns()
         with atomic_file(header_path(path)) as tmp, open(tmp, "w") as out:
             out.write(_JSON.encode(header(config, fingerprint)) + "\n")
         kept, self._next = _kept(path, taken) if taken is not None else (0, 0)

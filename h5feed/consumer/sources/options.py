@@ -4,11 +4,12 @@ what its workers tell of it (:class:`Learnt`), kept apart from the configuration
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import msgpack
 
+from h5feed.common.elements.batch_keys import BATCH_KEYS
 from h5feed.common.elements.values import ElementSpec
 from h5feed.common.user_code import import_paths
 from h5feed.common.user_code.source_kinds import SourceKind
@@ -89,10 +90,27 @@ class SourceConfig:
         return path in self.ragged
 
     def element_keys(self, keys: tuple[str, ...]) -> tuple[str, ...]:
-        """``keys`` as they are: a source's elements are its own trees (``dataset()``
-        refuses ``keys=`` for them; a padded map source adds ``sample`` and ``valid`` itself:
-        :mod:`h5feed.consumer.sources.padding`)."""
+        """``keys`` as they are: a source's elements are its own trees, so ``dataset()``'s
+        ``keys=`` is refused (TypeError) unless left at its default (a padded map source
+        adds ``sample`` and ``valid`` itself: :mod:`h5feed.consumer.sources.padding`)."""
+        if keys != BATCH_KEYS:
+            raise TypeError("h5feed: keys= does not apply to source= (elements are your own)")
         return keys
+
+    def fingerprint_parts(self, digest: Callable[[Any], str]) -> dict[str, Any]:
+        """The parts of the feed's fingerprint this configuration decides beyond the plan's
+        (:func:`h5feed.consumer.position.fingerprint.fingerprint`; ``digest``: how a value
+        too large to keep is hashed)."""
+        return {
+            "source": self.source,
+            "source_args": digest(dict(self.args)),
+            "steps_per_epoch": self.steps_per_epoch,
+            "ragged": digest(self.ragged),
+        }
+
+    def lineage_header(self) -> dict[str, Any]:
+        """What a lineage record's header says of this input beyond the plan's options."""
+        return {"kind": "source", "source": self.source}
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -26,6 +26,7 @@ Guarantees of the peek:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -36,6 +37,7 @@ import numpy as np
 from h5feed.common.elements.batch_keys import BATCH_KEYS, VALID_KEY
 from h5feed.common.errors import H5FeedError, SourceError
 from h5feed.common.system.memory import TensorFlowBuffers
+from h5feed.consumer.inputs import input_of
 from h5feed.consumer.options import FeedConfig, HdfConfig
 from h5feed.consumer.sources.options import Learnt, SourceConfig
 from h5feed.consumer.sources.tf_elements import tf_signature, to_tf
@@ -76,25 +78,45 @@ def feed_signature(
 ) -> tuple[Any, FirstIteration | None]:
     """The tf.data signature of ``feed``'s batches (an HDF5 feed's with ``keys``), and the
     first iteration when it had to be started to learn it (see the module docstring)."""
-    config = feed.config
-    if isinstance(config, HdfConfig) and config.clip.transform is None:
-        return hdf5_signature(config, None, keys), None
-    iteration = peek(feed)
+    return feed.input.visit(_FeedSignature(feed, tuple(keys)))
+
+
+@contextlib.contextmanager
+def _closed_on_error(iteration: FirstIteration) -> Iterator[None]:
+    """The peeked iteration is closed if what it told does not make a signature."""
     try:
-        if isinstance(config, HdfConfig):
+        yield
+    except BaseException:
+        iteration.stream.close()
+        raise
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _FeedSignature:
+    """:func:`feed_signature` for each input kind (its input object chooses)."""
+
+    feed: Feed
+    keys: tuple[str, ...]
+
+    def hdf5(self, config: HdfConfig) -> tuple[Any, FirstIteration | None]:
+        if config.clip.transform is None:  # the clip spec tells it: nothing starts early
+            return hdf5_signature(config, None, self.keys), None
+        iteration = peek(self.feed)
+        with _closed_on_error(iteration):
             if iteration.first is None:
                 raise H5FeedError(
                     "the first iteration ended before its first batch, so the shape and dtype "
                     f"of transform {config.clip.transform!r} are unknown"
                 )
-            return hdf5_signature(config, iteration.first, keys), iteration
-        learnt = feed.learnt
-        if learnt is None:
-            raise SourceError(f"the workers did not tell the element spec of {config.source!r}")
-        return source_signature(config, learnt), iteration
-    except BaseException:
-        iteration.stream.close()
-        raise
+            return hdf5_signature(config, iteration.first, self.keys), iteration
+
+    def source(self, config: SourceConfig) -> tuple[Any, FirstIteration | None]:
+        iteration = peek(self.feed)
+        with _closed_on_error(iteration):
+            learnt = self.feed.learnt
+            if learnt is None:
+                raise SourceError(f"the workers did not tell the element spec of {config.source!r}")
+            return source_signature(config, learnt), iteration
 
 
 def hdf5_signature(
@@ -134,10 +156,21 @@ def element_maker(
     unaligned arrays (frames that came over the socket) are copied once to an aligned buffer
     here, reused once TensorFlow lets go
     (:class:`h5feed.common.system.memory.TensorFlowBuffers`)."""
-    if isinstance(config, HdfConfig):
-        buffers = TensorFlowBuffers()  # this dataset's: reused across its batches
+    return input_of(config).visit(_ElementMaker(tuple(keys)))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _ElementMaker:
+    """:func:`element_maker` for each input kind (its input object chooses)."""
+
+    keys: tuple[str, ...]
+
+    def hdf5(self, config: HdfConfig) -> Callable[[Any], Any]:
+        buffers, keys = TensorFlowBuffers(), self.keys  # this dataset's: reused across batches
         return lambda batch: {key: buffers.copy(batch[key]) for key in keys}
-    return to_tf
+
+    def source(self, config: SourceConfig) -> Callable[[Any], Any]:
+        return to_tf
 
 
 def elements_of(batches: Iterable[Any], element: Callable[[Any], Any]) -> Iterator[Any]:

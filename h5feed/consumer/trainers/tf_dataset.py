@@ -157,11 +157,9 @@ def dataset(
     unknown = set(keys) - set(BATCH_KEYS) - set(optional)
     if unknown or len(set(keys)) != len(keys) or "frames" not in keys:
         raise ValueError(f"keys must name 'frames' and any of {optional}, once each; got {keys}")
-    if kwargs.get("source") is not None and keys != BATCH_KEYS:
-        raise TypeError("h5feed: keys= does not apply to source= (elements are your own)")
     # Under a multi-worker TF_CONFIG: that worker's shard (a contradicting shard= raises).
     config = feed_config(files, cluster_kwargs(dict(kwargs), os.environ))
-    keys = config.element_keys(keys)
+    keys = config.element_keys(keys)  # the config says (a source's refuses keys=)
     feed = feed_of(config, resume)
     spec, first = signature.feed_signature(feed, keys)  # may start the first iteration
     element = signature.element_maker(feed.config, spec, keys)

@@ -402,12 +402,12 @@ def previous_release_package() -> bytes:
 
 def package_of_another_protocol() -> bytes:
     """This tree's h5feed package speaking protocol 99 only: a release the trainer refuses."""
-    versions = ROOT / "h5feed" / "common" / "protocol_versions.py"
+    versions = ROOT / "h5feed" / "common" / "protocol" / "versions.py"
     text, changed = re.subn(
         r"^(PROTOCOL_VERSION|OLDEST_VERSION): Final = \d+$", r"\1: Final = 99",
         versions.read_text(), flags=re.MULTILINE,
     )  # fmt: skip
-    assert changed == 2, "protocol_versions.py no longer states both versions as expected"
+    assert changed == 2, "protocol/versions.py no longer states both versions as expected"
     data = text.encode()
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as tar:

@@ -22,6 +22,7 @@ import warnings
 from types import FrameType
 
 from h5feed.common.errors import InsecureWarning
+from h5feed.common.system.package_dir import package_dir
 
 _LOCAL_TRANSPORTS = ("ipc://", "inproc://")
 
@@ -89,7 +90,7 @@ def warn_insecure_listen(address: str, *, keyed: bool, insecure: bool) -> None:
 def _first_caller_outside_h5feed() -> int:
     """The ``stacklevel`` that points a warning issued by this module's caller at the user's
     line (``h5feed.batches(...)``) whichever h5feed functions lie in between."""
-    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+    package = str(package_dir()) + os.sep
     frame: FrameType | None = sys._getframe(1)  # the function that warns: stacklevel 1
     level = 1
     while frame is not None and frame.f_code.co_filename.startswith(package):

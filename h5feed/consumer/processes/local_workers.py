@@ -39,7 +39,6 @@ import collections
 import contextlib
 import dataclasses
 import os
-import pathlib
 import shutil
 import subprocess
 import sys
@@ -49,6 +48,7 @@ from collections.abc import Callable
 from typing import Any
 
 from h5feed.common.errors import WorkerDiedError, WorkerTimeoutError
+from h5feed.common.system.package_dir import package_parent
 from h5feed.common.trust.curve import (
     CURVE_ENV_PUBLIC,
     CURVE_ENV_SECRET,
@@ -60,7 +60,7 @@ from h5feed.common.worker_counters import COUNTERS, read_counters
 from h5feed.common.worker_settings import WorkerSettings
 from h5feed.consumer.processes.spawner import spawn
 
-_PACKAGE_PARENT = str(pathlib.Path(__file__).resolve().parents[2])
+_PACKAGE_PARENT = package_parent()
 _TERM_WAIT_S = 1.0
 _KILL_WAIT_S = 1.0
 #: The window of ``max_restarts``.

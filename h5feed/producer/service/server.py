@@ -59,6 +59,7 @@ from h5feed.common.metrics_http import MetricsServer
 from h5feed.common.system.cache_dir import default_cache_dir
 from h5feed.common.system.fd_limit import raise_open_files_limit
 from h5feed.common.system.logs import with_ids
+from h5feed.common.system.package_dir import package_parent
 from h5feed.common.worker_settings import WorkerSettings
 from h5feed.producer.service.command import DEFAULT_ATTACH_TIMEOUT_S, DEFAULT_MAX_TRAINERS
 from h5feed.producer.service.fleet import Front
@@ -68,7 +69,7 @@ from h5feed.producer.service.worker_group import REFUSED_EXIT, WorkerGroup
 
 _log = logging.getLogger("h5feed.producer")
 #: Where this h5feed was imported from: the workers import the same one.
-_PACKAGE_PARENT = str(pathlib.Path(__file__).resolve().parents[2])
+_PACKAGE_PARENT = package_parent()
 _FLEET = "fleet"  # after the count: a shared fleet's replica, healthy with no trainer
 _CRASH_LOOP = "crash-loop"  # the health file's second line, while a worker crash-loops
 #: What ``h5feed produce`` may take beyond the stop wait to end: a late worker's last messages

@@ -374,12 +374,16 @@ def package_dir(env: dict[str, str]) -> str:
 def build_overlay(
     env: dict[str, str], tag: str, package: bytes, into: str, context: pathlib.Path
 ) -> None:
-    """``tag``: IMAGE with ``package`` (a tar of ``h5feed/``) copied over its h5feed package,
-    built from ``context`` (a new directory)."""
+    """``tag``: IMAGE with its h5feed package replaced by ``package`` (a tar of ``h5feed/``),
+    built from ``context`` (a new directory). Replaced, not copied over: a module of one
+    release that is a package of the other (``producer/worker.py`` and ``producer/worker/``)
+    would otherwise leave the newer one in the way, and Python imports a package first."""
     context.mkdir()
     with tarfile.open(fileobj=io.BytesIO(package)) as tar:
         tar.extractall(context, filter="data")  # our own tar: git archive's, or this tree's
-    (context / "Dockerfile").write_text(f"FROM {IMAGE}\nCOPY h5feed {into}\n")
+    (context / "Dockerfile").write_text(
+        f"FROM {IMAGE}\nUSER root\nRUN rm -rf {into}\nCOPY h5feed {into}\nUSER h5feed\n"
+    )
     result = subprocess.run(
         ["docker", "build", "-q", "-t", tag, str(context)], cwd=ROOT, env=env,
         capture_output=True, text=True, timeout=_BUILD_TIMEOUT_S,

@@ -11,10 +11,7 @@ shares come from ``stats()["workers"]`` (clips each worker delivered) at the end
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import pathlib
-import platform
 import shutil
 import tempfile
 import time
@@ -22,7 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import h5feed
-from h5feed.bench.subcommands import own_arguments
+from h5feed.bench.study_report import study_report, write_report
 from h5feed.producer.sample_data import SampleSpec, make_sample_dataset
 
 _SIZE = 16  # frame height and width: decoding is not what is measured
@@ -122,19 +119,7 @@ def run(args: argparse.Namespace) -> int:
     finally:
         shutil.rmtree(root, ignore_errors=True)
     if args.json:
-        report = {
-            "benchmark": "balance",
-            "command": " ".join(["h5feed bench balance", *own_arguments("balance")]),
-            "videos": args.videos,
-            "clip_ms": args.clip_ms,
-            "epochs": args.epochs,
-            "h5feed": str(pathlib.Path(h5feed.__file__).parent),
-            "host": platform.node(),
-            "cpus": os.cpu_count(),
-            "load_avg_at_end": os.getloadavg(),
-            "rows": rows,
-        }
-        pathlib.Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        pathlib.Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
+        settings = {"videos": args.videos, "clip_ms": args.clip_ms, "epochs": args.epochs}
+        write_report(args.json, study_report("balance", settings, rows))
         print(f"wrote {args.json}")
     return 0

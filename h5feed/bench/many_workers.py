@@ -13,10 +13,8 @@ loop thread's CPU is read from ``/proc/self/task/TID/stat`` (the loop is one thr
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import pathlib
-import platform
 import shutil
 import signal
 import subprocess
@@ -29,7 +27,7 @@ from typing import Any, cast
 
 import h5feed
 from h5feed.bench.scale import make_files
-from h5feed.bench.subcommands import own_arguments
+from h5feed.bench.study_report import study_report, write_report
 
 _TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 _CONNECT_QUIET_S = 20.0  # no worker joined for this long: every one that will has
@@ -270,21 +268,13 @@ def run(args: argparse.Namespace) -> int:
             print(table(rows[-1:]).splitlines()[-1], flush=True)
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    report = {
-        "benchmark": "many-workers",
-        "command": " ".join(["h5feed bench many-workers", *own_arguments("many-workers")]),
+    settings = {
         "files": args.files,
         "videos_per_file": args.videos,
         "batch_size": args.batch_size,
         "window_s": args.window_s,
-        "h5feed": str(pathlib.Path(h5feed.__file__).parent),
-        "host": platform.node(),
-        "cpus": os.cpu_count(),
-        "load_avg_at_end": os.getloadavg(),
-        "rows": rows,
     }
     if args.json:
-        pathlib.Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        pathlib.Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
+        write_report(args.json, study_report("many-workers", settings, rows))
         print(f"wrote {args.json}")
     return 0

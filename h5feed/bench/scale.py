@@ -9,12 +9,9 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import os
 import pathlib
-import platform
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -26,7 +23,7 @@ import h5py
 import numpy as np
 
 import h5feed
-from h5feed.bench.subcommands import own_arguments
+from h5feed.bench.study_report import study_report, write_report
 
 _FRAMES_PER_VIDEO = 4
 _DROP_CACHES = "/proc/sys/vm/drop_caches"
@@ -230,31 +227,7 @@ def scale_report(args: argparse.Namespace) -> dict[str, Any]:
     finally:
         if own_data:
             shutil.rmtree(root, ignore_errors=True)
-    report = {
-        "benchmark": "scale",
-        "command": " ".join(["h5feed bench scale", *own_arguments("scale")]),
-        "files_kind": kind,
-        "videos_per_file": args.videos,
-        "workers": args.workers,
-        "h5feed": str(pathlib.Path(h5feed.__file__).parent),
-        "commit": _commit(),
-        "host": platform.node(),
-        "cpus": os.cpu_count(),
-        "load_avg_at_end": os.getloadavg(),
-        "rows": rows,
-    }
-    pathlib.Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    pathlib.Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
+    settings = {"files_kind": kind, "videos_per_file": args.videos, "workers": args.workers}
+    report = study_report("scale", settings, rows)
+    write_report(args.json, report)
     return report
-
-
-def _commit() -> str | None:
-    where = str(pathlib.Path(h5feed.__file__).parent)
-    try:
-        out = subprocess.run(
-            ["git", "-C", where, "rev-parse", "--short", "HEAD"],
-            capture_output=True, text=True, timeout=10, check=False,
-        )  # fmt: skip
-    except OSError:
-        return None
-    return out.stdout.strip() or None

@@ -217,3 +217,22 @@ def test_object_storage_measures_local_and_s3_and_writes_its_json(
         assert result[row]["requests"] > 0 and result[row]["bytes_read_per_byte_stored"] > 0
     printed = capsys.readouterr().out
     assert "local files" in printed and "+5 ms/request" in printed
+
+
+@pytest.mark.processes  # it asks git for the commit
+def test_a_study_report_names_its_command_its_h5feed_and_its_host_then_its_rows(
+    tmp_path: pathlib.Path,
+) -> None:
+    from h5feed.bench.study_report import study_report, write_report
+
+    report = study_report("balance", {"videos": 3, "clip_ms": 2.0}, [{"workers": 2}])
+    assert report["benchmark"] == "balance"
+    assert report["command"].startswith("h5feed bench balance")
+    assert report["videos"] == 3 and report["clip_ms"] == 2.0
+    assert pathlib.Path(report["h5feed"], "__init__.py").is_file()
+    assert report["commit"] is None or len(report["commit"]) >= 7  # a checkout: its commit
+    assert report["cpus"] >= 1 and len(report["load_avg_at_end"]) == 3
+    assert list(report)[-1] == "rows" and report["rows"] == [{"workers": 2}]
+    written = tmp_path / "new" / "study.json"
+    write_report(written, report)
+    assert json.loads(written.read_text()) == json.loads(json.dumps(report))

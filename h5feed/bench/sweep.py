@@ -6,9 +6,11 @@ settings, the per-core limit windows between theirs: :func:`h5feed.bench.main.
 measure_dataset`), without the consumer ceiling (it does not depend on the files). The sweep
 then reads, per shape, the summary at 2 workers (:func:`h5feed.bench.summary.
 comparison_summary`): h5feed / the parallel limit (``per-core-parallel`` at 2 workers: the
-2-core limit, as today), h5feed / the best alternative there, and the trainer's CPU per
-clip. Writes PREFIX.json (the sweep and every shape's whole document), PREFIX.md (the sweep's
-table, then each shape's report) and PREFIX.png (the two ratios per shape).
+2-core limit, as today), h5feed / the best alternative there, the trainer's and the
+workers' CPU per clip and the cores h5feed kept busy (:func:`cores_busy`: all of them means
+the ratio is set by CPU per clip, not by idle workers). Writes PREFIX.json (the sweep and
+every shape's whole document), PREFIX.md (the sweep's table, then each shape's report) and
+PREFIX.png (the two ratios per shape).
 """
 
 from __future__ import annotations
@@ -36,14 +38,7 @@ def sweep_row(
         row["error"] = "the per-core limit failed: nothing judged"
         return row
     n = summary["workers"]
-    parallel = next(
-        (
-            e["median"].get("clips_per_s")
-            for e in document["contenders"]  # type: ignore[index]
-            if e["contender"] == "per-core-parallel" and e["workers"] == n and e["median"]
-        ),
-        None,
-    )
+    parallel = _median(document, "per-core-parallel", n, "clips_per_s")
     best = summary.get("best_alternative")
     best_rate = next(
         (e["median"].get("clips_per_s") for e in document["contenders"] if e["key"] == best),  # type: ignore[index]
@@ -59,13 +54,46 @@ def sweep_row(
         best_alternative_clips_per_s=best_rate,
         h5feed_vs_best_alternative=summary.get("h5feed_vs_best_alternative"),
         trainer_cpu_ms_per_clip=summary.get("trainer_cpu_ms_per_clip"),
+        worker_cpu_ms_per_clip=next(  # of the contender the summary judged (summary.py)
+            (
+                cpu
+                for key in ("h5feed", "h5feed-numpy")
+                if (cpu := _median(document, key, n, "worker_cpu_ms_per_clip")) is not None
+            ),
+            None,
+        ),
+        limit_cpu_ms_per_clip=_median(document, "per-core-parallel", n, "worker_cpu_ms_per_clip"),
         not_run=[
             f"{e['key']}: {e['status']}"
             for e in document["contenders"]  # type: ignore[index]
             if e["status"] != "ok"
         ],
     )
+    row["cores_busy"] = cores_busy(row)
     return row
+
+
+def _median(document: dict[str, Any], contender: str, workers: int, field: str) -> Any:
+    """``field`` of ``contender``'s median at ``workers`` workers in ``document``, or None."""
+    return next(
+        (
+            e["median"].get(field)
+            for e in document["contenders"]
+            if e["contender"] == contender and e["workers"] == workers and e["median"]
+        ),
+        None,
+    )
+
+
+def cores_busy(row: dict[str, Any]) -> float | None:
+    """The cores h5feed kept busy: clips/s x (its workers' + the trainer's CPU per clip). At
+    the machine's core count, h5feed / limit is set by its CPU per clip against the limit's,
+    not by idle workers (a balance problem would show as fewer cores busy)."""
+    rate = row.get("h5feed_clips_per_s")
+    worker, trainer = row.get("worker_cpu_ms_per_clip"), row.get("trainer_cpu_ms_per_clip")
+    if rate is None or worker is None or trainer is None:
+        return None
+    return float(rate) * (float(worker) + float(trainer)) / 1000.0
 
 
 def _fmt(value: Any, spec: str) -> str:
@@ -80,8 +108,9 @@ def sweep_markdown(rows: Sequence[dict[str, Any]], command: str, date: str) -> s
         f"Command: `{command}`; {date}; {available_cores()} cores available.",
         "",
         "| dataset | files | videos | h5feed clips/s | parallel limit clips/s | h5feed / limit "
-        "| best alternative | its clips/s | h5feed / best | trainer CPU ms/clip |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| best alternative | its clips/s | h5feed / best | trainer CPU ms/clip "
+        "| worker CPU ms/clip | limit's CPU ms/clip | cores busy |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
@@ -92,7 +121,10 @@ def sweep_markdown(rows: Sequence[dict[str, Any]], command: str, date: str) -> s
             f"| {r.get('best_alternative') or '-'} "
             f"| {_fmt(r.get('best_alternative_clips_per_s'), '.1f')} "
             f"| {_fmt(r.get('h5feed_vs_best_alternative'), '.2f')} "
-            f"| {_fmt(r.get('trainer_cpu_ms_per_clip'), '.3f')} |"
+            f"| {_fmt(r.get('trainer_cpu_ms_per_clip'), '.3f')} "
+            f"| {_fmt(r.get('worker_cpu_ms_per_clip'), '.2f')} "
+            f"| {_fmt(r.get('limit_cpu_ms_per_clip'), '.2f')} "
+            f"| {_fmt(r.get('cores_busy'), '.2f')} |"
         )
     skipped = sorted({s for r in rows for s in r.get("not_run", [])})
     if skipped:

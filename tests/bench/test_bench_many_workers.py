@@ -72,10 +72,13 @@ def test_a_dataset_sweep_runs_each_shape_and_reports_the_ratios(
     for row in whole["sweep"]:
         assert row["h5feed_clips_per_s"] > 0 and row["parallel_limit_clips_per_s"] > 0
         assert row["h5feed_vs_parallel_limit"] > 0
+        assert row["worker_cpu_ms_per_clip"] > 0 and row["limit_cpu_ms_per_clip"] > 0
+        assert 0 < row["cores_busy"] <= 2.5  # two workers and a trainer, CPU sampled
     assert set(whole["datasets"]) == {"1x4", "3+1"}
     text = out.with_name("sweep.md").read_text()
     assert "| 1x4 | 1 | 4 |" in text and "| 3+1 | 2 | 4 |" in text
     assert "## Dataset 3+1" in text
+    assert "| cores busy |" in text.splitlines()[4]
 
 
 @pytest.mark.timeout(300)

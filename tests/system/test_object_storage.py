@@ -520,3 +520,45 @@ def test_read_ahead_fetches_a_seen_videos_blocks_together_and_nothing_else(
     finally:
         reader.close()
         proxy.stop()
+
+
+def _epoch_stats(files: Any) -> dict[str, Any]:
+    feed = h5feed.batches(files, **{**OPTIONS, "epochs": 1, "workers": 2})
+    for _batch in feed:
+        pass
+    stats: dict[str, Any] = feed.stats()
+    return stats
+
+
+def test_each_worker_says_what_its_object_storage_reads_cost_and_local_files_cost_nothing(
+    s3: Any, uploaded: list[pathlib.Path]
+) -> None:
+    """stats()["workers"][i]: the requests and bytes each worker's DATA parts said
+    (``storage``); a worker of local files says nothing: 0."""
+    remote = _epoch_stats(f"s3://{BUCKET}/data/*.h5")
+    assert len(remote["workers"]) == 2
+    for worker in remote["workers"]:
+        print(worker["name"], {k: v for k, v in worker.items() if k.startswith("object_")})
+        assert worker["object_requests"] > 0 and worker["object_bytes"] > 0, worker
+        assert worker["object_refused"] == 0
+    read = sum(w["object_bytes"] for w in remote["workers"])
+    assert read >= min(p.stat().st_size for p in uploaded)  # at least a file's worth
+    local = _epoch_stats([str(p) for p in uploaded])
+    assert len(local["workers"]) == 2
+    for worker in local["workers"]:
+        assert (worker["object_requests"], worker["object_bytes"]) == (0, 0), worker
+        assert (worker["object_retries"], worker["object_refused"]) == (0, 0), worker
+
+
+def test_h5feeds_own_retries_reach_the_trainers_stats(
+    s3_server: str, s3: Any, uploaded: list[pathlib.Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Bodies cut short are retried by the workers themselves: counted as retries."""
+    proxy = FaultProxy(s3_server, truncate=2)
+    monkeypatch.setenv(storage_config.STORAGE_ENV, json.dumps({"endpoint_url": proxy.endpoint}))
+    try:
+        stats = _epoch_stats(f"s3://{BUCKET}/data/*.h5")
+    finally:
+        proxy.stop()
+    assert proxy.truncated > 0
+    assert sum(w["object_retries"] for w in stats["workers"]) > 0, stats["workers"]

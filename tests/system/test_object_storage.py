@@ -562,3 +562,33 @@ def test_h5feeds_own_retries_reach_the_trainers_stats(
         proxy.stop()
     assert proxy.truncated > 0
     assert sum(w["object_retries"] for w in stats["workers"]) > 0, stats["workers"]
+
+
+def test_a_state_saved_before_an_object_was_overwritten_is_refused_naming_its_url(
+    s3: Any, uploaded: list[pathlib.Path], tmp_path: pathlib.Path
+) -> None:
+    """The fingerprint holds each object's ETag (and version): the state of the first run
+    no longer fits once an object is overwritten, even with the same name and size; the
+    lineage record's header says what each object was."""
+    for path in uploaded:
+        s3.put(str(path), f"{BUCKET}/resumed/{path.name}")
+    url = f"s3://{BUCKET}/resumed/*.h5"
+    record = tmp_path / "lineage.ndjson"
+    options = {**OPTIONS, "epochs": 1, "workers": 1}
+    stream = h5feed.batches(url, lineage=str(record), **options).stream()
+    try:
+        next(stream)
+        state = stream.state()
+    finally:
+        stream.close()
+    header = json.loads((tmp_path / "lineage.ndjson.dataset.json").read_text())
+    changed = f"s3://{BUCKET}/resumed/{uploaded[0].name}"
+    assert changed in header["fingerprint"]["object_etags"]
+    h5feed.batches(url, resume=state, **options).close()  # unchanged: it resumes
+    data = bytearray(uploaded[0].read_bytes())
+    data[-1] ^= 0xFF  # the same size, the same name: only the ETag tells
+    s3.pipe(f"{BUCKET}/resumed/{uploaded[0].name}", bytes(data))
+    with pytest.raises(h5feed.ResumeError, match="objects overwritten") as caught:
+        h5feed.batches(url, resume=state, **options)
+    assert changed in str(caught.value)
+    assert uploaded[1].name not in str(caught.value)  # only the one that changed

@@ -53,6 +53,10 @@ def run(args: argparse.Namespace) -> int:
     write them to ``args.json`` (when not None)."""
     if args.clip_len > args.min_frames or args.min_frames > args.max_frames:
         raise ValueError("needs --clip-len <= --min-frames <= --max-frames")
+    if getattr(args, "server", "moto") == "local-latency":
+        from h5feed.bench.latency_study import run_local_latency
+
+        return run_local_latency(args)
     from moto.server import ThreadedMotoServer
 
     from h5feed.bench.s3_proxy import FaultProxy

@@ -26,7 +26,12 @@ Each worker caches 4 blocks per open file; --block-kib sets a block (default the
 4096 KiB, given to them as default_block_size in $H5FEED_STORAGE_OPTIONS): files larger
 than 4 blocks make requests as clips are read, which is what a study of a store's latency
 needs (the issue asks for files at least 10 x a worker's cache). Needs h5feed[storage] and
-moto[server] (the test extra)."""
+moto[server] (the test extra).
+
+--server local-latency reads the same files through h5feed-bench://, a test-only fsspec
+filesystem over the local files that sleeps --latency-ms per request (h5feed/bench/latency_fs.py:
+what a distant store costs, with no server CPU), through the same worker code as s3://; its
+requests and bytes are the workers' own counts (stats()["workers"])."""
 
 
 def object_storage_arguments(parser: argparse.ArgumentParser) -> None:
@@ -39,6 +44,12 @@ def object_storage_arguments(parser: argparse.ArgumentParser) -> None:
     add("--clip-len", type=positive_int, default=8, help="<= --min-frames (default 8)")
     add("--latency-ms", type=float, default=20.0, help="added per request (default 20)")
     add("--block-kib", type=positive_int, default=4096, help="one ranged GET (default 4096)")
+    add(
+        "--server",
+        choices=("moto", "local-latency"),
+        default="moto",
+        help="moto's S3 server behind a proxy, or local files behind a latency (default moto)",
+    )
     add(
         "--json",
         default=os.path.join("docs", "bench", "object-storage-2cores.json"),

@@ -13,7 +13,12 @@ Guarantees of :func:`parse`:
 2. The path is refused when it holds a ``.`` or ``..`` segment, an empty segment (``//``), a
    backslash, a NUL byte or a control character: a parsed URL is already normal, so comparing
    it with a root is comparing text, with no second reading of the same URL by another parser.
-3. :func:`under` compares scheme, bucket (or host) and path segment by segment: ``s3://b/pre``
+3. ``h5feed-bench://`` (:data:`BENCH_SCHEME`, local files behind an injected latency:
+   :mod:`h5feed.bench.latency_fs`) is refused unless :data:`BENCH_ENV` is set in this
+   process's environment, which only ``h5feed bench object-storage --server local-latency``
+   sets (for itself and the local workers it starts): a peer's URL never reaches a local
+   file through it otherwise.
+4. :func:`under` compares scheme, bucket (or host) and path segment by segment: ``s3://b/pre``
    holds ``s3://b/pre/x.h5`` and ``s3://b/pre`` itself, not ``s3://b/prefix/x.h5``.
 
 Refusals are ValueError naming the URL and the rule; a producer turns them into ``PathRefused``
@@ -23,14 +28,18 @@ Refusals are ValueError naming the URL and the rule; a producer turns them into 
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 
-__all__ = ["STORAGE_EXTRA", "ObjectUrl", "is_url", "parse", "under"]
+__all__ = ["BENCH_ENV", "BENCH_SCHEME", "STORAGE_EXTRA", "ObjectUrl", "is_url", "parse", "under"]
 
 #: The pip extra that installs fsspec and s3fs (``pip install 'h5feed[storage]'``).
 STORAGE_EXTRA = "storage"
 #: A scheme (RFC 3986) opening a URL (``s3://``) or an fsspec chain (``simplecache::``).
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)(://|::)")
+#: The bench's test-only scheme, and the variable without which it is refused (guarantee 3).
+BENCH_SCHEME = "h5feed-bench"
+BENCH_ENV = "H5FEED_BENCH_LATENCY_FS"
 #: The longest URL accepted (S3 keys are at most 1,024 bytes).
 MAX_URL_CHARS = 2048
 
@@ -64,7 +73,7 @@ def is_url(text: str) -> bool:
 
 def parse(text: str) -> ObjectUrl:
     """``text`` as an :class:`ObjectUrl`, or ValueError naming it and the rule (module
-    docstring, 1 and 2)."""
+    docstring, 1 to 3)."""
     shown = text[:200]
     if len(text) > MAX_URL_CHARS:
         raise ValueError(f"a URL longer than {MAX_URL_CHARS} characters is refused: {shown!r}")
@@ -78,6 +87,11 @@ def parse(text: str) -> ObjectUrl:
     scheme = match.group(1).lower()
     if scheme == "file" or scheme == "local":
         raise ValueError(f"a file:// URL is refused: give a local file as a path: {shown!r}")
+    if scheme == BENCH_SCHEME and not os.environ.get(BENCH_ENV):
+        raise ValueError(
+            f"{BENCH_SCHEME}:// is the object-storage bench's own (local files), refused "
+            f"outside it: {shown!r}"
+        )
     rest = text[match.end() :]
     if any(ord(c) < 0x20 or c in "\\\x7f" for c in rest):
         raise ValueError(f"a URL with a backslash or control character is refused: {shown!r}")
@@ -91,7 +105,7 @@ def parse(text: str) -> ObjectUrl:
 
 
 def under(url: ObjectUrl, root: ObjectUrl) -> bool:
-    """``url`` is ``root`` or below it, segment by segment (module docstring, 3)."""
+    """``url`` is ``root`` or below it, segment by segment (module docstring, 4)."""
     if (url.scheme, url.bucket) != (root.scheme, root.bucket):
         return False
     return not root.key or url.key == root.key or url.key.startswith(root.key + "/")

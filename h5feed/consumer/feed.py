@@ -64,7 +64,7 @@ class Feed:
         #: What differs between an HDF5 feed and a source, asked here (never the config's
         #: type): :mod:`h5feed.consumer.inputs`.
         self.input = input_of(config)
-        self._fingerprint = fingerprints.fingerprint(config)
+        self._fingerprint = fingerprints.fingerprint(config) | self.input.object_parts()
         self._length: int | None = None
         self._samples: int | None = None  # per epoch, all shards (HDF5), once known
         self._learnt: Learnt | None = None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import pathlib
 
 import pytest
@@ -217,6 +218,27 @@ def test_object_storage_measures_local_and_s3_and_writes_its_json(
         assert result[row]["requests"] > 0 and result[row]["bytes_read_per_byte_stored"] > 0
     printed = capsys.readouterr().out
     assert "local files" in printed and "+5 ms/request" in printed
+
+
+@pytest.mark.processes
+def test_object_storage_over_local_files_behind_a_latency_counts_the_workers_requests(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("fsspec")
+    out = tmp_path / "local-latency.json"
+    argv = ["--files", "1", "--videos", "4", "--min-frames", "8", "--max-frames", "8"]
+    argv += ["--workers", "1", "--latency-ms", "5", "--block-kib", "64", "--json", str(out)]
+    assert main(["bench", "object-storage", "--server", "local-latency", *argv]) == 0
+    result = json.loads(out.read_text())
+    assert result["server"] == "local-latency" and result["local_clips_per_s"] > 0
+    for row in ("latency_0ms", "latency_5ms"):  # the workers' own counts (stats())
+        assert result[row]["requests"] > 0 and result[row]["bytes_read_per_byte_used"] > 0
+        assert result[row]["requests_to_learn_one_index"] > 0
+    printed = capsys.readouterr().out
+    assert "local files" in printed and "h5feed-bench:// +5 ms/request" in printed
+    from h5feed.common.object_urls import BENCH_ENV
+
+    assert BENCH_ENV not in os.environ  # the bench's own, and gone once it ran
 
 
 @pytest.mark.processes  # it asks git for the commit

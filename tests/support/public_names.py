@@ -31,7 +31,8 @@ WORKER_KEYS = frozenset(
     {
         "name", "pid", "host", "protocol", "package", "local", "files", "outstanding_units",
         "unit_latency_s", "count", "clips", "bytes", "busy_s", "per_s_total", "per_s_recent",
-        "clips_recent", "busy_s_recent", "last_seen_s_ago",
+        "clips_recent", "busy_s_recent", "last_seen_s_ago", "object_requests", "object_bytes",
+        "object_retries", "object_refused",
     }
 )  # fmt: skip
 
@@ -62,6 +63,8 @@ METRIC_NAMES = frozenset(
         "h5feed_worker_bytes_total", "h5feed_worker_unit_latency_seconds",
         "h5feed_worker_last_part_age_seconds", "h5feed_worker_outstanding_units",
         "h5feed_worker_files", "h5feed_worker_info", "h5feed_worker_busy_seconds_total",
+        "h5feed_worker_object_requests_total", "h5feed_worker_object_bytes_total",
+        "h5feed_worker_object_retries_total", "h5feed_worker_object_refused_total",
         "h5feed_producers_demand_clips_per_second", "h5feed_fleet_demand_clips_per_second",
     }
 )  # fmt: skip

@@ -520,3 +520,75 @@ def test_read_ahead_fetches_a_seen_videos_blocks_together_and_nothing_else(
     finally:
         reader.close()
         proxy.stop()
+
+
+def _epoch_stats(files: Any) -> dict[str, Any]:
+    feed = h5feed.batches(files, **{**OPTIONS, "epochs": 1, "workers": 2})
+    for _batch in feed:
+        pass
+    stats: dict[str, Any] = feed.stats()
+    return stats
+
+
+def test_each_worker_says_what_its_object_storage_reads_cost_and_local_files_cost_nothing(
+    s3: Any, uploaded: list[pathlib.Path]
+) -> None:
+    """stats()["workers"][i]: the requests and bytes each worker's DATA parts said
+    (``storage``); a worker of local files says nothing: 0."""
+    remote = _epoch_stats(f"s3://{BUCKET}/data/*.h5")
+    assert len(remote["workers"]) == 2
+    for worker in remote["workers"]:
+        print(worker["name"], {k: v for k, v in worker.items() if k.startswith("object_")})
+        assert worker["object_requests"] > 0 and worker["object_bytes"] > 0, worker
+        assert worker["object_refused"] == 0
+    read = sum(w["object_bytes"] for w in remote["workers"])
+    assert read >= min(p.stat().st_size for p in uploaded)  # at least a file's worth
+    local = _epoch_stats([str(p) for p in uploaded])
+    assert len(local["workers"]) == 2
+    for worker in local["workers"]:
+        assert (worker["object_requests"], worker["object_bytes"]) == (0, 0), worker
+        assert (worker["object_retries"], worker["object_refused"]) == (0, 0), worker
+
+
+def test_h5feeds_own_retries_reach_the_trainers_stats(
+    s3_server: str, s3: Any, uploaded: list[pathlib.Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Bodies cut short are retried by the workers themselves: counted as retries."""
+    proxy = FaultProxy(s3_server, truncate=2)
+    monkeypatch.setenv(storage_config.STORAGE_ENV, json.dumps({"endpoint_url": proxy.endpoint}))
+    try:
+        stats = _epoch_stats(f"s3://{BUCKET}/data/*.h5")
+    finally:
+        proxy.stop()
+    assert proxy.truncated > 0
+    assert sum(w["object_retries"] for w in stats["workers"]) > 0, stats["workers"]
+
+
+def test_a_state_saved_before_an_object_was_overwritten_is_refused_naming_its_url(
+    s3: Any, uploaded: list[pathlib.Path], tmp_path: pathlib.Path
+) -> None:
+    """The fingerprint holds each object's ETag (and version): the state of the first run
+    no longer fits once an object is overwritten, even with the same name and size; the
+    lineage record's header says what each object was."""
+    for path in uploaded:
+        s3.put(str(path), f"{BUCKET}/resumed/{path.name}")
+    url = f"s3://{BUCKET}/resumed/*.h5"
+    record = tmp_path / "lineage.ndjson"
+    options = {**OPTIONS, "epochs": 1, "workers": 1}
+    stream = h5feed.batches(url, lineage=str(record), **options).stream()
+    try:
+        next(stream)
+        state = stream.state()
+    finally:
+        stream.close()
+    header = json.loads((tmp_path / "lineage.ndjson.dataset.json").read_text())
+    changed = f"s3://{BUCKET}/resumed/{uploaded[0].name}"
+    assert changed in header["fingerprint"]["object_etags"]
+    h5feed.batches(url, resume=state, **options).close()  # unchanged: it resumes
+    data = bytearray(uploaded[0].read_bytes())
+    data[-1] ^= 0xFF  # the same size, the same name: only the ETag tells
+    s3.pipe(f"{BUCKET}/resumed/{uploaded[0].name}", bytes(data))
+    with pytest.raises(h5feed.ResumeError, match="objects overwritten") as caught:
+        h5feed.batches(url, resume=state, **options)
+    assert changed in str(caught.value)
+    assert uploaded[1].name not in str(caught.value)  # only the one that changed

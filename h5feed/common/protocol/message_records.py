@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Final, NamedTuple
 
-from h5feed.common.protocol.message_schema import MaxLen, Min
+from h5feed.common.protocol.message_schema import MaxLen, Min, Within
 
 # Every string a peer sends has a bound of its own (message_schema refuses a str field
 # without one at import), sized for the largest real value with room, far under the wire's
@@ -43,6 +43,10 @@ MAX_DIGEST_BYTES: Final = 64
 MAX_CODE_IDENTITIES: Final = 4
 #: The most busy seconds a DATA part may say it took (a day: far past any unit_timeout_s).
 MAX_BUSY_S: Final = 86400.0
+#: The most requests, retries or refusals one DATA part may say it made (a million, each
+#: in a unit_timeout_s), and the most bytes (1 TiB): far past any real part.
+MAX_PART_REQUESTS: Final = 1_000_000
+MAX_PART_BYTES: Final = 1 << 40
 
 
 def cut(text: str, most: int, *, tail: bool = False) -> str:
@@ -126,3 +130,15 @@ class ItemCheck(NamedTuple):
     item: int
     digest: Annotated[bytes, MaxLen(MAX_DIGEST_BYTES)]
     reproducible: bool
+
+
+class StorageReads(NamedTuple):
+    """What a worker's reads of object storage cost while it made one DATA part (since its
+    previous part): requests (a HEAD or a ranged GET each, read-ahead included), the bytes of
+    their bodies, its own retries of a read (h5feed's, not the client library's), and reads
+    refused because the object changed (HTTP 412, or another ETag than the one indexed)."""
+
+    requests: Annotated[int, Within(0, MAX_PART_REQUESTS)]
+    bytes: Annotated[int, Within(0, MAX_PART_BYTES)]
+    retries: Annotated[int, Within(0, MAX_PART_REQUESTS)]
+    refused: Annotated[int, Within(0, MAX_PART_REQUESTS)]

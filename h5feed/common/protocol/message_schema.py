@@ -31,6 +31,9 @@ method, which ``build`` calls last. Every string a peer sends has a bound of its
 list of them without ``EachLen``, raises ``TypeError`` when the schema is made, so no text
 is kept or repeated at the size the wire's per-string limit (1 MiB) allows. A value over its
 bound is refused (a ``ProtocolError``: a malformed message, counted), never cut.
+A field marked :class:`Omissible` may be absent from a header (it then decodes to its default)
+and is left out when it holds its default; every other field is required, and an unknown one
+is refused (``wire``).
 A nested value is named in errors by its kind and field, less a plural ``s`` (``UNIT row``),
 or by a :class:`Label`. An annotation with no wire form raises ``TypeError`` when the schema
 is made, at import: a new field cannot go unchecked.
@@ -126,6 +129,15 @@ class Since:
 
     version: int
     advisory: bool = False
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Omissible:
+    """A field that may be absent from a header: a header without it decodes to its default,
+    and a message holding the default leaves it out (so its bytes are those of a version
+    without the field). What a peer of an earlier release, which knows no such field, still
+    sends and still decodes, as long as the value is the default when it talks to one: the
+    field's comment says why it is, for each such field."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -266,16 +278,25 @@ class Schema:
     version: int = 0  # the protocol version of this schema (0: every field)
     #: (attribute, when it came in, default) of the fields this version leaves out
     later: tuple[tuple[str, Since, Any], ...] = ()
+    #: (attribute, default) of the :class:`Omissible` fields: left out when the default
+    omissible: tuple[tuple[str, Any], ...] = ()
 
     @classmethod
     def of(cls, message: type, version: int = 0) -> Schema:
         """The schema of ``message`` in protocol ``version`` (0: with every field)."""
         hints = get_type_hints(message, include_extras=True)
         kind: str = message.KIND  # type: ignore[attr-defined]
-        parts, arrays, any_arrays, later = [], [], None, []
+        parts, arrays, any_arrays, later, omissible = [], [], None, [], []
         for field in dataclasses.fields(message):
             hint = hints[field.name]
             since = _since(hint)
+            if get_origin(hint) is Annotated and any(
+                isinstance(m, Omissible) for m in get_args(hint)[1:]
+            ):
+                if field.default is dataclasses.MISSING:
+                    raise TypeError(f"{kind} field {field.name!r} may be omitted: no default")
+                if not (version and since.version > version):
+                    omissible.append((field.name, field.default))
             if version and since.version > version:
                 if field.default is dataclasses.MISSING:
                     raise TypeError(f"{kind} field {field.name!r} of version {since}: no default")
@@ -287,12 +308,21 @@ class Schema:
             else:
                 wire_name = field.name.removesuffix("_")
                 parts.append((field.name, _part(wire_name, hint, kind.upper())))
-        return cls(kind, message, tuple(parts), tuple(arrays), any_arrays, version, tuple(later))
+        return cls(
+            kind, message, tuple(parts), tuple(arrays), any_arrays, version, tuple(later),
+            tuple(omissible),
+        )  # fmt: skip
 
     @property
     def header_types(self) -> dict[str, tuple[type, ...]]:
         """Each header field's accepted types, as ``wire`` checks them."""
         return {part.name: part.types for _attribute, part in self.parts}
+
+    @property
+    def optional_fields(self) -> frozenset[str]:
+        """The header fields that may be absent (:class:`Omissible`), as ``wire`` names them."""
+        names = {attribute for attribute, _default in self.omissible}
+        return frozenset(part.name for attribute, part in self.parts if attribute in names)
 
     def header(self, message: Any) -> dict[str, Any]:
         """The header fields of ``message`` (tuples as lists, mappings as dicts);
@@ -306,8 +336,11 @@ class Schema:
                     f"{since.version}; the peer speaks {self.version}"
                 )
         fields: dict[str, Any] = {}
+        defaults = dict(self.omissible)
         for attribute, part in self.parts:
             value = getattr(message, attribute)
+            if attribute in defaults and value == defaults[attribute]:
+                continue  # left out: the header of a version without it (Omissible)
             if isinstance(value, tuple):
                 value = list(value)  # the schemas say list; tuples inside pack as arrays anyway
             elif isinstance(value, Mapping):
@@ -324,7 +357,11 @@ class Schema:
         """The message of header ``fields`` (types checked by ``wire``) and ``arrays``, every
         nested value and bound checked, then the message's own ``validate()``."""
         values: dict[str, Any] = {}
+        defaults = dict(self.omissible)
         for attribute, part in self.parts:
+            if part.name not in fields and attribute in defaults:
+                values[attribute] = defaults[attribute]  # absent: its default (Omissible)
+                continue
             try:
                 values[attribute] = _read(part, fields[part.name])
             except _Fault as fault:

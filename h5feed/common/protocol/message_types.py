@@ -56,6 +56,7 @@ from h5feed.common.protocol.message_records import (
     Row,
     SkippedRow,
     SlotRef,
+    StorageReads,
     VideoEntry,
     cut,
 )
@@ -64,6 +65,7 @@ from h5feed.common.protocol.message_schema import (
     Label,
     MaxLen,
     Min,
+    Omissible,
     OneOf,
     Schema,
     Since,
@@ -253,6 +255,11 @@ class Data:
     #: Seconds the worker spent making this part (reading, decoding, writing it), for the
     #: fleet's capacity (h5feed.consumer.telemetry.sizing); 0 from a version-5 worker.
     busy_s: Annotated[float, Since(6, advisory=True), Within(0.0, MAX_BUSY_S)] = 0.0
+    #: What its reads of object storage cost (files read from URLs only), else None: absent
+    #: from the header. Omissible, so a DATA without it (an earlier release's worker) decodes
+    #: to None; a worker sends it only for a job of URLs, which an earlier release's trainer
+    #: never sends, so that trainer never meets the field it does not know.
+    storage: Annotated[StorageReads | None, Since(6, advisory=True), Omissible()] = None
 
     def validate(self) -> None:
         """At most one skipped row per sample, each at a position of the samples."""

@@ -58,6 +58,7 @@ from h5feed.common.protocol.message_records import (
     Row,
     SkippedRow,
     SlotRef,
+    StorageReads,
     VideoEntry,
 )
 from h5feed.common.protocol.message_types import (
@@ -109,6 +110,7 @@ __all__ = [
     "SlotRef",
     "Source",
     "SourceInfo",
+    "StorageReads",
     "Unit",
     "VideoEntry",
     "decode",

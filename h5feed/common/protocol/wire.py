@@ -27,7 +27,8 @@ values only, arrays are raw bytes with a declared dtype that excludes object dty
 
 The envelope (magic, version, kind, fields, arrays) is the same in every version; what a
 version changes is which kinds and fields its schemas hold. Decoding is strict: wrong magic,
-a version not spoken, unknown kind, missing or unknown fields,
+a version not spoken, unknown kind, missing (but for a kind's few optional fields:
+``OPTIONAL_BY_VERSION``) or unknown fields,
 wrong field types, a frame count or byte length that does not match the declared arrays, an
 array beyond the size limits, or an oversized header (``Limits``: 2 MiB, and msgpack's own
 per-string, -array and -map limits, checked before it builds the object) all raise
@@ -90,6 +91,11 @@ REFUSED: Final = typed.REFUSED
 #: h5feed.common.protocol.message_types (the one copy).
 SCHEMAS_BY_VERSION: Final[Mapping[int, Mapping[str, Mapping[str, tuple[type, ...]]]]] = {
     version: {kind: schema.header_types for kind, schema in schemas.items()}
+    for version, schemas in typed.SCHEMAS_BY_VERSION.items()
+}
+#: The fields of each kind that may be absent (``Omissible``), in each version spoken.
+OPTIONAL_BY_VERSION: Final[Mapping[int, Mapping[str, frozenset[str]]]] = {
+    version: {kind: schema.optional_fields for kind, schema in schemas.items()}
     for version, schemas in typed.SCHEMAS_BY_VERSION.items()
 }
 #: Those of the current version.
@@ -271,7 +277,7 @@ def _check_fields(kind: str, fields: Mapping[str, Any], version: int = PROTOCOL_
     schema = SCHEMAS_BY_VERSION.get(version, {}).get(kind)
     if schema is None:
         raise ProtocolError(f"unknown message kind {kind!r} in protocol version {version}")
-    missing = schema.keys() - fields.keys()
+    missing = schema.keys() - fields.keys() - OPTIONAL_BY_VERSION[version][kind]
     unknown = fields.keys() - schema.keys()
     if missing or unknown:
         raise ProtocolError(
@@ -279,6 +285,8 @@ def _check_fields(kind: str, fields: Mapping[str, Any], version: int = PROTOCOL_
             f"unknown fields {sorted(unknown, key=repr)}"
         )
     for name, types in schema.items():
+        if name not in fields:
+            continue  # an optional field, absent
         value = fields[name]
         # bool is an int subclass in Python; an int field never accepts True/False.
         if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):

@@ -17,6 +17,8 @@ import threading
 import time
 from typing import Any
 
+from h5feed.common.protocol.message_records import StorageReads
+
 #: Seconds of history behind the "recent" rates.
 RECENT_WINDOW_S = 10.0
 
@@ -59,6 +61,34 @@ class Counters:
     #: Padded rows released (``shard_remainder="pad"``: no sample, zeros, ``valid`` False),
     #: apart from samples skipped for bad data.
     padded_samples: int = 0
+
+
+@dataclasses.dataclass(slots=True)
+class StorageTotals:
+    """What one worker's reads of object storage cost, as its DATA parts said
+    (``storage``, summed; a worker of local files, or of an earlier release, says nothing:
+    0). Written by the loop thread only; ``stats()`` reads the ints from any thread."""
+
+    requests: int = 0
+    bytes: int = 0
+    retries: int = 0
+    refused: int = 0
+
+    def add(self, reads: StorageReads | None) -> None:
+        if reads is not None:
+            self.requests += reads.requests
+            self.bytes += reads.bytes
+            self.retries += reads.retries
+            self.refused += reads.refused
+
+    def as_dict(self) -> dict[str, int]:
+        """The keys of ``stats()["workers"][i]``."""
+        return {
+            "object_requests": self.requests,
+            "object_bytes": self.bytes,
+            "object_retries": self.retries,
+            "object_refused": self.refused,
+        }
 
 
 class RateMeter:

@@ -13,7 +13,7 @@ import time
 from typing import Generic, TypeVar
 
 from h5feed.common.protocol.versions import PROTOCOL_VERSION
-from h5feed.consumer.core.counters import RateMeter
+from h5feed.consumer.core.counters import RateMeter, StorageTotals
 
 W = TypeVar("W")
 
@@ -29,6 +29,8 @@ class Peer:
     outstanding: dict[int, float] = dataclasses.field(default_factory=dict)  # unit -> sent at
     last_progress: float = 0.0
     received: RateMeter = dataclasses.field(default_factory=RateMeter)  # its DATA parts
+    #: what its parts said their reads of object storage cost (DATA ``storage``)
+    storage: StorageTotals = dataclasses.field(default_factory=StorageTotals)
     unit_latency_s: float | None = None  # moving average, from UNIT sent to its DATA received
     local: bool = False  # one of the iteration's own worker processes
     nonce: str = ""  # its process's HELLO nonce (a new one under this identity: a new process)

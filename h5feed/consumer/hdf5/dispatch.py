@@ -322,6 +322,7 @@ class Dispatch:
         self._ledger.complete(peer, unit.id)
         self._done(peer, len(positions))
         peer.received.record(len(positions), nbytes, data.busy_s)
+        peer.storage.add(data.storage)
         batch = self._assembler.add(unit.seq, positions, frames, invalid)
         released = [] if batch is None else self._complete(unit.seq, batch)
         return released + self._complete_padding()  # the clips' shape may be known now

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator
-from typing import ClassVar, Literal, Protocol, TypeVar
+from typing import Any, ClassVar, Literal, Protocol, TypeVar
 
 from h5feed.common.user_code.source_kinds import SourceKind
 from h5feed.consumer.core.counters import Counters
@@ -21,6 +21,7 @@ from h5feed.consumer.hdf5.scheduler import HdfScheduler
 from h5feed.consumer.options import HdfConfig
 from h5feed.consumer.plan.epoch_plan import Cursor, Index
 from h5feed.consumer.plan.rest import Rest
+from h5feed.consumer.position import fingerprint
 from h5feed.consumer.position.lineage import HdfColumns
 
 
@@ -112,6 +113,24 @@ class HdfInput:
         if index is None or key is None:
             return None
         return IndexLesson(self.config, index), key
+
+    def object_parts(self) -> dict[str, Any]:
+        """Files on object storage: what identifies each object's content, for the
+        fingerprint (:func:`h5feed.consumer.position.fingerprint.object_parts`), from one
+        listing per prefix (what keys the index cache); nothing for local files, or when the
+        objects cannot be listed from here (then a saved state that names them is refused:
+        they cannot be checked)."""
+        urls = known_index.urls_of(self.config)
+        if urls is None:
+            return {}
+        stats = known_index.file_stats(self.config)
+        if stats is None:
+            return {}
+        objects = [
+            (url, getattr(st, "etag", ""), getattr(st, "version", ""))
+            for url, st in zip(urls, stats, strict=True)
+        ]
+        return fingerprint.object_parts(objects)
 
     def files_now(self) -> tuple[tuple[int, ...], str] | None:
         """The files' sizes (one stat per file) and their key as they are now (None: they

@@ -61,6 +61,12 @@ def file_stats(config: HdfConfig) -> Sequence[os.stat_result | UrlStat] | None:
         return None
 
 
+def urls_of(config: HdfConfig) -> list[str] | None:
+    """``config``'s files as URLs, when they are (or lie under a URL ``data_root``); None for
+    local files."""
+    return _urls(config.files, config.data.data_root)
+
+
 def _urls(files: Sequence[str], root: str | None) -> list[str] | None:
     """``files`` as URLs, when they are (or lie under a URL root); None for local files."""
     if root is not None and object_urls.is_url(root):

@@ -42,10 +42,14 @@ _H5_SUFFIXES = (".h5", ".hdf5", ".hdf", ".he5")
 
 
 class UrlStat(NamedTuple):
-    """An object's size, and what identifies its content (a replaced object changes it)."""
+    """An object's size, and what identifies its content (a replaced object changes it):
+    ``identity`` (URL, size, ETag, version), and the ETag and version (``""`` when the store
+    has none) on their own."""
 
     st_size: int
     identity: str
+    etag: str = ""
+    version: str = ""
 
 
 def _filesystem(scheme: str, storage_options: Mapping[str, Any] | None) -> Any:
@@ -139,7 +143,8 @@ def file_stats(
             etag = info.get("ETag") or info.get("etag") or info.get("md5Hash") or ""
             version = info.get("VersionId") or info.get("generation") or ""
             size = int(info["size"])
-            stats.append(UrlStat(size, f"{url}\0{size}\0{etag}\0{version}"))
+            identity = f"{url}\0{size}\0{etag}\0{version}"
+            stats.append(UrlStat(size, identity, str(etag), str(version)))
     except Exception:  # any listing failure is a cache miss; the workers name the object
         return None
     return stats

@@ -17,7 +17,15 @@ Guarantees:
    ResumeError`) names every field that differs. The up-front parts are checked when the
    dataset is made; ``index`` when the plan starts (or up front when the index is known from
    :mod:`h5feed.consumer.hdf5.known_index`).
-3. A stored fingerprint is a claim of a file or a caller: :func:`check_shape` refuses one
+3. Files on object storage add what identifies each object's content (:func:`object_parts`):
+   ``objects``, a digest of every object's name, ETag and version (VersionId) in plan order,
+   and, when they fit in :data:`_MAX_TEXT` characters, ``object_etags``: each object's URL,
+   ETag and version, so that a state saved before an object was overwritten is refused
+   naming its URL (:func:`differences`). Objects are compared by name, as files are: a
+   dataset copied to another bucket under the same names, with the same ETags and versions,
+   resumes. (Local files have no such part: a file changed in place is refused when its
+   index differs.)
+4. A stored fingerprint is a claim of a file or a caller: :func:`check_shape` refuses one
    that is not a flat map of at most :data:`MAX_KEYS` short names to scalars or short lists
    of scalars, before it is compared (no RecursionError, no cost beyond its bounds).
 """
@@ -27,7 +35,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Mapping
+import posixpath
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -64,6 +73,43 @@ def fingerprint(config: FeedConfig) -> dict[str, Any]:
         parts["shard_remainder"] = options.plan.shard_remainder
     parts.update(config.fingerprint_parts(_digest))  # the input's own: files or source
     return parts
+
+
+def object_parts(objects: Sequence[tuple[str, str, str]]) -> dict[str, Any]:
+    """The fingerprint's parts for files on object storage, from each one's (URL, ETag,
+    version) in plan order (guarantee 3)."""
+    named = [(posixpath.basename(url), etag, version) for url, etag, version in objects]
+    parts: dict[str, Any] = {"objects": _digest(named)}
+    text = "\n".join(" ".join(entry) for entry in objects)
+    if len(text) <= _MAX_TEXT and not any(" " in "".join(entry) for entry in objects):
+        parts["object_etags"] = text
+    return parts
+
+
+def _etags_by_name(text: object) -> dict[str, tuple[str, str]] | None:
+    """``object_etags`` read back: name -> (URL, ETag and version); None if malformed."""
+    if not isinstance(text, str):
+        return None
+    found = {}
+    for line in text.split("\n") if text else []:
+        fields = line.split(" ")
+        if len(fields) != 3:
+            return None
+        found[posixpath.basename(fields[0])] = (fields[0], f"{fields[1]} {fields[2]}".strip())
+    return found
+
+
+def _objects_changed(saved: object, current: object) -> list[str] | None:
+    """The objects whose ETag or version differ (by name), as an error names them; None when
+    either side holds no ``object_etags`` to tell which."""
+    before, now = _etags_by_name(saved), _etags_by_name(current)
+    if before is None or now is None:
+        return None
+    return [
+        f"{url} (ETag and version {before[name][1]!r} when the state was saved, {tag!r} now)"
+        for name, (url, tag) in now.items()
+        if name in before and before[name][1] != tag
+    ]
 
 
 def index_digest(index: Index) -> str:
@@ -174,6 +220,16 @@ def differences(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[st
     for key in sorted(set(saved) | set(current)):
         if key == "index" and (key not in saved or key not in current):
             continue
+        if key == "object_etags":  # by name, not by URL (guarantee 3): with "objects"
+            continue
+        if key == "objects" and saved.get(key) != current.get(key):
+            changed = _objects_changed(saved.get("object_etags"), current.get("object_etags"))
+            if changed:
+                found.append(
+                    "objects overwritten since the state was saved: " + "; ".join(changed[:8])
+                    + (f" and {len(changed) - 8} more" if len(changed) > 8 else "")
+                )  # fmt: skip
+                continue
         if saved.get(key, "(absent)") != current.get(key, "(absent)"):
             found.append(f"{key}: saved {saved.get(key, '(absent)')!r}, now "
                          f"{current.get(key, '(absent)')!r}")  # fmt: skip

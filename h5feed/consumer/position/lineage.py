@@ -3,8 +3,9 @@
 Each batch the trainer takes from the stream appends one NDJSON line (a JSON object, then
 ``\\n``) per row to ``PATH``, made from the plan the consumer holds (never from what a worker
 says), and ``PATH.dataset.json`` holds the dataset's arguments (files, clip and layout
-options, plan options, fingerprint) so that ``h5feed lineage PATH --show`` can make a row's
-clip again. ``pandas.read_json(PATH, lines=True)`` reads it (tested), as DuckDB's
+options, plan options, fingerprint: for files on object storage each object's ETag and
+version, h5feed.consumer.position.fingerprint) so that ``h5feed lineage PATH --show`` can make
+a row's clip again. ``pandas.read_json(PATH, lines=True)`` reads it (tested), as DuckDB's
 ``read_json_auto`` reads NDJSON.
 
 A *step* is the trainer's optimizer step: the 0-based count of the batches the trainer took

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator
-from typing import ClassVar, Literal, Protocol, TypeVar
+from typing import Any, ClassVar, Literal, Protocol, TypeVar
 
 from h5feed.common.errors import ResumeError
 from h5feed.common.user_code.source_kinds import SourceKind
@@ -76,6 +76,10 @@ class SourceInput:
     def remembered(self) -> None:
         """No consumer remembers anything of a source between processes."""
         return None
+
+    def object_parts(self) -> dict[str, Any]:
+        """A source has no objects to identify."""
+        return {}
 
     def files_now(self) -> None:
         """A source has no files to stat."""

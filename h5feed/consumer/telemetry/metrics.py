@@ -24,7 +24,10 @@ Names and meaning (all start with ``h5feed_``):
   with each iteration, which Prometheus' ``rate()`` reads as a counter reset:
   ``worker_parts_total``, ``worker_clips_total``, ``worker_bytes_total``,
   ``worker_busy_seconds_total``, ``worker_unit_latency_seconds``, ``worker_last_part_age_seconds``,
-  ``worker_outstanding_units``, ``worker_files``; ``worker_info`` (1, with labels ``protocol``
+  ``worker_outstanding_units``, ``worker_files``, ``worker_object_requests_total``,
+  ``worker_object_bytes_total``, ``worker_object_retries_total``,
+  ``worker_object_refused_total`` (its reads of object storage, as its parts said: 0 for
+  local files); ``worker_info`` (1, with labels ``protocol``
   and ``package`` besides: the protocol version spoken with it and its h5feed version).
   What a scrape costs is bounded whatever peers join: the first :data:`MAX_WORKER_SERIES`
   workers of ``stats()["workers"]`` (in the order they joined) have series of their own;
@@ -118,6 +121,10 @@ _PER_WORKER = (
     ("last_seen_s_ago", "h5feed_worker_last_part_age_seconds", False, "Since its last part"),
     ("outstanding_units", "h5feed_worker_outstanding_units", False, "Units it holds"),
     ("files", "h5feed_worker_files", False, "Files it reads (owned or shared)"),
+    ("object_requests", "h5feed_worker_object_requests", True, "Object-storage requests it made"),
+    ("object_bytes", "h5feed_worker_object_bytes", True, "Bytes it fetched from object storage"),
+    ("object_retries", "h5feed_worker_object_retries", True, "Reads of objects it retried"),
+    ("object_refused", "h5feed_worker_object_refused", True, "Reads refused: the object changed"),
 )
 
 

@@ -129,7 +129,10 @@ def worker_figures(
     (``files_owned``: HDF5 feeds, the files it owns plus those it reads as a confirmed extra
     reader, so a file shared by 3 workers counts once for each; else 0), units outstanding,
     unit latency and what it delivered (counts, rates, and the busy seconds its parts took:
-    ``busy_s``, and ``clips_recent`` with ``busy_s_recent`` over the last 10 s)."""
+    ``busy_s``, and ``clips_recent`` with ``busy_s_recent`` over the last 10 s), and what its
+    reads of object storage cost, as its parts said (``object_requests``, ``object_bytes``,
+    ``object_retries``: its own retries of a read, ``object_refused``: reads refused because
+    the object changed; 0 for local files and for a worker of an earlier release)."""
     return [
         {
             "name": p.name,
@@ -142,6 +145,7 @@ def worker_figures(
             "outstanding_units": len(p.outstanding),
             "unit_latency_s": p.unit_latency_s,
             **figures.as_dict(),
+            **p.storage.as_dict(),
         }
         for p, figures in received
     ]

@@ -27,7 +27,12 @@ Guarantees:
 4. Never a changed result: a fetch ahead that fails, or is not done within
    :data:`~h5feed.common.storage_config.READ_BUDGET_S`, is dropped and the block is fetched
    as it would have been without read-ahead (with its retries).
-5. The first two clips of a video in a worker are not read ahead (what a clip of it needs is
+5. A process leaving never waits for its fetches ahead: those not started are cancelled
+   (when their file closes, and at exit), and those in flight (a request may take its
+   whole timeout) run on daemon threads, which the interpreter does not join
+   (:class:`_Threads`; a ``ThreadPoolExecutor``'s threads are joined at exit, each pending
+   fetch run first).
+6. The first two clips of a video in a worker are not read ahead (what a clip of it needs is
    known after its second read): read-ahead helps from a video's third clip on (later clips
    of an epoch, later epochs), and a clip whose frames lie in other blocks than the latest
    clip's of its video waits for those as without read-ahead.
@@ -35,9 +40,11 @@ Guarantees:
 
 from __future__ import annotations
 
+import atexit
 import collections
 import concurrent.futures
 import contextlib
+import queue
 import threading
 import weakref
 from collections.abc import Callable, Iterator
@@ -67,6 +74,8 @@ MAX_VIDEO_BLOCKS = 4
 MAX_VIDEOS = 100_000
 
 Fetcher = Callable[[int, int], bytes]
+#: A fetch ahead waiting for a thread: its future, the call and its argument (a block).
+_Work = tuple["concurrent.futures.Future[bytes]", Callable[[int], bytes], int]
 
 
 class Source:
@@ -132,12 +141,41 @@ class Source:
         return self._fetcher(start, start + self.block)
 
 
+class _Threads:
+    """At most :data:`THREADS` daemon threads running what is submitted, in order, started
+    as work comes (guarantee 5). A future cancelled before a thread takes it is not run."""
+
+    def __init__(self) -> None:
+        self._work: queue.SimpleQueue[_Work] = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
+
+    def submit(self, call: Callable[[int], bytes], arg: int) -> concurrent.futures.Future[bytes]:
+        """``call(arg)`` on a thread; its future (called under the pool's lock)."""
+        future: concurrent.futures.Future[bytes] = concurrent.futures.Future()
+        self._work.put((future, call, arg))
+        if len(self._threads) < THREADS:
+            thread = threading.Thread(target=self._run, name="h5feed-read-ahead", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        return future
+
+    def _run(self) -> None:
+        while True:
+            future, call, arg = self._work.get()
+            if not future.set_running_or_notify_cancel():
+                continue  # cancelled while pending
+            try:
+                future.set_result(call(arg))
+            except BaseException as exc:  # the taker falls back to its own fetch
+                future.set_exception(exc)
+
+
 class _Pool:
     """The worker's read-ahead threads and its blocks fetched ahead (guarantee 2)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self._executor: _Threads | None = None
         self._pending: collections.OrderedDict[
             tuple[int, int], tuple[Source, concurrent.futures.Future[bytes]]
         ] = collections.OrderedDict()
@@ -152,9 +190,7 @@ class _Pool:
             if len(self._pending) >= MAX_PENDING and not self._drop_one():
                 return False
             if self._executor is None:  # started on the first URL clip only
-                self._executor = concurrent.futures.ThreadPoolExecutor(
-                    THREADS, thread_name_prefix="h5feed-read-ahead"
-                )
+                self._executor = _Threads()
             future = self._executor.submit(source.fetch_ahead, number)
             self._pending[key] = (source, future)
             source.ahead += 1
@@ -177,14 +213,17 @@ class _Pool:
         except Exception:  # failed or late: fetched as without read-ahead (guarantee 4)
             return None
 
-    def forget(self, source: Source) -> None:
+    def forget(self, source: Source | None = None) -> None:
+        """Drop ``source``'s blocks fetched ahead (None: every source's), cancelling those
+        not started."""
         with self._lock:
-            for key in [k for k, (s, _f) in self._pending.items() if s is source]:
+            for key in [k for k, (s, _f) in self._pending.items() if source in (None, s)]:
                 self._pending[key][1].cancel()
                 del self._pending[key]
 
 
 _POOL = _Pool()
+atexit.register(_POOL.forget)  # leaving: no pending fetch is started (guarantee 5)
 #: The open source of each URL in this process (the latest open of it).
 _SOURCES: weakref.WeakValueDictionary[str, Source] = weakref.WeakValueDictionary()
 

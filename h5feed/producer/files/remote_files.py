@@ -32,6 +32,9 @@ the wire) and how long a request may take: :mod:`h5feed.common.storage_config`. 
 fails surfaces in h5py as an OSError, which the readers report naming the URL
 (:class:`FileReadError` when opening).
 
+What the requests cost (requests, bytes, retries, refusals) is counted as they are made
+(:mod:`h5feed.producer.files.request_counts`) and reaches the trainer with each DATA part.
+
 fsspec is imported on the first URL only (a producer of local files never imports it); a
 missing package is an error naming the extra to install (``h5feed[storage]``).
 """
@@ -47,7 +50,7 @@ import h5py
 
 from h5feed.common import object_urls, storage_config
 from h5feed.common.errors import FileReadError
-from h5feed.producer.files import read_ahead, url_confine
+from h5feed.producer.files import read_ahead, request_counts, url_confine
 
 __all__ = [
     "BLOCK_BYTES",
@@ -96,6 +99,7 @@ def _info(url: str) -> dict[str, Any]:
     persistent worker's) may be of an object replaced since."""
     fs = filesystem(object_urls.parse(url).scheme)
     fs.invalidate_cache(url)
+    request_counts.count_request()
     info: dict[str, Any] = fs.info(url)
     return info
 
@@ -197,11 +201,15 @@ class _UrlFile:
             except _PERMANENT:
                 raise
             except Exception as exc:
-                if _expired(exc) or attempt + 1 == storage_config.READ_ATTEMPTS:
+                if _expired(exc):
+                    request_counts.count_refused()
+                    raise
+                if attempt + 1 == storage_config.READ_ATTEMPTS:
                     raise
                 if time.monotonic() >= deadline:
                     raise
                 self.retried += 1
+                request_counts.count_retry()
                 backoff = min(_MAX_BACKOFF_S, _BACKOFF_S * 2**attempt)
                 time.sleep(backoff * random.uniform(0.5, 1.0))  # jitter: workers spread out
                 self._raw.seek(position)
@@ -219,6 +227,7 @@ def open_h5(url: str) -> h5py.File:
     (:func:`h5feed.producer.files.url_confine.refuse_external_links`); FileReadError naming the
     URL and host when it cannot be opened."""
     parsed = object_urls.parse(url)
+    request_counts.count_request()  # the open's HEAD: the object's size and ETag
     try:
         raw = filesystem(parsed.scheme).open(
             url,
@@ -235,12 +244,14 @@ def open_h5(url: str) -> h5py.File:
     indexed = _INDEXED_ETAGS.get(url)
     if indexed is not None and opened and opened != indexed:
         raw.close()
+        request_counts.count_refused()
         raise FileReadError(
             f"the object was replaced since this worker indexed it (ETag {indexed} then, "
             f"{opened} now): refused, its index no longer holds",
             file=url,
             host=socket.gethostname(),
         )
+    raw.cache.fetcher = request_counts.counted(raw.cache.fetcher)  # each ranged GET
     source = read_ahead.Source(url, raw.cache, MAX_BLOCKS)
     read_ahead.register(source)
     try:

@@ -12,19 +12,20 @@ shared-memory slot (then DATA carries no array). It follows the worker's job pro
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Iterator, Sequence
 from typing import ClassVar, Self
 
 import numpy as np
 
-from h5feed.common import layouts
+from h5feed.common import layouts, object_urls
 from h5feed.common.config import CLIP_SEMANTICS, ClipSpec
 from h5feed.common.errors import FileReadError
 from h5feed.common.protocol import messages
 from h5feed.common.version import __version__
 from h5feed.common.worker_settings import DEFAULT_DATA, NO_CODE, Code, Data
-from h5feed.producer.files import confine
+from h5feed.producer.files import confine, request_counts
 from h5feed.producer.files.index_cache import MemoryIndex
 from h5feed.producer.files.open_files import OpenFiles, check_readable
 from h5feed.producer.files.read_limits import ProducerLimits
@@ -92,7 +93,11 @@ class Hdf5Job:
        nearly all of them before a unit reads one, and HDF5 closes cost more the more files
        are open (h5py: ~2.8 ms a file with 128 open, ~1.2 ms alone), which halves the
        indexing of many small files. A job within the bound keeps its files open.
-    9. Not thread-safe: the worker's single event-loop thread uses it.
+    9. A job of files named by URL says in each DATA what its reads of object storage cost
+       since the previous part (``storage``: :mod:`h5feed.producer.files.request_counts`);
+       a job of local files never does (an earlier release's trainer, which sends no URL,
+       never meets the field).
+    10. Not thread-safe: the worker's single event-loop thread uses it.
     """
 
     STARTS: ClassVar[type[messages.Message]] = messages.Job
@@ -143,6 +148,8 @@ class Hdf5Job:
         self.spec = self.maker.spec  # the job's, under the producer's caps
         self.slots = SlotMaps()
         self.slots_failed = False  # a slot of this job could not be mapped: stop trying
+        self.remote = False  # a file of it is named by URL: its DATA say what reads cost
+        request_counts.take()  # an earlier job's reads are not this job's (guarantee 9)
 
     @classmethod
     def open(cls, start: messages.Job, context: JobContext) -> Self:
@@ -188,6 +195,7 @@ class Hdf5Job:
         opened = self.maker.files
         close_once_indexed = len(self.maker.videos) + len(files) > opened.max_open  # guarantee 8
         for number, path in files:
+            self.remote = self.remote or object_urls.is_url(path) or self._under_url_root
             try:
                 resolved = confine.job_path(path, self.data_root)  # before any file access
                 check_readable(number, resolved)  # also where a file would be opened lazily
@@ -250,9 +258,18 @@ class Hdf5Job:
         are counted (``files_reopened``), failed or not."""
         reopened = self.files_reopened
         try:
-            return self.make(unit, self.target(unit.slot))
+            data, nbytes = self.make(unit, self.target(unit.slot))
         finally:
             self.counters.add("files_reopened", self.files_reopened - reopened)
+        if self.remote:
+            reads = request_counts.take()
+            data = dataclasses.replace(data, storage=reads if any(reads) else None)
+        return data, nbytes
+
+    @property
+    def _under_url_root(self) -> bool:
+        """This producer's data root is a URL: a JOB's relative names are keys under it."""
+        return self.data_root is not None and object_urls.is_url(self.data_root)
 
     def make(self, unit: messages.Unit, target: SlotTarget | None) -> Produced:
         """The DATA answering ``unit`` and the bytes of clips it made. With a ``target`` (see

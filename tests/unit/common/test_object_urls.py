@@ -4,6 +4,8 @@ each process's own fsspec options, and the error naming the extra when fsspec is
 
 from __future__ import annotations
 
+import json
+import pathlib
 import subprocess
 import sys
 
@@ -130,3 +132,27 @@ def test_a_local_feed_never_imports_fsspec() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
     )
     assert out.stdout.strip() == "False", out.stderr
+
+
+def test_the_benchs_local_scheme_is_refused_unless_the_bench_set_its_variable(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path
+) -> None:
+    """h5feed-bench:// reads local files: a peer's URL reaches it only in the bench's own
+    processes (object_urls guarantee 3), and there only under the bench's root."""
+    monkeypatch.delenv(object_urls.BENCH_ENV, raising=False)
+    url = f"{object_urls.BENCH_SCHEME}://data/a.h5"
+    with pytest.raises(ValueError, match="the object-storage bench's own"):
+        object_urls.parse(url)
+    with pytest.raises(PathRefused, match="bench's own"):
+        job_url(url, None)  # a producer's check of a JOB's URL
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "a.h5").write_bytes(b"0123456789")
+    (tmp_path / "secret").write_bytes(b"x")
+    monkeypatch.setenv(object_urls.BENCH_ENV, json.dumps({"root": str(tmp_path), "latency_ms": 0}))
+    assert str(object_urls.parse(url)) == url
+    fs = storage_config.filesystem(object_urls.BENCH_SCHEME)
+    with fs.open(url, "rb", block_size=4, cache_type="blockcache") as f:
+        assert f.read() == b"0123456789"
+    assert fs.info(url)["ETag"]
+    with pytest.raises(ValueError, match="leaves the bench's root"):
+        fs.local("data/../../etc/passwd")  # what parsing refuses anyway ('..')

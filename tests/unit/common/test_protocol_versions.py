@@ -177,6 +177,45 @@ def test_busy_seconds_out_of_range_are_refused_on_decode(busy: float) -> None:
         messages.decode([header])
 
 
+def test_a_data_without_storage_reads_is_the_previous_releases_and_decodes_to_none() -> None:
+    """``storage`` is optional (Omissible): the previous release's DATA (GOLDEN_DATA_6, no
+    such field) still decodes, and a DATA of local files (storage None) is still its bytes,
+    so a previous-release trainer decodes it."""
+    assert "storage" not in msgpack.unpackb(GOLDEN_DATA_6, raw=False)[3]
+    assert messages.decode([GOLDEN_DATA_6]).storage is None
+    assert messages.encode(messages.Data("j1", 7, 2, (5,), busy_s=0.75)) == [GOLDEN_DATA_6]
+
+
+def test_storage_reads_go_in_data_of_version_6_and_are_left_out_for_version_5() -> None:
+    reads = messages.StorageReads(requests=3, bytes=12_345, retries=1, refused=0)
+    data = messages.Data("j1", 7, 2, (5,), busy_s=0.75, storage=reads)
+    (header,) = messages.encode(data)
+    assert msgpack.unpackb(header, raw=False)[3]["storage"] == [3, 12_345, 1, 0]
+    assert messages.decode([header]) == data
+    (old,) = messages.encode(data, 5)  # advisory: a version-5 trainer goes on without them
+    assert "storage" not in msgpack.unpackb(old, raw=False)[3]
+
+
+@pytest.mark.parametrize(
+    ("storage", "error"),
+    [
+        ([1, 2, 3, -1], r"-1 refused, outside"),
+        ([10**7, 0, 0, 0], r"requests, outside"),
+        ([0, 1 << 41, 0, 0], r"bytes, outside"),
+        ([1, 2, 3], r"must be a list of 4 values"),
+        ([1, 2, 3, True], r"bad DATA storage"),
+        ("many", r"storage"),
+    ],
+)
+def test_storage_reads_out_of_their_bounds_are_refused_on_decode(storage: Any, error: str) -> None:
+    header = msgpack.packb(
+        ["h5feed", 6, "data", {**VALID_FIELDS[wire.DATA], "storage": storage}, []],
+        use_bin_type=True,
+    )
+    with pytest.raises(ProtocolError, match=error):
+        messages.decode([header])
+
+
 def test_versions_not_spoken_are_refused_naming_both_ranges() -> None:
     for version, fields, said in [
         (7, {"worker": "w", "protocols": [7, 8]}, "7-8"),

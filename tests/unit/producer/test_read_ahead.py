@@ -103,3 +103,45 @@ def test_at_most_max_pending_blocks_are_fetched_ahead(
     submitted = sum(read_ahead.ahead(URL, video) for video in videos)
     assert submitted == read_ahead.MAX_PENDING  # the rest refused while all are in flight
     cache.gate.set()
+
+
+_EXITING = """
+import time, types
+from h5feed.producer.files import read_ahead
+
+def slow(start, end):
+    time.sleep(30)  # a request that hangs to its timeout
+    return b"x" * (end - start)
+
+cache = types.SimpleNamespace(blocksize=4, fetcher=slow)
+source = read_ahead.Source("s3://bucket/file.h5", cache, 4)
+read_ahead.register(source)
+submitted = sum(read_ahead._POOL.submit(source, n) for n in range(read_ahead.MAX_PENDING))
+print(submitted, flush=True)
+"""
+
+
+@pytest.mark.processes
+def test_a_process_exiting_with_fetches_in_flight_does_not_wait_for_them() -> None:
+    """A worker leaving with read-ahead in flight (requests that may take a request's whole
+    timeout) and pending exits at once: pending fetches are cancelled, those in flight are
+    left behind (daemon threads), not joined."""
+    import subprocess
+    import sys
+    import time
+
+    child = subprocess.Popen(
+        [sys.executable, "-c", _EXITING], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert child.stdout is not None
+        line = child.stdout.readline()  # its fetches are submitted: from here, it exits
+        began = time.monotonic()
+        child.wait(timeout=120)
+        waited = time.monotonic() - began
+    finally:
+        child.kill()
+        child.communicate(timeout=30)
+    assert line.strip() == str(read_ahead.MAX_PENDING), child.stderr
+    assert child.returncode == 0
+    assert waited < 10, f"the exit waited {waited:.1f} s for fetches ahead"

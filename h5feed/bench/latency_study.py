@@ -1,0 +1,135 @@
+"""``h5feed bench object-storage --server local-latency``: the same files read from local disk
+and through ``h5feed-bench://`` (:mod:`h5feed.bench.latency_fs`: local files, each request
+delayed by ``--latency-ms``, no server CPU), by the same worker code as ``s3://``.
+
+Reported per row: clips/s and x local; requests (the workers' own counts,
+``stats()["workers"][i]["object_requests"]``) and per clip; bytes read per byte stored and per
+byte used (the frames' bytes the clips cut: clips x clip length x the mean stored bytes of a
+frame, an estimate that counts a frame again for every clip that holds it); and the requests
+a worker makes to learn one file's index (open and index it in this process, counted). Two
+epochs after the first batch are timed, as in :mod:`h5feed.bench.object_storage`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import tempfile
+import time
+from typing import Any
+
+import h5feed
+from h5feed.common.layouts import Auto
+from h5feed.common.object_urls import BENCH_ENV, BENCH_SCHEME
+from h5feed.producer.files import remote_files, request_counts
+from h5feed.producer.inspection import inspect_file
+from h5feed.producer.sample_data import SampleSpec, make_sample_dataset
+
+__all__ = ["run_local_latency"]
+
+
+def _epochs(files: str | list[str], args: argparse.Namespace) -> tuple[float, int, dict[str, Any]]:
+    """(clips/s over two epochs after the first batch, clips, the stream's stats)."""
+    feed = h5feed.batches(
+        files, clip_len=args.clip_len, resize=(112, 112), batch_size=16, epochs=2, seed=1,
+        clips_per_video=4,
+        workers=args.workers, index_cache=False, start_timeout_s=300, unit_timeout_s=300,
+    )  # fmt: skip
+    with feed.stream() as stream:
+        first = next(stream)
+        began = time.perf_counter()
+        clips = sum(len(batch["label"]) for batch in stream)
+        elapsed = time.perf_counter() - began
+        stats = stream.stats()
+    return clips / elapsed, clips + len(first["label"]), stats
+
+
+def _index_requests(url: str) -> int:
+    """Requests this process makes to open ``url`` and learn its index (as a worker does)."""
+    from h5feed.producer.layouts import open_reader
+
+    request_counts.take()
+    reader = open_reader(url, Auto())
+    try:
+        reader.index()
+    finally:
+        reader.close()
+    return request_counts.take().requests
+
+
+def run_local_latency(args: argparse.Namespace) -> int:
+    """Write the files, read them from disk and through the latency filesystem; print each
+    figure as it is measured and write them to ``args.json`` (when not None)."""
+    saved = {name: os.environ.get(name) for name in (BENCH_ENV, "H5FEED_STORAGE_OPTIONS")}
+    results: dict[str, Any] = {"server": "local-latency", "load": _load()}
+    block = args.block_kib << 10
+    try:
+        with tempfile.TemporaryDirectory(prefix="h5feed-latency-") as tmp:
+            spec = SampleSpec(
+                files=args.files, videos_per_file=args.videos, min_frames=args.min_frames,
+                max_frames=args.max_frames, height=128, width=160, seed=3,
+            )  # fmt: skip
+            data = pathlib.Path(tmp) / "data"
+            paths = sorted(str(p) for p in make_sample_dataset(data, spec))
+            stored = sum(os.path.getsize(p) for p in paths)
+            frames = sum(int(inspect_file(p)["frames"]) for p in paths)
+            cache = block * remote_files.MAX_BLOCKS
+            results.update(
+                files=args.files, videos_per_file=args.videos, workers=args.workers,
+                clip_len=args.clip_len, block_bytes=block, cache_bytes_per_file=cache,
+                file_bytes=stored // len(paths), stored_bytes=stored, frames=frames,
+                file_to_cache=round(stored / len(paths) / cache, 1),
+            )  # fmt: skip
+            print(
+                f"{len(paths)} files of {stored / len(paths) / 2**20:.1f} MiB, {frames} frames; "
+                f"a worker's cache of a file {cache / 2**20:.2f} MiB: files "
+                f"{results['file_to_cache']} x the cache; load {results['load']}",
+                flush=True,
+            )
+            local, clips, _stats = _epochs(paths, args)
+            print(f"{'local files':>34}: {local:8.1f} clips/s ({clips} clips)", flush=True)
+            results["local_clips_per_s"] = round(local, 1)
+            os.environ["H5FEED_STORAGE_OPTIONS"] = json.dumps({"default_block_size": block})
+            for latency_ms in sorted({0.0, args.latency_ms}):
+                os.environ[BENCH_ENV] = json.dumps({"root": tmp, "latency_ms": latency_ms})
+                url = f"{BENCH_SCHEME}://data/*.h5"
+                rate, clips, stats = _epochs(url, args)
+                requests = sum(w["object_requests"] for w in stats["workers"])
+                read = sum(w["object_bytes"] for w in stats["workers"])
+                used = clips * args.clip_len * stored / frames
+                one_file = f"{BENCH_SCHEME}://data/{pathlib.Path(paths[0]).name}"
+                learn = _index_requests(one_file)
+                label = f"{BENCH_SCHEME}:// +{latency_ms:g} ms/request"
+                print(
+                    f"{label:>34}: {rate:8.1f} clips/s ({rate / local:.2f} x local); "
+                    f"{requests} requests ({requests / clips:.3f} per clip), "
+                    f"{read / stored:.2f} bytes read per byte stored, {read / used:.2f} per "
+                    f"byte used; {learn} requests to learn one file's index",
+                    flush=True,
+                )
+                results[f"latency_{latency_ms:g}ms"] = {
+                    "clips_per_s": round(rate, 1),
+                    "x_local": round(rate / local, 3),
+                    "requests": requests,
+                    "requests_per_clip": round(requests / clips, 4),
+                    "bytes_read_per_byte_stored": round(read / stored, 3),
+                    "bytes_read_per_byte_used": round(read / used, 3),
+                    "requests_to_learn_one_index": learn,
+                }
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+    if args.json is not None:
+        pathlib.Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
+    return 0
+
+
+def _load() -> str:
+    """The machine's load averages (1, 5, 15 min), as ``uptime`` says them."""
+    one, five, fifteen = os.getloadavg()
+    return f"{one:.2f} {five:.2f} {fifteen:.2f}"

@@ -16,6 +16,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from h5feed.common.protocol import messages
 from h5feed.consumer.core.counters import Counters
 from h5feed.consumer.core.events import PeerJoined, PeerLost
+from h5feed.consumer.core.identities import Identities
 from h5feed.consumer.core.ledger import Peer
 from h5feed.consumer.core.session import PeerSession
 
@@ -57,6 +58,29 @@ def test_nothing_meant_for_a_restarted_peers_old_process_reaches_its_successor()
     session.lose(old, "deadline", "a late check of the old process")
     assert session.peers == {b"a": new} and not session.events
     assert session.send(new, messages.Ping()) is True
+
+
+def test_identities_that_only_struck_are_forgotten_past_the_bound_and_the_others_kept() -> None:
+    """Identities cost a sender nothing: past ``tracked`` identities with strikes, every count
+    starts over and a record that held nothing but strikes is gone; one that was a peer, or
+    was refused, keeps what it holds (its strikes start over too)."""
+    known = Identities(tracked=3)
+    known.of(b"peer").nonce = "n"
+    known.of(b"refused").refused = True
+    for identity in (b"peer", b"refused", b"x"):
+        assert known.strike(identity).strikes == 1
+    assert known.strike(b"x").strikes == 2 and len(known) == 3  # one record each
+    assert known.strike(b"y").strikes == 1  # the fourth with strikes: counts start over
+    assert b"x" not in known and len(known) == 3
+    assert (known.of(b"peer").nonce, known.of(b"peer").strikes) == ("n", 0)
+    assert known.of(b"refused").refused and known.strike(b"refused").strikes == 1
+
+
+def test_garbage_from_any_number_of_identities_keeps_a_bounded_number_of_records() -> None:
+    session = PeerSession(JOB, FakeTransport(), None, 60.0, Counters())
+    for i in range(5_000):
+        session.receive(f"x{i}".encode(), [b"\x00not msgpack"])
+    assert len(session._known) <= 4096
 
 
 _IDENTITIES = (b"a", b"b", b"c")  # "a" is a local worker's name; b and c are remote
@@ -174,5 +198,5 @@ class SessionMachine(RuleBasedStateMachine):
             assert not set(keys) & set(_IDENTITIES), f"{name} is keyed by identity"
 
 
-SessionMachine.TestCase.settings = settings(max_examples=150, stateful_step_count=30, deadline=None)
+SessionMachine.TestCase.settings = settings(max_examples=100, stateful_step_count=25, deadline=None)
 TestSessionMachine = SessionMachine.TestCase

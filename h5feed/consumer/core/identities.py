@@ -24,6 +24,7 @@ Used by the loop thread only.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 
 @dataclasses.dataclass(slots=True)
@@ -59,9 +60,9 @@ class Identities:
         self._records: dict[bytes, Identity] = {}
         self._tracked = tracked
         self._striking = 0  # records with strikes > 0
-
-    def get(self, identity: bytes) -> Identity | None:
-        return self._records.get(identity)
+        # The record of an identity, or None: the dict's own lookup (the session asks once per
+        # message, so no Python frame), valid as long as ``_records`` is this one dict.
+        self.get: Callable[[bytes], Identity | None] = self._records.get
 
     def of(self, identity: bytes) -> Identity:
         """The record of ``identity``, made now if it has none."""
@@ -86,7 +87,9 @@ class Identities:
     def _forget_strikes(self) -> None:
         for record in self._records.values():
             record.strikes = 0
-        self._records = {i: r for i, r in self._records.items() if r.beyond_strikes()}
+        kept = {i: r for i, r in self._records.items() if r.beyond_strikes()}
+        self._records.clear()  # the same dict: ``get`` is its lookup
+        self._records.update(kept)
         self._striking = 0
 
     def __contains__(self, identity: object) -> bool:

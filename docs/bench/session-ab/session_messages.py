@@ -19,8 +19,9 @@ from h5feed.consumer.core.session import PeerSession
 
 
 class Dropping:
-    names = ["w0", "w1"]
-    retired: set[int] = set()
+    def __init__(self) -> None:
+        self.names = ["w0", "w1"]
+        self.retired: set[int] = set()
 
     def send(self, identity: bytes, message: object, flags: int = 0, version: int = 0) -> None:
         pass

@@ -20,7 +20,10 @@ W = TypeVar("W")
 
 @dataclasses.dataclass(eq=False)
 class Peer:
-    """A connected worker."""
+    """A connected worker: one process under one identity, from its HELLO to its loss. What
+    belongs to it alone is here and goes with it; what its identity keeps after it is lost
+    (its nonce, key, refusal, strikes) is the session's record of the identity
+    (:mod:`h5feed.consumer.core.identities`)."""
 
     identity: bytes
     name: str
@@ -36,6 +39,7 @@ class Peer:
     nonce: str = ""  # its process's HELLO nonce (a new one under this identity: a new process)
     key: str | None = None  # its CURVE public key (Z85), when the consumer uses CURVE
     last_heard: float = 0.0  # when its last message arrived (liveness probes go to the quiet)
+    probed: float = 0.0  # when it was last sent a PING or any message (each proves the link)
     lost_cause: str | None = None  # why it was lost (a LossCause), once it is
     #: Since when it owes a handshake answer (an INDEX of files it was asked to take) with
     #: none sent: the session's deadline runs from here as from ``last_progress`` for units.

@@ -41,8 +41,10 @@ Guarantees:
 4. BYE, a failed send, a local worker's exit and a missed deadline (a peer holding units that
    returned none for ``unit_timeout_s``, or one that owes an INDEX it was asked for and sent
    none for ``unit_timeout_s``: ``Peer.owes_since``) each become one ``PeerLost`` event, at
-   most one per peer: the peer is removed at once, so nothing is sent to it again. So every
-   piece of work a peer is given has a deadline, whatever else it holds.
+   most one per peer: the peer is removed at once, so nothing is sent to it again (nor to a
+   new process under its identity: :meth:`send` and :meth:`lose` act on the very peer listed).
+   So every piece of work a peer is given has a deadline, whatever else it holds. A local
+   worker's exit is matched by name and pid, never by a remote peer's pid.
 5. :meth:`send` never raises for a peer that is gone and never calls back into the loop: it
    queues ``PeerLost`` and returns False.
 6. Liveness: every socket runs ZeroMQ heartbeats (see :mod:`h5feed.common.protocol.liveness`), which
@@ -72,6 +74,7 @@ from h5feed.common.system.logs import consumer_log
 from h5feed.common.trust.refusal_log import RefusalLog
 from h5feed.consumer.core.counters import Counters
 from h5feed.consumer.core.events import Arrived, Event, LossCause, PeerJoined, PeerLost
+from h5feed.consumer.core.identities import Identities, Identity
 from h5feed.consumer.core.ledger import Peer
 
 #: Malformed messages one identity may send before it is refused and ignored: enough that a
@@ -125,24 +128,22 @@ class PeerSession:
         self.events: collections.deque[Event] = collections.deque()
         self.refused: list[str] = []  # "identity: why", for error messages
         self.counters = counters  # malformed_messages, dropped_parts (shared with the loop's)
-        self._gone: set[bytes] = set()  # left, lost, refused, or joined too late
-        self._exits_reported: dict[str, int] = {}  # local name -> pid whose exit was reported
-        self._last_nonce: dict[bytes, str] = {}  # identity -> nonce of its last peer
-        self._last_key: dict[bytes, str | None] = {}  # identity -> CURVE key of its last peer
-        self._stale_told: set[tuple[bytes, str]] = set()  # (identity, nonce) sent BYE once
-        self._probed: dict[bytes, float] = {}  # identity -> when it was last sent a PING
-        self._lost_pids: set[int] = set()  # of peers lost: their exit is no second loss
-        self._malformed: dict[bytes, int] = {}  # identity -> messages dropped as malformed
+        # Per identity two places, no third: its live Peer (what it holds, when heard from and
+        # probed: gone with it) and one record of its past (core/identities.py), so a join or
+        # a loss touches one thing and no collection of its own can outlive a peer.
+        self._known = Identities(_TRACKED_IDENTITIES)
+        # Local name -> its pids whose end was reported (lost as a peer, or exited), by name
+        # as exits are: a remote peer's pid is another host's, no local process's.
+        self._ended: dict[str, set[int]] = {}
         # One line per 10 s for every identity together: identities cost a sender nothing.
         self._refusals = RefusalLog(self.log, "worker messages")
-        self._banned: set[bytes] = set()  # refused for malformed traffic: never decoded
-        self._refused_ids: set[bytes] = set()  # refused (version, key): never a peer again
 
     # -- what arrives ----------------------------------------------------------------------
 
     def receive(self, identity: bytes, frames: Sequence[object]) -> None:
         """Decode one message from ``identity`` and queue what it means."""
-        if identity in self._banned:
+        known = self._known.get(identity)
+        if known is not None and known.banned:
             self.counters.malformed_messages += 1
             return
         try:
@@ -158,7 +159,7 @@ class PeerSession:
             case messages.Hello():
                 key = _user_id(frames) if self._curve else None
                 self._on_hello(identity, message, version, key)
-            case _ if peer is None and identity in self._gone:
+            case _ if peer is None and known is not None and known.gone:
                 if isinstance(message, messages.Data):  # its units went to others
                     self.counters.dropped_parts += 1
             case _ if (
@@ -185,7 +186,8 @@ class PeerSession:
         self, identity: bytes, hello: messages.Hello, version: int, key: str | None
     ) -> None:
         """See rules 1 and 2 of the module docstring."""
-        if identity in self._banned or identity in self._refused_ids:
+        known = self._known.get(identity)
+        if known is not None and known.refused:  # banned ones are refused too
             return
         try:
             says = hello_says(hello, version)
@@ -210,34 +212,35 @@ class PeerSession:
             self.log.debug("ignored the stale hello of %s (pid %d)", hello.worker, hello.pid)
             return
         current = self.peers.get(identity)
-        if hello.nonce == self._last_nonce.get(identity):
+        if known is not None and hello.nonce == known.nonce:
             if current is None:  # lost (its work went to others) and back as the same process
-                self._stale(identity, hello, protocol)
+                self._stale(identity, known, hello, protocol)
             return  # else a persistent producer's periodic hello
-        if identity in self._last_key and key != self._last_key[identity]:
+        if known is not None and known.nonce is not None and key != known.key:
             self.counters.refused_reconnects += 1
             why = f"{hello.worker} said hello with another CURVE key than before"
             self._refuse_once(identity, why, protocol)
             return
         if current is not None:
             self.lose(current, "restarted", f"restarted: pid {hello.pid} said hello under its name")
-        self._gone.discard(identity)
         peer = Peer(identity, hello.worker, hello.pid, hello.host, nonce=hello.nonce, key=key)
         peer.protocol, peer.package = protocol, says.package
         peer.local = hello.worker in self._local_names
         peer.last_heard = time.monotonic()
         self.peers[identity] = peer
-        self._last_nonce[identity] = hello.nonce
-        self._last_key[identity] = key
+        known = self._known.of(identity)
+        known.nonce, known.key, known.gone = hello.nonce, key, False
         self.events.append(PeerJoined(peer))
 
-    def _stale(self, identity: bytes, hello: messages.Hello, protocol: int) -> None:
+    def _stale(
+        self, identity: bytes, known: Identity, hello: messages.Hello, protocol: int
+    ) -> None:
         """A lost peer's process is back with its old nonce: refused (once per process), and
         told so with a BYE that is not final, so a persistent producer starts over with a new
         nonce (a local worker is replaced by the consumer instead)."""
-        if (identity, hello.nonce) in self._stale_told:
+        if hello.nonce in known.told_stale:
             return
-        self._stale_told.add((identity, hello.nonce))
+        known.told_stale.add(hello.nonce)
         self.counters.refused_reconnects += 1
         self.log.warning(
             "refused %s (pid %d on %s): it was declared lost and its work given to others; "
@@ -255,9 +258,10 @@ class PeerSession:
         self._refuse(identity, why, version)
 
     def _refuse(self, identity: bytes, why: str, version: int = SPOKEN.lowest) -> None:
-        self._refused_ids.add(identity)
-        if identity not in self._gone:
-            self._gone.add(identity)
+        known = self._known.of(identity)
+        known.refused = True
+        if not known.gone:
+            known.gone = True
             self.refused.append(f"{identity.decode(errors='replace')}: {why}")
             self._refusals.refused("refused", f"{identity!r}: {why}")
         with contextlib.suppress(zmq.ZMQError):  # it may be gone already; nothing to tell then
@@ -277,12 +281,11 @@ class PeerSession:
 
     def _strike(self, identity: bytes, why: str) -> None:
         """One more bad message from ``identity``: see :meth:`drop`."""
-        if len(self._malformed) >= _TRACKED_IDENTITIES and identity not in self._malformed:
-            self._malformed.clear()
-        count = self._malformed[identity] = self._malformed.get(identity, 0) + 1
+        known = self._known.strike(identity)
+        count = known.strikes
         self._refusals.refused("dropped", f"from {identity!r}: {why}")
         if count > _MALFORMED_LIMIT:
-            self._banned.add(identity)
+            known.banned = True
             reason = f"sent {count} malformed messages or unexpected parts (the last: {why})"
             self._refuse(identity, reason)  # named in `refused` once, told not to retry
             peer = self.peers.get(identity)
@@ -293,14 +296,14 @@ class PeerSession:
 
     def send(self, peer: Peer, message: messages.Message) -> bool:
         """Send ``message`` to ``peer``; False (and ``PeerLost`` queued) when it cannot."""
-        if peer.identity not in self.peers:
-            return False  # lost already: its event is queued or handled
+        if self.peers.get(peer.identity) is not peer:
+            return False  # lost already (its event is queued or handled), maybe restarted
         try:
             self._transport.send(peer.identity, message, 0, peer.protocol)
             # A send that went through proves the connection as a PING would (rule 6): no
             # probe for PROBE_EVERY_S. At full rate with a thousand workers, each heard about
             # once a second, the probes were as many sends as the units.
-            self._probed[peer.identity] = time.monotonic()
+            peer.probed = time.monotonic()
         except zmq.ZMQError as exc:  # EHOSTUNREACH (gone) or EAGAIN (not reading at all)
             self.lose(peer, "unreachable", f"cannot send to it: {exc}")
             return False
@@ -323,20 +326,24 @@ class PeerSession:
     # -- membership and health -------------------------------------------------------------
 
     def lose(self, peer: Peer, cause: LossCause, reason: str) -> None:
-        """``peer`` is gone: remove it and queue one ``PeerLost``."""
-        if self.peers.pop(peer.identity, None) is not None:
+        """``peer`` is gone: remove it and queue one ``PeerLost`` (nothing if it is not
+        listed: lost already, or its identity's new process listed in its place)."""
+        if self.peers.get(peer.identity) is peer:
+            del self.peers[peer.identity]
             peer.lost_cause = cause
-            self._gone.add(peer.identity)
-            self._lost_pids.add(peer.pid)
+            self._known.of(peer.identity).gone = True
+            if peer.local:
+                self._ended.setdefault(peer.name, set()).add(peer.pid)
             self.events.append(PeerLost(peer, cause, reason))
 
     def check(self, now: float) -> None:
         """Queue ``PeerLost`` for local workers that exited and peers past their deadline;
         probe the peers not heard from lately (a failed probe queues ``PeerLost``)."""
         for name, pid, code in self.exited_locals():
-            if self._exits_reported.get(name) == pid or pid in self._lost_pids:
+            ended = self._ended.setdefault(name, set())
+            if pid in ended:
                 continue  # reported, or its peer was lost already (BYE, unreachable)
-            self._exits_reported[name] = pid
+            ended.add(pid)
             how = describe_exit(code)
             peer = next((p for p in self.peers.values() if p.name == name), None)
             if peer is not None:
@@ -353,11 +360,8 @@ class PeerSession:
                 )
             elif owed is not None and now - owed > self._unit_timeout_s:
                 self.lose(peer, "deadline", f"sent no INDEX it was asked for in {now - owed:.0f} s")
-            elif (
-                now - peer.last_heard >= PROBE_EVERY_S
-                and now - self._probed.get(peer.identity, 0.0) >= PROBE_EVERY_S
-            ):
-                self._probed[peer.identity] = now
+            elif now - peer.last_heard >= PROBE_EVERY_S and now - peer.probed >= PROBE_EVERY_S:
+                peer.probed = now
                 self._probe(peer)
 
     def _probe(self, peer: Peer) -> None:

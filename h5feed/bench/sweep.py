@@ -33,15 +33,15 @@ def sweep_row(
 ) -> dict[str, Any]:
     """One shape's figures from its document (None: its per-core limit failed)."""
     row: dict[str, Any] = {"dataset": shape_text, "files": files, "videos": videos}
-    summary = (document or {}).get("summary")
-    if not summary:
+    summary = None if document is None else document.get("summary")
+    if document is None or not summary:
         row["error"] = "the per-core limit failed: nothing judged"
         return row
     n = summary["workers"]
     parallel = _median(document, "per-core-parallel", n, "clips_per_s")
     best = summary.get("best_alternative")
     best_rate = next(
-        (e["median"].get("clips_per_s") for e in document["contenders"] if e["key"] == best),  # type: ignore[index]
+        (e["median"].get("clips_per_s") for e in document["contenders"] if e["key"] == best),
         None,
     )
     row.update(
@@ -64,9 +64,7 @@ def sweep_row(
         ),
         limit_cpu_ms_per_clip=_median(document, "per-core-parallel", n, "worker_cpu_ms_per_clip"),
         not_run=[
-            f"{e['key']}: {e['status']}"
-            for e in document["contenders"]  # type: ignore[index]
-            if e["status"] != "ok"
+            f"{e['key']}: {e['status']}" for e in document["contenders"] if e["status"] != "ok"
         ],
     )
     row["cores_busy"] = cores_busy(row)

@@ -27,11 +27,14 @@ from h5feed.producer.files import remote_files, request_counts
 from h5feed.producer.inspection import inspect_file
 from h5feed.producer.sample_data import SampleSpec, make_sample_dataset
 
-__all__ = ["run_local_latency"]
+__all__ = ["run_local_latency", "timed_epochs"]
 
 
-def _epochs(files: str | list[str], args: argparse.Namespace) -> tuple[float, int, dict[str, Any]]:
-    """(clips/s over two epochs after the first batch, clips, the stream's stats)."""
+def timed_epochs(
+    files: str | list[str], args: argparse.Namespace
+) -> tuple[float, int, dict[str, Any]]:
+    """Clips per second over two epochs (4 clips per video) after the first batch, the clips,
+    and the stream's ``stats()`` at the end (the workers' own request counts)."""
     feed = h5feed.batches(
         files, clip_len=args.clip_len, resize=(112, 112), batch_size=16, epochs=2, seed=1,
         clips_per_video=4,
@@ -88,14 +91,14 @@ def run_local_latency(args: argparse.Namespace) -> int:
                 f"{results['file_to_cache']} x the cache; load {results['load']}",
                 flush=True,
             )
-            local, clips, _stats = _epochs(paths, args)
+            local, clips, _stats = timed_epochs(paths, args)
             print(f"{'local files':>34}: {local:8.1f} clips/s ({clips} clips)", flush=True)
             results["local_clips_per_s"] = round(local, 1)
             os.environ["H5FEED_STORAGE_OPTIONS"] = json.dumps({"default_block_size": block})
             for latency_ms in sorted({0.0, args.latency_ms}):
                 os.environ[BENCH_ENV] = json.dumps({"root": tmp, "latency_ms": latency_ms})
                 url = f"{BENCH_SCHEME}://data/*.h5"
-                rate, clips, stats = _epochs(url, args)
+                rate, clips, stats = timed_epochs(url, args)
                 requests = sum(w["object_requests"] for w in stats["workers"])
                 read = sum(w["object_bytes"] for w in stats["workers"])
                 used = clips * args.clip_len * stored / frames

@@ -21,31 +21,14 @@ import logging
 import os
 import pathlib
 import tempfile
-import time
 from typing import Any
 
-import h5feed
+from h5feed.bench.latency_study import run_local_latency, timed_epochs
 from h5feed.common import storage_config
 from h5feed.producer.files import remote_files
 from h5feed.producer.sample_data import SampleSpec, make_sample_dataset
 
 _BUCKET = "h5feed-bench"
-
-
-def clips_per_s(files: str | list[str], args: argparse.Namespace) -> tuple[float, int]:
-    """Clips per second over two epochs (4 clips per video) after the first batch, and the
-    clips."""
-    feed = h5feed.batches(
-        files, clip_len=args.clip_len, resize=(112, 112), batch_size=16, epochs=2, seed=1,
-        clips_per_video=4,
-        workers=args.workers, index_cache=False, start_timeout_s=300, unit_timeout_s=300,
-    )  # fmt: skip
-    with feed.stream() as stream:
-        first = next(stream)
-        began = time.perf_counter()
-        clips = sum(len(batch["label"]) for batch in stream)
-        elapsed = time.perf_counter() - began
-    return clips / elapsed, clips + len(first["label"])
 
 
 def run(args: argparse.Namespace) -> int:
@@ -54,8 +37,6 @@ def run(args: argparse.Namespace) -> int:
     if args.clip_len > args.min_frames or args.min_frames > args.max_frames:
         raise ValueError("needs --clip-len <= --min-frames <= --max-frames")
     if getattr(args, "server", "moto") == "local-latency":
-        from h5feed.bench.latency_study import run_local_latency
-
         return run_local_latency(args)
     from moto.server import ThreadedMotoServer
 
@@ -99,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
             fs.mkdir(_BUCKET)
             for path in paths:
                 fs.put(path, f"{_BUCKET}/data/{pathlib.Path(path).name}")
-            local, clips = clips_per_s(paths, args)
+            local, clips, _stats = timed_epochs(paths, args)
             print(f"{'local files':>28}: {local:8.1f} clips/s ({clips} clips)", flush=True)
             results["local_clips_per_s"] = round(local, 1)
             for latency_ms in sorted({0.0, args.latency_ms}):
@@ -108,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
                     {"endpoint_url": proxy.endpoint, "default_block_size": block}
                 )
                 try:
-                    rate, clips = clips_per_s(f"s3://{_BUCKET}/data/*.h5", args)
+                    rate, clips, _stats = timed_epochs(f"s3://{_BUCKET}/data/*.h5", args)
                 finally:
                     proxy.stop()
                 label = f"s3 (moto, +{latency_ms:g} ms/request)"

@@ -137,6 +137,11 @@ def socket_ceiling_summary(result: dict[str, Any] | None, goals: Targets) -> dic
     return out
 
 
+#: h5feed's contenders in the order the summary judges them: h5feed.dataset where TensorFlow is
+#: installed, else h5feed.batches (a GPU machine with PyTorch only): the same pipeline.
+JUDGED_H5FEED: tuple[str, ...] = ("h5feed", "h5feed-numpy")
+
+
 def comparison_summary(
     rows: Sequence[Row], limit: float, ceiling: dict[str, Any] | None, goals: Targets
 ) -> dict[str, Any]:
@@ -144,16 +149,9 @@ def comparison_summary(
     (the goal of the scaling efficiency, when given, is carried for the report)."""
     n = min(2, available_cores())
     ok = [r for r in rows if r.status == "ok" and r.windows]
-    # h5feed.dataset where TensorFlow is installed, else h5feed.batches (a GPU machine with
-    # PyTorch only): the same pipeline, judged the same way.
     ours = [r for r in ok if r.info.key.startswith("h5feed")]
     feed = next(
-        (
-            r
-            for key in ("h5feed", "h5feed-numpy")
-            for r in ours
-            if r.info.key == key and r.workers == n
-        ),
+        (r for key in JUDGED_H5FEED for r in ours if r.info.key == key and r.workers == n),
         None,
     )
     parallel = next(

@@ -23,6 +23,7 @@ from typing import Any
 
 from h5feed.bench.main import Options, log, measure_dataset
 from h5feed.bench.markdown import markdown
+from h5feed.bench.summary import JUDGED_H5FEED
 from h5feed.bench.targets import NONE
 from h5feed.bench.targets import load as load_targets
 from h5feed.common.system.procstat import available_cores
@@ -54,10 +55,10 @@ def sweep_row(
         best_alternative_clips_per_s=best_rate,
         h5feed_vs_best_alternative=summary.get("h5feed_vs_best_alternative"),
         trainer_cpu_ms_per_clip=summary.get("trainer_cpu_ms_per_clip"),
-        worker_cpu_ms_per_clip=next(  # of the contender the summary judged (summary.py)
+        worker_cpu_ms_per_clip=next(  # of the contender the summary judged
             (
                 cpu
-                for key in ("h5feed", "h5feed-numpy")
+                for key in JUDGED_H5FEED
                 if (cpu := _median(document, key, n, "worker_cpu_ms_per_clip")) is not None
             ),
             None,

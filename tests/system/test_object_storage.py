@@ -479,46 +479,55 @@ def test_names_relative_to_a_url_data_root_are_read_under_it(
         h5feed.batches(f"s3://{BUCKET}/other/*.h5", data_root=f"s3://{BUCKET}/data", **options)
 
 
-def test_read_ahead_fetches_a_seen_videos_blocks_together_and_nothing_else(
-    s3_server: str, s3: Any, uploaded: list[pathlib.Path], monkeypatch: pytest.MonkeyPatch
+def test_read_ahead_fetches_a_clips_planned_bytes_and_the_read_asks_nothing(
+    s3_server: str, s3: Any, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A video read before is fetched ahead, its blocks requested together on the pool (the
-    clip then reads without a request of its own: no sequential waits), only blocks h5py's own
-    reads touched, and the frames are the same; a local path is never read ahead."""
+    """A clip's plan (its video's descriptors, then the heap collections they point at) is
+    fetched on the read-ahead's threads; the clip then reads without a request of its own (no
+    sequential waits), and its frames are the file's on disk; a local path is never read
+    ahead."""
+    import functools
+
     from h5feed.producer.files import read_ahead
     from h5feed.producer.layouts import open_reader
 
+    spec = SampleSpec(  # 1.5 MiB: 6 x a cache of 256 KiB, heap collections of <= 64 KiB
+        files=1, videos_per_file=12, min_frames=20, max_frames=24, height=96, width=128, seed=7
+    )
+    [path] = make_sample_dataset(tmp_path, spec)
+    url = f"s3://{BUCKET}/read-ahead/{path.name}"
+    s3.put(str(path), url)
     proxy = FaultProxy(s3_server, delay_s=0.05)  # a distant store: every request waits
-    options = {"endpoint_url": proxy.endpoint, "default_block_size": 4096}  # file >> cache
+    options = {"endpoint_url": proxy.endpoint, "default_block_size": 65536}
     monkeypatch.setenv(storage_config.STORAGE_ENV, json.dumps(options))
-    url = f"s3://{BUCKET}/data/{uploaded[0].name}"
     reader = open_reader(url, Auto())
+    local = open_reader(str(path), Auto())
     try:
         videos = reader.index()
-        first = {}
-        for _read in range(2):  # each video read twice: its blocks remembered
-            for name, frames, _label in videos:
-                with read_ahead.recording(url, name):
-                    first[name] = reader.read_frames(name, list(range(frames)))
-        source = read_ahead._SOURCES[url]
-        touched = {b for name, *_ in videos for b in source._videos.get(name) or ()}
-        name, frames, _label = next(v for v in videos if source.wanted(v[0]))  # evicted
-        wanted = source.wanted(name)
-        before = proxy.requests
-        assert read_ahead.ahead(url, name) == len(wanted) > 0
-        deadline = time.monotonic() + 60
-        while proxy.requests < before + len(wanted) and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert proxy.requests == before + len(wanted)  # in flight together, before the read
-        again = reader.read_frames(name, list(range(frames)))
-        assert proxy.requests == before + len(wanted)  # the read itself asked nothing
-        assert source.taken == len(wanted)  # every block fetched ahead was used
-        assert set(wanted) <= touched  # only blocks h5py's own reads touched
-        for a, b in zip(again, first[name], strict=True):
-            assert bytes(a) == bytes(b)
-        assert read_ahead.ahead(str(uploaded[0]), name) == 0  # a local file: never
+        checked = ahead = 0
+        for name, frames, _label in videos[-3:]:
+            indices = list(range(frames // 2, frames // 2 + 4))
+            for other, count, _ in videos[:4]:  # the cache filled with other bytes
+                reader.read_frames(other, list(range(count)))
+            before = proxy.requests
+            plan = functools.partial(reader.clip_bytes, name, indices)
+            assert read_ahead.ahead(url, name, plan, key=tuple(indices)) == 1
+            deadline, seen = time.monotonic() + 60, -1
+            while seen != proxy.requests and time.monotonic() < deadline:
+                seen = proxy.requests
+                time.sleep(0.5)  # settled: no request for half a second
+            ahead += proxy.requests > before  # fetched ahead (unless held still)
+            fetched = proxy.requests
+            got = reader.read_frames(name, indices)
+            assert proxy.requests == fetched, name  # the read itself asked nothing
+            want = local.read_frames(name, indices)
+            assert [bytes(a) for a in got] == [bytes(b) for b in want]
+            checked += 1
+        assert checked == 3 and ahead >= 2
+        assert read_ahead.ahead(str(path), "video_000") == 0  # a local file: never
     finally:
         reader.close()
+        local.close()
         proxy.stop()
 
 

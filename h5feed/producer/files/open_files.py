@@ -156,6 +156,11 @@ class OpenFiles:
         self._seen.add(number)
         return reader
 
+    def peek(self, number: int) -> LayoutReader | None:
+        """The reader of file ``number`` if it is open now (nothing opened, the order of use
+        unchanged), else None."""
+        return self._open.get(number)
+
     def release(self, number: int) -> None:
         """Close file ``number`` if it is open; it stays known, and its next :meth:`get`
         opens it as a first opening (see guarantee 8)."""

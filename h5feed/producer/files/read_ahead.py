@@ -1,41 +1,45 @@
-"""Read-ahead of a worker's next clips on object storage: their blocks fetched on a small
+"""Read-ahead of a worker's next clips on object storage: their bytes fetched on a small
 thread pool while the current clip decodes, outside h5py's own (sequential) reads.
 
-h5py reads a file object one call at a time, so a clip whose blocks are not cached waits one
-round trip per block, in turn. Which blocks a clip needs is not known from its frame numbers
-in every layout (a video's JPEG bytes live in HDF5's global heap, behind descriptors), so it
-is learnt: while a video's frames are read (:func:`recording`) the blocks every read touched
-are remembered for that video (:class:`Source`: at most :data:`MAX_VIDEO_BLOCKS` blocks, at
-most :data:`MAX_VIDEOS` videos per open file), from its second read on (its first also reads
-the dataset's metadata, which HDF5 then keeps in its own cache). When the worker is about to
-cut a clip of a video it has read before (:func:`ahead`, called for the next rows of a unit),
-the blocks remembered for it that are not in the file's cache are fetched on the pool; the
-file's block cache (fsspec's) takes such a block from there instead of asking again
-(:meth:`Source.fetch`).
+h5py reads a file object one call at a time, so a clip whose bytes are not cached waits one
+round trip per miss, in turn. Two ways to know a clip's bytes before h5py asks:
+
+* **Planned** (:class:`~h5feed.producer.files.clip_bytes.ClipBytes`, made by the layout's
+  reader on the read-ahead thread: it opens the video's datasets first if need be, which
+  overlaps that metadata's requests with the worker's decoding): the rows of the clip's
+  datasets as stored, and for variable-length frames (the groups, pack, flat and video
+  layouts) the heap collections their descriptors point at, parsed from the descriptors once
+  fetched (:meth:`Source.fetch_plan`). Exact, from a video's first clip on.
+* **Learnt** (no plan: another layout, a compressed dataset, a video whose dataset is not
+  open yet): the byte ranges a video's latest read touched (:func:`recording`), from its
+  second read on (its first also reads the dataset's metadata, which HDF5 then keeps).
+
+Either way the bytes go into the open file's :class:`~h5feed.producer.files.range_cache.RangeCache`,
+where h5py's read takes them (or waits for them while in flight) instead of asking again.
 
 Guarantees:
 
 1. Only files opened from a URL (:func:`h5feed.producer.files.remote_files.open_h5`) take part:
    :func:`ahead` and :func:`recording` do nothing for a path (local files are read as before).
 2. Bounded: at most :data:`THREADS` requests in flight per worker process, at most
-   :data:`MAX_PENDING` blocks fetched ahead and not yet taken (so at most that many blocks'
-   bytes held besides the files' own caches); a block that is not taken is dropped, oldest
-   first, when room is needed.
-3. Only blocks a read of this file by h5py touched before are fetched, with the open file's
-   own ranged GET (pinned to its ETag, like every read of it): nothing outside what h5py
-   itself reads is ever requested.
-4. Never a changed result: a fetch ahead that fails, or is not done within
-   :data:`~h5feed.common.storage_config.READ_BUDGET_S`, is dropped and the block is fetched
-   as it would have been without read-ahead (with its retries).
-5. A process leaving never waits for its fetches ahead: those not started are cancelled
+   :data:`MAX_PENDING` clips' fetches queued or in flight (a new one is refused while all are
+   in flight); a plan's heap collections at most a quarter of the file's cache; learnt ranges
+   of at most an eighth of it per video, :data:`MAX_VIDEOS` videos and
+   :data:`MAX_COLLECTIONS` collection sizes remembered per open file.
+3. The only h5py calls off the worker's thread are a plan's (opening datasets, asking where
+   they are stored), under h5py's lock like every h5py call; the fetches themselves never
+   call h5py (a read of the worker's, holding that lock, may be waiting for them).
+4. Only bytes inside the object are fetched, with the open file's own ranged GET (pinned to
+   its ETag, like every read of it): those h5py's reads touched before, or those the plan
+   names (rows of the clip's datasets, and the collections their descriptors point at,
+   checked to lie in the file: :mod:`~h5feed.producer.files.clip_bytes`).
+5. Never a changed result: the cache returns the object's bytes whoever fetched them; a fetch
+   ahead that fails is fetched again by h5py's read as without read-ahead (with its retries).
+6. A process leaving never waits for its fetches ahead: those not started are cancelled
    (when their file closes, and at exit), and those in flight (a request may take its
    whole timeout) run on daemon threads, which the interpreter does not join
    (:class:`_Threads`; a ``ThreadPoolExecutor``'s threads are joined at exit, each pending
    fetch run first).
-6. The first two clips of a video in a worker are not read ahead (what a clip of it needs is
-   known after its second read): read-ahead helps from a video's third clip on (later clips
-   of an epoch, later epochs), and a clip whose frames lie in other blocks than the latest
-   clip's of its video waits for those as without read-ahead.
 """
 
 from __future__ import annotations
@@ -47,15 +51,17 @@ import contextlib
 import queue
 import threading
 import weakref
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable, Hashable, Iterator
 
-from h5feed.common import object_urls, storage_config
+from h5feed.common import object_urls
+from h5feed.producer.files import clip_bytes
+from h5feed.producer.files.clip_bytes import ClipBytes, Range
+from h5feed.producer.files.range_cache import RangeCache
 
 __all__ = [
+    "MAX_COLLECTIONS",
     "MAX_PENDING",
     "MAX_VIDEOS",
-    "MAX_VIDEO_BLOCKS",
     "THREADS",
     "Source",
     "active",
@@ -65,94 +71,117 @@ __all__ = [
     "release",
 ]
 
-#: Requests in flight per worker process, and blocks fetched ahead not yet taken.
-THREADS = 4
-MAX_PENDING = 8
-#: A video touching more blocks than this is not remembered (reading it ahead would crowd
-#: out the others); videos remembered per open file (then the oldest are forgotten).
-MAX_VIDEO_BLOCKS = 4
+#: Requests in flight per worker process, and clips' fetches queued or in flight.
+THREADS = 8
+MAX_PENDING = 16
+#: Videos whose learnt ranges, and collections whose sizes, are remembered per open file.
 MAX_VIDEOS = 100_000
+MAX_COLLECTIONS = 100_000
+#: The size assumed for a heap collection not seen yet (then the last one's seen).
+FIRST_COLLECTION_GUESS = 64 << 10
+_HEADER = 16  # a collection header's bytes with 8-byte lengths ("GCOL", version, size)
 
-Fetcher = Callable[[int, int], bytes]
-#: A fetch ahead waiting for a thread: its future, the call and its argument (a block).
-_Work = tuple["concurrent.futures.Future[bytes]", Callable[[int], bytes], int]
+_Work = tuple["concurrent.futures.Future[None]", Callable[[], None]]
 
 
 class Source:
-    """One open URL file's blocks: which are in its cache (a copy of its least-recently-used
-    order), which each video touched, and the fetch its cache calls (:meth:`fetch`)."""
+    """One open URL file: its range cache, what each video's reads touched, and the sizes of
+    the heap collections seen."""
 
-    def __init__(self, url: str, cache: Any, max_blocks: int) -> None:
-        self.url = url
-        self.block = int(cache.blocksize)
-        self.max_blocks = max_blocks
-        self._fetcher: Fetcher = cache.fetcher
-        cache.fetcher = self.fetch  # the cache asks here first (guarantee 4 if not ahead)
-        self._resident: collections.OrderedDict[int, None] = collections.OrderedDict()
-        #: each video's blocks, as its latest read touched them (None: read once only)
-        self._videos: collections.OrderedDict[str, tuple[int, ...] | None]
+    def __init__(self, url: str, cache: RangeCache) -> None:
+        self.url, self.cache = url, cache
+        self._videos: collections.OrderedDict[str, tuple[Range, ...] | None]
         self._videos = collections.OrderedDict()
-        self._recording: set[int] | None = None
-        self.ahead = self.taken = 0  # blocks fetched ahead, and of those, used (figures)
+        self._recording: list[Range] | None = None
+        self._collections: dict[int, int] = {}
+        self._guess = min(FIRST_COLLECTION_GUESS, cache.capacity // 8)
+        self.ahead = 0  # fetches ahead submitted (a figure for tests)
 
     def touch(self, position: int, size: int) -> None:
-        """A read of ``size`` bytes at ``position``: the blocks it touches become the most
-        recently used (as in fsspec's cache, whose order this mirrors), and are recorded."""
-        if size <= 0:
-            return
-        for number in range(position // self.block, (position + size - 1) // self.block + 1):
-            self._resident[number] = None
-            self._resident.move_to_end(number)
-            if self._recording is not None:
-                self._recording.add(number)
-        while len(self._resident) > self.max_blocks:
-            self._resident.popitem(last=False)
+        """A read of ``size`` bytes at ``position`` (recorded while :meth:`recording`)."""
+        if size > 0 and self._recording is not None:
+            self._recording.append((position, position + size))
 
     @contextlib.contextmanager
     def recording(self, video: str) -> Iterator[None]:
-        self._recording = set()
+        self.cache.settle()  # a clip is read: the file's metadata is read by now
+        self._recording = []
         try:
             yield
         finally:
-            blocks, self._recording = self._recording, None
+            reads, self._recording = self._recording, None
         if video not in self._videos:  # its first read: HDF5 read the dataset's metadata
             self._videos[video] = None  # too, which it keeps in its own cache: not remembered
-        elif blocks and len(blocks) <= MAX_VIDEO_BLOCKS:
-            self._videos[video] = tuple(sorted(blocks))  # the latest read's: what a clip needs
+        else:
+            merged = _merge(reads, self.cache.min_fetch)
+            if merged and sum(b - a for a, b in merged) <= self.cache.capacity // 8:
+                self._videos[video] = merged  # the latest read's: what a clip needs
         self._videos.move_to_end(video)
         while len(self._videos) > MAX_VIDEOS:
             self._videos.popitem(last=False)
 
-    def wanted(self, video: str) -> tuple[int, ...]:
-        """The blocks remembered for ``video`` that are not in the cache now."""
-        return tuple(b for b in self._videos.get(video) or () if b not in self._resident)
+    def wanted(self, video: str) -> tuple[Range, ...]:
+        """The ranges learnt for ``video`` that are not in the cache now."""
+        return tuple(r for r in self._videos.get(video) or () if not self.cache.holds(*r))
 
-    def fetch(self, start: int, end: int) -> bytes:
-        """The cache's fetch of one block: taken from the read-ahead when it was fetched
-        ahead (waiting for it when in flight), else fetched now."""
-        data = _POOL.take(self, start)
-        if data is not None:
-            self.taken += 1
-            return data
-        return self._fetcher(start, end)
+    def fetch_ranges(self, ranges: tuple[Range, ...]) -> None:
+        for start, stop in ranges:
+            self.cache.ensure(start, stop)
 
-    def fetch_ahead(self, number: int) -> bytes:
-        start = number * self.block
-        return self._fetcher(start, start + self.block)
+    def fetch_plan(self, plan: ClipBytes) -> None:
+        """Fetch ``plan``'s ranges, then the heap collections its descriptors point at,
+        learning each collection's size from its header (guarantee 3)."""
+        self.fetch_ranges(plan.ranges)
+        bound, size = self.cache.capacity // 4, self.cache.size
+        for start, stop in plan.descriptors:
+            self.cache.ensure(start, stop)
+            described = self.cache.peek(start, stop)
+            if described is None:
+                continue  # dropped already, or its fetch failed: h5py reads it itself
+            addresses = clip_bytes.heap_addresses(described, plan.sizes, size)
+            spans = clip_bytes.spans(addresses, self._collections, self._guess)
+            if sum(b - a for a, b in spans) > bound:
+                continue
+            self.fetch_ranges(tuple(spans))
+            for address in addresses:
+                self._learn(address, plan.sizes, bound)
+
+    def _learn(self, address: int, sizes: tuple[int, int], bound: int) -> None:
+        if address in self._collections:
+            return
+        header = self.cache.peek(address, address + 8 + sizes[1])
+        found = None if header is None else clip_bytes.collection_size(header, sizes)
+        if found is None or not _HEADER <= found <= bound or address + found > self.cache.size:
+            return
+        if len(self._collections) >= MAX_COLLECTIONS:
+            self._collections.clear()
+        self._collections[address] = self._guess = found
+        self.cache.ensure(address, address + found)  # the part the guess left out, if any
+
+
+def _merge(reads: list[Range], gap: int) -> tuple[Range, ...]:
+    """``reads`` as few ranges: those at most ``gap`` apart merged."""
+    merged: list[list[int]] = []
+    for start, stop in sorted(reads):
+        if merged and start <= merged[-1][1] + gap:
+            merged[-1][1] = max(merged[-1][1], stop)
+        else:
+            merged.append([start, stop])
+    return tuple((a, b) for a, b in merged)
 
 
 class _Threads:
     """At most :data:`THREADS` daemon threads running what is submitted, in order, started
-    as work comes (guarantee 5). A future cancelled before a thread takes it is not run."""
+    as work comes (guarantee 6). A future cancelled before a thread takes it is not run."""
 
     def __init__(self) -> None:
         self._work: queue.SimpleQueue[_Work] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
 
-    def submit(self, call: Callable[[int], bytes], arg: int) -> concurrent.futures.Future[bytes]:
-        """``call(arg)`` on a thread; its future (called under the pool's lock)."""
-        future: concurrent.futures.Future[bytes] = concurrent.futures.Future()
-        self._work.put((future, call, arg))
+    def submit(self, call: Callable[[], None]) -> concurrent.futures.Future[None]:
+        """``call()`` on a thread; its future (called under the pool's lock)."""
+        future: concurrent.futures.Future[None] = concurrent.futures.Future()
+        self._work.put((future, call))
         if len(self._threads) < THREADS:
             thread = threading.Thread(target=self._run, name="h5feed-read-ahead", daemon=True)
             thread.start()
@@ -161,69 +190,50 @@ class _Threads:
 
     def _run(self) -> None:
         while True:
-            future, call, arg = self._work.get()
+            future, call = self._work.get()
             if not future.set_running_or_notify_cancel():
                 continue  # cancelled while pending
             try:
-                future.set_result(call(arg))
-            except BaseException as exc:  # the taker falls back to its own fetch
+                call()
+                future.set_result(None)
+            except BaseException as exc:  # h5py's read fetches it itself (guarantee 5)
                 future.set_exception(exc)
 
 
 class _Pool:
-    """The worker's read-ahead threads and its blocks fetched ahead (guarantee 2)."""
+    """The worker's read-ahead threads and its fetches queued or in flight (guarantee 2)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._executor: _Threads | None = None
         self._pending: collections.OrderedDict[
-            tuple[int, int], tuple[Source, concurrent.futures.Future[bytes]]
+            tuple[int, Hashable], tuple[Source, concurrent.futures.Future[None]]
         ] = collections.OrderedDict()
 
-    def submit(self, source: Source, number: int) -> bool:
-        """Fetch block ``number`` of ``source`` ahead; False when it is pending already or
-        no room can be made (every pending block still in flight)."""
-        key = (id(source), number * source.block)
+    def submit(self, source: Source, key: Hashable, call: Callable[[], None]) -> bool:
+        """Run ``call`` ahead for ``source``; False when the same ``key`` is queued or in
+        flight, or no room can be made (every pending fetch in flight)."""
+        full_key = (id(source), key)
         with self._lock:
-            if key in self._pending:
-                return False
-            if len(self._pending) >= MAX_PENDING and not self._drop_one():
+            for done in [k for k, (_s, f) in self._pending.items() if f.done()]:
+                del self._pending[done]
+            if full_key in self._pending or len(self._pending) >= MAX_PENDING:
                 return False
             if self._executor is None:  # started on the first URL clip only
                 self._executor = _Threads()
-            future = self._executor.submit(source.fetch_ahead, number)
-            self._pending[key] = (source, future)
+            self._pending[full_key] = (source, self._executor.submit(call))
             source.ahead += 1
             return True
 
-    def _drop_one(self) -> bool:
-        for key, (_source, future) in self._pending.items():  # oldest first
-            if future.done():
-                del self._pending[key]
-                return True
-        return False
-
-    def take(self, source: Source, start: int) -> bytes | None:
-        with self._lock:
-            entry = self._pending.pop((id(source), start), None)
-        if entry is None or entry[0] is not source:
-            return None
-        try:
-            return entry[1].result(timeout=storage_config.READ_BUDGET_S)
-        except Exception:  # failed or late: fetched as without read-ahead (guarantee 4)
-            return None
-
     def forget(self, source: Source | None = None) -> None:
-        """Drop ``source``'s blocks fetched ahead (None: every source's), cancelling those
-        not started."""
+        """Cancel ``source``'s fetches not started (None: every source's)."""
         with self._lock:
             for key in [k for k, (s, _f) in self._pending.items() if source in (None, s)]:
-                self._pending[key][1].cancel()
-                del self._pending[key]
+                self._pending.pop(key)[1].cancel()
 
 
 _POOL = _Pool()
-atexit.register(_POOL.forget)  # leaving: no pending fetch is started (guarantee 5)
+atexit.register(_POOL.forget)  # leaving: no pending fetch is started (guarantee 6)
 #: The open source of each URL in this process (the latest open of it).
 _SOURCES: weakref.WeakValueDictionary[str, Source] = weakref.WeakValueDictionary()
 
@@ -237,7 +247,7 @@ def register(source: Source) -> None:
 
 
 def release(source: Source) -> None:
-    """``source``'s file is closed: its blocks fetched ahead are dropped."""
+    """``source``'s file is closed: its fetches not started are cancelled."""
     _POOL.forget(source)
     if _SOURCES.get(source.url) is source:
         del _SOURCES[source.url]
@@ -252,19 +262,40 @@ def _source(path: str) -> Source | None:
     return _SOURCES.get(path) if object_urls.is_url(path) else None
 
 
-def ahead(path: str, video: str) -> int:
-    """Fetch ahead the blocks a clip of ``video`` of the file at ``path`` will need (those
-    remembered from its earlier reads, not cached now); the blocks submitted. Nothing for a
-    path, a URL not open in this process or a video not read before."""
+def ahead(
+    path: str,
+    video: str,
+    plan: Callable[[], ClipBytes | None] | None = None,
+    key: Hashable = None,
+) -> int:
+    """Fetch ahead what a clip of ``video`` of the file at ``path`` will read: on a read-ahead
+    thread, the bytes ``plan()`` names (the layout reader's
+    :meth:`~h5feed.producer.layouts.base.LayoutReader.clip_bytes`), else (no plan, None, or
+    it raised) the ranges learnt for the video that are not cached then. ``key`` names the
+    clip (the same key is not fetched twice while queued or in flight). The fetches submitted
+    (0 or 1). Nothing for a path or a URL not open in this process."""
     source = _source(path)
     if source is None:
         return 0
-    return sum(_POOL.submit(source, number) for number in source.wanted(video))
+    return int(_POOL.submit(source, (video, key), lambda: _prepare(source, video, plan)))
+
+
+def _prepare(source: Source, video: str, plan: Callable[[], ClipBytes | None] | None) -> None:
+    made = None
+    if plan is not None:
+        try:
+            made = plan()
+        except Exception:  # a video the clip's own read refuses, by name (guarantee 4)
+            made = None
+    if made is not None:
+        source.fetch_plan(made)
+    else:
+        source.fetch_ranges(source.wanted(video))
 
 
 @contextlib.contextmanager
 def recording(path: str, video: str) -> Iterator[None]:
-    """Remember the blocks the reads inside touch as ``video``'s (for a URL's open file)."""
+    """Remember the ranges the reads inside touch as ``video``'s (for a URL's open file)."""
     source = _source(path)
     if source is None:
         yield

@@ -1,14 +1,18 @@
 """Opening an HDF5 file on object storage (``s3://``, ``gs://``, ``https://``) in a producer:
-one fsspec file object per file, block-cached, handed to ``h5py.File``.
+one fsspec file object per file, range-cached, handed to ``h5py.File``.
 
 h5py's wheels carry no S3 driver, so a URL is read through a Python file object: HDF5 asks for
-small pieces (a superblock, B-tree nodes, a frame) and fsspec turns each miss into one ranged
-GET of a whole block. Blocks of :data:`BLOCK_BYTES` (4 MiB), at most :data:`MAX_BLOCKS` kept
-per open file (least recently used dropped first), make a file's metadata a few requests and
-a clip's contiguous frames usually one, while a worker's memory for them stays bounded by
-``max_open_files`` x 16 MiB. A process's own fsspec options may set another block size
-(``default_block_size``, in bytes, in ``$H5FEED_STORAGE_OPTIONS``): the cache of a file is then
-:data:`MAX_BLOCKS` of those (:func:`block_bytes`).
+small pieces (a superblock, B-tree nodes, a video's frame descriptors, a heap collection of a
+few JPEGs). Each open file's reads go through a
+:class:`~h5feed.producer.files.range_cache.RangeCache` in place of fsspec's block cache: a read
+that misses fetches its own bytes, at least :data:`MIN_FETCH_BYTES` (64 KiB) from where it
+starts (HDF5's runs of small adjacent reads become one request), and the read-ahead fills it
+with the exact ranges the next clips need (:mod:`~h5feed.producer.files.read_ahead`). What it
+holds is bounded by :data:`MAX_BLOCKS` x :data:`BLOCK_BYTES` (16 MiB) per open file, so a
+worker's memory for it stays bounded by ``max_open_files`` x 16 MiB. A process's own fsspec
+options may set another block size (``default_block_size``, in bytes, in
+``$H5FEED_STORAGE_OPTIONS``): the cache of a file is then :data:`MAX_BLOCKS` of those
+(:func:`block_bytes`).
 
 Guarantees of :func:`open_h5`:
 
@@ -51,10 +55,12 @@ import h5py
 from h5feed.common import object_urls, storage_config
 from h5feed.common.errors import FileReadError
 from h5feed.producer.files import read_ahead, request_counts, url_confine
+from h5feed.producer.files.range_cache import RangeCache
 
 __all__ = [
     "BLOCK_BYTES",
     "MAX_BLOCKS",
+    "MIN_FETCH_BYTES",
     "block_bytes",
     "check_readable",
     "filesystem",
@@ -63,9 +69,11 @@ __all__ = [
     "size",
 ]
 
-#: The size of one ranged GET (a block of the file), and the blocks kept per open file.
+#: An open file's cache holds MAX_BLOCKS x BLOCK_BYTES of its ranges (16 MiB); a read that
+#: misses fetches at least MIN_FETCH_BYTES from where it starts.
 BLOCK_BYTES = 4 << 20
 MAX_BLOCKS = 4
+MIN_FETCH_BYTES = 64 << 10
 
 
 def block_bytes(scheme: str) -> int:
@@ -222,20 +230,14 @@ def _expired(exc: BaseException) -> bool:
 
 
 def open_h5(url: str) -> h5py.File:
-    """``url`` opened read-only as an HDF5 file through fsspec (block-cached, see the module
+    """``url`` opened read-only as an HDF5 file through fsspec (range-cached, see the module
     docstring), its external links refused
     (:func:`h5feed.producer.files.url_confine.refuse_external_links`); FileReadError naming the
     URL and host when it cannot be opened."""
     parsed = object_urls.parse(url)
     request_counts.count_request()  # the open's HEAD: the object's size and ETag
     try:
-        raw = filesystem(parsed.scheme).open(
-            url,
-            "rb",
-            block_size=block_bytes(parsed.scheme),
-            cache_type="blockcache",
-            cache_options={"maxblocks": MAX_BLOCKS},
-        )
+        raw = filesystem(parsed.scheme).open(url, "rb", cache_type="none")
     except ImportError:
         raise
     except Exception as exc:
@@ -251,8 +253,13 @@ def open_h5(url: str) -> h5py.File:
             file=url,
             host=socket.gethostname(),
         )
-    raw.cache.fetcher = request_counts.counted(raw.cache.fetcher)  # each ranged GET
-    source = read_ahead.Source(url, raw.cache, MAX_BLOCKS)
+    raw.cache = RangeCache(  # in place of fsspec's: exact ranges, not blocks
+        request_counts.counted(raw.cache.fetcher),  # each ranged GET
+        int(raw.size),
+        capacity=MAX_BLOCKS * block_bytes(parsed.scheme),
+        min_fetch=MIN_FETCH_BYTES,
+    )
+    source = read_ahead.Source(url, raw.cache)
     read_ahead.register(source)
     try:
         h5 = h5py.File(_UrlFile(raw, url, source), "r")

@@ -9,6 +9,7 @@ import h5py
 import numpy as np
 
 from h5feed.common.layouts import LayoutSpec
+from h5feed.producer.files.clip_bytes import ClipBytes, DatasetBytes
 from h5feed.producer.files.dataset_checks import check_dataset
 from h5feed.producer.files.index_cache import VideoEntry
 from h5feed.producer.files.read_limits import DEFAULT_BOUNDS, DatasetBounds
@@ -48,6 +49,7 @@ class LayoutReader(abc.ABC):
         self.spec = spec
         self.root = root
         self.bounds = bounds
+        self._stored: dict[int, DatasetBytes | None] = {}  # by dataset id: clip_bytes's
 
     def readable(self, dataset: h5py.Dataset, *, whole: bool) -> h5py.Dataset:
         """``dataset``, once checked (:func:`~h5feed.producer.files.dataset_checks.check_dataset`):
@@ -74,6 +76,33 @@ class LayoutReader(abc.ABC):
         """The stored CRC32 of each frame of ``video`` at ``indices``, or None when the file
         stores none (only the groups layout written by ``h5feed pack`` does)."""
         return None
+
+    def clip_bytes(self, video: str, indices: list[int]) -> ClipBytes | None:
+        """Where the frames of ``video`` at ``indices`` lie in the file, for object storage's
+        read-ahead (:mod:`h5feed.producer.files.read_ahead`), or None (then what a clip
+        reads is learnt from its reads). Called on a read-ahead thread: it may open the
+        video's datasets (the metadata its clip reads first anyway, through h5py, whose lock
+        serialises it with the worker's own reads), and may raise what opening them raises
+        (the caller drops it: the clip's own read raises it again, by name)."""
+        return None
+
+    def planned(
+        self, frames: h5py.Dataset, first: int, last: int, *others: h5py.Dataset
+    ) -> ClipBytes | None:
+        """The plan of rows ``first..last`` of ``frames`` (and the video's rows of ``others``,
+        each the whole dataset: a pack's CRCs), or None when ``frames`` cannot be planned
+        (:class:`~h5feed.producer.files.clip_bytes.DatasetBytes`). Each dataset's storage is
+        asked for once."""
+        stored = [self._storage(d) for d in (frames, *others)]
+        if stored[0] is None:
+            return None
+        return stored[0].plan(first, last, [s for s in stored[1:] if s is not None])
+
+    def _storage(self, dataset: h5py.Dataset) -> DatasetBytes | None:
+        key = dataset.id.id  # no HDF5 call (a name would be one, under h5py's lock)
+        if key not in self._stored:
+            self._stored[key] = DatasetBytes.of(dataset, int(self.h5.id.get_filesize()))
+        return self._stored[key]
 
     def pixel_size(self) -> tuple[int, int]:
         """(height, width) of every frame of a layout that stores pixels (``encoded`` False),
@@ -107,3 +136,7 @@ class OffsetsReader(LayoutReader):
     def read_frames(self, video: str, indices: list[int]) -> list[np.ndarray]:
         base = int(self.offsets[video_number(video, self.num_videos, self.path)])
         return read_rows(self.frames, [base + i for i in indices])
+
+    def clip_bytes(self, video: str, indices: list[int]) -> ClipBytes | None:
+        base = int(self.offsets[video_number(video, self.num_videos, self.path)])
+        return self.planned(self.frames, base + min(indices), base + max(indices))

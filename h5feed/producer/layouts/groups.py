@@ -10,6 +10,7 @@ import numpy as np
 
 from h5feed.common.errors import DataError
 from h5feed.common.layouts import CRC_DATASET, Groups
+from h5feed.producer.files.clip_bytes import ClipBytes
 from h5feed.producer.files.index_cache import VideoEntry
 from h5feed.producer.files.link_walk import member_names
 from h5feed.producer.files.read_limits import DEFAULT_BOUNDS, DatasetBounds
@@ -18,6 +19,11 @@ from h5feed.producer.layouts._common import group_label, read_rows
 from h5feed.producer.layouts.base import LayoutReader
 
 _log = logging.getLogger("h5feed.worker")
+
+
+#: Videos whose datasets a walk keeps open for their clips (on object storage, opening one
+#: again costs a round trip or two; each open dataset costs a few KiB).
+KEEP_OPEN = 4096
 
 
 class GroupsReader(LayoutReader):
@@ -77,6 +83,10 @@ class GroupsReader(LayoutReader):
             label = group_label(group, self.spec.label, self.path, name)
             self._check_crcs(group, name, int(frames.shape[0]))
             videos.append((name, int(frames.shape[0]), label))
+            if len(self._datasets) < KEEP_OPEN:  # read again by clips: its metadata, now
+                self._datasets[name] = frames
+                crcs = group.get(CRC_DATASET)
+                self._crcs[name] = crcs if isinstance(crcs, h5py.Dataset) else None
         if frameless and videos:  # once per file: the groups may be something else entirely
             _log.warning(
                 "%s: %d top-level groups without a %r dataset are not videos and are left "
@@ -111,20 +121,31 @@ class GroupsReader(LayoutReader):
         self.readable(crcs, whole=False)
 
     def frame_crcs(self, video: str, indices: list[int]) -> list[int] | None:
+        dataset = self._crc_dataset(video)
+        if dataset is None:
+            return None
+        return [int(value) for value in read_rows(dataset, indices)]
+
+    def _crc_dataset(self, video: str) -> h5py.Dataset | None:
         if video not in self._crcs:  # checked again: the index may come from the cache
             group = self.h5[video]
             frames = group[self.spec.frames]
             self._check_crcs(group, video, int(frames.shape[0]))
             crcs = group.get(CRC_DATASET)
             self._crcs[video] = crcs if isinstance(crcs, h5py.Dataset) else None
-        dataset = self._crcs[video]
-        if dataset is None:
-            return None
-        return [int(value) for value in read_rows(dataset, indices)]
+        return self._crcs[video]
 
-    def read_frames(self, video: str, indices: list[int]) -> list[np.ndarray]:
+    def _frames_dataset(self, video: str) -> h5py.Dataset:
         dataset = self._datasets.get(video)
         if dataset is None:
             dataset = self.readable(self.h5[video][self.spec.frames], whole=False)
             self._datasets[video] = dataset
-        return read_rows(dataset, indices)
+        return dataset
+
+    def clip_bytes(self, video: str, indices: list[int]) -> ClipBytes | None:
+        crcs = self._crc_dataset(video)
+        others = () if crcs is None else (crcs,)
+        return self.planned(self._frames_dataset(video), min(indices), max(indices), *others)
+
+    def read_frames(self, video: str, indices: list[int]) -> list[np.ndarray]:
+        return read_rows(self._frames_dataset(video), indices)

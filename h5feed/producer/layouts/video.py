@@ -10,6 +10,7 @@ import numpy as np
 
 from h5feed.common.errors import DataError
 from h5feed.common.layouts import DIRECTORY, Video
+from h5feed.producer.files.clip_bytes import ClipBytes
 from h5feed.producer.files.index_cache import VideoEntry
 from h5feed.producer.files.read_limits import DEFAULT_BOUNDS, DatasetBounds
 from h5feed.producer.layouts import pixels
@@ -87,6 +88,9 @@ class _VideoReader(LayoutReader):
 
     def index(self) -> list[VideoEntry]:
         return [(self.name, int(self.frames.shape[0]), self.label())]
+
+    def clip_bytes(self, video: str, indices: list[int]) -> ClipBytes | None:
+        return self.planned(self.frames, min(indices), max(indices))
 
     def rows(self, video: str, indices: list[int]) -> list[np.ndarray]:
         if video != self.name:

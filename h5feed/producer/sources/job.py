@@ -6,7 +6,7 @@ event loop (:mod:`h5feed.producer.worker.loop`) sends what it makes and counts i
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any, ClassVar, Self
 
 import numpy as np
@@ -82,6 +82,11 @@ class SourceJob:
         user, or learnt by an earlier iteration), else inferred from a probe."""
         spec = self.spec if self.spec is not None else self.source.probe()
         return self._info(spec, self.first_epoch)
+
+    reads_ahead = False  # the user's code reads: nothing to fetch ahead
+
+    def expect(self, units: Sequence[messages.Items | messages.Pull]) -> None:
+        """Nothing: a source job does not read ahead."""
 
     def check(self, check: messages.Check) -> messages.SourceInfo:
         """The answer to a CHECK: this copy's digests at the start of its epoch (keras:

@@ -10,6 +10,7 @@ one array of clips: read only the clip's frames, decode (encoded layouts) or tak
 
 from __future__ import annotations
 
+import functools
 import socket
 from collections.abc import Sequence
 
@@ -28,9 +29,9 @@ from h5feed.producer.worker.decode import ClipWriter, check_crc, check_frame_pix
 from h5feed.producer.worker.transform import Transform
 
 _HOST = socket.gethostname()
-#: The rows whose blocks are fetched ahead while one is cut: the current one and the next
+#: The rows whose bytes are fetched ahead while one is cut: the current one and the next
 #: (their requests in flight together, at most read_ahead.THREADS at a time).
-_AHEAD_ROWS = 4
+_AHEAD_ROWS = 8
 #: A row skipped under ``on_error="skip"``: its index in the unit's rows, and why.
 Skipped = tuple[int, FrameError]
 
@@ -124,6 +125,7 @@ class ClipMaker:
         out: np.ndarray | None = None,
         positions: Sequence[int] | None = None,
         skip: bool = False,
+        upcoming: Sequence[Row] = (),
     ) -> tuple[np.ndarray, list[Skipped]]:
         """The clips of ``rows``: uint8 [rows, clip_len, H, W, 3] RGB, or with a transform
         [rows, *shape] of the transform's dtype. Without a transform, ``out`` (a whole batch
@@ -133,7 +135,10 @@ class ClipMaker:
         ``skip``: then its row is all zeros (also in ``out``, whatever the slot held) and
         listed in the second value, with the error; the other rows are as without ``skip``.
         When every row is bad and the output shape cannot be known without a good one (no
-        ``resize`` or ``crop``), the first error is raised after all."""
+        ``resize`` or ``crop``), the first error is raised after all.
+
+        ``upcoming``: the rows of the units waiting behind this one: with files on object
+        storage, what they will read is fetched ahead too (nothing else is done with them)."""
         if not rows:
             raise ValueError("a unit must have at least one row")
         if out is not None and (self.transform is not None or positions is None):
@@ -142,8 +147,10 @@ class ClipMaker:
         skipped: list[Skipped] = []
         ahead = read_ahead.active()  # a URL file open: the next rows' blocks read ahead
         for r, row in enumerate(rows):
-            if ahead:
-                self._read_ahead(rows[r : r + _AHEAD_ROWS])
+            if ahead:  # the first rows, then each row as it comes within reach
+                self._read_ahead(
+                    rows[:_AHEAD_ROWS] if r == 0 else rows[r + _AHEAD_ROWS - 1 : r + _AHEAD_ROWS]
+                )
             try:
                 if self.transform is None:
                     place = positions[r] if positions is not None else r
@@ -169,8 +176,16 @@ class ClipMaker:
         (:mod:`h5feed.producer.files.read_ahead`; nothing for local files)."""
         for row in rows:
             videos = self.videos.get(row.file)
-            if videos is not None and 0 <= row.video < len(videos):
-                read_ahead.ahead(self.files.path(row.file), videos[row.video][0])
+            if videos is None or not 0 <= row.video < len(videos):
+                continue
+            name, n_frames, _label = videos[row.video]
+            reader = self.files.peek(row.file)  # an open file's reader plans the clip
+            spec = self.spec
+            indices = clip_frame_indices(
+                row.start, n_frames, spec.clip_len, spec.stride, spec.short_video
+            )
+            plan = None if reader is None else functools.partial(reader.clip_bytes, name, indices)
+            read_ahead.ahead(self.files.path(row.file), name, plan, (indices[0], indices[-1]))
 
     def _transformed(
         self, row: Row, clip: np.ndarray, out: np.ndarray | None, r: int, rows: int
@@ -218,7 +233,7 @@ class ClipMaker:
                 handle.pixel_size(), self.writer.max_pixels, handle.path, name, indices[0]
             )
         try:
-            with read_ahead.recording(handle.path, name):  # a URL's: remembered blocks
+            with read_ahead.recording(handle.path, name):  # a URL's: ranges remembered
                 stored = handle.read_frames(name, indices)
             crcs = None if rgb else handle.frame_crcs(name, indices)
         except OSError as exc:  # the file, not a frame: never skipped

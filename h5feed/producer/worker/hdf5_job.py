@@ -149,6 +149,7 @@ class Hdf5Job:
         self.slots = SlotMaps()
         self.slots_failed = False  # a slot of this job could not be mapped: stop trying
         self.remote = False  # a file of it is named by URL: its DATA say what reads cost
+        self.upcoming: list[messages.Row] = []  # the waiting units' rows (reads_ahead)
         request_counts.take()  # an earlier job's reads are not this job's (guarantee 9)
 
     @classmethod
@@ -251,6 +252,14 @@ class Hdf5Job:
             self.slots_failed = True
             return None
 
+    @property
+    def reads_ahead(self) -> bool:
+        """A job of files on object storage fetches ahead what its next units read."""
+        return self.remote
+
+    def expect(self, units: Sequence[messages.Unit]) -> None:
+        self.upcoming = [row for unit in units for row in unit.rows]
+
     def produce(self, unit: messages.Unit) -> Produced:
         """The DATA answering ``unit`` and the bytes of clips it made: into the unit's
         shared-memory slot when it names one this worker can map (:meth:`target`; the DATA
@@ -277,10 +286,14 @@ class Hdf5Job:
         arrays: dict[str, np.ndarray] = {}
         if target is not None:
             batch, positions = target
-            _out, bad = self.maker.produce(unit.rows, batch, positions, self.skip)
+            _out, bad = self.maker.produce(
+                unit.rows, batch, positions, self.skip, upcoming=self.upcoming
+            )
             nbytes = len(unit.rows) * batch[0].nbytes  # one row of the batch per clip
         else:
-            arrays["frames"], bad = self.maker.produce(unit.rows, skip=self.skip)
+            arrays["frames"], bad = self.maker.produce(
+                unit.rows, skip=self.skip, upcoming=self.upcoming
+            )
             nbytes = arrays["frames"].nbytes
         samples = tuple(row.sample for row in unit.rows)
         skipped = tuple(

@@ -17,6 +17,10 @@ never asks which kind of job it holds:
    with the unit's samples and busy time); raising sends ERROR naming the unit. A unit of
    another kind's type is answered with a ProtocolError by the loop, without asking the job
    (a message no kind answers is logged and dropped);
+   Before each unit, a job that says :attr:`Job.reads_ahead` (an HDF5 job with files on
+   object storage) is handed the units of it already waiting in the socket
+   (``job.expect(units)``), so that it can fetch what they will read while it makes this
+   one; the loop then answers them in order as before;
 4. **check**: ``job.check(check)`` answers a CHECK, or None when this kind has no checks
    (the loop logs and drops it, as it does a CHECK of a job it does not hold);
 5. **close**: ``job.close()`` releases what the job opened, once, when the next job starts,
@@ -41,7 +45,7 @@ from h5feed.common.worker_settings import WorkerSettings
 from h5feed.producer.worker.code_policy import CodePolicy, policy_of
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Iterator, Sequence
 
     from h5feed.producer.files.index_cache import MemoryIndex
     from h5feed.producer.files.open_files import OpenFiles
@@ -107,6 +111,15 @@ class Job(Protocol[_Start, _Unit]):
 
     def produce(self, unit: _Unit) -> Produced:
         """The DATA answering ``unit`` and the bytes it made (step 3)."""
+        ...
+
+    @property
+    def reads_ahead(self) -> bool:
+        """Whether it wants the units waiting behind the one in hand (step 3)."""
+        ...
+
+    def expect(self, units: Sequence[_Unit]) -> None:
+        """The units of this job waiting behind the next one, in order (step 3)."""
         ...
 
     def check(self, check: messages.Check) -> messages.Message | None:

@@ -37,6 +37,7 @@ from h5feed.producer.worker.job import Job, JobContext
 from h5feed.producer.worker.kinds import KINDS
 from h5feed.producer.worker.leaving import Leave, Leaving
 from h5feed.producer.worker.stats import WorkerCounters
+from h5feed.producer.worker.waiting import Waiting
 
 _POLL_MS = 200
 # A DEALER blocks a send while it has no connected peer (the consumer is gone or restarting).
@@ -65,7 +66,9 @@ class Worker:
        asked to stop, it tries to deliver a unit it made for up to ``stop_wait_s``
        (guarantee 5).
     2. Every unit of the job in hand is answered, with DATA or ERROR, in the order received;
-       a unit of another job (one that is over) is dropped: nobody waits for it.
+       a unit of another job (one that is over) is dropped: nobody waits for it. A job that
+       reads ahead is shown the units already waiting in the socket before it makes one (at
+       most ``waiting.MAX_WAITING`` messages taken early); they are answered after it, in order.
     3. A malformed message is logged and dropped; a peer of a protocol version it does not
        speak ends the worker with exit code 2 (so does a BYE that refuses it). It says HELLO
        in the oldest version it speaks, naming its range, and then speaks the version the
@@ -120,6 +123,7 @@ class Worker:
         self.kinds = {kind.STARTS: kind for kind in kinds}
         self.units = frozenset(unit for kind in kinds for unit in kind.UNITS)
         self.job: Job[Any, Any] | None = None
+        self.waiting = Waiting()  # messages taken early, for a job that reads ahead
         # A persistent worker keeps the indexes it read across jobs (the next iteration of the
         # same dataset is answered from memory: index_cache.MemoryIndex), and its open files.
         persistent = process.persistent
@@ -255,12 +259,15 @@ class Worker:
                 self.counters.maybe_write()
                 if self.should_say_hello(time.monotonic()):
                     self.hello()
-                if not self.socket.poll(_POLL_MS):
+                if self.waiting:  # taken early for a job that reads ahead: in order
+                    frames, said = self.waiting.next()
+                elif not self.socket.poll(_POLL_MS):
                     continue
-                frames = self.socket.recv_multipart(copy=False)
-                self._last_heard = time.monotonic()
+                else:
+                    frames, said = self.socket.recv_multipart(copy=False), None
+                    self._last_heard = time.monotonic()
                 try:
-                    message, self.protocol = messages.decode_said(frames)
+                    message, self.protocol = said or messages.decode_said(frames)
                 except VersionMismatchError as exc:
                     _log.error("worker %s: refused by the consumer: %s", self.worker_id, exc)
                     self.exit_code = 2
@@ -355,6 +362,11 @@ class Worker:
             error = ProtocolError(f"a {unit.KIND} message for {job.DESCRIBED} job")
             self.send_error(job.id, unit.unit, error)
             return
+        if job.reads_ahead:
+            held = len(self.waiting)
+            job.expect(self.waiting.take(self.socket, self.units, job.id))
+            if len(self.waiting) > held:
+                self._last_heard = time.monotonic()
         began = time.monotonic()
         try:
             data, nbytes = job.produce(unit)

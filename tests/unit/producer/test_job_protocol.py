@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import ast
 import pathlib
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Iterator, Sequence
 from typing import ClassVar
 
 import numpy as np
@@ -38,9 +40,14 @@ class Counting:
     DESCRIBED: ClassVar[str] = "a counting"
     closed: ClassVar[list[str]] = []
 
+    reads_ahead = False
+
     def __init__(self, job_id: str) -> None:
         self.id = job_id
         self.starts = 0
+
+    def expect(self, units: Sequence[messages.Unit]) -> None:
+        raise AssertionError("a job that does not read ahead is never told what waits")
 
     @classmethod
     def open(cls, start: messages.Job, context: JobContext) -> Counting:
@@ -135,13 +142,71 @@ def test_a_kind_of_job_is_a_class_the_loop_drives_unchanged(
     assert Counting.closed == ["j1", "j2"]
 
 
+class Ahead(Counting):
+    """A counting job that reads ahead: it notes, before each unit, the units it was told
+    wait behind it. Its JOB takes a while, so that the units sent with it are all waiting
+    in the socket when the first is made."""
+
+    reads_ahead = True  # type: ignore[assignment]  # a constant of the subclass
+    told: ClassVar[list[tuple[int, tuple[int, ...]]]] = []
+
+    def take(self, start: messages.Job) -> Iterator[messages.Message]:
+        time.sleep(0.5)
+        yield from super().take(start)
+
+    def expect(self, units: Sequence[messages.Unit]) -> None:
+        self.told.append((-1, tuple(u.unit for u in units)))
+
+    def produce(self, unit: messages.Unit) -> Produced:
+        self.told.append((unit.unit, ()))
+        return super().produce(unit)
+
+
+def test_a_job_that_reads_ahead_is_told_the_units_waiting_and_they_are_answered_in_order(
+    router: tuple[zmq.Socket[bytes], str],
+) -> None:
+    """Units already in the socket when one is made are handed to a job that reads ahead
+    (its own only, in order), then answered in the order sent, each once, by the loop as it
+    runs; a message that is not a unit of the job (another job's, a malformed one) keeps its
+    fate (dropped)."""
+    sock, address = router
+    worker = Worker(WorkerSettings(Network(address), Process("w0")), kinds=(Ahead, SourceJob))
+    Ahead.told.clear()
+    running = threading.Thread(target=worker.run, daemon=True)
+    running.start()
+    try:
+        assert sock.poll(RECEIVE_TIMEOUT_MS, zmq.POLLIN), "no HELLO"
+        identity = sock.recv_multipart()[0]
+        sent = [
+            messages.Job("j1", (), {}, {}, None),
+            messages.Unit("j1", 1, 0, 0, (_row(1),)),
+            messages.Unit("j1", 2, 0, 0, (_row(2),)),
+            messages.Unit("j0", 3, 0, 0, (_row(3),)),  # another job's: dropped, not told
+            messages.Unit("j1", 4, 0, 0, (_row(4),)),
+        ]
+        for message in sent:
+            sock.send_multipart([identity, *messages.encode(message)])
+        sock.send_multipart([identity, b"not msgpack"])  # malformed: dropped in its turn
+        sock.send_multipart([identity, *messages.encode(messages.Unit("j1", 5, 0, 0, (_row(5),)))])
+        assert isinstance(_receive(sock), messages.IndexBatch)
+        answered = [_receive(sock) for _unit in range(4)]
+        assert [a.unit for a in answered if isinstance(a, messages.Data)] == [1, 2, 4, 5]
+        assert Ahead.told[:2] == [(-1, (2, 4, 5)), (1, ())]  # its own units, in order
+        assert [unit for unit, _waiting in Ahead.told if unit >= 0] == [1, 2, 4, 5]
+        assert not sock.poll(300, zmq.POLLIN)  # nothing answered twice
+    finally:
+        worker.request_stop()
+        running.join(timeout=30)
+    assert not running.is_alive()
+
+
 def test_every_kind_follows_the_protocol_and_answers_its_own_start_message() -> None:
     kinds: tuple[type[Job[object, object]], ...] = KINDS
     assert kinds == (Hdf5Job, SourceJob)
     starts = [kind.STARTS for kind in kinds]
     assert len(set(starts)) == len(starts)  # the loop opens a kind by its start message
     for kind in kinds:
-        for name in ("open", "take", "produce", "check", "close"):
+        for name in ("open", "take", "expect", "produce", "check", "close"):
             assert callable(getattr(kind, name)), (kind, name)
 
 

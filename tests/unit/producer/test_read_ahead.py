@@ -1,122 +1,147 @@
-"""The read-ahead of object storage's blocks (h5feed/producer/files/read_ahead.py), in process:
-a block cache's fetch in front of a fetcher of bytes. What it shows: only blocks a recorded
-read touched are fetched ahead, and only those not cached; a block fetched ahead is taken
-without a fetch of its own; a fetch ahead that fails is fetched again as without read-ahead;
-at most MAX_PENDING blocks are pending; a path is never read ahead. (Against a real S3 server,
-through a counting proxy: tests/system/test_object_storage.py.)"""
+"""The read-ahead of object storage's bytes (h5feed/producer/files/read_ahead.py), in process:
+a range cache in front of a fetcher of bytes. What it shows: a clip's plan is fetched on a
+read-ahead thread (its heap collections found from its descriptors), and the read then asks
+nothing; without a plan, only the ranges a video's latest read touched are fetched ahead, and
+only those not held; a plan that raises falls back to those; at most MAX_PENDING fetches are
+queued or in flight; a path is never read ahead. (Against a real S3 server, through a counting
+proxy: tests/system/test_object_storage.py; every layout's plan against h5py's own reads:
+test_clip_bytes.py.)"""
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
 
 from h5feed.producer.files import read_ahead
+from h5feed.producer.files.clip_bytes import ClipBytes
+from h5feed.producer.files.range_cache import RangeCache
 
 URL = "s3://bucket/file.h5"
-DATA = bytes(range(256)) * 4  # 1 KiB: 256 blocks of 4 bytes
+HEAP = 4096
+#: An object of 16 KiB: two descriptors at 100 pointing at a heap collection at HEAP (its
+#: header says 1,024 bytes), the rest filler.
+DATA = bytearray(16384)
+DATA[100:132] = b"".join(
+    (10).to_bytes(4, "little") + HEAP.to_bytes(8, "little") + (i + 1).to_bytes(4, "little")
+    for i in range(2)
+)
+DATA[HEAP : HEAP + 16] = b"GCOL\1\0\0\0" + (1024).to_bytes(8, "little")
 
 
-class Cache:
-    """What read_ahead uses of fsspec's BlockCache: ``blocksize`` and ``fetcher``."""
-
-    blocksize = 4
-
+class Fetcher:
     def __init__(self) -> None:
-        self.calls: list[tuple[int, str]] = []  # (start, thread name)
-        self.fail_ahead = False
+        self.calls: list[tuple[int, int, str]] = []
         self.gate = threading.Event()
         self.gate.set()
-        self.fetcher = self.fetch
 
-    def fetch(self, start: int, end: int) -> bytes:
-        name = threading.current_thread().name
-        self.calls.append((start, name))
-        if name.startswith("h5feed-read-ahead"):
-            assert self.gate.wait(30)
-            if self.fail_ahead:
-                raise ConnectionResetError("cut short")
-        return DATA[start:end]
+    def __call__(self, start: int, stop: int) -> bytes:
+        self.calls.append((start, stop, threading.current_thread().name))
+        assert self.gate.wait(30)
+        return bytes(DATA[start:stop])
 
 
 @pytest.fixture()
-def source() -> Iterator[tuple[read_ahead.Source, Cache]]:
-    cache = Cache()
-    made = read_ahead.Source(URL, cache, max_blocks=2)
+def source() -> Iterator[tuple[read_ahead.Source, Fetcher]]:
+    fetcher = Fetcher()
+    cache = RangeCache(fetcher, len(DATA), capacity=8192, min_fetch=64)
+    cache.settle()
+    made = read_ahead.Source(URL, cache)
     read_ahead.register(made)
     try:
-        yield made, cache
+        yield made, fetcher
     finally:
-        cache.gate.set()
+        fetcher.gate.set()
         read_ahead.release(made)
 
 
-def learn(source: read_ahead.Source, video: str, position: int, size: int) -> None:
+def settled(fetcher: Fetcher, count: int) -> list[tuple[int, int, str]]:
+    deadline = time.monotonic() + 30
+    while len(fetcher.calls) < count and time.monotonic() < deadline:
+        time.sleep(0.005)
+    time.sleep(0.05)  # nothing more follows
+    return fetcher.calls
+
+
+def test_a_plans_descriptors_and_their_heap_collection_are_fetched_ahead(
+    source: tuple[read_ahead.Source, Fetcher],
+) -> None:
+    made, fetcher = source
+    plan = ClipBytes(ranges=((96, 140),), descriptors=((100, 132),))
+    assert read_ahead.ahead(URL, "v", lambda: plan, key=(0, 1)) == 1
+    calls = settled(fetcher, 2)
+    assert [(a, b) for a, b, _t in calls] == [(96, 140), (HEAP, HEAP + 1024)]
+    assert all(t.startswith("h5feed-read-ahead") for _a, _b, t in calls)
+    assert made.cache._fetch(HEAP + 16, HEAP + 26) == bytes(DATA[HEAP + 16 : HEAP + 26])
+    assert len(fetcher.calls) == 2  # the read asked nothing
+    assert read_ahead.ahead("/data/file.h5", "v", lambda: plan) == 0  # a path: never
+
+
+def test_without_a_plan_a_videos_latest_read_is_fetched_ahead_once_dropped(
+    source: tuple[read_ahead.Source, Fetcher],
+) -> None:
+    made, fetcher = source
     for _read in range(2):  # remembered from the second read on
-        with read_ahead.recording(URL, video):
-            source.touch(position, size)
-
-
-def ahead_calls(cache: Cache) -> list[int]:
-    return [start for start, name in cache.calls if name.startswith("h5feed-read-ahead")]
-
-
-def test_a_learnt_videos_uncached_blocks_are_fetched_ahead_and_taken(
-    source: tuple[read_ahead.Source, Cache],
-) -> None:
-    made, cache = source
-    learn(made, "v", 0, 8)  # blocks 0 and 1
-    assert read_ahead.ahead(URL, "v") == 0  # both cached still: nothing asked
-    made.touch(16, 8)  # blocks 4 and 5: 0 and 1 dropped from the cache
-    assert made.wanted("v") == (0, 1)
-    assert read_ahead.ahead(URL, "v") == 2
-    assert cache.fetcher(0, 4) == DATA[0:4] and cache.fetcher(4, 8) == DATA[4:8]
-    assert sorted(ahead_calls(cache)) == [0, 4] and made.taken == 2
-    assert [s for s, n in cache.calls if not n.startswith("h5feed-read-ahead")] == []
-    assert read_ahead.ahead(URL, "never read") == 0
-    assert read_ahead.ahead("/data/file.h5", "v") == 0  # a path: never
-
-
-def test_a_fetch_ahead_that_fails_is_fetched_again_as_without_read_ahead(
-    source: tuple[read_ahead.Source, Cache],
-) -> None:
-    made, cache = source
-    cache.fail_ahead = True
-    learn(made, "v", 0, 4)
-    made.touch(40, 8)
+        with read_ahead.recording(URL, "v"):
+            made.touch(2000, 100)
+            made.touch(2150, 10)  # within a minimum fetch of the first: one range
+    assert made.wanted("v") == ((2000, 2160),)
     assert read_ahead.ahead(URL, "v") == 1
-    assert cache.fetcher(0, 4) == DATA[0:4]  # the same bytes, fetched on this thread
-    assert made.taken == 0
-    assert (0, threading.current_thread().name) in cache.calls
+    settled(fetcher, 1)
+    assert fetcher.calls[-1][:2] == (2000, 2160)
+    assert made.wanted("v") == ()  # held now: nothing to fetch
+    assert read_ahead.ahead(URL, "never read") == 1  # submitted, fetches nothing
+    assert len(settled(fetcher, 1)) == 1
 
 
-def test_at_most_max_pending_blocks_are_fetched_ahead(
-    source: tuple[read_ahead.Source, Cache],
+def test_a_plan_that_raises_falls_back_to_the_learnt_ranges(
+    source: tuple[read_ahead.Source, Fetcher],
 ) -> None:
-    made, cache = source
-    cache.gate.clear()  # every fetch ahead stays in flight
-    videos = [f"v{i}" for i in range(read_ahead.MAX_PENDING + 3)]
-    for i, video in enumerate(videos):
-        learn(made, video, 400 + 4 * i, 4)  # one block each
-    made.touch(0, 8)
-    submitted = sum(read_ahead.ahead(URL, video) for video in videos)
-    assert submitted == read_ahead.MAX_PENDING  # the rest refused while all are in flight
-    cache.gate.set()
+    made, fetcher = source
+    for _read in range(2):
+        with read_ahead.recording(URL, "v"):
+            made.touch(3000, 50)
+
+    def refused() -> ClipBytes:
+        raise KeyError("the clip's own read says why, by name")
+
+    assert read_ahead.ahead(URL, "v", refused) == 1
+    assert [(a, b) for a, b, _t in settled(fetcher, 1)] == [(3000, 3050)]
+
+
+def test_at_most_max_pending_fetches_are_queued_or_in_flight(
+    source: tuple[read_ahead.Source, Fetcher],
+) -> None:
+    _made, fetcher = source
+    fetcher.gate.clear()  # every fetch ahead stays in flight
+    plans = [ClipBytes(ranges=((5000 + 64 * i, 5010 + 64 * i),)) for i in range(40)]
+    submitted = sum(
+        read_ahead.ahead(URL, "v", lambda plan=plan: plan, key=i) for i, plan in enumerate(plans)
+    )
+    assert submitted == read_ahead.MAX_PENDING  # the rest refused while all are pending
+    assert read_ahead.ahead(URL, "v", lambda: plans[0], key=0) == 0  # the same clip: once
+    fetcher.gate.set()
 
 
 _EXITING = """
-import time, types
+import time
 from h5feed.producer.files import read_ahead
 
 def slow(start, end):
     time.sleep(30)  # a request that hangs to its timeout
     return b"x" * (end - start)
 
-cache = types.SimpleNamespace(blocksize=4, fetcher=slow)
-source = read_ahead.Source("s3://bucket/file.h5", cache, 4)
+from h5feed.producer.files.clip_bytes import ClipBytes
+from h5feed.producer.files.range_cache import RangeCache
+cache = RangeCache(slow, 1 << 20, capacity=1 << 20, min_fetch=64)
+source = read_ahead.Source("s3://bucket/file.h5", cache)
 read_ahead.register(source)
-submitted = sum(read_ahead._POOL.submit(source, n) for n in range(read_ahead.MAX_PENDING))
+submitted = sum(
+    read_ahead.ahead(source.url, "v", lambda n=n: ClipBytes(((64 * n, 64 * n + 8),)), key=n)
+    for n in range(read_ahead.MAX_PENDING)
+)
 print(submitted, flush=True)
 """
 

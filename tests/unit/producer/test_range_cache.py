@@ -1,0 +1,126 @@
+"""The range cache of an object's bytes (h5feed/producer/files/range_cache.py), in process, in
+front of a fetcher of bytes: every read is the object's bytes at that position, what is held
+stays within the capacity, nothing held is fetched again, a read waits for a fetch in flight
+instead of asking again, and a failed fetch keeps nothing."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from h5feed.producer.files.range_cache import RangeCache
+
+DATA = bytes(range(256)) * 64  # 16 KiB
+
+
+class Fetcher:
+    def __init__(self) -> None:
+        self.calls: list[tuple[int, int]] = []
+        self.gate = threading.Event()
+        self.gate.set()
+        self.fail = False
+
+    def __call__(self, start: int, stop: int) -> bytes:
+        self.calls.append((start, stop))
+        assert self.gate.wait(30)
+        if self.fail:
+            raise ConnectionResetError("cut short")
+        return DATA[start:stop]
+
+
+def made(capacity: int = 4096, min_fetch: int = 256) -> tuple[RangeCache, Fetcher]:
+    fetcher = Fetcher()
+    cache = RangeCache(fetcher, len(DATA), capacity=capacity, min_fetch=min_fetch)
+    cache.settle()
+    return cache, fetcher
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    reads=st.lists(st.tuples(st.integers(0, len(DATA)), st.integers(0, 3000)), max_size=40),
+    capacity=st.sampled_from([64, 1024, 4096, 1 << 20]),
+    min_fetch=st.sampled_from([1, 64, 512, 4096]),
+    ensured=st.lists(st.tuples(st.integers(0, len(DATA)), st.integers(1, 600)), max_size=5),
+)
+def test_every_read_is_the_objects_bytes_and_what_is_held_stays_bounded(
+    reads: list[tuple[int, int]],
+    capacity: int,
+    min_fetch: int,
+    ensured: list[tuple[int, int]],
+) -> None:
+    cache, fetcher = made(capacity, min_fetch)
+    for start, size in ensured:
+        cache.ensure(start, start + size)
+    for start, size in reads:
+        assert cache._fetch(start, start + size) == DATA[start : start + size]
+        assert cache._held <= capacity
+    for start, stop in fetcher.calls:
+        assert 0 <= start < stop <= len(DATA)  # never past the object's end
+
+
+def test_a_miss_fetches_whole_aligned_blocks_and_nothing_held_is_fetched_again() -> None:
+    cache, fetcher = made(capacity=4096, min_fetch=256)
+    assert cache._fetch(300, 310) == DATA[300:310]
+    assert fetcher.calls == [(256, 512)]  # the aligned block around the read
+    assert cache._fetch(260, 500) == DATA[260:500]
+    assert fetcher.calls == [(256, 512)]  # held: no request
+    assert cache._fetch(500, 530) == DATA[500:530]
+    assert fetcher.calls[-1] == (512, 768)  # only what was missing, widened
+    assert cache.peek(256, 768) == DATA[256:768] and cache.holds(256, 768)
+    cache.ensure(1000, 1010)  # the read-ahead's exact ranges: not widened
+    assert fetcher.calls[-1] == (1000, 1010)
+
+
+def test_the_file_is_read_in_quarters_of_the_cache_until_a_clip_settles_it() -> None:
+    fetcher = Fetcher()
+    cache = RangeCache(fetcher, len(DATA), capacity=4096, min_fetch=256)
+    cache._fetch(10, 20)  # opening: metadata spread through the file
+    assert fetcher.calls == [(0, 1024)]
+    cache.settle()
+    cache._fetch(5000, 5010)
+    assert fetcher.calls[-1] == (4864, 5120)
+
+
+def test_the_least_recently_used_ranges_are_dropped_and_a_large_read_is_not_kept() -> None:
+    cache, _fetcher = made(capacity=1024, min_fetch=256)
+    for start in (0, 256, 512, 768, 1024):
+        cache._fetch(start, start + 1)
+    assert cache._held <= 1024 and not cache.holds(0, 256)  # the oldest went first
+    held = cache._held
+    assert cache._fetch(4000, 4000 + 600) == DATA[4000:4600]  # > half the cache
+    assert cache._held == held  # fetched, returned, not kept
+
+
+def test_a_read_waits_for_the_fetch_in_flight_instead_of_asking_again() -> None:
+    cache, fetcher = made()
+    fetcher.gate.clear()
+    ahead = threading.Thread(target=cache.ensure, args=(1000, 1500), name="h5feed-read-ahead")
+    ahead.start()
+    while not fetcher.calls:
+        threading.Event().wait(0.005)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(cache._fetch(1100, 1200)))
+    reader.start()
+    threading.Event().wait(0.1)
+    fetcher.gate.set()
+    ahead.join(30)
+    reader.join(30)
+    assert got == [DATA[1100:1200]]
+    assert fetcher.calls == [(1000, 1500)]  # one request for both
+    assert cache.waited >= 1
+
+
+def test_a_failed_fetch_raises_keeps_nothing_and_is_fetched_again() -> None:
+    cache, fetcher = made()
+    fetcher.fail = True
+    with pytest.raises(ConnectionResetError):
+        cache._fetch(100, 110)
+    assert not cache.holds(100, 110) and cache._held == 0
+    fetcher.fail = False
+    assert cache._fetch(100, 110) == DATA[100:110]
+    cache.ensure(2000, 2100)
+    fetcher.fail = True
+    assert cache._fetch(2010, 2020) == DATA[2010:2020]  # held: the failure is not met

@@ -10,7 +10,7 @@ from typing import Any, Final
 #: The counters of a worker, in its file and in the metrics (all only ever grow).
 COUNTERS: Final = (
     "units", "clips", "bytes", "errors", "busy_s", "jobs", "refused", "slots_refused",
-    "files_reopened",
+    "files_reopened", "object_requests", "object_bytes", "object_retries", "object_refused",
 )  # fmt: skip
 
 

@@ -29,6 +29,7 @@ from typing import Any
 import h5py
 import numpy as np
 import pytest
+from metrics_helpers import by_worker, scrape
 from one_file_cases import CASES as LAYOUT_CASES
 from pack_data import write_video
 from remote_producers import free_port
@@ -218,6 +219,40 @@ def test_a_producer_refuses_urls_outside_its_url_data_root(
         with pytest.raises(H5FeedError, match=r"PathRefused.*outside the data root") as caught:
             _collect(feed)
         assert f"s3://{BUCKET}/other/{uploaded[0].name}" in str(caught.value)
+    finally:
+        producer.kill()
+        producer.communicate(timeout=30)
+
+
+def test_a_producers_own_metrics_count_its_workers_object_storage_reads(
+    s3: Any, uploaded: list[pathlib.Path]
+) -> None:
+    """``h5feed produce --metrics-port``: each worker's requests and bytes of object storage
+    (what its parts said) are its own counters, beside the trainer's per-worker stats."""
+    port, metrics = free_port(), free_port()
+    producer = subprocess.Popen(
+        [sys.executable, "-m", "h5feed", "produce", "--data-root", f"s3://{BUCKET}/data",
+         "--workers", "1", "--name", "p", "--metrics-port", str(metrics)],
+        env={**os.environ, "H5FEED_CONNECT": f"tcp://127.0.0.1:{port}"},
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        feed = h5feed.batches(
+            f"s3://{BUCKET}/data/*.h5", workers=0, listen=f"tcp://127.0.0.1:{port}",
+            **{**OPTIONS, "epochs": 1},
+        )  # fmt: skip
+        _collect(feed)
+        said = sum(w["object_requests"] for w in feed.stats()["workers"])
+        assert said > 0
+        deadline, counted = time.monotonic() + 60, {}
+        while time.monotonic() < deadline:  # a worker writes its figures every 0.5 s
+            counted = by_worker(scrape(metrics), "h5feed_producer_object_requests_total")
+            if sum(counted.values()) >= said:
+                break
+            time.sleep(0.2)
+        assert sum(counted.values()) == said, (counted, said)
+        read = by_worker(scrape(metrics), "h5feed_producer_object_bytes_total")
+        assert sum(read.values()) == sum(w["object_bytes"] for w in feed.stats()["workers"])
     finally:
         producer.kill()
         producer.communicate(timeout=30)

@@ -11,7 +11,9 @@ Names (labels ``producer``, ``host``, ``worker``): ``h5feed_producer_units_total
 ``h5feed_producer_errors_total`` (errors reported to the trainer),
 ``h5feed_producer_busy_seconds_total`` (time decoding and preprocessing),
 ``h5feed_producer_jobs_total``, ``h5feed_producer_slots_refused_total`` (jobs whose
-shared-memory slots could not be used), ``h5feed_producer_files_reopened_total`` (HDF5 files
+shared-memory slots could not be used), ``h5feed_producer_object_{requests,bytes,retries,
+refused}_total`` (reads of object storage, as the parts said: 0 for local files),
+``h5feed_producer_files_reopened_total`` (HDF5 files
 reopened after being closed to stay under ``--max-open-files``),
 ``h5feed_producer_worker_restarts_total``,
 ``h5feed_producer_worker_up`` (1 while its process runs); and
@@ -54,6 +56,14 @@ _WORKER_COUNTERS = (
         "Jobs whose shared-memory slots were refused",
     ),
     ("files_reopened", "h5feed_producer_files_reopened", "HDF5 files reopened (max open files)"),
+    ("object_requests", "h5feed_producer_object_requests", "Requests to object storage"),
+    ("object_bytes", "h5feed_producer_object_bytes", "Bytes read from object storage"),
+    ("object_retries", "h5feed_producer_object_retries", "Reads of object storage retried"),
+    (
+        "object_refused",
+        "h5feed_producer_object_refused",
+        "Reads of object storage refused: the object changed",
+    ),
     ("restarts", "h5feed_producer_worker_restarts", "Times the worker process was restarted"),
 )
 

@@ -375,6 +375,7 @@ class Worker:
             return
         busy = time.monotonic() - began
         self.counters.unit(len(data.samples), nbytes, busy)
+        self.counters.storage(data.storage)
         self.send(dataclasses.replace(data, busy_s=busy))
         self.leaving.sent_after_stop += self.leaving.deadline is not None
 

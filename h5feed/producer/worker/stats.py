@@ -19,6 +19,7 @@ import socket
 import time
 from typing import Any
 
+from h5feed.common.protocol.messages import StorageReads
 from h5feed.common.worker_counters import COUNTERS, read_counters
 
 __all__ = ["COUNTERS", "WRITE_EVERY_S", "WorkerCounters", "read_counters"]
@@ -29,8 +30,9 @@ WRITE_EVERY_S = 0.5
 
 class WorkerCounters:
     """Counts units, clips, bytes, errors (refusals of code or paths also in ``refused``),
-    jobs, busy seconds, jobs whose shared-memory slots were refused and HDF5 files reopened
-    (closed to stay under ``max_open_files``); writes them to ``path``
+    jobs, busy seconds, jobs whose shared-memory slots were refused, HDF5 files reopened
+    (closed to stay under ``max_open_files``) and what reads of object storage cost
+    (requests, bytes, retries, refusals: each part's ``storage``); writes them to ``path``
     (None: counts only). Used by the worker's single thread."""
 
     def __init__(self, path: str | None, worker_id: str) -> None:
@@ -52,6 +54,16 @@ class WorkerCounters:
         values["busy_s"] += seconds
         if values["units"] == 1:  # the supervisor's restart rule reads it: say so at once
             self.write()
+
+    def storage(self, reads: StorageReads | None) -> None:
+        """What one part's reads of object storage cost (its DATA's ``storage``; None: no
+        read of object storage)."""
+        if reads is not None:
+            values = self.values
+            values["object_requests"] += reads.requests
+            values["object_bytes"] += reads.bytes
+            values["object_retries"] += reads.retries
+            values["object_refused"] += reads.refused
 
     def add(self, key: str, amount: int = 1) -> None:
         self.values[key] += amount

@@ -200,17 +200,23 @@ def test_a_dead_server_ends_the_iteration_naming_the_url_within_the_bounds(
     assert waited < 100  # the request bounds of h5feed/common/storage_config.py, not minutes
 
 
+def _producer(port: int, *flags: str) -> subprocess.Popen[str]:
+    """``h5feed produce`` of one worker, its data root ``s3://BUCKET/data``, connecting to a
+    trainer listening on ``port``."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "h5feed", "produce", "--data-root", f"s3://{BUCKET}/data",
+         "--workers", "1", "--name", "p", *flags],
+        env={**os.environ, "H5FEED_CONNECT": f"tcp://127.0.0.1:{port}"},
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
 def test_a_producer_refuses_urls_outside_its_url_data_root(
     s3: Any, uploaded: list[pathlib.Path]
 ) -> None:
     s3.put(str(uploaded[0]), f"{BUCKET}/other/{uploaded[0].name}")
     port = free_port()
-    producer = subprocess.Popen(
-        [sys.executable, "-m", "h5feed", "produce", "--data-root", f"s3://{BUCKET}/data",
-         "--workers", "1", "--name", "p"],
-        env={**os.environ, "H5FEED_CONNECT": f"tcp://127.0.0.1:{port}"},
-        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    producer = _producer(port)
     try:
         feed = h5feed.batches(
             f"s3://{BUCKET}/other/*.h5", workers=0, listen=f"tcp://127.0.0.1:{port}",
@@ -230,12 +236,7 @@ def test_a_producers_own_metrics_count_its_workers_object_storage_reads(
     """``h5feed produce --metrics-port``: each worker's requests and bytes of object storage
     (what its parts said) are its own counters, beside the trainer's per-worker stats."""
     port, metrics = free_port(), free_port()
-    producer = subprocess.Popen(
-        [sys.executable, "-m", "h5feed", "produce", "--data-root", f"s3://{BUCKET}/data",
-         "--workers", "1", "--name", "p", "--metrics-port", str(metrics)],
-        env={**os.environ, "H5FEED_CONNECT": f"tcp://127.0.0.1:{port}"},
-        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    producer = _producer(port, "--metrics-port", str(metrics))
     try:
         feed = h5feed.batches(
             f"s3://{BUCKET}/data/*.h5", workers=0, listen=f"tcp://127.0.0.1:{port}",

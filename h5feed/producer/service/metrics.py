@@ -59,11 +59,7 @@ _WORKER_COUNTERS = (
     ("object_requests", "h5feed_producer_object_requests", "Requests to object storage"),
     ("object_bytes", "h5feed_producer_object_bytes", "Bytes read from object storage"),
     ("object_retries", "h5feed_producer_object_retries", "Reads of object storage retried"),
-    (
-        "object_refused",
-        "h5feed_producer_object_refused",
-        "Reads of object storage refused: the object changed",
-    ),
+    ("object_refused", "h5feed_producer_object_refused", "Reads refused: the object changed"),
     ("restarts", "h5feed_producer_worker_restarts", "Times the worker process was restarted"),
 )
 

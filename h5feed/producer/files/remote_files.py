@@ -191,7 +191,7 @@ class _UrlFile:
         return getattr(self._raw, name)
 
     def readinto(self, buffer: Any) -> int:
-        if self.source is not None:  # the blocks it touches, for the read-ahead
+        if self.source is not None:  # the ranges it touches, for the read-ahead
             self.source.touch(self._raw.tell(), memoryview(buffer).nbytes)
         return int(self._retrying(lambda: self._raw.readinto(buffer)))
 

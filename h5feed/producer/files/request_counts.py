@@ -3,8 +3,8 @@ the trainer with each DATA part (its ``storage``:
 :class:`~h5feed.common.protocol.messages.StorageReads`).
 
 :mod:`~h5feed.producer.files.remote_files` counts one request for each HEAD it makes (an
-object's metadata, an open), one request and its body's bytes for each ranged GET of a block
-(:func:`counted`: the open file's own fetch, so a block fetched ahead by
+object's metadata, an open), one request and its body's bytes for each ranged GET
+(:func:`counted`: the open file's own fetch, so a range fetched ahead by
 :mod:`~h5feed.producer.files.read_ahead` counts once, on the thread that fetched it), each of
 its own retries of a read, and each read refused because the object changed (HTTP 412, or an
 ETag other than the one indexed). The client library's own retries of a request (botocore's)

@@ -145,12 +145,12 @@ class ClipMaker:
             raise ValueError("a batch array needs positions, and no transform")
         scratch: np.ndarray | None = None  # [1, T, H, W, 3]: one clip, the transform's input
         skipped: list[Skipped] = []
-        ahead = read_ahead.active()  # a URL file open: the next rows' blocks read ahead
+        ahead = read_ahead.active()  # a URL file open: the next rows' bytes read ahead,
+        coming = [*rows, *upcoming] if ahead else rows  # the waiting units' rows too
         for r, row in enumerate(rows):
             if ahead:  # the first rows, then each row as it comes within reach
-                self._read_ahead(
-                    rows[:_AHEAD_ROWS] if r == 0 else rows[r + _AHEAD_ROWS - 1 : r + _AHEAD_ROWS]
-                )
+                reach = _AHEAD_ROWS
+                self._read_ahead(coming[:reach] if r == 0 else coming[r + reach - 1 : r + reach])
             try:
                 if self.transform is None:
                     place = positions[r] if positions is not None else r

@@ -9,15 +9,24 @@ test_clip_bytes.py.)"""
 
 from __future__ import annotations
 
+import json
+import pathlib
 import threading
 import time
 from collections.abc import Iterator
 
 import pytest
 
+from h5feed.common.config import ClipSpec
+from h5feed.common.layouts import Groups
+from h5feed.common.object_urls import BENCH_ENV, BENCH_SCHEME
+from h5feed.common.protocol.messages import Row
 from h5feed.producer.files import read_ahead
 from h5feed.producer.files.clip_bytes import ClipBytes
 from h5feed.producer.files.range_cache import RangeCache
+from h5feed.producer.sample_data import SampleSpec, make_sample_dataset
+from h5feed.producer.worker.clips import ClipMaker
+from h5feed.producer.worker.code_policy import NOTHING
 
 URL = "s3://bucket/file.h5"
 HEAP = 4096
@@ -170,3 +179,27 @@ def test_a_process_exiting_with_fetches_in_flight_does_not_wait_for_them() -> No
     assert line.strip() == str(read_ahead.MAX_PENDING), child.stderr
     assert child.returncode == 0
     assert waited < 10, f"the exit waited {waited:.1f} s for fetches ahead"
+
+
+def test_a_units_rows_and_those_of_the_units_waiting_behind_it_are_read_ahead(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker making a unit of a URL's file fetches ahead what its next rows read, the
+    rows of the units waiting behind it included (``upcoming``), each clip once: through
+    fsspec (the bench's filesystem over local files, no latency), the real reader and cache."""
+    spec = SampleSpec(files=1, videos_per_file=8, min_frames=8, max_frames=10, height=24,
+                      width=32, seed=4)  # fmt: skip
+    [path] = make_sample_dataset(tmp_path / "data", spec)
+    monkeypatch.setenv(BENCH_ENV, json.dumps({"root": str(tmp_path), "latency_ms": 0}))
+    url = f"{BENCH_SCHEME}://data/{path.name}"
+    maker = ClipMaker(ClipSpec(clip_len=2, resize=(24, 32)), Groups(), NOTHING)
+    try:
+        maker.open_and_index(0, url, None)
+        source = read_ahead._SOURCES[url]
+        rows = [Row(v, 0, v, 1, 0.5, 0.5, False, v) for v in range(8)]
+        maker.produce(rows[:2])
+        assert source.ahead == 2  # its own two rows
+        maker.produce(rows[2:4], upcoming=rows[4:7])
+        assert source.ahead == 2 + 5  # its two and the three waiting
+    finally:
+        maker.close()

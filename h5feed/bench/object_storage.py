@@ -16,11 +16,13 @@ targets go in the docs.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
 import pathlib
 import tempfile
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from h5feed.bench.latency_study import run_local_latency, timed_epochs
@@ -29,6 +31,8 @@ from h5feed.producer.files import remote_files
 from h5feed.producer.sample_data import SampleSpec, make_sample_dataset
 
 _BUCKET = "h5feed-bench"
+#: The files :func:`moto_bucket` uploads, as one glob.
+DATA_URL = f"s3://{_BUCKET}/data/*.h5"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -38,58 +42,42 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("needs --clip-len <= --min-frames <= --max-frames")
     if getattr(args, "server", "moto") == "local-latency":
         return run_local_latency(args)
-    from moto.server import ThreadedMotoServer
-
     from h5feed.bench.s3_proxy import FaultProxy
 
-    for name, value in (("AWS_ACCESS_KEY_ID", "bench"), ("AWS_SECRET_ACCESS_KEY", "bench")):
-        os.environ.setdefault(name, value)
-    os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
-    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # moto's server logs each request
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    saved = os.environ.get(storage_config.STORAGE_ENV)  # restored: a test may run this in process
-    host, port = server.get_host_and_port()
     results: dict[str, Any] = {}
-    try:
-        with tempfile.TemporaryDirectory(prefix="h5feed-object-storage-") as tmp:
-            spec = SampleSpec(
-                files=args.files, videos_per_file=args.videos, min_frames=args.min_frames,
-                max_frames=args.max_frames,
-                height=128, width=160, seed=3,
-            )  # fmt: skip
-            paths = sorted(str(p) for p in make_sample_dataset(pathlib.Path(tmp), spec))
-            stored = sum(os.path.getsize(p) for p in paths)
-            per_file = stored / len(paths)
-            block = args.block_kib << 10
-            cache = block * remote_files.MAX_BLOCKS
-            results.update(
-                files=args.files, videos_per_file=args.videos, workers=args.workers,
-                clip_len=args.clip_len, block_bytes=block, cache_bytes_per_file=cache,
-                file_bytes=int(per_file), file_to_cache=round(per_file / cache, 1),
-            )  # fmt: skip
-            print(
-                f"{len(paths)} files of {per_file / 2**20:.1f} MiB; a worker's cache "
-                f"of a file {cache / 2**20:.2f} MiB ({block >> 10} KiB blocks): files "
-                f"{results['file_to_cache']} x the cache",
-                flush=True,
-            )
-            fs = storage_config.filesystem(
-                "s3", {"endpoint_url": f"http://{host}:{port}", "key": "bench", "secret": "bench"}
-            )
-            fs.mkdir(_BUCKET)
-            for path in paths:
-                fs.put(path, f"{_BUCKET}/data/{pathlib.Path(path).name}")
+    with tempfile.TemporaryDirectory(prefix="h5feed-object-storage-") as tmp:
+        spec = SampleSpec(
+            files=args.files, videos_per_file=args.videos, min_frames=args.min_frames,
+            max_frames=args.max_frames,
+            height=128, width=160, seed=3,
+        )  # fmt: skip
+        paths = sorted(str(p) for p in make_sample_dataset(pathlib.Path(tmp), spec))
+        stored = sum(os.path.getsize(p) for p in paths)
+        per_file = stored / len(paths)
+        block = args.block_kib << 10
+        cache = block * remote_files.MAX_BLOCKS
+        results.update(
+            files=args.files, videos_per_file=args.videos, workers=args.workers,
+            clip_len=args.clip_len, block_bytes=block, cache_bytes_per_file=cache,
+            file_bytes=int(per_file), file_to_cache=round(per_file / cache, 1),
+        )  # fmt: skip
+        print(
+            f"{len(paths)} files of {per_file / 2**20:.1f} MiB; a worker's cache "
+            f"of a file {cache / 2**20:.2f} MiB ({block >> 10} KiB blocks): files "
+            f"{results['file_to_cache']} x the cache",
+            flush=True,
+        )
+        with moto_bucket(paths) as endpoint:
             local, clips, _stats = timed_epochs(paths, args)
             print(f"{'local files':>28}: {local:8.1f} clips/s ({clips} clips)", flush=True)
             results["local_clips_per_s"] = round(local, 1)
             for latency_ms in sorted({0.0, args.latency_ms}):
-                proxy = FaultProxy(f"http://{host}:{port}", delay_s=latency_ms / 1000)
+                proxy = FaultProxy(endpoint, delay_s=latency_ms / 1000)
                 os.environ[storage_config.STORAGE_ENV] = json.dumps(
                     {"endpoint_url": proxy.endpoint, "default_block_size": block}
                 )
                 try:
-                    rate, clips, _stats = timed_epochs(f"s3://{_BUCKET}/data/*.h5", args)
+                    rate, clips, _stats = timed_epochs(DATA_URL, args)
                 finally:
                     proxy.stop()
                 label = f"s3 (moto, +{latency_ms:g} ms/request)"
@@ -105,16 +93,47 @@ def run(args: argparse.Namespace) -> int:
                     "requests_per_clip": round(proxy.requests / clips, 4),
                     "bytes_read_per_byte_stored": round(proxy.body_bytes / stored, 3),
                 }
-            results["stored_bytes"] = stored
+        results["stored_bytes"] = stored
+    if args.json is not None:
+        pathlib.Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
+    return 0
+
+
+@contextlib.contextmanager
+def moto_bucket(paths: Sequence[str]) -> Iterator[str]:
+    """moto's S3 server on 127.0.0.1, in this process, with ``paths`` uploaded under
+    :data:`DATA_URL`'s prefix; yields the server's endpoint (``http://host:port``).
+
+    Bench credentials go in the environment where none are (the trainer and its local
+    workers read them there, as a producer does); ``$H5FEED_STORAGE_OPTIONS``, which the
+    caller points at the endpoint (or a proxy in front of it), is restored on exit (a test
+    may run a bench in its own process), and the server is stopped. Needs ``moto[server]``.
+    """
+    from moto.server import ThreadedMotoServer
+
+    for name, value in (("AWS_ACCESS_KEY_ID", "bench"), ("AWS_SECRET_ACCESS_KEY", "bench")):
+        os.environ.setdefault(name, value)
+    os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # moto's server logs each request
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    saved = os.environ.get(storage_config.STORAGE_ENV)
+    try:
+        host, port = server.get_host_and_port()
+        endpoint = f"http://{host}:{port}"
+        fs = storage_config.filesystem(
+            "s3", {"endpoint_url": endpoint, "key": "bench", "secret": "bench"}
+        )
+        fs.mkdir(_BUCKET)
+        for path in paths:
+            fs.put(path, f"{_BUCKET}/data/{pathlib.Path(path).name}")
+        yield endpoint
     finally:
         server.stop()
         if saved is None:
             os.environ.pop(storage_config.STORAGE_ENV, None)
         else:
             os.environ[storage_config.STORAGE_ENV] = saved
-    if args.json is not None:
-        pathlib.Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
-    return 0
 
 
 def main() -> int:

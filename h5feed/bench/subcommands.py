@@ -5,7 +5,7 @@ it runs.
 * ``h5feed bench scale`` (:mod:`h5feed.bench.scale`): the first batch, index memory and open
   files at thousands of files;
 * ``h5feed bench soak`` (:mod:`h5feed.bench.soak`): full rate with workers SIGKILLed, memory
-  and descriptors over time;
+  and descriptors over time, from local files or (``--storage s3``) a local S3 server;
 * ``h5feed bench open-files`` (:mod:`h5feed.bench.open_files`): what ``max_open_files`` costs;
 * ``h5feed bench reduced-decode`` (:mod:`h5feed.bench.reduced_decode`): speed and pixels of
   ``reduced_decode=True``;
@@ -124,7 +124,16 @@ seconds; reports the trainer's and the workers' memory (RSS) and open descriptor
 Each epoch's samples are checked to arrive exactly once (the run fails otherwise), every kill
 must be answered by a replacement, and the growth of the trainer's RSS and open descriptors
 is reported after a warm-up (the first --warmup seconds: allocator pools, caches and slots
-fill up then)."""
+fill up then). No batch for --hang-after seconds fails the run, naming how long it waited
+(every thread's stack on stderr); the stream's unit_timeout_s is half of it, so a worker
+that stops answering is replaced by the stream first (reported: workers lost without a kill).
+
+--storage s3 reads the same files as s3:// URLs from moto's S3 server (pure Python, in this
+process, on loopback; needs h5feed[storage] and moto[server], the test extra), through a
+proxy that answers every --fault-every-th request 503 SlowDown, cuts every
+--truncate-every-th ranged GET short and delays each request by --latency-ms; the workers
+read blocks of --block-kib. Reported besides: the requests, 503s and cut bodies the proxy
+saw, and the live workers' own request and retry counts."""
 
 
 def _soak_arguments(parser: argparse.ArgumentParser) -> None:
@@ -133,8 +142,14 @@ def _soak_arguments(parser: argparse.ArgumentParser) -> None:
     add("--kill-every", type=float, default=60.0, help="seconds between kills (default 60)")
     add("--sample-every", type=float, default=10.0, help="seconds per sample (default 10)")
     add("--warmup", type=float, default=120.0, help="seconds left out of growth (default 120)")
+    add("--hang-after", type=float, default=120.0, help="no batch this long fails (default 120)")
     add("--seed", type=int, default=0, help="(default %(default)s)")
     add("--json", type=pathlib.Path, help="also write the result here")
+    add("--storage", choices=("local", "s3"), default="local", help="(default %(default)s)")
+    add("--fault-every", type=int_in(0), default=50, help="s3: 503 every Nth request (50; 0 none)")
+    add("--truncate-every", type=int_in(0), default=0, help="s3: cut every Nth GET (default none)")
+    add("--latency-ms", type=float, default=5.0, help="s3: added per request (default 5)")
+    add("--block-kib", type=positive_int, default=256, help="s3: one ranged GET (default 256)")
 
 
 # -- open-files -----------------------------------------------------------------------------
@@ -264,7 +279,8 @@ STUDIES: tuple[Study, ...] = (
         _SOAK,
         "examples:\n"
         "  h5feed bench soak                                # 10 minutes, a kill a minute\n"
-        "  h5feed bench soak --minutes 1 --kill-every 10 --json docs/bench/soak.json",
+        "  h5feed bench soak --minutes 1 --kill-every 10 --json docs/bench/soak.json\n"
+        "  h5feed bench soak --storage s3 --minutes 20 --json docs/bench/soak-s3-2cores.json",
         _soak_arguments,
         "h5feed.bench.soak",
     ),

@@ -217,5 +217,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (H5FeedError, OSError, ValueError) as exc:
         if verbose:
             _log.exception("h5feed %s failed", args.command)
-        print(f"h5feed {args.command}: error: {exc}", file=sys.stderr)
+        said = str(exc) or f"{type(exc).__name__} (no message)"  # a bare TimeoutError()
+        print(f"h5feed {args.command}: error: {said}", file=sys.stderr)
         return 1

@@ -102,7 +102,9 @@ def run(args: argparse.Namespace) -> int:
 @contextlib.contextmanager
 def moto_bucket(paths: Sequence[str]) -> Iterator[str]:
     """moto's S3 server on 127.0.0.1, in this process, with ``paths`` uploaded under
-    :data:`DATA_URL`'s prefix; yields the server's endpoint (``http://host:port``).
+    :data:`DATA_URL`'s prefix, and nothing else in its bucket (moto keeps its state per
+    process: what an earlier server of this process uploaded is removed first); yields the
+    server's endpoint (``http://host:port``).
 
     Bench credentials go in the environment where none are (the trainer and its local
     workers read them there, as a producer does); ``$H5FEED_STORAGE_OPTIONS``, which the
@@ -124,6 +126,8 @@ def moto_bucket(paths: Sequence[str]) -> Iterator[str]:
         fs = storage_config.filesystem(
             "s3", {"endpoint_url": endpoint, "key": "bench", "secret": "bench"}
         )
+        if fs.exists(_BUCKET):  # moto keeps its buckets per process: an earlier run's
+            fs.rm(_BUCKET, recursive=True)  # files would be read too
         fs.mkdir(_BUCKET)
         for path in paths:
             fs.put(path, f"{_BUCKET}/data/{pathlib.Path(path).name}")

@@ -131,7 +131,7 @@ class Source:
     def fetch_plan(self, plan: ClipBytes) -> None:
         """Fetch ``plan``'s ranges, then the heap collections its descriptors point at,
         learning each collection's size from its header (guarantee 3)."""
-        self.fetch_ranges(plan.ranges)
+        self.fetch_ranges(_merge(list(plan.ranges), clip_bytes.MERGE_GAP))  # one request
         bound, size = self.cache.capacity // 4, self.cache.size
         for start, stop in plan.descriptors:
             self.cache.ensure(start, stop)

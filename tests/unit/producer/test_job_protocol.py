@@ -144,14 +144,16 @@ def test_a_kind_of_job_is_a_class_the_loop_drives_unchanged(
 
 class Ahead(Counting):
     """A counting job that reads ahead: it notes, before each unit, the units it was told
-    wait behind it. Its JOB takes a while, so that the units sent with it are all waiting
-    in the socket when the first is made."""
+    wait behind it. Its JOB waits until the test has sent every unit, so that they are all
+    waiting in the socket when the first is made."""
 
     reads_ahead = True  # type: ignore[assignment]  # a constant of the subclass
     told: ClassVar[list[tuple[int, tuple[int, ...]]]] = []
+    sent: ClassVar[threading.Event] = threading.Event()  # the test has sent every message
 
     def take(self, start: messages.Job) -> Iterator[messages.Message]:
-        time.sleep(0.5)
+        assert self.sent.wait(30)
+        time.sleep(0.3)  # delivered by ZeroMQ's IO thread
         yield from super().take(start)
 
     def expect(self, units: Sequence[messages.Unit]) -> None:
@@ -172,6 +174,7 @@ def test_a_job_that_reads_ahead_is_told_the_units_waiting_and_they_are_answered_
     sock, address = router
     worker = Worker(WorkerSettings(Network(address), Process("w0")), kinds=(Ahead, SourceJob))
     Ahead.told.clear()
+    Ahead.sent.clear()
     running = threading.Thread(target=worker.run, daemon=True)
     running.start()
     try:
@@ -188,6 +191,7 @@ def test_a_job_that_reads_ahead_is_told_the_units_waiting_and_they_are_answered_
             sock.send_multipart([identity, *messages.encode(message)])
         sock.send_multipart([identity, b"not msgpack"])  # malformed: dropped in its turn
         sock.send_multipart([identity, *messages.encode(messages.Unit("j1", 5, 0, 0, (_row(5),)))])
+        Ahead.sent.set()
         assert isinstance(_receive(sock), messages.IndexBatch)
         answered = [_receive(sock) for _unit in range(4)]
         assert [a.unit for a in answered if isinstance(a, messages.Data)] == [1, 2, 4, 5]

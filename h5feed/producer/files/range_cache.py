@@ -128,9 +128,19 @@ class RangeCache:
             self.waited += 1
             concurrent.futures.wait(waits, timeout=storage_config.READ_BUDGET_S)
             return None
-        for piece in mine:
-            self._fetch_piece(*piece)
+        for i, piece in enumerate(mine):
+            try:
+                self._fetch_piece(*piece)
+            except BaseException as exc:  # the pieces not fetched yet: nobody may wait on them
+                self._abandon(mine[i + 1 :], exc)
+                raise
         return None
+
+    def _abandon(self, pieces: list[tuple[int, int]], exc: BaseException) -> None:
+        with self._lock:
+            futures = [self._flight.pop(piece) for piece in pieces]
+        for future in futures:
+            future.set_exception(exc)  # a waiter fetches them itself (guarantee 2)
 
     def _fetch_piece(self, start: int, stop: int) -> None:
         future = self._flight[(start, stop)]

@@ -124,3 +124,18 @@ def test_a_failed_fetch_raises_keeps_nothing_and_is_fetched_again() -> None:
     cache.ensure(2000, 2100)
     fetcher.fail = True
     assert cache._fetch(2010, 2020) == DATA[2010:2020]  # held: the failure is not met
+
+
+def test_a_read_of_two_gaps_whose_first_fetch_fails_leaves_nothing_in_flight() -> None:
+    """A read missing two separate ranges registers both as in flight; when the first
+    fetch fails, the second is given up too, so no later read waits for a fetch that will
+    never come."""
+    cache, fetcher = made(capacity=4096, min_fetch=1)
+    cache.ensure(100, 110)  # held: the read below misses [90, 100) and [110, 120)
+    fetcher.fail = True
+    with pytest.raises(ConnectionResetError):
+        cache._fetch(90, 120)
+    assert cache._flight == {}
+    fetcher.fail = False
+    assert cache._fetch(90, 120) == DATA[90:120]
+    assert cache.waited == 0  # nothing was waited for

@@ -32,7 +32,8 @@ from collections.abc import Sequence
 import h5py
 
 __all__ = [
-    "MAX_CHUNKS", "ClipBytes", "DatasetBytes", "collection_size", "heap_addresses", "spans",
+    "MAX_CHUNKS", "ClipBytes", "DatasetBytes", "collection_size", "heap_addresses", "merged",
+    "spans",
 ]  # fmt: skip
 
 Range = tuple[int, int]
@@ -167,11 +168,16 @@ def spans(addresses: Sequence[int], size_of: dict[int, int], guess: int) -> list
     """The collections at ``addresses`` as few ranges: each [address, address + its size
     (known, else ``guess``)), merged with the previous one when at most :data:`MERGE_GAP`
     bytes apart (one request instead of two)."""
-    merged: list[list[int]] = []
-    for address in sorted(addresses):
-        end = address + size_of.get(address, guess)
-        if merged and address <= merged[-1][1] + MERGE_GAP:
-            merged[-1][1] = max(merged[-1][1], end)
+    return list(merged([(a, a + size_of.get(a, guess)) for a in addresses], MERGE_GAP))
+
+
+def merged(ranges: Sequence[Range], gap: int) -> tuple[Range, ...]:
+    """``ranges`` as few ranges, in order: those at most ``gap`` bytes apart (or
+    overlapping) merged into one."""
+    out: list[list[int]] = []
+    for start, stop in sorted(ranges):
+        if out and start <= out[-1][1] + gap:
+            out[-1][1] = max(out[-1][1], stop)
         else:
-            merged.append([address, end])
-    return [(a, b) for a, b in merged]
+            out.append([start, stop])
+    return tuple((a, b) for a, b in out)

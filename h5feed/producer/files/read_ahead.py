@@ -113,7 +113,7 @@ class Source:
         if video not in self._videos:  # its first read: HDF5 read the dataset's metadata
             self._videos[video] = None  # too, which it keeps in its own cache: not remembered
         else:
-            merged = _merge(reads, self.cache.min_fetch)
+            merged = clip_bytes.merged(reads, self.cache.min_fetch)
             if merged and sum(b - a for a, b in merged) <= self.cache.capacity // 8:
                 self._videos[video] = merged  # the latest read's: what a clip needs
         self._videos.move_to_end(video)
@@ -131,7 +131,7 @@ class Source:
     def fetch_plan(self, plan: ClipBytes) -> None:
         """Fetch ``plan``'s ranges, then the heap collections its descriptors point at,
         learning each collection's size from its header (guarantee 3)."""
-        self.fetch_ranges(_merge(list(plan.ranges), clip_bytes.MERGE_GAP))  # one request
+        self.fetch_ranges(clip_bytes.merged(plan.ranges, clip_bytes.MERGE_GAP))  # one request
         bound, size = self.cache.capacity // 4, self.cache.size
         for start, stop in plan.descriptors:
             self.cache.ensure(start, stop)
@@ -157,17 +157,6 @@ class Source:
             self._collections.clear()
         self._collections[address] = self._guess = found
         self.cache.ensure(address, address + found)  # the part the guess left out, if any
-
-
-def _merge(reads: list[Range], gap: int) -> tuple[Range, ...]:
-    """``reads`` as few ranges: those at most ``gap`` apart merged."""
-    merged: list[list[int]] = []
-    for start, stop in sorted(reads):
-        if merged and start <= merged[-1][1] + gap:
-            merged[-1][1] = max(merged[-1][1], stop)
-        else:
-            merged.append([start, stop])
-    return tuple((a, b) for a, b in merged)
 
 
 class _Threads:

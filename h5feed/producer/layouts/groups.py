@@ -81,12 +81,10 @@ class GroupsReader(LayoutReader):
             if frames.shape[0] == 0:
                 raise DataError("video has no frames", file=self.path, video=name)
             label = group_label(group, self.spec.label, self.path, name)
-            self._check_crcs(group, name, int(frames.shape[0]))
+            crcs = self._check_crcs(group, name, int(frames.shape[0]))
             videos.append((name, int(frames.shape[0]), label))
             if len(self._datasets) < KEEP_OPEN:  # read again by clips: its metadata, now
-                self._datasets[name] = frames
-                crcs = group.get(CRC_DATASET)
-                self._crcs[name] = crcs if isinstance(crcs, h5py.Dataset) else None
+                self._datasets[name], self._crcs[name] = frames, crcs
         if frameless and videos:  # once per file: the groups may be something else entirely
             _log.warning(
                 "%s: %d top-level groups without a %r dataset are not videos and are left "
@@ -101,11 +99,12 @@ class GroupsReader(LayoutReader):
             )
         return videos
 
-    def _check_crcs(self, group: h5py.Group, video: str, frames: int) -> None:
-        """Check the video's ``crc32`` dataset, if any: unsigned integers [frames]."""
+    def _check_crcs(self, group: h5py.Group, video: str, frames: int) -> h5py.Dataset | None:
+        """The video's ``crc32`` dataset once checked (unsigned integers [frames]), or None
+        when it has none."""
         crcs = group.get(CRC_DATASET)
         if crcs is None:
-            return
+            return None
         if (
             not isinstance(crcs, h5py.Dataset)
             or crcs.shape != (frames,)
@@ -118,7 +117,7 @@ class GroupsReader(LayoutReader):
                 file=self.path,
                 video=video,
             )
-        self.readable(crcs, whole=False)
+        return self.readable(crcs, whole=False)
 
     def frame_crcs(self, video: str, indices: list[int]) -> list[int] | None:
         dataset = self._crc_dataset(video)
@@ -130,9 +129,7 @@ class GroupsReader(LayoutReader):
         if video not in self._crcs:  # checked again: the index may come from the cache
             group = self.h5[video]
             frames = group[self.spec.frames]
-            self._check_crcs(group, video, int(frames.shape[0]))
-            crcs = group.get(CRC_DATASET)
-            self._crcs[video] = crcs if isinstance(crcs, h5py.Dataset) else None
+            self._crcs[video] = self._check_crcs(group, video, int(frames.shape[0]))
         return self._crcs[video]
 
     def _frames_dataset(self, video: str) -> h5py.Dataset:

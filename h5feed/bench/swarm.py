@@ -24,6 +24,7 @@ import argparse
 import logging
 import os
 import signal
+import socket
 import sys
 import time
 from collections.abc import Sequence
@@ -50,8 +51,10 @@ class SwarmMember(SyntheticWorker):
     are closed at once and the socket made again, with the same options, in ``context`` (a
     context per member would cost a thread per member)."""
 
-    def __init__(self, settings: WorkerSettings, context: zmq.Context[zmq.Socket[bytes]]) -> None:
-        super().__init__(settings, None)
+    def __init__(
+        self, settings: WorkerSettings, context: zmq.Context[zmq.Socket[bytes]], host: str
+    ) -> None:
+        super().__init__(settings, None, host=host)
         self.socket.close(linger=0)
         self.context.term()
         self.context = context
@@ -82,9 +85,15 @@ def run(connect: str, first: int, count: int, parent_pid: int | None) -> int:
     raise_open_files_limit()
     context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
     context.set(zmq.MAX_SOCKETS, count + _SOCKET_MARGIN)
+    # Each process plays a host of its own (a replica of a fleet): its members say so in
+    # HELLO, so the trainer offers them no shared-memory slot (as it would not a remote
+    # replica's) and knows which workers a stopped process takes down together.
+    host = f"{socket.gethostname()}-swarm{first}"
     members = [
         SwarmMember(
-            WorkerSettings(Network(connect), Process(f"swarm-{first + i}", parent_pid)), context
+            WorkerSettings(Network(connect), Process(f"swarm-{first + i}", parent_pid)),
+            context,
+            host,
         )
         for i in range(count)
     ]

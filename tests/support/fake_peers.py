@@ -26,6 +26,7 @@ import os
 import random
 import signal
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -504,6 +505,7 @@ class Fleet:
         batches: list[Batch] = []
         for reply in self.workers[peer].answer(message):
             reply = over_the_wire(reply)
+            peer.last_heard = time.monotonic()  # as the session notes every message received
             if isinstance(reply, messages.Data):
                 batches += self.scheduler.on_data(peer, reply)
             else:

@@ -10,12 +10,19 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Iterable
 from typing import Generic, TypeVar
 
+from h5feed.common.protocol.liveness import PROBE_EVERY_S
 from h5feed.common.protocol.versions import PROTOCOL_VERSION
 from h5feed.consumer.core.counters import RateMeter, StorageTotals
 
 W = TypeVar("W")
+
+#: A peer that holds work (units, or an INDEX it owes) and has sent nothing for this long is
+#: in doubt (:meth:`Peer.in_doubt`): two probe periods, well under the heartbeat timeout
+#: that declares a silent one lost.
+SILENT_WITH_WORK_S = 2 * PROBE_EVERY_S
 
 
 @dataclasses.dataclass(eq=False)
@@ -41,6 +48,9 @@ class Peer:
     last_heard: float = 0.0  # when its last message arrived (liveness probes go to the quiet)
     probed: float = 0.0  # when it was last sent a PING or any message (each proves the link)
     lost_cause: str | None = None  # why it was lost (a LossCause), once it is
+    #: When another peer of its host was lost as unreachable (its host may be down): in
+    #: doubt until it is heard from again (:meth:`in_doubt`).
+    host_doubted: float | None = None
     #: Since when it owes a handshake answer (an INDEX of files it was asked to take) with
     #: none sent: the session's deadline runs from here as from ``last_progress`` for units.
     owes_since: float | None = None
@@ -51,6 +61,39 @@ class Peer:
 
     def __str__(self) -> str:
         return f"{self.name} (pid {self.pid} on {self.host})"
+
+    def in_doubt(self, now: float) -> bool:
+        """Whether it may be about to be lost: not heard from since another peer of its host
+        was lost as unreachable, or holding work (units, an INDEX it owes) and silent for
+        :data:`SILENT_WITH_WORK_S`. A stopped or cut-off host looks so until its heartbeats
+        time out; so does a worker in one long unit (passed over as an heir, it loses
+        nothing but a turn)."""
+        if self.host_doubted is not None and self.last_heard < self.host_doubted:
+            return True
+        holds = bool(self.outstanding) or self.owes_since is not None
+        return holds and now - self.last_heard > SILENT_WITH_WORK_S
+
+
+def doubt_host(peers: Iterable[Peer], host: str, now: float) -> None:
+    """A remote peer of ``host`` stopped answering heartbeats: the host may be down or cut
+    off, so its other remote ``peers`` are in doubt until heard from again
+    (:meth:`Peer.in_doubt`): work handed over goes to others first."""
+    for peer in peers:
+        if peer.host == host and not peer.local:
+            peer.host_doubted = now
+
+
+def heard_first(peers: list[Peer], now: float) -> list[Peer]:
+    """``peers`` less those in doubt (:meth:`Peer.in_doubt`), or all of them if that leaves
+    none.
+
+    Work handed over from a lost peer must not go to one that is about to be lost too: when
+    a host with many workers stops, their connections time out one by one over a second or
+    two, and a file or unit moved to the next of them dies with it, until three such deaths
+    end the run as a "poison" unit (``max_unit_attempts``) or file that is nothing of the
+    kind."""
+    heard = [peer for peer in peers if not peer.in_doubt(now)]
+    return heard or peers
 
 
 @dataclasses.dataclass(slots=True)

@@ -16,7 +16,8 @@ no longer expected and is dropped by unit id:
 2. A remote producer that says BYE, becomes unreachable (no heartbeat answer within
    ``peer_timeout_s``), is stuck past ``unit_timeout_s``, or is replaced by a restarted
    process under its identity has its work handed to the live peers by the scheduler (one
-   rule per input kind: see ``Scheduler.reassign``). A producer that may still be running is
+   rule per input kind: see ``Scheduler.reassign``; peers in doubt last, see
+   ``ledger.heard_first``). A producer that may still be running is
    not confirmed dead: shared-memory slots it could write stay out of the pool.
 3. With no live peer left, the work waits for one to join (a replacement, a restarted
    producer, a new one); the loop ends the iteration if none does within ``start_timeout_s``.
@@ -26,6 +27,11 @@ no longer expected and is dropped by unit id:
    count); a sample at ``max_unit_attempts`` ends the iteration with
    :class:`PoisonUnitError` naming the samples of that unit (file, video and frames; or
    items). Its worker's deaths need not be a crash loop for this (it delivered other units).
+   A unit sent to a peer already in doubt (another worker of its host was lost as
+   unreachable, and it was not heard from since: ``Peer.in_doubt``) counts nothing when that
+   peer is lost: its host was failing before the unit came, so the death says nothing
+   about the unit. Work handed over goes to peers not in doubt first (``heard_first``), so
+   this is the case only when every reader of a file is in doubt.
 """
 
 from __future__ import annotations
@@ -72,7 +78,12 @@ class UnitAttempts:
     def holder_died(self, peer: Peer, scheduler: Scheduler[object], reason: str) -> None:
         """Count one attempt for each sample ``peer`` held; PoisonUnitError naming the
         samples of a unit one of whose samples reached the limit."""
-        for unit_id in sorted(peer.outstanding):
+        doubted = peer.host_doubted
+        if doubted is not None and peer.last_heard >= doubted:
+            doubted = None  # heard from since: the doubt was cleared
+        for unit_id, sent_at in sorted(peer.outstanding.items()):
+            if doubted is not None and sent_at >= doubted:
+                continue  # sent to a host already failing: no attempt of the unit's
             samples = scheduler.samples_of(unit_id)
             for key, _name in samples:
                 self._deaths[key] += 1

@@ -75,7 +75,7 @@ from h5feed.common.trust.refusal_log import RefusalLog
 from h5feed.consumer.core.counters import Counters
 from h5feed.consumer.core.events import Arrived, Event, LossCause, PeerJoined, PeerLost
 from h5feed.consumer.core.identities import Identities, Identity
-from h5feed.consumer.core.ledger import Peer
+from h5feed.consumer.core.ledger import Peer, doubt_host
 
 #: Malformed messages one identity may send before it is refused and ignored: enough that a
 #: peer's one-off bug is survived, few enough that a flood costs at most this many decodes.
@@ -331,6 +331,8 @@ class PeerSession:
         if self.peers.get(peer.identity) is peer:
             del self.peers[peer.identity]
             peer.lost_cause = cause
+            if cause == "unreachable" and not peer.local:  # its host may be down
+                doubt_host(self.peers.values(), peer.host, time.monotonic())
             self._known.of(peer.identity).gone = True
             if peer.local:
                 self._ended.setdefault(peer.name, set()).add(peer.pid)

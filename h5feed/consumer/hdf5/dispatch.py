@@ -46,6 +46,7 @@ Guarantees:
 from __future__ import annotations
 
 import os
+import time
 from collections import Counter
 from collections.abc import Hashable, Iterator
 
@@ -263,13 +264,15 @@ class Dispatch:
         """The peer to make each row of ``files`` (a batch's rows, in order): the file's owner
         when it has no confirmed extra reader (the fast path: one lookup per row), else for
         each file of the batch its reader (owner or extra) with the fewest rows in flight,
-        counting the rows just given (guarantee 7); None: nobody reads the file now."""
+        counting the rows just given (guarantee 7), one in doubt last (``Peer.in_doubt``:
+        perhaps about to be lost); None: nobody reads the file now."""
         owners = self._owners.owners(files)
         if not self._readers.any:
             return owners
         chosen: dict[int, Peer | None] = {}
         in_flight, issued = self._in_flight, self._issued
         given: dict[Peer, int] = {}
+        clock = time.monotonic()
         for file_index, count in Counter(files).items():  # in order of first row
             extras = self._readers.confirmed(file_index)
             owner = self._owners.owner(file_index)
@@ -278,9 +281,10 @@ class Dispatch:
                 continue
             candidates = extras if owner is None else [owner, *extras]
 
-            def load(peer: Peer) -> tuple[int, int]:
+            def load(peer: Peer) -> tuple[bool, int, int]:
                 now = given.get(peer, 0)
-                return in_flight.get(peer, 0) + now, issued.get(peer, 0) + now
+                doubt = peer.in_doubt(clock)
+                return doubt, in_flight.get(peer, 0) + now, issued.get(peer, 0) + now
 
             peer = min(candidates, key=load)  # ties: the one given least so far, then order
             given[peer] = given.get(peer, 0) + count

@@ -9,12 +9,13 @@ and the plan, this the moves. It holds no state of its own: the scheduler's, dec
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 from h5feed.common.errors import DataError
 from h5feed.common.protocol import messages
 from h5feed.common.system.logs import IdsLogger
-from h5feed.consumer.core.ledger import Peer
+from h5feed.consumer.core.ledger import Peer, heard_first
 from h5feed.consumer.core.scheduler import Reassignment, Send
 from h5feed.consumer.hdf5.dispatch import Dispatch
 from h5feed.consumer.hdf5.file_owners import FileOwners
@@ -180,14 +181,16 @@ class FileMoves:
         )
 
     def _move(self, file_index: int, exclude: Peer | None = None) -> list[Send] | None:
-        """Ask the live worker with the lowest load (not refused for it; one that has shown
-        it delivers, or a local one, before any other) to take over ``file_index``; None if
+        """Ask the live worker with the lowest load (not refused for it; none silent while
+        holding work if another may take it: ``heard_first``; one that has shown it
+        delivers, or a local one, before any other) to take over ``file_index``; None if
         there is none. An indexed file is owned once the worker's INDEX matches; one not
         indexed yet is owned at once (its INDEX is the first); either way the worker owes
         that INDEX within ``unit_timeout_s`` (the session's deadline)."""
         candidates = self.owners.candidates(file_index, exclude)
         if not candidates:
             return None
+        candidates = heard_first(candidates, time.monotonic())  # not one about to be lost
         load = self.owners.load
         if self.sharing.heir(file_index, candidates, load) is not None:
             # A reader of the file already (its copy checked): it owns it now, no JOB.

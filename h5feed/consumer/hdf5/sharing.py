@@ -18,10 +18,17 @@ is :func:`~h5feed.consumer.hdf5.file_readers.deal`. This keeps them consistent:
    it has the planned copy open already, so the file changes owner with no JOB and no INDEX.
 4. An extra reader is never the file's owner or taker: one that is made either stops being
    an extra reader first.
+5. A peer in doubt (``Peer.in_doubt``: silent while it holds work, or not heard from
+   since another worker of its host was lost as unreachable; a stopped or cut-off host
+   looks so until its heartbeats time out) is dealt no new extra read; a later deal (the
+   next join or loss) may give it one. When a host with many workers stops, their losses
+   come one by one, each a deal: without this each deal handed the lost one's files to
+   the next of them, whose INDEX never came, and three such deaths refused a good file.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 import numpy as np
@@ -94,8 +101,15 @@ class Sharing:
             if taker in held:
                 held[taker].append(file_index)
 
+        now = time.monotonic()
+        doubted = {p for p in held if p.in_doubt(now)}  # guarantee 5
+
         def may_read(file_index: int, peer: Peer) -> bool:
-            return not owners.refused(file_index, peer) and owners.owner(file_index) is not peer
+            return (
+                peer not in doubted
+                and not owners.refused(file_index, peer)
+                and owners.owner(file_index) is not peer
+            )
 
         added = [
             (f, p)

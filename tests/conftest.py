@@ -4,6 +4,7 @@ every test's tier (tests/support/tiers.py), the in-process tier under its guard
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pathlib
 import time
@@ -17,6 +18,14 @@ from tier_guard import Refusals, guarded
 
 from h5feed.common.trust.curve import write_key_pair
 from h5feed.producer.sample_data import SampleSpec, make_sample_dataset
+
+# urllib3 probes for IPv6 with a socket when first imported, and TensorFlow and Keras import
+# it: imported here, at collection, so that an in-process test whose TensorFlow import is its
+# first (a test file or directory run alone) is not failed by the tier guard for a probe that
+# is the library's, not the test's. In a whole run some test module imports TensorFlow at
+# collection anyway.
+with contextlib.suppress(ImportError):
+    import urllib3.util.connection  # noqa: F401
 
 #: Support modules whose fixtures every test may take by name (as if defined here).
 pytest_plugins = ["remote_producers", "rogue_workers", "swarm_helpers"]

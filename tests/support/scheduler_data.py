@@ -7,16 +7,17 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from fake_peers import (
-    fake_index,
-    fake_videos,
-)
+from fake_peers import FakeWorker, Fleet, fake_index, fake_videos, hdf_config, make_peer
 
 from h5feed.common.protocol import messages
 from h5feed.consumer.core.assembly import Batch
+from h5feed.consumer.core.counters import Counters
+from h5feed.consumer.core.credits import CreditGate
+from h5feed.consumer.core.ledger import Peer
 from h5feed.consumer.core.scheduler import Send
+from h5feed.consumer.hdf5.scheduler import HdfScheduler
 from h5feed.consumer.options import FeedConfig
-from h5feed.consumer.plan.epoch_plan import Cursor, epoch_order
+from h5feed.consumer.plan.epoch_plan import Cursor, Index, epoch_order
 
 JOB = "job-7"
 
@@ -42,6 +43,29 @@ def job_files(sends: Sequence[Send]) -> list[int]:
 def epochs_from(start: Cursor, count: int) -> range:
     """The epochs an iteration from ``start`` runs (as the stream passes them)."""
     return range(start.epoch, start.epoch + count)
+
+
+def hdf_fleet(
+    peers: int | Sequence[Peer],
+    *,
+    epochs: int = 2,
+    start: Cursor | None = None,
+    budget: int = 4,
+    slots: bool = False,
+    known: Index | None = None,
+    **options: Any,
+) -> tuple[Fleet, HdfScheduler, FeedConfig]:
+    """Fake workers (``peers``, or that many named p0, p1, ...) around a real HDF5 scheduler
+    of the small dataset, an iteration of ``epochs`` from ``start`` (the beginning)."""
+    start = Cursor() if start is None else start
+    config = hdf_config(FILES, **{**HDF_OPTIONS, **options})
+    counters = Counters()
+    scheduler = HdfScheduler(config, JOB, iter(epochs_from(start, epochs)), start, counters, known)
+    gate = CreditGate(budget, lambda: None)
+    if isinstance(peers, int):
+        peers = [make_peer(f"p{i}") for i in range(peers)]
+    workers = [FakeWorker(peer, VIDEOS, slots=slots) for peer in peers]
+    return Fleet(scheduler, workers, gate, counters), scheduler, config
 
 
 def check_hdf_batch(batch: Batch, clips_per_video: int = 2) -> list[int]:

@@ -62,13 +62,19 @@ class Peer:
     def __str__(self) -> str:
         return f"{self.name} (pid {self.pid} on {self.host})"
 
+    def host_in_doubt_since(self) -> float | None:
+        """When another peer of its host was lost as unreachable, if it has not been heard
+        from since (else None: no such loss, or the doubt was cleared)."""
+        doubted = self.host_doubted
+        return doubted if doubted is not None and self.last_heard < doubted else None
+
     def in_doubt(self, now: float) -> bool:
         """Whether it may be about to be lost: not heard from since another peer of its host
         was lost as unreachable, or holding work (units, an INDEX it owes) and silent for
         :data:`SILENT_WITH_WORK_S`. A stopped or cut-off host looks so until its heartbeats
         time out; so does a worker in one long unit (passed over as an heir, it loses
         nothing but a turn)."""
-        if self.host_doubted is not None and self.last_heard < self.host_doubted:
+        if self.host_in_doubt_since() is not None:
             return True
         holds = bool(self.outstanding) or self.owes_since is not None
         return holds and now - self.last_heard > SILENT_WITH_WORK_S

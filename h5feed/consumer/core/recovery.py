@@ -78,9 +78,7 @@ class UnitAttempts:
     def holder_died(self, peer: Peer, scheduler: Scheduler[object], reason: str) -> None:
         """Count one attempt for each sample ``peer`` held; PoisonUnitError naming the
         samples of a unit one of whose samples reached the limit."""
-        doubted = peer.host_doubted
-        if doubted is not None and peer.last_heard >= doubted:
-            doubted = None  # heard from since: the doubt was cleared
+        doubted = peer.host_in_doubt_since()
         for unit_id, sent_at in sorted(peer.outstanding.items()):
             if doubted is not None and sent_at >= doubted:
                 continue  # sent to a host already failing: no attempt of the unit's

@@ -16,25 +16,17 @@ from __future__ import annotations
 import random
 import time
 
-from fake_peers import FakeWorker, Fleet, hdf_config, make_peer
-from scheduler_data import FILES, HDF_OPTIONS, INDEX, JOB, VIDEOS, check_hdf_batch, epochs_from
+from fake_peers import FakeWorker, Fleet, make_peer
+from scheduler_data import INDEX, VIDEOS, check_hdf_batch, hdf_fleet
 
 from h5feed.common.protocol import messages
-from h5feed.consumer.core.counters import Counters
-from h5feed.consumer.core.credits import CreditGate
 from h5feed.consumer.core.ledger import SILENT_WITH_WORK_S, Peer, heard_first
-from h5feed.consumer.hdf5.scheduler import HdfScheduler
-from h5feed.consumer.plan.epoch_plan import Cursor
 
 UNREACHABLE = "its connection stopped answering heartbeats (Host unreachable)"
 
 
-def fleet_of(peers: list[Peer], budget: int = 4) -> Fleet:
-    config = hdf_config(FILES, **HDF_OPTIONS)
-    counters = Counters()
-    scheduler = HdfScheduler(config, JOB, iter(epochs_from(Cursor(), 2)), Cursor(), counters)
-    workers = [FakeWorker(peer, VIDEOS) for peer in peers]
-    return Fleet(scheduler, workers, CreditGate(budget, lambda: None), counters)
+def fleet_of(peers: list[Peer]) -> Fleet:
+    return hdf_fleet(peers)[0]  # 2 epochs
 
 
 def test_the_work_of_a_stopped_host_goes_to_the_other_host_and_nothing_is_called_poison() -> None:

@@ -21,7 +21,6 @@ from fake_peers import (
     fake_index,
     fake_videos,
     generator_element,
-    hdf_config,
     keras_batch,
     make_peer,
     map_element,
@@ -31,7 +30,6 @@ from fake_peers import (
 )
 from scheduler_data import (
     FILES,
-    HDF_OPTIONS,
     INDEX,
     JOB,
     LENGTH,
@@ -39,6 +37,7 @@ from scheduler_data import (
     check_hdf_batch,
     epochs_from,
     expected_items,
+    hdf_fleet,
     job_files,
     map_ids,
 )
@@ -56,35 +55,14 @@ from h5feed.consumer.core.assembly import Batch
 from h5feed.consumer.core.counters import Counters
 from h5feed.consumer.core.credits import CreditGate
 from h5feed.consumer.core.ledger import Peer
-from h5feed.consumer.hdf5.scheduler import HdfScheduler
 from h5feed.consumer.options import FeedConfig
-from h5feed.consumer.plan.epoch_plan import Cursor, Index
+from h5feed.consumer.plan.epoch_plan import Cursor
 from h5feed.consumer.sources.scheduler import SourceScheduler
 
 START = Cursor()  # an iteration from the beginning
 
 
 # -- HDF5 -------------------------------------------------------------------------------
-
-
-def hdf_fleet(
-    peers: int | Sequence[Peer],
-    *,
-    epochs: int = 2,
-    start: Cursor = START,
-    budget: int = 4,
-    slots: bool = False,
-    known: Index | None = None,
-    **options: Any,
-) -> tuple[Fleet, HdfScheduler, FeedConfig]:
-    config = hdf_config(FILES, **{**HDF_OPTIONS, **options})
-    counters = Counters()
-    scheduler = HdfScheduler(config, JOB, iter(epochs_from(start, epochs)), start, counters, known)
-    gate = CreditGate(budget, lambda: None)
-    if isinstance(peers, int):
-        peers = [make_peer(f"p{i}") for i in range(peers)]
-    workers = [FakeWorker(peer, VIDEOS, slots=slots) for peer in peers]
-    return Fleet(scheduler, workers, gate, counters), scheduler, config
 
 
 def assert_each_sample_once_per_epoch(batches: Sequence[Batch], epochs: Sequence[int]) -> None:

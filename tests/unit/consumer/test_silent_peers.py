@@ -26,29 +26,25 @@ from typing import Any
 
 import pytest
 from conftest import trainer_and_producer_keys
-from fake_peers import FakeTransport, FakeWorker, Fleet, hdf_config, hello_frames, make_peer
+from fake_peers import FakeTransport, FakeWorker, Fleet, hello_frames, make_peer
 from metrics_helpers import free_port
 from paths import SUPPORT
 from scheduler_data import (
-    FILES,
-    HDF_OPTIONS,
     INDEX,
     JOB,
     VIDEOS,
     check_hdf_batch,
-    epochs_from,
+    hdf_fleet,
     job_files,
 )
 
 import h5feed
 from h5feed.common.protocol import messages
 from h5feed.consumer.core.counters import Counters
-from h5feed.consumer.core.credits import CreditGate
 from h5feed.consumer.core.events import PeerLost
 from h5feed.consumer.core.ledger import Peer
 from h5feed.consumer.core.session import PeerSession
 from h5feed.consumer.hdf5.scheduler import HdfScheduler
-from h5feed.consumer.plan.epoch_plan import Cursor
 
 CLIP = {"clip_len": 4, "resize": (48, 64), "crop": (40, 40)}
 #: Every wait of the end-to-end tests is bounded by this.
@@ -57,11 +53,8 @@ SILENT = SUPPORT.joinpath("silent_peers.py")
 
 
 def fleet_of(peers: list[Peer], budget: int = 4) -> tuple[Fleet, HdfScheduler]:
-    config = hdf_config(FILES, **HDF_OPTIONS)
-    counters = Counters()
-    scheduler = HdfScheduler(config, JOB, iter(epochs_from(Cursor(), 1)), Cursor(), counters)
-    workers = [FakeWorker(peer, VIDEOS) for peer in peers]
-    return Fleet(scheduler, workers, CreditGate(budget, lambda: None), counters), scheduler
+    fleet, scheduler, _config = hdf_fleet(peers, epochs=1, budget=budget)
+    return fleet, scheduler
 
 
 def silent_joiners(fleet: Fleet, count: int) -> list[Peer]:

@@ -28,7 +28,7 @@ with contextlib.suppress(ImportError):
     import urllib3.util.connection  # noqa: F401
 
 #: Support modules whose fixtures every test may take by name (as if defined here).
-pytest_plugins = ["remote_producers", "rogue_workers", "swarm_helpers"]
+pytest_plugins = ["remote_producers", "rogue_workers", "s3_server", "swarm_helpers"]
 
 #: Small but realistic: 4 files x 6 videos of 6..20 JPEG frames, 96x128 pixels.
 SMALL = SampleSpec(

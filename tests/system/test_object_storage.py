@@ -33,6 +33,8 @@ from metrics_helpers import by_worker, scrape
 from one_file_cases import CASES as LAYOUT_CASES
 from pack_data import write_video
 from remote_producers import free_port
+from s3_server import BUCKET, start_server
+from s3_server import filesystem as _fs
 
 import h5feed
 from h5feed.bench.s3_proxy import FaultProxy
@@ -48,67 +50,10 @@ from h5feed.producer.sample_data import SampleSpec, make_sample_dataset
 
 pytestmark = pytest.mark.processes
 
-BUCKET = "h5feed-tests"
-CREDENTIALS = {
-    "AWS_ACCESS_KEY_ID": "testing",
-    "AWS_SECRET_ACCESS_KEY": "testing",
-    "AWS_DEFAULT_REGION": "us-east-1",
-}
 OPTIONS: dict[str, Any] = {
     "clip_len": 2, "resize": (24, 32), "clips_per_video": 2, "batch_size": 3, "seed": 11,
     "index_cache": False, "start_timeout_s": 60, "unit_timeout_s": 60,
 }  # fmt: skip
-
-
-def _start_server() -> tuple[Any, str]:
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    return server, f"http://{host}:{port}"
-
-
-def _fs(endpoint: str) -> Any:
-    return storage_config.filesystem(
-        "s3", {"endpoint_url": endpoint, "key": "testing", "secret": "testing"}
-    )
-
-
-@pytest.fixture(scope="session")
-def s3_server() -> Iterator[str]:
-    """The S3 server's endpoint, for the whole session."""
-    server, endpoint = _start_server()
-    try:
-        yield endpoint
-    finally:
-        server.stop()
-
-
-@pytest.fixture(scope="session")
-def uploaded(s3_server: str, tmp_path_factory: pytest.TempPathFactory) -> list[pathlib.Path]:
-    """Two sample files written locally, and uploaded under ``s3://BUCKET/data/``."""
-    spec = SampleSpec(
-        files=2, videos_per_file=5, min_frames=4, max_frames=8, height=24, width=32, seed=5
-    )
-    paths = sorted(make_sample_dataset(tmp_path_factory.mktemp("s3data"), spec))
-    fs = _fs(s3_server)
-    fs.mkdir(BUCKET)
-    for path in paths:
-        fs.put(str(path), f"{BUCKET}/data/{path.name}")
-    return paths
-
-
-@pytest.fixture()
-def s3(s3_server: str, uploaded: list[pathlib.Path], monkeypatch: pytest.MonkeyPatch) -> Any:
-    """The environment a trainer and its local workers read the bucket with (credentials and
-    endpoint from the environment, as a producer's), and a filesystem for the test itself."""
-    for name in ("AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_SESSION_TOKEN"):
-        monkeypatch.delenv(name, raising=False)
-    for name, value in CREDENTIALS.items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.setenv(storage_config.STORAGE_ENV, json.dumps({"endpoint_url": s3_server}))
-    return _fs(s3_server)
 
 
 def _collect(feed: Any) -> list[dict[str, np.ndarray]]:
@@ -184,7 +129,7 @@ def test_a_missing_object_ends_the_iteration_naming_its_url(
 def test_a_dead_server_ends_the_iteration_naming_the_url_within_the_bounds(
     s3: Any, uploaded: list[pathlib.Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    server, endpoint = _start_server()
+    server, endpoint = start_server()
     try:
         fs = _fs(endpoint)  # moto's servers of one process share their buckets
         fs.put(str(uploaded[0]), f"{BUCKET}/dead/{uploaded[0].name}")

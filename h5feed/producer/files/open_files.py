@@ -31,6 +31,9 @@ Guarantees of :class:`OpenFiles`:
 8. :meth:`release` closes a file as if it had never been opened: it stays known and is
    opened on its next :meth:`get`, not counted as a reopening (a job of more files than may
    be open closes each once indexed: :class:`~h5feed.producer.worker.hdf5_job.Hdf5Job`).
+9. An object streamed while its node-local copy was made is reopened from the copy by the
+   first :meth:`get` after the copy is complete (:mod:`~h5feed.producer.files.node_cache`,
+   the same bytes), not counted as a reopening.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from h5feed.common import object_urls
 from h5feed.common.errors import FileReadError
 from h5feed.common.layouts import LayoutSpec
 from h5feed.common.worker_settings import DEFAULT_MAX_OPEN_FILES
+from h5feed.producer.files import node_cache
 from h5feed.producer.files.read_limits import DEFAULT_BOUNDS, DatasetBounds
 from h5feed.producer.layouts import LayoutReader, open_reader
 
@@ -136,6 +140,11 @@ class OpenFiles:
         worker rows of it before that failure reached it: the error moves them on), or it
         was never named."""
         reader = self._open.get(number)
+        if reader is not None and node_cache.copy_ready(self._known[number][0]):
+            del self._open[number]  # its object now has a node-local copy: read from it
+            reader.close()
+            reader = None
+            self._seen.discard(number)  # not a reopening (guarantee 9)
         if reader is not None:
             self._open.move_to_end(number)
             return reader

@@ -54,7 +54,7 @@ import h5py
 
 from h5feed.common import object_urls, storage_config
 from h5feed.common.errors import FileReadError
-from h5feed.producer.files import read_ahead, request_counts, url_confine
+from h5feed.producer.files import node_cache, read_ahead, request_counts, url_confine
 from h5feed.producer.files.range_cache import RangeCache
 
 __all__ = [
@@ -253,6 +253,14 @@ def open_h5(url: str) -> h5py.File:
             file=url,
             host=socket.gethostname(),
         )
+    root = node_cache.directory()
+    if root is not None:  # a node-local copy of the object, when one is complete
+        details = getattr(raw, "details", None) or {}
+        copy = node_cache.copy_path(root, url, details)
+        if copy is not None:
+            raw.close()
+            return _open_file(node_cache.open_copy(copy, url), url)
+        node_cache.queue_download(root, url, details, lambda: open_for_copy(url, details))
     raw.cache = RangeCache(  # in place of fsspec's: exact ranges, not blocks
         request_counts.counted(raw.cache.fetcher),  # each ranged GET
         int(raw.size),
@@ -262,16 +270,44 @@ def open_h5(url: str) -> h5py.File:
     source = read_ahead.Source(url, raw.cache)
     read_ahead.register(source)
     try:
-        h5 = h5py.File(_UrlFile(raw, url, source), "r")
-    except Exception as exc:
+        return _open_file(_UrlFile(raw, url, source), url)
+    except BaseException:
         read_ahead.release(source)
-        raw.close()
+        raise
+
+
+def _open_file(file: Any, url: str) -> h5py.File:
+    """``file`` (the object's, or its node-local copy's, named ``url``) opened by h5py, its
+    external links refused; ``file`` closed when either fails."""
+    try:
+        h5 = h5py.File(file, "r")
+    except Exception as exc:
+        file.close()
         raise _fail("cannot open HDF5 file", url, exc) from exc
     try:
         url_confine.refuse_external_links(h5, url)
     except BaseException:
-        read_ahead.release(source)
         h5.close()
-        raw.close()
+        file.close()
         raise
     return h5
+
+
+def open_for_copy(url: str, details: dict[str, Any]) -> _UrlFile:
+    """``url`` opened afresh for a whole-object download
+    (:mod:`~h5feed.producer.files.node_cache`): its reads pinned to the ETag in ``details``
+    (fsspec sends ``If-Match``; another ETag now is refused here), counted, and retried as a
+    worker's reads are (guarantee 4)."""
+    request_counts.count_request()  # the open's HEAD
+    raw = filesystem(object_urls.parse(url).scheme).open(url, "rb", cache_type="none")
+    now, then = _etag(getattr(raw, "details", None) or {}), _etag(details)
+    if now != then:
+        raw.close()
+        request_counts.count_refused()
+        raise FileReadError(
+            f"the object was replaced (ETag {then} when opened, {now} now): not copied",
+            file=url,
+            host=socket.gethostname(),
+        )
+    raw.cache.fetcher = request_counts.counted(raw.cache.fetcher)
+    return _UrlFile(raw, url)

@@ -7,7 +7,10 @@ Reported per row: clips/s and x local; requests (the workers' own counts,
 byte used (the frames' bytes the clips cut: clips x clip length x the mean stored bytes of a
 frame, an estimate that counts a frame again for every clip that holds it); and the requests
 a worker makes to learn one file's index (open and index it in this process, counted). Two
-epochs after the first batch are timed, as in :mod:`h5feed.bench.object_storage`.
+epochs after the first batch are timed, as in :mod:`h5feed.bench.object_storage`. With
+``--node-cache``, two more runs at ``--latency-ms`` with a node-local cache of whole objects
+(:mod:`h5feed.producer.files.node_cache`): the first streams and downloads, the second (new
+workers, as a later job on the node) reads the copies.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from typing import Any
 import h5feed
 from h5feed.common.layouts import Auto
 from h5feed.common.object_urls import BENCH_ENV, BENCH_SCHEME
-from h5feed.producer.files import remote_files, request_counts
+from h5feed.producer.files import node_cache, remote_files, request_counts
 from h5feed.producer.inspection import inspect_file
 from h5feed.producer.sample_data import SampleSpec, make_sample_dataset
 
@@ -49,6 +52,38 @@ def timed_epochs(
     return clips / elapsed, clips + len(first["label"]), stats
 
 
+def _row(
+    label: str, args: argparse.Namespace, local: float, stored: int, frames: int, learn: int
+) -> dict[str, Any]:
+    """Two epochs over the study's URLs, printed and returned as a row of figures."""
+    rate, clips, stats = timed_epochs(f"{BENCH_SCHEME}://data/*.h5", args)
+    requests = sum(w["object_requests"] for w in stats["workers"])
+    read = sum(w["object_bytes"] for w in stats["workers"])
+    used = clips * args.clip_len * stored / frames
+    print(
+        f"{label:>34}: {rate:8.1f} clips/s ({rate / local:.2f} x local); "
+        f"{requests} requests ({requests / clips:.3f} per clip), "
+        f"{read / stored:.2f} bytes read per byte stored, {read / used:.2f} per "
+        f"byte used; {learn} requests to learn one file's index",
+        flush=True,
+    )
+    return {
+        "clips_per_s": round(rate, 1),
+        "x_local": round(rate / local, 3),
+        "requests": requests,
+        "requests_per_clip": round(requests / clips, 4),
+        "bytes_read_per_byte_stored": round(read / stored, 3),
+        "bytes_read_per_byte_used": round(read / used, 3),
+        "requests_to_learn_one_index": learn,
+    }
+
+
+def _index_requests_at(root: str, url: str, latency_ms: float) -> int:
+    """:func:`_index_requests` through the latency filesystem over ``root``."""
+    os.environ[BENCH_ENV] = json.dumps({"root": root, "latency_ms": latency_ms})
+    return _index_requests(url)
+
+
 def _index_requests(url: str) -> int:
     """Requests this process makes to open ``url`` and learn its index (as a worker does)."""
     from h5feed.producer.layouts import open_reader
@@ -65,7 +100,8 @@ def _index_requests(url: str) -> int:
 def run_local_latency(args: argparse.Namespace) -> int:
     """Write the files, read them from disk and through the latency filesystem; print each
     figure as it is measured and write them to ``args.json`` (when not None)."""
-    saved = {name: os.environ.get(name) for name in (BENCH_ENV, "H5FEED_STORAGE_OPTIONS")}
+    names = (BENCH_ENV, "H5FEED_STORAGE_OPTIONS", node_cache.DIR_ENV)
+    saved = {name: os.environ.get(name) for name in names}
     results: dict[str, Any] = {"server": "local-latency", "load": _load()}
     block = args.block_kib << 10
     try:
@@ -95,32 +131,21 @@ def run_local_latency(args: argparse.Namespace) -> int:
             print(f"{'local files':>34}: {local:8.1f} clips/s ({clips} clips)", flush=True)
             results["local_clips_per_s"] = round(local, 1)
             os.environ["H5FEED_STORAGE_OPTIONS"] = json.dumps({"default_block_size": block})
+            one_file = f"{BENCH_SCHEME}://data/{pathlib.Path(paths[0]).name}"
+            learn = _index_requests_at(tmp, one_file, args.latency_ms)
             for latency_ms in sorted({0.0, args.latency_ms}):
                 os.environ[BENCH_ENV] = json.dumps({"root": tmp, "latency_ms": latency_ms})
-                url = f"{BENCH_SCHEME}://data/*.h5"
-                rate, clips, stats = timed_epochs(url, args)
-                requests = sum(w["object_requests"] for w in stats["workers"])
-                read = sum(w["object_bytes"] for w in stats["workers"])
-                used = clips * args.clip_len * stored / frames
-                one_file = f"{BENCH_SCHEME}://data/{pathlib.Path(paths[0]).name}"
-                learn = _index_requests(one_file)
                 label = f"{BENCH_SCHEME}:// +{latency_ms:g} ms/request"
-                print(
-                    f"{label:>34}: {rate:8.1f} clips/s ({rate / local:.2f} x local); "
-                    f"{requests} requests ({requests / clips:.3f} per clip), "
-                    f"{read / stored:.2f} bytes read per byte stored, {read / used:.2f} per "
-                    f"byte used; {learn} requests to learn one file's index",
-                    flush=True,
-                )
-                results[f"latency_{latency_ms:g}ms"] = {
-                    "clips_per_s": round(rate, 1),
-                    "x_local": round(rate / local, 3),
-                    "requests": requests,
-                    "requests_per_clip": round(requests / clips, 4),
-                    "bytes_read_per_byte_stored": round(read / stored, 3),
-                    "bytes_read_per_byte_used": round(read / used, 3),
-                    "requests_to_learn_one_index": learn,
-                }
+                row = _row(label, args, local, stored, frames, learn)
+                results[f"latency_{latency_ms:g}ms"] = row
+            if args.node_cache:  # the same at --latency-ms, with a node-local cache of copies
+                os.environ[BENCH_ENV] = json.dumps({"root": tmp, "latency_ms": args.latency_ms})
+                os.environ[node_cache.DIR_ENV] = os.path.join(tmp, "node-cache")
+                for run in ("first", "second"):
+                    label = f"+{args.latency_ms:g} ms, node cache, {run} run"
+                    results[f"node_cache_{run}_run"] = _row(
+                        label, args, local, stored, frames, learn
+                    )
     finally:
         for name, value in saved.items():
             if value is None:

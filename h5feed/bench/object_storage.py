@@ -42,6 +42,8 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("needs --clip-len <= --min-frames <= --max-frames")
     if getattr(args, "server", "moto") == "local-latency":
         return run_local_latency(args)
+    if getattr(args, "node_cache", False):
+        raise ValueError("--node-cache is measured with --server local-latency only")
     from h5feed.bench.s3_proxy import FaultProxy
 
     results: dict[str, Any] = {}

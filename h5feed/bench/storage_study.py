@@ -51,6 +51,12 @@ def object_storage_arguments(parser: argparse.ArgumentParser) -> None:
         help="moto's S3 server behind a proxy, or local files behind a latency (default moto)",
     )
     add(
+        "--node-cache",
+        action="store_true",
+        help="with --server local-latency: two more runs at --latency-ms with a node-local "
+        "cache of whole objects ($H5FEED_NODE_CACHE in a temporary directory)",
+    )
+    add(
         "--json",
         default=os.path.join("docs", "bench", "object-storage-2cores.json"),
         help="where to write the figures (default %(default)s)",

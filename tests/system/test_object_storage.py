@@ -42,7 +42,7 @@ from h5feed.common import storage_config
 from h5feed.common.errors import FileReadError, H5FeedError
 from h5feed.common.layouts import Auto
 from h5feed.consumer.hdf5 import urls
-from h5feed.producer.files import dataset_checks, index_cache, remote_files
+from h5feed.producer.files import dataset_checks, index_cache, node_cache, remote_files
 from h5feed.producer.files.confine import PathRefused
 from h5feed.producer.files.read_limits import DEFAULT_BOUNDS
 from h5feed.producer.inspection import inspect_file
@@ -224,20 +224,32 @@ def _evil_files(directory: pathlib.Path) -> dict[str, pathlib.Path]:
     return files
 
 
-def test_a_file_in_a_bucket_reaches_no_local_file(s3: Any, tmp_path: pathlib.Path) -> None:
+@pytest.mark.parametrize("node_copies", [False, True], ids=["streamed", "node-cache-copies"])
+def test_a_file_in_a_bucket_reaches_no_local_file(
+    s3: Any, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, node_copies: bool
+) -> None:
+    """Refused by name when read from the bucket, and the same when read from a node-local
+    copy (h5feed/producer/files/node_cache.py): the copy is opened as the URL, not as a path."""
+    prefix = f"{BUCKET}/evil-{node_copies}"
     for name, path in _evil_files(tmp_path).items():
-        s3.put(str(path), f"{BUCKET}/evil/{name}.h5")
-    with pytest.raises(PathRefused, match=r"external link '/video_000'.*this host's disk"):
-        remote_files.open_h5(f"s3://{BUCKET}/evil/elink.h5")
-    for name, rule in [("vds", "virtual dataset '/images'"), ("external", "external file")]:
-        url = f"s3://{BUCKET}/evil/{name}.h5"
-        h5 = remote_files.open_h5(url)
-        try:
-            with pytest.raises(PathRefused, match=f"{rule}.*this host's disk") as caught:
-                dataset_checks.check_dataset(h5["images"], DEFAULT_BOUNDS, None, whole=True)
-            assert caught.value.file == url  # named by its URL, not a file object
-        finally:
-            h5.close()
+        s3.put(str(path), f"{prefix}/{name}.h5")
+    if node_copies:
+        monkeypatch.setenv(node_cache.DIR_ENV, str(tmp_path / "node-cache"))
+    opened = node_cache.stats["opened_copies"]
+    for _pass in range(2 if node_copies else 1):  # with copies: streamed, then from the copies
+        with pytest.raises(PathRefused, match=r"external link '/video_000'.*this host's disk"):
+            remote_files.open_h5(f"s3://{prefix}/elink.h5")
+        for name, rule in [("vds", "virtual dataset '/images'"), ("external", "external file")]:
+            url = f"s3://{prefix}/{name}.h5"
+            h5 = remote_files.open_h5(url)
+            try:
+                with pytest.raises(PathRefused, match=f"{rule}.*this host's disk") as caught:
+                    dataset_checks.check_dataset(h5["images"], DEFAULT_BOUNDS, None, whole=True)
+                assert caught.value.file == url  # named by its URL, not a file object
+            finally:
+                h5.close()
+        assert node_cache.wait_idle(30)
+    assert node_cache.stats["opened_copies"] == opened + (3 if node_copies else 0)
 
 
 def test_inspect_takes_a_url(s3: Any, uploaded: list[pathlib.Path]) -> None:

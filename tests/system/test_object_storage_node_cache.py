@@ -8,12 +8,15 @@ bucket is never read from its old copy. Without a server: tests/unit/producer/te
 from __future__ import annotations
 
 import pathlib
+import subprocess
+import sys
 import time
 from typing import Any
 
 import h5py
 import numpy as np
 import pytest
+from remote_producers import free_port
 from s3_server import BUCKET
 
 import h5feed
@@ -135,3 +138,47 @@ def test_an_object_replaced_in_the_bucket_is_never_read_from_its_old_copy(
             assert node_cache.stats["opened_copies"] == opened + 1
             assert _content(copied) == expected
     assert len(_copies(cache_dir)) == 2  # one per version; the old one never read again
+
+
+def _produce(*flags: str, port: int) -> subprocess.Popen[str]:
+    """``h5feed produce`` of one worker for the bucket's data, connecting to ``port``."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "h5feed", "produce", "--data-root", f"s3://{BUCKET}/data",
+         "--workers", "1", "--name", "p", "--connect", f"tcp://127.0.0.1:{port}", *flags],
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
+def test_a_producers_node_cache_flag_gives_its_workers_the_cache(
+    s3: Any, uploaded: list[pathlib.Path], tmp_path: pathlib.Path
+) -> None:
+    directory = tmp_path / "producer-cache"
+    port = free_port()
+    producer = _produce("--node-cache", str(directory), "--node-cache-gib", "1", port=port)
+    try:
+        for _iteration in range(2):  # the second finds the copies the first made
+            feed = h5feed.batches(
+                f"s3://{BUCKET}/data/*.h5", workers=0, listen=f"tcp://127.0.0.1:{port}",
+                **{**OPTIONS, "epochs": 1},
+            )  # fmt: skip
+            assert sum(len(b["sample"]) for b in feed) == 2 * 5 * 2
+            deadline = time.monotonic() + WAIT_S
+            while len(_copies(directory)) < len(uploaded) and time.monotonic() < deadline:
+                time.sleep(0.05)
+        assert sorted(p.read_bytes() for p in _copies(directory)) == sorted(
+            p.read_bytes() for p in uploaded
+        )
+        assert oct(directory.stat().st_mode & 0o777) == oct(0o700)
+        assert sum(w["object_bytes"] for w in feed.stats()["workers"]) == 0  # read the copies
+    finally:
+        producer.kill()
+        producer.communicate(timeout=30)
+
+
+def test_a_producers_node_cache_bound_that_is_not_a_number_stops_it_before_any_worker(
+    tmp_path: pathlib.Path,
+) -> None:
+    producer = _produce("--node-cache", str(tmp_path / "c"), "--node-cache-gib", "lots", port=1)
+    _out, err = producer.communicate(timeout=60)
+    assert producer.returncode != 0
+    assert f"${node_cache.GIB_ENV} must be a positive number of GiB, not 'lots'" in err

@@ -73,6 +73,21 @@ _PRODUCE_OPTIONS = (
         "(0.0.0.0:9100: every interface, for a Prometheus on another host)",
     ),
     (
+        "--node-cache",
+        "H5FEED_NODE_CACHE",
+        "DIR",
+        "for s3://, gs://, https:// data: keep whole copies of the objects read in DIR (this "
+        "user's, not writable by others; made 0700), so later epochs and jobs on this node read "
+        "local disk; the first read of an object streams while it is copied (default: none)",
+    ),
+    (
+        "--node-cache-gib",
+        "H5FEED_NODE_CACHE_GIB",
+        "GIB",
+        "the copies' bound on disk, least recently opened dropped first; a download also leaves "
+        "5%% of the disk free (default 20)",
+    ),
+    (
         "--max-restarts",
         "H5FEED_MAX_RESTARTS",
         "N",
@@ -300,6 +315,7 @@ def _cmd_produce(args: argparse.Namespace) -> int:
     )
     from h5feed.producer.worker.code_policy import policy_of
 
+    _export_node_cache(args)
     values = _worker_values(args)
     policy_of(values["allow_code"])  # ValueError for an empty pattern, before any worker starts
     template = service_worker(address, args.name or default_prefix(), **values)
@@ -319,6 +335,21 @@ def _cmd_produce(args: argparse.Namespace) -> int:
         _int_or(args.max_trainers, DEFAULT_MAX_TRAINERS),
         DEFAULT_ATTACH_TIMEOUT_S if args.attach_timeout_s is None else float(args.attach_timeout_s),
     )
+
+
+def _export_node_cache(args: argparse.Namespace) -> None:
+    """The node cache's flags into the environment the workers inherit (they read it there:
+    :mod:`h5feed.producer.files.node_cache`); ValueError for a bound that is not a positive
+    number, before any worker starts."""
+    from h5feed.producer.files import node_cache
+
+    for value, variable in (
+        (args.node_cache, node_cache.DIR_ENV),
+        (args.node_cache_gib, node_cache.GIB_ENV),
+    ):
+        if value is not None:
+            os.environ[variable] = str(value)
+    node_cache.bound_bytes()
 
 
 def _int_or(value: object, default: int) -> int:

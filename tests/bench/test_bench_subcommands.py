@@ -228,17 +228,24 @@ def test_object_storage_over_local_files_behind_a_latency_counts_the_workers_req
     out = tmp_path / "local-latency.json"
     argv = ["--files", "1", "--videos", "4", "--min-frames", "8", "--max-frames", "8"]
     argv += ["--workers", "1", "--latency-ms", "5", "--block-kib", "64", "--json", str(out)]
+    argv += ["--node-cache"]
     assert main(["bench", "object-storage", "--server", "local-latency", *argv]) == 0
     result = json.loads(out.read_text())
     assert result["server"] == "local-latency" and result["local_clips_per_s"] > 0
     for row in ("latency_0ms", "latency_5ms"):  # the workers' own counts (stats())
         assert result[row]["requests"] > 0 and result[row]["bytes_read_per_byte_used"] > 0
         assert result[row]["requests_to_learn_one_index"] > 0
+    # the node cache's second run: new workers read the first run's copies (HEADs only)
+    assert result["node_cache_first_run"]["bytes_read_per_byte_stored"] > 0
+    second = result["node_cache_second_run"]
+    assert second["requests"] > 0 and second["bytes_read_per_byte_stored"] == 0
     printed = capsys.readouterr().out
     assert "local files" in printed and "h5feed-bench:// +5 ms/request" in printed
+    assert "node cache, second run" in printed
     from h5feed.common.object_urls import BENCH_ENV
+    from h5feed.producer.files.node_cache import DIR_ENV
 
-    assert BENCH_ENV not in os.environ  # the bench's own, and gone once it ran
+    assert BENCH_ENV not in os.environ and DIR_ENV not in os.environ  # the bench's own
 
 
 @pytest.mark.processes  # it asks git for the commit

@@ -160,3 +160,15 @@ def test_a_bound_that_is_not_a_positive_number_is_an_error_naming_the_variable(
     monkeypatch.setenv(node_cache.GIB_ENV, value)
     with pytest.raises(ValueError, match=node_cache.GIB_ENV):
         node_cache.bound_bytes()
+
+
+def test_a_partial_copy_left_by_a_process_that_died_is_removed_by_the_next_download(
+    root: str, tmp_path: pathlib.Path
+) -> None:
+    source, details = _object(tmp_path, "f", 2048)
+    url = "s3://bucket/data/f.h5"
+    stale = pathlib.Path(root, node_cache.key(url, details) + ".h5.part.999999")
+    stale.write_bytes(b"half")  # a worker SIGKILLed while it downloaded
+    assert node_cache.copy_path(root, url, details) is None  # never read as a copy
+    assert _copied(root, url, details, source) is not None
+    assert not stale.exists()

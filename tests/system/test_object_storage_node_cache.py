@@ -21,7 +21,7 @@ from s3_server import BUCKET
 
 import h5feed
 from h5feed.common.layouts import Auto
-from h5feed.producer.files import node_cache, remote_files
+from h5feed.producer.files import node_cache, read_ahead, remote_files
 from h5feed.producer.files.open_files import OpenFiles
 
 pytestmark = pytest.mark.processes
@@ -106,12 +106,14 @@ def test_a_worker_streaming_an_object_switches_to_its_copy_once_complete(
         streaming = files.open(0, url, Auto())
         video = streaming.index()[0][0]
         before = streaming.read_frames(video, [0, 1])
+        assert read_ahead.ahead(url, video, key="streamed") == 1  # fetched ahead while streamed
         assert node_cache.wait_idle(WAIT_S)
         opened = node_cache.stats["opened_copies"]
         switched = files.get(0)
         assert switched is not streaming and node_cache.stats["opened_copies"] == opened + 1
         assert files.get(0) is switched and files.reopened == 0  # once, not a reopening
         assert switched.h5.filename == url  # messages still name the URL
+        assert read_ahead.ahead(url, video, key="copied") == 0  # nothing asks the store now
         after = switched.read_frames(video, [0, 1])
         for a, b in zip(before, after, strict=True):
             np.testing.assert_array_equal(a, b)

@@ -69,6 +69,7 @@ __all__ = [
     "recording",
     "register",
     "release",
+    "release_url",
 ]
 
 #: Requests in flight per worker process, and clips' fetches queued or in flight.
@@ -240,6 +241,15 @@ def release(source: Source) -> None:
     _POOL.forget(source)
     if _SOURCES.get(source.url) is source:
         del _SOURCES[source.url]
+
+
+def release_url(url: str) -> None:
+    """``url`` is read from elsewhere from now on (its node-local copy:
+    :mod:`~h5feed.producer.files.node_cache`): its open source, if any, is released, so no
+    fetch ahead asks the store for it again."""
+    source = _SOURCES.get(url)
+    if source is not None:
+        release(source)
 
 
 def active() -> bool:

@@ -259,6 +259,7 @@ def open_h5(url: str) -> h5py.File:
         copy = node_cache.copy_path(root, url, details)
         if copy is not None:
             raw.close()
+            read_ahead.release_url(url)  # a streamed open of it, if any, is read ahead no more
             return _open_file(node_cache.open_copy(copy, url), url)
         node_cache.queue_download(root, url, details, lambda: open_for_copy(url, details))
     raw.cache = RangeCache(  # in place of fsspec's: exact ranges, not blocks

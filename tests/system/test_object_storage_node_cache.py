@@ -184,3 +184,23 @@ def test_a_producers_node_cache_bound_that_is_not_a_number_stops_it_before_any_w
     _out, err = producer.communicate(timeout=60)
     assert producer.returncode != 0
     assert f"${node_cache.GIB_ENV} must be a positive number of GiB, not 'lots'" in err
+
+
+def test_a_copy_hdf5_cannot_open_is_dropped_the_object_streamed_and_copied_again(
+    s3: Any, uploaded: list[pathlib.Path], cache_dir: pathlib.Path
+) -> None:
+    key = f"{BUCKET}/damaged/{uploaded[0].name}"
+    url = f"s3://{key}"
+    s3.put(str(uploaded[0]), key)
+    with h5py.File(uploaded[0], "r") as disk:
+        expected = _content(disk)
+    remote_files.open_h5(url).close()  # streamed, and copied
+    assert node_cache.wait_idle(WAIT_S)
+    (copy,) = _copies(cache_dir)
+    copy.write_bytes(b"\0" * copy.stat().st_size)  # the disk damaged it: same size, no HDF5
+    dropped = node_cache.stats["dropped_damaged"]
+    with remote_files.open_h5(url) as h5:  # streamed again, the same content
+        assert _content(h5) == expected
+    assert node_cache.stats["dropped_damaged"] == dropped + 1
+    assert node_cache.wait_idle(WAIT_S)
+    assert _copies(cache_dir)[0].read_bytes() == uploaded[0].read_bytes()  # copied again

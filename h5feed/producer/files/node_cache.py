@@ -61,6 +61,7 @@ __all__ = [
     "copy_path",
     "copy_ready",
     "directory",
+    "drop",
     "key",
     "open_copy",
     "queue_download",
@@ -162,6 +163,14 @@ def copy_path(root: str, url: str, details: dict[str, Any]) -> str | None:
 
 def _identified(details: dict[str, Any]) -> bool:
     return any(details.get(name) for name in ("ETag", "etag", "md5Hash", "VersionId"))
+
+
+def drop(path: str) -> None:
+    """Remove the copy at ``path`` (HDF5 could not open it: the disk damaged it), counted."""
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    stats["dropped_damaged"] += 1
+    _warn_once("damaged", f"a copy HDF5 cannot open was removed ({path}); streaming")
 
 
 class _NamedCopy:

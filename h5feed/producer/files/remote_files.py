@@ -30,6 +30,10 @@ Guarantees of :func:`open_h5`:
    :data:`~h5feed.common.storage_config.READ_BUDGET_S`, with exponential backoff and jitter;
    a missing, unreadable or replaced object is not retried. What still fails reaches h5py,
    which reports the read as failed: the reader names the URL.
+5. With a node-local cache (:mod:`~h5feed.producer.files.node_cache`, the producer's own
+   setting), an object whose complete copy is on this node is opened from the copy, named by
+   its URL and its links refused as above; one without is streamed while the copy is made;
+   a copy HDF5 cannot open is dropped and the object streamed.
 
 Where a producer's credentials, endpoint and region come from (its own environment, never
 the wire) and how long a request may take: :mod:`h5feed.common.storage_config`. A request that
@@ -258,9 +262,14 @@ def open_h5(url: str) -> h5py.File:
         details = getattr(raw, "details", None) or {}
         copy = node_cache.copy_path(root, url, details)
         if copy is not None:
-            raw.close()
-            read_ahead.release_url(url)  # a streamed open of it, if any, is read ahead no more
-            return _open_file(node_cache.open_copy(copy, url), url)
+            try:
+                h5 = _open_file(node_cache.open_copy(copy, url), url)
+            except FileReadError:  # HDF5 cannot open the copy (a damaged disk): stream it
+                node_cache.drop(copy)
+            else:
+                raw.close()
+                read_ahead.release_url(url)  # a streamed open of it is read ahead no more
+                return h5
         node_cache.queue_download(root, url, details, lambda: open_for_copy(url, details))
     raw.cache = RangeCache(  # in place of fsspec's: exact ranges, not blocks
         request_counts.counted(raw.cache.fetcher),  # each ranged GET

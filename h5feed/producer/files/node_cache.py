@@ -34,7 +34,7 @@ Guarantees:
 6. A directory another user could write into is refused (named once on stderr, the cache
    off): it must be this user's, not writable by group or others; created ``0o700``.
 7. Nothing for a process without :data:`DIR_ENV`: no thread, no file, and the hot path's
-   check (:func:`copy_ready`) is one test of an empty dict.
+   check is one test of an empty dict (:data:`streaming`, before :func:`copy_ready`).
 """
 
 from __future__ import annotations
@@ -66,6 +66,7 @@ __all__ = [
     "open_copy",
     "queue_download",
     "stats",
+    "streaming",
     "wait_idle",
 ]
 
@@ -90,8 +91,8 @@ _queue: queue.SimpleQueue[tuple[str, str, int, Callable[[], Any]]] = queue.Simpl
 _queued: set[str] = set()
 _thread: threading.Thread | None = None
 #: The URLs this process streams while their copy is made: the copy's path and when to look
-#: for it next.
-_streaming: dict[str, tuple[str, float]] = {}
+#: for it next (read-only outside this module: empty, the hot path's test is its truth).
+streaming: dict[str, tuple[str, float]] = {}
 
 
 def _warn_once(what: str, message: str) -> None:
@@ -203,7 +204,7 @@ def queue_download(root: str, url: str, details: dict[str, Any], opener: Callabl
     final = os.path.join(root, name + _SUFFIX)
     global _thread
     with _lock:
-        _streaming[url] = (final, time.monotonic() + CHECK_EVERY_S)
+        streaming[url] = (final, time.monotonic() + CHECK_EVERY_S)
         if name in _queued or len(_queued) >= MAX_QUEUED:
             return
         _queued.add(name)
@@ -216,19 +217,19 @@ def queue_download(root: str, url: str, details: dict[str, Any], opener: Callabl
 def copy_ready(url: str) -> bool:
     """Whether the object ``url``, streamed by this process, now has its complete copy (so
     the file may be reopened from it); looks at most every :data:`CHECK_EVERY_S`."""
-    if not _streaming:
+    if not streaming:
         return False
-    entry = _streaming.get(url)
+    entry = streaming.get(url)
     if entry is None or time.monotonic() < entry[1]:
         return False
     path = entry[0]
     if os.path.exists(path):
         with _lock:
-            _streaming.pop(url, None)
+            streaming.pop(url, None)
         return True
     with _lock:
-        if url in _streaming:
-            _streaming[url] = (path, time.monotonic() + CHECK_EVERY_S)
+        if url in streaming:
+            streaming[url] = (path, time.monotonic() + CHECK_EVERY_S)
     return False
 
 

@@ -140,7 +140,11 @@ class OpenFiles:
         worker rows of it before that failure reached it: the error moves them on), or it
         was never named."""
         reader = self._open.get(number)
-        if reader is not None and node_cache.copy_ready(self._known[number][0]):
+        if (
+            reader is not None
+            and node_cache.streaming  # empty unless a node cache copies a streamed object
+            and node_cache.copy_ready(self._known[number][0])
+        ):
             del self._open[number]  # its object now has a node-local copy: read from it
             reader.close()
             reader = None

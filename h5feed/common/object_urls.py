@@ -30,8 +30,13 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+from collections.abc import Mapping
+from typing import Any
 
-__all__ = ["BENCH_ENV", "BENCH_SCHEME", "STORAGE_EXTRA", "ObjectUrl", "is_url", "parse", "under"]
+__all__ = [
+    "BENCH_ENV", "BENCH_SCHEME", "STORAGE_EXTRA", "ObjectUrl", "etag_and_version", "is_url",
+    "parse", "under",
+]  # fmt: skip
 
 #: The pip extra that installs fsspec and s3fs (``pip install 'h5feed[storage]'``).
 STORAGE_EXTRA = "storage"
@@ -109,3 +114,12 @@ def under(url: ObjectUrl, root: ObjectUrl) -> bool:
     if (url.scheme, url.bucket) != (root.scheme, root.bucket):
         return False
     return not root.key or url.key == root.key or url.key.startswith(root.key + "/")
+
+
+def etag_and_version(info: Mapping[str, Any]) -> tuple[str, str]:
+    """An object's ETag and version from its fsspec entry (a listing's, a HEAD's, an open
+    file's ``details``), as S3 (``ETag``, ``VersionId``), GCS (``md5Hash``, ``generation``) and
+    HTTP (``etag``) name them; "" for what the store does not give."""
+    etag = info.get("ETag") or info.get("etag") or info.get("md5Hash") or ""
+    version = info.get("VersionId") or info.get("generation") or ""
+    return str(etag), str(version)

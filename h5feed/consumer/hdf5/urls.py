@@ -140,8 +140,7 @@ def file_stats(
                 listing = {str(object_urls.parse(_url(url.scheme, e["name"]))): e for e in entries}
                 listings[(url.scheme, parent)] = listing
             info = listing[str(url)]
-            etag = info.get("ETag") or info.get("etag") or info.get("md5Hash") or ""
-            version = info.get("VersionId") or info.get("generation") or ""
+            etag, version = object_urls.etag_and_version(info)
             size = int(info["size"])
             identity = f"{url}\0{size}\0{etag}\0{version}"
             stats.append(UrlStat(size, identity, str(etag), str(version)))

@@ -54,6 +54,8 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from h5feed.common import object_urls
+
 __all__ = [
     "DEFAULT_GIB",
     "DIR_ENV",
@@ -140,8 +142,7 @@ def bound_bytes(environ: Any = None) -> int:
 
 def key(url: str, details: dict[str, Any]) -> str:
     """The name of the object's copy: a digest of its URL, size, ETag and version."""
-    etag = details.get("ETag") or details.get("etag") or details.get("md5Hash") or ""
-    version = details.get("VersionId") or details.get("generation") or ""
+    etag, version = object_urls.etag_and_version(details)
     name = f"{url}\0{details.get('size')}\0{etag}\0{version}"
     return hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()
 
@@ -163,7 +164,7 @@ def copy_path(root: str, url: str, details: dict[str, Any]) -> str | None:
 
 
 def _identified(details: dict[str, Any]) -> bool:
-    return any(details.get(name) for name in ("ETag", "etag", "md5Hash", "VersionId"))
+    return any(object_urls.etag_and_version(details))
 
 
 def drop(path: str) -> None:

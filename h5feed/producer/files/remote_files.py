@@ -147,14 +147,13 @@ def identity(url: str) -> str:
         raise
     except Exception as exc:
         raise OSError(f"{url}: {type(exc).__name__}: {exc}") from exc
-    etag = _etag(info)
+    etag, version = object_urls.etag_and_version(info)
     _remember(url, etag)
-    version = info.get("VersionId") or info.get("generation") or ""
     return f"{url}\0{info.get('size')}\0{etag}\0{version}"
 
 
 def _etag(info: dict[str, Any]) -> str:
-    return str(info.get("ETag") or info.get("etag") or info.get("md5Hash") or "")
+    return object_urls.etag_and_version(info)[0]
 
 
 #: The ETag of each object as this process last indexed it (:func:`identity`): an open of an

@@ -64,7 +64,8 @@ def _row(
         f"{label:>34}: {rate:8.1f} clips/s ({rate / local:.2f} x local); "
         f"{requests} requests ({requests / clips:.3f} per clip), "
         f"{read / stored:.2f} bytes read per byte stored, {read / used:.2f} per "
-        f"byte used; {learn} requests to learn one file's index",
+        f"byte used; {learn} requests to learn one file's index; a credit budget of "
+        f"{stats['credit_budget']} batches",
         flush=True,
     )
     return {
@@ -75,6 +76,7 @@ def _row(
         "bytes_read_per_byte_stored": round(read / stored, 3),
         "bytes_read_per_byte_used": round(read / used, 3),
         "requests_to_learn_one_index": learn,
+        "credit_budget": stats["credit_budget"],
     }
 
 

@@ -102,7 +102,9 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
             self._router = router = self._pool.router  # read by stats(): refused CURVE keys
             self._keys_refused_before = router.refused_keys  # by earlier iterations
             self.counters = Counters()
-            self._gate = CreditGate(options.processes.inflight_batches, self._pool.waker.wake)
+            units_each = kind.units_each
+            budget = options.processes.inflight_budget(units_each)
+            self._gate = CreditGate(budget, self._pool.waker.wake, units_each)
             session = PeerSession(
                 self.job_id,
                 router,

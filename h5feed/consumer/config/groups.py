@@ -71,9 +71,16 @@ class ProcessOptions:
         """The global credit budget: batches dispatched to workers and not yet taken by the
         trainer. Default ``max(4, 2 * workers)``, so every worker has a unit queued behind the
         one it is working on."""
+        return self.inflight_budget(2)
+
+    def inflight_budget(self, units_each: int) -> int:
+        """:attr:`inflight_batches` for feeds that keep ``units_each`` units per worker
+        (four for files on object storage: ``h5feed/consumer/core/credits.py``): default
+        ``max(2 * units_each, units_each * workers)``; ``max_inflight_batches`` when given."""
         if self.max_inflight_batches is not None:
             return self.max_inflight_batches
-        return max(4, 2 * (available_cpus() if self.auto else self.start_workers))
+        workers = available_cpus() if self.auto else self.start_workers
+        return max(2 * units_each, units_each * workers)
 
     @property
     def grows_budget(self) -> bool:

@@ -51,29 +51,38 @@ from h5feed.consumer.core.ledger import Peer
 GROWN_BUDGET_BYTES = 1 << 30
 
 
+#: Units a feed keeps queued per worker (the one in hand included): two, so a worker always
+#: has the next unit; four when the files are on object storage, whose read-ahead fetches
+#: the queued units' clips while one is cut (one queued unit is too few clips to hide a
+#: round trip of tens of ms: docs/performance/object-storage.md).
+UNITS_EACH, UNITS_EACH_OBJECT_STORAGE = 2, 4
+
+
 def grown_budget(
     base: int,
     workers: int,
     units_per_batch: float,
     batch_bytes: int,
     cap_bytes: int = GROWN_BUDGET_BYTES,
+    units_each: int = UNITS_EACH,
 ) -> int:
-    """The budget for ``workers`` connected workers: two units each in batches of
+    """The budget for ``workers`` connected workers: ``units_each`` units each in batches of
     ``units_per_batch`` units, at most ``cap_bytes`` of batches of ``batch_bytes`` each, and
     never below ``base`` (the feed's own). Either figure not known yet (<= 0): ``base``."""
     if batch_bytes <= 0 or units_per_batch <= 0:
         return base
-    wanted = math.ceil(2 * workers / units_per_batch)
+    wanted = math.ceil(units_each * workers / units_per_batch)
     return max(base, min(wanted, cap_bytes // batch_bytes))
 
 
 class CreditGate:
     """The in-flight budget of one iteration (see the module docstring for the invariant)."""
 
-    def __init__(self, budget: int, wake: Callable[[], None]) -> None:
+    def __init__(self, budget: int, wake: Callable[[], None], units_each: int = UNITS_EACH) -> None:
         if budget < 1:
             raise ValueError(f"the credit budget must be >= 1, got {budget}")
         self.budget = budget
+        self.units_each = units_each  # what the budget grows by per worker (grown_budget)
         self._wake = wake
         self._dispatched = 0
         self._taken = 0

@@ -337,7 +337,10 @@ class FeedLoop:
         gate = self.gate
         if self.options.processes.grows_budget and gate.dispatched:
             workers, per_batch = len(self.session.peers), self._units_sent / gate.dispatched
-            gate.grow_to(grown_budget(gate.budget, workers, per_batch, self._batch_bytes))
+            grown = grown_budget(
+                gate.budget, workers, per_batch, self._batch_bytes, units_each=gate.units_each
+            )
+            gate.grow_to(grown)
 
     def _recover(self, lost: PeerLost) -> None:
         """A peer is gone: hand its work over (and count it), or fail as the rules say."""

@@ -15,7 +15,7 @@ from typing import Any, ClassVar, Literal, Protocol, TypeVar
 
 from h5feed.common.user_code.source_kinds import SourceKind
 from h5feed.consumer.core.counters import Counters
-from h5feed.consumer.core.credits import CreditGate
+from h5feed.consumer.core.credits import UNITS_EACH, UNITS_EACH_OBJECT_STORAGE, CreditGate
 from h5feed.consumer.hdf5 import known_index
 from h5feed.consumer.hdf5.scheduler import HdfScheduler
 from h5feed.consumer.options import HdfConfig
@@ -88,6 +88,14 @@ class HdfInput:
     def data_root(self) -> str | None:
         """Where local workers find the files."""
         return self.config.data.data_root
+
+    @property
+    def units_each(self) -> int:
+        """Units kept queued per worker (:mod:`~h5feed.consumer.core.credits`): more for files
+        on object storage, whose workers fetch the queued units' clips ahead."""
+        if known_index.urls_of(self.config) is not None:
+            return UNITS_EACH_OBJECT_STORAGE
+        return UNITS_EACH
 
     def scheduler(
         self,

@@ -11,7 +11,7 @@ from typing import Any, ClassVar, Literal, Protocol, TypeVar
 from h5feed.common.errors import ResumeError
 from h5feed.common.user_code.source_kinds import SourceKind
 from h5feed.consumer.core.counters import Counters
-from h5feed.consumer.core.credits import CreditGate
+from h5feed.consumer.core.credits import UNITS_EACH, CreditGate
 from h5feed.consumer.plan.epoch_plan import Cursor
 from h5feed.consumer.plan.rest import Rest
 from h5feed.consumer.sources.kinds import kind_class
@@ -56,6 +56,11 @@ class SourceInput:
     def data_root(self) -> None:
         """A source reads no files: its workers need no root."""
         return None
+
+    @property
+    def units_each(self) -> int:
+        """Units kept queued per worker (:mod:`~h5feed.consumer.core.credits`)."""
+        return UNITS_EACH
 
     def scheduler(
         self,

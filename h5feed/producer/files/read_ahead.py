@@ -61,11 +61,13 @@ from h5feed.producer.files.range_cache import RangeCache
 __all__ = [
     "MAX_COLLECTIONS",
     "MAX_PENDING",
+    "MAX_REACH",
     "MAX_VIDEOS",
     "THREADS",
     "Source",
     "active",
     "ahead",
+    "reach",
     "recording",
     "register",
     "release",
@@ -73,8 +75,11 @@ __all__ = [
 ]
 
 #: Requests in flight per worker process, and clips' fetches queued or in flight.
-THREADS = 8
-MAX_PENDING = 16
+THREADS = 16
+MAX_PENDING = 48
+#: Clips read ahead of the one being cut (:func:`reach`): before any clip's bytes are
+#: known, then as many as fit in half the smallest cache of the open files, within these.
+FIRST_REACH, MIN_REACH, MAX_REACH = 8, 4, 32
 #: Videos whose learnt ranges, and collections whose sizes, are remembered per open file.
 MAX_VIDEOS = 100_000
 MAX_COLLECTIONS = 100_000
@@ -97,6 +102,7 @@ class Source:
         self._collections: dict[int, int] = {}
         self._guess = min(FIRST_COLLECTION_GUESS, cache.capacity // 8)
         self.ahead = 0  # fetches ahead submitted (a figure for tests)
+        self.clip_bytes = 0  # the bytes a planned clip fetched, a running mean (0: none yet)
 
     def touch(self, position: int, size: int) -> None:
         """A read of ``size`` bytes at ``position`` (recorded while :meth:`recording`)."""
@@ -132,8 +138,10 @@ class Source:
     def fetch_plan(self, plan: ClipBytes) -> None:
         """Fetch ``plan``'s ranges, then the heap collections its descriptors point at,
         learning each collection's size from its header (guarantee 3)."""
-        self.fetch_ranges(clip_bytes.merged(plan.ranges, clip_bytes.MERGE_GAP))  # one request
+        ranges = clip_bytes.merged(plan.ranges, clip_bytes.MERGE_GAP)
+        self.fetch_ranges(ranges)  # one request
         bound, size = self.cache.capacity // 4, self.cache.size
+        planned = sum(b - a for a, b in ranges)
         for start, stop in plan.descriptors:
             self.cache.ensure(start, stop)
             described = self.cache.peek(start, stop)
@@ -144,8 +152,11 @@ class Source:
             if sum(b - a for a, b in spans) > bound:
                 continue
             self.fetch_ranges(tuple(spans))
+            planned += sum(b - a for a, b in spans)
             for address in addresses:
                 self._learn(address, plan.sizes, bound)
+        # A running mean (not exact under threads: a rough figure for reach() is enough).
+        self.clip_bytes = planned if not self.clip_bytes else (7 * self.clip_bytes + planned) // 8
 
     def _learn(self, address: int, sizes: tuple[int, int], bound: int) -> None:
         if address in self._collections:
@@ -250,6 +261,17 @@ def release_url(url: str) -> None:
     source = _SOURCES.get(url)
     if source is not None:
         release(source)
+
+
+def reach() -> int:
+    """How many clips ahead of the one being cut to fetch: :data:`FIRST_REACH` until a
+    planned clip's bytes are known, then as many clips as fit in half the smallest cache of
+    the URL files open in this process, within :data:`MIN_REACH` and :data:`MAX_REACH`
+    (more would drop clips' bytes fetched ahead before they are read: fetched twice)."""
+    fits = [s.cache.capacity // 2 // s.clip_bytes for s in list(_SOURCES.values()) if s.clip_bytes]
+    if not fits:
+        return FIRST_REACH
+    return max(MIN_REACH, min(MAX_REACH, min(fits)))
 
 
 def active() -> bool:

@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 import abc
+import weakref
 from typing import ClassVar
 
 import h5py
 import numpy as np
 
+from h5feed.common import object_urls
 from h5feed.common.layouts import LayoutSpec
 from h5feed.producer.files.clip_bytes import ClipBytes, DatasetBytes
 from h5feed.producer.files.dataset_checks import check_dataset
 from h5feed.producer.files.index_cache import VideoEntry
 from h5feed.producer.files.read_limits import DEFAULT_BOUNDS, DatasetBounds
 from h5feed.producer.layouts._common import read_labels, read_rows, video_name, video_number
+
+#: Datasets whose storage a reader remembers before forgetting those no longer open.
+_MAX_STORED = 16_384
 
 
 class LayoutReader(abc.ABC):
@@ -49,13 +54,20 @@ class LayoutReader(abc.ABC):
         self.spec = spec
         self.root = root
         self.bounds = bounds
-        self._stored: dict[int, DatasetBytes | None] = {}  # by dataset id: clip_bytes's
+        #: clip_bytes's storage of each dataset, by the id() of its (weakly held) object
+        self._stored: dict[int, tuple[weakref.ref[h5py.Dataset], DatasetBytes | None]] = {}
+        self._plans = object_urls.is_url(path)  # read ahead: clips' bytes planned
 
     def readable(self, dataset: h5py.Dataset, *, whole: bool) -> h5py.Dataset:
         """``dataset``, once checked (:func:`~h5feed.producer.files.dataset_checks.check_dataset`):
         DataError when its declared sizes pass ``bounds`` (``whole``: the reader reads all of
-        it at once; else rows), PathRefused when reading it would leave the data root."""
-        return check_dataset(dataset, self.bounds, self.root, whole=whole)
+        it at once; else rows), PathRefused when reading it would leave the data root. For
+        a URL's file, its storage is learnt now, while its metadata is fresh, so that
+        planning its clips later needs no HDF5 call (:meth:`clip_bytes`)."""
+        checked = check_dataset(dataset, self.bounds, self.root, whole=whole)
+        if self._plans:  # now, while its metadata is fresh: later, on a read-ahead thread,
+            self._storage(checked)  # HDF5 may read its header again under h5py's lock
+        return checked
 
     def readable_whole(self, dataset: h5py.Dataset) -> h5py.Dataset:
         """:meth:`readable` for a dataset read all at once (labels, offsets, an index)."""
@@ -80,10 +92,12 @@ class LayoutReader(abc.ABC):
     def clip_bytes(self, video: str, indices: list[int]) -> ClipBytes | None:
         """Where the frames of ``video`` at ``indices`` lie in the file, for object storage's
         read-ahead (:mod:`h5feed.producer.files.read_ahead`), or None (then what a clip
-        reads is learnt from its reads). Called on a read-ahead thread: it may open the
-        video's datasets (the metadata its clip reads first anyway, through h5py, whose lock
-        serialises it with the worker's own reads), and may raise what opening them raises
-        (the caller drops it: the clip's own read raises it again, by name)."""
+        reads is learnt from its reads). Called on a read-ahead thread. A video whose
+        datasets are open (its index walked) is planned without a call to h5py (their
+        storage was learnt by :meth:`readable`); else it opens them (the metadata its clip
+        reads first anyway, through h5py, whose lock serialises it with the worker's own
+        reads), and may raise what opening them raises (the caller drops it: the clip's
+        own read raises it again, by name)."""
         return None
 
     def planned(
@@ -99,10 +113,16 @@ class LayoutReader(abc.ABC):
         return stored[0].plan(first, last, [s for s in stored[1:] if s is not None])
 
     def _storage(self, dataset: h5py.Dataset) -> DatasetBytes | None:
-        key = dataset.id.id  # no HDF5 call (a name would be one, under h5py's lock)
-        if key not in self._stored:
-            self._stored[key] = DatasetBytes.of(dataset, int(self.h5.id.get_filesize()))
-        return self._stored[key]
+        # Keyed by the Python object, not by anything h5py gives: even ``dataset.id`` takes
+        # h5py's lock, which the worker's own read holds while it waits for a fetch ahead.
+        held = self._stored.get(id(dataset))
+        if held is not None and held[0]() is dataset:
+            return held[1]
+        stored = DatasetBytes.of(dataset, int(self.h5.id.get_filesize()))
+        if len(self._stored) >= _MAX_STORED:  # bounded: those of datasets closed since go
+            self._stored = {k: v for k, v in self._stored.items() if v[0]() is not None}
+        self._stored[id(dataset)] = (weakref.ref(dataset), stored)
+        return stored
 
     def pixel_size(self) -> tuple[int, int]:
         """(height, width) of every frame of a layout that stores pixels (``encoded`` False),

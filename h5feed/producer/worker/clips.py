@@ -29,9 +29,6 @@ from h5feed.producer.worker.decode import ClipWriter, check_crc, check_frame_pix
 from h5feed.producer.worker.transform import Transform
 
 _HOST = socket.gethostname()
-#: The rows whose bytes are fetched ahead while one is cut: the current one and the next
-#: (their requests in flight together, at most read_ahead.THREADS at a time).
-_AHEAD_ROWS = 8
 #: A row skipped under ``on_error="skip"``: its index in the unit's rows, and why.
 Skipped = tuple[int, FrameError]
 
@@ -147,9 +144,9 @@ class ClipMaker:
         skipped: list[Skipped] = []
         ahead = read_ahead.active()  # a URL file open: the next rows' bytes read ahead,
         coming = [*rows, *upcoming] if ahead else rows  # the waiting units' rows too
+        reach = read_ahead.reach() if ahead else 0  # rows whose bytes are fetched ahead
         for r, row in enumerate(rows):
             if ahead:  # the first rows, then each row as it comes within reach
-                reach = _AHEAD_ROWS
                 self._read_ahead(coming[:reach] if r == 0 else coming[r + reach - 1 : r + reach])
             try:
                 if self.transform is None:

@@ -13,7 +13,14 @@ from hypothesis.stateful import (
     rule,
 )
 
-from h5feed.consumer.core.credits import GROWN_BUDGET_BYTES, CreditGate, grown_budget
+from h5feed.consumer.config.groups import ProcessOptions
+from h5feed.consumer.core.credits import (
+    GROWN_BUDGET_BYTES,
+    UNITS_EACH,
+    UNITS_EACH_OBJECT_STORAGE,
+    CreditGate,
+    grown_budget,
+)
 
 
 class GateMachine(RuleBasedStateMachine):
@@ -182,6 +189,18 @@ def test_the_budget_grows_to_two_units_a_worker_within_its_memory_bound() -> Non
     assert grown_budget(4, 1000, 1, GROWN_BUDGET_BYTES * 2) == 4  # a batch above the bound
     assert grown_budget(4, 1000, 32, 0) == 4  # the size not known yet: the base
     assert grown_budget(4, 1000, 0, 12_288) == 4  # nothing dispatched yet: the base
+
+
+def test_a_feed_of_object_storage_keeps_four_units_a_worker() -> None:
+    # Its workers fetch the queued units' clips ahead: one queued unit is too few clips to
+    # hide a request's round trip (docs/performance/object-storage.md).
+    assert grown_budget(4, 10, 1, 12_288, units_each=UNITS_EACH_OBJECT_STORAGE) == 40
+    assert grown_budget(4, 10, 1, 12_288) == 20  # two each otherwise
+    options = ProcessOptions(workers=3)
+    assert options.inflight_budget(UNITS_EACH_OBJECT_STORAGE) == 12
+    assert options.inflight_budget(UNITS_EACH) == options.inflight_batches == 6
+    assert ProcessOptions(workers=1).inflight_budget(UNITS_EACH_OBJECT_STORAGE) == 8
+    assert ProcessOptions(workers=3, max_inflight_batches=5).inflight_budget(4) == 5  # fixed
 
 
 def test_grow_to_never_lowers_the_budget_under_batches_in_flight() -> None:

@@ -13,7 +13,7 @@ from h5feed.common.elements.batch_keys import BATCH_KEYS
 from h5feed.common.errors import ResumeError
 from h5feed.common.user_code.source_kinds import SourceKind
 from h5feed.consumer.core.counters import Counters
-from h5feed.consumer.core.credits import CreditGate
+from h5feed.consumer.core.credits import UNITS_EACH, UNITS_EACH_OBJECT_STORAGE, CreditGate
 from h5feed.consumer.hdf5.input import HdfInput
 from h5feed.consumer.inputs import input_of
 from h5feed.consumer.iteration import IterationStart
@@ -32,6 +32,16 @@ def test_each_config_has_the_input_of_its_kind() -> None:
     assert isinstance(hdf, HdfInput) and hdf.kind == "hdf5" and hdf.data_root == "/data"
     assert isinstance(source, SourceInput) and source.kind == "source"
     assert source.data_root is None and source.remembered() is None
+
+
+def test_a_feed_of_object_storage_keeps_more_units_queued_on_each_worker() -> None:
+    urls = input_of(hdf_config(["s3://bucket/a.h5"], batch_size=1, index_cache=False))
+    under_url_root = input_of(
+        hdf_config(["a.h5"], batch_size=1, index_cache=False, data_root="s3://bucket/data")
+    )
+    local = input_of(hdf_config(["a.h5"], batch_size=1, index_cache=False))
+    assert urls.units_each == under_url_root.units_each == UNITS_EACH_OBJECT_STORAGE
+    assert local.units_each == input_of(source_config()).units_each == UNITS_EACH
 
 
 def test_each_input_reads_only_its_own_lessons() -> None:

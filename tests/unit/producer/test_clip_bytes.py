@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import io
 import pathlib
+import threading
 from typing import Any
 
 import h5py
 import numpy as np
 import pytest
+from h5py._objects import phil
 from one_file_cases import CASES
 
 from h5feed.common.layouts import Auto, resolve
@@ -70,9 +72,12 @@ class CachedFile(io.RawIOBase):
         return len(data)
 
 
-def open_cached(path: str, layout: Any) -> tuple[LayoutReader, RangeCache, Counted]:
+def open_cached(
+    path: str, layout: Any, name: str | None = None
+) -> tuple[LayoutReader, RangeCache, Counted]:
     """The reader of ``path`` read through a range cache whose misses fetch exactly what
-    h5py asks (a minimum fetch of one byte), and that cache's fetcher."""
+    h5py asks (a minimum fetch of one byte), and that cache's fetcher; ``name``: what the
+    reader calls the file (a URL: it plans clips as a URL's reader does), else ``path``."""
     fetcher = Counted(path)
     cache = RangeCache(fetcher, len(fetcher.data), capacity=1 << 30, min_fetch=1)
     cache.settle()
@@ -80,7 +85,7 @@ def open_cached(path: str, layout: Any) -> tuple[LayoutReader, RangeCache, Count
     spec = resolve(layout, "frames", "label")
     if isinstance(spec, Auto):
         spec = detect(h5, path, spec)
-    return READERS[spec.kind](h5, path, spec, None, DEFAULT_BOUNDS), cache, fetcher
+    return READERS[spec.kind](h5, name or path, spec, None, DEFAULT_BOUNDS), cache, fetcher
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -150,3 +155,28 @@ def test_descriptors_and_headers_pointing_outside_the_file_are_ignored() -> None
     assert clip_bytes.collection_size(header[:10], sizes) is None
     spans = clip_bytes.spans([100, 200_000, 120], {100: 4096}, guess=64)
     assert spans == [(100, 4196), (200_000, 200_064)]  # 120 inside the first: one range
+
+
+def test_a_walked_videos_clip_is_planned_without_waiting_for_h5pys_lock(
+    tmp_path: pathlib.Path,
+) -> None:
+    """Clips are planned on read-ahead threads while the worker's own read may hold h5py's
+    lock, waiting for the very fetches a plan would start. A video whose datasets the index
+    walk opened is planned without h5py (their storage learnt during the walk, and found
+    without asking h5py anything: even ``dataset.id`` takes its lock), so the plan is made
+    while the lock is held elsewhere."""
+    path, layout = CASES["groups"](tmp_path)
+    reader, _cache, _fetcher = open_cached(path, layout, name="s3://bucket/file.h5")
+    try:
+        name, _frames, _label = reader.index()[0]
+        made: list[clip_bytes.ClipBytes | None] = []
+        planning = threading.Thread(target=lambda: made.append(reader.clip_bytes(name, [0, 1])))
+        with phil:  # the worker's read, holding h5py's lock
+            planning.start()
+            planning.join(10)
+            waited = planning.is_alive()
+        planning.join(30)
+        assert not waited, "the plan waited for h5py's lock"
+        assert made and made[0] is not None and made[0].descriptors
+    finally:
+        reader.close()

@@ -88,6 +88,22 @@ def test_a_plans_descriptors_and_their_heap_collection_are_fetched_ahead(
     assert read_ahead.ahead("/data/file.h5", "v", lambda: plan) == 0  # a path: never
 
 
+def test_reach_is_as_many_clips_as_fit_in_half_the_smallest_cache(
+    source: tuple[read_ahead.Source, Fetcher],
+) -> None:
+    """Clips are read ahead as far as their bytes stay in the cache until read: more would
+    drop bytes fetched ahead before their clip is cut (each fetched twice)."""
+    made, _fetcher = source
+    assert read_ahead.reach() == read_ahead.FIRST_REACH  # no clip's bytes known yet
+    made.fetch_plan(ClipBytes(ranges=((96, 140),), descriptors=((100, 132),)))
+    assert made.clip_bytes == 44 + 1024  # its rows, then the collection they point at
+    assert read_ahead.reach() == read_ahead.MIN_REACH  # 4,096 bytes hold 3 such clips
+    made.clip_bytes = 512
+    assert read_ahead.reach() == 8192 // 2 // 512
+    made.clip_bytes = 64  # 64 clips would fit: capped
+    assert read_ahead.reach() == read_ahead.MAX_REACH
+
+
 def test_without_a_plan_a_videos_latest_read_is_fetched_ahead_once_dropped(
     source: tuple[read_ahead.Source, Fetcher],
 ) -> None:
@@ -125,7 +141,8 @@ def test_at_most_max_pending_fetches_are_queued_or_in_flight(
 ) -> None:
     _made, fetcher = source
     fetcher.gate.clear()  # every fetch ahead stays in flight
-    plans = [ClipBytes(ranges=((5000 + 64 * i, 5010 + 64 * i),)) for i in range(40)]
+    count = read_ahead.MAX_PENDING + 8
+    plans = [ClipBytes(ranges=((5000 + 64 * i, 5010 + 64 * i),)) for i in range(count)]
     submitted = sum(
         read_ahead.ahead(URL, "v", lambda plan=plan: plan, key=i) for i, plan in enumerate(plans)
     )

@@ -19,9 +19,10 @@ Guarantees:
    (pinned to the ETag it was opened with) for that position; nothing is assembled from
    another object or position.
 2. Bounded: the ranges held total at most ``capacity`` bytes (least recently used dropped
-   first); a read or a range to ensure larger than half of it is fetched and returned
-   without being kept. At most one fetch of a byte is in flight: a read that needs bytes a
-   read-ahead is fetching waits for that fetch (at most
+   first, ranges of at most :data:`SMALL` bytes after the larger ones while they hold at
+   most an eighth of the capacity); a read or a range to ensure larger than half of it is
+   fetched and returned without being kept. At most one fetch of a byte is in flight: a
+   read that needs bytes a read-ahead is fetching waits for that fetch (at most
    :data:`~h5feed.common.storage_config.READ_BUDGET_S`) instead of asking again, and fetches
    them itself if it failed.
 3. Thread-safe: one lock guards the ranges; no request is made while holding it.
@@ -42,6 +43,10 @@ from h5feed.common import storage_config
 __all__ = ["RangeCache"]
 
 Fetcher = Callable[[int, int], bytes]
+#: Ranges of at most this many bytes (a video's frame descriptors, its CRCs) are dropped
+#: only after the larger ones, while they hold at most 1/SMALL_SHARE of the capacity: a
+#: video's descriptors are read by each of its clips, its heap collections by one or two.
+SMALL, SMALL_SHARE = 4096, 8
 #: Rounds of "fetch what is missing, then assemble" one read may take before it is served
 #: by one fetch of its own (ranges dropped meanwhile by other threads' fetches).
 _MAX_ROUNDS = 8
@@ -60,9 +65,12 @@ class RangeCache:
         self.min_fetch = capacity // 4 or 1  # while the file is opened and indexed
         self.blocksize = self._settled  # what fsspec's repr and stats read
         self._lock = threading.Lock()
-        self._data: collections.OrderedDict[int, bytes] = collections.OrderedDict()  # LRU
+        self._data: dict[int, bytes] = {}  # the held ranges by start
+        # Their least recently used order, small ranges apart (guarantee 2).
+        self._large: collections.OrderedDict[int, None] = collections.OrderedDict()
+        self._small: collections.OrderedDict[int, None] = collections.OrderedDict()
         self._starts: list[int] = []  # the held ranges' starts, sorted (disjoint ranges)
-        self._held = 0
+        self._held = self._small_held = 0
         self._flight: dict[tuple[int, int], concurrent.futures.Future[None]] = {}
         self.waited = 0  # reads that waited for a fetch in flight (a figure for tests)
 
@@ -222,18 +230,28 @@ class RangeCache:
         parts = []
         for s in self._overlapping(start, stop):
             chunk = self._data[s]
-            self._data.move_to_end(s)
+            self._order(chunk).move_to_end(s)
             parts.append(chunk[max(0, start - s) : stop - s])
         return b"".join(parts)
 
+    def _order(self, chunk: bytes) -> collections.OrderedDict[int, None]:
+        return self._small if len(chunk) <= SMALL else self._large
+
     def _insert(self, start: int, data: bytes) -> None:
         if start in self._data:  # unreachable while ranges stay disjoint: keep the newer
-            self._held -= len(self._data.pop(start))
-            self._starts.remove(start)
+            self._drop(start)
         self._data[start] = data
+        self._order(data)[start] = None
         bisect.insort(self._starts, start)
         self._held += len(data)
+        self._small_held += len(data) if len(data) <= SMALL else 0
         while self._held > self.capacity and len(self._data) > 1:
-            old, chunk = self._data.popitem(last=False)
-            self._starts.pop(bisect.bisect_left(self._starts, old))
-            self._held -= len(chunk)
+            keep_small = self._large and self._small_held <= self.capacity // SMALL_SHARE
+            self._drop(next(iter(self._large if keep_small else self._small or self._large)))
+
+    def _drop(self, start: int) -> None:
+        chunk = self._data.pop(start)
+        del self._order(chunk)[start]
+        self._starts.pop(bisect.bisect_left(self._starts, start))
+        self._held -= len(chunk)
+        self._small_held -= len(chunk) if len(chunk) <= SMALL else 0

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from h5feed.producer.files.range_cache import RangeCache
+from h5feed.producer.files.range_cache import SMALL, RangeCache
 
 DATA = bytes(range(256)) * 64  # 16 KiB
 
@@ -57,6 +57,9 @@ def test_every_read_is_the_objects_bytes_and_what_is_held_stays_bounded(
     for start, size in reads:
         assert cache._fetch(start, start + size) == DATA[start : start + size]
         assert cache._held <= capacity
+        small = [c for c in cache._data.values() if len(c) <= SMALL]
+        assert cache._small_held == sum(map(len, small))  # its two orders, kept in step
+        assert (len(cache._small), len(cache._large)) == (len(small), len(cache._data) - len(small))
     for start, stop in fetcher.calls:
         assert 0 <= start < stop <= len(DATA)  # never past the object's end
 
@@ -92,6 +95,25 @@ def test_the_least_recently_used_ranges_are_dropped_and_a_large_read_is_not_kept
     held = cache._held
     assert cache._fetch(4000, 4000 + 600) == DATA[4000:4600]  # > half the cache
     assert cache._held == held  # fetched, returned, not kept
+
+
+def test_small_ranges_outlive_larger_ones_within_an_eighth_of_the_capacity() -> None:
+    """A video's frame descriptors (a small range, read by each of its clips) stay while its
+    heap collections (larger ranges, read by one or two clips) come and go."""
+    assert SMALL == 4096
+    cache, fetcher = made(capacity=12288, min_fetch=1)
+    cache.ensure(0, 100)  # the descriptors: the least recently used range from here on
+    for start in (200, 5300, 10400):  # three collections of 5,100 bytes: over the capacity
+        cache.ensure(start, start + 5100)
+    assert cache.peek(0, 100) == DATA[:100]  # kept: the oldest large range went instead
+    assert cache.peek(200, 5300) is None and cache._held <= 12288
+    calls = len(fetcher.calls)
+    assert cache._fetch(0, 100) == DATA[:100] and len(fetcher.calls) == calls
+    # Small ranges beyond an eighth of the capacity go first, least recently used first.
+    for start in range(200, 2200, 200):  # 2,100 small bytes in all: over the capacity
+        cache.ensure(start, start + 200)
+    assert cache.peek(0, 100) is None and cache._held <= 12288
+    assert cache.peek(5300, 10400) is not None  # the large ranges stay this time
 
 
 def test_a_read_waits_for_the_fetch_in_flight_instead_of_asking_again() -> None:

@@ -35,6 +35,7 @@ from __future__ import annotations
 import bisect
 import collections
 import concurrent.futures
+import itertools
 import threading
 from collections.abc import Callable
 
@@ -246,8 +247,18 @@ class RangeCache:
         self._held += len(data)
         self._small_held += len(data) if len(data) <= SMALL else 0
         while self._held > self.capacity and len(self._data) > 1:
-            keep_small = self._large and self._small_held <= self.capacity // SMALL_SHARE
-            self._drop(next(iter(self._large if keep_small else self._small or self._large)))
+            self._drop(self._victim(start))
+
+    def _victim(self, newest: int) -> int:
+        """The range to drop: the least recently used large one, or small one while small
+        ranges hold more than their share (or no large one is held); never ``newest`` (the
+        range just fetched, for the read waiting on it) while another is held."""
+        small_first = not self._large or self._small_held > self.capacity // SMALL_SHARE
+        for order in (self._small, self._large) if small_first else (self._large, self._small):
+            for candidate in itertools.islice(order, 2):
+                if candidate != newest:
+                    return candidate
+        return newest  # unreachable while another range is held
 
     def _drop(self, start: int) -> None:
         chunk = self._data.pop(start)

@@ -116,6 +116,20 @@ def test_small_ranges_outlive_larger_ones_within_an_eighth_of_the_capacity() -> 
     assert cache.peek(5300, 10400) is not None  # the large ranges stay this time
 
 
+def test_the_range_just_fetched_is_kept_over_older_small_ones() -> None:
+    """The eviction rule alone (``_insert``, as a fetch ends): a range that fills the
+    capacity with the small ones held makes the small ones go, never itself, which the read
+    that fetched it is about to take."""
+    cache, _fetcher = made(capacity=8192, min_fetch=2048)
+    cache.ensure(9000, 9100)
+    cache.ensure(9200, 9300)
+    with cache._lock:
+        cache._insert(0, DATA[:8000])  # 8,200 bytes held: over the capacity
+    assert cache.peek(0, 8000) == DATA[:8000]
+    assert cache.peek(9000, 9100) is None and cache.peek(9200, 9300) == DATA[9200:9300]
+    assert cache._held == 8100
+
+
 def test_a_read_waits_for_the_fetch_in_flight_instead_of_asking_again() -> None:
     cache, fetcher = made()
     fetcher.gate.clear()

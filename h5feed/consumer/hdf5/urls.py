@@ -143,7 +143,7 @@ def file_stats(
             etag, version = object_urls.etag_and_version(info)
             size = int(info["size"])
             identity = f"{url}\0{size}\0{etag}\0{version}"
-            stats.append(UrlStat(size, identity, str(etag), str(version)))
+            stats.append(UrlStat(size, identity, etag, version))
     except Exception:  # any listing failure is a cache miss; the workers name the object
         return None
     return stats

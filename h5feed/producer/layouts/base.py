@@ -17,8 +17,9 @@ from h5feed.producer.files.index_cache import VideoEntry
 from h5feed.producer.files.read_limits import DEFAULT_BOUNDS, DatasetBounds
 from h5feed.producer.layouts._common import read_labels, read_rows, video_name, video_number
 
-#: Datasets whose storage a reader remembers before forgetting those no longer open.
-_MAX_STORED = 16_384
+#: Datasets whose storage a reader remembers before it first forgets those no longer open
+#: (then again each time the entries double: a walk of 100,000 videos prunes a few times).
+_PRUNE_AT = 16_384
 
 
 class LayoutReader(abc.ABC):
@@ -56,6 +57,7 @@ class LayoutReader(abc.ABC):
         self.bounds = bounds
         #: clip_bytes's storage of each dataset, by the id() of its (weakly held) object
         self._stored: dict[int, tuple[weakref.ref[h5py.Dataset], DatasetBytes | None]] = {}
+        self._prune_at = _PRUNE_AT
         self._plans = object_urls.is_url(path)  # read ahead: clips' bytes planned
 
     def readable(self, dataset: h5py.Dataset, *, whole: bool) -> h5py.Dataset:
@@ -119,8 +121,9 @@ class LayoutReader(abc.ABC):
         if held is not None and held[0]() is dataset:
             return held[1]
         stored = DatasetBytes.of(dataset, int(self.h5.id.get_filesize()))
-        if len(self._stored) >= _MAX_STORED:  # bounded: those of datasets closed since go
+        if len(self._stored) >= self._prune_at:  # those of datasets closed since go
             self._stored = {k: v for k, v in self._stored.items() if v[0]() is not None}
+            self._prune_at = max(_PRUNE_AT, 2 * len(self._stored))
         self._stored[id(dataset)] = (weakref.ref(dataset), stored)
         return stored
 

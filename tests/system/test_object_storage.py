@@ -15,6 +15,7 @@ follow the object's content (ETag).
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import os
 import pathlib
@@ -42,7 +43,13 @@ from h5feed.common import storage_config
 from h5feed.common.errors import FileReadError, H5FeedError
 from h5feed.common.layouts import Auto
 from h5feed.consumer.hdf5 import urls
-from h5feed.producer.files import dataset_checks, index_cache, node_cache, remote_files
+from h5feed.producer.files import (
+    dataset_checks,
+    gc_guard,
+    index_cache,
+    node_cache,
+    remote_files,
+)
 from h5feed.producer.files.confine import PathRefused
 from h5feed.producer.files.read_limits import DEFAULT_BOUNDS
 from h5feed.producer.inspection import inspect_file
@@ -250,6 +257,19 @@ def test_a_file_in_a_bucket_reaches_no_local_file(
                 h5.close()
         assert node_cache.wait_idle(30)
     assert node_cache.stats["opened_copies"] == opened + (3 if node_copies else 0)
+
+
+def test_a_file_open_from_a_bucket_collects_cyclic_garbage_only_under_h5pys_lock(
+    s3: Any, uploaded: list[pathlib.Path]
+) -> None:
+    """Its reads wait on fsspec's loop thread (and here on the server's, in this process):
+    no automatic collection may start there (h5feed/producer/files/gc_guard.py)."""
+    h5 = remote_files.open_h5(f"s3://{BUCKET}/data/{uploaded[0].name}")
+    try:
+        assert gc_guard.held() and not gc.isenabled()
+        assert len(h5) > 0  # and it reads
+    finally:
+        h5.close()
 
 
 def test_inspect_takes_a_url(s3: Any, uploaded: list[pathlib.Path]) -> None:

@@ -13,6 +13,7 @@ import json
 import pathlib
 import threading
 import time
+import weakref
 from collections.abc import Iterator
 
 import pytest
@@ -53,7 +54,10 @@ class Fetcher:
 
 
 @pytest.fixture()
-def source() -> Iterator[tuple[read_ahead.Source, Fetcher]]:
+def source(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[read_ahead.Source, Fetcher]]:
+    """The only open URL file of this process (files earlier tests left open are hidden:
+    :func:`read_ahead.reach` looks at every open one)."""
+    monkeypatch.setattr(read_ahead, "_SOURCES", weakref.WeakValueDictionary())
     fetcher = Fetcher()
     cache = RangeCache(fetcher, len(DATA), capacity=8192, min_fetch=64)
     cache.settle()

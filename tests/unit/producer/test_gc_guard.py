@@ -1,0 +1,136 @@
+"""h5feed/producer/files/gc_guard.py: while a URL file is open, cyclic garbage holding an h5py
+object is never collected by a thread that a reader holding h5py's lock waits on."""
+
+from __future__ import annotations
+
+import gc
+import pathlib
+import threading
+import time
+import weakref
+from collections.abc import Iterator
+
+import h5py
+import numpy as np
+import pytest
+from h5py._objects import phil
+
+from h5feed.producer.files import gc_guard
+
+
+class Owner:
+    """Stands for an open URL file's read-ahead source: the guard lasts as long as it does."""
+
+
+class Marker:
+    """Put in a garbage cycle beside an h5py object: dead once the cycle is collected."""
+
+
+@pytest.fixture()
+def fresh(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The guard unheld, whatever earlier tests left open (their holders' finalizers are of
+    an older era, so they change nothing); collection as it was afterwards."""
+    enabled = gc.isenabled()
+    gc.enable()
+    monkeypatch.setattr(gc_guard, "_holders", 0)
+    monkeypatch.setattr(gc_guard, "_era", gc_guard._era + 1)
+    try:
+        yield
+    finally:
+        (gc.enable if enabled else gc.disable)()
+
+
+def h5py_garbage(path: pathlib.Path) -> weakref.ref[Marker]:
+    """A cycle holding an open h5py file and dataset, unreachable: freeing it takes h5py's
+    lock (ObjectID.__dealloc__)."""
+    with h5py.File(path, "w") as out:
+        out["x"] = np.arange(4)
+    h5 = h5py.File(path, "r")
+    marker = Marker()
+    cycle: list[object] = [h5, h5["x"], marker]
+    cycle.append(cycle)
+    return weakref.ref(marker)
+
+
+def allocate_past_the_threshold() -> None:
+    kept = [[] for _ in range(gc.get_threshold()[0] * 20)]  # automatic collection is due
+    del kept
+
+
+def dies(ref: weakref.ref[Marker], timeout_s: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while ref() is not None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return ref() is None
+
+
+def test_a_thread_allocating_while_a_reader_holds_h5pys_lock_does_not_wait_for_it(
+    fresh: None, tmp_path: pathlib.Path
+) -> None:
+    """The hang CI met: the reader holds h5py's lock waiting on a thread (fsspec's loop), and
+    that thread's automatic collection frees an h5py object, waiting for the lock. Held, the
+    thread collects nothing and finishes; the garbage goes later, under the lock."""
+    owner = Owner()
+    gc_guard.hold(owner)
+    garbage = h5py_garbage(tmp_path / "f.h5")
+    other = threading.Thread(target=allocate_past_the_threshold, daemon=True)
+    with phil:  # the reader, inside h5py
+        other.start()
+        other.join(10)
+        finished = not other.is_alive()
+        uncollected = garbage() is not None
+    other.join(30)
+    assert finished, "the allocating thread waited for h5py's lock: the reader would hang"
+    assert uncollected  # nobody collected it while the reader held the lock
+    kept = [[] for _ in range(gc.get_threshold()[0] * 2)]  # a collection due, for the collector
+    assert dies(garbage), "the collector did not collect the garbage"
+    del kept, owner
+
+
+def test_without_the_guard_that_thread_waits_for_h5pys_lock(
+    fresh: None, tmp_path: pathlib.Path
+) -> None:
+    """What the guard prevents, shown: the same allocation with collection on waits for the
+    lock, until the reader lets it go."""
+    garbage = h5py_garbage(tmp_path / "f.h5")
+    other = threading.Thread(target=allocate_past_the_threshold, daemon=True)
+    with phil:
+        other.start()
+        other.join(2)
+        waited = other.is_alive()
+    other.join(30)
+    assert waited and not other.is_alive()
+    assert dies(garbage)
+
+
+def test_collection_is_off_while_held_and_as_before_when_the_last_holder_goes(
+    fresh: None,
+) -> None:
+    first, second = Owner(), Owner()
+    gc_guard.hold(first)
+    gc_guard.hold(second)
+    assert gc_guard.held() and not gc.isenabled()
+    del first
+    assert gc_guard.held() and not gc.isenabled()  # one holder left
+    del second
+    assert not gc_guard.held() and gc.isenabled()
+    gc.disable()  # off before the hold: off after it
+    third = Owner()
+    gc_guard.hold(third)
+    del third
+    assert not gc_guard.held() and not gc.isenabled()
+
+
+def test_a_gc_enable_by_other_code_while_held_is_undone_and_honoured_after(
+    fresh: None,
+) -> None:
+    gc.disable()
+    owner = Owner()
+    gc_guard.hold(owner)
+    gc.enable()  # a library turning collection on while a URL file is open
+    deadline = time.monotonic() + 10
+    while gc.isenabled() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not gc.isenabled()  # the collector took it back
+    del owner
+    assert gc.isenabled()  # and it stays on: that was asked for last

@@ -7,8 +7,9 @@ request, a read-ahead thread whose fetch it needs (:mod:`~h5feed.producer.files.
 an S3 server in the same process (the tests'). Python runs its cyclic collector in whichever
 thread allocates past the threshold. When that is one of those threads and the garbage holds
 an h5py object (a traceback's frames, a user's cycle), the thread waits for the lock the reader
-holds while the reader waits for the thread: both hang for ever. CI met it once: an open of a
-URL hung 120 s, its request waiting on fsspec's loop.
+holds while the reader waits for the thread: both hang for ever (h5py#2019, dask#7547; h5py's
+docs on file-like objects advise turning collection off). CI met it once: an open of a URL
+hung 120 s, its request waiting on fsspec's loop.
 
 What. While a file opened from a URL is open in this process (:func:`hold`), automatic
 collection is off and one collector thread does its work instead, holding h5py's lock for

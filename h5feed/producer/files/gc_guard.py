@@ -8,8 +8,11 @@ an S3 server in the same process (the tests'). Python runs its cyclic collector 
 thread allocates past the threshold. When that is one of those threads and the garbage holds
 an h5py object (a traceback's frames, a user's cycle), the thread waits for the lock the reader
 holds while the reader waits for the thread: both hang for ever (h5py#2019, dask#7547; h5py's
-docs on file-like objects advise turning collection off). CI met it once: an open of a URL
-hung 120 s, its request waiting on fsspec's loop.
+docs on file-like objects advise turning collection off). The soak over S3 with bodies cut
+short met it in workers (docs/bench/soak-s3-truncate-deadlock-stacks.txt), and CI in a test
+process that opened a URL itself (an open hung 120 s waiting on fsspec's loop): so the guard
+is held by the open file, in whatever process opens it (a worker, ``h5feed inspect``), not
+by a worker's job.
 
 What. While a file opened from a URL is open in this process (:func:`hold`), automatic
 collection is off and one collector thread does its work instead, holding h5py's lock for

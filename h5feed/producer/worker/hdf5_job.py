@@ -32,7 +32,6 @@ from h5feed.producer.files.read_limits import ProducerLimits
 from h5feed.producer.worker import loaded_code
 from h5feed.producer.worker.clips import ClipMaker
 from h5feed.producer.worker.code_policy import policy_of
-from h5feed.producer.worker.collection import MainThreadCollection
 from h5feed.producer.worker.job import JobContext, Produced
 from h5feed.producer.worker.loaded_code import CodeVersionRefused
 from h5feed.producer.worker.shm import SlotError, SlotMaps
@@ -151,7 +150,6 @@ class Hdf5Job:
         self.slots_failed = False  # a slot of this job could not be mapped: stop trying
         self.remote = False  # a file of it is named by URL: its DATA say what reads cost
         self.upcoming: list[messages.Row] = []  # the waiting units' rows (reads_ahead)
-        self.collection = MainThreadCollection()
         request_counts.take()  # an earlier job's reads are not this job's (guarantee 9)
 
     @classmethod
@@ -180,7 +178,6 @@ class Hdf5Job:
     def close(self) -> None:
         self.maker.close()
         self.slots.close()
-        self.collection.release()
 
     @property
     def files_reopened(self) -> int:
@@ -200,8 +197,6 @@ class Hdf5Job:
         close_once_indexed = len(self.maker.videos) + len(files) > opened.max_open  # guarantee 8
         for number, path in files:
             self.remote = self.remote or object_urls.is_url(path) or self._under_url_root
-            if self.remote:  # h5py's objects freed on this thread only (collection.py)
-                self.collection.hold()
             try:
                 resolved = confine.job_path(path, self.data_root)  # before any file access
                 check_readable(number, resolved)  # also where a file would be opened lazily
@@ -276,7 +271,6 @@ class Hdf5Job:
         finally:
             self.counters.add("files_reopened", self.files_reopened - reopened)
         if self.remote:
-            self.collection.between_units()
             reads = request_counts.take()
             data = dataclasses.replace(data, storage=reads if any(reads) else None)
         return data, nbytes

@@ -4,6 +4,7 @@ object is never collected by a thread that a reader holding h5py's lock waits on
 from __future__ import annotations
 
 import gc
+import json
 import pathlib
 import threading
 import time
@@ -15,7 +16,13 @@ import numpy as np
 import pytest
 from h5py._objects import phil
 
+from h5feed.common.config import ClipSpec
+from h5feed.common.layouts import Auto
+from h5feed.common.object_urls import BENCH_ENV, BENCH_SCHEME
+from h5feed.common.protocol import messages
 from h5feed.producer.files import gc_guard
+from h5feed.producer.sample_data import SampleSpec, make_sample_dataset
+from h5feed.producer.worker.hdf5_job import Hdf5Job
 
 
 class Owner:
@@ -62,6 +69,14 @@ def dies(ref: weakref.ref[Marker], timeout_s: float = 10.0) -> bool:
     while ref() is not None and time.monotonic() < deadline:
         time.sleep(0.01)
     return ref() is None
+
+
+def enabled_within(timeout_s: float = 10.0) -> bool:
+    """Collection back on (a closed file's source goes once its fetches in flight end)."""
+    deadline = time.monotonic() + timeout_s
+    while not gc.isenabled() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return gc.isenabled()
 
 
 def test_a_thread_allocating_while_a_reader_holds_h5pys_lock_does_not_wait_for_it(
@@ -134,3 +149,24 @@ def test_a_gc_enable_by_other_code_while_held_is_undone_and_honoured_after(
     assert not gc.isenabled()  # the collector took it back
     del owner
     assert gc.isenabled()  # and it stays on: that was asked for last
+
+
+def test_a_worker_job_of_urls_holds_the_guard_while_its_file_is_open_and_of_paths_never(
+    fresh: None, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The guard follows the open file in a worker as anywhere (h5feed's latency filesystem
+    over a local file stands for a bucket: the same fsspec route, read-ahead included)."""
+    spec = SampleSpec(files=1, videos_per_file=2, min_frames=4, max_frames=4, height=16,
+                      width=16, seed=2)  # fmt: skip
+    [path] = make_sample_dataset(tmp_path / "data", spec)
+    monkeypatch.setenv(BENCH_ENV, json.dumps({"root": str(tmp_path), "latency_ms": 0}))
+    url = f"{BENCH_SCHEME}://data/{path.name}"
+    for name, remote in ((str(path), False), (url, True)):
+        job = Hdf5Job("j", ClipSpec(clip_len=2), Auto())
+        try:
+            answers = list(job.open_files([messages.FileRef(0, name)], None))
+            assert all(isinstance(a, messages.IndexBatch) for a in answers), answers
+            assert gc_guard.held() is remote and gc.isenabled() is not remote, name
+        finally:
+            job.close()
+        assert enabled_within(), "the closed file's guard was not given back"

@@ -41,6 +41,8 @@ def fresh(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     gc.enable()
     monkeypatch.setattr(gc_guard, "_holders", 0)
     monkeypatch.setattr(gc_guard, "_era", gc_guard._era + 1)
+    # restored too: what the earlier holders give back when they go is theirs, not this test's
+    monkeypatch.setattr(gc_guard, "_was_enabled", gc_guard._was_enabled)
     try:
         yield
     finally:

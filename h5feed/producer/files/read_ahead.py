@@ -54,7 +54,7 @@ import weakref
 from collections.abc import Callable, Hashable, Iterator
 
 from h5feed.common import object_urls
-from h5feed.producer.files import clip_bytes, gc_guard
+from h5feed.producer.files import clip_bytes
 from h5feed.producer.files.clip_bytes import ClipBytes, Range
 from h5feed.producer.files.range_cache import RangeCache
 
@@ -240,10 +240,7 @@ _SOURCES: weakref.WeakValueDictionary[str, Source] = weakref.WeakValueDictionary
 
 
 def register(source: Source) -> None:
-    """``source`` is the open file of its URL from now on (an earlier one is forgotten); while
-    it lives, cyclic garbage is collected only under h5py's lock
-    (:mod:`~h5feed.producer.files.gc_guard`: a read from it waits on other threads)."""
-    gc_guard.hold(source)
+    """``source`` is the open file of its URL from now on (an earlier one is forgotten)."""
     previous = _SOURCES.get(source.url)
     if previous is not None and previous is not source:
         _POOL.forget(previous)

@@ -58,7 +58,7 @@ import h5py
 
 from h5feed.common import object_urls, storage_config
 from h5feed.common.errors import FileReadError
-from h5feed.producer.files import node_cache, read_ahead, request_counts, url_confine
+from h5feed.producer.files import gc_guard, node_cache, read_ahead, request_counts, url_confine
 from h5feed.producer.files.range_cache import RangeCache
 
 __all__ = [
@@ -277,6 +277,7 @@ def open_h5(url: str) -> h5py.File:
         min_fetch=MIN_FETCH_BYTES,
     )
     source = read_ahead.Source(url, raw.cache)
+    gc_guard.hold(source)  # while the file lives (its reads wait on threads under h5py's lock)
     read_ahead.register(source)
     try:
         return _open_file(_UrlFile(raw, url, source), url)

@@ -7,13 +7,13 @@ import gc
 import json
 import pathlib
 import threading
-import time
 import weakref
 from collections.abc import Iterator
 
 import h5py
 import numpy as np
 import pytest
+from fleet_helpers import wait_for
 from h5py._objects import phil
 
 from h5feed.common.config import ClipSpec
@@ -66,21 +66,6 @@ def allocate_past_the_threshold() -> None:
     del kept
 
 
-def dies(ref: weakref.ref[Marker], timeout_s: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while ref() is not None and time.monotonic() < deadline:
-        time.sleep(0.01)
-    return ref() is None
-
-
-def enabled_within(timeout_s: float = 10.0) -> bool:
-    """Collection back on (a closed file's source goes once its fetches in flight end)."""
-    deadline = time.monotonic() + timeout_s
-    while not gc.isenabled() and time.monotonic() < deadline:
-        time.sleep(0.01)
-    return gc.isenabled()
-
-
 def test_a_thread_allocating_while_a_reader_holds_h5pys_lock_does_not_wait_for_it(
     fresh: None, tmp_path: pathlib.Path
 ) -> None:
@@ -100,7 +85,7 @@ def test_a_thread_allocating_while_a_reader_holds_h5pys_lock_does_not_wait_for_i
     assert finished, "the allocating thread waited for h5py's lock: the reader would hang"
     assert uncollected  # nobody collected it while the reader held the lock
     kept = [[] for _ in range(gc.get_threshold()[0] * 2)]  # a collection due, for the collector
-    assert dies(garbage), "the collector did not collect the garbage"
+    wait_for("the collector to collect the garbage", lambda: garbage() is None, 10)
     del kept, owner
 
 
@@ -117,7 +102,7 @@ def test_without_the_guard_that_thread_waits_for_h5pys_lock(
         waited = other.is_alive()
     other.join(30)
     assert waited and not other.is_alive()
-    assert dies(garbage)
+    wait_for("the garbage collected", lambda: garbage() is None, 10)
 
 
 def test_collection_is_off_while_held_and_as_before_when_the_last_holder_goes(
@@ -145,10 +130,7 @@ def test_a_gc_enable_by_other_code_while_held_is_undone_and_honoured_after(
     owner = Owner()
     gc_guard.hold(owner)
     gc.enable()  # a library turning collection on while a URL file is open
-    deadline = time.monotonic() + 10
-    while gc.isenabled() and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert not gc.isenabled()  # the collector took it back
+    wait_for("the collector to take collection back", lambda: not gc.isenabled(), 10)
     del owner
     assert gc.isenabled()  # and it stays on: that was asked for last
 
@@ -171,4 +153,5 @@ def test_a_worker_job_of_urls_holds_the_guard_while_its_file_is_open_and_of_path
             assert gc_guard.held() is remote and gc.isenabled() is not remote, name
         finally:
             job.close()
-        assert enabled_within(), "the closed file's guard was not given back"
+        # a closed file's source goes once its fetches in flight end
+        wait_for("the closed file's guard given back", gc.isenabled, 10)

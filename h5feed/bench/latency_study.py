@@ -21,23 +21,34 @@ import os
 import pathlib
 import tempfile
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 import h5feed
+from h5feed.bench.study_files import study_files
 from h5feed.common.layouts import Auto
 from h5feed.common.object_urls import BENCH_ENV, BENCH_SCHEME
 from h5feed.producer.files import node_cache, remote_files, request_counts
 from h5feed.producer.inspection import inspect_file
-from h5feed.producer.sample_data import SampleSpec, make_sample_dataset
+from h5feed.producer.sample_data import SampleSpec
 
-__all__ = ["run_local_latency", "timed_epochs"]
+__all__ = ["Timed", "run_local_latency", "timed_epochs"]
 
 
-def timed_epochs(
-    files: str | list[str], args: argparse.Namespace
-) -> tuple[float, int, dict[str, Any]]:
-    """Clips per second over two epochs (4 clips per video) after the first batch, the clips,
-    and the stream's ``stats()`` at the end (the workers' own request counts)."""
+class Timed(NamedTuple):
+    """Two epochs read: clips/s after the first batch, the clips in all and after the first
+    batch, and the stream's ``stats()`` at the first batch and at the end (the workers' own
+    request counts: what the first batch took holds the index walks)."""
+
+    rate: float
+    clips: int
+    timed_clips: int
+    first: dict[str, Any]
+    stats: dict[str, Any]
+
+
+def timed_epochs(files: str | list[str], args: argparse.Namespace) -> Timed:
+    """Two epochs (4 clips per video) read with ``args.workers`` local workers, timed after
+    the first batch (:class:`Timed`)."""
     feed = h5feed.batches(
         files, clip_len=args.clip_len, resize=(112, 112), batch_size=16, epochs=2, seed=1,
         clips_per_video=4,
@@ -45,49 +56,76 @@ def timed_epochs(
     )  # fmt: skip
     with feed.stream() as stream:
         first = next(stream)
+        at_first = stream.stats()
         began = time.perf_counter()
         clips = sum(len(batch["label"]) for batch in stream)
         elapsed = time.perf_counter() - began
         stats = stream.stats()
-    return clips / elapsed, clips + len(first["label"]), stats
+    return Timed(clips / elapsed, clips + len(first["label"]), clips, at_first, stats)
+
+
+def _reads(stats: dict[str, Any]) -> tuple[int, int]:
+    """The workers' requests and bytes read, from a ``stats()``."""
+    workers = stats["workers"]
+    return sum(w["object_requests"] for w in workers), sum(w["object_bytes"] for w in workers)
 
 
 def _row(
-    label: str, args: argparse.Namespace, local: float, stored: int, frames: int, learn: int
+    label: str,
+    args: argparse.Namespace,
+    local: float,
+    stored: int,
+    frames: int,
+    learn: tuple[int, int],
 ) -> dict[str, Any]:
-    """Two epochs over the study's URLs, printed and returned as a row of figures."""
-    rate, clips, stats = timed_epochs(f"{BENCH_SCHEME}://data/*.h5", args)
-    requests = sum(w["object_requests"] for w in stats["workers"])
-    read = sum(w["object_bytes"] for w in stats["workers"])
-    used = clips * args.clip_len * stored / frames
+    """Two epochs over the study's URLs, printed and returned as a row of figures: over the
+    whole run, and over the timed epochs alone (after the first batch: what reading clips
+    costs once the files are open and indexed)."""
+    timed = timed_epochs(f"{BENCH_SCHEME}://data/*.h5", args)
+    requests, read = _reads(timed.stats)
+    first_requests, first_read = _reads(timed.first)
+    frame_bytes = stored / frames  # the mean stored bytes of a frame
+    used = timed.clips * args.clip_len * frame_bytes
+    timed_used = timed.timed_clips * args.clip_len * frame_bytes
+    epochs_requests, epochs_read = requests - first_requests, read - first_read
     print(
-        f"{label:>34}: {rate:8.1f} clips/s ({rate / local:.2f} x local); "
-        f"{requests} requests ({requests / clips:.3f} per clip), "
+        f"{label:>34}: {timed.rate:8.1f} clips/s ({timed.rate / local:.2f} x local); "
+        f"{requests} requests ({requests / timed.clips:.3f} per clip), "
         f"{read / stored:.2f} bytes read per byte stored, {read / used:.2f} per "
-        f"byte used; {learn} requests to learn one file's index; a credit budget of "
-        f"{stats['credit_budget']} batches",
+        f"byte used; after the first batch {epochs_requests / timed.timed_clips:.3f} "
+        f"requests per clip, {epochs_read / timed_used:.2f} bytes read per byte used; "
+        f"{learn[0]} requests ({learn[1] / 2**20:.1f} MiB) to learn one file's index; "
+        f"a credit budget of "
+        f"{timed.stats['credit_budget']} batches",
         flush=True,
     )
     return {
-        "clips_per_s": round(rate, 1),
-        "x_local": round(rate / local, 3),
+        "clips_per_s": round(timed.rate, 1),
+        "x_local": round(timed.rate / local, 3),
         "requests": requests,
-        "requests_per_clip": round(requests / clips, 4),
+        "requests_per_clip": round(requests / timed.clips, 4),
         "bytes_read_per_byte_stored": round(read / stored, 3),
         "bytes_read_per_byte_used": round(read / used, 3),
-        "requests_to_learn_one_index": learn,
-        "credit_budget": stats["credit_budget"],
+        "to_first_batch": {"requests": first_requests, "bytes": first_read},
+        "after_first_batch": {
+            "requests_per_clip": round(epochs_requests / timed.timed_clips, 4),
+            "bytes_read_per_byte_used": round(epochs_read / timed_used, 3),
+        },
+        "requests_to_learn_one_index": learn[0],
+        "bytes_to_learn_one_index": learn[1],
+        "credit_budget": timed.stats["credit_budget"],
     }
 
 
-def _index_requests_at(root: str, url: str, latency_ms: float) -> int:
+def _index_requests_at(root: str, url: str, latency_ms: float) -> tuple[int, int]:
     """:func:`_index_requests` through the latency filesystem over ``root``."""
     os.environ[BENCH_ENV] = json.dumps({"root": root, "latency_ms": latency_ms})
     return _index_requests(url)
 
 
-def _index_requests(url: str) -> int:
-    """Requests this process makes to open ``url`` and learn its index (as a worker does)."""
+def _index_requests(url: str) -> tuple[int, int]:
+    """Requests this process makes to open ``url`` and learn its index (as a worker does),
+    and the bytes they read."""
     from h5feed.producer.layouts import open_reader
 
     request_counts.take()
@@ -96,7 +134,8 @@ def _index_requests(url: str) -> int:
         reader.index()
     finally:
         reader.close()
-    return request_counts.take().requests
+    reads = request_counts.take()
+    return reads.requests, reads.bytes
 
 
 def run_local_latency(args: argparse.Namespace) -> int:
@@ -112,25 +151,28 @@ def run_local_latency(args: argparse.Namespace) -> int:
                 files=args.files, videos_per_file=args.videos, min_frames=args.min_frames,
                 max_frames=args.max_frames, height=128, width=160, seed=3,
             )  # fmt: skip
-            data = pathlib.Path(tmp) / "data"
-            paths = sorted(str(p) for p in make_sample_dataset(data, spec))
+            layout = getattr(args, "layout", "groups")
+            paths = study_files(pathlib.Path(tmp), spec, layout)
             stored = sum(os.path.getsize(p) for p in paths)
             frames = sum(int(inspect_file(p)["frames"]) for p in paths)
             cache = block * remote_files.MAX_BLOCKS
             results.update(
-                files=args.files, videos_per_file=args.videos, workers=args.workers,
+                layout=layout, files=len(paths), videos_per_file=args.videos,
+                workers=args.workers,
                 clip_len=args.clip_len, block_bytes=block, cache_bytes_per_file=cache,
                 file_bytes=stored // len(paths), stored_bytes=stored, frames=frames,
                 file_to_cache=round(stored / len(paths) / cache, 1),
             )  # fmt: skip
             print(
-                f"{len(paths)} files of {stored / len(paths) / 2**20:.1f} MiB, {frames} frames; "
+                f"{len(paths)} files ({layout}) of {stored / len(paths) / 2**20:.1f} MiB, "
+                f"{frames} frames; "
                 f"a worker's cache of a file {cache / 2**20:.2f} MiB: files "
                 f"{results['file_to_cache']} x the cache; load {results['load']}",
                 flush=True,
             )
-            local, clips, _stats = timed_epochs(paths, args)
-            print(f"{'local files':>34}: {local:8.1f} clips/s ({clips} clips)", flush=True)
+            timed = timed_epochs(paths, args)
+            local = timed.rate
+            print(f"{'local files':>34}: {local:8.1f} clips/s ({timed.clips} clips)", flush=True)
             results["local_clips_per_s"] = round(local, 1)
             os.environ["H5FEED_STORAGE_OPTIONS"] = json.dumps({"default_block_size": block})
             one_file = f"{BENCH_SCHEME}://data/{pathlib.Path(paths[0]).name}"

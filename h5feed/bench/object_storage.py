@@ -42,6 +42,8 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("needs --clip-len <= --min-frames <= --max-frames")
     if getattr(args, "server", "moto") == "local-latency":
         return run_local_latency(args)
+    if getattr(args, "layout", "groups") != "groups":
+        raise ValueError("--layout pack is measured with --server local-latency only")
     if getattr(args, "node_cache", False):
         raise ValueError("--node-cache is measured with --server local-latency only")
     from h5feed.bench.s3_proxy import FaultProxy
@@ -70,8 +72,9 @@ def run(args: argparse.Namespace) -> int:
             flush=True,
         )
         with moto_bucket(paths) as endpoint:
-            local, clips, _stats = timed_epochs(paths, args)
-            print(f"{'local files':>28}: {local:8.1f} clips/s ({clips} clips)", flush=True)
+            timed = timed_epochs(paths, args)
+            local = timed.rate
+            print(f"{'local files':>28}: {local:8.1f} clips/s ({timed.clips} clips)", flush=True)
             results["local_clips_per_s"] = round(local, 1)
             for latency_ms in sorted({0.0, args.latency_ms}):
                 proxy = FaultProxy(endpoint, delay_s=latency_ms / 1000)
@@ -79,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
                     {"endpoint_url": proxy.endpoint, "default_block_size": block}
                 )
                 try:
-                    rate, clips, _stats = timed_epochs(DATA_URL, args)
+                    rate, clips, *_ = timed_epochs(DATA_URL, args)
                 finally:
                     proxy.stop()
                 label = f"s3 (moto, +{latency_ms:g} ms/request)"

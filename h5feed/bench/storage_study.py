@@ -51,6 +51,14 @@ def object_storage_arguments(parser: argparse.ArgumentParser) -> None:
         help="moto's S3 server behind a proxy, or local files behind a latency (default moto)",
     )
     add(
+        "--layout",
+        choices=("groups", "pack"),
+        default="groups",
+        help="with --server local-latency: the sample writer's groups, or the same frames "
+        "written by `h5feed pack` (a pack index, a CRC per frame) in about --files shards "
+        "(default groups)",
+    )
+    add(
         "--node-cache",
         action="store_true",
         help="with --server local-latency: two more runs at --latency-ms with a node-local "

@@ -47,7 +47,7 @@ from h5feed.common.errors import DataError
 from h5feed.pack import manifest as manifest_io
 from h5feed.pack.encode import Encoded, EncodeTask, encode_video, init_worker
 from h5feed.pack.progress import NoProgress, PackProgress
-from h5feed.pack.shards import ShardWriter
+from h5feed.pack.shards import ShardWriter, page_bytes
 from h5feed.pack.sources import Plan, Source, discover
 from h5feed.pack.verify import verify_manifest
 
@@ -362,7 +362,8 @@ def _write_shards(
                 writer = None
                 manifest_io.save(out_dir, manifest)
             if writer is None:
-                writer = ShardWriter(out_dir, len(shards), plan.classes)
+                page = page_bytes(settings.shard_size)
+                writer = ShardWriter(out_dir, len(shards), plan.classes, page)
             entry = {"name": task.name, "frames": result.frames, "label": task.label,
                      "source": task.source}  # fmt: skip
             writer.add(task.out_path, entry, result.payload_bytes)

@@ -235,6 +235,8 @@ def test_object_storage_over_local_files_behind_a_latency_counts_the_workers_req
     for row in ("latency_0ms", "latency_5ms"):  # the workers' own counts (stats())
         assert result[row]["requests"] > 0 and result[row]["bytes_read_per_byte_used"] > 0
         assert result[row]["requests_to_learn_one_index"] > 0
+        assert result[row]["to_first_batch"]["requests"] > 0  # the opens and index walks
+        assert result[row]["after_first_batch"]["requests_per_clip"] >= 0
     # the node cache's second run: new workers read the first run's copies (HEADs only)
     assert result["node_cache_first_run"]["bytes_read_per_byte_stored"] > 0
     second = result["node_cache_second_run"]
@@ -246,6 +248,24 @@ def test_object_storage_over_local_files_behind_a_latency_counts_the_workers_req
     from h5feed.producer.files.node_cache import DIR_ENV
 
     assert BENCH_ENV not in os.environ and DIR_ENV not in os.environ  # the bench's own
+
+
+@pytest.mark.processes
+def test_object_storage_reads_the_same_frames_as_h5feed_pack_writes_them(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("fsspec")
+    out = tmp_path / "pack.json"
+    argv = ["--files", "2", "--videos", "3", "--min-frames", "8", "--max-frames", "8"]
+    argv += ["--workers", "1", "--latency-ms", "0", "--block-kib", "64", "--json", str(out)]
+    assert main(["bench", "object-storage", "--server", "local-latency", "--layout", "pack",
+                 *argv]) == 0  # fmt: skip
+    result = json.loads(out.read_text())
+    assert (result["layout"], result["files"]) == ("pack", 2)  # shards of about 3 videos
+    assert result["latency_0ms"]["requests_to_learn_one_index"] > 0
+    assert "2 files (pack)" in capsys.readouterr().out
+    assert main(["bench", "object-storage", "--layout", "pack", *argv]) != 0  # moto's: refused
+    assert "--layout pack is measured with --server local-latency" in capsys.readouterr().err
 
 
 @pytest.mark.processes  # it asks git for the commit

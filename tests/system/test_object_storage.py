@@ -53,7 +53,7 @@ from h5feed.producer.files import (
 from h5feed.producer.files.confine import PathRefused
 from h5feed.producer.files.read_limits import DEFAULT_BOUNDS
 from h5feed.producer.inspection import inspect_file
-from h5feed.producer.sample_data import SampleSpec, make_sample_dataset
+from h5feed.producer.sample_data import SampleSpec
 
 pytestmark = pytest.mark.processes
 
@@ -492,26 +492,33 @@ def test_names_relative_to_a_url_data_root_are_read_under_it(
         h5feed.batches(f"s3://{BUCKET}/other/*.h5", data_root=f"s3://{BUCKET}/data", **options)
 
 
+@pytest.mark.parametrize("layout", ["groups", "pack"])
 def test_read_ahead_fetches_a_clips_planned_bytes_and_the_read_asks_nothing(
-    s3_server: str, s3: Any, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+    s3_server: str,
+    s3: Any,
+    tmp_path: pathlib.Path,
+    monkeypatch: pytest.MonkeyPatch,
+    layout: str,
 ) -> None:
     """A clip's plan (its video's descriptors, then the heap collections they point at) is
     fetched on the read-ahead's threads; the clip then reads without a request of its own (no
     sequential waits), and its frames are the file's on disk; a local path is never read
-    ahead."""
+    ahead. The same for ``h5feed pack``'s output, whose descriptors lie in chunks of 256
+    (HDF5, with its chunk cache, would read a chunk whole, not the rows the plan names)."""
     import functools
 
+    from h5feed.bench.study_files import study_files
     from h5feed.producer.files import read_ahead
     from h5feed.producer.layouts import open_reader
 
-    spec = SampleSpec(  # 1.5 MiB: 6 x a cache of 256 KiB, heap collections of <= 64 KiB
+    spec = SampleSpec(  # 1.5 MiB: 3 x a cache of 512 KiB, heap collections of <= 64 KiB
         files=1, videos_per_file=12, min_frames=20, max_frames=24, height=96, width=128, seed=7
-    )
-    [path] = make_sample_dataset(tmp_path, spec)
+    )  # (a plan's collections are fetched ahead when they span at most a quarter of the cache)
+    [path] = map(pathlib.Path, study_files(tmp_path, spec, layout))
     url = f"s3://{BUCKET}/read-ahead/{path.name}"
     s3.put(str(path), url)
     proxy = FaultProxy(s3_server, delay_s=0.05)  # a distant store: every request waits
-    options = {"endpoint_url": proxy.endpoint, "default_block_size": 65536}
+    options = {"endpoint_url": proxy.endpoint, "default_block_size": 131072}
     monkeypatch.setenv(storage_config.STORAGE_ENV, json.dumps(options))
     reader = open_reader(url, Auto())
     local = open_reader(str(path), Auto())

@@ -16,6 +16,9 @@ Guarantees of :func:`external_links`:
    is) and depth by ``max_depth`` (the root group is depth 0, its member groups depth 1).
 3. It returns every external link of the file, with its target file and object, in the order
    found.
+4. It reads each object's header once, in the order of their addresses (a group's members
+   right after the group): one pass through the file's metadata, however small the cache
+   of a file read from object storage (HDF5 lays out a group's members after it).
 
 :func:`member_names` is the same bound for the one-level walks of the layout readers: the
 names of a group's members, sorted, or DataError when it has more than ``limit``.
@@ -60,41 +63,59 @@ def external_links(
     ``max_links`` links."""
     root = h5py.h5g.open(h5.id, b"/")
     visited = {h5py.h5o.get_info(root).addr}
-    # (group to list, its path, its depth); a group's children are listed when popped.
-    stack: list[tuple[h5py.h5g.GroupID, bytes, int]] = [(root, b"", 0)]
     found: list[ExternalLink] = []
     count = [0]  # links seen so far, in every group
-    while stack:
-        group, prefix, depth = stack.pop()
-        hard: list[tuple[bytes, int]] = []
-        external: list[bytes] = []
-        group.links.iterate(_collector(hard, external, count, max_links), info=True)
-        if count[0] > max_links:
+    # Objects to look at, each once (its parent group, name, path, depth): popped in the
+    # order of their addresses, a group's members right after it (module docstring, 4).
+    stack: list[tuple[h5py.h5g.GroupID, bytes, bytes, int]] = []
+    group: h5py.h5g.GroupID | None = root
+    prefix, depth = b"", 0
+    while True:
+        if group is not None:
+            hard = _listed(group, prefix, file, count, max_links, found)
+            fresh = [(address, name) for name, address in hard if address not in visited]
+            visited.update(address for address, _name in fresh)
+            for _address, name in sorted(fresh, reverse=True):
+                stack.append((group, name, prefix + b"/" + name, depth + 1))
+        if not stack:
+            return found
+        parent, name, prefix, depth = stack.pop()
+        group = None
+        if h5py.h5o.get_info(parent, name).type != h5py.h5o.TYPE_GROUP:
+            continue
+        if depth > max_depth:
             raise DataError(
-                f"the file holds more than {max_links} links (counted up to group "
-                f"{os.fsdecode(prefix or b'/')[:120]!r}; the bound of a walk of its links: "
-                "refused, not walked further)",
+                f"group {os.fsdecode(prefix)[:120]!r} is nested deeper than {max_depth} "
+                f"levels (the bound of a walk of the file's links: refused, not walked)",
                 file=file,
             )
-        for name in external:
-            target_file, target_object = group.links.get_val(name)
-            found.append(
-                (_path(prefix, name), os.fsdecode(target_file), os.fsdecode(target_object))
-            )
-        for name, address in hard:
-            if address in visited:
-                continue
-            visited.add(address)
-            if h5py.h5o.get_info(group, name).type != h5py.h5o.TYPE_GROUP:
-                continue
-            if depth + 1 > max_depth:
-                raise DataError(
-                    f"group {_path(prefix, name)[:120]!r} is nested deeper than {max_depth} "
-                    f"levels (the bound of a walk of the file's links: refused, not walked)",
-                    file=file,
-                )
-            stack.append((h5py.h5g.open(group, name), prefix + b"/" + name, depth + 1))
-    return found
+        group = h5py.h5g.open(parent, name)
+
+
+def _listed(
+    group: h5py.h5g.GroupID,
+    prefix: bytes,
+    file: str,
+    count: list[int],
+    max_links: int,
+    found: list[ExternalLink],
+) -> list[tuple[bytes, int]]:
+    """``group``'s hard links (name, address); its external links appended to ``found``;
+    DataError once the file's links pass ``max_links``."""
+    hard: list[tuple[bytes, int]] = []
+    external: list[bytes] = []
+    group.links.iterate(_collector(hard, external, count, max_links), info=True)
+    if count[0] > max_links:
+        raise DataError(
+            f"the file holds more than {max_links} links (counted up to group "
+            f"{os.fsdecode(prefix or b'/')[:120]!r}; the bound of a walk of its links: "
+            "refused, not walked further)",
+            file=file,
+        )
+    for name in external:
+        target_file, target_object = group.links.get_val(name)
+        found.append((_path(prefix, name), os.fsdecode(target_file), os.fsdecode(target_object)))
+    return hard
 
 
 def _collector(

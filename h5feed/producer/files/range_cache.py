@@ -6,7 +6,8 @@ to 4 MiB), so a clip of 30 KB read from a file much larger than the cache costs 
 its bytes. :class:`RangeCache` fetches what a read misses, widened to at least
 :attr:`~RangeCache.min_fetch` bytes (so HDF5's runs of small adjacent reads are one request;
 wider, a quarter of the cache, until the first clip is read (:meth:`~RangeCache.settle`):
-opening and indexing a file reads metadata spread through it, in many small pieces),
+opening and indexing a file reads metadata spread through it, in many small pieces; a file
+whose metadata lies in pages of its own is read by whole pages: :meth:`~RangeCache.open_in_pages`),
 never re-fetching what it holds, and lets the read-ahead fill it with the exact ranges a clip
 will need (:meth:`~RangeCache.ensure`, from another thread).
 
@@ -64,6 +65,7 @@ class RangeCache:
         self.fetcher, self.size, self.capacity = fetcher, size, capacity
         self._settled = min(min_fetch, capacity // 4 or 1)
         self.min_fetch = capacity // 4 or 1  # while the file is opened and indexed
+        self._opening = True
         self.blocksize = self._settled  # what fsspec's repr and stats read
         self._lock = threading.Lock()
         self._data: dict[int, bytes] = {}  # the held ranges by start
@@ -89,9 +91,18 @@ class RangeCache:
                 return data
         return self.fetcher(start, stop)
 
+    def open_in_pages(self, page: int) -> None:
+        """The file keeps its metadata in pages of ``page`` bytes (HDF5's paged file-space
+        strategy, as ``h5feed pack`` writes): until it settles, a miss is widened to its
+        aligned page (at least the minimum fetch, at most a quarter of the capacity) rather
+        than to a quarter of the capacity, so opening it reads its metadata pages and not
+        the frames around them."""
+        if self._opening:
+            self.min_fetch = max(self._settled, min(page, self.capacity // 4 or 1))
+
     def settle(self) -> None:
         """The file is open and indexed: misses are widened to the minimum fetch from now on."""
-        self.min_fetch = self._settled
+        self.min_fetch, self._opening = self._settled, False
 
     def _log_stats(self) -> str:  # fsspec's debug log of a read
         return f", {self.name}: {self._held} bytes held in {len(self._data)} ranges"

@@ -280,21 +280,34 @@ def open_h5(url: str) -> h5py.File:
     gc_guard.hold(source)  # while the file lives (its reads wait on threads under h5py's lock)
     read_ahead.register(source)
     try:
-        return _open_file(_UrlFile(raw, url, source), url)
+        return _open_file(_UrlFile(raw, url, source), url, raw.cache)
     except BaseException:
         read_ahead.release(source)
         raise
 
 
-def _open_file(file: Any, url: str) -> h5py.File:
+#: A streamed file is opened without HDF5's chunk cache: with it, HDF5 reads a chunk whole
+#: into the cache however few of its rows a read selects (a pack's chunk of 256 frame
+#: descriptors, 4 KiB, for a video's 30: bytes the read-ahead did not fetch, so the
+#: worker's read waited a round trip for them, holding h5py's lock); without it, HDF5
+#: reads an unfiltered chunk's selected rows only, the bytes the read-ahead fetched
+#: (:mod:`~h5feed.producer.files.clip_bytes`). The file's range cache holds its bytes.
+_NO_CHUNK_CACHE = {"rdcc_nbytes": 0, "rdcc_nslots": 0}
+
+
+def _open_file(file: Any, url: str, cache: RangeCache | None = None) -> h5py.File:
     """``file`` (the object's, or its node-local copy's, named ``url``) opened by h5py, its
-    external links refused; ``file`` closed when either fails."""
+    external links refused; ``file`` closed when either fails. With the object's ``cache``:
+    a file whose metadata is paged is opened by whole pages (:func:`_open_in_pages`), and
+    without HDF5's chunk cache (:data:`_NO_CHUNK_CACHE`)."""
     try:
-        h5 = h5py.File(file, "r")
+        h5 = h5py.File(file, "r", **(_NO_CHUNK_CACHE if cache is not None else {}))
     except Exception as exc:
         file.close()
         raise _fail("cannot open HDF5 file", url, exc) from exc
     try:
+        if cache is not None:
+            _open_in_pages(h5, cache)
         url_confine.refuse_external_links(h5, url)
     except BaseException:
         h5.close()
@@ -321,3 +334,13 @@ def open_for_copy(url: str, details: dict[str, Any]) -> _UrlFile:
         )
     raw.cache.fetcher = request_counts.counted(raw.cache.fetcher)
     return _UrlFile(raw, url)
+
+
+def _open_in_pages(h5: h5py.File, cache: RangeCache) -> None:
+    """A file written with HDF5's paged file-space strategy (``h5feed pack``'s shards) keeps
+    its metadata in pages apart from its raw data: the rest of its opening (the walk of its
+    links, its index) reads whole pages (:meth:`RangeCache.open_in_pages`), not blocks of a
+    quarter of the cache holding mostly frames. Its superblock is read already: no request."""
+    create = h5.id.get_create_plist()
+    if create.get_file_space_strategy()[0] == h5py.h5f.FSPACE_STRATEGY_PAGE:
+        cache.open_in_pages(int(create.get_file_space_page_size()))

@@ -57,6 +57,8 @@ class GroupsReader(LayoutReader):
             self.h5, self.path, frames_key, self.spec.label, self.readable_whole
         )
         if packed is not None:
+            if self._plans:
+                self._open_for_plans(packed)
             return packed
         videos: list[VideoEntry] = []
         frameless: list[str] = []
@@ -98,6 +100,22 @@ class GroupsReader(LayoutReader):
                 file=self.path,
             )
         return videos
+
+    def _open_for_plans(self, videos: list[VideoEntry]) -> None:
+        """On object storage, the datasets of a pack's first :data:`KEEP_OPEN` videos opened
+        now, as a walk opens them, so that their clips are planned without a call to h5py
+        (on a read-ahead thread, that call would wait for h5py's lock, held by the worker's
+        own read). ``h5feed pack`` writes its metadata in pages of its own (one or two
+        requests for hundreds of videos); a file written before does it one video at a
+        time. A video that cannot be opened is left as it was: its first read raises what
+        opening it raises, naming it, as without this (the bad-data policy's case, for its
+        units only)."""
+        for name, *_ in videos[:KEEP_OPEN]:
+            try:
+                self._frames_dataset(name)
+                self._crc_dataset(name)
+            except Exception:  # raised again, by name, by the video's own read
+                continue
 
     def _check_crcs(self, group: h5py.Group, video: str, frames: int) -> h5py.Dataset | None:
         """The video's ``crc32`` dataset once checked (unsigned integers [frames]), or None

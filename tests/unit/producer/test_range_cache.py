@@ -87,6 +87,24 @@ def test_the_file_is_read_in_quarters_of_the_cache_until_a_clip_settles_it() -> 
     assert fetcher.calls[-1] == (4864, 5120)
 
 
+def test_a_paged_file_is_opened_by_whole_pages_within_a_quarter_of_the_cache() -> None:
+    fetcher = Fetcher()
+    cache = RangeCache(fetcher, len(DATA), capacity=4096, min_fetch=64)
+    cache.open_in_pages(512)  # its metadata in pages of 512 bytes
+    cache._fetch(600, 610)
+    assert fetcher.calls == [(512, 1024)]  # the aligned page, not a quarter (1,024 bytes)
+    cache.open_in_pages(1 << 20)  # pages larger than a quarter of the cache: a quarter
+    cache._fetch(5000, 5010)
+    assert fetcher.calls[-1] == (4096, 5120)
+    cache.open_in_pages(8)  # smaller than the minimum fetch: the minimum
+    cache._fetch(9000, 9010)
+    assert fetcher.calls[-1] == (8960, 9024)
+    cache.settle()
+    cache.open_in_pages(512)  # settled (a clip was read): no effect
+    cache._fetch(12000, 12010)
+    assert fetcher.calls[-1] == (11968, 12032)
+
+
 def test_the_least_recently_used_ranges_are_dropped_and_a_large_read_is_not_kept() -> None:
     cache, _fetcher = made(capacity=1024, min_fetch=256)
     for start in (0, 256, 512, 768, 1024):

@@ -26,7 +26,7 @@ import signal
 import threading
 import time
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import cv2
 import h5py
@@ -143,13 +143,24 @@ def _image_frames(root: str, frames: tuple[str, ...], quality: int) -> Iterator[
 def _append(dataset: h5py.Dataset, batch: list[NDArray[np.uint8]]) -> None:
     start = dataset.shape[0]
     dataset.resize((start + len(batch),))
-    if len(batch) == 1:  # h5py would read a 1-element object array as a 2-D shape
-        dataset[start] = batch[0]
+    write_frames(dataset, start, batch)
+
+
+def write_frames(dataset: h5py.Dataset, start: int, frames: Sequence[NDArray[np.uint8]]) -> None:
+    """``frames`` (1-D uint8 arrays) into rows ``start``.. of the variable-length ``dataset``.
+
+    h5py stacks the arrays it is given into one 2-D array when they are all of one length,
+    and then refuses it ("Can't broadcast (n, length) -> (n,)"): a still video's JPEGs, or a
+    folder of copies of one image, may all be one size. Those are written one row at a time
+    (one frame alone too: h5py would take it for a 2-D shape)."""
+    if len({len(frame) for frame in frames}) <= 1:
+        for i, frame in enumerate(frames):
+            dataset[start + i] = frame
         return
-    elements = np.empty(len(batch), dtype=object)  # not stacked, even if lengths are equal
-    for i, frame in enumerate(batch):
+    elements = np.empty(len(frames), dtype=object)
+    for i, frame in enumerate(frames):
         elements[i] = frame
-    dataset[start:] = elements
+    dataset[start : start + len(frames)] = elements
 
 
 def encode_video(task: EncodeTask) -> Encoded:

@@ -1,6 +1,7 @@
 """``h5feed pack`` keeps a shard's metadata in pages of its own (HDF5's paged file-space
-strategy), and a producer opening a paged file from object storage reads those pages, not the
-frames around them (h5feed/pack/shards.py, h5feed/producer/files/remote_files.py)."""
+strategy) and its frames contiguous, and a producer opening a paged file from object storage
+reads those pages, not the frames around them, then keeps the metadata it read
+(h5feed/pack/shards.py, h5feed/producer/files/remote_files.py)."""
 
 from __future__ import annotations
 
@@ -61,8 +62,10 @@ def test_a_page_is_a_power_of_two_near_a_128th_of_a_shard_within_its_bounds() ->
     assert page_bytes(1 << 40) == MAX_PAGE_BYTES
 
 
-def test_a_shard_keeps_its_metadata_in_pages_of_its_own(tmp_path: pathlib.Path) -> None:
-    image_folders(tmp_path / "src")
+def test_a_shard_keeps_its_metadata_in_pages_of_its_own_and_its_frames_contiguous(
+    tmp_path: pathlib.Path,
+) -> None:
+    videos = image_folders(tmp_path / "src")
     settings = PackSettings(shard_size=64 << 20)
     pack(tmp_path / "src", tmp_path / "out", settings)
     [shard] = sorted((tmp_path / "out").glob("*.h5"))
@@ -70,6 +73,27 @@ def test_a_shard_keeps_its_metadata_in_pages_of_its_own(tmp_path: pathlib.Path) 
         create = h5.id.get_create_plist()
         assert create.get_file_space_strategy()[0] == h5py.h5f.FSPACE_STRATEGY_PAGE
         assert create.get_file_space_page_size() == page_bytes(settings.shard_size)
+        for name, frames in videos.items():  # no chunk index: a clip's descriptors, one range
+            assert h5[name]["frames"].chunks is None
+            assert [bytes(f) for f in h5[name]["frames"][()]] == frames
+
+
+@pytest.mark.parametrize("count", [1, 256, 257, 600])
+def test_a_videos_frames_are_copied_into_its_shard_whole_and_in_order(
+    tmp_path: pathlib.Path, count: int
+) -> None:
+    """Across the copy's batches of 256 frames, and a video of one frame (which h5py would
+    write as a 2-D shape from a 1-element object array)."""
+    frames = [cv2.imencode(".jpg", np.full((8, 8, 3), i % 251, np.uint8))[1].tobytes()
+              for i in range(count)]  # fmt: skip
+    (tmp_path / "src" / "v").mkdir(parents=True)
+    for i, frame in enumerate(frames):
+        (tmp_path / "src" / "v" / f"{i:04d}.jpg").write_bytes(frame)
+    pack(tmp_path / "src", tmp_path / "out")
+    [shard] = sorted((tmp_path / "out").glob("*.h5"))
+    with h5py.File(shard, "r") as h5:
+        assert [bytes(f) for f in h5["v"]["frames"][()]] == frames
+        assert h5["v"]["crc32"].shape == (count,)
 
 
 def test_a_packed_shard_opened_from_a_url_reads_its_metadata_pages_not_its_frames(
@@ -87,3 +111,40 @@ def test_a_packed_shard_opened_from_a_url_reads_its_metadata_pages_not_its_frame
     size = shard.stat().st_size
     assert unpaged > unpaged_size / 2, (unpaged, unpaged_size)  # what pages are for
     assert paged < size / 5 and paged * 10 < unpaged, (paged, size, unpaged)
+
+
+def test_a_file_opened_from_a_url_keeps_16_mib_of_its_metadata_and_no_chunk_cache(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """HDF5's default metadata cache (2 MiB, grown by a rule of hit rates) dropped the
+    headers of a file's open datasets while clips were read, and each was read again in the
+    worker's own read: a round trip holding h5py's lock. A local path keeps HDF5's
+    defaults."""
+    from h5feed.producer.files import remote_files
+
+    (tmp_path / "data").mkdir()
+    write_video_file(tmp_path / "data" / "a.h5", {"v": ([b"\xff\xd8" * 8], 0)})
+    monkeypatch.setenv(BENCH_ENV, json.dumps({"root": str(tmp_path), "latency_ms": 0}))
+    h5 = remote_files.open_h5(f"{BENCH_SCHEME}://data/a.h5")
+    try:
+        config = h5.id.get_mdc_config()
+        held = (config.initial_size, config.min_size, config.max_size)
+        assert held == (remote_files.METADATA_CACHE_BYTES,) * 3 == (16 << 20,) * 3
+        assert h5.id.get_access_plist().get_cache()[1:3] == (0, 0)  # no chunk slots, no bytes
+    finally:
+        h5.close()
+    with h5py.File(tmp_path / "data" / "a.h5", "r") as local:
+        assert local.id.get_mdc_config().max_size != remote_files.METADATA_CACHE_BYTES
+
+
+def test_a_still_video_whose_jpegs_are_all_one_size_is_packed(tmp_path: pathlib.Path) -> None:
+    """h5feed pack used to fail on it: h5py stacks frames of one length into a 2-D array and
+    refuses to write it ("Can't broadcast (256, n) -> (256,)")."""
+    still = cv2.imencode(".jpg", np.full((8, 8, 3), 90, np.uint8))[1].tobytes()
+    (tmp_path / "src" / "still").mkdir(parents=True)
+    for i in range(300):  # across encode's batches of 256 and the shard's copies of 256
+        (tmp_path / "src" / "still" / f"{i:04d}.jpg").write_bytes(still)
+    pack(tmp_path / "src", tmp_path / "out")
+    [shard] = sorted((tmp_path / "out").glob("*.h5"))
+    with h5py.File(shard, "r") as h5:
+        assert [bytes(f) for f in h5["still"]["frames"][()]] == [still] * 300

@@ -199,6 +199,16 @@ def test_lineage_measures_the_trainer_without_and_with_the_record(
     assert "lineage off" in printed and "the record alone:" in printed
 
 
+def study_argv(
+    out: pathlib.Path, *, files: int = 1, videos: int = 4, latency_ms: int = 5
+) -> list[str]:
+    """A tiny ``h5feed bench object-storage``: videos of 8 frames, 1 worker, 64 KiB blocks,
+    its JSON written to ``out``."""
+    return ["--files", str(files), "--videos", str(videos), "--min-frames", "8",
+            "--max-frames", "8", "--workers", "1", "--latency-ms", str(latency_ms),
+            "--block-kib", "64", "--json", str(out)]  # fmt: skip
+
+
 @pytest.mark.processes
 def test_object_storage_measures_local_and_s3_and_writes_its_json(
     tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
@@ -206,8 +216,7 @@ def test_object_storage_measures_local_and_s3_and_writes_its_json(
     pytest.importorskip("moto.server")
     pytest.importorskip("s3fs")
     out = tmp_path / "object-storage.json"
-    argv = ["--files", "1", "--videos", "4", "--min-frames", "8", "--max-frames", "8"]
-    argv += ["--workers", "1", "--latency-ms", "5", "--block-kib", "64", "--json", str(out)]
+    argv = study_argv(out)
     assert main(["bench", "object-storage", *argv]) == 0
     result = json.loads(out.read_text())
     assert (result["files"], result["block_bytes"], result["cache_bytes_per_file"]) == (
@@ -226,8 +235,7 @@ def test_object_storage_over_local_files_behind_a_latency_counts_the_workers_req
 ) -> None:
     pytest.importorskip("fsspec")
     out = tmp_path / "local-latency.json"
-    argv = ["--files", "1", "--videos", "4", "--min-frames", "8", "--max-frames", "8"]
-    argv += ["--workers", "1", "--latency-ms", "5", "--block-kib", "64", "--json", str(out)]
+    argv = study_argv(out)
     argv += ["--node-cache"]
     assert main(["bench", "object-storage", "--server", "local-latency", *argv]) == 0
     result = json.loads(out.read_text())
@@ -256,8 +264,7 @@ def test_object_storage_reads_the_same_frames_as_h5feed_pack_writes_them(
 ) -> None:
     pytest.importorskip("fsspec")
     out = tmp_path / "pack.json"
-    argv = ["--files", "2", "--videos", "3", "--min-frames", "8", "--max-frames", "8"]
-    argv += ["--workers", "1", "--latency-ms", "0", "--block-kib", "64", "--json", str(out)]
+    argv = study_argv(out, files=2, videos=3, latency_ms=0)
     assert main(["bench", "object-storage", "--server", "local-latency", "--layout", "pack",
                  *argv]) == 0  # fmt: skip
     result = json.loads(out.read_text())

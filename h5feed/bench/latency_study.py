@@ -95,8 +95,7 @@ def _row(
         f"byte used; after the first batch {epochs_requests / timed.timed_clips:.3f} "
         f"requests per clip, {epochs_read / timed_used:.2f} bytes read per byte used; "
         f"{learn[0]} requests ({learn[1] / 2**20:.1f} MiB) to learn one file's index; "
-        f"a credit budget of "
-        f"{timed.stats['credit_budget']} batches",
+        f"a credit budget of {timed.stats['credit_budget']} batches",
         flush=True,
     )
     return {

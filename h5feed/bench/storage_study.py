@@ -31,7 +31,9 @@ moto[server] (the test extra).
 --server local-latency reads the same files through h5feed-bench://, a test-only fsspec
 filesystem over the local files that sleeps --latency-ms per request (h5feed/bench/latency_fs.py:
 what a distant store costs, with no server CPU), through the same worker code as s3://; its
-requests and bytes are the workers' own counts (stats()["workers"])."""
+requests and bytes are the workers' own counts (stats()["workers"]), over the whole run and
+after the first batch (the opens and index walks come before it); --layout pack writes the
+same frames with `h5feed pack` (the layout to upload) instead of the sample writer's."""
 
 
 def object_storage_arguments(parser: argparse.ArgumentParser) -> None:

@@ -16,9 +16,10 @@ Guarantees of :func:`external_links`:
    is) and depth by ``max_depth`` (the root group is depth 0, its member groups depth 1).
 3. It returns every external link of the file, with its target file and object, in the order
    found.
-4. It reads each object's header once, in the order of their addresses (a group's members
-   right after the group): one pass through the file's metadata, however small the cache
-   of a file read from object storage (HDF5 lays out a group's members after it).
+4. It looks at each object once, depth first: a group's members in the order of their
+   addresses, right after the group. HDF5 writes a group's members after it, so a file
+   written in order has its metadata read in one pass, however small the cache of a file
+   read from object storage.
 
 :func:`member_names` is the same bound for the one-level walks of the layout readers: the
 names of a group's members, sorted, or DataError when it has more than ``limit``.

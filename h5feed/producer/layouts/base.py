@@ -127,6 +127,12 @@ class LayoutReader(abc.ABC):
         self._stored[id(dataset)] = (weakref.ref(dataset), stored)
         return stored
 
+    def prepare(self, videos: list[VideoEntry]) -> None:
+        """The file was opened for its first read with its index learnt before (the index
+        cache, or a persistent worker's memory): what :meth:`index` would have made ready
+        for reading ``videos`` is made ready now, where a layout has any (nothing here)."""
+        return None  # most layouts have nothing to make ready
+
     def pixel_size(self) -> tuple[int, int]:
         """(height, width) of every frame of a layout that stores pixels (``encoded`` False),
         from the dataset's shape, so it can be checked before a frame is read."""

@@ -101,6 +101,16 @@ class GroupsReader(LayoutReader):
             )
         return videos
 
+    def prepare(self, videos: list[VideoEntry]) -> None:
+        """On object storage, a file whose metadata is paged (``h5feed pack``'s shards) has
+        its videos' datasets opened now, as when its index is read (:meth:`_open_for_plans`):
+        from its metadata pages, a few requests. Another file's stay opened by each video's
+        first plan: opening them all here would read its metadata spread through the file
+        (a walk's worth) before the first clip."""
+        create = self.h5.id.get_create_plist()
+        if self._plans and create.get_file_space_strategy()[0] == h5py.h5f.FSPACE_STRATEGY_PAGE:
+            self._open_for_plans(videos)
+
     def _open_for_plans(self, videos: list[VideoEntry]) -> None:
         """On object storage, the datasets of a pack's first :data:`KEEP_OPEN` videos opened
         now, as a walk opens them, so that their clips are planned without a call to h5py

@@ -69,6 +69,7 @@ __all__ = [
     "check_readable",
     "filesystem",
     "identity",
+    "metadata_page",
     "open_h5",
     "size",
 ]
@@ -341,14 +342,23 @@ def open_for_copy(url: str, details: dict[str, Any]) -> _UrlFile:
     return _UrlFile(raw, url)
 
 
-def _open_in_pages(h5: h5py.File, cache: RangeCache) -> None:
-    """A file written with HDF5's paged file-space strategy (``h5feed pack``'s shards) keeps
-    its metadata in pages apart from its raw data: the rest of its opening (the walk of its
-    links, its index) reads whole pages (:meth:`RangeCache.open_in_pages`), not blocks of a
-    quarter of the cache holding mostly frames. Its superblock is read already: no request."""
+def metadata_page(h5: h5py.File) -> int | None:
+    """The page of ``h5``'s metadata when it was written with HDF5's paged file-space
+    strategy (``h5feed pack``'s shards: metadata in pages apart from the raw data), else
+    None. From its superblock, read already: no request."""
     create = h5.id.get_create_plist()
-    if create.get_file_space_strategy()[0] == h5py.h5f.FSPACE_STRATEGY_PAGE:
-        cache.open_in_pages(int(create.get_file_space_page_size()))
+    if create.get_file_space_strategy()[0] != h5py.h5f.FSPACE_STRATEGY_PAGE:
+        return None
+    return int(create.get_file_space_page_size())
+
+
+def _open_in_pages(h5: h5py.File, cache: RangeCache) -> None:
+    """A paged file's (:func:`metadata_page`) opening, the rest of it (the walk of its links,
+    its index), reads whole pages (:meth:`RangeCache.open_in_pages`), not blocks of a
+    quarter of the cache holding mostly frames."""
+    page = metadata_page(h5)
+    if page is not None:
+        cache.open_in_pages(page)
 
 
 def _keep_metadata(h5: h5py.File) -> None:

@@ -128,9 +128,10 @@ class LayoutReader(abc.ABC):
         return stored
 
     def prepare(self, videos: list[VideoEntry]) -> None:
-        """The file was opened for its first read with its index learnt before (the index
-        cache, or a persistent worker's memory): what :meth:`index` would have made ready
-        for reading ``videos`` is made ready now, where a layout has any (nothing here)."""
+        """Called before each read with the file's index ``videos``: a reader opened with its
+        index learnt before (the index cache, or a persistent worker's memory) makes ready
+        what :meth:`index` would have, where a layout has any (nothing here); a layout that
+        does keeps its own once-only flag, so the call costs nothing after the first."""
         return None  # most layouts have nothing to make ready
 
     def pixel_size(self) -> tuple[int, int]:

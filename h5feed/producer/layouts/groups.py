@@ -48,11 +48,13 @@ class GroupsReader(LayoutReader):
         super().__init__(h5, path, spec, root, bounds)
         self._datasets: dict[str, h5py.Dataset] = {}
         self._crcs: dict[str, h5py.Dataset | None] = {}
+        self._prepared = False  # its index read, or :meth:`prepare` called
 
     def index(self) -> list[VideoEntry]:
         """From the pack index when the file has one (one read, checked: see
         :mod:`~h5feed.producer.layouts.pack_index`), else by walking the groups."""
         frames_key = self.spec.frames
+        self._prepared = True
         packed = pack_index.read(
             self.h5, self.path, frames_key, self.spec.label, self.readable_whole
         )
@@ -106,9 +108,15 @@ class GroupsReader(LayoutReader):
         its videos' datasets opened now, as when its index is read (:meth:`_open_for_plans`):
         from its metadata pages, a few requests. Another file's stay opened by each video's
         first plan: opening them all here would read its metadata spread through the file
-        (a walk's worth) before the first clip."""
-        create = self.h5.id.get_create_plist()
-        if self._plans and create.get_file_space_strategy()[0] == h5py.h5f.FSPACE_STRATEGY_PAGE:
+        (a walk's worth) before the first clip. Once per reader; nothing after its index."""
+        if self._prepared:
+            return
+        self._prepared = True
+        if not self._plans:
+            return
+        from h5feed.producer.files import remote_files  # a URL's file: imported already
+
+        if remote_files.metadata_page(self.h5) is not None:
             self._open_for_plans(videos)
 
     def _open_for_plans(self, videos: list[VideoEntry]) -> None:

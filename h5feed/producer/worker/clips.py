@@ -24,7 +24,6 @@ from h5feed.producer.files import index_cache, read_ahead
 from h5feed.producer.files.index_cache import VideoEntry
 from h5feed.producer.files.open_files import DEFAULT_MAX_OPEN_FILES, OpenFiles
 from h5feed.producer.files.read_limits import NO_LIMITS, ProducerLimits
-from h5feed.producer.layouts import LayoutReader
 from h5feed.producer.worker.code_policy import CodePolicy
 from h5feed.producer.worker.decode import ClipWriter, check_crc, check_frame_pixels, decode_frame
 from h5feed.producer.worker.transform import Transform
@@ -78,7 +77,6 @@ class ClipMaker:
         self.files.use_bounds(bounds)
         self.videos: dict[int, list[VideoEntry]] = {}
         self.columns: dict[int, index_cache.Columns] = {}  # the same, as INDEX_BATCH columns
-        self._ready: dict[int, LayoutReader] = {}  # the reader each file was prepared in
 
     def close(self) -> None:
         if self._own_files:
@@ -110,7 +108,6 @@ class ClipMaker:
         else:
             handle = self.files.open(file_index, path, self.layout)
             resolved, videos = handle.spec, handle.index()
-            self._ready[file_index] = handle  # its index read: ready as it is
             if cache_dir is not None:
                 index_cache.store(cache_dir, path, self.layout, resolved, videos, key)
         columns = index_cache.columns_of(videos)
@@ -219,21 +216,13 @@ class ClipMaker:
         made[:] = 0
         return made
 
-    def _reader(self, file_index: int) -> LayoutReader:
-        """The reader of file ``file_index``, opened if need be; one opened with its index
-        learnt before (cached) is prepared for reading once (:meth:`LayoutReader.prepare`)."""
-        reader = self.files.get(file_index)
-        if self._ready.get(file_index) is not reader:
-            reader.prepare(self.videos[file_index])
-            self._ready[file_index] = reader
-        return reader
-
     def _clip(self, row: Row, out: np.ndarray | None, r: int, rows: int) -> np.ndarray:
         """Write the clip of ``row`` into ``out[r]``; when ``out`` is None, first allocate it,
         uint8 [rows, T, H, W, 3], with H, W from the spec or the first frame. Returns ``out``."""
         spec = self.spec
         _sample, file_index, video_index, start, uy, ux, flip, _seed = row
-        handle = self._reader(file_index)
+        handle = self.files.get(file_index)
+        handle.prepare(self.videos[file_index])  # one opened with its index cached: once
         name, n_frames, _label = self.videos[file_index][video_index]
         indices = clip_frame_indices(start, n_frames, spec.clip_len, spec.stride, spec.short_video)
         rgb = not handle.encoded  # pixels as stored (raw layout): no imdecode, no BGR swap

@@ -139,6 +139,17 @@ def isolated_cache(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> I
 
 
 @pytest.fixture(autouse=True)
+def no_object_remembered(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test starts with no object remembered as indexed by this process: that memory
+    is per process (h5feed/producer/files/remote_files.py, guarantee 2), and two tests' files
+    under one URL name (``h5feed-bench://data/shard-00000.h5`` in two temporary roots) would
+    be taken for one object replaced, and refused, in whichever ran second."""
+    from h5feed.producer.files import remote_files
+
+    monkeypatch.setattr(remote_files, "_INDEXED_ETAGS", {})
+
+
+@pytest.fixture(autouse=True)
 def no_kept_workers_after() -> Iterator[None]:
     """Workers a dataset keeps across iterations stop at the end of each test, so no test
     sees another's: every stream still open is ended first (a tf.data dataset built and never

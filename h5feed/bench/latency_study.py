@@ -27,6 +27,7 @@ import h5feed
 from h5feed.bench.study_files import study_files
 from h5feed.common.layouts import Auto
 from h5feed.common.object_urls import BENCH_ENV, BENCH_SCHEME
+from h5feed.common.system.procstat import descendants, process_cpu_s
 from h5feed.producer.files import node_cache, remote_files, request_counts
 from h5feed.producer.inspection import inspect_file
 from h5feed.producer.sample_data import SampleSpec
@@ -44,6 +45,10 @@ class Timed(NamedTuple):
     timed_clips: int
     first: dict[str, Any]
     stats: dict[str, Any]
+    #: CPU per clip after the first batch, ms: the workers' processes (every thread: the
+    #: read-ahead's and the latency filesystem's too), and the trainer's.
+    worker_cpu_ms: float = 0.0
+    trainer_cpu_ms: float = 0.0
 
 
 def timed_epochs(files: str | list[str], args: argparse.Namespace) -> Timed:
@@ -54,14 +59,28 @@ def timed_epochs(files: str | list[str], args: argparse.Namespace) -> Timed:
         clips_per_video=4,
         workers=args.workers, index_cache=False, start_timeout_s=300, unit_timeout_s=300,
     )  # fmt: skip
-    with feed.stream() as stream:
-        first = next(stream)
-        at_first = stream.stats()
-        began = time.perf_counter()
-        clips = sum(len(batch["label"]) for batch in stream)
-        elapsed = time.perf_counter() - began
-        stats = stream.stats()
-    return Timed(clips / elapsed, clips + len(first["label"]), clips, at_first, stats)
+    try:
+        with feed.stream() as stream:
+            first = next(stream)
+            at_first = stream.stats()
+            workers = descendants(os.getpid())  # this feed's (the last one's are closed)
+            began, workers_began = time.perf_counter(), _cpu_s(workers)
+            trainer_began = time.process_time()
+            clips = sum(len(batch["label"]) for batch in stream)
+            elapsed = time.perf_counter() - began
+            trainer_cpu_s = time.process_time() - trainer_began
+            worker_cpu_s = _cpu_s(workers) - workers_began
+            stats = stream.stats()
+    finally:
+        feed.close()
+    return Timed(
+        clips / elapsed, clips + len(first["label"]), clips, at_first, stats,
+        1000 * worker_cpu_s / clips, 1000 * trainer_cpu_s / clips,
+    )  # fmt: skip
+
+
+def _cpu_s(pids: set[int]) -> float:
+    return sum(process_cpu_s(pid) for pid in pids)
 
 
 def _reads(stats: dict[str, Any]) -> tuple[int, int]:
@@ -95,7 +114,8 @@ def _row(
         f"byte used; after the first batch {epochs_requests / timed.timed_clips:.3f} "
         f"requests per clip, {epochs_read / timed_used:.2f} bytes read per byte used; "
         f"{learn[0]} requests ({learn[1] / 2**20:.1f} MiB) to learn one file's index; "
-        f"a credit budget of {timed.stats['credit_budget']} batches",
+        f"a credit budget of {timed.stats['credit_budget']} batches; CPU per clip: workers "
+        f"{timed.worker_cpu_ms:.2f} ms, trainer {timed.trainer_cpu_ms:.2f} ms",
         flush=True,
     )
     return {
@@ -113,6 +133,8 @@ def _row(
         "requests_to_learn_one_index": learn[0],
         "bytes_to_learn_one_index": learn[1],
         "credit_budget": timed.stats["credit_budget"],
+        "worker_cpu_ms_per_clip": round(timed.worker_cpu_ms, 3),
+        "trainer_cpu_ms_per_clip": round(timed.trainer_cpu_ms, 3),
     }
 
 
@@ -146,9 +168,10 @@ def run_local_latency(args: argparse.Namespace) -> int:
     block = args.block_kib << 10
     try:
         with tempfile.TemporaryDirectory(prefix="h5feed-latency-") as tmp:
+            height, width = args.frame_size
             spec = SampleSpec(
                 files=args.files, videos_per_file=args.videos, min_frames=args.min_frames,
-                max_frames=args.max_frames, height=128, width=160, seed=3,
+                max_frames=args.max_frames, height=height, width=width, seed=3,
             )  # fmt: skip
             layout = getattr(args, "layout", "groups")
             paths = study_files(pathlib.Path(tmp), spec, layout)
@@ -156,7 +179,8 @@ def run_local_latency(args: argparse.Namespace) -> int:
             frames = sum(int(inspect_file(p)["frames"]) for p in paths)
             cache = block * remote_files.MAX_BLOCKS
             results.update(
-                layout=layout, files=len(paths), videos_per_file=args.videos,
+                layout=layout, frame_size=f"{height}x{width}", files=len(paths),
+                videos_per_file=args.videos,
                 workers=args.workers,
                 clip_len=args.clip_len, block_bytes=block, cache_bytes_per_file=cache,
                 file_bytes=stored // len(paths), stored_bytes=stored, frames=frames,
@@ -164,15 +188,22 @@ def run_local_latency(args: argparse.Namespace) -> int:
             )  # fmt: skip
             print(
                 f"{len(paths)} files ({layout}) of {stored / len(paths) / 2**20:.1f} MiB, "
-                f"{frames} frames; "
+                f"{frames} frames of {height}x{width} ({stored / frames / 1024:.1f} KiB); "
                 f"a worker's cache of a file {cache / 2**20:.2f} MiB: files "
                 f"{results['file_to_cache']} x the cache; load {results['load']}",
                 flush=True,
             )
             timed = timed_epochs(paths, args)
             local = timed.rate
-            print(f"{'local files':>34}: {local:8.1f} clips/s ({timed.clips} clips)", flush=True)
+            print(
+                f"{'local files':>34}: {local:8.1f} clips/s ({timed.clips} clips); CPU per "
+                f"clip: workers {timed.worker_cpu_ms:.2f} ms, "
+                f"trainer {timed.trainer_cpu_ms:.2f} ms",
+                flush=True,
+            )
             results["local_clips_per_s"] = round(local, 1)
+            results["local_worker_cpu_ms_per_clip"] = round(timed.worker_cpu_ms, 3)
+            results["local_trainer_cpu_ms_per_clip"] = round(timed.trainer_cpu_ms, 3)
             os.environ["H5FEED_STORAGE_OPTIONS"] = json.dumps({"default_block_size": block})
             one_file = f"{BENCH_SCHEME}://data/{pathlib.Path(paths[0]).name}"
             learn = _index_requests_at(tmp, one_file, args.latency_ms)

@@ -50,10 +50,11 @@ def run(args: argparse.Namespace) -> int:
 
     results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="h5feed-object-storage-") as tmp:
+        height, width = args.frame_size
         spec = SampleSpec(
             files=args.files, videos_per_file=args.videos, min_frames=args.min_frames,
             max_frames=args.max_frames,
-            height=128, width=160, seed=3,
+            height=height, width=width, seed=3,
         )  # fmt: skip
         paths = sorted(str(p) for p in make_sample_dataset(pathlib.Path(tmp), spec))
         stored = sum(os.path.getsize(p) for p in paths)
@@ -61,7 +62,8 @@ def run(args: argparse.Namespace) -> int:
         block = args.block_kib << 10
         cache = block * remote_files.MAX_BLOCKS
         results.update(
-            files=args.files, videos_per_file=args.videos, workers=args.workers,
+            frame_size=f"{height}x{width}", files=args.files, videos_per_file=args.videos,
+            workers=args.workers,
             clip_len=args.clip_len, block_bytes=block, cache_bytes_per_file=cache,
             file_bytes=int(per_file), file_to_cache=round(per_file / cache, 1),
         )  # fmt: skip

@@ -6,14 +6,15 @@ from __future__ import annotations
 import argparse
 import os
 
-from h5feed.common.cli_args import int_in, positive_int
+from h5feed.common.cli_args import frame_size, int_in, positive_int
 
 __all__ = ["OBJECT_STORAGE", "object_storage_arguments"]
 
 OBJECT_STORAGE = """\
 HDF5 over s3:// against the same files on local disk: clips/s, requests, bytes read.
 
-Writes --files files of --videos JPEG videos (--min-frames to --max-frames frames of 128x160),
+Writes --files files of --videos JPEG videos (--min-frames to --max-frames frames of
+--frame-size, default 128x160: about 3 KB each, so that requests, not decoding, set the pace),
 uploads them to moto's S3 server (pure Python, in this process: it shares the cores with the
 trainer and the workers, so its figures are a floor, not a cloud's), and reads them with
 --workers local workers (clips of --clip-len frames, 4 per video, 2 epochs, the two epochs
@@ -42,6 +43,14 @@ def object_storage_arguments(parser: argparse.ArgumentParser) -> None:
     add("--videos", type=positive_int, default=48, help="videos per file (default %(default)s)")
     add("--min-frames", type=int_in(8), default=24, help="(default %(default)s)")
     add("--max-frames", type=int_in(8), default=32, help="(default %(default)s)")
+    add(
+        "--frame-size",
+        type=frame_size,
+        default=(128, 160),
+        metavar="HxW",
+        help="stored frames, JPEG quality 90 (default 128x160; 240x320: the main bench's, "
+        "about 5 x the bytes and the decoding)",
+    )
     add("--workers", type=positive_int, default=2, help="local workers (default %(default)s)")
     add("--clip-len", type=positive_int, default=8, help="<= --min-frames (default 8)")
     add("--latency-ms", type=float, default=20.0, help="added per request (default 20)")

@@ -64,6 +64,18 @@ def positive_seconds(text: str) -> float:
     return value
 
 
+def frame_size(text: str) -> tuple[int, int]:
+    """An argparse ``type`` for ``HEIGHTxWIDTH`` (``240x320``): two integers >= 8."""
+    height, sep, width = text.lower().partition("x")
+    try:
+        size = int(height), int(width)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not HEIGHTxWIDTH: {text!r}") from None
+    if not sep or min(size) < 8:
+        raise argparse.ArgumentTypeError(f"needs HEIGHTxWIDTH, each >= 8, got {text!r}")
+    return size
+
+
 def int_list(text: str) -> list[int]:
     """An argparse ``type`` for ``1,2,4``: integers >= 1, in the order given."""
     try:

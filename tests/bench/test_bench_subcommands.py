@@ -245,6 +245,8 @@ def test_object_storage_over_local_files_behind_a_latency_counts_the_workers_req
         assert result[row]["requests_to_learn_one_index"] > 0
         assert result[row]["to_first_batch"]["requests"] > 0  # the opens and index walks
         assert result[row]["after_first_batch"]["requests_per_clip"] >= 0
+        assert result[row]["worker_cpu_ms_per_clip"] > 0  # the workers' processes, read
+    assert result["local_worker_cpu_ms_per_clip"] > 0
     # the node cache's second run: new workers read the first run's copies (HEADs only)
     assert result["node_cache_first_run"]["bytes_read_per_byte_stored"] > 0
     second = result["node_cache_second_run"]
@@ -266,11 +268,13 @@ def test_object_storage_reads_the_same_frames_as_h5feed_pack_writes_them(
     out = tmp_path / "pack.json"
     argv = study_argv(out, files=2, videos=3, latency_ms=0)
     assert main(["bench", "object-storage", "--server", "local-latency", "--layout", "pack",
-                 *argv]) == 0  # fmt: skip
+                 "--frame-size", "48x64", *argv]) == 0  # fmt: skip
     result = json.loads(out.read_text())
     assert (result["layout"], result["files"]) == ("pack", 2)  # shards of about 3 videos
+    assert result["frame_size"] == "48x64"
     assert result["latency_0ms"]["requests_to_learn_one_index"] > 0
-    assert "2 files (pack)" in capsys.readouterr().out
+    assert "2 files (pack)" in (printed := capsys.readouterr().out)
+    assert "frames of 48x64" in printed
     assert main(["bench", "object-storage", "--layout", "pack", *argv]) != 0  # moto's: refused
     assert "--layout pack is measured with --server local-latency" in capsys.readouterr().err
 

@@ -216,10 +216,20 @@ class _Pool:
         flight, or no room can be made (every pending fetch in flight)."""
         full_key = (id(source), key)
         with self._lock:
-            for done in [k for k, (_s, f) in self._pending.items() if f.done()]:
-                del self._pending[done]
-            if full_key in self._pending or len(self._pending) >= MAX_PENDING:
-                return False
+            # Done fetches are dropped only when they are in the way (this key's, or the
+            # room): a clip's rows are offered again and again as later rows come within
+            # reach, and a scan of every pending fetch on each offer cost the worker's main
+            # thread more than the rest of the offer (measured with cProfile).
+            same = self._pending.get(full_key)
+            if same is not None:
+                if not same[1].done():
+                    return False
+                del self._pending[full_key]
+            if len(self._pending) >= MAX_PENDING:
+                for done in [k for k, (_s, f) in self._pending.items() if f.done()]:
+                    del self._pending[done]
+                if len(self._pending) >= MAX_PENDING:
+                    return False
             if self._executor is None:  # started on the first URL clip only
                 self._executor = _Threads()
             self._pending[full_key] = (source, self._executor.submit(call))

@@ -155,6 +155,21 @@ def test_at_most_max_pending_fetches_are_queued_or_in_flight(
     fetcher.gate.set()
 
 
+def test_a_done_fetch_is_neither_pending_nor_in_the_way(
+    source: tuple[read_ahead.Source, Fetcher],
+) -> None:
+    """A clip fetched already may be fetched ahead again (its bytes may have been dropped),
+    and done fetches make room for new ones: only those queued or in flight count."""
+    made, fetcher = source
+    count = read_ahead.MAX_PENDING
+    plans = [ClipBytes(ranges=((5000 + 64 * i, 5010 + 64 * i),)) for i in range(count)]
+    assert sum(read_ahead.ahead(URL, "v", lambda p=p: p, key=i) for i, p in enumerate(plans))
+    settled(fetcher, count)  # every one done: none pending any more
+    assert read_ahead.ahead(URL, "v", lambda: plans[0], key=0) == 1  # the same clip again
+    assert read_ahead.ahead(URL, "v", lambda: plans[1], key="new") == 1  # room was made
+    assert made.ahead == count + 2
+
+
 _EXITING = """
 import time
 from h5feed.producer.files import read_ahead

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 
 import numpy as np
@@ -22,6 +23,12 @@ def rng_only(clip: np.ndarray, rng: np.random.Generator) -> np.ndarray:
 def mean_pool(clip: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """[T, H, W, 3] uint8 -> [T, 3] float32."""
     return clip.mean(axis=(1, 2), dtype=np.float32)
+
+
+def numeric_threads(clip: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """The worker's OPENBLAS_NUM_THREADS, OMP_NUM_THREADS and MKL_NUM_THREADS (0: unset)."""
+    names = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+    return np.array([int(os.environ.get(name, "0")) for name in names], np.int64)
 
 
 def raises(clip: np.ndarray, rng: np.random.Generator) -> np.ndarray:

@@ -56,6 +56,29 @@ def test_same_seed_same_output_with_one_or_three_workers_and_epochs_differ(
     assert len(set(by_epoch[0].values())) == len(by_epoch[0])  # and per sample
 
 
+@pytest.mark.parametrize(
+    ("trainer_sets", "workers_see"), [({}, [1, 1, 1]), ({"OMP_NUM_THREADS": "3"}, [1, 3, 1])]
+)
+def test_a_workers_numeric_libraries_get_one_thread_each_unless_the_environment_says(
+    small_dataset: list[pathlib.Path],
+    monkeypatch: pytest.MonkeyPatch,
+    trainer_sets: dict[str, str],
+    workers_see: list[int],
+) -> None:
+    """OpenBLAS, OpenMP and MKL in a worker run one thread each (a worker is a core's worth
+    of work: h5feed/producer/worker/threads.py); a value in the trainer's environment, which
+    its local workers inherit, is kept."""
+    for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in trainer_sets.items():
+        monkeypatch.setenv(name, value)
+    feed = h5feed.batches(
+        small_dataset, **CLIP, transform="sample_transforms:numeric_threads", workers=2
+    )
+    seen = {tuple(row) for batch in collect(feed) for row in batch["frames"].tolist()}
+    assert seen == {tuple(workers_see)}
+
+
 def test_the_transform_sees_the_preprocessed_clip_and_its_arguments(
     small_dataset: list[pathlib.Path],
 ) -> None:

@@ -232,10 +232,16 @@ def test_shares_of_a_replicas_cpu_follow_demand(
     processes: list[subprocess.Popen[bytes]],
 ) -> None:
     """Shares in the replica's own figures: two hungry trainers get 0.5 ± 0.1 each of its
-    workers' CPU seconds and of their busy seconds; with one slowed to a quarter of its rate,
-    the other gets at least 0.8 of the CPU seconds (its busy share is reported: busy wall time
-    also counts a slowed trainer's units waiting for the CPU the other holds). Rates are
-    reported, not gated (trainers and workers share 2 cores)."""
+    workers' CPU seconds and of their busy seconds; with one slowed to an eighth of the rate a
+    hungry one had, the other gets at least 0.8 of the CPU seconds (its busy share is
+    reported: busy wall time also counts a slowed trainer's units waiting for the CPU the
+    other holds). Rates are reported, not gated (trainers and workers share 2 cores).
+
+    An eighth, not a quarter: the slowed pace is fixed from the first phase's rate, and the
+    hungry trainer's rate in the second phase moves with the machine's load. At a quarter the
+    ideal share is about 0.89 (twice the rate against a quarter), and a loaded run measured
+    0.79 (`pytest -n 3` on 2 cores); at an eighth it is about 0.94, and the test still fails
+    if shares do not follow demand (an even split gives 0.5)."""
     root, files = data
     fleet_port, log = free_port(), tmp_path / "replica.log"
     processes.append(start_replica(fleet_port, root, "r", log, workers=2))
@@ -283,8 +289,8 @@ def test_shares_of_a_replicas_cpu_follow_demand(
         trainer.kill()
         trainer.wait(10)
     wait_for("the pair left", lambda: _all_gone(metrics_port), ATTACH_TIMEOUT_S + 5, [log])
-    # One hungry trainer, one at a quarter of the rate a hungry one had.
-    step_s = 4 / (sum(rates) / 2)
+    # One hungry trainer, one at an eighth of the rate a hungry one had.
+    step_s = 8 / (sum(rates) / 2)
     outs = [tmp_path / "fast.jsonl", tmp_path / "slowed.jsonl"]
     ports = [free_port(), free_port()]
     processes.append(start_trainer(outs[0], ports[0], root, files, [fleet_port], epochs=0,

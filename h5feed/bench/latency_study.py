@@ -24,13 +24,12 @@ import time
 from typing import Any, NamedTuple
 
 import h5feed
-from h5feed.bench.study_files import study_files
+from h5feed.bench.study_files import frame_label, study_files, study_spec
 from h5feed.common.layouts import Auto
 from h5feed.common.object_urls import BENCH_ENV, BENCH_SCHEME
 from h5feed.common.system.procstat import descendants, process_cpu_s
 from h5feed.producer.files import node_cache, remote_files, request_counts
 from h5feed.producer.inspection import inspect_file
-from h5feed.producer.sample_data import SampleSpec
 
 __all__ = ["Timed", "run_local_latency", "timed_epochs"]
 
@@ -47,8 +46,8 @@ class Timed(NamedTuple):
     stats: dict[str, Any]
     #: CPU per clip after the first batch, ms: the workers' processes (every thread: the
     #: read-ahead's and the latency filesystem's too), and the trainer's.
-    worker_cpu_ms: float = 0.0
-    trainer_cpu_ms: float = 0.0
+    worker_cpu_ms: float
+    trainer_cpu_ms: float
 
 
 def timed_epochs(files: str | list[str], args: argparse.Namespace) -> Timed:
@@ -168,18 +167,14 @@ def run_local_latency(args: argparse.Namespace) -> int:
     block = args.block_kib << 10
     try:
         with tempfile.TemporaryDirectory(prefix="h5feed-latency-") as tmp:
-            height, width = args.frame_size
-            spec = SampleSpec(
-                files=args.files, videos_per_file=args.videos, min_frames=args.min_frames,
-                max_frames=args.max_frames, height=height, width=width, seed=3,
-            )  # fmt: skip
+            spec = study_spec(args)
             layout = getattr(args, "layout", "groups")
             paths = study_files(pathlib.Path(tmp), spec, layout)
             stored = sum(os.path.getsize(p) for p in paths)
             frames = sum(int(inspect_file(p)["frames"]) for p in paths)
             cache = block * remote_files.MAX_BLOCKS
             results.update(
-                layout=layout, frame_size=f"{height}x{width}", files=len(paths),
+                layout=layout, frame_size=frame_label(spec), files=len(paths),
                 videos_per_file=args.videos,
                 workers=args.workers,
                 clip_len=args.clip_len, block_bytes=block, cache_bytes_per_file=cache,
@@ -188,7 +183,7 @@ def run_local_latency(args: argparse.Namespace) -> int:
             )  # fmt: skip
             print(
                 f"{len(paths)} files ({layout}) of {stored / len(paths) / 2**20:.1f} MiB, "
-                f"{frames} frames of {height}x{width} ({stored / frames / 1024:.1f} KiB); "
+                f"{frames} frames of {frame_label(spec)} ({stored / frames / 1024:.1f} KiB); "
                 f"a worker's cache of a file {cache / 2**20:.2f} MiB: files "
                 f"{results['file_to_cache']} x the cache; load {results['load']}",
                 flush=True,

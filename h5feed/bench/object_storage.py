@@ -26,9 +26,10 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from h5feed.bench.latency_study import run_local_latency, timed_epochs
+from h5feed.bench.study_files import frame_label, study_spec
 from h5feed.common import storage_config
 from h5feed.producer.files import remote_files
-from h5feed.producer.sample_data import SampleSpec, make_sample_dataset
+from h5feed.producer.sample_data import make_sample_dataset
 
 _BUCKET = "h5feed-bench"
 #: The files :func:`moto_bucket` uploads, as one glob.
@@ -50,19 +51,14 @@ def run(args: argparse.Namespace) -> int:
 
     results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="h5feed-object-storage-") as tmp:
-        height, width = args.frame_size
-        spec = SampleSpec(
-            files=args.files, videos_per_file=args.videos, min_frames=args.min_frames,
-            max_frames=args.max_frames,
-            height=height, width=width, seed=3,
-        )  # fmt: skip
+        spec = study_spec(args)
         paths = sorted(str(p) for p in make_sample_dataset(pathlib.Path(tmp), spec))
         stored = sum(os.path.getsize(p) for p in paths)
         per_file = stored / len(paths)
         block = args.block_kib << 10
         cache = block * remote_files.MAX_BLOCKS
         results.update(
-            frame_size=f"{height}x{width}", files=args.files, videos_per_file=args.videos,
+            frame_size=frame_label(spec), files=args.files, videos_per_file=args.videos,
             workers=args.workers,
             clip_len=args.clip_len, block_bytes=block, cache_bytes_per_file=cache,
             file_bytes=int(per_file), file_to_cache=round(per_file / cache, 1),

@@ -10,6 +10,7 @@ split). No labels (no class folders): the study reads clips, not labels.
 
 from __future__ import annotations
 
+import argparse
 import math
 import pathlib
 
@@ -18,9 +19,24 @@ import h5py
 from h5feed.pack.run import PackSettings, pack
 from h5feed.producer.sample_data import SampleSpec, make_sample_dataset
 
-__all__ = ["LAYOUTS", "study_files"]
+__all__ = ["LAYOUTS", "frame_label", "study_files", "study_spec"]
 
 LAYOUTS = ("groups", "pack")
+
+
+def study_spec(args: argparse.Namespace) -> SampleSpec:
+    """The sample videos the study writes, from its arguments (``--files``, ``--videos``,
+    ``--min-frames``, ``--max-frames``, ``--frame-size``): the same for every server."""
+    height, width = args.frame_size
+    return SampleSpec(
+        files=args.files, videos_per_file=args.videos, min_frames=args.min_frames,
+        max_frames=args.max_frames, height=height, width=width, seed=3,
+    )  # fmt: skip
+
+
+def frame_label(spec: SampleSpec) -> str:
+    """``spec``'s frames as the study's JSON names them (``240x320``)."""
+    return f"{spec.height}x{spec.width}"
 
 
 def study_files(root: pathlib.Path, spec: SampleSpec, layout: str) -> list[str]:

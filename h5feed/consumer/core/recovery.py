@@ -22,16 +22,20 @@ no longer expected and is dropped by unit id:
 3. With no live peer left, the work waits for one to join (a replacement, a restarted
    producer, a new one); the loop ends the iteration if none does within ``start_timeout_s``.
 4. A poison unit never loops forever: each time a peer holding units dies (exits, is killed,
-   stuck, unreachable or restarted; not a BYE or a refusal), each of their samples counts one
-   attempt (:class:`UnitAttempts`, keyed by epoch and sample, so a re-sent unit carries its
-   count); a sample at ``max_unit_attempts`` ends the iteration with
-   :class:`PoisonUnitError` naming the samples of that unit (file, video and frames; or
-   items). Its worker's deaths need not be a crash loop for this (it delivered other units).
-   A unit sent to a peer already in doubt (another worker of its host was lost as
-   unreachable, and it was not heard from since: ``Peer.in_doubt``) counts nothing when that
-   peer is lost: its host was failing before the unit came, so the death says nothing
-   about the unit. Work handed over goes to peers not in doubt first (``heard_first``), so
-   this is the case only when every reader of a file is in doubt.
+   stuck, unreachable or restarted; not a BYE or a refusal), the unit it was making counts
+   one attempt for each of its samples (:class:`UnitAttempts`, keyed by epoch and sample, so
+   a re-sent unit carries its count); a sample at ``max_unit_attempts`` ends the iteration
+   with :class:`PoisonUnitError` naming the samples of that unit (file, video and frames; or
+   items). The unit it was making is the oldest it held: a worker answers its units in the
+   order they were sent (``h5feed.producer.worker.waiting``), so the units queued behind it
+   were not begun and their death says nothing about them (counting them too named a unit
+   that merely waited behind the poison). Every death counts one attempt of one unit, so
+   the deaths of an iteration are bounded. Its worker's deaths need not be a crash loop for
+   this (it delivered other units). A unit sent to a peer already in doubt (another worker
+   of its host was lost as unreachable, and it was not heard from since: ``Peer.in_doubt``)
+   counts nothing when that peer is lost: its host was failing before the unit came, so the
+   death says nothing about the unit. Work handed over goes to peers not in doubt first
+   (``heard_first``), so this is the case only when every reader of a file is in doubt.
 """
 
 from __future__ import annotations
@@ -76,26 +80,28 @@ class UnitAttempts:
         self._deaths: collections.Counter[Hashable] = collections.Counter()
 
     def holder_died(self, peer: Peer, scheduler: Scheduler[object], reason: str) -> None:
-        """Count one attempt for each sample ``peer`` held; PoisonUnitError naming the
-        samples of a unit one of whose samples reached the limit."""
+        """Count one attempt for each sample of the unit ``peer`` was making (the oldest it
+        held); PoisonUnitError naming that unit's samples once one of them is at the limit."""
+        if not peer.outstanding:
+            return
+        sent_at, unit_id = min((sent, unit) for unit, sent in peer.outstanding.items())
         doubted = peer.host_in_doubt_since()
-        for unit_id, sent_at in sorted(peer.outstanding.items()):
-            if doubted is not None and sent_at >= doubted:
-                continue  # sent to a host already failing: no attempt of the unit's
-            samples = scheduler.samples_of(unit_id)
-            for key, _name in samples:
-                self._deaths[key] += 1
-            if any(self._deaths[key] >= self.limit for key, _name in samples):
-                names = [name for _key, name in samples]
-                shown = "; ".join(names[:8]) + (
-                    f"; and {len(names) - 8} more" if len(names) > 8 else ""
-                )
-                raise PoisonUnitError(
-                    f"the worker making {scheduler.describe(unit_id)} died {self.limit} times "
-                    f"(max_unit_attempts={self.limit}); the last: {peer} {reason}. Its "
-                    f"samples: {shown}",
-                    names,
-                )
+        if doubted is not None and sent_at >= doubted:
+            return  # sent to a host already failing: no attempt of the unit's
+        samples = scheduler.samples_of(unit_id)
+        for key, _name in samples:
+            self._deaths[key] += 1
+        if any(self._deaths[key] >= self.limit for key, _name in samples):
+            names = [name for _key, name in samples]
+            shown = "; ".join(names[:8]) + (
+                f"; and {len(names) - 8} more" if len(names) > 8 else ""
+            )
+            raise PoisonUnitError(
+                f"the worker making {scheduler.describe(unit_id)} died {self.limit} times "
+                f"(max_unit_attempts={self.limit}); the last: {peer} {reason}. Its "
+                f"samples: {shown}",
+                names,
+            )
 
 
 def recover(

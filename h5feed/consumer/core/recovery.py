@@ -22,20 +22,24 @@ no longer expected and is dropped by unit id:
 3. With no live peer left, the work waits for one to join (a replacement, a restarted
    producer, a new one); the loop ends the iteration if none does within ``start_timeout_s``.
 4. A poison unit never loops forever: each time a peer holding units dies (exits, is killed,
-   stuck, unreachable or restarted; not a BYE or a refusal), the unit it was making counts
+   stuck, unreachable or restarted; not a BYE or a refusal), each of the units it held counts
    one attempt for each of its samples (:class:`UnitAttempts`, keyed by epoch and sample, so
-   a re-sent unit carries its count); a sample at ``max_unit_attempts`` ends the iteration
-   with :class:`PoisonUnitError` naming the samples of that unit (file, video and frames; or
-   items). The unit it was making is the oldest it held: a worker answers its units in the
-   order they were sent (``h5feed.producer.worker.waiting``), so the units queued behind it
-   were not begun and their death says nothing about them (counting them too named a unit
-   that merely waited behind the poison). Every death counts one attempt of one unit, so
-   the deaths of an iteration are bounded. Its worker's deaths need not be a crash loop for
-   this (it delivered other units). A unit sent to a peer already in doubt (another worker
-   of its host was lost as unreachable, and it was not heard from since: ``Peer.in_doubt``)
-   counts nothing when that peer is lost: its host was failing before the unit came, so the
-   death says nothing about the unit. Work handed over goes to peers not in doubt first
-   (``heard_first``), so this is the case only when every reader of a file is in doubt.
+   a re-sent unit carries its count); once a sample is at ``max_unit_attempts`` the
+   iteration ends with :class:`PoisonUnitError` naming the samples of one unit: of the units
+   at the limit, the one most often the oldest its dead holder held (a worker answers its
+   units in the order they were sent, ``h5feed.producer.worker.waiting``, so the oldest is
+   the one it was making), ties to the one sent first. Every held unit counts because the
+   trainer cannot know which one was being made: a worker that dies a millisecond after
+   sending a DATA may take that DATA with it (ZeroMQ sends from a thread of its own), so the
+   oldest unit held may have been made already; counting only the oldest then missed the
+   poison and let it kill more workers than the limit. Units that waited behind the poison
+   on the same workers reach the limit with it; the rank names the poison, not them. Its
+   worker's deaths need not be a crash loop for this (it delivered other units). A unit
+   sent to a peer already in doubt (another worker of its host was lost as unreachable, and
+   it was not heard from since: ``Peer.in_doubt``) counts nothing when that peer is lost:
+   its host was failing before the unit came, so the death says nothing about the unit.
+   Work handed over goes to peers not in doubt first (``heard_first``), so this is the case
+   only when every reader of a file is in doubt.
 """
 
 from __future__ import annotations
@@ -73,26 +77,37 @@ class Replacer(Protocol):
 
 
 class UnitAttempts:
-    """How many times the holder of each sample died, in one iteration (rule 4)."""
+    """How many times the holder of each sample died, in one iteration (rule 4), and how
+    many of those times its unit was the oldest the holder held (the one being made)."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self._deaths: collections.Counter[Hashable] = collections.Counter()
+        self._oldest: collections.Counter[Hashable] = collections.Counter()
 
     def holder_died(self, peer: Peer, scheduler: Scheduler[object], reason: str) -> None:
-        """Count one attempt for each sample of the unit ``peer`` was making (the oldest it
-        held); PoisonUnitError naming that unit's samples once one of them is at the limit."""
-        if not peer.outstanding:
-            return
-        sent_at, unit_id = min((sent, unit) for unit, sent in peer.outstanding.items())
+        """Count one attempt for each sample ``peer`` held; PoisonUnitError naming the
+        samples of the unit most likely making it die once a held sample is at the limit."""
         doubted = peer.host_in_doubt_since()
-        if doubted is not None and sent_at >= doubted:
-            return  # sent to a host already failing: no attempt of the unit's
-        samples = scheduler.samples_of(unit_id)
-        for key, _name in samples:
-            self._deaths[key] += 1
-        if any(self._deaths[key] >= self.limit for key, _name in samples):
-            names = [name for _key, name in samples]
+        # Oldest first; a unit sent to a host already failing counts no attempt.
+        held = sorted(
+            (sent_at, unit_id)
+            for unit_id, sent_at in peer.outstanding.items()
+            if doubted is None or sent_at < doubted
+        )
+        units = {unit_id: scheduler.samples_of(unit_id) for _sent_at, unit_id in held}
+        for rank, (_sent_at, unit_id) in enumerate(held):
+            for key, _name in units[unit_id]:
+                self._deaths[key] += 1
+                self._oldest[key] += rank == 0
+        at_limit = [
+            (-max((self._oldest[key] for key, _name in units[unit_id]), default=0), rank, unit_id)
+            for rank, (_sent_at, unit_id) in enumerate(held)
+            if any(self._deaths[key] >= self.limit for key, _name in units[unit_id])
+        ]
+        if at_limit:
+            _most_oldest, _rank, unit_id = min(at_limit)
+            names = [name for _key, name in units[unit_id]]
             shown = "; ".join(names[:8]) + (
                 f"; and {len(names) - 8} more" if len(names) > 8 else ""
             )

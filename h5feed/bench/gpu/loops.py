@@ -98,9 +98,8 @@ def run_torch(
     }  # fmt: skip
     source = sources[feeder](paths, args.workers)
     on_gpu: dict[int, Any] = {}  # the cached feeder's batch, copied to the GPU once
-    new_event: Callable[[], Any] = (
-        (lambda: torch.cuda.Event(enable_timing=True)) if cuda else _CpuEvent
-    )
+    gpu: Any = torch.cuda  # its Event and synchronize are untyped in torch's stubs
+    new_event: Callable[[], Any] = (lambda: gpu.Event(enable_timing=True)) if cuda else _CpuEvent
     copy_ms: list[float] = []
 
     def step(frames: Any) -> tuple[Any, Any]:
@@ -125,7 +124,7 @@ def run_torch(
         end.record()
         return start, end
 
-    synchronize = torch.cuda.synchronize if cuda else (lambda: None)
+    synchronize: Callable[[], Any] = gpu.synchronize if cuda else (lambda: None)
     deadline = time.monotonic() + args.warmup
     for frames in source:
         step(frames)

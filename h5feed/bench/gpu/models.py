@@ -18,7 +18,7 @@ def make_model(width: int) -> Any:
     def block(cin: int, cout: int, stride: tuple[int, int, int]) -> list[nn.Module]:
         return [nn.Conv3d(cin, cout, 3, stride, 1, bias=False), nn.BatchNorm3d(cout), nn.ReLU()]
 
-    return nn.Sequential(
+    model: Any = nn.Sequential(  # Any: torch's stubs lack to(memory_format=...)
         *block(3, width, (1, 2, 2)),
         *block(width, width, (1, 1, 1)),
         *block(width, 2 * width, (2, 2, 2)),
@@ -28,7 +28,8 @@ def make_model(width: int) -> Any:
         nn.AdaptiveAvgPool3d(1),
         nn.Flatten(),
         nn.Linear(4 * width, CLASSES),
-    ).to(memory_format=torch.channels_last_3d)
+    )
+    return model.to(memory_format=torch.channels_last_3d)
 
 
 def make_keras_model(width: int) -> Any:

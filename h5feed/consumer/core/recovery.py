@@ -101,12 +101,14 @@ class UnitAttempts:
                 self._deaths[key] += 1
                 self._oldest[key] += rank == 0
         at_limit = [
-            (-max((self._oldest[key] for key, _name in units[unit_id]), default=0), rank, unit_id)
-            for rank, (_sent_at, unit_id) in enumerate(held)
+            unit_id
+            for _sent_at, unit_id in held
             if any(self._deaths[key] >= self.limit for key, _name in units[unit_id])
         ]
         if at_limit:
-            _most_oldest, _rank, unit_id = min(at_limit)
+            # Most often the oldest held; ties to the one sent first (``held`` is in that
+            # order, and max keeps the first of equals).
+            unit_id = max(at_limit, key=lambda u: max(self._oldest[key] for key, _name in units[u]))
             names = [name for _key, name in units[unit_id]]
             shown = "; ".join(names[:8]) + (
                 f"; and {len(names) - 8} more" if len(names) > 8 else ""

@@ -40,9 +40,7 @@ def _holds(peer: Peer, *units: tuple[int, float]) -> None:
     peer.outstanding.update(dict(units))
 
 
-def test_units_queued_behind_a_poison_unit_reach_the_limit_with_it_and_the_poison_is_named() -> (
-    None
-):
+def test_units_queued_behind_a_poison_unit_reach_the_limit_and_the_poison_is_named() -> None:
     peer, scheduler, behind, poison = _holding_two_units()
     attempts = UnitAttempts(limit=2)
     now = time.monotonic()

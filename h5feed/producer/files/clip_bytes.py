@@ -30,6 +30,7 @@ import math
 from collections.abc import Sequence
 
 import h5py
+import numpy as np
 
 __all__ = [
     "MAX_CHUNKS", "ClipBytes", "DatasetBytes", "collection_size", "heap_addresses", "merged",
@@ -69,6 +70,7 @@ class DatasetBytes:
     sizes: tuple[int, int]
     count: int  # rows
     vlen: bool  # rows are variable-length descriptors
+    dtype: np.dtype | None = None  # a fixed-size row's element, as stored (None: vlen)
 
     @classmethod
     def of(cls, dataset: h5py.Dataset, file_size: int) -> DatasetBytes | None:
@@ -97,7 +99,8 @@ class DatasetBytes:
             return None
         if any(o < 0 or o + n * row_bytes > file_size for _f, n, o in runs):
             return None
-        return cls(runs, row_bytes, (sizes[0], sizes[1]), rows, vlen)
+        dtype = None if vlen else dataset.dtype
+        return cls(runs, row_bytes, (sizes[0], sizes[1]), rows, vlen, dtype)
 
     def around(self, first: int, last: int) -> tuple[Range, ...]:
         """Every row's bytes when they are at most :data:`WHOLE_BYTES` (a video's descriptors

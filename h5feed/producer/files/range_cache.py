@@ -91,6 +91,11 @@ class RangeCache:
                 return data
         return self.fetcher(start, stop)
 
+    def read(self, start: int, stop: int) -> bytes:
+        """The bytes ``[start, stop)``, as :meth:`_fetch` (for readers other than fsspec's
+        file: :mod:`~h5feed.producer.files.heap_reads`)."""
+        return self._fetch(start, stop)
+
     def open_in_pages(self, page: int) -> None:
         """The file keeps its metadata in pages of ``page`` bytes (HDF5's paged file-space
         strategy, as ``h5feed pack`` writes): until it settles, a miss is widened to its

@@ -52,6 +52,7 @@ from __future__ import annotations
 import random
 import socket
 import time
+from collections.abc import Callable
 from typing import Any
 
 import h5py
@@ -59,6 +60,7 @@ import h5py
 from h5feed.common import object_urls, storage_config
 from h5feed.common.errors import FileReadError
 from h5feed.producer.files import gc_guard, node_cache, read_ahead, request_counts, url_confine
+from h5feed.producer.files.heap_reads import HeapReads
 from h5feed.producer.files.range_cache import RangeCache
 
 __all__ = [
@@ -71,6 +73,7 @@ __all__ = [
     "identity",
     "metadata_page",
     "open_h5",
+    "open_h5_with_heap",
     "size",
 ]
 
@@ -206,26 +209,51 @@ class _UrlFile:
 
     def _retrying(self, call: Any) -> Any:
         position = self._raw.tell()
-        deadline = time.monotonic() + storage_config.READ_BUDGET_S
-        for attempt in range(storage_config.READ_ATTEMPTS):
-            try:
-                return call()
-            except _PERMANENT:
+
+        def again() -> None:
+            self.retried += 1
+            self._raw.seek(position)
+
+        return _retried(call, again)
+
+
+def _retried(call: Callable[[], Any], again: Callable[[], None]) -> Any:
+    """``call()``, retried as guarantee 4 says; ``again()`` before each retry."""
+    deadline = time.monotonic() + storage_config.READ_BUDGET_S
+    for attempt in range(storage_config.READ_ATTEMPTS):
+        try:
+            return call()
+        except _PERMANENT:
+            raise
+        except Exception as exc:
+            if _expired(exc):
+                request_counts.count_refused()
                 raise
-            except Exception as exc:
-                if _expired(exc):
-                    request_counts.count_refused()
-                    raise
-                if attempt + 1 == storage_config.READ_ATTEMPTS:
-                    raise
-                if time.monotonic() >= deadline:
-                    raise
-                self.retried += 1
-                request_counts.count_retry()
-                backoff = min(_MAX_BACKOFF_S, _BACKOFF_S * 2**attempt)
-                time.sleep(backoff * random.uniform(0.5, 1.0))  # jitter: workers spread out
-                self._raw.seek(position)
-        raise AssertionError("unreachable: the last attempt returns or raises")
+            if attempt + 1 == storage_config.READ_ATTEMPTS:
+                raise
+            if time.monotonic() >= deadline:
+                raise
+            request_counts.count_retry()
+            backoff = min(_MAX_BACKOFF_S, _BACKOFF_S * 2**attempt)
+            time.sleep(backoff * random.uniform(0.5, 1.0))  # jitter: workers spread out
+            again()
+    raise AssertionError("unreachable: the last attempt returns or raises")
+
+
+def _range_reader(cache: RangeCache, url: str) -> Callable[[int, int], bytes]:
+    """The object's bytes ``[start, stop)`` from ``cache`` (fetching what it misses), retried
+    as h5py's reads are (guarantee 4); a read that still fails is an OSError naming ``url``."""
+
+    def read(start: int, stop: int) -> bytes:
+        try:
+            data: bytes = _retried(lambda: cache.read(start, stop), lambda: None)
+        except OSError:
+            raise
+        except Exception as exc:  # a client's own error type: the reader's callers take OSError
+            raise OSError(f"{url}: cannot read bytes {start}..{stop}: {exc}") from exc
+        return data
+
+    return read
 
 
 def _expired(exc: BaseException) -> bool:
@@ -238,6 +266,13 @@ def open_h5(url: str) -> h5py.File:
     docstring), its external links refused
     (:func:`h5feed.producer.files.url_confine.refuse_external_links`); FileReadError naming the
     URL and host when it cannot be opened."""
+    return open_h5_with_heap(url)[0]
+
+
+def open_h5_with_heap(url: str) -> tuple[h5py.File, HeapReads | None]:
+    """:func:`open_h5`, and the reads of its rows from its bytes
+    (:class:`~h5feed.producer.files.heap_reads.HeapReads`) when it is streamed (None when
+    it is opened from a node-local copy: HDF5 reads that file itself)."""
     parsed = object_urls.parse(url)
     request_counts.count_request()  # the open's HEAD: the object's size and ETag
     try:
@@ -269,7 +304,7 @@ def open_h5(url: str) -> h5py.File:
             else:
                 raw.close()
                 read_ahead.release_url(url)  # a streamed open of it is read ahead no more
-                return h5
+                return h5, None
         node_cache.queue_download(root, url, details, lambda: open_for_copy(url, details))
     raw.cache = RangeCache(  # in place of fsspec's: exact ranges, not blocks
         request_counts.counted(raw.cache.fetcher),  # each ranged GET
@@ -281,10 +316,12 @@ def open_h5(url: str) -> h5py.File:
     gc_guard.hold(source)  # while the file lives (its reads wait on threads under h5py's lock)
     read_ahead.register(source)
     try:
-        return _open_file(_UrlFile(raw, url, source), url, raw.cache)
+        h5 = _open_file(_UrlFile(raw, url, source), url, raw.cache)
     except BaseException:
         read_ahead.release(source)
         raise
+    cache: RangeCache = raw.cache
+    return h5, HeapReads(_range_reader(cache, url), cache.size, cache.capacity // 4)
 
 
 #: HDF5's metadata cache of a streamed file: fixed at 16 MiB (HDF5's own starts at 2 MiB and

@@ -73,14 +73,16 @@ def open_reader(
     if object_urls.is_url(path):  # through fsspec (remote_files: the URL's own rules)
         from h5feed.producer.files import remote_files  # imports fsspec: only for URLs
 
-        h5 = remote_files.open_h5(path)
+        h5, heap = remote_files.open_h5_with_heap(path)
     else:
-        h5 = _open_local(path)
+        h5, heap = _open_local(path), None
     try:
         if root is not None:  # before detect(), which follows the top-level links
             confine.check_links(h5, root)
         resolved = detect(h5, path, spec) if isinstance(spec, Auto) else spec
-        return READERS[resolved.kind](h5, path, resolved, root, bounds)
+        reader = READERS[resolved.kind](h5, path, resolved, root, bounds)
+        reader.heap = heap
+        return reader
     except BaseException:
         h5.close()
         raise

@@ -13,6 +13,7 @@ from h5feed.common import object_urls
 from h5feed.common.layouts import LayoutSpec
 from h5feed.producer.files.clip_bytes import ClipBytes, DatasetBytes
 from h5feed.producer.files.dataset_checks import check_dataset
+from h5feed.producer.files.heap_reads import HeapReads
 from h5feed.producer.files.index_cache import VideoEntry
 from h5feed.producer.files.read_limits import DEFAULT_BOUNDS, DatasetBounds
 from h5feed.producer.layouts._common import read_labels, read_rows, video_name, video_number
@@ -59,6 +60,8 @@ class LayoutReader(abc.ABC):
         self._stored: dict[int, tuple[weakref.ref[h5py.Dataset], DatasetBytes | None]] = {}
         self._prune_at = _PRUNE_AT
         self._plans = object_urls.is_url(path)  # read ahead: clips' bytes planned
+        #: a streamed URL file's rows read from its bytes (:meth:`elements`), set by its opener
+        self.heap: HeapReads | None = None
 
     def readable(self, dataset: h5py.Dataset, *, whole: bool) -> h5py.Dataset:
         """``dataset``, once checked (:func:`~h5feed.producer.files.dataset_checks.check_dataset`):
@@ -77,6 +80,23 @@ class LayoutReader(abc.ABC):
 
     def close(self) -> None:
         self.h5.close()
+
+    def elements(self, dataset: h5py.Dataset, rows: list[int]) -> list[np.ndarray]:
+        """The elements of the 1-D ``dataset`` at ``rows`` (any order, repeats allowed). A
+        streamed URL file's are cut from its bytes, without a call to HDF5, where
+        :class:`~h5feed.producer.files.heap_reads.HeapReads` takes the dataset (the same
+        bytes, guarantee 1 there); every other read goes through h5py."""
+        if self.heap is not None:
+            stored = self._storage(dataset)
+            if stored is not None and stored.vlen:
+                found = self.heap.vlen_rows(stored, rows)
+                if found is not None:
+                    return found
+            else:
+                fixed = self.heap.fixed_rows(stored, rows)
+                if fixed is not None:
+                    return list(fixed)
+        return read_rows(dataset, rows)
 
     @abc.abstractmethod
     def index(self) -> list[VideoEntry]:
@@ -165,7 +185,7 @@ class OffsetsReader(LayoutReader):
 
     def read_frames(self, video: str, indices: list[int]) -> list[np.ndarray]:
         base = int(self.offsets[video_number(video, self.num_videos, self.path)])
-        return read_rows(self.frames, [base + i for i in indices])
+        return self.elements(self.frames, [base + i for i in indices])
 
     def clip_bytes(self, video: str, indices: list[int]) -> ClipBytes | None:
         base = int(self.offsets[video_number(video, self.num_videos, self.path)])

@@ -15,7 +15,7 @@ from h5feed.producer.files.index_cache import VideoEntry
 from h5feed.producer.files.link_walk import member_names
 from h5feed.producer.files.read_limits import DEFAULT_BOUNDS, DatasetBounds
 from h5feed.producer.layouts import pack_index
-from h5feed.producer.layouts._common import group_label, read_rows
+from h5feed.producer.layouts._common import group_label
 from h5feed.producer.layouts.base import LayoutReader
 
 _log = logging.getLogger("h5feed.worker")
@@ -159,7 +159,7 @@ class GroupsReader(LayoutReader):
         dataset = self._crc_dataset(video)
         if dataset is None:
             return None
-        return [int(value) for value in read_rows(dataset, indices)]
+        return [int(value) for value in self.elements(dataset, indices)]
 
     def _crc_dataset(self, video: str) -> h5py.Dataset | None:
         if video not in self._crcs:  # checked again: the index may come from the cache
@@ -181,4 +181,4 @@ class GroupsReader(LayoutReader):
         return self.planned(self._frames_dataset(video), min(indices), max(indices), *others)
 
     def read_frames(self, video: str, indices: list[int]) -> list[np.ndarray]:
-        return read_rows(self._frames_dataset(video), indices)
+        return self.elements(self._frames_dataset(video), indices)

@@ -14,7 +14,7 @@ from h5feed.producer.files.clip_bytes import ClipBytes
 from h5feed.producer.files.index_cache import VideoEntry
 from h5feed.producer.files.read_limits import DEFAULT_BOUNDS, DatasetBounds
 from h5feed.producer.layouts import pixels
-from h5feed.producer.layouts._common import dataset_at, label_attribute, read_rows
+from h5feed.producer.layouts._common import dataset_at, label_attribute
 from h5feed.producer.layouts.base import LayoutReader
 
 
@@ -96,7 +96,7 @@ class _VideoReader(LayoutReader):
         if video != self.name:
             raise DataError(f"no video {video!r} in this file (it holds {self.name!r})",
                             file=self.path, video=video)  # fmt: skip
-        return read_rows(self.frames, indices)
+        return self.elements(self.frames, indices)
 
 
 class EncodedVideoReader(_VideoReader):

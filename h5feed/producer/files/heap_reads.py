@@ -1,0 +1,173 @@
+"""A clip's rows of a URL file read from the file's bytes, without a call to HDF5.
+
+Through h5py, a streamed file is read by HDF5 through a Python file object: a clip's frames
+are a dataset read that asks the object for its descriptors, then for each heap collection
+they point at, one ``readinto`` at a time, holding h5py's lock all along (so the read-ahead's
+threads, which plan clips with h5py calls, wait for it). The bytes are usually in the range
+cache already (the read-ahead fetched them), so what that costs is CPU: HDF5's selection and
+type conversion, the file object's calls, and the threads taking turns on h5py's lock.
+:class:`HeapReads` reads the same bytes straight from the range cache
+(:class:`~h5feed.producer.files.range_cache.RangeCache`) and cuts the rows out itself:
+
+* fixed-size rows (a pack's CRCs) are the dataset's stored bytes, as
+  :class:`~h5feed.producer.files.clip_bytes.DatasetBytes` locates them;
+* variable-length rows (the frames) are descriptors (length, collection address, object
+  index) whose objects lie in global heap collections: a collection is ``GCOL``, version 1,
+  3 reserved bytes and its size, then objects, each its index (2 bytes), reference count (2),
+  4 reserved bytes, its size and its data padded to 8 bytes, up to the free-space object
+  (index 0). (HDF5 file format specification, "Global Heap".)
+
+Guarantees:
+
+1. The same rows h5py gives, byte for byte, or None: anything this reader does not expect
+   (a length size other than 8, a descriptor pointing outside the file, a collection that
+   is not one or is larger than ``max_collection``, an object index it does not hold, an
+   object whose size is not its descriptor's length) gives None, and the caller reads the
+   rows through h5py as before (which reports what is wrong in its own words). Nothing
+   read from the file is trusted before it is checked against the file's size and the
+   collection's.
+2. Bounded: a read asks the range cache for the descriptors and for each collection the
+   rows point at, each at most ``max_collection`` bytes; the objects' places are
+   remembered for at most :data:`MAX_COLLECTIONS` collections per open file.
+3. Only the worker's own thread calls it; a read that fails after the file's retries
+   raises OSError naming the URL (the reader's caller names file, video and frame).
+"""
+
+from __future__ import annotations
+
+import collections
+import struct
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from h5feed.producer.files.clip_bytes import DatasetBytes
+
+__all__ = ["MAX_COLLECTIONS", "HeapReads"]
+
+#: Collections whose objects' places an open file remembers (a few dozen bytes each).
+MAX_COLLECTIONS = 4096
+_GCOL = b"GCOL"
+_LENGTH_SIZE = 8  # h5py's files, and HDF5's default: other sizes are read through h5py
+_COLLECTION_HEADER = struct.Struct("<4sB3xQ")  # signature, version, reserved, size
+_OBJECT_HEADER = struct.Struct("<HH4xQ")  # index, reference count, reserved, size
+#: (start in the collection, size) of each object, by index
+_Objects = dict[int, tuple[int, int]]
+
+
+class HeapReads:
+    """Rows of one open file's datasets read from its bytes (module docstring).
+
+    ``read(start, stop)`` gives the file's bytes ``[start, stop)`` (the range cache's, with
+    the file's retries); ``file_size`` bounds every address.
+    """
+
+    def __init__(
+        self, read: Callable[[int, int], bytes], file_size: int, max_collection: int
+    ) -> None:
+        self._read, self.file_size, self.max_collection = read, file_size, max_collection
+        self._collections: collections.OrderedDict[int, tuple[int, _Objects]]
+        self._collections = collections.OrderedDict()
+
+    def fixed_rows(self, stored: DatasetBytes | None, rows: Sequence[int]) -> np.ndarray | None:
+        """Rows ``rows`` of a 1-D dataset of fixed-size numbers stored as ``stored`` says,
+        or None (guarantee 1)."""
+        dtype = None if stored is None else stored.dtype
+        if stored is None or dtype is None or dtype.kind not in "iuf":
+            return None
+        if stored.row_bytes != dtype.itemsize:  # not 1-D
+            return None
+        stored_rows = self._stored_rows(stored, rows)
+        if stored_rows is None:
+            return None
+        data, first = stored_rows
+        every = np.frombuffer(data, dtype=dtype)
+        return every[np.asarray(rows, dtype=np.int64) - first]
+
+    def vlen_rows(
+        self, stored: DatasetBytes | None, rows: Sequence[int]
+    ) -> list[np.ndarray] | None:
+        """Rows ``rows`` of a 1-D variable-length uint8 dataset stored as ``stored`` says,
+        each a uint8 array, or None (guarantee 1)."""
+        if stored is None or not stored.vlen or stored.sizes[1] != _LENGTH_SIZE:
+            return None
+        stored_rows = self._stored_rows(stored, rows)
+        if stored_rows is None:
+            return None
+        data, first = stored_rows
+        offset_size = stored.sizes[0]
+        width = stored.row_bytes
+        collections_read: dict[int, tuple[bytes, _Objects] | None] = {}
+        found = []
+        for row in rows:
+            at = (row - first) * width
+            length = int.from_bytes(data[at : at + 4], "little")
+            address = int.from_bytes(data[at + 4 : at + 4 + offset_size], "little")
+            index = int.from_bytes(data[at + 4 + offset_size : at + width], "little")
+            if address not in collections_read:
+                collections_read[address] = self._collection(address)
+            held = collections_read[address]
+            if held is None:
+                return None
+            collection, objects = held
+            where = objects.get(index)
+            if where is None or where[1] != length:
+                return None
+            found.append(np.frombuffer(collection, np.uint8, count=length, offset=where[0]))
+        return found
+
+    def _stored_rows(self, stored: DatasetBytes, rows: Sequence[int]) -> tuple[bytes, int] | None:
+        """The stored bytes of rows ``min(rows)..max(rows)`` and the first row, or None."""
+        if not rows:
+            return None
+        first, last = min(rows), max(rows)
+        if first < 0 or last >= stored.count:
+            return None
+        ranges = stored.rows(first, last)
+        if sum(b - a for a, b in ranges) != (last - first + 1) * stored.row_bytes:
+            return None  # rows in no run: not stored (HDF5 gives its fill value)
+        return b"".join(self._read(a, b) for a, b in ranges), first
+
+    def _collection(self, address: int) -> tuple[bytes, _Objects] | None:
+        """The bytes of the collection at ``address`` and its objects' places, or None when
+        the bytes there are not a collection this reader takes (guarantee 1)."""
+        known = self._collections.get(address)
+        if known is not None:
+            self._collections.move_to_end(address)
+            size, objects = known
+            return self._read(address, address + size), objects
+        if address <= 0 or address + _COLLECTION_HEADER.size > self.file_size:
+            return None
+        header = self._read(address, address + _COLLECTION_HEADER.size)
+        signature, version, size = _COLLECTION_HEADER.unpack(header)
+        if signature != _GCOL or version != 1:
+            return None
+        if not _COLLECTION_HEADER.size <= size <= self.max_collection:
+            return None
+        if address + size > self.file_size:
+            return None
+        data = self._read(address, address + size)
+        parsed = _objects(data, size)
+        if parsed is None:
+            return None
+        self._collections[address] = (size, parsed)
+        if len(self._collections) > MAX_COLLECTIONS:
+            self._collections.popitem(last=False)
+        return data, parsed
+
+
+def _objects(data: bytes, size: int) -> _Objects | None:
+    """The places of the objects of one collection (``data``, ``size`` bytes), or None when
+    an object would reach past it."""
+    objects: _Objects = {}
+    at = _COLLECTION_HEADER.size
+    while at + _OBJECT_HEADER.size <= size:
+        index, _references, length = _OBJECT_HEADER.unpack_from(data, at)
+        if index == 0:  # the free space: no object after it
+            break
+        start = at + _OBJECT_HEADER.size
+        if length > size - start:
+            return None
+        objects[index] = (start, length)
+        at = start + ((length + 7) & ~7)
+    return objects

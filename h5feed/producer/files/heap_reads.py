@@ -36,17 +36,23 @@ Guarantees:
 from __future__ import annotations
 
 import collections
+import functools
+import os
 import struct
 from collections.abc import Callable, Sequence
 
+import h5py
 import numpy as np
 
 from h5feed.producer.files.clip_bytes import DatasetBytes
 
-__all__ = ["MAX_COLLECTIONS", "HeapReads"]
+__all__ = ["LOCAL_MAX_COLLECTION", "MAX_COLLECTIONS", "HeapReads", "local_heap"]
 
 #: Collections whose objects' places an open file remembers (a few dozen bytes each).
 MAX_COLLECTIONS = 4096
+#: The largest collection a local file's rows are cut from (HDF5 makes them 4 to 64 KiB, or
+#: one object's size when it is larger: a frame of 16 MiB is read through h5py).
+LOCAL_MAX_COLLECTION = 16 << 20
 _GCOL = b"GCOL"
 _LENGTH_SIZE = 8  # h5py's files, and HDF5's default: other sizes are read through h5py
 _COLLECTION_HEADER = struct.Struct("<4sB3xQ")  # signature, version, reserved, size
@@ -126,7 +132,10 @@ class HeapReads:
         ranges = stored.rows(first, last)
         if sum(b - a for a, b in ranges) != (last - first + 1) * stored.row_bytes:
             return None  # rows in no run: not stored (HDF5 gives its fill value)
-        return b"".join(self._read(a, b) for a, b in ranges), first
+        data = b"".join(self._read(a, b) for a, b in ranges)
+        if len(data) != (last - first + 1) * stored.row_bytes:
+            return None  # the file is shorter than it says: h5py reports it
+        return data, first
 
     def _collection(self, address: int) -> tuple[bytes, _Objects] | None:
         """The bytes of the collection at ``address`` and its objects' places, or None when
@@ -135,10 +144,13 @@ class HeapReads:
         if known is not None:
             self._collections.move_to_end(address)
             size, objects = known
-            return self._read(address, address + size), objects
+            data = self._read(address, address + size)
+            return (data, objects) if len(data) == size else None
         if address <= 0 or address + _COLLECTION_HEADER.size > self.file_size:
             return None
         header = self._read(address, address + _COLLECTION_HEADER.size)
+        if len(header) != _COLLECTION_HEADER.size:
+            return None
         signature, version, size = _COLLECTION_HEADER.unpack(header)
         if signature != _GCOL or version != 1:
             return None
@@ -147,13 +159,31 @@ class HeapReads:
         if address + size > self.file_size:
             return None
         data = self._read(address, address + size)
-        parsed = _objects(data, size)
+        parsed = _objects(data, size) if len(data) == size else None
         if parsed is None:
             return None
         self._collections[address] = (size, parsed)
         if len(self._collections) > MAX_COLLECTIONS:
             self._collections.popitem(last=False)
         return data, parsed
+
+
+def local_heap(h5: h5py.File) -> HeapReads | None:
+    """Heap reads of a local file opened by HDF5's default (``sec2``) driver: ``pread`` on
+    the descriptor HDF5 reads it through (the same open file, so the same bytes, even when
+    the path has been replaced since), or None for another driver. Valid while ``h5`` is
+    open: its reader drops it when it closes the file (a closed descriptor's number is
+    reused)."""
+    if h5.driver != "sec2":
+        return None
+    descriptor = int(h5.id.get_vfd_handle())
+    return HeapReads(
+        functools.partial(_pread, descriptor), int(h5.id.get_filesize()), LOCAL_MAX_COLLECTION
+    )
+
+
+def _pread(descriptor: int, start: int, stop: int) -> bytes:
+    return os.pread(descriptor, stop - start, start)
 
 
 def _objects(data: bytes, size: int) -> _Objects | None:

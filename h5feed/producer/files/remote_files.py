@@ -28,8 +28,10 @@ Guarantees of :func:`open_h5`:
    botocore attempts) is retried from the same position, at most
    :data:`~h5feed.common.storage_config.READ_ATTEMPTS` times within
    :data:`~h5feed.common.storage_config.READ_BUDGET_S`, with exponential backoff and jitter;
-   a missing, unreadable or replaced object is not retried. What still fails reaches h5py,
-   which reports the read as failed: the reader names the URL.
+   a missing, unreadable or replaced object is not retried (:mod:`read_retries`). What still
+   fails reaches h5py, which reports the read as failed, or the file's heap reads
+   (:mod:`heap_reads`: its rows cut from the range cache's bytes) as an OSError naming the
+   URL: the reader names the URL.
 5. With a node-local cache (:mod:`~h5feed.producer.files.node_cache`, the producer's own
    setting), an object whose complete copy is on this node is opened from the copy, named by
    its URL and its links refused as above; one without is streamed while the copy is made;
@@ -49,17 +51,21 @@ missing package is an error naming the extra to install (``h5feed[storage]``).
 
 from __future__ import annotations
 
-import random
 import socket
-import time
-from collections.abc import Callable
 from typing import Any
 
 import h5py
 
 from h5feed.common import object_urls, storage_config
 from h5feed.common.errors import FileReadError
-from h5feed.producer.files import gc_guard, node_cache, read_ahead, request_counts, url_confine
+from h5feed.producer.files import (
+    gc_guard,
+    node_cache,
+    read_ahead,
+    read_retries,
+    request_counts,
+    url_confine,
+)
 from h5feed.producer.files.heap_reads import HeapReads
 from h5feed.producer.files.range_cache import RangeCache
 
@@ -173,15 +179,6 @@ def _remember(url: str, etag: str) -> None:
         _INDEXED_ETAGS[url] = etag
 
 
-#: Failures a retry cannot mend: the object is gone, not readable, or replaced (412).
-_PERMANENT: tuple[type[BaseException], ...] = (
-    FileNotFoundError, PermissionError, ValueError, TypeError, NotImplementedError,
-)  # fmt: skip
-#: The first backoff, and the longest, of h5feed's own retries of a read.
-_BACKOFF_S = 0.2
-_MAX_BACKOFF_S = 5.0
-
-
 class _UrlFile:
     """An fsspec file whose ``repr`` is its URL (h5py names a file object's file by its
     ``repr``, so ``h5.filename`` and every message built from it name the URL), whose reads
@@ -214,51 +211,7 @@ class _UrlFile:
             self.retried += 1
             self._raw.seek(position)
 
-        return _retried(call, again)
-
-
-def _retried(call: Callable[[], Any], again: Callable[[], None]) -> Any:
-    """``call()``, retried as guarantee 4 says; ``again()`` before each retry."""
-    deadline = time.monotonic() + storage_config.READ_BUDGET_S
-    for attempt in range(storage_config.READ_ATTEMPTS):
-        try:
-            return call()
-        except _PERMANENT:
-            raise
-        except Exception as exc:
-            if _expired(exc):
-                request_counts.count_refused()
-                raise
-            if attempt + 1 == storage_config.READ_ATTEMPTS:
-                raise
-            if time.monotonic() >= deadline:
-                raise
-            request_counts.count_retry()
-            backoff = min(_MAX_BACKOFF_S, _BACKOFF_S * 2**attempt)
-            time.sleep(backoff * random.uniform(0.5, 1.0))  # jitter: workers spread out
-            again()
-    raise AssertionError("unreachable: the last attempt returns or raises")
-
-
-def _range_reader(cache: RangeCache, url: str) -> Callable[[int, int], bytes]:
-    """The object's bytes ``[start, stop)`` from ``cache`` (fetching what it misses), retried
-    as h5py's reads are (guarantee 4); a read that still fails is an OSError naming ``url``."""
-
-    def read(start: int, stop: int) -> bytes:
-        try:
-            data: bytes = _retried(lambda: cache.read(start, stop), lambda: None)
-        except OSError:
-            raise
-        except Exception as exc:  # a client's own error type: the reader's callers take OSError
-            raise OSError(f"{url}: cannot read bytes {start}..{stop}: {exc}") from exc
-        return data
-
-    return read
-
-
-def _expired(exc: BaseException) -> bool:
-    """fsspec's FileExpired: the object's ETag changed under an open file (412)."""
-    return type(exc).__name__ == "FileExpired"
+        return read_retries.retried(call, again)
 
 
 def open_h5(url: str) -> h5py.File:
@@ -321,7 +274,7 @@ def open_h5_with_heap(url: str) -> tuple[h5py.File, HeapReads | None]:
         read_ahead.release(source)
         raise
     cache: RangeCache = raw.cache
-    return h5, HeapReads(_range_reader(cache, url), cache.size, cache.capacity // 4)
+    return h5, HeapReads(read_retries.range_reader(cache, url), cache.size, cache.capacity // 4)
 
 
 #: HDF5's metadata cache of a streamed file: fixed at 16 MiB (HDF5's own starts at 2 MiB and

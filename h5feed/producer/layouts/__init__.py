@@ -25,7 +25,7 @@ from h5feed.common.layouts import (
     Raw,
     Video,
 )
-from h5feed.producer.files import confine, heap_reads
+from h5feed.producer.files import confine
 from h5feed.producer.files.locking import open_read_only
 from h5feed.producer.files.read_limits import DEFAULT_BOUNDS, DatasetBounds
 from h5feed.producer.layouts.base import LayoutReader
@@ -75,8 +75,7 @@ def open_reader(
 
         h5, heap = remote_files.open_h5_with_heap(path)
     else:
-        h5 = _open_local(path)
-        heap = heap_reads.local_heap(h5)
+        h5, heap = _open_local(path), None  # h5py's own reads: see heap_reads
     try:
         if root is not None:  # before detect(), which follows the top-level links
             confine.check_links(h5, root)

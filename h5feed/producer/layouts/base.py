@@ -79,7 +79,7 @@ class LayoutReader(abc.ABC):
         return self.readable(dataset, whole=True)
 
     def close(self) -> None:
-        self.heap = None  # a local file's reads use its descriptor: not after it closes
+        self.heap = None  # its reads go through the file's cache: not after it closes
         self.h5.close()
 
     def elements(self, dataset: h5py.Dataset, rows: list[int]) -> list[np.ndarray]:

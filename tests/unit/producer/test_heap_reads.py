@@ -4,8 +4,7 @@ over local files read through the range cache object storage's files use.
 What it shows: for every layout's one-file dataset, a reader with heap reads gives the frames
 and CRCs h5py gives, byte for byte, for clips in order, reversed and with repeats; on the
 layouts whose frames are variable-length (groups, packs, flat, video) it reads them without
-a call to h5py (h5py's lock held by another thread all along), over a URL's range cache and
-over a local file's descriptor alike; anything it does not expect
+a call to h5py (h5py's lock held by another thread all along); anything it does not expect
 (a forged descriptor, a collection too large or damaged, an object of another size) gives
 no rows, and the reader then reads through h5py as before."""
 
@@ -21,11 +20,10 @@ from h5py._objects import phil
 from one_file_cases import CASES
 from test_clip_bytes import open_cached
 
-from h5feed.common.layouts import resolve
 from h5feed.producer.files.clip_bytes import DatasetBytes
 from h5feed.producer.files.heap_reads import HeapReads
 from h5feed.producer.files.read_limits import DEFAULT_BOUNDS
-from h5feed.producer.layouts import READERS, open_reader
+from h5feed.producer.layouts import READERS
 from h5feed.producer.layouts.base import LayoutReader
 
 #: The layouts whose frames are variable-length rows: read from the bytes, no h5py call.
@@ -206,28 +204,3 @@ def test_rows_past_the_dataset_or_none_give_no_rows(tmp_path: pathlib.Path) -> N
     assert heap.vlen_rows(stored, [3]) is None
     assert heap.vlen_rows(stored, []) is None
     assert heap.fixed_rows(stored, [0]) is None  # variable-length: not fixed rows
-
-
-@pytest.mark.parametrize("case", FROM_BYTES)
-def test_a_local_files_clips_are_cut_from_its_descriptor_while_h5pys_lock_is_held_elsewhere(
-    tmp_path: pathlib.Path, case: str
-) -> None:
-    """A local file opened by a worker reads its variable-length rows with ``pread`` on
-    HDF5's own descriptor: the bytes h5py reads, and no h5py call once a video's datasets
-    are open; closed, the reader reads through its descriptor no more."""
-    path, layout = CASES[case](tmp_path)
-    reader = open_reader(path, resolve(layout, "frames", "label"))
-    plain = READERS[reader.spec.kind](h5py.File(path, "r"), path, reader.spec, None, DEFAULT_BOUNDS)
-    try:
-        assert reader.heap is not None
-        name, frames, _label = reader.index()[0]
-        indices = list(range(frames))
-        reader.read_frames(name, indices)  # opens the video's datasets (h5py, once)
-        reader.frame_crcs(name, indices)
-        got = _read_while_h5py_is_held(reader, name, indices)
-        assert _as_bytes(got[0]) == _as_bytes(plain.read_frames(name, indices))
-        assert got[1] == plain.frame_crcs(name, indices)
-    finally:
-        reader.close()
-        plain.close()
-    assert reader.heap is None

@@ -19,9 +19,9 @@ type conversion, the file object's calls, and the threads taking turns on h5py's
 
 Only a URL's files are read so (:func:`~h5feed.producer.files.remote_files.open_h5_with_heap`).
 A local file's rows were read the same way for a while, with ``pread`` on HDF5's own
-descriptor: in one process a 8-frame clip's read took 0.04 ms of CPU instead of h5py's 0.15,
-but the workers took 2 to 5 % more CPU per clip in interleaved runs on a pack (five pairs,
-unexplained), so local files are read by h5py.
+descriptor: in one process a 16-frame clip's read took 0.04 ms of CPU instead of h5py's
+0.15, but the workers took 2 to 5 % more CPU per clip in interleaved runs on a pack (five
+pairs, unexplained), so local files are read by h5py.
 
 Guarantees:
 

@@ -34,6 +34,7 @@ import numpy as np
 
 __all__ = [
     "MAX_CHUNKS", "ClipBytes", "DatasetBytes", "collection_size", "heap_addresses", "merged",
+    "parse_descriptors",
     "spans",
 ]  # fmt: skip
 
@@ -146,16 +147,29 @@ def _runs(dataset: h5py.Dataset, rows: int) -> tuple[tuple[int, int, int], ...] 
     return tuple(sorted(runs))
 
 
+def parse_descriptors(descriptors: bytes, sizes: tuple[int, int]) -> list[tuple[int, int, int]]:
+    """(length, collection address, object index) of each whole variable-length descriptor
+    in ``descriptors``, in order (nothing checked: the callers bound the addresses)."""
+    offset = sizes[0]
+    width = 4 + offset + 4
+    return [
+        (
+            int.from_bytes(descriptors[at : at + 4], "little"),
+            int.from_bytes(descriptors[at + 4 : at + 4 + offset], "little"),
+            int.from_bytes(descriptors[at + 4 + offset : at + width], "little"),
+        )
+        for at in range(0, len(descriptors) - width + 1, width)
+    ]
+
+
 def heap_addresses(descriptors: bytes, sizes: tuple[int, int], file_size: int) -> list[int]:
     """The distinct collection addresses, in order, of the non-empty variable-length elements
     whose descriptors are ``descriptors`` (guarantee 2: addresses outside the file dropped)."""
-    width = 4 + sizes[0] + 4
-    found = set()
-    for at in range(0, len(descriptors) - width + 1, width):
-        length = int.from_bytes(descriptors[at : at + 4], "little")
-        address = int.from_bytes(descriptors[at + 4 : at + 4 + sizes[0]], "little")
-        if length and 0 < address < file_size:
-            found.add(address)
+    found = {
+        address
+        for length, address, _index in parse_descriptors(descriptors, sizes)
+        if length and 0 < address < file_size
+    }
     return sorted(found)
 
 

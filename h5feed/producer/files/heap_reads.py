@@ -47,15 +47,15 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from h5feed.producer.files import clip_bytes
 from h5feed.producer.files.clip_bytes import DatasetBytes
 
 __all__ = ["MAX_COLLECTIONS", "HeapReads"]
 
 #: Collections whose objects' places an open file remembers (a few dozen bytes each).
 MAX_COLLECTIONS = 4096
-_GCOL = b"GCOL"
 _LENGTH_SIZE = 8  # h5py's files, and HDF5's default: other sizes are read through h5py
-_COLLECTION_HEADER = struct.Struct("<4sB3xQ")  # signature, version, reserved, size
+_COLLECTION_HEADER = 8 + _LENGTH_SIZE  # signature, version, reserved, size
 _OBJECT_HEADER = struct.Struct("<HH4xQ")  # index, reference count, reserved, size
 #: (start in the collection, size) of each object, by index
 _Objects = dict[int, tuple[int, int]]
@@ -101,15 +101,11 @@ class HeapReads:
         if stored_rows is None:
             return None
         data, first = stored_rows
-        offset_size = stored.sizes[0]
-        width = stored.row_bytes
+        descriptors = clip_bytes.parse_descriptors(data, stored.sizes)
         collections_read: dict[int, tuple[bytes, _Objects] | None] = {}
         found = []
         for row in rows:
-            at = (row - first) * width
-            length = int.from_bytes(data[at : at + 4], "little")
-            address = int.from_bytes(data[at + 4 : at + 4 + offset_size], "little")
-            index = int.from_bytes(data[at + 4 + offset_size : at + width], "little")
+            length, address, index = descriptors[row - first]
             if address not in collections_read:
                 collections_read[address] = self._collection(address)
             held = collections_read[address]
@@ -130,10 +126,11 @@ class HeapReads:
         if first < 0 or last >= stored.count:
             return None
         ranges = stored.rows(first, last)
-        if sum(b - a for a, b in ranges) != (last - first + 1) * stored.row_bytes:
+        expected = (last - first + 1) * stored.row_bytes
+        if sum(b - a for a, b in ranges) != expected:
             return None  # rows in no run: not stored (HDF5 gives its fill value)
         data = b"".join(self._read(a, b) for a, b in ranges)
-        if len(data) != (last - first + 1) * stored.row_bytes:
+        if len(data) != expected:
             return None  # the file is shorter than it says: h5py reports it
         return data, first
 
@@ -146,23 +143,19 @@ class HeapReads:
             size, objects = known
             data = self._read(address, address + size)
             return (data, objects) if len(data) == size else None
-        if address <= 0 or address + _COLLECTION_HEADER.size > self.file_size:
+        if address <= 0 or address + _COLLECTION_HEADER > self.file_size:
             return None
-        header = self._read(address, address + _COLLECTION_HEADER.size)
-        if len(header) != _COLLECTION_HEADER.size:
+        header = self._read(address, address + _COLLECTION_HEADER)
+        declared = clip_bytes.collection_size(header, (0, _LENGTH_SIZE))  # None: not a collection
+        if declared is None or not _COLLECTION_HEADER <= declared <= self.max_collection:
             return None
-        signature, version, size = _COLLECTION_HEADER.unpack(header)
-        if signature != _GCOL or version != 1:
+        if address + declared > self.file_size:
             return None
-        if not _COLLECTION_HEADER.size <= size <= self.max_collection:
-            return None
-        if address + size > self.file_size:
-            return None
-        data = self._read(address, address + size)
-        parsed = _objects(data, size) if len(data) == size else None
+        data = self._read(address, address + declared)
+        parsed = _objects(data, declared) if len(data) == declared else None
         if parsed is None:
             return None
-        self._collections[address] = (size, parsed)
+        self._collections[address] = (declared, parsed)
         if len(self._collections) > MAX_COLLECTIONS:
             self._collections.popitem(last=False)
         return data, parsed
@@ -172,7 +165,7 @@ def _objects(data: bytes, size: int) -> _Objects | None:
     """The places of the objects of one collection (``data``, ``size`` bytes), or None when
     an object would reach past it."""
     objects: _Objects = {}
-    at = _COLLECTION_HEADER.size
+    at = _COLLECTION_HEADER
     while at + _OBJECT_HEADER.size <= size:
         index, _references, length = _OBJECT_HEADER.unpack_from(data, at)
         if index == 0:  # the free space: no object after it

@@ -5,9 +5,12 @@ distant object store answers, on loopback (tests/system/test_object_storage.py,
 Every request is forwarded to the server unchanged (method, path, headers, body), after
 ``delay_s`` (a round trip to a distant store), except those a rule picks, answered ``503
 SlowDown`` as S3 does when throttling: every ``every``-th request (counted over all
-requests), and every request whose path contains ``failing``; and every ``truncate``-th ranged
-GET (a read of an object) is answered with its headers and only half its body, then the
-connection is closed (a body cut short). Requests, faults, truncations and the bytes of the
+requests), and every request whose path contains ``failing``; every ``reset``-th request is
+answered with a reset connection (no answer: the socket closed with ``SO_LINGER`` 0, so the
+client reads a TCP RST); every ``slow``-th is forwarded ``slow_s`` late (on top of
+``delay_s``); and every ``truncate``-th ranged GET (a read of an object) is answered with its
+headers and only half its body, then the connection is closed (a body cut short).
+Requests, 503s (``faults``), resets, slowed requests, truncations and the bytes of the
 answers' bodies are counted. The proxy serves from a daemon thread; :meth:`FaultProxy.stop`
 closes it (bounded)."""
 
@@ -15,6 +18,8 @@ from __future__ import annotations
 
 import http.client
 import http.server
+import socket
+import struct
 import threading
 import time
 import urllib.parse
@@ -39,11 +44,16 @@ class FaultProxy:
         failing: str | None = None,
         delay_s: float = 0.0,
         truncate: int = 0,
+        reset: int = 0,
+        slow: int = 0,
+        slow_s: float = 0.2,
     ) -> None:
         parsed = urllib.parse.urlsplit(target)
         self.target = (parsed.hostname or "127.0.0.1", parsed.port or 80)
         self.every, self.failing, self.delay_s, self.truncate = every, failing, delay_s, truncate
+        self.reset, self.slow, self.slow_s = reset, slow, slow_s
         self.requests = self.faults = self.body_bytes = self.ranged = self.truncated = 0
+        self.resets = self.slowed = 0
         self._lock = threading.Lock()
         self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self._server.daemon_threads = True
@@ -51,15 +61,23 @@ class FaultProxy:
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self._thread.start()
 
-    def fault(self, path: str) -> bool:
-        """Whether this request is answered 503 (counted either way)."""
+    def fault(self, path: str) -> str | None:
+        """What this request meets (counted): ``"503"``, ``"reset"``, ``"slow"`` or None."""
         with self._lock:
             self.requests += 1
-            hit = (self.every > 0 and self.requests % self.every == 0) or (
+            n = self.requests
+            if (self.every > 0 and n % self.every == 0) or (
                 self.failing is not None and self.failing in path
-            )
-            self.faults += hit
-            return hit
+            ):
+                self.faults += 1
+                return "503"
+            if self.reset > 0 and n % self.reset == 0:
+                self.resets += 1
+                return "reset"
+            if self.slow > 0 and n % self.slow == 0:
+                self.slowed += 1
+                return "slow"
+            return None
 
     def cut(self, method: str, ranged: bool) -> bool:
         """Whether this answer's body is cut short (counted)."""
@@ -72,11 +90,11 @@ class FaultProxy:
             return hit
 
     def forward(
-        self, method: str, path: str, body: bytes, headers: dict[str, str]
+        self, method: str, path: str, body: bytes, headers: dict[str, str], late: bool = False
     ) -> tuple[int, list[tuple[str, str]], bytes]:
-        """The server's answer: (status, headers, body)."""
-        if self.delay_s > 0:
-            time.sleep(self.delay_s)
+        """The server's answer: (status, headers, body), ``slow_s`` later when ``late``."""
+        if self.delay_s > 0 or late:
+            time.sleep(self.delay_s + (self.slow_s if late else 0.0))
         connection = http.client.HTTPConnection(*self.target, timeout=_FORWARD_TIMEOUT_S)
         try:
             connection.request(method, path, body or None, headers)
@@ -123,14 +141,23 @@ def _handler(proxy: FaultProxy) -> type[http.server.BaseHTTPRequestHandler]:
         def _handle(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
             body = self.rfile.read(length) if length else b""
-            if proxy.fault(self.path):
+            fault = proxy.fault(self.path)
+            if fault == "503":
                 self._reply(503, [("Content-Type", "application/xml")], _SLOW_DOWN)
+                return
+            if fault == "reset":  # no answer: a TCP RST when the server closes the socket
+                self.connection.setsockopt(
+                    socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)
+                )
+                self.close_connection = True
                 return
             headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP_HEADERS}
             if body:
                 headers["Content-Length"] = str(len(body))
             cut = proxy.cut(self.command, "range" in {k.lower() for k in headers})
-            status, answer_headers, answer = proxy.forward(self.command, self.path, body, headers)
+            status, answer_headers, answer = proxy.forward(
+                self.command, self.path, body, headers, late=fault == "slow"
+            )
             self._reply(status, answer_headers, answer, cut=cut)
 
         do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = _handle

@@ -17,12 +17,12 @@ Requests are bounded: on S3 a connection waits at most :data:`CONNECT_TIMEOUT_S`
 :data:`READ_TIMEOUT_S`, and botocore makes at most :data:`S3_ATTEMPTS` attempts of a request
 (standard mode: exponential backoff with jitter), with s3fs's own retry loop reduced to one
 pass; so a request ends within about ``S3_ATTEMPTS x (CONNECT_TIMEOUT_S + READ_TIMEOUT_S)``
-plus backoff. Above that, a worker retries a failed read of a file itself (what botocore does
-not: a body cut short, a connection reset while reading it) at most :data:`READ_ATTEMPTS`
-times, none started later than :data:`READ_BUDGET_S` after the first: one read ends within
-``READ_BUDGET_S`` plus one request's bound. (botocore's defaults, 60 s each and s3fs's 5
-retries on top of botocore's, give minutes before a dead server is reported.) Options given
-replace these defaults key by key.
+plus backoff. Above that, a worker retries a failed ranged GET, and a failed read of a file,
+itself (what botocore does not: a body cut short, a connection reset while reading it) at
+most :data:`READ_ATTEMPTS` times each, none started later than :data:`READ_BUDGET_S` after
+the read's first attempt: one read ends within ``READ_BUDGET_S`` plus one request's bound.
+(botocore's defaults, 60 s each and s3fs's 5 retries on top of botocore's, give minutes
+before a dead server is reported.) Options given replace these defaults key by key.
 
 fsspec is imported on the first URL only (a feed of local files never imports it); a missing
 package is an ImportError naming the extra to install (``h5feed[storage]``).
@@ -58,10 +58,10 @@ S3_ATTEMPTS = 3
 #: botocore's attempts are the only retries of a request, and h5feed's own (below) the only
 #: retries of a read.
 S3FS_PASSES = 1
-#: h5feed's own retries of one read of a file (a truncated body, a reset connection, a
-#: request that failed all its botocore attempts): at most READ_ATTEMPTS attempts, started
-#: within READ_BUDGET_S of the first, with exponential backoff and jitter
-#: (h5feed/producer/files/remote_files.py).
+#: h5feed's own retries of a file's ranged GETs and of its reads (a truncated body, a reset
+#: connection, a request that failed all its botocore attempts): at most READ_ATTEMPTS
+#: attempts of each, all started within READ_BUDGET_S of the read's first, with exponential
+#: backoff and jitter (h5feed/producer/files/read_retries.py).
 READ_ATTEMPTS = 4
 READ_BUDGET_S = 60.0
 _S3_SCHEMES = ("s3", "s3a")

@@ -100,8 +100,8 @@ WORKER: Mapping[str, str] = {
     "object_requests": "requests it made to object storage (a HEAD or a ranged GET each, "
     "read-ahead included; 0 for local files), as its parts said",
     "object_bytes": "bytes of the bodies of those requests",
-    "object_retries": "reads of an object it retried itself (a body cut short, a reset "
-    "connection; the storage client's own retries not counted)",
+    "object_retries": "ranged GETs and reads of an object it retried itself (a body cut "
+    "short, a reset connection; the storage client's own retries not counted)",
     "object_refused": "reads it refused because the object changed (HTTP 412, or another ETag "
     "than the one indexed)",
 }

@@ -135,8 +135,9 @@ class ItemCheck(NamedTuple):
 class StorageReads(NamedTuple):
     """What a worker's reads of object storage cost while it made one DATA part (since its
     previous part): requests (a HEAD or a ranged GET each, read-ahead included), the bytes of
-    their bodies, its own retries of a read (h5feed's, not the client library's), and reads
-    refused because the object changed (HTTP 412, or another ETag than the one indexed)."""
+    their bodies, its own retries of a ranged GET or a read (h5feed's, not the client
+    library's), and reads refused because the object changed (HTTP 412, or another ETag
+    than the one indexed)."""
 
     requests: Annotated[int, Within(0, MAX_PART_REQUESTS)]
     bytes: Annotated[int, Within(0, MAX_PART_BYTES)]

@@ -123,7 +123,7 @@ _PER_WORKER = (
     ("files", "h5feed_worker_files", False, "Files it reads (owned or shared)"),
     ("object_requests", "h5feed_worker_object_requests", True, "Object-storage requests it made"),
     ("object_bytes", "h5feed_worker_object_bytes", True, "Bytes it fetched from object storage"),
-    ("object_retries", "h5feed_worker_object_retries", True, "Reads of objects it retried"),
+    ("object_retries", "h5feed_worker_object_retries", True, "Object GETs and reads it retried"),
     ("object_refused", "h5feed_worker_object_refused", True, "Reads refused: the object changed"),
 )
 

@@ -24,11 +24,12 @@ Guarantees of :func:`open_h5`:
    :class:`FileReadError` naming the URL and both ETags, so a file is never read with an index
    learnt from another object.
 3. Its external links are refused before it is returned (:mod:`url_confine`).
-4. A read that fails (a body cut short, a connection reset, a request that failed all its
-   botocore attempts) is retried from the same position, at most
-   :data:`~h5feed.common.storage_config.READ_ATTEMPTS` times within
-   :data:`~h5feed.common.storage_config.READ_BUDGET_S`, with exponential backoff and jitter;
-   a missing, unreadable or replaced object is not retried (:mod:`read_retries`). What still
+4. A ranged GET that fails (a body cut short, a connection reset, a request that failed all
+   its botocore attempts) is made again, and a read whose GET still fails is retried from
+   the same position, each at most :data:`~h5feed.common.storage_config.READ_ATTEMPTS`
+   times, all within :data:`~h5feed.common.storage_config.READ_BUDGET_S` of the read's
+   first attempt, with exponential backoff and jitter; a missing, unreadable or replaced
+   object is not retried (:mod:`read_retries`). What still
    fails reaches h5py, which reports the read as failed, or the file's heap reads
    (:mod:`heap_reads`: its rows cut from the range cache's bytes) as an OSError naming the
    URL: the reader names the URL.
@@ -260,7 +261,7 @@ def open_h5_with_heap(url: str) -> tuple[h5py.File, HeapReads | None]:
                 return h5, None
         node_cache.queue_download(root, url, details, lambda: open_for_copy(url, details))
     raw.cache = RangeCache(  # in place of fsspec's: exact ranges, not blocks
-        request_counts.counted(raw.cache.fetcher),  # each ranged GET
+        _requests(raw),
         int(raw.size),
         capacity=MAX_BLOCKS * block_bytes(parsed.scheme),
         min_fetch=MIN_FETCH_BYTES,
@@ -328,8 +329,13 @@ def open_for_copy(url: str, details: dict[str, Any]) -> _UrlFile:
             file=url,
             host=socket.gethostname(),
         )
-    raw.cache.fetcher = request_counts.counted(raw.cache.fetcher)
+    raw.cache.fetcher = _requests(raw)
     return _UrlFile(raw, url)
+
+
+def _requests(raw: Any) -> Any:
+    """The fsspec file ``raw``'s ranged GETs, each counted and retried (guarantee 4)."""
+    return read_retries.each_request(request_counts.counted(raw.cache.fetcher), int(raw.size))
 
 
 def metadata_page(h5: h5py.File) -> int | None:

@@ -46,7 +46,7 @@ def count_request(nbytes: int = 0) -> None:
 
 
 def count_retry() -> None:
-    """One read retried by the worker itself."""
+    """One ranged GET or read retried by the worker itself."""
     _add(2)
 
 

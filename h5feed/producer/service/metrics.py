@@ -58,7 +58,7 @@ _WORKER_COUNTERS = (
     ("files_reopened", "h5feed_producer_files_reopened", "HDF5 files reopened (max open files)"),
     ("object_requests", "h5feed_producer_object_requests", "Requests to object storage"),
     ("object_bytes", "h5feed_producer_object_bytes", "Bytes read from object storage"),
-    ("object_retries", "h5feed_producer_object_retries", "Reads of object storage retried"),
+    ("object_retries", "h5feed_producer_object_retries", "Object GETs and reads retried"),
     ("object_refused", "h5feed_producer_object_refused", "Reads refused: the object changed"),
     ("restarts", "h5feed_producer_worker_restarts", "Times the worker process was restarted"),
 )

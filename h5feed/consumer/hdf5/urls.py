@@ -14,12 +14,14 @@ Guarantees:
    Every URL is parsed first (:func:`h5feed.common.object_urls.parse`: no ``::`` chaining, no
    ``file://``, no ``..``): ValueError naming it. FileNotFoundError names an entry that matches
    nothing; ValueError a URL listed twice, or one outside a URL ``data_root`` (an entry as
-   written, before it is listed, and each object it gives).
+   written, before it is listed, and each object it gives). An ``http(s)://`` URL without a
+   glob or a trailing ``/`` is an object, checked with a HEAD (a web server lists no
+   prefixes, and fsspec's ``isfile`` would GET it).
 2. Listings are read afresh on each call (fsspec's listing cache is dropped first), so a
    replaced object is seen by the next ``dataset()``.
 3. :func:`file_stats` gives each URL's size and identity (URL, size, ETag, version), from one
-   listing per distinct prefix; None when one cannot be listed (the index cache then misses:
-   the workers report the object with its name).
+   listing per distinct prefix (an ``http(s)://`` URL: its own HEAD); None when one cannot be
+   listed (the index cache then misses: the workers report the object with its name).
 4. :func:`warn_if_workers_differ`: a ``storage_options=`` that local workers would not see
    (their environment says otherwise) is a warning when the feed is made, not a puzzle at the
    first read.
@@ -39,6 +41,8 @@ __all__ = ["UrlStat", "file_stats", "resolve_urls", "warn_if_workers_differ"]
 
 #: The suffixes of the HDF5 objects a prefix is searched for (as for a local directory).
 _H5_SUFFIXES = (".h5", ".hdf5", ".hdf", ".he5")
+#: Schemes whose servers list no prefixes: a URL names one file (guarantees 1 and 3).
+_UNLISTED = ("http", "https")
 
 
 class UrlStat(NamedTuple):
@@ -87,6 +91,12 @@ def resolve_urls(
         if glob.has_magic(url.key):
             found = sorted(_url(url.scheme, p) for p, i in fs.glob(text, detail=True).items()
                            if i.get("type") == "file")  # fmt: skip
+        elif url.scheme in _UNLISTED and not text.endswith("/"):
+            try:
+                fs.info(text)  # a HEAD
+            except FileNotFoundError:
+                raise FileNotFoundError(f"h5feed: {text!r} matches no object") from None
+            found = [str(url)]
         elif text.endswith("/") or not fs.isfile(text):
             found = _hdf5_objects_under(fs, url)
             if not found:
@@ -131,15 +141,19 @@ def file_stats(
     try:
         for text in urls:
             url = object_urls.parse(text)
-            parent = posixpath.dirname(f"{url.bucket}/{url.key}")
-            listing = listings.get((url.scheme, parent))
-            if listing is None:
-                fs = _filesystem(url.scheme, storage_options)
-                fs.invalidate_cache(parent)
-                entries = fs.ls(f"{url.scheme}://{parent}", detail=True)
-                listing = {str(object_urls.parse(_url(url.scheme, e["name"]))): e for e in entries}
-                listings[(url.scheme, parent)] = listing
-            info = listing[str(url)]
+            fs = _filesystem(url.scheme, storage_options)
+            if url.scheme in _UNLISTED:
+                info = fs.info(text)
+            else:
+                parent = posixpath.dirname(f"{url.bucket}/{url.key}")
+                listing = listings.get((url.scheme, parent))
+                if listing is None:
+                    fs.invalidate_cache(parent)
+                    entries = fs.ls(f"{url.scheme}://{parent}", detail=True)
+                    listing = {str(object_urls.parse(_url(url.scheme, e["name"]))): e
+                               for e in entries}  # fmt: skip
+                    listings[(url.scheme, parent)] = listing
+                info = listing[str(url)]
             etag, version = object_urls.etag_and_version(info)
             size = int(info["size"])
             identity = f"{url}\0{size}\0{etag}\0{version}"

@@ -3,8 +3,9 @@ the trainer's and the workers' memory (RSS) and open descriptors over time (see
 ``h5feed bench soak --help``). ``--storage s3`` reads the same files as ``s3://`` URLs from
 moto's S3 server on loopback, in this process (:func:`h5feed.bench.object_storage.moto_bucket`),
 through :class:`h5feed.bench.s3_proxy.FaultProxy`, which answers every ``--fault-every``-th
-request 503 SlowDown, cuts every ``--truncate-every``-th ranged GET short and delays each
-request by ``--latency-ms``: h5feed's own retries run all along, not only its happy path.
+request 503 SlowDown, resets the connection of every ``--reset-every``-th, cuts every
+``--truncate-every``-th ranged GET short and delays each request by ``--latency-ms``:
+h5feed's own retries run all along, not only its happy path.
 
 Guarantees: each epoch's samples are checked to arrive exactly once as soon as the epoch is
 complete (then dropped, so the check itself does not grow), and every kill but the last must
@@ -192,7 +193,7 @@ def soak_s3(files: list[pathlib.Path], args: argparse.Namespace) -> dict[str, An
     with moto_bucket([str(f) for f in files]) as endpoint:
         proxy = FaultProxy(
             endpoint, every=args.fault_every, delay_s=args.latency_ms / 1000,
-            truncate=args.truncate_every,
+            truncate=args.truncate_every, reset=args.reset_every,
         )  # fmt: skip
         block = args.block_kib << 10  # small blocks: the files are read from the server all along
         os.environ[storage_config.STORAGE_ENV] = json.dumps(
@@ -205,7 +206,8 @@ def soak_s3(files: list[pathlib.Path], args: argparse.Namespace) -> dict[str, An
     result["s3"] = {
         "url": DATA_URL, "block_bytes": block, "latency_ms": args.latency_ms,
         "fault_every": args.fault_every, "truncate_every": args.truncate_every,
-        "requests": proxy.requests, "answered_503": proxy.faults,
+        "reset_every": args.reset_every, "requests": proxy.requests,
+        "answered_503": proxy.faults, "resets": proxy.resets,
         "bodies_cut_short": proxy.truncated, "body_bytes": proxy.body_bytes,
     }  # fmt: skip
     return result
@@ -250,8 +252,8 @@ def run(args: argparse.Namespace) -> int:
         s3 = result["s3"]
         print(
             f"s3: {s3['requests']} requests through the proxy ({s3['answered_503']} answered "
-            f"503, {s3['bodies_cut_short']} bodies cut short); the live workers counted "
-            f"{sum(result['worker_object_requests'])} requests, "
+            f"503, {s3['resets']} reset, {s3['bodies_cut_short']} bodies cut short); the live "
+            f"workers counted {sum(result['worker_object_requests'])} requests, "
             f"{sum(result['worker_object_retries'])} retries of their own"
         )
     if args.json:

@@ -130,10 +130,11 @@ that stops answering is replaced by the stream first (reported: workers lost wit
 
 --storage s3 reads the same files as s3:// URLs from moto's S3 server (pure Python, in this
 process, on loopback; needs h5feed[storage] and moto[server], the test extra), through a
-proxy that answers every --fault-every-th request 503 SlowDown, cuts every
---truncate-every-th ranged GET short and delays each request by --latency-ms; the workers
-read blocks of --block-kib. Reported besides: the requests, 503s and cut bodies the proxy
-saw, and the live workers' own request and retry counts."""
+proxy that answers every --fault-every-th request 503 SlowDown, resets the connection of
+every --reset-every-th, cuts every --truncate-every-th ranged GET short and delays each
+request by --latency-ms; the workers read blocks of --block-kib. Reported besides: the
+requests, 503s, resets and cut bodies the proxy saw, and the live workers' own request and
+retry counts."""
 
 
 def _soak_arguments(parser: argparse.ArgumentParser) -> None:
@@ -148,6 +149,7 @@ def _soak_arguments(parser: argparse.ArgumentParser) -> None:
     add("--storage", choices=("local", "s3"), default="local", help="(default %(default)s)")
     add("--fault-every", type=int_in(0), default=50, help="s3: 503 every Nth request (50; 0 none)")
     add("--truncate-every", type=int_in(0), default=0, help="s3: cut every Nth GET (default none)")
+    add("--reset-every", type=int_in(0), default=0, help="s3: reset every Nth (default none)")
     add("--latency-ms", type=float, default=5.0, help="s3: added per request (default 5)")
     add("--block-kib", type=positive_int, default=256, help="s3: one ranged GET (default 256)")
 

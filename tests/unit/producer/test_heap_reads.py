@@ -204,3 +204,31 @@ def test_rows_past_the_dataset_or_none_give_no_rows(tmp_path: pathlib.Path) -> N
     assert heap.vlen_rows(stored, [3]) is None
     assert heap.vlen_rows(stored, []) is None
     assert heap.fixed_rows(stored, [0]) is None  # variable-length: not fixed rows
+
+
+def test_a_collection_read_again_is_taken_from_the_kept_bytes_within_their_bound(
+    tmp_path: pathlib.Path,
+) -> None:
+    """Guarantee 2: a collection read once is not asked of the range cache again (HDF5's
+    metadata cache kept it, through h5py), and the bytes kept stay within ``max_kept``."""
+    data, stored = _one_vlen_file(tmp_path / "f.h5")
+    asked: list[tuple[int, int]] = []
+
+    def read(a: int, b: int) -> bytes:
+        asked.append((a, b))
+        return bytes(data[a:b])
+
+    heap = HeapReads(read, len(data), 1 << 20)
+    first = heap.vlen_rows(stored, [0, 1, 2])
+    collection_reads = len(asked) - 1  # the descriptors' read, then the collection's
+    asked.clear()
+    again = heap.vlen_rows(stored, [2, 1, 0])
+    assert first is not None and again is not None
+    assert [r.tolist() for r in again] == [r.tolist() for r in reversed(first)]
+    assert len(asked) == 1  # the descriptors only
+    assert collection_reads >= 1 and 0 < heap.kept_bytes <= heap.max_kept
+    small = HeapReads(read, len(data), 1 << 20, max_kept=16)  # no collection fits
+    assert small.vlen_rows(stored, [0]) is not None
+    asked.clear()
+    assert small.vlen_rows(stored, [0]) is not None
+    assert len(asked) == 2 and small.kept_bytes == 0  # the descriptors and the collection

@@ -20,6 +20,7 @@ import http.client
 import http.server
 import socket
 import struct
+import sys
 import threading
 import time
 import urllib.parse
@@ -55,7 +56,7 @@ class FaultProxy:
         self.requests = self.faults = self.body_bytes = self.ranged = self.truncated = 0
         self.resets = self.slowed = 0
         self._lock = threading.Lock()
-        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
+        self._server = _QuietServer(("127.0.0.1", 0), _handler(self))
         self._server.daemon_threads = True
         self.endpoint = f"http://127.0.0.1:{self._server.server_address[1]}"
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
@@ -110,6 +111,15 @@ class FaultProxy:
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(timeout=10)
+
+
+class _QuietServer(http.server.ThreadingHTTPServer):
+    """A client that closed its connection mid-answer (a worker killed, a body cut short)
+    is what the proxy is for, not an error to print."""
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
 
 
 def _handler(proxy: FaultProxy) -> type[http.server.BaseHTTPRequestHandler]:

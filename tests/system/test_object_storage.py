@@ -322,6 +322,29 @@ def test_every_layouts_one_file_dataset_over_s3_is_the_one_on_disk(
     _exactly_once(got, 2, samples=samples)
 
 
+def _exactly_once_through(
+    proxy: FaultProxy,
+    monkeypatch: pytest.MonkeyPatch,
+    uploaded: list[pathlib.Path],
+    epochs: int,
+    **storage: Any,
+) -> None:
+    """``epochs`` on 2 workers over the bucket through ``proxy`` (its endpoint, and
+    ``storage``, the workers' fsspec options): the batches of the same files on disk, every
+    epoch exactly once. The proxy is stopped after."""
+    monkeypatch.setenv(
+        storage_config.STORAGE_ENV, json.dumps({"endpoint_url": proxy.endpoint, **storage})
+    )
+    options = {**OPTIONS, "epochs": epochs, "workers": 2}
+    try:
+        expected = _collect(h5feed.batches([str(p) for p in uploaded], **options))
+        got = _collect(h5feed.batches(f"s3://{BUCKET}/data/*.h5", **options))
+    finally:
+        proxy.stop()
+    _same_batches(got, expected)
+    _exactly_once(got, epochs, samples=2 * 5 * 2)
+
+
 @pytest.fixture()
 def flaky(s3_server: str, s3: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[FaultProxy]:
     """A proxy answering every 4th request 503 SlowDown, in front of the server, as the
@@ -355,18 +378,7 @@ def test_the_issues_fault_mix_is_retried_and_every_epoch_is_exactly_once(
     exactly once. (Before each ranged GET was retried on its own, about 1 run in 6 failed
     with a ClientPayloadError.)"""
     proxy = FaultProxy(s3_server, every=20, reset=47, truncate=3, slow=9, slow_s=0.2)
-    monkeypatch.setenv(
-        storage_config.STORAGE_ENV,
-        json.dumps({"endpoint_url": proxy.endpoint, "default_block_size": 4096}),
-    )
-    options = {**OPTIONS, "epochs": 3, "workers": 2}
-    try:
-        expected = _collect(h5feed.batches([str(p) for p in uploaded], **options))
-        got = _collect(h5feed.batches(f"s3://{BUCKET}/data/*.h5", **options))
-    finally:
-        proxy.stop()
-    _same_batches(got, expected)
-    _exactly_once(got, 3, samples=2 * 5 * 2)
+    _exactly_once_through(proxy, monkeypatch, uploaded, 3, default_block_size=4096)
     met = {"503": proxy.faults, "reset": proxy.resets, "cut short": proxy.truncated}
     print(f"of {proxy.requests} requests: {met}, {proxy.slowed} delayed")
     assert min(met.values()) > 0 and proxy.slowed > 0, met  # every fault was met, and retried
@@ -494,15 +506,7 @@ def test_bodies_cut_short_are_read_again_by_h5feed_and_every_epoch_is_exactly_on
     botocore does not retry a body (its request succeeded), s3fs makes one pass, so these are
     h5feed's own retries (remote_files, guarantee 4)."""
     proxy = FaultProxy(s3_server, truncate=2)
-    monkeypatch.setenv(storage_config.STORAGE_ENV, json.dumps({"endpoint_url": proxy.endpoint}))
-    try:
-        options = {**OPTIONS, "epochs": 2, "workers": 2}
-        expected = _collect(h5feed.batches([str(p) for p in uploaded], **options))
-        got = _collect(h5feed.batches(f"s3://{BUCKET}/data/*.h5", **options))
-    finally:
-        proxy.stop()
-    _same_batches(got, expected)
-    _exactly_once(got, 2, samples=2 * 5 * 2)
+    _exactly_once_through(proxy, monkeypatch, uploaded, 2)
     print(f"{proxy.truncated} of {proxy.ranged} ranged GETs cut short")
     assert proxy.truncated > 0
 

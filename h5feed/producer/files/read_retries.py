@@ -42,6 +42,8 @@ _MAX_BACKOFF_S = 5.0
 #: ``deadline``: when the read this thread is making stops starting attempts (level 2 sets
 #: it, the GETs made for the read honour it).
 _read = threading.local()
+#: Set on a refusal (a replaced object) once it is counted.
+_COUNTED = "_h5feed_refusal_counted"
 
 
 class ShortBody(ConnectionError):
@@ -68,7 +70,9 @@ def _attempts(call: Callable[[], Any], again: Callable[[], None], deadline: floa
             raise
         except Exception as exc:
             if expired(exc):
-                request_counts.count_refused()
+                if not getattr(exc, _COUNTED, False):  # once, by the GET, not again by its read
+                    request_counts.count_refused()
+                    setattr(exc, _COUNTED, True)
                 raise
             if attempt + 1 == storage_config.READ_ATTEMPTS:
                 raise

@@ -80,6 +80,12 @@ def test_a_replaced_object_is_refused_and_counted_not_retried() -> None:
         read_retries.each_request(fetch, SIZE)(0, 10)
     assert len(calls) == 1
     assert request_counts.take().refused == 1
+    fetch, calls = _fetch([FileExpired("412"), b"x" * 10])
+    get = read_retries.each_request(fetch, SIZE)
+    with pytest.raises(FileExpired):
+        read_retries.retried(lambda: get(0, 10), lambda: None)  # a GET made for a read
+    assert len(calls) == 1
+    assert request_counts.take().refused == 1  # counted by the GET, not again by the read
 
 
 def test_the_gets_made_for_a_read_share_the_reads_budget(

@@ -141,13 +141,13 @@ def file_stats(
     try:
         for text in urls:
             url = object_urls.parse(text)
-            fs = _filesystem(url.scheme, storage_options)
             if url.scheme in _UNLISTED:
-                info = fs.info(text)
+                info = _filesystem(url.scheme, storage_options).info(text)
             else:
                 parent = posixpath.dirname(f"{url.bucket}/{url.key}")
                 listing = listings.get((url.scheme, parent))
-                if listing is None:
+                if listing is None:  # the filesystem, its options parsed, once per prefix
+                    fs = _filesystem(url.scheme, storage_options)
                     fs.invalidate_cache(parent)
                     entries = fs.ls(f"{url.scheme}://{parent}", detail=True)
                     listing = {str(object_urls.parse(_url(url.scheme, e["name"]))): e

@@ -8,7 +8,8 @@ import pathlib
 import subprocess
 
 import pytest
-from docker_helpers import IMAGE, ROOT, RUN_ID, engine_timeout, free_port
+from docker_helpers import IMAGE, ROOT, RUN_ID, engine_timeout
+from ports import free_port
 
 import h5feed
 

@@ -19,14 +19,8 @@ from typing import Any
 
 import pytest
 import yaml
-from docker_helpers import (
-    IMAGE,
-    ROOT,
-    RUN_ID,
-    SWARM_LOCK_TIMEOUT_S,
-    engine_timeout,
-    free_port,
-)
+from docker_helpers import IMAGE, ROOT, RUN_ID, SWARM_LOCK_TIMEOUT_S, engine_timeout
+from ports import free_port
 from swarm_helpers import (
     SERVICE,
     STACK,

@@ -27,7 +27,6 @@ import pathlib
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -226,13 +225,6 @@ def built_image(env: dict[str, str]) -> Iterator[dict[str, str]]:
                 ["docker", "image", "rm", IMAGE], env=env, capture_output=True,
                 stdin=subprocess.DEVNULL, timeout=_INFO_TIMEOUT_S,
             )  # fmt: skip
-
-
-def free_port() -> int:
-    """A TCP port free on every interface (the containers connect through the host's)."""
-    with socket.socket() as s:
-        s.bind(("0.0.0.0", 0))
-        return int(s.getsockname()[1])
 
 
 def main(argv: list[str]) -> int:

@@ -7,7 +7,6 @@ import json
 import os
 import pathlib
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -19,12 +18,6 @@ from prometheus_client.parser import text_string_to_metric_families
 
 #: Every HTTP request of the tests is bounded by this.
 HTTP_TIMEOUT_S = 5.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def get(url: str) -> bytes:

@@ -5,22 +5,16 @@ from __future__ import annotations
 
 import os
 import pathlib
-import socket
 import subprocess
 import sys
 from collections.abc import Sequence
 
 import pytest
+from ports import free_port
 
 import h5feed
 
 CLIP = {"clip_len": 4, "resize": (48, 64), "crop": (40, 40)}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture()

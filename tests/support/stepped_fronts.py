@@ -9,7 +9,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from metrics_helpers import free_port
+from ports import free_port
 
 from h5feed.common.worker_settings import WorkerSettings
 from h5feed.producer.service.fleet import Front

@@ -18,7 +18,8 @@ import pytest
 from conftest import own_worker_pids, wait_until_gone
 from metrics_helpers import scrape, value
 from paths import SUPPORT
-from remote_producers import free_port, remote_feed, start_producer
+from ports import free_port
+from remote_producers import remote_feed, start_producer
 
 import h5feed
 from h5feed.common.config import ClipSpec

@@ -8,11 +8,11 @@ import collections
 import json
 import os
 import pathlib
-import socket
-import subprocess
 import sys
+from collections.abc import Callable
 
 import pytest
+import tf_cluster
 from conftest import one_file_of_tiny_videos
 from paths import REPO
 
@@ -24,7 +24,6 @@ from h5feed.consumer.trainers.distribute import cluster_kwargs, cluster_shard
 ROOT = REPO
 TRAINER = ROOT / "tests" / "support" / "distribute_trainer.py"
 VIDEOS = 17  # odd: two shards of 8 (the drop rule leaves one sample out of each epoch)
-_TRAINER_TIMEOUT_S = 300  # a hung all-reduce fails the test instead of hanging it
 
 
 @pytest.fixture(scope="module")
@@ -106,31 +105,30 @@ def test_distribute_sets_shard_and_batch_size_itself() -> None:
 
 
 def run_trainers(
-    mode: str, data: pathlib.Path, out: pathlib.Path, configs: list[str | None]
+    mode: str,
+    data: pathlib.Path,
+    out: pathlib.Path,
+    configs: Callable[[list[int]], list[str | None]],
+    ports: int = 0,
 ) -> list[dict]:
-    """Run one trainer process per TF_CONFIG (None: none), in parallel; their JSON results."""
-    procs = []
-    for i, config in enumerate(configs):
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "2"}
-        env.pop("TF_CONFIG", None)
-        if config is not None:
-            env["TF_CONFIG"] = config
-        log = open(out / f"trainer{i}.log", "wb")  # noqa: SIM115 (closed below)
-        args = [sys.executable, str(TRAINER), mode, str(data), str(out / f"result{i}.json")]
-        procs.append((subprocess.Popen(args, env=env, stdout=log, stderr=log), log))
-    try:
-        for proc, _ in procs:
-            proc.wait(timeout=_TRAINER_TIMEOUT_S)
-    finally:
-        for proc, log in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(timeout=30)
-            log.close()
-    for i, (proc, _) in enumerate(procs):
-        tail = (out / f"trainer{i}.log").read_text(errors="replace")[-3000:]
-        assert proc.returncode == 0, f"trainer {i} exited {proc.returncode}:\n{tail}"
-    return [json.loads((out / f"result{i}.json").read_text()) for i in range(len(configs))]
+    """Run one trainer process per TF_CONFIG that ``configs(ports fresh free ports)`` gives
+    (None: none), together and bounded (tests/support/tf_cluster.py); their JSON results."""
+
+    def commands(free: list[int]) -> list[tf_cluster.Command]:
+        runs: list[tf_cluster.Command] = []
+        for i, config in enumerate(configs(free)):
+            env = {**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "2"}
+            env.pop("TF_CONFIG", None)
+            if config is not None:
+                env["TF_CONFIG"] = config
+            runs.append(
+                ([sys.executable, str(TRAINER), mode, str(data), str(out / f"result{i}.json")], env)
+            )
+        return runs
+
+    count = len(configs([0] * ports))
+    tf_cluster.run_cluster(commands, ports, [out / f"trainer{i}.log" for i in range(count)])
+    return [json.loads((out / f"result{i}.json").read_text()) for i in range(count)]
 
 
 def per_epoch(rows: list[list[int]]) -> dict[int, collections.Counter[int]]:
@@ -140,10 +138,11 @@ def per_epoch(rows: list[list[int]]) -> dict[int, collections.Counter[int]]:
     return counts
 
 
+@pytest.mark.timeout(tf_cluster.TEST_TIMEOUT_S)
 def test_mirrored_strategy_two_replicas_every_sample_once(
     odd_dataset: pathlib.Path, tmp_path: pathlib.Path
 ) -> None:
-    (result,) = run_trainers("mirrored", odd_dataset, tmp_path, [None])
+    (result,) = run_trainers("mirrored", odd_dataset, tmp_path, lambda _: [None])
     assert result["replicas"] == 2
     for way in ("from_function", "distribute_dataset"):
         rows = result[way]
@@ -156,16 +155,14 @@ def test_mirrored_strategy_two_replicas_every_sample_once(
 
 
 @pytest.mark.xdist_group("machine")  # two TensorFlow trainers and a cluster on localhost
+@pytest.mark.timeout(tf_cluster.TEST_TIMEOUT_S)
 def test_multi_worker_mirrored_two_processes_every_sample_once(
     odd_dataset: pathlib.Path, tmp_path: pathlib.Path
 ) -> None:
-    ports = []
-    for _ in range(2):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            ports.append(s.getsockname()[1])
-    configs: list[str | None] = [tf_config(ports, "worker", i) for i in range(2)]
-    results = run_trainers("multiworker", odd_dataset, tmp_path, configs)
+    def configs(ports: list[int]) -> list[str | None]:
+        return [tf_config(ports, "worker", i) for i in range(2)]
+
+    results = run_trainers("multiworker", odd_dataset, tmp_path, configs, ports=2)
     assert [r["replicas"] for r in results] == [2, 2]
     for way in ("from_function", "distribute_dataset"):
         workers = [per_epoch(r[way]) for r in results]

@@ -13,13 +13,12 @@ import collections
 import json
 import os
 import pathlib
-import socket
-import subprocess
 import sys
 from typing import Any
 
 import numpy as np
 import pytest
+import tf_cluster
 from conftest import one_file_of_tiny_videos
 from exact_eval_trainer import CLIP, inputs, make_model
 from paths import REPO
@@ -31,8 +30,6 @@ TRAINER = ROOT / "tests" / "support" / "exact_eval_trainer.py"
 
 VIDEOS = 17  # 2 shards: 9 + 8 (+ 1 padded row); 3 shards: 6 + 6 + 5 (+ 1)
 RTOL = 1e-6
-_EVALUATOR_TIMEOUT_S = 300  # a hung all-reduce fails the test instead of hanging it
-_KILL_WAIT_S = 30
 
 
 @pytest.fixture(scope="module")
@@ -96,44 +93,26 @@ def tf_config(ports: list[int], index: int) -> str:
     return json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})
 
 
-def free_ports(count: int) -> list[int]:
-    ports = []
-    for _ in range(count):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            ports.append(s.getsockname()[1])
-    return ports
-
-
 def run_evaluators(data: pathlib.Path, out: pathlib.Path, count: int) -> list[dict]:
-    """One evaluator process per worker of a ``count``-worker cluster on localhost, in
-    parallel, each waited on with a timeout (killed past it); their JSON results."""
-    ports = free_ports(count)
-    procs = []
-    for i in range(count):
+    """One evaluator process per worker of a ``count``-worker cluster on localhost, run
+    together and bounded (tests/support/tf_cluster.py); their JSON results."""
+
+    def commands(ports: list[int]) -> list[tf_cluster.Command]:
         env = {**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "2"}
-        env["TF_CONFIG"] = tf_config(ports, i)
         env["CUDA_VISIBLE_DEVICES"] = ""  # CPU: the tiny model needs nothing more
-        log = open(out / f"evaluator{i}.log", "wb")  # noqa: SIM115 (closed below)
-        args = [sys.executable, str(TRAINER), str(data), str(out / f"result{i}.json")]
-        procs.append((subprocess.Popen(args, env=env, stdout=log, stderr=log), log))
-    try:
-        for proc, _ in procs:
-            proc.wait(timeout=_EVALUATOR_TIMEOUT_S)
-    finally:
-        for proc, log in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(timeout=_KILL_WAIT_S)
-            log.close()
-    for i, (proc, _) in enumerate(procs):
-        tail = (out / f"evaluator{i}.log").read_text(errors="replace")[-3000:]
-        assert proc.returncode == 0, f"evaluator {i} exited {proc.returncode}:\n{tail}"
+        args = [sys.executable, str(TRAINER), str(data)]
+        return [
+            ([*args, str(out / f"result{i}.json")], {**env, "TF_CONFIG": tf_config(ports, i)})
+            for i in range(count)
+        ]
+
+    tf_cluster.run_cluster(commands, count, [out / f"evaluator{i}.log" for i in range(count)])
     return [json.loads((out / f"result{i}.json").read_text()) for i in range(count)]
 
 
 @pytest.mark.slow
 @pytest.mark.xdist_group("machine")  # 2-3 TensorFlow processes and a cluster on localhost
+@pytest.mark.timeout(tf_cluster.TEST_TIMEOUT_S)
 @pytest.mark.parametrize("count", [2, 3])
 def test_multi_worker_mirrored_evaluation_of_padded_shards_is_exact(
     tiny: pathlib.Path, tmp_path: pathlib.Path, count: int

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import zmq
 from fleet_helpers import wait_for
-from metrics_helpers import free_port
+from ports import free_port
 from stepped_fronts import SteppedFront
 
 from h5feed.common.protocol import messages

@@ -20,8 +20,8 @@ from collections.abc import Iterator
 
 import pytest
 from conftest import trainer_and_producer_keys
-from metrics_helpers import free_port
 from paths import SUPPORT
+from ports import free_port
 
 from h5feed.consumer.core.router import HANDSHAKE_TIMEOUT_S
 

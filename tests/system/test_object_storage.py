@@ -33,7 +33,7 @@ import pytest
 from metrics_helpers import by_worker, scrape
 from one_file_cases import CASES as LAYOUT_CASES
 from pack_data import write_video
-from remote_producers import free_port
+from ports import free_port
 from s3_server import BUCKET, start_server
 from s3_server import filesystem as _fs
 

@@ -16,7 +16,7 @@ from typing import Any
 import h5py
 import numpy as np
 import pytest
-from remote_producers import free_port
+from ports import free_port
 from s3_server import BUCKET
 
 import h5feed

@@ -25,7 +25,8 @@ from fleet_helpers import (
     start_trainer,
     wait_for,
 )
-from metrics_helpers import free_port, metrics_port_of, scrape, stop
+from metrics_helpers import metrics_port_of, scrape, stop
+from ports import free_port
 
 pytestmark = pytest.mark.xdist_group("shared-fleet")
 

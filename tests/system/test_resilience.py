@@ -22,15 +22,8 @@ from typing import Any
 
 import pytest
 from conftest import SMALL, process_alive, wait_until_gone, worker_pids
-from remote_producers import (
-    CLIP,
-    curve_args,
-    curve_setup,
-    free_port,
-    make_keys,
-    remote_feed,
-    start_producer,
-)
+from ports import free_port
+from remote_producers import CLIP, curve_args, curve_setup, make_keys, remote_feed, start_producer
 
 import h5feed
 from h5feed.bench import netns

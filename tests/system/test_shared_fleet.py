@@ -28,7 +28,8 @@ from fleet_helpers import (
     start_trainer,
     wait_for,
 )
-from metrics_helpers import free_port, metrics_port_of, scrape, start_producer, stop
+from metrics_helpers import metrics_port_of, scrape, start_producer, stop
+from ports import free_port
 
 from h5feed.common.trust.curve import write_key_pair
 

@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 import pytest
 from paths import SUPPORT
-from remote_producers import free_port, start_producer
+from ports import free_port
+from remote_producers import start_producer
 
 import h5feed
 from h5feed.common.elements import values as elements

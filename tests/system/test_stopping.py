@@ -16,7 +16,6 @@ import collections
 import os
 import pathlib
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -25,18 +24,13 @@ from typing import Any
 
 import pytest
 from paths import SUPPORT
+from ports import free_port
 
 import h5feed
 
 TESTS = SUPPORT
 CLIP = {"clip_len": 4, "resize": (48, 64), "crop": (40, 40)}
 _WAIT_S = 60.0  # the longest any awaited event may take (a loaded 2-core machine)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def wait_for(what: str, done: Callable[[], bool], timeout_s: float = _WAIT_S) -> None:

@@ -8,7 +8,8 @@ import subprocess
 import sys
 import time
 
-from metrics_helpers import free_port, metrics_port_of, start_producer, stats, stop
+from metrics_helpers import metrics_port_of, start_producer, stats, stop
+from ports import free_port
 
 import h5feed
 from h5feed.top import producers_line, stats_url

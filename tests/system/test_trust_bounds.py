@@ -11,7 +11,6 @@ import contextlib
 import mmap
 import pathlib
 import random
-import socket
 import threading
 import time
 import urllib.request
@@ -28,6 +27,7 @@ from conftest import own_worker_pids, wait_until_gone
 from fake_peers import frames_of, hello_frames
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from ports import free_port
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from zmq.utils.monitor import recv_monitor_message
@@ -81,12 +81,6 @@ def wait_for(check: Callable[[], bool], timeout_s: float, what: str) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
         time.sleep(0.01)
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def header_bomb(size: int) -> bytes:

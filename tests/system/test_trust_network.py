@@ -19,7 +19,8 @@ import warnings
 from collections.abc import Iterator
 
 import pytest
-from metrics_helpers import free_port, get, metrics_port_of, stop
+from metrics_helpers import get, metrics_port_of, stop
+from ports import free_port
 from prometheus_client import CollectorRegistry
 
 import h5feed

@@ -27,7 +27,8 @@ import pytest
 import zmq
 from conftest import SMALL
 from paths import REPO
-from remote_producers import CLIP, free_port, remote_feed
+from ports import free_port
+from remote_producers import CLIP, remote_feed
 from upgrade_pins import PREVIOUS_PACKAGE, PREVIOUS_PROTOCOL, PREVIOUS_RELEASE
 
 from h5feed.common.protocol import messages

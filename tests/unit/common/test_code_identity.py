@@ -13,7 +13,8 @@ import uuid
 
 import numpy as np
 import pytest
-from remote_producers import free_port, remote_feed
+from ports import free_port
+from remote_producers import remote_feed
 
 from h5feed.common.errors import FeatureVersionError, ProtocolError, WorkerError
 from h5feed.common.protocol import messages

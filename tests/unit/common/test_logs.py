@@ -13,7 +13,8 @@ import textwrap
 import time
 
 import pytest
-from metrics_helpers import free_port, metrics_port_of, start_producer, stats, stop
+from metrics_helpers import metrics_port_of, start_producer, stats, stop
+from ports import free_port
 
 import h5feed
 

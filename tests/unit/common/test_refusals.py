@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import zmq
 from fake_peers import FakeTransport, frames_of, hello_frames
-from metrics_helpers import free_port
+from ports import free_port
 
 import h5feed
 from h5feed.common.protocol import messages

@@ -14,8 +14,9 @@ from typing import Any, ClassVar
 
 import pytest
 from docker_helpers import ROOT
-from metrics_helpers import by_worker, free_port, scrape, start_producer, stop, value
+from metrics_helpers import by_worker, scrape, start_producer, stop, value
 from paths import SUPPORT
+from ports import free_port
 
 import h5feed
 from h5feed.consumer.core.counters import MeterFigures, Rates

@@ -17,7 +17,6 @@ import pytest
 from conftest import worker_pids
 from metrics_helpers import (
     by_worker,
-    free_port,
     get,
     metrics_port_of,
     scrape,
@@ -26,6 +25,7 @@ from metrics_helpers import (
     stop,
     value,
 )
+from ports import free_port
 
 import h5feed
 

@@ -27,8 +27,8 @@ from typing import Any
 import pytest
 from conftest import trainer_and_producer_keys
 from fake_peers import FakeTransport, FakeWorker, Fleet, hello_frames, make_peer
-from metrics_helpers import free_port
 from paths import SUPPORT
+from ports import free_port
 from scheduler_data import (
     INDEX,
     JOB,

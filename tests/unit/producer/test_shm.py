@@ -18,7 +18,8 @@ import time
 
 import numpy as np
 import pytest
-from remote_producers import CLIP, free_port
+from ports import free_port
+from remote_producers import CLIP
 
 import h5feed
 from h5feed.common.config import ClipSpec

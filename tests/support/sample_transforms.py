@@ -31,6 +31,31 @@ def numeric_threads(clip: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     return np.array([int(os.environ.get(name, "0")) for name in names], np.int64)
 
 
+def churn_faults(clips: int = 5) -> int:
+    """The page faults of ``clips`` clips' worth of a worker's allocations (16 encoded frames
+    of 20 KB; per frame a 320x240 decoded image and a resized one, freed at once), after one
+    such clip to warm the heap (h5feed/producer/worker/allocator.py)."""
+    import resource
+
+    def clip() -> None:
+        frames = [np.ones(20_000, np.uint8) for _ in range(16)]
+        for _frame in frames:
+            image = np.ones((240, 320, 3), np.uint8)
+            small = np.ones((128, 171, 3), np.uint8)
+            del image, small
+
+    clip()
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for _ in range(clips):
+        clip()
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+
+
+def page_faults(clip: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """:func:`churn_faults` in the worker that makes this clip."""
+    return np.array([churn_faults()], np.int64)
+
+
 def raises(clip: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     raise ValueError("boom in the user's transform")
 

@@ -11,10 +11,12 @@ from typing import Any
 import numpy as np
 import pytest
 from paths import SUPPORT
+from test_worker_allocator import FEW_FAULTS
 
 import h5feed
 from h5feed.common.config import ClipSpec
 from h5feed.common.errors import WorkerError
+from h5feed.producer.worker.allocator import OPERATOR_VARIABLES
 from h5feed.producer.worker.code_policy import TRUSTED
 from h5feed.producer.worker.transform import Transform
 
@@ -77,6 +79,29 @@ def test_a_workers_numeric_libraries_get_one_thread_each_unless_the_environment_
     )
     seen = {tuple(row) for batch in collect(feed) for row in batch["frames"].tolist()}
     assert seen == {tuple(workers_see)}
+
+
+@pytest.mark.parametrize(
+    ("trainer_sets", "kept"), [({}, True), ({"MALLOC_TRIM_THRESHOLD_": "131072"}, False)]
+)
+def test_a_workers_allocator_keeps_freed_memory_unless_the_environment_says(
+    small_dataset: list[pathlib.Path],
+    monkeypatch: pytest.MonkeyPatch,
+    trainer_sets: dict[str, str],
+    kept: bool,
+) -> None:
+    """A worker's frames reuse freed memory, not fresh pages (page faults counted in the
+    worker: h5feed/producer/worker/allocator.py); an allocator setting in the trainer's
+    environment, which its local workers inherit, is the operator's and is kept."""
+    for name in OPERATOR_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    for name, value in trainer_sets.items():
+        monkeypatch.setenv(name, value)
+    feed = h5feed.batches(
+        small_dataset[:1], **CLIP, transform="sample_transforms:page_faults", workers=1
+    )
+    faults = [int(row[0]) for batch in collect(feed) for row in batch["frames"]]
+    assert faults and all((f < FEW_FAULTS) == kept for f in faults), faults
 
 
 def test_the_transform_sees_the_preprocessed_clip_and_its_arguments(

@@ -32,17 +32,17 @@ def numeric_threads(clip: np.ndarray, rng: np.random.Generator) -> np.ndarray:
 
 
 def churn_faults(clips: int = 5) -> int:
-    """The page faults of ``clips`` clips' worth of a worker's allocations (16 encoded frames
-    of 20 KB; per frame a 320x240 decoded image and a resized one, freed at once), after one
-    such clip to warm the heap (h5feed/producer/worker/allocator.py)."""
+    """The page faults of ``clips`` clips' worth of a worker's allocations, after one such
+    clip to warm the heap (h5feed/producer/worker/allocator.py): per clip, 16 decoded
+    320x240 frames alive together (as a transform holding its clip has them) and freed
+    together. glibc's defaults give the top of the heap back after each clip (more than
+    twice the largest block freed lies free there), so every clip faults its ~900 pages in
+    again."""
     import resource
 
     def clip() -> None:
-        frames = [np.ones(20_000, np.uint8) for _ in range(16)]
-        for _frame in frames:
-            image = np.ones((240, 320, 3), np.uint8)
-            small = np.ones((128, 171, 3), np.uint8)
-            del image, small
+        frames = [np.ones((240, 320, 3), np.uint8) for _ in range(16)]
+        del frames
 
     clip()
     before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt

@@ -22,7 +22,10 @@ import numpy as np
 from h5feed.common.system.logs import with_ids
 
 _ALIGN_BYTES = 64  # EIGEN_MAX_ALIGN_BYTES on AVX-512 builds; what TF needs to share a buffer
-_M_TOP_PAD = -2  # glibc's mallopt parameter number
+# glibc's mallopt parameter numbers (malloc.h)
+M_TRIM_THRESHOLD = -1
+M_TOP_PAD = -2
+M_MMAP_THRESHOLD = -3
 _TOP_PAD_BYTES = 16 << 20
 
 _log = with_ids(logging.getLogger("h5feed.consumer"), "consumer")  # ids in every line
@@ -100,6 +103,21 @@ class TensorFlowBuffers:
                 free.append(block)
 
 
+def mallopt(settings: dict[int, int]) -> bool:
+    """``mallopt(parameter, value)`` of glibc for each of ``settings``; whether every one is
+    in force. False, with nothing set, where the C library is not glibc (musl has no
+    ``mallopt``, macOS no glibc). The one place h5feed calls ``mallopt``."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        call = libc.mallopt
+    except (OSError, AttributeError):
+        return False
+    # mallopt returns 1 on success, 0 for a value it refuses: each is tried.
+    return all([bool(call(parameter, value)) for parameter, value in settings.items()])
+
+
 def keep_freed_memory_mapped() -> bool:
     """Ask glibc to keep 16 MiB of slack at the top of each heap (``M_TOP_PAD``), once per
     process, so that batch-sized blocks are reused instead of unmapped and faulted in again.
@@ -109,15 +127,7 @@ def keep_freed_memory_mapped() -> bool:
     """
     global _tuned
     with _tune_lock:
-        if _tuned:
-            return True
-        if not sys.platform.startswith("linux"):
-            return False
-        try:
-            libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-            mallopt = libc.mallopt
-        except (OSError, AttributeError):
-            return False  # not glibc (musl has no mallopt): nothing to tune
-        _tuned = bool(mallopt(_M_TOP_PAD, _TOP_PAD_BYTES))
-        _log.debug("mallopt(M_TOP_PAD, %d): %s", _TOP_PAD_BYTES, _tuned)
+        if not _tuned:
+            _tuned = mallopt({M_TOP_PAD: _TOP_PAD_BYTES})
+            _log.debug("mallopt(M_TOP_PAD, %d): %s", _TOP_PAD_BYTES, _tuned)
         return _tuned

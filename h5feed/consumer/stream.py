@@ -20,6 +20,7 @@ Guarantees of a :class:`BatchStream`:
 from __future__ import annotations
 
 import contextlib
+import os
 import queue
 import threading
 import time
@@ -31,8 +32,8 @@ from typing import Any, cast
 import numpy as np
 
 from h5feed.common.errors import H5FeedError, ResumeError
+from h5feed.common.system.allocator import keep_freed_memory
 from h5feed.common.system.cpus import available_cpus
-from h5feed.common.system.memory import keep_freed_memory_mapped
 from h5feed.consumer.core.assembly import Batch
 from h5feed.consumer.core.counters import Counters, RateMeter
 from h5feed.consumer.core.credits import CreditGate
@@ -91,7 +92,7 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
         self._taken = RateMeter()
         options = config.options
         if options.processes.tune_malloc:
-            keep_freed_memory_mapped()
+            keep_freed_memory(os.environ)
         # One direction of wiring: the pool (socket, keys, workers), then the parts of the
         # loop, then the loop.
         lease = lease if lease is not None else Lease.own(options, kind.data_root)

@@ -33,7 +33,7 @@ def numeric_threads(clip: np.ndarray, rng: np.random.Generator) -> np.ndarray:
 
 def churn_faults(clips: int = 5) -> int:
     """The page faults of ``clips`` clips' worth of a worker's allocations, after one such
-    clip to warm the heap (h5feed/producer/worker/allocator.py): per clip, 16 decoded
+    clip to warm the heap (h5feed/common/system/allocator.py): per clip, 16 decoded
     320x240 frames alive together (as a transform holding its clip has them) and freed
     together. glibc's defaults give the top of the heap back after each clip (more than
     twice the largest block freed lies free there), so every clip faults its ~900 pages in

@@ -1,4 +1,5 @@
-"""Memory helpers: aligned batch buffers and allocator tuning (the trainer side uses them).
+"""Memory helpers of the trainer side: aligned batch buffers (glibc's allocator is tuned in
+:mod:`h5feed.common.system.allocator`).
 
 Why: a batch is ~5 MB that arrives every few milliseconds. Left alone, glibc returns freed
 large blocks to the kernel and maps fresh pages for the next batch, so every batch costs ~1200
@@ -8,29 +9,14 @@ copies a NumPy array again unless its data is 64-byte aligned.
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
-import logging
 import math
 import mmap
-import sys
 import threading
 import weakref
 
 import numpy as np
 
-from h5feed.common.system.logs import with_ids
-
 _ALIGN_BYTES = 64  # EIGEN_MAX_ALIGN_BYTES on AVX-512 builds; what TF needs to share a buffer
-# glibc's mallopt parameter numbers (malloc.h)
-M_TRIM_THRESHOLD = -1
-M_TOP_PAD = -2
-M_MMAP_THRESHOLD = -3
-_TOP_PAD_BYTES = 16 << 20
-
-_log = with_ids(logging.getLogger("h5feed.consumer"), "consumer")  # ids in every line
-_tuned = False
-_tune_lock = threading.Lock()
 
 
 def aligned_empty(
@@ -101,33 +87,3 @@ class TensorFlowBuffers:
             free = self._free.setdefault(nbytes, [])
             if len(free) < _MAX_FREE_BUFFERS:
                 free.append(block)
-
-
-def mallopt(settings: dict[int, int]) -> bool:
-    """``mallopt(parameter, value)`` of glibc for each of ``settings``; whether every one is
-    in force. False, with nothing set, where the C library is not glibc (musl has no
-    ``mallopt``, macOS no glibc). The one place h5feed calls ``mallopt``."""
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        call = libc.mallopt
-    except (OSError, AttributeError):
-        return False
-    # mallopt returns 1 on success, 0 for a value it refuses: each is tried.
-    return all([bool(call(parameter, value)) for parameter, value in settings.items()])
-
-
-def keep_freed_memory_mapped() -> bool:
-    """Ask glibc to keep 16 MiB of slack at the top of each heap (``M_TOP_PAD``), once per
-    process, so that batch-sized blocks are reused instead of unmapped and faulted in again.
-
-    Process-wide, costs at most 16 MiB per malloc arena, and is skipped where the C library is
-    not glibc. Returns whether the setting is in force.
-    """
-    global _tuned
-    with _tune_lock:
-        if not _tuned:
-            _tuned = mallopt({M_TOP_PAD: _TOP_PAD_BYTES})
-            _log.debug("mallopt(M_TOP_PAD, %d): %s", _TOP_PAD_BYTES, _tuned)
-        return _tuned

@@ -4,12 +4,12 @@ The command line the trainer and ``h5feed produce`` start, kept as it was before
 modules became a package (process listings and operators' scripts look for it). Numeric
 libraries get one thread each before anything imports NumPy
 (:mod:`h5feed.producer.worker.threads`), and glibc's allocator keeps freed memory for the next
-frame (:mod:`h5feed.producer.worker.allocator`)."""
+frame (:mod:`h5feed.common.system.allocator`)."""
 
 import os
 import sys
 
-from h5feed.producer.worker.allocator import keep_freed_memory
+from h5feed.common.system.allocator import keep_freed_memory
 from h5feed.producer.worker.threads import one_thread_each
 
 one_thread_each(os.environ)

@@ -11,12 +11,12 @@ from typing import Any
 import numpy as np
 import pytest
 from paths import SUPPORT
-from test_worker_allocator import FEW_FAULTS
+from test_allocator import FEW_FAULTS
 
 import h5feed
 from h5feed.common.config import ClipSpec
 from h5feed.common.errors import WorkerError
-from h5feed.producer.worker.allocator import OPERATOR_VARIABLES
+from h5feed.common.system.allocator import OPERATOR_VARIABLES
 from h5feed.producer.worker.code_policy import TRUSTED
 from h5feed.producer.worker.transform import Transform
 
@@ -91,7 +91,7 @@ def test_a_workers_allocator_keeps_freed_memory_unless_the_environment_says(
     kept: bool,
 ) -> None:
     """A worker's frames reuse freed memory, not fresh pages (page faults counted in the
-    worker: h5feed/producer/worker/allocator.py); an allocator setting in the trainer's
+    worker: h5feed/common/system/allocator.py); an allocator setting in the trainer's
     environment, which its local workers inherit, is the operator's and is kept."""
     for name in OPERATOR_VARIABLES:
         monkeypatch.delenv(name, raising=False)

@@ -10,14 +10,16 @@ there is more of it than ``M_TRIM_THRESHOLD`` (twice the largest block freed so 
 freed so far) are mapped and unmapped each time; the next one then faults every page in
 again, and the kernel zeroes each one.
 
-Measured on the 2-core machine, ``h5feed.batches`` with two local workers (15 s windows after
-6 s of warm-up; ``h5feed bench``'s workload: 16-frame clips resized to 128x171 and cropped to
-112x112):
+Measured on the 2-core machine, ``h5feed.batches`` with two local workers
+(``tools/worker_faults.py``: 15 s windows after 6 s of warm-up, ``h5feed bench``'s workload of
+16-frame clips resized to 128x171 and cropped to 112x112; two runs each):
 
-- 1280x720 JPEGs: 1,666 page faults per clip in the workers with glibc's defaults, 2.4 with
-  the thresholds below; the workers' CPU 31.0 -> 26.8 ms per clip; 63.5 -> 73.6 clips/s.
+- 1280x720 JPEGs: about 1,994 page faults per clip in the workers with glibc's defaults, 0.3
+  to 0.5 with the thresholds below; the workers' CPU 35.7 and 34.9 -> 32.2 and 31.8 ms per
+  clip (system time 4.5 -> 0.2 to 0.3 ms); 55.2 and 56.5 -> 61.2 and 61.9 clips/s.
 - 320x240 JPEGs (``h5feed bench``'s data): 5 -> 3 faults per clip; the CPU and the rate the
-  same within the runs' spread (about 4.6 ms per clip, 400 to 420 clips/s).
+  same within the runs' spread (about 4.6 ms per clip, 400 to 420 clips/s), and ``h5feed
+  bench --dataset 2x30 --workers 2`` the same, before and after, in two interleaved pairs.
 - The trainer's CPU per clip: the same as with ``M_TOP_PAD`` (what ``tune_malloc`` set up to
   0.2.0) within the spread: 0.12 to 0.14 ms (``batches``), 0.24 to 0.28 (``dataset``).
 - Why not ``M_TOP_PAD``: setting any of these parameters turns glibc's dynamic threshold

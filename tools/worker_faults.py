@@ -1,0 +1,106 @@
+"""Where a feed's CPU goes, per clip: the trainer's, its local workers', and the workers'
+page faults and system time, over one window of ``h5feed.batches`` or ``h5feed.dataset`` on
+any HDF5 files, with ``h5feed bench``'s workload (16-frame clips resized to 128x171, cropped
+to 112x112, flipped, batches of 8).
+
+``python tools/worker_faults.py FILE.h5... [--mode batches|dataset] [--workers 2]
+[--warmup-s 6] [--window-s 15]`` prints clips/s and those figures. It measured
+h5feed/common/system/allocator.py (glibc's thresholds: workers' page faults per clip on
+1280x720 and 320x240 JPEGs, before and after). ``h5feed bench`` has no frame size to choose;
+``python -c "from h5feed.producer.sample_data import SampleSpec, make_sample_dataset;
+make_sample_dataset('DIR', SampleSpec(files=2, videos_per_file=10, min_frames=24,
+max_frames=40, height=720, width=1280))"`` makes such files.
+
+The counts come from ``/proc/PID/stat`` of each child of this process (minor faults, user
+and system time) and ``getrusage`` of this one, before and after the window; the warm-up
+is not counted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pathlib
+import resource
+import tempfile
+import time
+from collections.abc import Iterator
+from typing import Any
+
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def children() -> list[int]:
+    """The pids whose parent is this process."""
+    kids = []
+    for stat in pathlib.Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == os.getpid():
+            kids.append(int(stat.parent.name))
+    return kids
+
+
+def counters(pid: int) -> tuple[int, float, float]:
+    """(minor faults, user s, system s) of ``pid``; zeros once it is gone."""
+    try:
+        fields = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0, 0.0, 0.0
+    return int(fields[7]), int(fields[11]) / _TICK, int(fields[12]) / _TICK
+
+
+def take_for(batches: Iterator[Any], seconds: float) -> int:
+    """Clips taken from ``batches`` in ``seconds``."""
+    clips, deadline = 0, time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        clips += int(next(batches)["frames"].shape[0])
+    return clips
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("files", nargs="+", help="HDF5 files of the groups layout")
+    parser.add_argument("--mode", choices=("batches", "dataset"), default="batches")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--warmup-s", type=float, default=6.0)
+    parser.add_argument("--window-s", type=float, default=15.0)
+    args = parser.parse_args()
+    import h5feed
+
+    options: dict[str, Any] = {
+        "clip_len": 16, "resize": (128, 171), "crop": (112, 112), "flip": True,
+        "batch_size": 8, "shuffle": True, "seed": 0, "epochs": None,
+        "workers": args.workers, "index_cache": tempfile.mkdtemp(prefix="worker-faults-"),
+    }  # fmt: skip
+    make = h5feed.dataset if args.mode == "dataset" else h5feed.batches
+    batches = iter(make(args.files, **options))
+    take_for(batches, args.warmup_s)
+    kids = children()
+    before = {pid: counters(pid) for pid in kids}
+    trainer_faults, trainer_cpu = (
+        resource.getrusage(resource.RUSAGE_SELF).ru_minflt,
+        time.process_time(),
+    )
+    began = time.monotonic()
+    clips = take_for(batches, args.window_s)
+    wall = time.monotonic() - began
+    trainer_faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - trainer_faults
+    trainer_cpu = time.process_time() - trainer_cpu
+    after = {pid: counters(pid) for pid in kids}
+    faults = sum(after[p][0] - before[p][0] for p in kids)
+    user = sum(after[p][1] - before[p][1] for p in kids)
+    system = sum(after[p][2] - before[p][2] for p in kids)
+    print(f"{args.mode}, {len(kids)} workers: {clips / wall:.1f} clips/s over {wall:.1f} s")
+    cpu, sys_ms = 1000 * (user + system) / clips, 1000 * system / clips
+    print(f"workers: {cpu:.3f} ms CPU per clip ({sys_ms:.3f} system), "
+          f"{faults / clips:.1f} page faults per clip")  # fmt: skip
+    print(f"trainer: {1000 * trainer_cpu / clips:.3f} ms CPU per clip, "
+          f"{trainer_faults / clips:.1f} page faults per clip")  # fmt: skip
+    os._exit(0)  # the feed's workers stop with this process (their parent gone)
+
+
+if __name__ == "__main__":
+    main()

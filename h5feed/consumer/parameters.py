@@ -67,8 +67,8 @@ class FeedKwargs(TypedDict, total=False):
     Defaults: :func:`describe_parameters` (from those dataclasses); ``index_cache`` is True
     (the default directory, see :func:`default_cache_dir`), a directory, or False (off).
     ``tune_malloc`` (default True) keeps freed memory mapped in the trainer process for reuse
-    (glibc's mmap and trim thresholds, unless the environment sets them) so each ~5 MB batch
-    and the user's own arrays do not fault in fresh pages; see
+    (glibc's mmap threshold and top pad, unless the environment sets the allocator) so each
+    ~5 MB batch and the user's own arrays do not fault in fresh pages; see
     ``h5feed/common/system/allocator.py``. ``shared_memory`` (default True): local workers write
     batches straight into shared memory the trainer reads (see ``h5feed/consumer/core/slots.py``).
     ``metrics_port`` (default: ``$H5FEED_METRICS_PORT``, else none) serves ``/metrics`` and

@@ -92,7 +92,7 @@ class BatchStream(Iterator[dict[str, np.ndarray]]):
         self._taken = RateMeter()
         options = config.options
         if options.processes.tune_malloc:
-            keep_freed_memory(os.environ)
+            keep_freed_memory(os.environ, trainer=True)
         # One direction of wiring: the pool (socket, keys, workers), then the parts of the
         # loop, then the loop.
         lease = lease if lease is not None else Lease.own(options, kind.data_root)

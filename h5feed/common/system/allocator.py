@@ -20,22 +20,24 @@ Measured on the 2-core machine, ``h5feed.batches`` with two local workers
 - 320x240 JPEGs (``h5feed bench``'s data): 5 -> 3 faults per clip; the CPU and the rate the
   same within the runs' spread (about 4.6 ms per clip, 400 to 420 clips/s), and ``h5feed
   bench --dataset 2x30 --workers 2`` the same, before and after, in two interleaved pairs.
-- The trainer's CPU per clip: the same as with ``M_TOP_PAD`` (what ``tune_malloc`` set up to
-  0.2.0) within the spread: 0.12 to 0.14 ms (``batches``), 0.24 to 0.28 (``dataset``).
-- Why not ``M_TOP_PAD``: setting any of these parameters turns glibc's dynamic threshold
-  off, and with the mmap threshold left at 128 KB every larger block is mapped anew. In a
-  worker, 8,800 faults per 720p clip (48.5 ms, 41 clips/s); in a trainer, a user's
-  2.7 MB array faulted 822 pages in at every allocation (26 with glibc's defaults, 0 with
-  the thresholds).
+- The trainer keeps ``M_TOP_PAD`` (what ``tune_malloc`` set up to 0.2.0) and gains the mmap
+  threshold. Alone, ``M_TOP_PAD`` turns glibc's dynamic threshold off (setting any of these
+  parameters does), so every block over 128 KB was mapped anew: a user's own 2.7 MB array in
+  the trainer faulted 822 pages in each time it was made (26 with glibc's defaults, 0 now).
+  The workers' thresholds in the trainer instead made ``h5feed.dataset`` over TCP
+  (``h5feed bench --ceiling --transports tcp``) 0.84 and 0.93 GB/s against 1.38 and 1.74,
+  its CPU 0.63 to 0.70 ms per clip against 0.33 to 0.41; as an earlier round found.
+- In a worker, ``M_TOP_PAD`` alone: 8,800 faults per 720p clip (48.5 ms, 41 clips/s).
 
 Guarantee: :func:`keep_freed_memory`, once per process, where the environment sets none of
 :data:`OPERATOR_VARIABLES` (an operator's choice is kept, as it is), sets ``M_MMAP_THRESHOLD``
-to :data:`MMAP_THRESHOLD` (smaller blocks come from the heap) and ``M_TRIM_THRESHOLD`` to
-:data:`TRIM_THRESHOLD` (the heap keeps up to that much free memory at its top); it returns
-whether both are in force. The cost: a process's resident memory stays near its peak instead
-of shrinking, with at most :data:`TRIM_THRESHOLD` of it free per heap. Where the C library is
-not glibc (musl, macOS) it does nothing and returns False. This module is the one place
-h5feed calls ``mallopt``.
+to :data:`MMAP_THRESHOLD` (smaller blocks come from the heap) and, in a worker,
+``M_TRIM_THRESHOLD`` to :data:`TRIM_THRESHOLD` (the heap keeps up to that much free memory at
+its top), in a trainer ``M_TOP_PAD`` to :data:`TOP_PAD` (it keeps that much when it gives
+the rest back); it returns whether both are in force. The cost: a process's resident memory
+stays near its peak instead of shrinking, with at most :data:`TRIM_THRESHOLD` (worker) or
+:data:`TOP_PAD` (trainer) of it free per heap. Where the C library is not glibc (musl, macOS)
+it does nothing and returns False. This module is the one place h5feed calls ``mallopt``.
 """
 
 from __future__ import annotations
@@ -46,13 +48,15 @@ import sys
 import threading
 from collections.abc import Mapping
 
-__all__ = ["MMAP_THRESHOLD", "OPERATOR_VARIABLES", "TRIM_THRESHOLD", "keep_freed_memory"]
+__all__ = ["MMAP_THRESHOLD", "OPERATOR_VARIABLES", "TOP_PAD", "TRIM_THRESHOLD", "keep_freed_memory"]
 
 #: Blocks at least this large are mapped on their own (glibc's own upper bound for its
 #: dynamic threshold): a decoded 4K frame (25 MB) still comes from the heap.
 MMAP_THRESHOLD = 32 << 20
-#: The most free memory a heap keeps at its top instead of giving it back.
+#: The most free memory a worker's heap keeps at its top instead of giving it back.
 TRIM_THRESHOLD = 64 << 20
+#: The free memory a trainer's heap keeps at its top when it gives the rest back.
+TOP_PAD = 16 << 20
 #: The environment's ways of setting glibc's allocator: any of them set, nothing is changed.
 OPERATOR_VARIABLES = (
     "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_", "GLIBC_TUNABLES",
@@ -60,20 +64,24 @@ OPERATOR_VARIABLES = (
 
 # glibc's mallopt parameter numbers (malloc.h)
 _M_TRIM_THRESHOLD = -1
+_M_TOP_PAD = -2
 _M_MMAP_THRESHOLD = -3
 
 _lock = threading.Lock()
 _kept: bool | None = None  # this process's answer, once asked
 
 
-def keep_freed_memory(environ: Mapping[str, str]) -> bool:
-    """Keep freed memory for reuse in this process (see the module's guarantee)."""
+def keep_freed_memory(environ: Mapping[str, str], trainer: bool = False) -> bool:
+    """Keep freed memory for reuse in this process (see the module's guarantee); ``trainer``:
+    the trainer's settings."""
     global _kept
     with _lock:
         if _kept is None:
-            _kept = not any(name in environ for name in OPERATOR_VARIABLES) and _mallopt(
-                {_M_MMAP_THRESHOLD: MMAP_THRESHOLD, _M_TRIM_THRESHOLD: TRIM_THRESHOLD}
+            settings = {_M_MMAP_THRESHOLD: MMAP_THRESHOLD}
+            settings[_M_TOP_PAD if trainer else _M_TRIM_THRESHOLD] = (
+                TOP_PAD if trainer else TRIM_THRESHOLD
             )
+            _kept = not any(name in environ for name in OPERATOR_VARIABLES) and _mallopt(settings)
         return _kept
 
 

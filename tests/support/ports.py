@@ -12,6 +12,7 @@ each is checked free on every IPv4 (and, where there is one, IPv6) interface fir
 
 from __future__ import annotations
 
+import errno
 import pathlib
 import random
 import socket
@@ -23,6 +24,8 @@ _TRIES = 200
 # would pick the same ports.
 _pick = random.SystemRandom()
 _handed_out: set[int] = set()
+#: What creating or binding an IPv6 socket fails with on a host without IPv6.
+_NO_IPV6 = frozenset({errno.EAFNOSUPPORT, errno.EADDRNOTAVAIL, errno.EPROTONOSUPPORT})
 
 
 def _first_ephemeral() -> int:
@@ -43,7 +46,7 @@ def _bindable(port: int) -> bool:
                     probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
                 probe.bind((host, port))
         except OSError as error:
-            if family == socket.AF_INET6 and "assign" in str(error):
+            if family == socket.AF_INET6 and error.errno in _NO_IPV6:
                 continue  # no IPv6 on this host: nothing to collide with there
             return False
     return True

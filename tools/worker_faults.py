@@ -11,7 +11,7 @@ h5feed/common/system/allocator.py (glibc's thresholds: workers' page faults per 
 make_sample_dataset('DIR', SampleSpec(files=2, videos_per_file=10, min_frames=24,
 max_frames=40, height=720, width=1280))"`` makes such files.
 
-The counts come from ``/proc/PID/stat`` of each child of this process (minor faults, user
+The counts come from ``/proc/PID/stat`` of each process below this one (minor faults, user
 and system time) and ``getrusage`` of this one, before and after the window; the warm-up
 is not counted.
 """
@@ -20,34 +20,21 @@ from __future__ import annotations
 
 import argparse
 import os
-import pathlib
 import resource
 import tempfile
 import time
 from collections.abc import Iterator
 from typing import Any
 
+from h5feed.common.system.procstat import descendants, proc_stat
+
 _TICK = os.sysconf("SC_CLK_TCK")
-
-
-def children() -> list[int]:
-    """The pids whose parent is this process."""
-    kids = []
-    for stat in pathlib.Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == os.getpid():
-            kids.append(int(stat.parent.name))
-    return kids
 
 
 def counters(pid: int) -> tuple[int, float, float]:
     """(minor faults, user s, system s) of ``pid``; zeros once it is gone."""
-    try:
-        fields = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
+    fields = proc_stat(pid)
+    if not fields:
         return 0, 0.0, 0.0
     return int(fields[7]), int(fields[11]) / _TICK, int(fields[12]) / _TICK
 
@@ -78,7 +65,7 @@ def main() -> None:
     make = h5feed.dataset if args.mode == "dataset" else h5feed.batches
     batches = iter(make(args.files, **options))
     take_for(batches, args.warmup_s)
-    kids = children()
+    kids = sorted(descendants(os.getpid()))  # the feed's workers
     before = {pid: counters(pid) for pid in kids}
     trainer_faults, trainer_cpu = (
         resource.getrusage(resource.RUSAGE_SELF).ru_minflt,

@@ -67,6 +67,9 @@ _M_TRIM_THRESHOLD = -1
 _M_TOP_PAD = -2
 _M_MMAP_THRESHOLD = -3
 
+_WORKER = {_M_MMAP_THRESHOLD: MMAP_THRESHOLD, _M_TRIM_THRESHOLD: TRIM_THRESHOLD}
+_TRAINER = {_M_MMAP_THRESHOLD: MMAP_THRESHOLD, _M_TOP_PAD: TOP_PAD}
+
 _lock = threading.Lock()
 _kept: bool | None = None  # this process's answer, once asked
 
@@ -77,10 +80,7 @@ def keep_freed_memory(environ: Mapping[str, str], trainer: bool = False) -> bool
     global _kept
     with _lock:
         if _kept is None:
-            settings = {_M_MMAP_THRESHOLD: MMAP_THRESHOLD}
-            settings[_M_TOP_PAD if trainer else _M_TRIM_THRESHOLD] = (
-                TOP_PAD if trainer else TRIM_THRESHOLD
-            )
+            settings = _TRAINER if trainer else _WORKER
             _kept = not any(name in environ for name in OPERATOR_VARIABLES) and _mallopt(settings)
         return _kept
 

@@ -31,13 +31,19 @@ def numeric_threads(clip: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     return np.array([int(os.environ.get(name, "0")) for name in names], np.int64)
 
 
+#: Five clips' worth of a worker's allocations fault about 4,400 pages in when the heap's top
+#: is given back after each clip (glibc's defaults, in a fresh interpreter).
+FEW_FAULTS = 50
+
+
 def churn_faults(clips: int = 5) -> int:
     """The page faults of ``clips`` clips' worth of a worker's allocations, after one such
     clip to warm the heap (h5feed/common/system/allocator.py): per clip, 16 decoded
     320x240 frames alive together (as a transform holding its clip has them) and freed
     together. glibc's defaults give the top of the heap back after each clip (more than
     twice the largest block freed lies free there), so every clip faults its ~900 pages in
-    again."""
+    again. Counted for the calling thread alone: a worker's other threads (its sockets'
+    and heartbeat's) fault pages of their own meanwhile."""
     import resource
 
     def clip() -> None:
@@ -45,10 +51,10 @@ def churn_faults(clips: int = 5) -> int:
         del frames
 
     clip()
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    before = resource.getrusage(resource.RUSAGE_THREAD).ru_minflt
     for _ in range(clips):
         clip()
-    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+    return resource.getrusage(resource.RUSAGE_THREAD).ru_minflt - before
 
 
 def page_faults(clip: np.ndarray, rng: np.random.Generator) -> np.ndarray:

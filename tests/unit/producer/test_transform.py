@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 from paths import SUPPORT
-from test_allocator import FEW_FAULTS
+from sample_transforms import FEW_FAULTS
 
 import h5feed
 from h5feed.common.config import ClipSpec
@@ -92,7 +92,8 @@ def test_a_workers_allocator_keeps_freed_memory_unless_the_environment_says(
 ) -> None:
     """A worker's frames reuse freed memory, not fresh pages (page faults counted in the
     worker: h5feed/common/system/allocator.py); an allocator setting in the trainer's
-    environment, which its local workers inherit, is the operator's and is kept."""
+    environment, which its local workers inherit, is the operator's and is kept. A clip
+    kept faults none (a few dozen where a worker's heap still grows), one not kept ~4,500."""
     for name in OPERATOR_VARIABLES:
         monkeypatch.delenv(name, raising=False)
     for name, value in trainer_sets.items():
@@ -101,7 +102,7 @@ def test_a_workers_allocator_keeps_freed_memory_unless_the_environment_says(
         small_dataset[:1], **CLIP, transform="sample_transforms:page_faults", workers=1
     )
     faults = [int(row[0]) for batch in collect(feed) for row in batch["frames"]]
-    assert faults and all((f < FEW_FAULTS) == kept for f in faults), faults
+    assert faults and all((f < 4 * FEW_FAULTS) == kept for f in faults), faults
 
 
 def test_the_transform_sees_the_preprocessed_clip_and_its_arguments(

@@ -13,7 +13,9 @@ max_frames=40, height=720, width=1280))"`` makes such files.
 
 The counts come from ``/proc/PID/stat`` of each process below this one (minor faults, user
 and system time) and ``getrusage`` of this one, before and after the window; the warm-up
-is not counted.
+is not counted. Each side's CPU is also split by thread (``/proc/PID/task/TID/stat``, by
+thread name; ``main`` is the process's first thread): it told that a worker's time beyond
+the per-core limit is its main thread's, not its ZeroMQ I/O thread's.
 """
 
 from __future__ import annotations
@@ -37,6 +39,41 @@ def counters(pid: int) -> tuple[int, float, float]:
     if not fields:
         return 0, 0.0, 0.0
     return int(fields[7]), int(fields[11]) / _TICK, int(fields[12]) / _TICK
+
+
+def thread_cpu(pids: list[int]) -> dict[str, float]:
+    """User + system CPU seconds of the threads of ``pids``, summed by thread name (``main``
+    for each process's first thread); threads gone by then are not counted."""
+    seconds: dict[str, float] = {}
+    for pid in pids:
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            fields = proc_stat(f"{pid}/task/{tid}")
+            if not fields:
+                continue
+            name = "main" if tid == str(pid) else thread_name(pid, tid)
+            cpu = (int(fields[11]) + int(fields[12])) / _TICK
+            seconds[name] = seconds.get(name, 0.0) + cpu
+    return seconds
+
+
+def thread_name(pid: int, tid: str) -> str:
+    """The kernel's name of thread ``tid`` of ``pid`` ("?" once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/task/{tid}/comm", encoding="utf-8", errors="replace") as handle:
+            return handle.read().strip()
+    except OSError:
+        return "?"
+
+
+def per_thread(before: dict[str, float], after: dict[str, float], clips: int) -> str:
+    """``name ms`` per clip for each thread name that used CPU in the window, busiest first."""
+    used = {name: cpu - before.get(name, 0.0) for name, cpu in after.items()}
+    busy = sorted((item for item in used.items() if item[1] > 0), key=lambda item: -item[1])
+    return ", ".join(f"{name} {1000 * cpu / clips:.3f}" for name, cpu in busy) or "none"
 
 
 def take_for(batches: Iterator[Any], seconds: float) -> int:
@@ -67,6 +104,7 @@ def main() -> None:
     take_for(batches, args.warmup_s)
     kids = sorted(descendants(os.getpid()))  # the feed's workers
     before = {pid: counters(pid) for pid in kids}
+    threads_before = thread_cpu(kids), thread_cpu([os.getpid()])
     trainer_faults, trainer_cpu = (
         resource.getrusage(resource.RUSAGE_SELF).ru_minflt,
         time.process_time(),
@@ -77,6 +115,7 @@ def main() -> None:
     trainer_faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - trainer_faults
     trainer_cpu = time.process_time() - trainer_cpu
     after = {pid: counters(pid) for pid in kids}
+    threads_after = thread_cpu(kids), thread_cpu([os.getpid()])
     faults = sum(after[p][0] - before[p][0] for p in kids)
     user = sum(after[p][1] - before[p][1] for p in kids)
     system = sum(after[p][2] - before[p][2] for p in kids)
@@ -86,6 +125,10 @@ def main() -> None:
           f"{faults / clips:.1f} page faults per clip")  # fmt: skip
     print(f"trainer: {1000 * trainer_cpu / clips:.3f} ms CPU per clip, "
           f"{trainer_faults / clips:.1f} page faults per clip")  # fmt: skip
+    for side, was, now in zip(
+        ("workers'", "trainer's"), threads_before, threads_after, strict=True
+    ):
+        print(f"{side} threads, ms CPU per clip: {per_thread(was, now, clips)}")
     os._exit(0)  # the feed's workers stop with this process (their parent gone)
 
 

@@ -1,5 +1,6 @@
 """``tools/worker_faults.py`` (where a feed's CPU goes, per clip; it measured
-h5feed/common/system/allocator.py) runs on a user's files and prints its three figures."""
+h5feed/common/system/allocator.py) runs on a user's files and prints its figures: rate, CPU
+and page faults per clip, and the CPU per clip of each side's threads."""
 
 from __future__ import annotations
 
@@ -33,3 +34,8 @@ def test_the_tool_prints_the_rate_and_the_per_clip_costs(
     assert re.search(r"^trainer: [\d.]+ ms CPU per clip, [\d.]+ page faults per clip", out, re.M), (
         out
     )
+    # The workers' main threads decode: they used CPU in the window, whatever else did.
+    threads = re.search(r"^workers' threads, ms CPU per clip: (.*)$", out, re.M)
+    assert threads and re.search(r"\bmain ([\d.]+)", threads.group(1)), out
+    assert float(re.search(r"\bmain ([\d.]+)", threads.group(1)).group(1)) > 0, out
+    assert re.search(r"^trainer's threads, ms CPU per clip: ", out, re.M), out

@@ -39,8 +39,11 @@ Guarantees:
    of them, the one with the fewest rows in flight (ties: the one given fewest rows so far,
    then the owner, then the extra readers in the order they came), so a reader at half
    speed gets about half of that file's rows, and
-   two workers never read (nor decompress the chunks of) one file's rows of one batch. A
-   batch is still one unit per peer that makes some of its rows.
+   two workers never read (nor decompress the chunks of) one file's rows of one batch. When
+   some peers read every file of a batch (a few files on a few workers: every file has a
+   second reader), the whole batch goes to the one of them with the fewest rows in flight
+   (same ties), so a batch is one unit, not one per file: each unit costs the trainer and
+   the worker a message. A batch is still one unit per peer that makes some of its rows.
 """
 
 from __future__ import annotations
@@ -265,31 +268,44 @@ class Dispatch:
         when it has no confirmed extra reader (the fast path: one lookup per row), else for
         each file of the batch its reader (owner or extra) with the fewest rows in flight,
         counting the rows just given (guarantee 7), one in doubt last (``Peer.in_doubt``:
-        perhaps about to be lost); None: nobody reads the file now."""
+        perhaps about to be lost); None: nobody reads the file now. When some peers read
+        every file of the batch, the whole batch goes to the one of them a file would have
+        chosen first: one unit instead of one per file's reader (guarantee 7)."""
         owners = self._owners.owners(files)
         if not self._readers.any:
             return owners
-        chosen: dict[int, Peer | None] = {}
         in_flight, issued = self._in_flight, self._issued
         given: dict[Peer, int] = {}
         clock = time.monotonic()
-        for file_index, count in Counter(files).items():  # in order of first row
-            extras = self._readers.confirmed(file_index)
-            owner = self._owners.owner(file_index)
-            if not extras:
-                chosen[file_index] = owner
+
+        def load(peer: Peer) -> tuple[bool, int, int]:
+            now = given.get(peer, 0)
+            doubt = peer.in_doubt(clock)
+            return doubt, in_flight.get(peer, 0) + now, issued.get(peer, 0) + now
+
+        counts = Counter(files)  # in order of first row
+        readers = {file_index: self._readers_of_file(file_index) for file_index in counts}
+        common = _common_readers(list(readers.values()))
+        if common:
+            whole = min(common, key=load)  # ties: the one given least so far, then order
+            return [whole] * len(files)
+        chosen: dict[int, Peer | None] = {}
+        for file_index, count in counts.items():
+            candidates = readers[file_index]
+            if len(candidates) < 2:
+                chosen[file_index] = candidates[0] if candidates else None
                 continue
-            candidates = extras if owner is None else [owner, *extras]
-
-            def load(peer: Peer) -> tuple[bool, int, int]:
-                now = given.get(peer, 0)
-                doubt = peer.in_doubt(clock)
-                return doubt, in_flight.get(peer, 0) + now, issued.get(peer, 0) + now
-
             peer = min(candidates, key=load)  # ties: the one given least so far, then order
             given[peer] = given.get(peer, 0) + count
             chosen[file_index] = peer
         return [chosen[f] for f in files]
+
+    def _readers_of_file(self, file_index: int) -> list[Peer]:
+        """Who may make rows of ``file_index`` now: its owner (if any) first, then its
+        confirmed extra readers in the order they came."""
+        extras = self._readers.confirmed(file_index)
+        owner = self._owners.owner(file_index)
+        return list(extras) if owner is None else [owner, *extras]
 
     def _done(self, peer: Peer, rows: int) -> None:
         """``rows`` of ``peer``'s are no longer in flight."""
@@ -358,3 +374,11 @@ class Dispatch:
             )
             out.append(((planned.epoch, sample), name))
         return out
+
+
+def _common_readers(readers: list[list[Peer]]) -> list[Peer]:
+    """The peers in every list of ``readers``, in the order of the first list."""
+    if not readers or not readers[0]:
+        return []
+    rest = [set(others) for others in readers[1:]]
+    return [peer for peer in readers[0] if all(peer in others for others in rest)]

@@ -121,6 +121,25 @@ def test_hdf_files_are_shared_out_and_units_go_to_the_owners() -> None:
     assert scheduler.index is not None and scheduler.index.num_videos == 12
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_hdf_a_batch_goes_whole_to_a_peer_that_reads_all_its_files(seed: int) -> None:
+    # Dispatch guarantee 7: once each of the 3 files has its second reader confirmed (on 2
+    # peers, each then reads all three), every batch is one unit, to the peer with fewer rows
+    # in flight: one message per batch, not one per file's reader; both peers get batches.
+    fleet, scheduler, _config = hdf_fleet(2, epochs=3)
+    fleet.handshake()
+    taken = fleet.run(random.Random(seed))
+    assert_each_sample_once_per_epoch(taken, [0, 1, 2])
+    files = range(len(FILES))
+    assert all(len(scheduler.readers.confirmed(f)) == 1 for f in files)
+    peers_of: dict[int, list[Peer]] = collections.defaultdict(list)
+    for send in fleet.posted:
+        if isinstance(send.message, messages.Unit) and send.message.epoch > 0:
+            peers_of[send.message.batch].append(send.peer)
+    assert len(peers_of) == 10 and all(len(peers) == 1 for peers in peers_of.values())
+    assert {peers[0] for peers in peers_of.values()} == set(fleet.live)
+
+
 def test_hdf_an_index_from_a_peer_that_does_not_own_the_file_is_dropped() -> None:
     fleet, scheduler, _config = hdf_fleet(2)
     sends = scheduler.start(fleet.live)

@@ -42,8 +42,9 @@ Guarantees:
    two workers never read (nor decompress the chunks of) one file's rows of one batch. When
    some peers read every file of a batch (a few files on a few workers: every file has a
    second reader), the whole batch goes to the one of them with the fewest rows in flight
-   (same ties), so a batch is one unit, not one per file: each unit costs the trainer and
-   the worker a message. A batch is still one unit per peer that makes some of its rows.
+   (same ties; not when that one is in doubt: then file by file), so a batch is one unit,
+   not one per file: each unit costs the trainer and the worker a message. A batch is
+   still one unit per peer that makes some of its rows.
 """
 
 from __future__ import annotations
@@ -269,8 +270,9 @@ class Dispatch:
         each file of the batch its reader (owner or extra) with the fewest rows in flight,
         counting the rows just given (guarantee 7), one in doubt last (``Peer.in_doubt``:
         perhaps about to be lost); None: nobody reads the file now. When some peers read
-        every file of the batch, the whole batch goes to the one of them a file would have
-        chosen first: one unit instead of one per file's reader (guarantee 7)."""
+        every file of the batch, the whole batch goes to the one of them with the fewest rows
+        in flight, one unit instead of one per file's reader (guarantee 7), unless that one is
+        in doubt: then file by file, so a file with another reader passes it over."""
         owners = self._owners.owners(files)
         if not self._readers.any:
             return owners
@@ -286,8 +288,8 @@ class Dispatch:
         counts = Counter(files)  # in order of first row
         readers = {file_index: self._readers_of_file(file_index) for file_index in counts}
         common = _common_readers(list(readers.values()))
-        if common:
-            whole = min(common, key=load)  # ties: the one given least so far, then order
+        whole = min(common, key=load) if common else None  # ties: given least, then order
+        if whole is not None and not whole.in_doubt(clock):  # one in doubt: file by file
             return [whole] * len(files)
         chosen: dict[int, Peer | None] = {}
         for file_index, count in counts.items():

@@ -140,6 +140,43 @@ def test_hdf_a_batch_goes_whole_to_a_peer_that_reads_all_its_files(seed: int) ->
     assert {peers[0] for peers in peers_of.values()} == set(fleet.live)
 
 
+def test_hdf_a_whole_batch_never_goes_to_a_peer_in_doubt_when_its_files_have_others() -> None:
+    # 3 files on 3 peers, each file with a second reader (the ring): once they are confirmed,
+    # a peer put in doubt (another worker of its host lost as unreachable) is passed over
+    # for every file, even for a batch of which it is the only peer reading all the files.
+    fleet, scheduler, _config = hdf_fleet(3, epochs=8, budget=3)
+    fleet.handshake()
+    files = range(len(FILES))
+    for _ in range(1000):
+        if all(scheduler.readers.confirmed(f) for f in files) and not fleet.gate.inflight:
+            break
+        fleet.dispatch()
+        for peer in fleet.pending():
+            fleet.answer_all(peer)
+        while fleet.released:
+            fleet.take()
+    assert all(scheduler.readers.confirmed(f) for f in files) and not scheduler.finished
+    doubted = fleet.live[1]
+    doubted.host_doubted = time.monotonic() + 60  # not heard from since: in doubt
+    fleet.gate.grow_to(40)  # the rest of the run at once: batches of files 0 and 1 among them
+    sent = fleet.dispatch()
+    assert all(isinstance(send.message, messages.Unit) for send in sent)
+    batch_files: dict[int, set[int]] = collections.defaultdict(set)
+    for send in sent:
+        batch_files[send.message.batch] |= {row.file for row in send.message.rows}
+
+    def reader(peer: Peer, file: int) -> bool:
+        return scheduler.owners.owner(file) is peer or peer in scheduler.readers.confirmed(file)
+
+    only = [
+        b
+        for b, fs in batch_files.items()
+        if [p for p in fleet.live if all(reader(p, f) for f in fs)] == [doubted]
+    ]
+    assert only, "no batch of which only the doubted peer reads every file: nothing tested"
+    assert all(send.peer is not doubted for send in sent), [s.peer.name for s in sent]
+
+
 def test_hdf_an_index_from_a_peer_that_does_not_own_the_file_is_dropped() -> None:
     fleet, scheduler, _config = hdf_fleet(2)
     sends = scheduler.start(fleet.live)

@@ -28,7 +28,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from h5feed.common.system.procstat import descendants, proc_stat
+from h5feed.common.system.procstat import descendants, proc_stat, process_cpu_s
 
 _TICK = os.sysconf("SC_CLK_TCK")
 
@@ -43,7 +43,7 @@ def counters(pid: int) -> tuple[int, float, float]:
 
 def thread_cpu(pids: list[int]) -> dict[str, float]:
     """User + system CPU seconds of the threads of ``pids``, summed by thread name (``main``
-    for each process's first thread); threads gone by then are not counted."""
+    for each process's first thread); a thread gone by then counts 0."""
     seconds: dict[str, float] = {}
     for pid in pids:
         try:
@@ -51,11 +51,8 @@ def thread_cpu(pids: list[int]) -> dict[str, float]:
         except OSError:
             continue
         for tid in tids:
-            fields = proc_stat(f"{pid}/task/{tid}")
-            if not fields:
-                continue
             name = "main" if tid == str(pid) else thread_name(pid, tid)
-            cpu = (int(fields[11]) + int(fields[12])) / _TICK
+            cpu = process_cpu_s(f"{pid}/task/{tid}")  # 0 for a thread gone meanwhile
             seconds[name] = seconds.get(name, 0.0) + cpu
     return seconds
 

@@ -32,8 +32,9 @@ def proc_stat(pid: int | str) -> list[bytes]:
     return stat[stat.rfind(b")") + 2 :].split()
 
 
-def process_cpu_s(pid: int) -> float:
-    """User + system CPU seconds of process ``pid`` (all its threads), 0 if it is gone."""
+def process_cpu_s(pid: int | str) -> float:
+    """User + system CPU seconds of process ``pid`` (all its threads), 0 if it is gone; of one
+    thread with ``pid`` given as ``"PID/task/TID"``."""
     fields = proc_stat(pid)
     return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS if fields else 0.0
 

@@ -11,6 +11,7 @@ from typing import Any, Final
 COUNTERS: Final = (
     "units", "clips", "bytes", "errors", "busy_s", "jobs", "refused", "slots_refused",
     "files_reopened", "object_requests", "object_bytes", "object_retries", "object_refused",
+    "reconnects",
 )  # fmt: skip
 
 

@@ -66,7 +66,10 @@ class WirePeer:
         address: str,
         worker: FakeWorker,
         hello: Sequence[Any] | None = None,
+        routing_id: bytes | None = None,
     ) -> None:
+        """``routing_id``: its socket's (default: its name; a worker's renewed socket has
+        one of its own, ``NAME~1``...)."""
         self.worker = worker
         self.name = worker.peer.name
         self.received: list[messages.Message] = []
@@ -79,7 +82,7 @@ class WirePeer:
         self._last_hello = -math.inf
         self.socket = context.socket(zmq.DEALER)
         self.socket.setsockopt(zmq.LINGER, 0)
-        self.socket.setsockopt(zmq.ROUTING_ID, self.name.encode())
+        self.socket.setsockopt(zmq.ROUTING_ID, routing_id or self.name.encode())
         self.socket.connect(address)
 
     def tick(self, now: float) -> None:
@@ -164,9 +167,15 @@ class LoopDriver:
 
     # -- peers -----------------------------------------------------------------------------
 
-    def connect(self, worker: FakeWorker, hello: Sequence[Any] | None = None) -> WirePeer:
-        """A new producer running ``worker`` (``hello``: other HELLO frames than its own)."""
-        peer = WirePeer(self.context, self.address, worker, hello)
+    def connect(
+        self,
+        worker: FakeWorker,
+        hello: Sequence[Any] | None = None,
+        routing_id: bytes | None = None,
+    ) -> WirePeer:
+        """A new producer running ``worker`` (``hello``: other HELLO frames than its own;
+        ``routing_id``: its socket's, see :class:`WirePeer`)."""
+        peer = WirePeer(self.context, self.address, worker, hello, routing_id)
         self.peers.append(peer)
         if self.on_connect is not None:
             self.on_connect(peer)

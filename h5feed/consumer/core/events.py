@@ -17,8 +17,12 @@ from h5feed.consumer.core.ledger import Peer
 #: Why a peer is gone: it said BYE; a send to it failed (its connection stopped answering
 #: heartbeats: killed, host down, cable cut, stopped); its process exited (local workers); it
 #: held units past ``unit_timeout_s`` without returning any (stuck); it was refused for
-#: malformed traffic; a new process said hello under its identity (restarted).
-LossCause = Literal["bye", "unreachable", "exited", "deadline", "refused", "restarted"]
+#: malformed traffic; a new process said hello under its identity (restarted); the same
+#: process said hello with a new nonce, starting over because its connection broke
+#: (reconnected: h5feed/producer/worker/connection.py).
+LossCause = Literal[
+    "bye", "unreachable", "exited", "deadline", "refused", "restarted", "reconnected"
+]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -12,7 +12,9 @@ no longer expected and is dropped by unit id:
    started counts toward ``max_restarts`` deaths per worker per minute (then
    :class:`WorkerDiedError`); one that delivered (killed by an OOM killer while working) is
    replaced every time. Its work goes to the live peers at once; the replacement gets a
-   share when it joins. A local worker that leaves with nothing to do is no loss.
+   share when it joins. A local worker that leaves with nothing to do is no loss. One that
+   started over because its connection broke (``reconnected``: the same process, a new
+   nonce) is not killed: its work goes to the others and it joins again as a new peer.
 2. A remote producer that says BYE, becomes unreachable (no heartbeat answer within
    ``peer_timeout_s``), is stuck past ``unit_timeout_s``, or is replaced by a restarted
    process under its identity has its work handed to the live peers by the scheduler (one
@@ -144,6 +146,11 @@ def recover(
             if cause == "bye":
                 return _hand_over(peer, reason, scheduler, session, confirmed_dead=True)
             session.log.warning("worker %s %s: replaced already", peer, reason)
+            return _hand_over(peer, reason, scheduler, session, confirmed_dead=True)
+        if cause == "reconnected":  # the same process, started over: not killed
+            session.log.warning("worker %s %s (%d units outstanding)", peer, reason, held)
+            # It dropped its old socket before its new HELLO, and its one thread finished any
+            # slot it was writing before that: it never writes a slot of these units again.
             return _hand_over(peer, reason, scheduler, session, confirmed_dead=True)
         if peer.received.count:
             workers.delivered(peer.pid)  # it was working: its death is no crash loop

@@ -23,7 +23,7 @@ below :data:`_LOW_HARD_LIMIT` says so in a warning when it binds beyond loopback
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Final, cast
 
 import zmq
@@ -128,3 +128,15 @@ class Router:
         if self._curve is not None:
             self._curve.stop()
         self._context.term()
+
+
+def user_id(frames: Sequence[object]) -> str | None:
+    """The CURVE key (Z85) ZeroMQ's authenticator gave the connection ``frames`` came on."""
+    get = getattr(frames[0], "get", None) if frames else None
+    if get is None:
+        return None
+    try:
+        value = get("User-Id")
+    except zmq.ZMQError:
+        return None
+    return value if isinstance(value, str) and value else None

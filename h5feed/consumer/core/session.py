@@ -13,11 +13,14 @@ Guarantees:
    (``refused_reconnects``: a process whose work went to others cannot come back as if
    nothing happened; it is sent BYE, and a persistent producer then says hello with a new
    nonce). A new nonce is a new process (a restarted worker): accepted — the old peer, if
-   still listed, is lost with cause ``restarted`` — but with CURVE only from the same public
-   key as before; from another key it is refused and counted, so nobody who reaches the
-   port can take over an identity. A HELLO from a local process the consumer replaced already
-   (``retired``: a kept worker that died between iterations, its hello still queued on the
-   socket) is ignored: it never becomes a peer, so no work is shared out to the dead.
+   still listed, is lost with cause ``restarted``; a HELLO of a listed process (name, pid,
+   host and CURVE key) with a new nonce, under its identity or a new one (a worker that
+   started over on a new socket as its connection broke, which lost what was on the way),
+   loses that peer as ``reconnected``: its units go to others; no death, and a local one is
+   not killed — but with CURVE only from the same public key as before; from another key
+   it is refused and counted, so nobody who reaches the port can take over an identity. A
+   HELLO from a local process replaced already (``retired``: a kept worker that died
+   between iterations, its hello still queued) is ignored: no work for the dead.
 2. Protocol versions (:mod:`h5feed.common.protocol.versions`): a HELLO says its sender's
    range; the peer is spoken to in the highest version both sides speak (``Peer.protocol``),
    and everything sent to it is encoded in that version. A peer with no version in common (or
@@ -76,6 +79,7 @@ from h5feed.consumer.core.counters import Counters
 from h5feed.consumer.core.events import Arrived, Event, LossCause, PeerJoined, PeerLost
 from h5feed.consumer.core.identities import Identities, Identity
 from h5feed.consumer.core.ledger import Peer, doubt_host
+from h5feed.consumer.core.router import user_id
 
 #: Malformed messages one identity may send before it is refused and ignored: enough that a
 #: peer's one-off bug is survived, few enough that a flood costs at most this many decodes.
@@ -125,6 +129,9 @@ class PeerSession:
         self._unit_timeout_s = unit_timeout_s
         self._curve = curve
         self.peers: dict[bytes, Peer] = {}
+        #: The listed peers by process (name, pid, host): one that says hello again with a
+        #: new nonce, on a new socket (so under a new routing id), is the same process.
+        self._processes: dict[tuple[str, int, str], Peer] = {}
         self.events: collections.deque[Event] = collections.deque()
         self.refused: list[str] = []  # "identity: why", for error messages
         self.counters = counters  # malformed_messages, dropped_parts (shared with the loop's)
@@ -157,14 +164,14 @@ class PeerSession:
         peer = self.peers.get(identity)
         match message:
             case messages.Hello():
-                key = _user_id(frames) if self._curve else None
+                key = user_id(frames) if self._curve else None
                 self._on_hello(identity, message, version, key)
             case _ if peer is None and known is not None and known.gone:
                 if isinstance(message, messages.Data):  # its units went to others
                     self.counters.dropped_parts += 1
             case _ if (
                 peer is None
-                and identity.decode(errors="replace") in self._local_names
+                and identity.decode(errors="replace").partition("~")[0] in self._local_names
                 and getattr(message, "job", self.job_id) != self.job_id
             ):  # a kept local worker finishing the last iteration's units before its hello
                 self.counters.dropped_parts += 1
@@ -221,13 +228,17 @@ class PeerSession:
             why = f"{hello.worker} said hello with another CURVE key than before"
             self._refuse_once(identity, why, protocol)
             return
-        if current is not None:
+        process = (hello.worker, hello.pid, hello.host)
+        same = self._processes.get(process)  # listed under this identity or its last one
+        if same is not None and same.key == key:  # (a new socket has a new routing id)
+            self.lose(same, "reconnected", "started over: its connection broke")
+        if current is not None and self.peers.get(identity) is current:
             self.lose(current, "restarted", f"restarted: pid {hello.pid} said hello under its name")
         peer = Peer(identity, hello.worker, hello.pid, hello.host, nonce=hello.nonce, key=key)
         peer.protocol, peer.package = protocol, says.package
         peer.local = hello.worker in self._local_names
         peer.last_heard = time.monotonic()
-        self.peers[identity] = peer
+        self.peers[identity] = self._processes[process] = peer
         known = self._known.of(identity)
         known.nonce, known.key, known.gone = hello.nonce, key, False
         self.events.append(PeerJoined(peer))
@@ -330,11 +341,13 @@ class PeerSession:
         listed: lost already, or its identity's new process listed in its place)."""
         if self.peers.get(peer.identity) is peer:
             del self.peers[peer.identity]
+            if self._processes.get((peer.name, peer.pid, peer.host)) is peer:
+                del self._processes[peer.name, peer.pid, peer.host]
             peer.lost_cause = cause
             if cause == "unreachable" and not peer.local:  # its host may be down
                 doubt_host(self.peers.values(), peer.host, time.monotonic())
             self._known.of(peer.identity).gone = True
-            if peer.local:
+            if peer.local and cause != "reconnected":  # else its process lives on as a peer
                 self._ended.setdefault(peer.name, set()).add(peer.pid)
             self.events.append(PeerLost(peer, cause, reason))
 
@@ -378,18 +391,6 @@ class PeerSession:
     def exited_locals(self) -> list[tuple[str, int, int]]:
         """(name, pid, exit code) of the local workers that are no longer running."""
         return self._local.exited() if self._local is not None else []
-
-
-def _user_id(frames: Sequence[object]) -> str | None:
-    """The CURVE key (Z85) ZeroMQ's authenticator gave the connection ``frames`` came on."""
-    get = getattr(frames[0], "get", None) if frames else None
-    if get is None:
-        return None
-    try:
-        value = get("User-Id")
-    except zmq.ZMQError:
-        return None
-    return value if isinstance(value, str) and value else None
 
 
 def describe_exit(code: int) -> str:

@@ -42,8 +42,10 @@ Guarantees:
    two workers never read (nor decompress the chunks of) one file's rows of one batch. When
    some peers read every file of a batch (a few files on a few workers: every file has a
    second reader), the whole batch goes to the one of them with the fewest rows in flight
-   (same ties; not when that one is in doubt: then file by file), so a batch is one unit,
-   not one per file: each unit costs the trainer and the worker a message. A batch is
+   (same ties), so a batch is one unit, not one per file: each unit costs the trainer and
+   the worker a message. Not when that one is in doubt, nor when a reader of one of the
+   batch's files has fewer rows in flight (a worker reading only some of the files, as
+   after a rejoin): then file by file, so balance comes first. A batch is
    still one unit per peer that makes some of its rows.
 """
 
@@ -272,7 +274,8 @@ class Dispatch:
         perhaps about to be lost); None: nobody reads the file now. When some peers read
         every file of the batch, the whole batch goes to the one of them with the fewest rows
         in flight, one unit instead of one per file's reader (guarantee 7), unless that one is
-        in doubt: then file by file, so a file with another reader passes it over."""
+        in doubt, or another reader of one of its files has fewer rows in flight: then file by
+        file, so a file with another reader passes it over."""
         owners = self._owners.owners(files)
         if not self._readers.any:
             return owners
@@ -290,7 +293,11 @@ class Dispatch:
         common = _common_readers(list(readers.values()))
         whole = min(common, key=load) if common else None  # ties: given least, then order
         if whole is not None and not whole.in_doubt(clock):  # one in doubt: file by file
-            return [whole] * len(files)
+            # Never at the cost of balance: only when no reader of any of its files has fewer
+            # rows in flight (else the one peer reading every file took every mixed batch).
+            everyone = {peer for candidates in readers.values() for peer in candidates}
+            if load(whole)[:2] <= min(load(peer)[:2] for peer in everyone):
+                return [whole] * len(files)
         chosen: dict[int, Peer | None] = {}
         for file_index, count in counts.items():
             candidates = readers[file_index]

@@ -15,6 +15,8 @@ shared-memory slots could not be used), ``h5feed_producer_object_{requests,bytes
 refused}_total`` (reads of object storage, as the parts said: 0 for local files),
 ``h5feed_producer_files_reopened_total`` (HDF5 files
 reopened after being closed to stay under ``--max-open-files``),
+``h5feed_producer_reconnects_total`` (sessions started over after the connection to the
+trainer broke: ``h5feed/producer/worker/connection.py``),
 ``h5feed_producer_worker_restarts_total``,
 ``h5feed_producer_worker_up`` (1 while its process runs); and
 ``h5feed_producer_workers`` (labels ``producer``, ``host``): processes running.
@@ -60,6 +62,11 @@ _WORKER_COUNTERS = (
     ("object_bytes", "h5feed_producer_object_bytes", "Bytes read from object storage"),
     ("object_retries", "h5feed_producer_object_retries", "Object GETs and reads retried"),
     ("object_refused", "h5feed_producer_object_refused", "Reads refused: the object changed"),
+    (
+        "reconnects",
+        "h5feed_producer_reconnects",
+        "Sessions started over after the connection to the trainer broke",
+    ),
     ("restarts", "h5feed_producer_worker_restarts", "Times the worker process was restarted"),
 )
 

@@ -26,13 +26,13 @@ import zmq
 from h5feed.common.errors import ProtocolError, VersionMismatchError
 from h5feed.common.protocol import messages
 from h5feed.common.protocol.handshake import first_hello
-from h5feed.common.protocol.liveness import WORKER_TIMEOUT_S, enable_heartbeats
 from h5feed.common.protocol.versions import SPOKEN
-from h5feed.common.trust.curve import KeyPair, make_client
+from h5feed.common.trust.curve import KeyPair
 from h5feed.common.version import __version__
 from h5feed.common.worker_settings import WorkerSettings
 from h5feed.producer.files.index_cache import MemoryIndex
 from h5feed.producer.files.open_files import OpenFiles
+from h5feed.producer.worker.connection import Connection, encode_within
 from h5feed.producer.worker.job import Job, JobContext
 from h5feed.producer.worker.kinds import KINDS
 from h5feed.producer.worker.leaving import Leave, Leaving
@@ -40,9 +40,6 @@ from h5feed.producer.worker.stats import WorkerCounters
 from h5feed.producer.worker.waiting import Waiting
 
 _POLL_MS = 200
-# A DEALER blocks a send while it has no connected peer (the consumer is gone or restarting).
-# Sends time out this often to re-check whether the worker should leave instead of waiting.
-_SEND_RETRY_MS = 500
 # A persistent worker without a job says hello this often, so a consumer that starts (or
 # restarts) after it finds it within a second.
 _HELLO_EVERY_S = 1.0
@@ -60,11 +57,11 @@ class Worker:
 
     Guarantees:
 
-    1. It never blocks longer than ``_SEND_RETRY_MS`` or ``_POLL_MS`` without checking whether
-       it must leave, so it exits within about a second of its parent dying or a SIGTERM,
-       even when the consumer's socket is gone and a send could wait forever — except that,
-       asked to stop, it tries to deliver a unit it made for up to ``stop_wait_s``
-       (guarantee 5).
+    1. It never blocks longer than ``connection.SEND_RETRY_MS`` or ``_POLL_MS`` without
+       checking whether it must leave, so it exits within about a second of its parent
+       dying or a SIGTERM, even when the consumer's socket is gone and a send could wait
+       forever — except that, asked to stop, it tries to deliver a unit it made for up to
+       ``stop_wait_s`` (guarantee 5).
     2. Every unit of the job in hand is answered, with DATA or ERROR, in the order received;
        a unit of another job (one that is over) is dropped: nobody waits for it. A job that
        reads ahead is shown the units already waiting in the socket before it makes one (at
@@ -85,6 +82,9 @@ class Worker:
     6. User code is imported by name only if ``settings.code`` allows it (default: nothing);
        files are confined to ``data_root`` when it is set. A refusal is sent as ERROR,
        logged (WARNING) and counted in ``refused``.
+    7. A broken connection (:mod:`h5feed.producer.worker.connection`) is seen between two
+       messages: the worker starts over (:meth:`start_over`) and never answers a message
+       of the old session, so the consumer waits for nothing that was lost on the way.
     """
 
     def __init__(
@@ -108,17 +108,15 @@ class Worker:
         self.nonce = secrets.token_hex(16)  # this process's, for every HELLO it says
         self._last_heard = 0.0
         self.context = zmq.Context()
-        self.socket = self.context.socket(zmq.DEALER)
-        self.socket.setsockopt(zmq.LINGER, 0)
-        self.socket.setsockopt(zmq.SNDTIMEO, _SEND_RETRY_MS)
-        self.socket.setsockopt(zmq.ROUTING_ID, worker_id.encode())
-        # Per frame: libzmq disconnects a peer that declares a larger one, unbuffered.
         self.max_message_bytes = settings.network.max_message_bytes
-        self.socket.setsockopt(zmq.MAXMSGSIZE, self.max_message_bytes)
-        enable_heartbeats(self.socket, WORKER_TIMEOUT_S)  # see h5feed.common.protocol.liveness
-        if curve is not None:  # a CURVE client that also checks the consumer's key
-            make_client(self.socket, *curve)
-        self.socket.connect(settings.network.connect)
+        self.connection = Connection(  # a DEALER that tells when its connection broke
+            self.context,
+            settings.network.connect,
+            worker_id.encode(),
+            self.max_message_bytes,
+            curve,
+        )
+        self.socket = self.connection.socket
         #: The kind of job each start message opens, and every unit message a kind answers.
         self.kinds = {kind.STARTS: kind for kind in kinds}
         self.units = frozenset(unit for kind in kinds for unit in kind.UNITS)
@@ -160,19 +158,7 @@ class Worker:
         """Send ``message`` (arrays without a copy), re-checking whether to leave while the
         consumer cannot take it. Counts every ERROR sent."""
         version = version or self.protocol
-        frames = messages.encode(message, version)
-        largest = max(_nbytes(frame) for frame in frames)
-        if largest > self.max_message_bytes:  # the consumer would drop us: say why instead
-            message = messages.Error.of(
-                getattr(message, "job", ""),
-                getattr(message, "unit", None),
-                ValueError(
-                    f"{message.KIND} frame of {largest} bytes exceeds max_message_bytes="
-                    f"{self.max_message_bytes}; raise it on both ends (dataset() and "
-                    "h5feed produce --max-message-bytes)"
-                ),
-            )
-            frames = messages.encode(message, version)
+        message, frames = encode_within(message, version, self.max_message_bytes)
         if isinstance(message, messages.Error):
             self.counters.add("errors")
             if message.type in _REFUSALS:
@@ -259,6 +245,8 @@ class Worker:
                 self.counters.maybe_write()
                 if self.should_say_hello(time.monotonic()):
                     self.hello()
+                if self.connection.broke():  # what was on the way is lost: start over
+                    self.start_over()
                 if self.waiting:  # taken early for a job that reads ahead: in order
                     frames, said = self.waiting.next()
                 elif not self.socket.poll(_POLL_MS):
@@ -266,6 +254,7 @@ class Worker:
                 else:
                     frames, said = self.socket.recv_multipart(copy=False), None
                     self._last_heard = time.monotonic()
+                    self.connection.heard = True
                 try:
                     message, self.protocol = said or messages.decode_said(frames)
                 except VersionMismatchError as exc:
@@ -284,7 +273,7 @@ class Worker:
             if self.files is not None:
                 self.files.close()
             self.counters.write()
-            self.socket.close(linger=_CLOSE_LINGER_MS)  # flush the last DATA and the BYE
+            self.connection.close(_CLOSE_LINGER_MS)  # flush the last DATA and the BYE
             self.context.term()
         return self.exit_code
 
@@ -320,6 +309,21 @@ class Worker:
             # a new nonce.
             self.nonce = secrets.token_hex(16)
             self.hello()
+
+    def start_over(self) -> None:
+        """Its connection to the consumer broke (:mod:`h5feed.producer.worker.connection`):
+        a new socket, without the old one's messages or the units taken early, and a HELLO
+        with a new nonce, so the consumer hands the units of the old session to others. The
+        job and its open files are kept: the consumer's JOB for the new session adds to it."""
+        _log.warning(
+            "worker %s: its connection to the consumer broke (a long pause, a network cut): "
+            "it starts over as a new session; the units it held go to others", self.worker_id
+        )  # fmt: skip
+        self.counters.add("reconnects")
+        self.socket = self.connection.renew()
+        self.waiting = Waiting()
+        self.nonce = secrets.token_hex(16)
+        self.hello()
 
     def end_job(self) -> None:
         if self.job is not None:
@@ -393,8 +397,3 @@ class Worker:
                 self.send(answer)
                 return
         _log.warning("worker %s: a CHECK of job %s it does not hold", self.worker_id, check.job)
-
-
-def _nbytes(frame: object) -> int:
-    """Bytes of one frame to send (a header's bytes, or an array)."""
-    return memoryview(frame).nbytes  # type: ignore[arg-type]

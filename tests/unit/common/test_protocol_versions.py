@@ -384,7 +384,7 @@ def test_a_periodic_hello_keeps_the_version_the_consumer_chose(tmp_path: pathlib
         assert isinstance(hello, messages.Hello) and version == OLDEST_VERSION
         assert worker.protocol == PROTOCOL_VERSION
     finally:
-        worker.socket.close(linger=0)
+        worker.connection.close(0)
         worker.context.term()
         router.close(linger=0)
         context.term()

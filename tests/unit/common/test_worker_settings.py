@@ -123,7 +123,7 @@ def test_the_defaults_are_the_workers_own() -> None:
         assert ProducerLimits.of(worker.settings.data) == NO_LIMITS
         assert worker.memory is None and worker.files is None  # not persistent
     finally:
-        worker.socket.close(linger=0)
+        worker.connection.close(0)
         worker.context.term()
 
 

@@ -293,6 +293,64 @@ def test_a_unit_whose_holder_dies_max_unit_attempts_times_ends_the_iteration_nam
     assert len(driver.taken) == 2  # the batches before it, once each
 
 
+@pytest.mark.parametrize("kind_name", KINDS)
+def test_a_local_worker_that_starts_over_on_a_broken_connection_is_not_killed(
+    rig: Callable[..., LoopDriver], kind_name: str
+) -> None:
+    # Session rule 1 and recovery rule 1: the same process (name and pid) says hello with a
+    # new nonce, as a worker whose connection broke does (h5feed/producer/worker/
+    # connection.py): the unit lost with the old connection goes to the others at once, not
+    # after unit_timeout_s (an hour here), and the process is not killed nor replaced: it
+    # joins again and gets work.
+    kind = Kind(kind_name, workers=2, max_inflight_batches=3, unit_timeout_s=3600)
+    local = local_workers(2)
+    driver = rig(kind, local)
+    w0, w1 = connect_locals(driver, kind, local)
+    units, held = 0, []
+
+    def starts_over(message: messages.Message) -> list[messages.Message]:
+        nonlocal units
+        units += work_of(message)
+        if units >= 2:  # from its second unit on, what it is sent is lost on the way
+            driver.taking = False
+            return []
+        return w0.worker.answer(message)
+
+    def holds_while_w0_is_away(message: messages.Message) -> list[messages.Message]:
+        # The consumer sends nothing while w0 reconnects, as after a pause of the whole job
+        # (a send in that window finds no connection and loses w0 as unreachable, killed
+        # and replaced: what a failed send must still do).
+        if units >= 2 and (held or not driver.counters.peers_joined):
+            held.append(message)
+            return []
+        return w1.worker.answer(message)
+
+    w0.respond, w1.respond = starts_over, holds_while_w0_is_away
+    driver.start()
+    driver.pump(lambda: units >= 2, "w0's second unit")
+    # What was on the way lands; no credit comes back, so the loop sends nothing more. Its
+    # connection closes, and once the consumer has dropped it the worker says hello on a new
+    # one: all within PROBE_EVERY_S of its last DATA, so no liveness PING is due meanwhile.
+    driver.pump_for(0.05)
+    w0.close()
+    driver.pump_for(0.05)
+    # A new nonce, on a new socket under its own routing id, as the real worker's.
+    again = driver.connect(kind.worker("w0", local.pid("w0"), True), routing_id=b"w0~1")
+    driver.pump(lambda: driver.counters.peers_joined == 1, "w0 back as a new session")
+    assert driver.counters.peers_lost == 1  # the old session, handed over
+    for message in held:
+        for reply in w1.worker.answer(message):
+            w1.send(reply)
+    held.clear()
+    driver.taking = True
+    assert driver.finish() is END, driver.error
+    kind.assert_exactly_once_in_plan_order(driver.taken)
+    counters = driver.counters
+    assert (counters.workers_replaced, counters.peers_joined) == (0, 1)
+    assert not local.replacements and counters.reassigned_units >= 1
+    assert any(work_of(m) for m in again.received), "the worker got no work after it rejoined"
+
+
 # -- joins ------------------------------------------------------------------------------------
 
 

@@ -55,6 +55,7 @@ from h5feed.consumer.core.assembly import Batch
 from h5feed.consumer.core.counters import Counters
 from h5feed.consumer.core.credits import CreditGate
 from h5feed.consumer.core.ledger import Peer
+from h5feed.consumer.core.scheduler import Send
 from h5feed.consumer.options import FeedConfig
 from h5feed.consumer.plan.epoch_plan import Cursor
 from h5feed.consumer.sources.scheduler import SourceScheduler
@@ -1159,3 +1160,49 @@ def test_hdf_a_known_index_is_not_used_with_a_remote_worker_or_other_files() -> 
     _fleet, scheduler, _config = hdf_fleet(peers, known=other)
     scheduler.start(peers)
     assert not scheduler.ready and not scheduler.planned_from_known
+
+
+def test_hdf_a_whole_batch_never_goes_to_a_peer_busier_than_another_reader_of_its_files() -> None:
+    # Dispatch guarantee 7, balance first: 3 files on 3 peers with the ring of second readers,
+    # so a batch of two files has one peer reading both. The rest of the run is dispatched at
+    # once; replayed in order, a batch sent whole to a peer never found another reader of
+    # one of its files with fewer rows in flight. (Before, the one peer reading every file of
+    # a mixed batch took it whatever its load: after a worker rejoined reading one file of
+    # two, the other took every mixed batch and the rejoined one idled, at half the rate.)
+    fleet, scheduler, _config = hdf_fleet(3, epochs=8, budget=3)
+    fleet.handshake()
+    files = range(len(FILES))
+    for _ in range(1000):
+        if all(scheduler.readers.confirmed(f) for f in files) and not fleet.gate.inflight:
+            break
+        fleet.dispatch()
+        for peer in fleet.pending():
+            fleet.answer_all(peer)
+        while fleet.released:
+            fleet.take()
+    assert all(scheduler.readers.confirmed(f) for f in files) and not scheduler.finished
+    fleet.gate.grow_to(60)
+    sent = fleet.dispatch()
+    units = [send for send in sent if isinstance(send.message, messages.Unit)]
+
+    def readers(file: int) -> set[Peer]:
+        owner = scheduler.owners.owner(file)
+        return set(scheduler.readers.confirmed(file)) | ({owner} if owner else set())
+
+    in_flight: collections.Counter[Peer] = collections.Counter()
+    by_batch: dict[int, list[Send]] = collections.defaultdict(list)
+    for send in units:
+        by_batch[send.message.batch].append(send)
+    whole = 0
+    for batch_units in by_batch.values():  # in the order they were sent
+        batch_files = {row.file for send in batch_units for row in send.message.rows}
+        if len(batch_units) == 1 and len(batch_files) > 1:
+            whole += 1
+            peer = batch_units[0].peer
+            others = set().union(*(readers(f) for f in batch_files)) - {peer}
+            assert all(in_flight[peer] <= in_flight[other] for other in others), (
+                peer.name, {p.name: in_flight[p] for p in others}, in_flight[peer]
+            )  # fmt: skip
+        for send in batch_units:
+            in_flight[send.peer] += len(send.message.rows)
+    assert whole, "no batch of several files went whole: nothing tested"

@@ -80,6 +80,57 @@ def test_a_hello_with_a_new_nonce_is_a_restarted_process() -> None:
     assert rejoined == PeerJoined(new)
 
 
+def test_a_hello_with_a_new_nonce_from_the_same_process_is_a_reconnection() -> None:
+    # The same pid and host with another nonce: a worker that started over because its
+    # connection broke (h5feed/producer/worker/connection.py). Its old session is lost as
+    # ``reconnected`` (no death, not killed: recovery), and a local one's later exit is
+    # still reported (it is not listed as ended).
+    local = FakeLocalProcesses(["w0"])
+    session, _transport, _counters = make_session(local=local)
+    joined(session, "w0")
+    old = session.peers[b"w0"]
+    again = messages.Hello("w0", old.pid, old.host, "h5feed-test", "another-nonce")
+    session.receive(b"w0", messages.encode(again))
+    new = session.peers[b"w0"]
+    lost, rejoined = list(session.events)
+    assert isinstance(lost, PeerLost) and lost.peer is old and lost.cause == "reconnected"
+    assert rejoined == PeerJoined(new) and new is not old and new.local
+    session.events.clear()
+    local.exit("w0", -9, pid=old.pid)
+    session.check(time.monotonic())
+    [died] = lost_events(session)
+    assert died.peer is new and died.cause == "exited"
+
+
+def test_the_same_process_on_a_new_routing_id_is_a_reconnection() -> None:
+    # A worker that started over opens a new socket under a routing id of its own: its
+    # HELLO names the same process (name, pid, host), so the old session is lost as
+    # ``reconnected`` and the new identity is its peer from now on.
+    session, _transport, _counters = make_session()
+    joined(session, "w0")
+    old = session.peers[b"w0"]
+    again = messages.Hello("w0", old.pid, old.host, "h5feed-test", "another-nonce")
+    session.receive(b"w0~1", messages.encode(again))
+    lost, rejoined = list(session.events)
+    assert isinstance(lost, PeerLost) and lost.peer is old and lost.cause == "reconnected"
+    assert list(session.peers) == [b"w0~1"] and rejoined == PeerJoined(session.peers[b"w0~1"])
+
+
+def test_a_hello_naming_a_listed_process_under_another_key_takes_nothing_from_it() -> None:
+    # With CURVE, only the same key is the same process: another authorized key that names
+    # a listed worker's name, pid and host joins as a peer of its own; the listed one keeps
+    # its units.
+    session, _transport, _counters = make_session()
+    session.receive(b"w0", hello_frames("w0"))
+    old = session.peers[b"w0"]
+    old.key = "key-of-w0"
+    session.events.clear()
+    again = messages.Hello("w0", old.pid, old.host, "h5feed-test", "another-nonce")
+    session.receive(b"w0~1", messages.encode(again))
+    assert session.peers[b"w0"] is old and not lost_events(session)
+    assert [type(event) for event in session.events] == [PeerJoined]
+
+
 def test_a_hello_from_a_local_worker_name_makes_a_local_peer() -> None:
     session, _transport, _counters = make_session(local=FakeLocalProcesses(["w0", "w1"]))
     session.receive(b"x", hello_frames("w1"))

@@ -137,7 +137,7 @@ def test_a_kind_of_job_is_a_class_the_loop_drives_unchanged(
         assert Counting.closed == ["j1"] and worker.counters.values["jobs"] == 2
     finally:
         worker.end_job()
-        worker.socket.close(linger=0)
+        worker.connection.close(0)
         worker.context.term()
     assert Counting.closed == ["j1", "j2"]
 

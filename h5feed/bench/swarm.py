@@ -55,7 +55,10 @@ class SwarmMember(SyntheticWorker):
         self, settings: WorkerSettings, context: zmq.Context[zmq.Socket[bytes]], host: str
     ) -> None:
         super().__init__(settings, None, host=host)
-        self.socket.close(linger=0)
+        # The worker's connection holds a monitor socket too: the context ends only once
+        # both are closed. A member does not start over on a broken connection (the swarm
+        # serves its members by one poll; Worker.run, which checks, never runs here).
+        self.connection.close(0)
         self.context.term()
         self.context = context
         sock = context.socket(zmq.DEALER)

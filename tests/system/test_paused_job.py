@@ -25,7 +25,6 @@ import time
 import pytest
 
 import h5feed
-from h5feed.common.system.procstat import descendants
 
 _PEER_TIMEOUT_S = 2.5  # heartbeat timeout 1 s (h5feed/common/protocol/liveness.py)
 _PAUSE_S = 3.0  # longer than that: connections time out on resume (about one pause in two)
@@ -33,21 +32,35 @@ _PAUSES = 6
 _MAX_GAP_S = 30.0  # between two batches, a pause and a replacement included
 
 
-def _pauses(pids: list[int]) -> subprocess.Popen[bytes]:
-    """From another process: :data:`_PAUSES` times, after a second of work, stop ``pids``
-    together for :data:`_PAUSE_S`, then continue them. The workers are busy when it comes
-    (a job that is idle when paused keeps its connections: nothing is on the way)."""
+def _pauses(trainer: int) -> subprocess.Popen[bytes]:
+    """From another process: :data:`_PAUSES` times, after a second of work, stop the trainer
+    and its descendants together for :data:`_PAUSE_S`, then continue them. The workers are
+    busy when it comes (a job that is idle when paused keeps its connections: nothing is on
+    the way). The job is listed again for each pause (a worker the trainer replaced is part
+    of it), a process gone meanwhile is passed over, and whatever happens every process
+    stopped is continued: a trainer left stopped would hang this test's pytest worker, where
+    no timeout can fire."""
     script = textwrap.dedent(
         f"""
         import os, signal, time
-        pids = {pids!r}
+        from h5feed.common.system.procstat import descendants
+
+        def signal_to(pid, sig):
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:  # a worker that ended (replaced) since the listing
+                pass
+
         for _ in range({_PAUSES}):
             time.sleep(1.0)
-            for pid in pids:
-                os.kill(pid, signal.SIGSTOP)
-            time.sleep({_PAUSE_S!r})
-            for pid in pids:
-                os.kill(pid, signal.SIGCONT)
+            job = [p for p in [{trainer}, *descendants({trainer})] if p != os.getpid()]
+            try:
+                for pid in job:
+                    signal_to(pid, signal.SIGSTOP)
+                time.sleep({_PAUSE_S!r})
+            finally:
+                for pid in job:
+                    signal_to(pid, signal.SIGCONT)
         """
     )
     return subprocess.Popen([sys.executable, "-c", script])
@@ -70,7 +83,7 @@ def test_a_job_paused_past_the_heartbeat_timeout_goes_on_with_every_sample_once(
             gaps.append(time.monotonic() - last)
             epoch = int(batch["epoch"][0])
             if pausing is None:  # the workers are up: pause the whole job from now on
-                pausing = _pauses([os.getpid(), *descendants(os.getpid())])
+                pausing = _pauses(os.getpid())
             elif pausing.poll() is not None and epoch > max(e for e, _ in seen):
                 break  # the pauses are over and the epoch they ended in is complete
             seen.update(zip(batch["epoch"].tolist(), batch["sample"].tolist(), strict=True))

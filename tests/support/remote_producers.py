@@ -3,11 +3,12 @@ tests that need real remote producers."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pathlib
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import pytest
 from ports import free_port
@@ -31,6 +32,21 @@ def start_producer(
         env={**os.environ, "H5FEED_CONNECT": f"tcp://127.0.0.1:{port}"},
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
+
+
+@contextlib.contextmanager
+def two_producers(port: int, data_root: pathlib.Path) -> Iterator[list[subprocess.Popen[str]]]:
+    """Producers ``p0`` and ``p1`` (one worker each) dialling ``port``; killed, if still
+    running, and reaped on the way out."""
+    started = [start_producer(port, data_root, f"p{i}") for i in range(2)]
+    try:
+        yield started
+    finally:
+        for process in started:
+            if process.poll() is None:
+                process.kill()
+        for process in started:
+            process.communicate(timeout=10)
 
 
 def remote_feed(

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 
 import pytest
 from cut_proxy import CutProxy
-from remote_producers import remote_feed, start_producer
+from remote_producers import remote_feed, two_producers
 
 _NO_DEADLINE_S = 3600.0  # unit_timeout_s: a lost UNIT is never rescued by its deadline here
 _MAX_GAP_S = 20.0  # between two batches, a cut included (a stall took unit_timeout_s)
@@ -41,15 +41,8 @@ def relay(port: int) -> Iterator[CutProxy]:
 def relayed_producers(
     relay: CutProxy, small_dataset: list[pathlib.Path]
 ) -> Iterator[list[subprocess.Popen[str]]]:
-    started = [start_producer(relay.port, small_dataset[0].parent, f"p{i}") for i in range(2)]
-    try:
+    with two_producers(relay.port, small_dataset[0].parent) as started:
         yield started
-    finally:
-        for process in started:
-            if process.poll() is None:
-                process.kill()
-        for process in started:
-            process.communicate(timeout=10)
 
 
 @pytest.mark.timeout(180)

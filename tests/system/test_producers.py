@@ -16,7 +16,14 @@ from collections.abc import Iterator
 
 import pytest
 from conftest import wait_until_gone
-from remote_producers import CLIP, curve_args, curve_setup, remote_feed, start_producer
+from remote_producers import (
+    CLIP,
+    curve_args,
+    curve_setup,
+    remote_feed,
+    start_producer,
+    two_producers,
+)
 
 import h5feed
 from h5feed.common.config import CLIP_SEMANTICS
@@ -28,14 +35,8 @@ from h5feed.common.protocol.versions import SPOKEN
 def producers(
     port: int, small_dataset: list[pathlib.Path]
 ) -> Iterator[list[subprocess.Popen[str]]]:
-    started = [start_producer(port, small_dataset[0].parent, f"p{i}") for i in range(2)]
-    try:
+    with two_producers(port, small_dataset[0].parent) as started:
         yield started
-    finally:
-        for process in started:
-            if process.poll() is None:
-                process.kill()
-            process.communicate(timeout=10)
 
 
 def test_two_producer_processes_serve_two_epochs_exactly_once(

@@ -19,6 +19,21 @@ from h5feed.common.protocol.versions import (
     read_legacy_package,
 )
 
+#: Between a worker's name and the number of a socket it opened after its first, in that
+#: socket's routing id (``NAME~1``, ``NAME~2``...: h5feed/producer/worker/connection.py).
+_RENEWAL = "~"
+
+
+def routing_id(name: bytes, renewals: int) -> bytes:
+    """The routing id of a worker's socket: its name, then ``~N`` for the Nth socket it
+    opened after its first (a new session on a new connection)."""
+    return name + f"{_RENEWAL}{renewals}".encode() if renewals else name
+
+
+def worker_name(identity: bytes) -> str:
+    """The worker name a routing id was made from (:func:`routing_id`)."""
+    return identity.decode(errors="replace").partition(_RENEWAL)[0]
+
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class PeerSays:

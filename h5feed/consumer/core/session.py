@@ -70,7 +70,7 @@ import zmq
 from h5feed.common.config import CLIP_SEMANTICS
 from h5feed.common.errors import FeatureVersionError, ProtocolError, VersionMismatchError
 from h5feed.common.protocol import messages
-from h5feed.common.protocol.handshake import hello_says
+from h5feed.common.protocol.handshake import hello_says, worker_name
 from h5feed.common.protocol.liveness import PROBE_EVERY_S
 from h5feed.common.protocol.versions import SPOKEN
 from h5feed.common.system.logs import consumer_log
@@ -171,7 +171,7 @@ class PeerSession:
                     self.counters.dropped_parts += 1
             case _ if (
                 peer is None
-                and identity.decode(errors="replace").partition("~")[0] in self._local_names
+                and worker_name(identity) in self._local_names
                 and getattr(message, "job", self.job_id) != self.job_id
             ):  # a kept local worker finishing the last iteration's units before its hello
                 self.counters.dropped_parts += 1

@@ -40,6 +40,7 @@ import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 from h5feed.common.protocol import messages
+from h5feed.common.protocol.handshake import routing_id
 from h5feed.common.protocol.liveness import WORKER_TIMEOUT_S, enable_heartbeats
 from h5feed.common.trust.curve import KeyPair, make_client
 
@@ -73,8 +74,7 @@ class Connection:
         socket = self._context.socket(zmq.DEALER)
         socket.setsockopt(zmq.LINGER, 0)
         socket.setsockopt(zmq.SNDTIMEO, SEND_RETRY_MS)
-        suffix = f"~{self.renewals}".encode() if self.renewals else b""
-        socket.setsockopt(zmq.ROUTING_ID, self._routing_id + suffix)
+        socket.setsockopt(zmq.ROUTING_ID, routing_id(self._routing_id, self.renewals))
         # Per frame: libzmq disconnects a peer that declares a larger one, unbuffered.
         socket.setsockopt(zmq.MAXMSGSIZE, self._max_message_bytes)
         enable_heartbeats(socket, WORKER_TIMEOUT_S)  # see h5feed.common.protocol.liveness

@@ -56,6 +56,7 @@ from h5feed.consumer.core.counters import Counters
 from h5feed.consumer.core.credits import CreditGate
 from h5feed.consumer.core.ledger import Peer
 from h5feed.consumer.core.scheduler import Send
+from h5feed.consumer.hdf5.scheduler import HdfScheduler
 from h5feed.consumer.options import FeedConfig
 from h5feed.consumer.plan.epoch_plan import Cursor
 from h5feed.consumer.sources.scheduler import SourceScheduler
@@ -141,10 +142,10 @@ def test_hdf_a_batch_goes_whole_to_a_peer_that_reads_all_its_files(seed: int) ->
     assert {peers[0] for peers in peers_of.values()} == set(fleet.live)
 
 
-def test_hdf_a_whole_batch_never_goes_to_a_peer_in_doubt_when_its_files_have_others() -> None:
-    # 3 files on 3 peers, each file with a second reader (the ring): once they are confirmed,
-    # a peer put in doubt (another worker of its host lost as unreachable) is passed over
-    # for every file, even for a batch of which it is the only peer reading all the files.
+def _ring_of_three_confirmed() -> tuple[Fleet, HdfScheduler]:
+    """3 files on 3 peers (8 epochs, a budget of 3), run until every file's second reader
+    (the ring) is confirmed and nothing is in flight, the run not yet finished: (fleet,
+    scheduler)."""
     fleet, scheduler, _config = hdf_fleet(3, epochs=8, budget=3)
     fleet.handshake()
     files = range(len(FILES))
@@ -157,6 +158,14 @@ def test_hdf_a_whole_batch_never_goes_to_a_peer_in_doubt_when_its_files_have_oth
         while fleet.released:
             fleet.take()
     assert all(scheduler.readers.confirmed(f) for f in files) and not scheduler.finished
+    return fleet, scheduler
+
+
+def test_hdf_a_whole_batch_never_goes_to_a_peer_in_doubt_when_its_files_have_others() -> None:
+    # 3 files on 3 peers, each file with a second reader (the ring): once they are confirmed,
+    # a peer put in doubt (another worker of its host lost as unreachable) is passed over
+    # for every file, even for a batch of which it is the only peer reading all the files.
+    fleet, scheduler = _ring_of_three_confirmed()
     doubted = fleet.live[1]
     doubted.host_doubted = time.monotonic() + 60  # not heard from since: in doubt
     fleet.gate.grow_to(40)  # the rest of the run at once: batches of files 0 and 1 among them
@@ -1169,18 +1178,7 @@ def test_hdf_a_whole_batch_never_goes_to_a_peer_busier_than_another_reader_of_it
     # one of its files with fewer rows in flight. (Before, the one peer reading every file of
     # a mixed batch took it whatever its load: after a worker rejoined reading one file of
     # two, the other took every mixed batch and the rejoined one idled, at half the rate.)
-    fleet, scheduler, _config = hdf_fleet(3, epochs=8, budget=3)
-    fleet.handshake()
-    files = range(len(FILES))
-    for _ in range(1000):
-        if all(scheduler.readers.confirmed(f) for f in files) and not fleet.gate.inflight:
-            break
-        fleet.dispatch()
-        for peer in fleet.pending():
-            fleet.answer_all(peer)
-        while fleet.released:
-            fleet.take()
-    assert all(scheduler.readers.confirmed(f) for f in files) and not scheduler.finished
+    fleet, scheduler = _ring_of_three_confirmed()
     fleet.gate.grow_to(60)
     sent = fleet.dispatch()
     units = [send for send in sent if isinstance(send.message, messages.Unit)]

@@ -63,65 +63,63 @@ def context() -> Iterator[zmq.Context[Any]]:
     context.destroy(linger=0)
 
 
-def test_a_connection_that_was_heard_on_and_then_closed_is_broken(
+@pytest.fixture()
+def greeted(
     address: str, context: zmq.Context[Any]
-) -> None:
+) -> Iterator[tuple[zmq.Socket[Any], Connection, bytes]]:
+    """A ROUTER playing the consumer and a Connection (routing id ``w0``) that said hello to
+    it: (router, connection, its identity at the router). The connection is closed after."""
     router = _router(context, address)
     connection = Connection(context, address, b"w0", 1 << 20)
     try:
         connection.socket.send(b"hello")
         identity, _ = _receive(router)
-        router.send_multipart([identity, b"ping"])
-        assert connection.socket.poll(int(_WAIT_S * 1000))
-        connection.socket.recv()
-        connection.heard = True  # as the worker loop sets it
-        assert not connection.broke()  # nothing happened yet
-        router.close(linger=0)
-        assert _wait_until_broke(connection), "no broken connection seen"
-        assert not connection.broke()  # said once
+        yield router, connection, identity
     finally:
         connection.close(0)
+
+
+def test_a_connection_that_was_heard_on_and_then_closed_is_broken(
+    greeted: tuple[zmq.Socket[Any], Connection, bytes],
+) -> None:
+    router, connection, identity = greeted
+    router.send_multipart([identity, b"ping"])
+    assert connection.socket.poll(int(_WAIT_S * 1000))
+    connection.socket.recv()
+    connection.heard = True  # as the worker loop sets it
+    assert not connection.broke()  # nothing happened yet
+    router.close(linger=0)
+    assert _wait_until_broke(connection), "no broken connection seen"
+    assert not connection.broke()  # said once
 
 
 def test_a_connection_never_heard_on_is_not_broken_by_a_close(
-    address: str, context: zmq.Context[Any]
+    greeted: tuple[zmq.Socket[Any], Connection, bytes],
 ) -> None:
     # Guarantee 1: no session on it, nothing lost (a refused handshake, a consumer that went
     # before answering): a worker does not start over again and again.
-    router = _router(context, address)
-    connection = Connection(context, address, b"w0", 1 << 20)
-    try:
-        connection.socket.send(b"hello")
-        _receive(router)
-        router.close(linger=0)
-        time.sleep(0.5)
-        assert not connection.broke()
-    finally:
-        connection.close(0)
+    router, connection, _identity = greeted
+    router.close(linger=0)
+    time.sleep(0.5)
+    assert not connection.broke()
 
 
 def test_a_renewed_connection_holds_nothing_of_the_old_one(
-    address: str, context: zmq.Context[Any]
+    greeted: tuple[zmq.Socket[Any], Connection, bytes],
 ) -> None:
-    router = _router(context, address)
-    connection = Connection(context, address, b"w0", 1 << 20)
-    try:
-        connection.socket.send(b"hello")
-        identity, _ = _receive(router)
-        router.send_multipart([identity, b"old"])  # waits, unread, in the old socket
-        time.sleep(0.2)
-        socket = connection.renew()
-        assert socket is connection.socket and not connection.heard
-        # Under a routing id of its own (guarantee 3): a router that still holds the old
-        # connection would never hear a new one under the same id.
-        socket.send(b"again")
-        identity, body = _receive(router)
-        assert (identity, body) == (b"w0~1", b"again")
-        router.send_multipart([identity, b"new"])
-        assert socket.poll(int(_WAIT_S * 1000))
-        assert socket.recv() == b"new"  # never b"old"
-    finally:
-        connection.close(0)
+    router, connection, identity = greeted
+    router.send_multipart([identity, b"old"])  # waits, unread, in the old socket
+    time.sleep(0.2)
+    socket = connection.renew()
+    assert socket is connection.socket and not connection.heard
+    # Under a routing id of its own (guarantee 3): a router that still holds the old
+    # connection would never hear a new one under the same id.
+    socket.send(b"again")
+    identity, body = _receive(router)
+    assert (identity, body) == (b"w0~1", b"again")
+    router.send_multipart([identity, b"new"])
+    assert socket.poll(int(_WAIT_S * 1000))
+    assert socket.recv() == b"new"  # never b"old"
 
 
 def test_a_worker_whose_connection_broke_says_hello_again_with_a_new_nonce(

@@ -4,7 +4,7 @@
 plan into one preallocated array with the cheapest spelling of the per-clip work
 (:func:`~h5feed.bench.workload.produce_direct`). Before it runs, :func:`check_same_pixels`
 checks that this spelling gives the pixels h5feed's own worker code gives (reader,
-``decode_frame``, ``ClipWriter``): the limit does the same work, not less.
+``ClipWriter.write_encoded``): the limit does the same work, not less.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from h5feed.bench.workload import (
 )
 from h5feed.common.config import ClipSpec
 from h5feed.producer.reader import VideoFile
-from h5feed.producer.worker.decode import ClipWriter, decode_frame
+from h5feed.producer.worker.decode import ClipWriter
 
 _POLL_S = 0.01  # the parallel limit's timing process wakes this often to count (~0.1 % CPU)
 _FIRST_BATCH_TIMEOUT_S = 300.0  # a spawned interpreter importing cv2 and h5py, busy machine
@@ -182,10 +182,9 @@ def check_same_pixels(paths: Sequence[str], seed: int, clips: int = 4) -> None:
             ours = np.empty_like(direct)
             handle = files[clip.file_index]
             encoded = handle.read_frames(clip.video, clip.indices)
-            for t, (data, frame) in enumerate(zip(encoded, clip.indices, strict=True)):
-                image = decode_frame(data, handle.path, clip.video, frame)
-                where = (handle.path, clip.video, frame)
-                writer.write(ours[t], image, clip.crop_uniforms, clip.flip, where)
+            writer.write_encoded(
+                ours, encoded, clip.indices, clip.crop_uniforms, clip.flip, handle.path, clip.video
+            )
             if not np.array_equal(direct, ours):
                 raise AssertionError(f"the per-core limit's pixels differ on {clip.video}")
     finally:

@@ -216,6 +216,12 @@ class ClipMaker:
         made[:] = 0
         return made
 
+    def _allocate(self, rows: int, height: int, width: int) -> np.ndarray:
+        """A new uint8 [rows, clip_len, height, width, 3], once the producer's cap on a
+        clip's pixels (``max_clip_pixels``) allows it (LimitRefused otherwise)."""
+        self.limits.check_clip(self.spec.clip_len, height, width)  # before allocating
+        return np.empty((rows, self.spec.clip_len, height, width, 3), np.uint8)
+
     def _clip(self, row: Row, out: np.ndarray | None, r: int, rows: int) -> np.ndarray:
         """Write the clip of ``row`` into ``out[r]``; when ``out`` is None, first allocate it,
         uint8 [rows, T, H, W, 3], with H, W from the spec or the first frame. Returns ``out``."""
@@ -250,19 +256,25 @@ class ClipMaker:
                 video=name,
                 frame=indices[0],
             ) from exc
+        height, width = spec.frame_shape
+        if out is None and height is not None and width is not None:  # the spec's size
+            out = self._allocate(rows, height, width)
+        if out is not None and not rgb:  # the hot path: every frame of the clip at once
+            self.writer.write_encoded(
+                out[r], stored, indices, (uy, ux), bool(flip), handle.path, name, crcs
+            )
+            return out
         for t, (data, frame) in enumerate(zip(stored, indices, strict=True)):
             if rgb:
                 image = data
-            else:
+            else:  # the first frame decides the size: no resize or crop, no batch array
                 if crcs is not None:  # before decoding: a flipped bit may still decode
                     check_crc(data, crcs[t], handle.path, name, frame)
                 image = decode_frame(
                     data, handle.path, name, frame, self.writer.reduce_to, self.writer.max_pixels
                 )
             if out is None:
-                height, width = self.writer.frame_shape(image)
-                self.limits.check_clip(spec.clip_len, height, width)  # before allocating
-                out = np.empty((rows, spec.clip_len, height, width, 3), np.uint8)
+                out = self._allocate(rows, *self.writer.frame_shape(image))
             where = (handle.path, name, frame)
             self.writer.write(out[r, t], image, (uy, ux), bool(flip), where, rgb=rgb)
         if out is None:  # unreachable: every clip has clip_len >= 1 frames

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import struct
 import zlib
+from collections.abc import Sequence
 
 import cv2
 import numpy as np
@@ -44,9 +45,12 @@ _FRAME_SIZE = struct.Struct(">HH")
 
 
 def _bytes_view(encoded: np.ndarray | bytes) -> memoryview:
-    """A flat byte view of an encoded frame, without copying it."""
-    if isinstance(encoded, bytes):
-        return memoryview(encoded)
+    """A flat byte view of an encoded frame, without copying it. Called for every frame:
+    ``bytes`` and a C-contiguous array of bytes (what h5py returns) are cast as they are;
+    anything else is converted to contiguous uint8 first, value by value."""
+    view = encoded.data if isinstance(encoded, np.ndarray) else memoryview(encoded)
+    if view.itemsize == 1 and view.c_contiguous:
+        return view.cast("B")
     return np.ascontiguousarray(encoded, dtype=np.uint8).reshape(-1).data
 
 
@@ -212,29 +216,8 @@ class ClipWriter:
         """
         if self._resize_wh is not None:
             image = cv2.resize(image, self._resize_wh, interpolation=cv2.INTER_LINEAR)
-        height, width = out.shape[0], out.shape[1]
-        if self.spec.crop is not None:
-            if image.shape[0] < height or image.shape[1] < width:
-                file, video, frame = where
-                raise DataError(
-                    f"frame of {image.shape[1]}x{image.shape[0]} is smaller than the crop "
-                    f"{width}x{height}",
-                    file=file,
-                    video=video,
-                    frame=frame,
-                )
-            top = crop_offset(image.shape[0], height, offsets[0], self.spec.crop_mode)
-            left = crop_offset(image.shape[1], width, offsets[1], self.spec.crop_mode)
-            image = image[top : top + height, left : left + width]
-        elif image.shape[0] != height or image.shape[1] != width:
-            file, video, frame = where
-            raise DataError(
-                f"frame is {image.shape[1]}x{image.shape[0]} but this batch's frames are "
-                f"{width}x{height}; set resize= to batch videos of different sizes",
-                file=file,
-                video=video,
-                frame=frame,
-            )
+        top, bottom, left, right = self._window(image.shape, out.shape, offsets, where)
+        image = image[top:bottom, left:right]
         if image.ndim == 3 and image.shape[2] == 1:
             image = image[:, :, 0]  # cv2.resize drops a single channel axis; crops keep it
         if image.ndim == 2:
@@ -245,3 +228,72 @@ class ClipWriter:
             cv2.cvtColor(image, cv2.COLOR_BGR2RGB, dst=out)
         if flip:
             cv2.flip(out, 1, dst=out)
+
+    def write_encoded(
+        self,
+        out: np.ndarray,
+        stored: Sequence[np.ndarray],
+        indices: Sequence[int],
+        offsets: tuple[float, float],
+        flip: bool,
+        file: str,
+        video: str,
+        crcs: Sequence[int] | None = None,
+    ) -> None:
+        """Decode and preprocess the encoded frames ``stored`` (at ``indices`` of ``video``)
+        into ``out`` ([T, H, W, 3] uint8, C-contiguous): per frame what :func:`check_crc`
+        (with ``crcs``), :func:`decode_frame` and :meth:`write` do, with the same errors
+        naming the frame, in one loop. Why one loop: this is a worker's hot path, and the
+        crop window, the same for every frame of one size, is placed once per size."""
+        reduce_to, max_pixels, resize_wh = self.reduce_to, self.max_pixels, self._resize_wh
+        resize, cvt_color, flip_image = cv2.resize, cv2.cvtColor, cv2.flip
+        seen: tuple[int, ...] = ()  # the (height, width) the window was placed for
+        top = bottom = left = right = 0
+        for t, data in enumerate(stored):
+            if crcs is not None:  # before decoding: a flipped bit may still decode
+                check_crc(data, crcs[t], file, video, indices[t])
+            image = decode_frame(data, file, video, indices[t], reduce_to, max_pixels)
+            if resize_wh is not None:
+                image = resize(image, resize_wh, interpolation=cv2.INTER_LINEAR)
+            if image.shape[:2] != seen:
+                seen = image.shape[:2]
+                where = (file, video, indices[t])
+                top, bottom, left, right = self._window(seen, out.shape[1:], offsets, where)
+            target = out[t]  # imdecode gives 3 channels (IMREAD_COLOR), BGR
+            cvt_color(image[top:bottom, left:right], cv2.COLOR_BGR2RGB, dst=target)
+            if flip:
+                flip_image(target, 1, dst=target)
+
+    def _window(
+        self,
+        shape: tuple[int, ...],
+        out_shape: tuple[int, ...],
+        offsets: tuple[float, float],
+        where: tuple[str, str, int],
+    ) -> tuple[int, int, int, int]:
+        """(top, bottom, left, right) of the crop of an image of ``shape`` (height, width
+        first) for an output frame of ``out_shape``: the planned crop, or the whole image,
+        which must then be the output's size. DataError naming the frame otherwise."""
+        height, width = out_shape[0], out_shape[1]
+        if self.spec.crop is not None:
+            if shape[0] < height or shape[1] < width:
+                file, video, frame = where
+                raise DataError(
+                    f"frame of {shape[1]}x{shape[0]} is smaller than the crop {width}x{height}",
+                    file=file,
+                    video=video,
+                    frame=frame,
+                )
+            top = crop_offset(shape[0], height, offsets[0], self.spec.crop_mode)
+            left = crop_offset(shape[1], width, offsets[1], self.spec.crop_mode)
+            return top, top + height, left, left + width
+        if shape[0] != height or shape[1] != width:
+            file, video, frame = where
+            raise DataError(
+                f"frame is {shape[1]}x{shape[0]} but this batch's frames are "
+                f"{width}x{height}; set resize= to batch videos of different sizes",
+                file=file,
+                video=video,
+                frame=frame,
+            )
+        return 0, height, 0, width

@@ -1,42 +1,38 @@
 """Every layout's one-file dataset is read by every worker (work follows cores, not files):
-groups, frame datasets, flat, raw, video, blobs and packs, each one small file on 2 local
-workers. Every sample exactly once, both workers delivered clips, and the batches are those
-of a 1-worker run."""
+groups, frame datasets, flat, raw, video, blobs and packs, each one small file on 3 local
+workers over 2 epochs, with a local worker SIGKILLed mid-epoch (replaced) and a remote
+producer joining mid-epoch. Every sample exactly once per epoch, every worker connected at
+the end delivered clips, and the batches are those of a 1-worker run, byte for byte
+(tests/support/kill_and_join.py: the run and its checks)."""
 
 from __future__ import annotations
 
-import collections
+import os
 import pathlib
 from typing import Any
 
-import numpy as np
 import pytest
+from kill_and_join import check_kill_and_join, collect, run_with_kill_and_join
 from one_file_cases import CASES
 
 import h5feed
 
-
-def run(path: str, layout: Any, workers: int) -> tuple[list[dict[str, np.ndarray]], Any]:
-    feed = h5feed.batches(
-        [path], layout=layout, clip_len=2, resize=(24, 32), clips_per_video=4, batch_size=2,
-        workers=workers, seed=3, index_cache=False,
-    )  # fmt: skip
-    batches = [{k: np.array(v) for k, v in batch.items()} for batch in feed]
-    return batches, feed.stats()
+#: Videos in each case's file where not 6 (tests/support/one_file_cases.py): each case gets
+#: 48 samples per epoch, 24 batches, so the late producer joins with most of an epoch to go.
+VIDEOS = {"video": 1, "packs": 3}
+SAMPLES = 48
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_a_one_file_dataset_of_each_layout_is_read_by_both_workers(
+def test_a_one_file_dataset_of_each_layout_is_read_by_every_worker_through_a_kill_and_a_join(
     tmp_path: pathlib.Path, case: str
 ) -> None:
     path, layout = CASES[case](tmp_path)
-    got, stats = run(path, layout, workers=2)
-    samples = collections.Counter(s for b in got for s in b["sample"].tolist())
-    assert set(samples.values()) == {1} and sorted(samples) == list(range(len(samples)))
-    clips = {w["name"]: (w["files"], w["clips"]) for w in stats["workers"]}
-    assert len(clips) == 2 and all(files == 1 and n > 0 for files, n in clips.values()), clips
-    expected, _stats = run(path, layout, workers=1)
-    assert len(got) == len(expected)
-    for mine, theirs in zip(got, expected, strict=True):
-        for key in mine:
-            assert np.array_equal(mine[key], theirs[key]), (case, key)
+    names = [os.path.relpath(path, tmp_path)]  # the remote producer serves tmp_path
+    options: dict[str, Any] = {
+        "layout": layout, "clip_len": 2, "resize": (24, 32), "batch_size": 2, "epochs": 2,
+        "clips_per_video": SAMPLES // VIDEOS.get(case, 6), "seed": 3, "index_cache": False,
+    }  # fmt: skip
+    expected = collect(h5feed.batches(names, workers=1, data_root=str(tmp_path), **options))
+    run = run_with_kill_and_join(names, tmp_path, 3, options)
+    check_kill_and_join(run, expected, samples=SAMPLES, epochs=2, workers=3)

@@ -75,47 +75,51 @@ def test_frames_of_another_size_in_one_clip_are_each_cropped_for_their_own_size(
     np.testing.assert_array_equal(out, expected)
 
 
+def write_clip(
+    spec: ClipSpec,
+    stored: list[np.ndarray],
+    indices: list[int],
+    size: tuple[int, int],
+    crcs: list[int] | None = None,
+) -> None:
+    """``stored`` through ``write_encoded`` into output frames of ``size`` (height, width),
+    centred crop offsets, no flip: for the tests of its errors."""
+    out = np.empty((len(stored), *size, 3), np.uint8)
+    ClipWriter(spec).write_encoded(out, stored, indices, (0.5, 0.5), False, FILE, VIDEO, crcs)
+
+
 def test_an_undecodable_frame_is_a_frame_error_naming_its_frame_number() -> None:
-    writer = ClipWriter(ClipSpec(clip_len=3, resize=(32, 32), max_frame_pixels=None))
+    spec = ClipSpec(clip_len=3, resize=(32, 32), max_frame_pixels=None)
     stored = [jpeg(40, 40, 1), np.frombuffer(b"not an image at all", np.uint8), jpeg(40, 40, 2)]
-    out = np.empty((3, 32, 32, 3), np.uint8)
     with pytest.raises(FrameError) as caught:
-        writer.write_encoded(out, stored, [10, 11, 12], (0.5, 0.5), False, FILE, VIDEO)
+        write_clip(spec, stored, [10, 11, 12], (32, 32))
     assert (caught.value.file, caught.value.video, caught.value.frame) == (FILE, VIDEO, 11)
 
 
 def test_a_frame_over_max_frame_pixels_is_refused_before_decoding_naming_its_frame() -> None:
-    writer = ClipWriter(ClipSpec(clip_len=2, resize=(32, 32), max_frame_pixels=50 * 50))
-    stored = [jpeg(40, 40, 1), jpeg(60, 60, 2)]
-    out = np.empty((2, 32, 32, 3), np.uint8)
+    spec = ClipSpec(clip_len=2, resize=(32, 32), max_frame_pixels=50 * 50)
     with pytest.raises(FrameError, match="exceeds max_frame_pixels=2500") as caught:
-        writer.write_encoded(out, stored, [4, 5], (0.5, 0.5), False, FILE, VIDEO)
+        write_clip(spec, [jpeg(40, 40, 1), jpeg(60, 60, 2)], [4, 5], (32, 32))
     assert caught.value.frame == 5
 
 
 def test_a_frame_failing_its_crc_is_refused_naming_its_frame() -> None:
-    writer = ClipWriter(ClipSpec(clip_len=2, resize=(32, 32)))
     stored = [jpeg(40, 40, 1), jpeg(40, 40, 2)]
     crcs = [zlib.crc32(stored[0].tobytes()), zlib.crc32(stored[1].tobytes()) ^ 1]
-    out = np.empty((2, 32, 32, 3), np.uint8)
     with pytest.raises(FrameError, match="CRC32") as caught:
-        writer.write_encoded(out, stored, [8, 9], (0.5, 0.5), False, FILE, VIDEO, crcs)
+        write_clip(ClipSpec(clip_len=2, resize=(32, 32)), stored, [8, 9], (32, 32), crcs)
     assert caught.value.frame == 9
 
 
 def test_a_frame_smaller_than_the_crop_is_a_data_error_naming_its_frame() -> None:
-    writer = ClipWriter(ClipSpec(clip_len=2, crop=(50, 50)))
     stored = [jpeg(60, 60, 1), jpeg(40, 60, 2)]
-    out = np.empty((2, 50, 50, 3), np.uint8)
     with pytest.raises(DataError, match="smaller than the crop 50x50") as caught:
-        writer.write_encoded(out, stored, [0, 1], (0.5, 0.5), False, FILE, VIDEO)
+        write_clip(ClipSpec(clip_len=2, crop=(50, 50)), stored, [0, 1], (50, 50))
     assert caught.value.frame == 1
 
 
 def test_a_frame_of_another_size_without_resize_or_crop_is_a_data_error() -> None:
-    writer = ClipWriter(ClipSpec(clip_len=2))
     stored = [jpeg(40, 40, 1), jpeg(40, 48, 2)]
-    out = np.empty((2, 40, 40, 3), np.uint8)
     with pytest.raises(DataError, match="set resize=") as caught:
-        writer.write_encoded(out, stored, [2, 3], (0.5, 0.5), False, FILE, VIDEO)
+        write_clip(ClipSpec(clip_len=2), stored, [2, 3], (40, 40))
     assert caught.value.frame == 3

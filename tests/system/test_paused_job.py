@@ -28,18 +28,20 @@ import h5feed
 
 _PEER_TIMEOUT_S = 2.5  # heartbeat timeout 1 s (h5feed/common/protocol/liveness.py)
 _PAUSE_S = 3.0  # longer than that: connections time out on resume (about one pause in two)
-_PAUSES = 6
+_PAUSES = 6  # at least; then more, up to _MAX_PAUSES, until a connection has broken
+_MAX_PAUSES = 20  # six pauses without a break: seen once, in a full run under CI's load
 _MAX_GAP_S = 30.0  # between two batches, a pause and a replacement included
 
 
-def _pauses(trainer: int) -> subprocess.Popen[bytes]:
-    """From another process: :data:`_PAUSES` times, after a second of work, stop the trainer
-    and its descendants together for :data:`_PAUSE_S`, then continue them. The workers are
-    busy when it comes (a job that is idle when paused keeps its connections: nothing is on
-    the way). The job is listed again for each pause (a worker the trainer replaced is part
-    of it), a process gone meanwhile is passed over, and whatever happens every process
-    stopped is continued: a trainer left stopped would hang this test's pytest worker, where
-    no timeout can fire."""
+def _pauses(trainer: int, broke: pathlib.Path) -> subprocess.Popen[bytes]:
+    """From another process: :data:`_PAUSES` times, and then until the file ``broke`` exists
+    (the trainer saw a connection break) or :data:`_MAX_PAUSES` in all, after a second of
+    work, stop the trainer and its descendants together for :data:`_PAUSE_S`, then continue
+    them. The workers are busy when it comes (a job that is idle when paused keeps its
+    connections: nothing is on the way). The job is listed again for each pause (a worker
+    the trainer replaced is part of it), a process gone meanwhile is passed over, and
+    whatever happens every process stopped is continued: a trainer left stopped would hang
+    this test's pytest worker, where no timeout can fire."""
     script = textwrap.dedent(
         f"""
         import os, signal, time
@@ -51,7 +53,9 @@ def _pauses(trainer: int) -> subprocess.Popen[bytes]:
             except ProcessLookupError:  # a worker that ended (replaced) since the listing
                 pass
 
-        for _ in range({_PAUSES}):
+        for done in range({_MAX_PAUSES}):
+            if done >= {_PAUSES} and os.path.exists({str(broke)!r}):
+                break
             time.sleep(1.0)
             job = [p for p in [{trainer}, *descendants({trainer})] if p != os.getpid()]
             try:
@@ -66,7 +70,7 @@ def _pauses(trainer: int) -> subprocess.Popen[bytes]:
     return subprocess.Popen([sys.executable, "-c", script])
 
 
-@pytest.mark.timeout(150)  # about 25 s; a stall (the bug) hangs until this
+@pytest.mark.timeout(240)  # about 25 s (up to 90 s with every pause); a stall hangs until this
 def test_a_job_paused_past_the_heartbeat_timeout_goes_on_with_every_sample_once(
     small_dataset: list[pathlib.Path], tmp_path: pathlib.Path
 ) -> None:
@@ -78,15 +82,18 @@ def test_a_job_paused_past_the_heartbeat_timeout_goes_on_with_every_sample_once(
     )  # fmt: skip
     seen: collections.Counter[tuple[int, int]] = collections.Counter()
     gaps, last, pausing = [], time.monotonic(), None
+    broke = tmp_path / "broke"  # tells the pauses that a connection broke: enough of them
     with feed.stream() as stream:
         for batch in stream:
             gaps.append(time.monotonic() - last)
             epoch = int(batch["epoch"][0])
             if pausing is None:  # the workers are up: pause the whole job from now on
-                pausing = _pauses(os.getpid())
+                pausing = _pauses(os.getpid(), broke)
             elif pausing.poll() is not None and epoch > max(e for e, _ in seen):
                 break  # the pauses are over and the epoch they ended in is complete
             seen.update(zip(batch["epoch"].tolist(), batch["sample"].tolist(), strict=True))
+            if not broke.exists() and stream.stats()["peers_lost"] >= 1:
+                broke.touch()
             last = time.monotonic()
         stats = stream.stats()
     assert pausing is not None and pausing.wait(timeout=30) == 0

@@ -33,7 +33,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from h5feed.common.system.procstat import descendants, proc_stat, process_cpu_s
+from h5feed.common.system.procstat import descendants, proc_field, proc_stat, process_cpu_s
 
 _TICK = os.sysconf("SC_CLK_TCK")
 
@@ -50,16 +50,11 @@ def switches(pid: int) -> tuple[int, int]:
     """(voluntary, involuntary) context switches of ``pid``'s main thread (the one that makes
     the clips); zeros once it is gone. A voluntary one is a wait (for work, a lock, the
     socket); an involuntary one, a thread that wanted to run and was preempted."""
-    counts = {"voluntary_ctxt_switches:": 0, "nonvoluntary_ctxt_switches:": 0}
-    try:
-        with open(f"/proc/{pid}/task/{pid}/status", encoding="utf-8") as handle:
-            for line in handle:
-                name, _, value = line.partition("\t")
-                if name in counts:
-                    counts[name] = int(value)
-    except OSError:
-        pass
-    return counts["voluntary_ctxt_switches:"], counts["nonvoluntary_ctxt_switches:"]
+    status = f"/proc/{pid}/task/{pid}/status"
+    return (
+        proc_field(status, b"voluntary_ctxt_switches:"),
+        proc_field(status, b"nonvoluntary_ctxt_switches:"),
+    )
 
 
 def thread_cpu(pids: list[int]) -> dict[str, float]:

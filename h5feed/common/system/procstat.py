@@ -78,8 +78,9 @@ def descendants(pid: int) -> set[int]:
     return found
 
 
-def _kib_field(path: str, key: bytes) -> int:
-    """The ``key:`` line of a /proc file in kB, 0 if absent or unreadable."""
+def proc_field(path: str, key: bytes) -> int:
+    """The number on the ``key`` line of a /proc file (``b"VmRSS:"``: kB; ``b"voluntary_ctxt_
+    switches:"``: a count), 0 if absent or unreadable."""
     try:
         with open(path, "rb") as handle:
             for line in handle:
@@ -93,6 +94,6 @@ def _kib_field(path: str, key: bytes) -> int:
 def tree_memory_mb(pid: int) -> tuple[float, float]:
     """(RSS, PSS) in MB summed over ``pid`` and its descendants, at this moment."""
     pids = {pid} | descendants(pid)
-    rss = sum(_kib_field(f"/proc/{p}/status", b"VmRSS:") for p in pids)
-    pss = sum(_kib_field(f"/proc/{p}/smaps_rollup", b"Pss:") for p in pids)
+    rss = sum(proc_field(f"/proc/{p}/status", b"VmRSS:") for p in pids)
+    pss = sum(proc_field(f"/proc/{p}/smaps_rollup", b"Pss:") for p in pids)
     return rss / 1024.0, pss / 1024.0

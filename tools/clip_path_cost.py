@@ -6,8 +6,10 @@ to 128x171, cropped to 112x112, flipped, batches of 8) two ways, round after rou
 the same batch array: ``limit``, the per-core limit's spelling
 (:func:`h5feed.bench.workload.produce_direct`), and ``worker``, h5feed's worker code
 (:class:`h5feed.producer.worker.clips.ClipMaker`: the layout's reader, the checks, the
-decode and the writer, with the default ``max_frame_pixels``). It prints the median CPU ms
-per clip of each and their difference.
+decode and the writer, with the default ``max_frame_pixels``), the two sides in turn in
+A-B-B-A order. It prints the median CPU ms per clip of each, their difference, and the median
+of each round's difference between its two back-to-back runs (the figure to read on a
+machine whose speed drifts: rounds here spread by 10 % or more).
 
 ``--no-codecs`` replaces OpenCV's imdecode, resize, cvtColor and flip by calls that return at
 once (h5py's reads stay): what is left is each side's Python and h5py, so the difference is
@@ -107,16 +109,24 @@ def main() -> None:
     for make in sides.values():
         make()  # warm: files open, pages cached
     cost: dict[str, list[float]] = {name: [] for name in sides}
+    order = list(sides)
     for _round in range(args.rounds):
-        for name, make in sides.items():
+        for name in order:  # ABBA: a drift of the machine's speed within a pair cancels out
             began = time.process_time()
-            make()
+            sides[name]()
             cost[name].append(1000 * (time.process_time() - began) / len(plan))
+        order.reverse()
     medians = {name: statistics.median(values) for name, values in cost.items()}
     for name, values in cost.items():
         print(f"{name}: {medians[name]:.3f} ms CPU per clip (rounds: "
               f"{', '.join(f'{v:.3f}' for v in values)})")  # fmt: skip
+    # Each round's pair ran back to back: the median of their differences sees through the
+    # machine's drift from round to round, which the difference of the medians does not.
+    paired = statistics.median(
+        w - lim for w, lim in zip(cost["worker"], cost["limit"], strict=True)
+    )
     print(f"worker - limit: {medians['worker'] - medians['limit']:+.3f} ms per clip"
+          f" (median of the rounds' pairs: {paired:+.3f}, {100 * paired / medians['limit']:+.1f} %)"
           f"{' (Python and h5py alone)' if args.no_codecs else ''}")  # fmt: skip
     reader.close()
     maker.close()

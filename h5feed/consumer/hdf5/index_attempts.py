@@ -22,15 +22,23 @@ Guarantees:
    never reported) is returned by
    :meth:`left`; :meth:`check_left` raises it as a ``FileReadError`` naming the file, the
    host and the last death, which ends the iteration.
-4. Only files that waited for the dead worker are blamed: the HDF5 scheduler marks a joiner's
+4. A suspect's JOB is in a worker's hands alone (:meth:`gate`): it goes only once nothing
+   else the worker was asked awaits its INDEX, and no JOB that asks for one follows it until
+   it is answered (held back, they go with :meth:`release`). A worker killed by a file loses
+   what it had queued but not yet sent (libzmq's I/O thread dies with it), so the INDEX of the
+   JOB before would be lost with it, and that JOB, still unanswered here, blamed for the death
+   (a good file refused after its neighbour's crashes). One at a time, the JOB in hand is the
+   only one unanswered.
+5. Only files that waited for the dead worker are blamed: the HDF5 scheduler marks a joiner's
    share (a file its live owner goes on making) answered when the joiner is lost, so a peer
    that dies, or re-says hello under new nonces, while taking one over never refuses it.
-5. Not thread-safe: the loop's thread owns it.
+6. Not thread-safe: the loop's thread owns it.
 """
 
 from __future__ import annotations
 
 import collections
+import dataclasses
 from collections.abc import Iterable, Sequence
 from typing import Final
 
@@ -54,6 +62,8 @@ class IndexAttempts:
     def __init__(self, limit: int) -> None:
         self.limit = max(2, limit)
         self._pending: dict[bytes, list[set[int]]] = {}  # identity -> unanswered JOBs' files
+        self._suspect_in_hand: set[bytes] = set()  # identities whose unanswered JOB is a suspect's
+        self._held: dict[bytes, list[Send]] = {}  # identity -> JOBs held back, in order
         self.deaths: collections.Counter[int] = collections.Counter()
 
     @property
@@ -61,29 +71,78 @@ class IndexAttempts:
         """Files a worker died indexing at least once (sent alone from then on)."""
         return set(self.deaths)
 
+    def gate(self, sends: Sequence[Send]) -> list[Send]:
+        """``sends`` to go now, recorded as sent (:meth:`sent`): all but the JOBs held back
+        so that a suspect's JOB is in its worker's hands alone (guarantee 4), which
+        :meth:`release` lets go in order."""
+        going: list[Send] = []
+        for send in sends:
+            if not _asks_index(send):
+                going.append(send)
+            elif send.peer.identity in self._held or not self._may_go(send):
+                self._held.setdefault(send.peer.identity, []).append(send)
+            else:
+                self.sent([send])
+                going.append(send)
+        return going
+
+    def release(self, peer: Peer) -> list[Send]:
+        """The JOBs held back for ``peer`` that may go now (after an answer), recorded as sent."""
+        held = self._held.get(peer.identity)
+        going: list[Send] = []
+        while held and self._may_go(held[0]):
+            going.append(held.pop(0))
+            self.sent(going[-1:])
+        if not held:
+            self._held.pop(peer.identity, None)
+        return going
+
+    def _may_go(self, send: Send) -> bool:
+        identity = send.peer.identity
+        if not self._pending.get(identity):
+            return True
+        return identity not in self._suspect_in_hand and not self._is_suspect(send)
+
+    def _is_suspect(self, send: Send) -> bool:
+        assert isinstance(send.message, messages.Job)
+        return any(ref.number in self.deaths for ref in send.message.files)
+
     def sent(self, sends: Sequence[Send]) -> None:
         """Record the JOBs among ``sends`` that ask for an INDEX, in the order sent."""
         for send in sends:
-            message = send.message
-            if isinstance(message, messages.Job) and message.send_index and message.files:
+            if _asks_index(send):
+                assert isinstance(send.message, messages.Job)
                 pending = self._pending.setdefault(send.peer.identity, [])
-                pending.append({ref.number for ref in message.files})
+                pending.append({ref.number for ref in send.message.files})
+                if self._is_suspect(send):
+                    self._suspect_in_hand.add(send.peer.identity)
 
     def answered(self, peer: Peer, files: Iterable[int]) -> None:
         """``peer`` answered ``files`` (INDEX, or an ERROR naming them)."""
+        done = set(files)
+        held = self._held.get(peer.identity)
+        if held:  # a file handed on before its JOB went: the JOB goes without it
+            kept = [k for k in (_without(send, done) for send in held) if k is not None]
+            if kept:
+                self._held[peer.identity] = kept
+            else:
+                del self._held[peer.identity]
         pending = self._pending.get(peer.identity)
         if not pending:
             return
-        done = set(files)
         for job in pending:
             job -= done
         while pending and not pending[0]:
             pending.pop(0)
+        if not pending:
+            self._suspect_in_hand.discard(peer.identity)
 
     def left(self, peer: Peer, cause: str | None) -> list[int]:
         """``peer`` is gone (``cause``: a ``LossCause``); when it died, count one death for
         each file of the JOB it was working on. Returns the files at the limit."""
         pending = self._pending.pop(peer.identity, [])
+        self._suspect_in_hand.discard(peer.identity)
+        self._held.pop(peer.identity, None)  # its files move with the rest of its own
         if cause not in DEATHS or not pending:
             return []
         blamed = sorted(pending[0])
@@ -103,3 +162,17 @@ class IndexAttempts:
                 host=peer.host,
                 number=file_index,
             )
+
+
+def _asks_index(send: Send) -> bool:
+    message = send.message
+    return isinstance(message, messages.Job) and message.send_index and bool(message.files)
+
+
+def _without(send: Send, files: set[int]) -> Send | None:
+    """``send`` (a JOB) less ``files``; None when nothing is left of it."""
+    assert isinstance(send.message, messages.Job)
+    refs = tuple(ref for ref in send.message.files if ref.number not in files)
+    if len(refs) == len(send.message.files):
+        return send
+    return Send(send.peer, dataclasses.replace(send.message, files=refs)) if refs else None

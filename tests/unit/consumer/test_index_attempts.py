@@ -78,3 +78,60 @@ def test_a_file_at_the_limit_raises_a_file_read_error_naming_file_host_and_last_
     quiet.lost_cause = "deadline"  # a silence blames nothing, so raises nothing
     attempts.sent([Send(quiet, job(1))])
     attempts.check_left(quiet, paths)
+
+
+def numbers(sends: list[Send]) -> list[list[int]]:
+    return [[r.number for r in s.message.files] for s in sends]  # type: ignore[union-attr]
+
+
+def suspects_of(attempts: IndexAttempts, *files: int) -> None:
+    """``files`` each with one death (a worker died with them in one JOB)."""
+    lost = peer("lost")
+    attempts.sent([Send(lost, job(*files))])
+    assert attempts.left(lost, "exited") == []
+
+
+def test_a_suspects_job_goes_alone_and_the_next_waits_for_its_answer() -> None:
+    # A worker killed by a file loses the INDEX it had queued for the JOB before (libzmq's I/O
+    # thread dies with it): with two suspects in its hands, the good one would be blamed.
+    attempts = IndexAttempts(limit=3)
+    suspects_of(attempts, 0, 1)
+    b = peer("b")
+    unit = Send(b, messages.Bye("j"))  # not a JOB: never held
+    going = attempts.gate(merge_jobs([Send(b, job(0, 1)), unit], attempts.suspects))
+    assert numbers(going[:1]) == [[0]] and going[1:] == [unit]
+    assert attempts.release(b) == []  # 0 unanswered: 1 waits
+    attempts.answered(b, [0])
+    assert numbers(attempts.release(b)) == [[1]]
+    assert attempts.left(b, "unreachable") == []  # it died on 1, the only JOB in its hands
+    assert attempts.deaths == {0: 1, 1: 2}
+
+
+def test_a_suspect_waits_for_the_jobs_before_it_and_holds_those_after_it() -> None:
+    attempts = IndexAttempts(limit=3)
+    suspects_of(attempts, 5)
+    b = peer("b")
+    assert numbers(attempts.gate([Send(b, job(0, 1))])) == [[0, 1]]  # no suspect: as before
+    assert numbers(attempts.gate([Send(b, job(2))])) == [[2]]
+    assert attempts.gate([Send(b, job(5)), Send(b, job(3))]) == []  # 5 waits; 3 stays behind it
+    attempts.answered(b, [0, 1])
+    assert attempts.release(b) == []  # 2 still unanswered
+    attempts.answered(b, [2])
+    assert numbers(attempts.release(b)) == [[5]]  # alone in its hands; 3 waits for its answer
+    attempts.answered(b, [5])
+    assert numbers(attempts.release(b)) == [[3]]
+    assert numbers(attempts.gate([Send(b, job(4))])) == [[4]]  # no suspect in hand: at once
+
+
+def test_held_jobs_lose_files_handed_on_and_go_with_their_peer() -> None:
+    attempts = IndexAttempts(limit=3)
+    suspects_of(attempts, 1, 2)
+    b = peer("b")
+    assert numbers(attempts.gate([Send(b, job(0)), Send(b, job(1)), Send(b, job(2))])) == [[0]]
+    attempts.answered(b, [1])  # 1 handed on to another worker while held
+    attempts.answered(b, [0])
+    assert numbers(attempts.release(b)) == [[2]]  # 1's JOB is gone: 2 is next
+    attempts.gate([Send(b, job(3))])  # held behind 2
+    assert attempts.left(b, "exited") == [] and attempts.deaths == {1: 1, 2: 2}
+    b2 = peer("b")  # a new connection under its identity: nothing held for it
+    assert numbers(attempts.gate([Send(b2, job(4))])) == [[4]]

@@ -51,7 +51,8 @@ class FileMoves:
     def _sent(self, sends: list[Send], merge: bool = False) -> list[Send]:
         """``sends`` as they go out (with ``merge``: JOBs merged per peer, suspects alone),
         their JOBs recorded for :class:`IndexAttempts`, which holds back those that must wait
-        for a suspect's JOB, or for the JOBs before it, to be answered."""
+        for a suspect's JOB, or for the JOBs before it, to be answered, and lets those held
+        before go first once they may."""
         if merge:
             sends = merge_jobs(sends, self._attempts.suspects)
         return self._attempts.gate(sends)
@@ -113,7 +114,6 @@ class FileMoves:
         if not self.owners.started:  # before start(): it is shared out with the rest
             return []
         sends: list[Send] = []
-        released: list[Send] = []  # JOBs held behind a handed-on file's, sent as they are
         for file_index in self.owners.unowned():
             sends += self._move(file_index) or []
         if self._debts.proven(peer):  # files waiting for an unproven peer's INDEX come to it
@@ -123,13 +123,12 @@ class FileMoves:
                     self._debts.unask(heir, file_index)
                     self._handed_on.setdefault(heir, set()).add(file_index)
                     self._attempts.answered(heir, [file_index])  # nor is it blamed should it die
-                    released += self._attempts.release(heir)
                     sends += self._job(peer, [file_index])
         if self._dispatch is not None:  # the plan started: its share, from the most loaded
             for file_index in self.owners.share_for(peer):
                 sends += self._job(peer, [file_index])
             self._deal_due = True  # and extra reads, so that it reads a share of samples
-        return released + self._sent(sends, merge=True)
+        return self._sent(sends, merge=True)
 
     def unreadable(self, peer: Peer, file_index: int, unit_id: int | None) -> list[Send] | None:
         """``peer`` is refused for a file it cannot read, which moves to the live worker with
@@ -142,7 +141,6 @@ class FileMoves:
         self.owners.refuse(file_index, peer)  # it no longer owns or takes the file
         self.readers.refuse(file_index, peer)  # nor reads it besides the owner
         self._attempts.answered(peer, [file_index])
-        released = self._attempts.release(peer)  # JOBs held behind that one, sent as they are
         self._counters.unreadable_files += 1
         self._log.error(
             "worker %s on host %s cannot read %r: refused for that file, which moves",
@@ -158,7 +156,7 @@ class FileMoves:
         if unit_id is not None and self._dispatch is not None:  # none in flight before the plan
             sends += self._dispatch.send_one_again(peer, unit_id)
         self._deal_due = True  # its share from files it can read
-        return released + self._sent(sends, merge=True)
+        return self._sent(sends, merge=True)
 
     @property
     def waiting_for_workers(self) -> bool:

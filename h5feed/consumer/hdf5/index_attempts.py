@@ -24,11 +24,11 @@ Guarantees:
    host and the last death, which ends the iteration.
 4. A suspect's JOB is in a worker's hands alone (:meth:`gate`): it goes only once nothing
    else the worker was asked awaits its INDEX, and no JOB that asks for one follows it until
-   it is answered (held back, they go with :meth:`release`). A worker killed by a file loses
-   what it had queued but not yet sent (libzmq's I/O thread dies with it), so the INDEX of the
-   JOB before would be lost with it, and that JOB, still unanswered here, blamed for the death
-   (a good file refused after its neighbour's crashes). One at a time, the JOB in hand is the
-   only one unanswered.
+   it is answered (held back, they go with the next :meth:`gate` that finds them free to, or
+   :meth:`release`). A worker killed by a file loses what it had queued but not yet sent
+   (libzmq's I/O thread dies with it), so the INDEX of the JOB before would be lost with it,
+   and that JOB, still unanswered here, blamed for the death (a good file refused after its
+   neighbour's crashes). One at a time, the JOB in hand is the only one unanswered.
 5. Only files that waited for the dead worker are blamed: the HDF5 scheduler marks a joiner's
    share (a file its live owner goes on making) answered when the joiner is lost, so a peer
    that dies, or re-says hello under new nonces, while taking one over never refuses it.
@@ -62,7 +62,6 @@ class IndexAttempts:
     def __init__(self, limit: int) -> None:
         self.limit = max(2, limit)
         self._pending: dict[bytes, list[set[int]]] = {}  # identity -> unanswered JOBs' files
-        self._suspect_in_hand: set[bytes] = set()  # identities whose unanswered JOB is a suspect's
         self._held: dict[bytes, list[Send]] = {}  # identity -> JOBs held back, in order
         self.deaths: collections.Counter[int] = collections.Counter()
 
@@ -72,10 +71,10 @@ class IndexAttempts:
         return set(self.deaths)
 
     def gate(self, sends: Sequence[Send]) -> list[Send]:
-        """``sends`` to go now, recorded as sent (:meth:`sent`): all but the JOBs held back
-        so that a suspect's JOB is in its worker's hands alone (guarantee 4), which
-        :meth:`release` lets go in order."""
-        going: list[Send] = []
+        """``sends`` to go now, recorded as sent (:meth:`sent`), after the JOBs held back
+        before that may go now (an answer came since): all but the JOBs held back so that a
+        suspect's JOB is in its worker's hands alone (guarantee 4)."""
+        going = [send for identity in list(self._held) for send in self._release(identity)]
         for send in sends:
             if not _asks_index(send):
                 going.append(send)
@@ -88,20 +87,26 @@ class IndexAttempts:
 
     def release(self, peer: Peer) -> list[Send]:
         """The JOBs held back for ``peer`` that may go now (after an answer), recorded as sent."""
-        held = self._held.get(peer.identity)
+        return self._release(peer.identity)
+
+    def _release(self, identity: bytes) -> list[Send]:
+        held = self._held.get(identity)
         going: list[Send] = []
         while held and self._may_go(held[0]):
             going.append(held.pop(0))
             self.sent(going[-1:])
         if not held:
-            self._held.pop(peer.identity, None)
+            self._held.pop(identity, None)
         return going
 
     def _may_go(self, send: Send) -> bool:
-        identity = send.peer.identity
-        if not self._pending.get(identity):
+        """Whether ``send`` (a JOB asking for an INDEX) may go: its worker has nothing
+        unanswered, or neither it nor what is unanswered holds a suspect."""
+        pending = self._pending.get(send.peer.identity)
+        if not pending:
             return True
-        return identity not in self._suspect_in_hand and not self._is_suspect(send)
+        in_hand = any(f in job for f in self.deaths for job in pending)  # deaths: few, or none
+        return not in_hand and not self._is_suspect(send)
 
     def _is_suspect(self, send: Send) -> bool:
         assert isinstance(send.message, messages.Job)
@@ -114,8 +119,6 @@ class IndexAttempts:
                 assert isinstance(send.message, messages.Job)
                 pending = self._pending.setdefault(send.peer.identity, [])
                 pending.append({ref.number for ref in send.message.files})
-                if self._is_suspect(send):
-                    self._suspect_in_hand.add(send.peer.identity)
 
     def answered(self, peer: Peer, files: Iterable[int]) -> None:
         """``peer`` answered ``files`` (INDEX, or an ERROR naming them)."""
@@ -134,14 +137,11 @@ class IndexAttempts:
             job -= done
         while pending and not pending[0]:
             pending.pop(0)
-        if not pending:
-            self._suspect_in_hand.discard(peer.identity)
 
     def left(self, peer: Peer, cause: str | None) -> list[int]:
         """``peer`` is gone (``cause``: a ``LossCause``); when it died, count one death for
         each file of the JOB it was working on. Returns the files at the limit."""
         pending = self._pending.pop(peer.identity, [])
-        self._suspect_in_hand.discard(peer.identity)
         self._held.pop(peer.identity, None)  # its files move with the rest of its own
         if cause not in DEATHS or not pending:
             return []

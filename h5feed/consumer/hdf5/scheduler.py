@@ -207,7 +207,6 @@ class HdfScheduler(FileMoves):
         self._debts.answered(peer, [file_index for file_index, _columns in files])
         files = self._answers.labelled(files)  # decided from the file list: see options
         self._attempts.answered(peer, [f for f, _c in files])
-        released = self._attempts.release(peer)  # JOBs held behind those, sent as they are
         sends: list[Send] = []
         for file_index, columns in files:
             if pending(file_index, peer):  # an extra reader: rows once its copy is checked
@@ -222,7 +221,7 @@ class HdfScheduler(FileMoves):
                 self._answers.add(file_index, columns)  # the first stays
         if self._answers.complete and self.index is None:
             self._plan_from(self._answers.index())
-        return released + self._sent(sends)
+        return self._sent(sends)  # with the JOBs held behind those answered, if they may go
 
     def _without_handed_on(
         self, peer: Peer, files: list[tuple[int, FileColumns]]
